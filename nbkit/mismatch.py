@@ -1,0 +1,330 @@
+"""The π–μ mismatch: training-side log-probs by teacher forcing, and the metrics the field logs.
+
+μ is the rollout engine's log-probability of each token it sampled (``Rollout.logprobs``); π is the training
+engine's log-probability of the same token, computed here by one teacher-forced forward of prompt + response.
+Every metric takes ragged per-token arrays (one 1-D array per sequence) of log π and log μ. Tokens are sampled
+from μ, so expectations are sample means under μ, and with r = π/μ per token:
+
+- KL[μ‖π] = E_μ[log μ − log π], estimated by k1 = mean(log μ − log π), k2 = ½·mean((log μ − log π)²)
+  and k3 = mean(r − 1 − log r) (Schulman's estimators; Oat logs k1/k2 as ``kl_sample_train_v1/_v2``).
+- χ²(π‖μ) = E_μ[(π/μ)²] − 1, token level with r, sequence level with R = ∏ r (verl's ``chi2_token/_seq``).
+- The sequence log-ratio log R = Σ (log π − log μ) and its least-squares slope against response length
+  (the paper's Fig. 5: it drifts linearly with length in BF16, hardly at all in FP16).
+
+Token-level statistics pool all tokens of all sequences (as verl, Oat and TRL do); sequence-level ones average
+over sequences. Key names and their meaning: ``METRICS``; the names other libraries log: ``ALIASES``.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+TRAIN_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+METRICS = {
+    "n_sequences": "number of sequences",
+    "n_tokens": "number of generated tokens (all sequences)",
+    "token_abs_logp_diff/mean": "mean over tokens of |log π − log μ|",
+    "token_abs_logp_diff/max": "max over tokens of |log π − log μ|",
+    "token_abs_logp_diff/p50": "median over tokens of |log π − log μ|",
+    "token_abs_logp_diff/p90": "90th percentile over tokens of |log π − log μ|",
+    "token_abs_logp_diff/p99": "99th percentile over tokens of |log π − log μ|",
+    "rollout_probs_diff_max": "verl (logged as training/…): max over tokens of |π − μ| (probability space)",
+    "rollout_probs_diff_mean": "verl: mean over tokens of |π − μ|",
+    "rollout_probs_diff_std": "verl: standard deviation over tokens of |π − μ|",
+    "rollout_actor_probs_pearson_corr": "verl: Pearson correlation of token probabilities π and μ "
+    "(1.0 if identical; NaN if one side is constant and they differ)",
+    "sampler_learner_prob_diff_max": "Oat: max over tokens of μ − π (signed, probability space)",
+    "sampler_learner_prob_diff_min": "Oat: min over tokens of μ − π (signed, probability space)",
+    "sampling/importance_sampling_ratio/min": "TRL: min over tokens of r = π/μ (before any truncation)",
+    "sampling/importance_sampling_ratio/mean": "TRL: mean over tokens of r = π/μ (before any truncation)",
+    "sampling/importance_sampling_ratio/max": "TRL: max over tokens of r = π/μ (before any truncation)",
+    "kl_k1": "token KL[μ‖π], k1 = mean(log μ − log π); unbiased, can be negative",
+    "kl_k2": "token KL[μ‖π], k2 = ½·mean((log μ − log π)²); ≥ 0, biased, Oat's kl_sample_train_v2",
+    "kl_k3": "token KL[μ‖π], k3 = mean(r − 1 − log r); unbiased and ≥ 0",
+    "chi2_token": "χ²(π‖μ) per token, mean(r²) − 1 (the variance of token IS weights)",
+    "chi2_seq": "χ²(π‖μ) per sequence, mean_seq(R²) − 1 with R = ∏ r (no clamping: can be inf)",
+    "log_ppl_abs_diff": "verl: mean over sequences of |mean_t log μ − mean_t log π| (log-perplexity gap)",
+    "seq_log_ratio/mean": "mean over sequences of log R = Σ_t (log π − log μ)",
+    "seq_log_ratio/abs_mean": "mean over sequences of |log R|",
+    "seq_kl": "sequence KL[μ‖π], mean over sequences of Σ_t (log μ − log π) (the paper's Fig. 5 KL)",
+    "seq_log_ratio_slope/per_token": "least-squares slope of log R against response length, per token",
+    "seq_log_ratio_slope/per_1k_tokens": "the same slope per 1000 tokens (compare with the paper's Fig. 5 "
+    "slopes, −1.01 BF16 vs −0.07 FP16, only after checking that figure's length units)",
+    "seq_log_ratio_slope/intercept": "intercept of that fit (log R at length 0)",
+}
+"""Every key ``mismatch_metrics`` returns, with its definition (r = π/μ per token, R = ∏ r per sequence)."""
+
+ALIASES = {
+    "kl_sample_train_v1": "kl_k1",
+    "kl_sample_train_v2": "kl_k2",
+    "rollout_corr/kl": "kl_k1",
+    "rollout_corr/k3_kl": "kl_k3",
+    "rollout_corr/chi2_token": "chi2_token",
+    "rollout_corr/chi2_seq": "chi2_seq",
+    "rollout_corr/log_ppl_abs_diff": "log_ppl_abs_diff",
+    "sampling/sampling_logp_difference/mean": "token_abs_logp_diff/mean",
+    "sampling/sampling_logp_difference/max": "token_abs_logp_diff/max",
+}
+"""Names Oat, verl and TRL log for the same quantities: alias → key of ``METRICS``."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# π: the training side, by teacher forcing
+
+
+def _model_for(model: torch.nn.Module, dtype: str | None) -> torch.nn.Module:
+    """The model to run: itself, or a deep copy cast to ``dtype`` (the caller's model is never modified)."""
+    if dtype is None:
+        return model
+    if dtype not in TRAIN_DTYPES:
+        raise ValueError(f"unknown training dtype {dtype!r}; choose one of {tuple(TRAIN_DTYPES)} or None")
+    if next(model.parameters()).dtype == TRAIN_DTYPES[dtype]:
+        return model
+    return copy.deepcopy(model).to(TRAIN_DTYPES[dtype])
+
+
+@torch.inference_mode()
+def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None, batch_size: int = 8,
+                            device=None, temperature: float = 1.0, progress: bool | None = None
+                            ) -> list[np.ndarray]:
+    """log π of every generated token of every rollout, by one teacher-forced forward of prompt + response.
+
+    ``dtype=None`` runs ``model`` as given (its own weights' dtype, any autocast the caller set).
+    ``"fp32" | "bf16" | "fp16"`` runs weights *and* compute in that dtype, as an engine loading the checkpoint
+    in it would: the model itself if its parameters already are in it, else a cast deep copy (pure low
+    precision, not autocast). Logits are upcast to float32, divided by ``temperature`` and log-softmaxed in
+    float32, so the precision effect is the model's own compute. Rows are batched by length with right padding
+    and an attention mask, on the model's device (or a copy on ``device``). Returns float64 arrays, one per
+    rollout (empty for an empty response); a progress bar shows when there are more than 8 batches.
+    """
+    if not rollouts:
+        raise ValueError("no rollouts given")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+    for i, r in enumerate(rollouts):
+        if len(r.prompt_ids) == 0:
+            raise ValueError(f"rollout {i} has an empty prompt: its first token has no context to predict from")
+    net = _model_for(model, dtype)
+    here = next(net.parameters()).device
+    device = torch.device(device) if device is not None else here
+    if device != here:  # move a copy, never the caller's model
+        net = (copy.deepcopy(net) if net is model else net).to(device)
+    was_training = net.training
+    net.eval()
+    order = sorted(range(len(rollouts)), key=lambda i: len(rollouts[i].prompt_ids) + len(rollouts[i].token_ids))
+    batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    if progress is None:
+        progress = len(batches) > 8
+    if progress:
+        from tqdm.auto import tqdm
+        batches = tqdm(batches, desc=f"teacher-forced π ({dtype or 'as given'})", unit="batch")
+    out: list[np.ndarray] = [np.zeros(0)] * len(rollouts)
+    try:
+        for batch in batches:
+            seqs = [list(rollouts[i].prompt_ids) + list(rollouts[i].token_ids) for i in batch]
+            width = max(len(s) for s in seqs)
+            ids = torch.zeros(len(seqs), width, dtype=torch.long)
+            mask = torch.zeros(len(seqs), width, dtype=torch.long)
+            for row, s in enumerate(seqs):
+                ids[row, :len(s)] = torch.tensor(s)
+                mask[row, :len(s)] = 1
+            logits = net(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+            for row, i in enumerate(batch):
+                p, t = len(rollouts[i].prompt_ids), len(rollouts[i].token_ids)
+                # the logits at position j predict token j + 1: responses start at p, predicted from p - 1
+                lp = torch.log_softmax(logits[row, p - 1:p + t - 1].float() / temperature, dim=-1)
+                tok = ids[row, p:p + t].to(device)
+                out[i] = lp.gather(-1, tok[:, None])[:, 0].double().cpu().numpy()
+    finally:
+        net.train(was_training)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Metrics on ragged per-token arrays
+
+
+def _ragged(logp_pi, logp_mu) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Validated float64 copies: same number of sequences, same length per sequence, finite, ≥ 1 token."""
+    pi = [np.asarray(x, dtype=np.float64).reshape(-1) for x in logp_pi]
+    mu = [np.asarray(x, dtype=np.float64).reshape(-1) for x in logp_mu]
+    if not pi:
+        raise ValueError("empty input: no sequences")
+    if len(pi) != len(mu):
+        raise ValueError(f"log π has {len(pi)} sequences but log μ has {len(mu)}")
+    for i, (a, b) in enumerate(zip(pi, mu)):
+        if a.shape != b.shape:
+            raise ValueError(f"sequence {i}: log π has {a.size} tokens but log μ has {b.size}")
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            raise ValueError(f"sequence {i}: non-finite log-probabilities")
+    if sum(a.size for a in pi) == 0:
+        raise ValueError("empty input: no tokens in any sequence")
+    return pi, mu
+
+
+def token_log_ratio(logp_pi, logp_mu) -> np.ndarray:
+    """log r = log π − log μ of every token, pooled over sequences."""
+    pi, mu = _ragged(logp_pi, logp_mu)
+    return np.concatenate(pi) - np.concatenate(mu)
+
+
+def seq_log_ratio(logp_pi, logp_mu) -> tuple[np.ndarray, np.ndarray]:
+    """(log R, length) per sequence, with log R = Σ_t (log π − log μ)."""
+    pi, mu = _ragged(logp_pi, logp_mu)
+    return np.array([(a - b).sum() for a, b in zip(pi, mu)]), np.array([a.size for a in pi], dtype=np.float64)
+
+
+def fit_slope(lengths, log_ratios) -> tuple[float, float]:
+    """Least-squares line log R ≈ intercept + slope · length; (NaN, NaN) unless ≥ 2 distinct lengths."""
+    x, y = np.asarray(lengths, dtype=np.float64), np.asarray(log_ratios, dtype=np.float64)
+    if x.size != y.size:
+        raise ValueError(f"{x.size} lengths but {y.size} log-ratios")
+    if np.unique(x).size < 2:
+        return float("nan"), float("nan")
+    xc = x - x.mean()
+    slope = float((xc * (y - y.mean())).sum() / (xc * xc).sum())
+    return slope, float(y.mean() - slope * x.mean())
+
+
+def token_abs_logp_diff(logp_pi, logp_mu) -> dict[str, float]:
+    """|log π − log μ| over all tokens: mean, max and the 50/90/99th percentiles."""
+    d = np.abs(token_log_ratio(logp_pi, logp_mu))
+    out = {"token_abs_logp_diff/mean": float(d.mean()), "token_abs_logp_diff/max": float(d.max())}
+    for q in (50, 90, 99):
+        out[f"token_abs_logp_diff/p{q}"] = float(np.percentile(d, q))
+    return out
+
+
+def prob_diffs(logp_pi, logp_mu) -> dict[str, float]:
+    """Probability-space differences: verl's |π − μ| stats and Pearson correlation, Oat's signed μ − π."""
+    pi, mu = _ragged(logp_pi, logp_mu)
+    p, m = np.exp(np.concatenate(pi)), np.exp(np.concatenate(mu))
+    d = np.abs(p - m)
+    return {"rollout_probs_diff_max": float(d.max()), "rollout_probs_diff_mean": float(d.mean()),
+            "rollout_probs_diff_std": float(d.std()), "rollout_actor_probs_pearson_corr": pearson(p, m),
+            "sampler_learner_prob_diff_max": float((m - p).max()),
+            "sampler_learner_prob_diff_min": float((m - p).min())}
+
+
+def pearson(x, y) -> float:
+    """Pearson correlation; 1.0 for identical inputs, NaN when one side is constant and they differ."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if np.array_equal(x, y):
+        return 1.0
+    xc, yc = x - x.mean(), y - y.mean()
+    denom = np.sqrt((xc * xc).sum() * (yc * yc).sum())
+    return float((xc * yc).sum() / denom) if denom > 0 else float("nan")
+
+
+def kl_estimators(logp_pi, logp_mu) -> dict[str, float]:
+    """Token-level KL[μ‖π] by k1, k2, k3 and χ²(π‖μ) per token, all sample means under μ."""
+    lr = token_log_ratio(logp_pi, logp_mu)
+    return {"kl_k1": float(-lr.mean()), "kl_k2": float(0.5 * (lr * lr).mean()),
+            "kl_k3": float((np.expm1(lr) - lr).mean()), "chi2_token": float(np.expm1(2 * lr).mean())}
+
+
+def seq_metrics(logp_pi, logp_mu) -> dict[str, float]:
+    """Sequence level: log R stats, KL, χ² with R = ∏ π/μ, verl's log-PPL gap and the length slope."""
+    pi, mu = _ragged(logp_pi, logp_mu)
+    s, n = seq_log_ratio(pi, mu)
+    slope, intercept = fit_slope(n, s)
+    with np.errstate(over="ignore"):  # R² = exp(2 log R) overflows to inf past log R ≈ 355: reported as is
+        chi2_seq = float(np.expm1(2 * s).mean())
+    gaps = [abs((a - b).mean()) for a, b in zip(pi, mu) if a.size]
+    return {"seq_log_ratio/mean": float(s.mean()), "seq_log_ratio/abs_mean": float(np.abs(s).mean()),
+            "seq_kl": float(-s.mean()), "chi2_seq": chi2_seq, "log_ppl_abs_diff": float(np.mean(gaps)),
+            "seq_log_ratio_slope/per_token": slope, "seq_log_ratio_slope/per_1k_tokens": 1000 * slope,
+            "seq_log_ratio_slope/intercept": intercept}
+
+
+def is_ratio_stats(logp_pi, logp_mu) -> dict[str, float]:
+    """TRL's token importance-sampling ratio r = π/μ: min, mean, max (before truncation)."""
+    r = np.exp(token_log_ratio(logp_pi, logp_mu))
+    return {f"sampling/importance_sampling_ratio/{k}": float(f(r))
+            for k, f in (("min", np.min), ("mean", np.mean), ("max", np.max))}
+
+
+def relative_prob_error(logp_ref, logp_test) -> dict[str, float]:
+    """Relative error of probabilities against a reference (FP32): |p − p_ref| / p_ref, mean and max."""
+    lr = token_log_ratio(logp_test, logp_ref)
+    e = np.abs(np.expm1(lr))  # |p/p_ref − 1|, exact for tiny differences
+    return {"rel_prob_err/mean": float(e.mean()), "rel_prob_err/max": float(e.max())}
+
+
+def mismatch_metrics(logp_pi, logp_mu, aliases: bool = True) -> dict[str, float]:
+    """Every metric of ``METRICS`` as plain floats; with ``aliases`` also Oat/verl/TRL names (``ALIASES``)."""
+    pi, mu = _ragged(logp_pi, logp_mu)
+    out = {"n_sequences": float(len(pi)), "n_tokens": float(sum(a.size for a in pi))}
+    for part in (token_abs_logp_diff, prob_diffs, is_ratio_stats, kl_estimators, seq_metrics):
+        out.update(part(pi, mu))
+    out = {k: out[k] for k in METRICS}  # the documented order
+    if aliases:
+        out.update({alias: out[key] for alias, key in ALIASES.items()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Uncertainty: bootstrap over sequences
+
+HEADLINE: dict[str, Callable] = {
+    "token_abs_logp_diff/mean": lambda pi, mu: token_abs_logp_diff(pi, mu)["token_abs_logp_diff/mean"],
+    "kl_k1": lambda pi, mu: kl_estimators(pi, mu)["kl_k1"],
+    "kl_k3": lambda pi, mu: kl_estimators(pi, mu)["kl_k3"],
+    "seq_kl": lambda pi, mu: -seq_log_ratio(pi, mu)[0].mean(),
+}
+"""The headline numbers that get confidence intervals: key → metric_fn(logp_pi, logp_mu) -> float."""
+
+
+def bootstrap_ci(metric_fn: Callable | str, logp_pi, logp_mu, n_boot: int = 1000, seed: int = 0,
+                 level: float = 0.95) -> dict[str, float]:
+    """Percentile bootstrap CI of ``metric_fn(logp_pi, logp_mu)``, resampling whole sequences with replacement.
+
+    Sequences, not tokens, are the independent units (tokens of one response are correlated).
+    ``metric_fn`` may be a key of ``HEADLINE``. Returns ``estimate`` (on the data as given), ``low``, ``high``.
+    """
+    fn = HEADLINE[metric_fn] if isinstance(metric_fn, str) else metric_fn
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot!r}")
+    pi, mu = _ragged(logp_pi, logp_mu)
+    rng = np.random.default_rng(seed)
+    stats = []
+    for _ in range(n_boot):
+        idx = rng.integers(0, len(pi), len(pi))
+        if sum(pi[i].size for i in idx) == 0:
+            continue  # a resample of only empty responses has no tokens: skip it
+        stats.append(float(fn([pi[i] for i in idx], [mu[i] for i in idx])))
+    low, high = np.nanpercentile(stats, [50 * (1 - level), 50 * (1 + level)]) if stats else (np.nan, np.nan)
+    return {"estimate": float(fn(pi, mu)), "low": float(low), "high": float(high), "level": level}
+
+
+def headline_cis(logp_pi, logp_mu, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, dict]:
+    """``bootstrap_ci`` of every ``HEADLINE`` metric, keyed like ``METRICS``."""
+    return {k: bootstrap_ci(k, logp_pi, logp_mu, n_boot=n_boot, seed=seed, level=level) for k in HEADLINE}
+
+
+def analyse(model, rollouts: Sequence, train_dtypes: Sequence[str] = ("fp32", "bf16", "fp16"),
+            batch_size: int = 8, temperature: float = 1.0, n_boot: int = 0, seed: int = 0) -> dict[str, dict]:
+    """π in each training dtype against the rollouts' μ: {dtype: {"logp_pi", "metrics", "cis"}}.
+
+    With ``fp32`` among the dtypes, the others also get ``rel_prob_err/*`` against the FP32 π.
+    ``n_boot > 0`` adds bootstrap CIs of the headline numbers.
+    """
+    logp_mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
+    out = {}
+    for dt in train_dtypes:
+        logp_pi = teacher_forced_logprobs(model, rollouts, dtype=dt, batch_size=batch_size,
+                                          temperature=temperature)
+        out[dt] = {"logp_pi": logp_pi, "metrics": mismatch_metrics(logp_pi, logp_mu),
+                   "cis": headline_cis(logp_pi, logp_mu, n_boot, seed) if n_boot > 0 else {}}
+    if "fp32" in out:
+        for dt in out:
+            out[dt]["metrics"].update(relative_prob_error(out["fp32"]["logp_pi"], out[dt]["logp_pi"]))
+    return out
