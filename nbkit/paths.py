@@ -1,0 +1,56 @@
+"""Where the workbook reads and writes, and the environment that keeps every cache inside the project.
+
+Nothing is written to HOME: Jupyter, IPython, matplotlib, HF, torch-inductor and vLLM caches live under
+``.cache/`` of the project (the Makefile sets the same variables for every command it runs).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The project root (the folder holding ``pyproject.toml``)."""
+
+DATA = ROOT / "data"
+"""Shipped data: models in ``data/models``, datasets in ``data/<name>``."""
+
+CACHE = Path(os.environ.get("NBKIT_CACHE", ROOT / ".cache"))
+"""Derived, re-creatable artefacts (converted models, pass-rate caches, engine caches)."""
+
+REPORTS = ROOT / "reports"
+"""Executed notebooks and their HTML (git-ignored)."""
+
+SHARED_DATA = ROOT.parent / "shared" / "data"
+"""The paper's data as handed to the project (copied into ``data/`` where the workbook needs it)."""
+
+
+def cache_env(cache: Path = CACHE) -> dict[str, str]:
+    """The environment variables that keep tool caches inside ``cache`` (defaults only, never overrides)."""
+    return {
+        "HF_HOME": str(cache / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "MPLCONFIGDIR": str(cache / "matplotlib"),
+        "IPYTHONDIR": str(cache / "ipython"),
+        "JUPYTER_CONFIG_DIR": str(cache / "jupyter" / "config"),
+        "JUPYTER_DATA_DIR": str(cache / "jupyter" / "data"),
+        "JUPYTER_RUNTIME_DIR": str(cache / "jupyter" / "runtime"),
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "XDG_CACHE_HOME": str(cache / "xdg"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "VLLM_CONFIG_ROOT": str(cache / "vllm-config"),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "WANDB_MODE": "disabled",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def setup_environment() -> None:
+    """Set the cache variables that are not set yet (a user's own choice wins)."""
+    for key, value in cache_env().items():
+        os.environ.setdefault(key, value)
