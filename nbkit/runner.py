@@ -1,0 +1,160 @@
+"""Execute the workbook: every notebook through papermill with a profile's parameters, into a report folder.
+
+    nbkit run --profile cpu --out reports        # the README's main job (``make report``)
+    nbkit run --profile smoke --only 00          # one notebook, small parameters
+    nbkit list                                   # notebooks and the parameters each profile gives them
+
+Each notebook becomes ``<out>/<stem>.ipynb`` (executed) and ``<out>/<stem>.html``; ``<out>/index.html`` links
+them with their status and run time. A failing notebook does not stop the others; the command then exits 1.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from nbkit.paths import REPORTS, ROOT
+from nbkit.profiles import PROFILES
+
+NOTEBOOKS = ROOT / "notebooks"
+KERNEL = "nbkit"
+"""The Jupyter kernel registered inside the project venv (``make venv``); ``python3`` where it is absent."""
+
+
+@dataclass
+class NotebookResult:
+    """What happened to one notebook of a run."""
+
+    stem: str
+    """Notebook file name without ``.ipynb``."""
+    ok: bool
+    """True when every cell ran without an error."""
+    seconds: float
+    """Wall time of the execution."""
+    parameters: dict
+    """Parameters papermill injected."""
+    error: str = ""
+    """The last line of the error, for the index."""
+
+
+def notebooks(only: list[str] | None = None) -> list[Path]:
+    """The notebooks in run order (by file name), optionally those whose stem starts with one of ``only``."""
+    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    if only:
+        paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
+        if not paths:
+            raise ValueError(f"no notebook matches {only!r}; notebooks: {[p.stem for p in sorted(NOTEBOOKS.glob('*.ipynb'))]}")
+    return paths
+
+
+def parameters_for(profile: str, stem: str) -> dict:
+    """The parameters ``profile`` gives notebook ``stem`` ({} = the notebook's own defaults)."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {tuple(PROFILES)}")
+    return dict(PROFILES[profile].get(stem, {}))
+
+
+def kernel_name() -> str:
+    """``nbkit`` where that kernel is registered, else ipykernel's own ``python3`` (same interpreter)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return KERNEL if KERNEL in KernelSpecManager().find_kernel_specs() else "python3"
+
+
+def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) -> NotebookResult:
+    """Run one notebook with papermill and export its HTML; never raises for a notebook's own error."""
+    import papermill
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / path.name
+    start = time.time()
+    error = ""
+    try:
+        papermill.execute_notebook(
+            str(path), str(target), parameters=parameters, kernel_name=kernel_name(), cwd=str(ROOT),
+            progress_bar=progress, report_mode=False,
+        )
+    except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
+        error = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        if not isinstance(exc, papermill.PapermillExecutionError):
+            traceback.print_exc()
+    seconds = time.time() - start
+    if target.exists():
+        export_html(target)
+    return NotebookResult(path.stem, not error, seconds, parameters, error)
+
+
+def export_html(executed: Path) -> Path:
+    """``x.ipynb`` → ``x.html`` beside it (plotly figures are embedded as HTML outputs, viewable offline)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    out = executed.with_suffix(".html")
+    out.write_text(body, encoding="utf-8")
+    return out
+
+
+def write_index(out_dir: Path, profile: str, results: list[NotebookResult]) -> Path:
+    """``index.html`` linking every executed notebook with its status, time and parameters."""
+    rows = "".join(
+        f"<tr><td><a href='{r.stem}.html'>{r.stem}</a></td><td>{'ok' if r.ok else 'FAILED'}</td>"
+        f"<td>{r.seconds:.0f} s</td><td><code>{html.escape(json.dumps(r.parameters))}</code></td>"
+        f"<td>{html.escape(r.error)}</td></tr>"
+        for r in results
+    )
+    page = (
+        "<!doctype html><meta charset='utf-8'><title>nbkit report</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:4px 10px;border-bottom:1px solid #ddd}</style>"
+        f"<h1>Precision workbook report</h1><p>Profile <b>{profile}</b>, generated {time.strftime('%Y-%m-%d %H:%M:%S')}, "
+        f"total {sum(r.seconds for r in results):.0f} s.</p>"
+        f"<table><tr><th>notebook</th><th>status</th><th>time</th><th>parameters</th><th>error</th></tr>{rows}</table>"
+    )
+    index = out_dir / "index.html"
+    index.write_text(page, encoding="utf-8")
+    (out_dir / "run.json").write_text(json.dumps([r.__dict__ for r in results], indent=2))
+    return index
+
+
+def run(profile: str = "cpu", out_dir: Path = REPORTS, only: list[str] | None = None) -> list[NotebookResult]:
+    """Execute the notebooks of a profile in order and write the index; returns every result."""
+    paths = notebooks(only)
+    params = {p.stem: parameters_for(profile, p.stem) for p in paths}  # validate before running anything
+    results = []
+    for path in paths:
+        print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
+        results.append(execute(path, Path(out_dir), params[path.stem]))
+        r = results[-1]
+        print(f"[nbkit] {r.stem}: {'ok' if r.ok else 'FAILED: ' + r.error} in {r.seconds:.0f} s", flush=True)
+        write_index(Path(out_dir), profile, results)  # finished work is never lost
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nbkit", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_run = sub.add_parser("run", help="execute notebooks into a report folder")
+    p_run.add_argument("--profile", default="cpu", help=f"one of {tuple(PROFILES)}")
+    p_run.add_argument("--out", default=str(REPORTS), help="report folder")
+    p_run.add_argument("--only", nargs="*", help="notebook stems (or prefixes) to run")
+    sub.add_parser("list", help="notebooks and their parameters per profile")
+    args = parser.parse_args(argv)
+    if args.cmd == "list":
+        for path in notebooks():
+            print(path.stem, {name: prof.get(path.stem, {}) for name, prof in PROFILES.items()})
+        return 0
+    results = run(args.profile, Path(args.out), args.only)
+    print(f"[nbkit] report: {Path(args.out) / 'index.html'}")
+    failed = [r.stem for r in results if not r.ok]
+    if failed:
+        print(f"[nbkit] failed notebooks: {failed}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Every notebook in notebooks/ runs end to end under papermill with its smoke parameters.
+
+A notebook that the main job would break on fails here; a new notebook without a smoke entry fails too.
+"""
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from nbkit import runner
+from nbkit.profiles import PROFILES
+
+NOTEBOOKS = runner.notebooks()
+
+
+def test_the_workbook_has_notebooks():
+    assert NOTEBOOKS, "notebooks/ holds no notebook"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_committed_stripped_with_a_parameters_cell(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), \
+        f"{path.name} has outputs: strip it (make strip)"
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{path.name} needs exactly one code cell tagged 'parameters'"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_profile_names_only_parameters_the_notebook_declares(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    params_cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    declared = {line.split("=")[0].strip().split(":")[0].strip() for line in params_cell.source.splitlines()
+                if "=" in line and not line.lstrip().startswith("#")}
+    for profile, entries in PROFILES.items():
+        unknown = set(entries.get(path.stem, {})) - declared
+        assert not unknown, f"profile {profile!r} passes {sorted(unknown)} that {path.name} does not declare"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_executes_with_smoke_parameters(path: Path, tmp_path: Path):
+    assert path.stem in PROFILES["smoke"], f"add a 'smoke' entry for {path.stem} in nbkit/profiles.py"
+    result = runner.execute(path, tmp_path, runner.parameters_for("smoke", path.stem), progress=False)
+    assert result.ok, f"{path.name} failed: {result.error}"
+    html = (tmp_path / f"{path.stem}.html").read_text()
+    assert "Traceback" not in html and len(html) > 10_000

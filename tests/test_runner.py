@@ -1,0 +1,29 @@
+"""The runner: profiles are validated before anything runs, and the index links every executed notebook."""
+import pytest
+
+from nbkit import runner
+
+
+def test_unknown_profile_is_rejected_with_the_choices():
+    with pytest.raises(ValueError, match=r"unknown profile 'fast'.*smoke.*cpu.*gpu"):
+        runner.parameters_for("fast", "00_precision_primer")
+
+
+def test_unknown_notebook_filter_names_the_notebooks():
+    with pytest.raises(ValueError, match="no notebook matches"):
+        runner.notebooks(["99_nothing"])
+
+
+def test_index_links_each_result_with_status(tmp_path):
+    results = [runner.NotebookResult("00_a", True, 1.5, {"x": 1}),
+               runner.NotebookResult("01_b", False, 2.0, {}, "ValueError: boom")]
+    page = runner.write_index(tmp_path, "smoke", results).read_text()
+    assert "href='00_a.html'" in page and "href='01_b.html'" in page
+    assert "FAILED" in page and "ValueError: boom" in page
+    assert (tmp_path / "run.json").exists()
+
+
+def test_every_profile_entry_names_an_existing_notebook():
+    stems = {p.stem for p in runner.notebooks()}
+    for profile, entries in runner.PROFILES.items():
+        assert set(entries) <= stems, f"profile {profile} names missing notebooks {set(entries) - stems}"
