@@ -1,0 +1,392 @@
+"""The perfectible dataset: keep the problems the initial model solves sometimes (the paper's sanity test).
+
+The paper samples 40 responses per MATH problem from DeepSeek-R1-Distill-Qwen-1.5B and keeps the problems
+whose pass rate lies in [20%, 80%] (1,460 of them): problems the model can learn, where a sound RL algorithm
+must drive training accuracy above 95%. ``build`` does the same for any model, engine, dtype and task:
+
+1. ``estimate_pass_rates``: N samples per problem through an engine (batches of problems, a progress bar),
+   one JSONL line per finished problem in a cache folder keyed by everything that changes the samples, so an
+   interrupted build resumes where it stopped and recomputes only unfinished problems;
+2. ``select_window``: keep ``lo <= pass rate <= hi`` (an empty result raises with the histogram summary);
+3. ``write_dataset``: ``data/<name>/`` as an HF ``DatasetDict`` (``train`` split, like the paper's set), the
+   same rows as ``train.parquet``, every evaluated problem in ``pool.parquet``, and a card (``card.json`` +
+   ``README.md``).
+
+Resumed builds are statistically equivalent to uninterrupted ones, not bit-identical: the sampler seed is
+drawn per engine call (``BuildConfig.seed`` and the first problem of the batch), and batches regroup after a
+restart.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nbkit import paths
+from nbkit.engines import ENGINE_DTYPES, SamplingConfig
+from nbkit.tasks import Task
+
+HIST_BINS = 10
+"""Equal-width pass-rate bins of the card's histogram ([0, 0.1), ..., [0.9, 1.0])."""
+EXAMPLE_CHARS = 1500
+"""Example responses kept per problem are cut to this many characters."""
+
+
+@dataclass
+class BuildConfig:
+    """How pass rates are estimated and which problems are kept."""
+
+    name: str = "tiny_arith_sanity"
+    """Output folder name: the dataset goes to ``data/<name>/`` unless ``out_dir`` is set."""
+    out_dir: str = ""
+    """Where to write instead of ``data/<name>/`` (relative paths from the project root); "" = default."""
+    model: str = "tiny-arith"
+    """Model ref for ``nbkit.models.load`` / the engine: ``tiny-arith``, ``smollm2-135m``, a local HF path."""
+    engine: str = "hf"
+    """Rollout engine kind for ``nbkit.engines.make_engine``: ``hf`` or ``vllm``."""
+    dtype: str = "fp32"
+    """Engine dtype (``fp32``, ``bf16``, ``fp16``): pass rates are a property of model AND precision."""
+    engine_kwargs: dict = field(default_factory=dict)
+    """Extra keyword arguments for ``make_engine`` (e.g. vLLM's memory settings)."""
+    n_samples: int = 40
+    """N: responses sampled per problem (the paper: 40)."""
+    lo: float = 0.2
+    """Lowest pass rate kept (inclusive; the paper: 0.2)."""
+    hi: float = 0.8
+    """Highest pass rate kept (inclusive; the paper: 0.8)."""
+    seed: int = 0
+    """Sampler seed (mixed with each batch's first problem)."""
+    max_tokens: int = 48
+    """Maximum response length; a truncated response usually has no answer and counts as wrong."""
+    temperature: float = 1.0
+    """Sampling temperature (1.0: the model's own distribution, as in RL rollouts)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 = off, as in the paper's rollouts)."""
+    batch_prompts: int = 64
+    """Problems per engine call (each call generates ``batch_prompts * n_samples`` responses)."""
+    cache_dir: str = ""
+    """Root of the pass-rate caches; "" = ``.cache/pass_rates`` of the project."""
+    resume: bool = True
+    """Reuse cached pass rates (False: delete this configuration's cache first and sample everything)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.lo <= self.hi <= 1.0:
+            raise ValueError(f"window must satisfy 0 <= lo <= hi <= 1, got lo={self.lo!r}, hi={self.hi!r}")
+        if self.n_samples < 1:
+            raise ValueError(f"n_samples must be >= 1, got {self.n_samples!r}")
+        if self.batch_prompts < 1:
+            raise ValueError(f"batch_prompts must be >= 1, got {self.batch_prompts!r}")
+        if self.dtype not in ENGINE_DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {ENGINE_DTYPES}")
+        if not self.name or "/" in self.name or self.name.startswith("."):
+            raise ValueError(f"name must be a plain folder name, got {self.name!r}")
+        self.sampling()  # validates temperature, top_p, max_tokens
+
+    def sampling(self, seed: int | None = None) -> SamplingConfig:
+        """The engine's sampling parameters for one batch."""
+        return SamplingConfig(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
+                              n=self.n_samples, seed=self.seed if seed is None else seed)
+
+    def output_path(self) -> Path:
+        """Where the dataset is written."""
+        if not self.out_dir:
+            return paths.DATA / self.name
+        out = Path(self.out_dir).expanduser()
+        return out if out.is_absolute() else paths.ROOT / out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Cache
+
+
+def problem_key(problem: dict) -> str:
+    """A stable id of a problem (its text and reference answer)."""
+    text = json.dumps([problem["problem"], problem["answer"]], ensure_ascii=False)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def model_fingerprint(ref: str) -> str:
+    """Names, sizes and mtimes of a local model folder's files (a retrained model gets a new cache); "" if
+    ``ref`` is not a local folder (``ref`` itself is in the key anyway)."""
+    for cand in (Path(ref).expanduser(), paths.ROOT / ref, paths.DATA / "models" / ref):
+        if cand.is_dir():
+            stats = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in cand.iterdir() if p.is_file())
+            return hashlib.sha1(json.dumps(stats).encode()).hexdigest()[:12]
+    return ""
+
+
+def cache_file(task: Task, cfg: BuildConfig) -> Path:
+    """The JSONL file of this configuration: one folder per (model, engine, dtype, N, seed, template, ...)."""
+    key = dict(model=cfg.model, fingerprint=model_fingerprint(cfg.model), engine=cfg.engine, dtype=cfg.dtype,
+               engine_kwargs=cfg.engine_kwargs, n=cfg.n_samples, seed=cfg.seed, template=task.cfg.template,
+               grader=task.cfg.grader, max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    slug = f"{Path(cfg.model).name}-{cfg.engine}-{cfg.dtype}-n{cfg.n_samples}-s{cfg.seed}-{task.cfg.template}-{digest}"
+    folder = (Path(cfg.cache_dir) if cfg.cache_dir else paths.CACHE / "pass_rates") / slug
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "key.json").write_text(json.dumps(key, indent=1, sort_keys=True))
+    return folder / "rates.jsonl"
+
+
+def read_cache(path: Path) -> dict[str, dict]:
+    """Finished problems by key; a line cut short by a kill is ignored (that problem is recomputed)."""
+    done = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+                done[rec["key"]] = rec
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return done
+
+
+def _append(path: Path, records: list[dict]) -> None:
+    """Append records as JSONL lines and flush them to disk (a kill loses at most the current batch)."""
+    needs_newline = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+    with path.open("a") as f:
+        f.write("\n" if needs_newline else "")
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Pass rates
+
+
+def _score(task: Task, problem: dict, rollouts: list, seconds: float) -> dict:
+    """The cache record of one problem from its N rollouts."""
+    correct, no_answer, example = 0, 0, {}
+    for r in rollouts:
+        ok = task.reward(r.text, problem["answer"]) > 0
+        correct += ok
+        no_answer += (not ok) and task.extract(r.text) is None
+        example.setdefault("example_correct" if ok else "example_wrong", r.text[:EXAMPLE_CHARS])
+    n = len(rollouts)
+    return {"key": problem_key(problem), "n_samples": n, "n_correct": correct, "pass_rate": correct / n,
+            "n_no_answer": no_answer, "n_truncated": sum(r.finish_reason == "length" for r in rollouts),
+            "mean_tokens": sum(len(r.token_ids) for r in rollouts) / n, "seconds": seconds,
+            "example_correct": example.get("example_correct"), "example_wrong": example.get("example_wrong")}
+
+
+def estimate_pass_rates(task: Task, problems: list[dict], cfg: BuildConfig, engine=None,
+                        progress: bool = True) -> tuple[list[dict], int]:
+    """Pass rate of every problem over ``cfg.n_samples`` samples, reusing the cache.
+
+    Returns (one record per problem, in order, merged with the problem's columns; number of problems
+    sampled in this call). ``engine`` is any object with ``generate(prompts, sampling) -> list[Rollout]``;
+    None makes one with ``make_engine`` only if something is left to sample.
+    """
+    from tqdm.auto import tqdm
+
+    path = cache_file(task, cfg)
+    if not cfg.resume and path.exists():
+        path.unlink()
+    done = read_cache(path)
+    pending = [p for p in problems if problem_key(p) not in done]
+    if pending and engine is None:
+        from nbkit.engines import make_engine
+
+        engine = make_engine(cfg.engine, cfg.model, cfg.dtype, **cfg.engine_kwargs)
+    bar = tqdm(total=len(problems), initial=len(problems) - len(pending), desc="pass rates", unit="problem",
+               disable=not progress)
+    for start in range(0, len(pending), cfg.batch_prompts):
+        batch = pending[start:start + cfg.batch_prompts]
+        seed = (cfg.seed * 1_000_003 + int(problem_key(batch[0]), 16)) % 2**31
+        t0 = time.perf_counter()
+        rollouts = engine.generate([task.prompt(p) for p in batch], cfg.sampling(seed))
+        per_problem = (time.perf_counter() - t0) / len(batch)
+        grouped = [[] for _ in batch]
+        for r in rollouts:
+            grouped[r.prompt_index].append(r)
+        if any(len(g) != cfg.n_samples for g in grouped):
+            raise RuntimeError(f"engine returned {[len(g) for g in grouped]} rollouts per prompt, "
+                               f"expected {cfg.n_samples} each")
+        records = [_score(task, p, g, per_problem) for p, g in zip(batch, grouped)]
+        _append(path, records)
+        done.update((r["key"], r) for r in records)
+        bar.update(len(batch))
+    bar.close()
+    return [{**p, **done[problem_key(p)]} for p in problems], len(pending)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Histogram and window
+
+
+def histogram(rates: list[float], bins: int = HIST_BINS) -> dict:
+    """Counts of pass rates in ``bins`` equal bins over [0, 1] (1.0 in the last), plus never/always solved."""
+    counts = [0] * bins
+    for r in rates:
+        counts[min(int(r * bins + 1e-9), bins - 1)] += 1
+    return {"edges": [round(i / bins, 6) for i in range(bins + 1)], "counts": counts, "n": len(rates),
+            "never_solved": sum(r == 0 for r in rates), "always_solved": sum(r == 1 for r in rates),
+            "mean": round(sum(rates) / len(rates), 6) if rates else None}
+
+
+def histogram_summary(h: dict) -> str:
+    """One line a human can read: ``500 problems, mean 0.46, never 80, always 60; [0.0,0.1) 95 | ...``."""
+    e, c = h["edges"], h["counts"]
+    cells = " | ".join(f"[{e[i]:.1f},{e[i + 1]:.1f}{']' if i == len(c) - 1 else ')'} {c[i]}" for i in range(len(c)))
+    return (f"{h['n']} problems, mean pass rate {h['mean']}, never solved {h['never_solved']}, "
+            f"always solved {h['always_solved']}; {cells}")
+
+
+def in_window(rate: float, lo: float, hi: float) -> bool:
+    """``lo <= rate <= hi`` with a tolerance for k/N rounding (8/40 is 0.2)."""
+    return lo - 1e-9 <= rate <= hi + 1e-9
+
+
+def select_window(records: list[dict], lo: float, hi: float) -> tuple[list[dict], list[dict]]:
+    """(kept, rejected) by pass rate; raises ValueError with the histogram summary when nothing is kept."""
+    kept = [r for r in records if in_window(r["pass_rate"], lo, hi)]
+    if not kept:
+        summary = histogram_summary(histogram([r["pass_rate"] for r in records]))
+        raise ValueError(f"no problem has a pass rate in [{lo}, {hi}]; pass-rate histogram: {summary}")
+    rejected = [r for r in records if not in_window(r["pass_rate"], lo, hi)]
+    return kept, rejected
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Output
+
+DATA_COLUMNS = ("problem", "answer", "pass_rate", "n_correct", "n_samples", "source_index")
+"""Columns of the written dataset, first (other columns of the source follow)."""
+_CACHE_ONLY = ("key", "seconds", "example_correct", "example_wrong", "n_no_answer", "n_truncated", "mean_tokens")
+
+
+def _rows(records: list[dict]) -> list[dict]:
+    """Dataset rows: the source's columns and the pass-rate columns, without cache bookkeeping."""
+    rows = []
+    for r in records:
+        row = {k: r[k] for k in DATA_COLUMNS}
+        row.update({k: v for k, v in r.items() if k not in DATA_COLUMNS and k not in _CACHE_ONLY})
+        rows.append(row)
+    return rows
+
+
+def render_card(card: dict) -> str:
+    """The card as the dataset's README.md."""
+    c, h0, h1 = card["counts"], card["histogram_pool"], card["histogram_kept"]
+    table = "\n".join(f"| [{h0['edges'][i]:.1f}, {h0['edges'][i + 1]:.1f}{']' if i == len(h0['counts']) - 1 else ')'} "
+                      f"| {h0['counts'][i]} | {h1['counts'][i]} |" for i in range(len(h0["counts"])))
+    return f"""# {card['name']}
+
+A "perfectible" problem set (the sanity test of "Defeating the Training-Inference Mismatch via FP16"):
+problems whose pass rate over {card['n_samples']} samples of `{card['model']}` ({card['engine']} engine,
+{card['dtype']}) lies in [{card['window'][0]}, {card['window'][1]}]. Built by `nbkit.dataset.build`
+(notebook `notebooks/01_build_dataset.ipynb`) on {card['created']} in {card['time_seconds']:.0f} s.
+
+- source: `{card['task']['source']}`, template `{card['task']['template']}`, grader `{card['task']['grader']}`
+- sampling: temperature {card['sampling']['temperature']}, top_p {card['sampling']['top_p']},
+  max_tokens {card['sampling']['max_tokens']}, seed {card['seed']}
+- pool {c['pool']}, unparsable reference answers {c['unparsable_answers']}, duplicates {c['duplicates']},
+  evaluated {c['evaluated']}; **kept {c['kept']}**, below the window {c['below']}, above it {c['above']}
+- responses without an answer: {card['responses_without_answer']} of {card['responses_total']};
+  truncated at max_tokens: {card['responses_truncated']}
+- mean pass rate: pool {h0['mean']}, kept {h1['mean']}
+
+| pass rate | pool | kept |
+|---|---|---|
+{table}
+
+Files: `dataset_dict.json` + `train/` (`datasets.load_from_disk`), `train.parquet` (same rows),
+`pool.parquet` (every evaluated problem with its pass rate), `card.json` (this card, machine-readable).
+"""
+
+
+def write_dataset(kept: list[dict], pool: list[dict], card: dict, out: Path) -> Path:
+    """Write the dataset folder (replacing an older build there) and return its path."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    rows = _rows(kept)
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp))
+    pq.write_table(pa.Table.from_pylist(rows), tmp / "train.parquet")
+    pool_rows = [{**row, "kept": in_window(row["pass_rate"], *card["window"])} for row in _rows(pool)]
+    pq.write_table(pa.Table.from_pylist(pool_rows), tmp / "pool.parquet")
+    (tmp / "card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False) + "\n")
+    (tmp / "README.md").write_text(render_card(card))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+@dataclass
+class BuildResult:
+    """What ``build`` produced."""
+
+    records: list[dict]
+    """Every evaluated problem with its pass rate (and example responses)."""
+    kept: list[dict]
+    """The records inside the window (what was written)."""
+    rejected: list[dict]
+    """The records outside the window."""
+    card: dict
+    """The dataset card (also in ``card.json``; ``time_seconds`` covers this call, ``sampling_seconds`` the
+    engine time of every evaluated problem, cached ones included)."""
+    path: Path
+    """The dataset folder."""
+
+
+def build(task: Task, cfg: BuildConfig, engine=None, progress: bool = True) -> BuildResult:
+    """Estimate pass rates of ``task.problems``, keep the window, write ``cfg.output_path()`` with its card."""
+    t0 = time.perf_counter()
+    if not task.problems:
+        raise ValueError(f"task {task.cfg.source!r} has no problems")
+    unique, seen = [], set()
+    for p in task.problems:
+        if problem_key(p) not in seen:
+            seen.add(problem_key(p))
+            unique.append(p)
+    checkable = [p for p in unique if task.answer_ok(p["answer"])]
+    if not checkable:
+        raise ValueError(f"none of the {len(unique)} reference answers of {task.cfg.source!r} can be parsed "
+                         f"by grader {task.cfg.grader!r} (e.g. {unique[0]['answer']!r})")
+    records, sampled = estimate_pass_rates(task, checkable, cfg, engine, progress)
+    kept, rejected = select_window(records, cfg.lo, cfg.hi)
+    rates = [r["pass_rate"] for r in records]
+    card = {
+        "name": cfg.name, "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "model": cfg.model, "engine": cfg.engine, "dtype": cfg.dtype, "n_samples": cfg.n_samples,
+        "window": [cfg.lo, cfg.hi], "seed": cfg.seed,
+        "sampling": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
+        "task": {k: v for k, v in asdict(task.cfg).items()},
+        "counts": {"pool": len(task.problems), "duplicates": len(task.problems) - len(unique),
+                   "unparsable_answers": len(unique) - len(checkable), "evaluated": len(records),
+                   "sampled_this_run": sampled, "from_cache": len(records) - sampled, "kept": len(kept),
+                   "below": sum(r < cfg.lo - 1e-9 for r in rates), "above": sum(r > cfg.hi + 1e-9 for r in rates)},
+        "responses_total": sum(r["n_samples"] for r in records),
+        "responses_without_answer": sum(r["n_no_answer"] for r in records),
+        "responses_truncated": sum(r["n_truncated"] for r in records),
+        "histogram_pool": histogram(rates), "histogram_kept": histogram([r["pass_rate"] for r in kept]),
+        "sampling_seconds": round(sum(r["seconds"] for r in records), 2),
+    }
+    card["time_seconds"] = round(time.perf_counter() - t0, 2)
+    path = write_dataset(kept, records, card, cfg.output_path())
+    return BuildResult(records, kept, rejected, card, path)
+
+
+def examples(records: list[dict], k: int = 5, seed: int = 0) -> list[dict]:
+    """``k`` seeded random records as short rows for a table: problem, answer, pass rate, a right and a wrong
+    response."""
+    import random
+
+    pick = random.Random(seed).sample(records, min(k, len(records)))
+    cols = ("problem", "answer", "pass_rate", "example_correct", "example_wrong")
+    return [{c: (r[c][:300] if isinstance(r[c], str) else r[c]) for c in cols} for r in pick]
+
+
+def load_card(path: str | Path) -> dict:
+    """The card of a built dataset folder."""
+    return json.loads((Path(path) / "card.json").read_text())
