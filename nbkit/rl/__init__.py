@@ -1,0 +1,14 @@
+"""RL fine-tuning in FP16 / BF16 / FP32 with TRL, μ from a workbook engine, mismatch logged every step.
+
+    from nbkit.rl import RLConfig, train
+    result = train(RLConfig(algorithm="pg_seq_is", train_dtype="fp16", steps=40))
+
+Modules: ``algorithms`` (presets), ``config`` (``RLConfig``), ``amp`` (precision policy and audit),
+``rollout`` (engine behind TRL), ``trainer`` (the narrow ``GRPOTrainer`` subclass), ``monitor`` (JSONL,
+alarm), ``run`` (the entry point).
+"""
+from nbkit.rl.algorithms import ALGORITHMS
+from nbkit.rl.config import RLConfig
+from nbkit.rl.run import RunResult, train
+
+__all__ = ["ALGORITHMS", "RLConfig", "RunResult", "train"]

@@ -1,0 +1,67 @@
+"""The paper's algorithms as named presets on TRL's ``GRPOTrainer`` options.
+
+Every algorithm is TRL's GRPO machinery with different switches; nothing is re-implemented. μ (the rollout
+engine's probabilities) reaches the loss only through TRL's importance-sampling (IS) correction, which the
+workbook enables for every engine (TRL gates it on ``use_vllm``; see ``nbkit.rl.rollout``).
+
+| preset | paper name | TRL options | μ in the loss |
+|---|---|---|---|
+| ``grpo`` | GRPO | ``loss_type="grpo"``, ``scale_rewards="group"`` | no (only through the samples) |
+| ``dr_grpo`` | Dr.GRPO | ``loss_type="dr_grpo"``, ``scale_rewards="none"`` | no |
+| ``grpo_token_tis`` | GRPO-Token-TIS | Dr.GRPO + ``vllm_importance_sampling_mode="token_truncate"``, cap C | × min(π/μ, C) per token |
+| ``grpo_seq_mis`` | GRPO-Seq-MIS | Dr.GRPO + ``"sequence_mask"``, threshold C | sequences with ∏π/μ > C dropped |
+| ``gspo`` | GSPO | ``importance_sampling_level="sequence"``, ε = 3e-4 / 4e-4 | no |
+| ``pg_seq_is`` | PG-Seq-IS | Dr.GRPO loss + ``"sequence_truncate"``, cap C | × min(∏π/μ, C) per sequence |
+
+With one optimiser update per batch (the paper's setting) the PPO ratio π/π_old is exactly 1, so ``dr_grpo``'s
+surrogate is plain policy gradient with a group-mean baseline; ``pg_seq_is`` is that policy gradient weighted
+by the (truncated) sequence ratio π/μ, as in the paper.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One named preset."""
+
+    name: str
+    """The workbook's name (paper naming, snake case)."""
+    summary: str
+    """One line for tables and notebooks."""
+    trl: dict = field(default_factory=dict)
+    """``GRPOConfig`` fields the preset sets."""
+    is_mode: str | None = None
+    """TRL's ``vllm_importance_sampling_mode`` when μ corrects the loss, None when it does not."""
+
+
+_DR = {"loss_type": "dr_grpo", "scale_rewards": "none"}
+
+ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+    Algorithm("grpo", "GRPO: clipped surrogate, std-normalised group advantages", {"loss_type": "grpo", "scale_rewards": "group"}),
+    Algorithm("dr_grpo", "Dr.GRPO: no std division, constant length normaliser", dict(_DR)),
+    Algorithm("grpo_token_tis", "Dr.GRPO × min(π/μ, C) per token (truncated IS)", dict(_DR), "token_truncate"),
+    Algorithm("grpo_seq_mis", "Dr.GRPO, sequences with ∏π/μ > C masked out", dict(_DR), "sequence_mask"),
+    Algorithm("gspo", "GSPO: sequence-level geometric-mean ratio, tight clip",
+              {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}),
+    Algorithm("pg_seq_is", "policy gradient × min(∏π/μ, C) per sequence", dict(_DR), "sequence_truncate"),
+)}
+"""Name → preset."""
+
+
+def get(name: str) -> Algorithm:
+    """The preset called ``name`` (ValueError listing the choices otherwise)."""
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {tuple(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+def grpo_options(algo: Algorithm, is_cap: float) -> dict:
+    """The ``GRPOConfig`` keyword arguments of ``algo`` with IS cap/threshold ``is_cap``."""
+    opts = dict(algo.trl)
+    opts["vllm_importance_sampling_correction"] = algo.is_mode is not None
+    if algo.is_mode is not None:
+        opts["vllm_importance_sampling_mode"] = algo.is_mode
+        opts["vllm_importance_sampling_clip_max"] = is_cap
+    return opts

@@ -1,0 +1,84 @@
+"""Make the requested training precision real, and prove it.
+
+FP16 training = FP16 autocast over FP32 master weights with dynamic loss scaling (``torch.amp.GradScaler``,
+unscaled before gradient clipping, steps skipped on overflow): what accelerate does on GPUs. On CPU accelerate
+1.15 silently drops ``fp16`` (no autocast, no scaler) so TRL would train in FP32 without a word;
+``enable_cpu_fp16`` turns the same machinery on there. BF16 = BF16 autocast (accelerate supports it on CPU).
+
+``PrecisionAudit`` watches every ``nn.Linear`` of the training model and records the dtype its matmul really
+produced, so a run can fail when that differs from the request.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from nbkit.models import DTYPES
+
+
+class PrecisionError(RuntimeError):
+    """The precision that ran differs from the precision requested."""
+
+
+def enable_cpu_fp16(accelerator, growth_interval: int = 400, init_scale: float = 2.0**16) -> bool:
+    """Give ``accelerator`` the FP16 autocast + GradScaler it refuses to set up on CPU.
+
+    Must run before ``accelerator.prepare`` (the optimiser wrapper takes the scaler then). Returns True when it
+    changed something; on devices where accelerate already does FP16 it leaves everything as it is.
+    """
+    if accelerator.state.mixed_precision != "fp16" or accelerator.scaler is not None:
+        return False
+    accelerator.native_amp = True
+    accelerator.scaler = torch.amp.GradScaler(
+        accelerator.device.type, init_scale=init_scale, growth_interval=growth_interval
+    )
+    return True
+
+
+class PrecisionAudit:
+    """Counts the output dtype of every ``nn.Linear`` forward of a model (i.e. the dtype its matmul ran in)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.counts: Counter[str] = Counter()
+        self._handles = [m.register_forward_hook(self._hook) for m in model.modules()
+                         if isinstance(m, torch.nn.Linear)]
+        if not self._handles:
+            raise ValueError("the model has no nn.Linear layer to audit")
+
+    def _hook(self, module, inputs, output) -> None:
+        if isinstance(output, torch.Tensor):
+            self.counts[_short(output.dtype)] += 1
+
+    def take(self) -> Counter:
+        """The counts since the last call (then reset)."""
+        out, self.counts = self.counts, Counter()
+        return out
+
+    def check(self, requested: str, counts: Counter, scaler=None) -> dict:
+        """Audit record of one step; raises ``PrecisionError`` when the matmuls or the scaler differ from the
+        request (FP16 needs every linear in fp16 and a live scaler)."""
+        ran = dict(counts)
+        record = {"audit/matmul_dtypes": ran, "audit/requested": requested,
+                  "audit/scaler_enabled": bool(scaler is not None and scaler.is_enabled())}
+        if not ran:
+            raise PrecisionError("no linear layer ran in the training model during this step")
+        wrong = {k: v for k, v in ran.items() if k != requested}
+        if wrong:
+            raise PrecisionError(f"requested {requested} training but linear layers ran in {wrong} "
+                                 f"(all counts {ran})")
+        if requested == "fp16" and not record["audit/scaler_enabled"]:
+            raise PrecisionError("requested fp16 training but no live GradScaler is attached")
+        return record
+
+    def remove(self) -> None:
+        """Detach the hooks."""
+        for h in self._handles:
+            h.remove()
+
+
+def _short(dtype: torch.dtype) -> str:
+    for name, value in DTYPES.items():
+        if value == dtype:
+            return name
+    return str(dtype).removeprefix("torch.")

@@ -1,0 +1,104 @@
+"""``RLConfig``: everything one RL run needs, validated before anything expensive starts."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nbkit.engines import ENGINE_KINDS
+from nbkit.models import DTYPES
+from nbkit.paths import ROOT
+from nbkit.rl import algorithms
+
+
+@dataclass
+class RLConfig:
+    """One RL fine-tuning run (the paper's sanity test on CPU by default)."""
+
+    model: str = "tiny-arith"
+    """Model ref for ``nbkit.models`` (built-in name, local directory or hub id)."""
+    dataset: str = "data/tiny_arith_sanity"
+    """Problems: a ``datasets`` folder / parquet / jsonl path or a named source of ``nbkit.tasks``."""
+    template: str = "raw"
+    """Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill`` for MATH)."""
+    grader: str = "arith"
+    """Reward rule of ``nbkit.tasks.GRADERS`` (``arith``; ``math_verify`` or ``r1_distill`` for MATH; ``auto``)."""
+    algorithm: str = "grpo"
+    """A preset of ``nbkit.rl.algorithms.ALGORITHMS``."""
+    train_dtype: str = "fp16"
+    """Training precision π: fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling)."""
+    rollout_engine: str = "hf"
+    """Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``."""
+    rollout_dtype: str | None = None
+    """Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16)."""
+    lora: bool = False
+    """Train LoRA adapters (peft) instead of all weights."""
+    lora_rank: int = 8
+    """LoRA rank (alpha = 2 × rank, all linear layers)."""
+    steps: int = 60
+    """Optimiser steps (one rollout batch each)."""
+    prompts_per_step: int = 16
+    """Distinct prompts per step."""
+    samples_per_prompt: int = 8
+    """Responses per prompt (the GRPO group size; at least 2)."""
+    lr: float = 1e-4
+    """AdamW learning rate (constant). The paper uses 1e-6 for a 1.5B model; a 1 M model needs far more."""
+    max_tokens: int = 40
+    """Maximum response length."""
+    temperature: float = 1.0
+    """Sampling temperature (the paper: 1.0)."""
+    is_cap: float = 2.0
+    """C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping (after unscaling in FP16)."""
+    loss_scale_growth_interval: int = 400
+    """GradScaler growth interval (VeRL's ShardedGradScaler setting in the paper's code)."""
+    seed: int = 0
+    """Seeds weights' dropout-free training order, sampling and the dataset shuffle."""
+    output_dir: str = "runs/rl"
+    """Run folder: ``metrics.jsonl``, ``config.json``, checkpoints."""
+    checkpoint_every: int = 0
+    """Save a resumable checkpoint every K steps (0 = none)."""
+    resume: bool = False
+    """Continue from the last checkpoint in ``output_dir`` (metric rows after it are dropped, not duplicated)."""
+    collapse_window: int = 10
+    """Steps compared by the collapse alarm (first window vs latest window)."""
+    collapse_mismatch_factor: float = 10.0
+    """Alarm when the mean |log π − log μ| of the latest window exceeds the first window's by this factor."""
+    collapse_reward_drop: float = 0.3
+    """Alarm when the latest window's mean reward falls this far below the best window so far."""
+    max_consecutive_skips: int = 20
+    """Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover)."""
+    vllm_kv_cache_gib: int = 1
+    """CPU vLLM only: RAM for the KV cache."""
+
+    def __post_init__(self) -> None:
+        algorithms.get(self.algorithm)
+        for name in ("train_dtype",) + (("rollout_dtype",) if self.rollout_dtype is not None else ()):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {tuple(DTYPES)}")
+        if self.rollout_engine not in ENGINE_KINDS:
+            raise ValueError(f"unknown rollout_engine {self.rollout_engine!r}; choose one of {ENGINE_KINDS}")
+        if self.samples_per_prompt < 2:
+            raise ValueError(f"samples_per_prompt must be >= 2 (group advantages need a group), got {self.samples_per_prompt}")
+        for name in ("steps", "prompts_per_step", "max_tokens", "lora_rank", "collapse_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        for name in ("lr", "temperature", "is_cap", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be >= 0 (0 = off), got {self.checkpoint_every}")
+
+    @property
+    def rollout(self) -> str:
+        """The rollout dtype actually used."""
+        return self.rollout_dtype or self.train_dtype
+
+    @property
+    def out(self) -> Path:
+        """``output_dir`` as an absolute path (relative ones are under the project root)."""
+        p = Path(self.output_dir).expanduser()
+        return p if p.is_absolute() else ROOT / p
+
+    def to_dict(self) -> dict:
+        return asdict(self)

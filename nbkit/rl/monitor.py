@@ -1,0 +1,87 @@
+"""What a long run writes as it goes: one JSONL row per step, a collapse alarm, non-finite detection."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+
+class NonFiniteError(RuntimeError):
+    """A NaN or inf where training cannot go on; the message names the step and the tensor."""
+
+
+class MetricsLog:
+    """Append-only ``metrics.jsonl``: a row is flushed the moment its step ends, so a kill loses nothing."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, row: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(row, default=_plain) + "\n")
+            f.flush()
+
+    def rows(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def truncate_after(self, step: int) -> int:
+        """Drop rows of steps > ``step`` (a resume from checkpoint ``step`` recomputes them); returns how many."""
+        rows = self.rows()
+        keep = [r for r in rows if r.get("step", 0) <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        return len(rows) - len(keep)
+
+
+def _plain(x):
+    if isinstance(x, torch.Tensor):
+        return x.item() if x.numel() == 1 else x.tolist()
+    return str(x)
+
+
+class CollapseAlarm:
+    """Fires when the π–μ mismatch grows by a factor over the run, or the reward drops from its best window."""
+
+    def __init__(self, window: int, mismatch_factor: float, reward_drop: float,
+                 mismatch_key: str = "mismatch/token_abs_logp_diff/mean", reward_key: str = "reward"):
+        self.window, self.factor, self.drop = window, mismatch_factor, reward_drop
+        self.mismatch_key, self.reward_key = mismatch_key, reward_key
+        self.mismatch: list[float] = []
+        self.reward: list[float] = []
+        self.best_reward = -math.inf
+
+    def update(self, row: dict) -> str | None:
+        """Feed one step's row; returns the alarm message when it fires."""
+        if self.mismatch_key in row:
+            self.mismatch.append(float(row[self.mismatch_key]))
+        if self.reward_key in row:
+            self.reward.append(float(row[self.reward_key]))
+        w = self.window
+        msgs = []
+        if len(self.mismatch) >= 2 * w:
+            first, last = _mean(self.mismatch[:w]), _mean(self.mismatch[-w:])
+            if first > 0 and last > self.factor * first:
+                msgs.append(f"mismatch grew {last / first:.1f}x (first {w} steps {first:.3g} -> last {w} {last:.3g})")
+        if len(self.reward) >= w:
+            latest = _mean(self.reward[-w:])
+            self.best_reward = max(self.best_reward, latest)
+            if self.best_reward - latest > self.drop:
+                msgs.append(f"reward fell {self.best_reward - latest:.2f} below its best {w}-step mean "
+                            f"({self.best_reward:.2f} -> {latest:.2f})")
+        return "; ".join(msgs) or None
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def first_non_finite(model: torch.nn.Module) -> str | None:
+    """Name of the first parameter holding a NaN or inf (None when all are finite)."""
+    for name, p in model.named_parameters():
+        if not torch.isfinite(p).all():
+            return name
+    return None

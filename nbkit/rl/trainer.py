@@ -1,0 +1,165 @@
+"""``PrecisionGRPOTrainer``: TRL's ``GRPOTrainer`` subclassed narrowly for the paper's experiment.
+
+What it adds, and nothing else:
+
+1. real precision: FP16 autocast + GradScaler on CPU too (``amp.enable_cpu_fp16``), audited every step;
+2. μ from a workbook engine in an explicit dtype (``rollout.EngineGeneration``), so TRL's IS correction and its
+   sampling metrics run for the HF engine as well as for vLLM;
+3. the π–μ mismatch metrics of ``nbkit.mismatch`` on every batch, the IS ratio's clipped/masked fractions,
+   loss scale and skipped steps, step time split into rollout / mismatch / update, all appended to
+   ``metrics.jsonl`` by ``StepLogger``; NaN/inf stop the run with the step and tensor named.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from nbkit import mismatch
+from nbkit.rl import amp
+from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
+from nbkit.rl.rollout import EngineGeneration
+
+MISMATCH_KEYS = (
+    "token_abs_logp_diff/mean", "token_abs_logp_diff/max", "rollout_probs_diff_max", "rollout_probs_diff_mean",
+    "rollout_actor_probs_pearson_corr", "kl_k1", "kl_k3", "kl_sample_train_v1", "kl_sample_train_v2",
+    "chi2_token", "chi2_seq", "seq_kl", "seq_log_ratio/mean", "seq_log_ratio/abs_mean",
+    "sampler_learner_prob_diff_max", "sampler_learner_prob_diff_min",
+)
+"""Mismatch metrics logged per step (prefixed ``mismatch/``; names as in Oat / verl, see ``nbkit.mismatch``)."""
+
+
+class PrecisionGRPOTrainer(GRPOTrainer):
+    """GRPO family with the workbook's precision policy, rollout engine and mismatch monitoring."""
+
+    def __init__(self, *args, run, **kwargs):
+        self.run = run
+        super().__init__(*args, **kwargs)
+        # Rollouts come from the workbook's engine; flipping ``use_vllm`` turns on TRL's own IS correction
+        # and sampling metrics, which read the engine's log-probs whatever the engine is.
+        self.vllm_generation = EngineGeneration(
+            engine=run.rollout_engine, model_ref=run.model, dtype=run.rollout, seed=run.seed,
+            kv_cache_gib=run.vllm_kv_cache_gib, model=self.model, accelerator=self.accelerator,
+            processing_class=self.processing_class, gpu_memory_utilization=self.args.vllm_gpu_memory_utilization,
+            max_model_length=self.args.vllm_max_model_length, max_num_seqs=self.args.per_device_train_batch_size,
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
+            max_completion_length=self.max_completion_length, logprobs=0,
+        )
+        self.use_vllm, self._last_loaded_step = True, -1
+        self.audit = amp.PrecisionAudit(self.model)
+        self.step_extra: dict = {}
+        self._mismatch_seconds = 0.0
+        self._score_seconds = 0.0
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        amp.enable_cpu_fp16(self.accelerator, growth_interval=self.run.loss_scale_growth_interval)
+
+    # -- μ vs π on every batch -----------------------------------------------------------------------------
+    def _generate_and_score_completions(self, inputs):
+        start = time.perf_counter()
+        out = super()._generate_and_score_completions(inputs)
+        mid = time.perf_counter()
+        pi = out.get("old_per_token_logps")
+        if pi is None:  # TRL computed no π (no IS correction): one teacher-forced pass, the mismatch pass
+            pi = self._training_logps(out)
+        mask = out["completion_mask"].bool().cpu()
+        pi, mu = pi.float().cpu(), out["sampling_per_token_logps"].float().cpu()
+        logp_pi = [pi[i][mask[i]].double().numpy() for i in range(len(mask))]
+        logp_mu = [mu[i][mask[i]].double().numpy() for i in range(len(mask))]
+        metrics = mismatch.mismatch_metrics(logp_pi, logp_mu)
+        for key in MISMATCH_KEYS:
+            if key in metrics and np.isfinite(metrics[key]):
+                self._metrics["train"][f"mismatch/{key}"].append(float(metrics[key]))
+        if "importance_sampling_ratio" in out:
+            self._log_is_fractions(out["importance_sampling_ratio"], mask)
+        self._mismatch_seconds += time.perf_counter() - mid
+        self._score_seconds += mid - start
+        return out
+
+    @torch.no_grad()
+    def _training_logps(self, out) -> torch.Tensor:
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model, ids, attn, out["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size)
+        return logps
+
+    def _log_is_fractions(self, ratio: torch.Tensor, mask: torch.Tensor) -> None:
+        r = ratio.float().cpu()
+        r = r[mask] if r.shape == mask.shape else r.flatten()
+        cap = self.vllm_importance_sampling_clip_max
+        self._metrics["train"]["is/masked_fraction"].append(float((r == 0).float().mean()))
+        self._metrics["train"]["is/truncated_fraction"].append(float((r >= cap).float().mean()))
+
+    # -- precision and step bookkeeping ---------------------------------------------------------------------
+    def end_step(self) -> dict:
+        """Audit, scaler state, timings and non-finite checks of the step that just ended."""
+        scaler = self.accelerator.scaler
+        record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler)
+        record["audit/rollout_dtype"] = self.vllm_generation.engine_dtype()
+        if record["audit/rollout_dtype"] != self.run.rollout:
+            raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
+                                     f"{record['audit/rollout_dtype']} weights")
+        record["loss_scale"] = float(scaler.get_scale()) if scaler is not None else None
+        record["skipped_step"] = bool(self.accelerator.optimizer_step_was_skipped)
+        seconds = self.vllm_generation.take_seconds()
+        record.update({"time/rollout": seconds["generate"], "time/sync": seconds["sync"],
+                       "time/mismatch": self._mismatch_seconds,
+                       "time/score": self._score_seconds - seconds["generate"] - seconds["sync"]})
+        self._mismatch_seconds = self._score_seconds = 0.0
+        bad = first_non_finite(self.model)
+        if bad is not None:
+            raise NonFiniteError(f"step {self.state.global_step}: parameter {bad!r} holds NaN/inf")
+        return record
+
+    def close(self) -> None:
+        self.audit.remove()
+        self.vllm_generation.close()
+
+
+class StepLogger(TrainerCallback):
+    """Appends one row per optimiser step to ``metrics.jsonl`` and watches for collapse and overflow."""
+
+    def __init__(self, trainer: PrecisionGRPOTrainer, log: MetricsLog, alarm: CollapseAlarm, max_skips: int):
+        self.trainer, self.log, self.alarm, self.max_skips = trainer, log, alarm, max_skips
+        self.pending: dict = {}
+        self.skips_in_row = 0
+        self.skipped_total = 0
+        self.step_start = time.perf_counter()
+        self.alarms: list[tuple[int, str]] = []
+
+    def on_step_begin(self, args, state, control, **kw):
+        self.step_start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kw):
+        rec = self.trainer.end_step()
+        rec["time/step"] = time.perf_counter() - self.step_start
+        rec["time/update"] = rec["time/step"] - rec["time/rollout"] - rec["time/sync"] - rec["time/mismatch"] - rec["time/score"]
+        self.skips_in_row = self.skips_in_row + 1 if rec["skipped_step"] else 0
+        self.skipped_total += rec["skipped_step"]
+        rec["skipped_steps_total"] = self.skipped_total
+        self.pending = rec
+        if self.skips_in_row >= self.max_skips:
+            raise NonFiniteError(f"step {state.global_step}: {self.skips_in_row} FP16 steps in a row overflowed "
+                                 f"(gradients inf/NaN; loss scale now {rec['loss_scale']})")
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if not self.pending:  # the trainer's end-of-run summary, not a step
+            return
+        logs = dict(logs or {})
+        if "loss" in logs and not np.isfinite(logs["loss"]) and self.trainer.accelerator.scaler is None:
+            raise NonFiniteError(f"step {state.global_step}: the loss is {logs['loss']}")
+        row = {"step": state.global_step, **logs, **self.pending}
+        if "reward" in row:
+            row["accuracy"] = row["reward"]  # rewards are 0/1 correctness
+        message = self.alarm.update(row)
+        if message:
+            row["alarm"] = message
+            self.alarms.append((state.global_step, message))
+            print(f"[nbkit] collapse alarm at step {state.global_step}: {message}", flush=True)
+        self.log.append(row)
+        self.pending = {}
