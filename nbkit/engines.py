@@ -235,10 +235,12 @@ class VLLMEngine:
         if sampling.logprobs_mode != self.logprobs_mode:
             raise ValueError(f"this engine was built with logprobs_mode={self.logprobs_mode!r}, "
                              f"sampling asks for {sampling.logprobs_mode!r}; build another engine")
-        params = SamplingParams(
+        # One seed per request: a shared seed would give a prompt repeated in the batch (as TRL repeats each
+        # prompt once per group member) the very same sample every time.
+        params = [SamplingParams(
             n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
-            max_tokens=sampling.max_tokens, seed=sampling.seed, logprobs=0,
-        )
+            max_tokens=sampling.max_tokens, seed=sampling.seed * 1_000_003 + i, logprobs=0,
+        ) for i in range(len(prompt_ids))]
         texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids], params,
                                     use_tqdm=self.progress and len(prompt_ids) > 8)
