@@ -50,6 +50,8 @@ class RLConfig:
     """C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2."""
     max_grad_norm: float = 1.0
     """Gradient clipping (after unscaling in FP16)."""
+    loss_scale_init: float = 2.0**16
+    """Initial FP16 loss scale (torch's default)."""
     loss_scale_growth_interval: int = 400
     """GradScaler growth interval (VeRL's ShardedGradScaler setting in the paper's code)."""
     seed: int = 0

