@@ -153,3 +153,14 @@ def test_a_bf16_vllm_rollout_really_runs_in_bf16(tmp_path, arith_jsonl):
     row = train(cfg, progress=False).rows[0]
     assert row["audit/rollout_dtype"] == "bf16" and set(row["audit/matmul_dtypes"]) == {"fp32"}
     assert row[MISMATCH] > 1e-4  # a BF16 engine against an FP32 trainer cannot agree to fp32 precision
+
+
+@pytest.mark.slow
+def test_lora_trains_adapters_through_peft_in_fp16(tmp_path, arith_jsonl):
+    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="dr_grpo", train_dtype="fp16", lora=True,
+                lora_rank=4, steps=2, prompts_per_step=4, samples_per_prompt=4, max_tokens=40, lr=1e-3)
+    rows = train(cfg, progress=False).rows
+    assert len(rows) == 2 and all(set(r["audit/matmul_dtypes"]) == {"fp16"} for r in rows)
+    assert all(r["audit/scaler_enabled"] for r in rows)
+    assert 0 < rows[-1]["params/trainable"] < 0.1 * rows[-1]["params/total"]  # only the adapters learn
+    assert math.isfinite(rows[-1][MISMATCH])

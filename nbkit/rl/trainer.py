@@ -106,6 +106,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         """Audit, scaler state, timings and non-finite checks of the step that just ended."""
         scaler = self.accelerator.scaler
         record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler)
+        record["params/trainable"] = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        record["params/total"] = sum(p.numel() for p in self.model.parameters())
         record["audit/rollout_dtype"] = self.vllm_generation.engine_dtype()
         if record["audit/rollout_dtype"] != self.run.rollout:
             raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
