@@ -2,6 +2,7 @@
 
 - ``smoke``: what the tests run (every notebook, small parameters, minutes in total).
 - ``cpu``: the default study on one CPU machine (the README's main job).
+- ``cpu-full``: the ``cpu`` study plus every RL algorithm in both precisions (hours on a CPU).
 - ``gpu``: the paper's own setting (R1-Distill-Qwen-1.5B, vLLM, the sanity set) for GPU machines.
 
 Keys are notebook file stems; a notebook missing from a profile runs with its own defaults there, but every
@@ -17,12 +18,28 @@ PROFILES: dict[str, dict[str, dict]] = {
             "engine_kwargs": {"batch_size": 32, "progress": False},
             "name": "tiny_arith_smoke", "out_dir": ".cache/smoke/tiny_arith_smoke",
         },
+        "02_mismatch_analysis": {  # tiny-arith only, HF engine, 8 prompts x 2 samples: well under a minute
+            "models": ["tiny-arith"], "engine": "hf", "n_prompts": 8, "samples_per_prompt": 2, "max_tokens": 40,
+            "n_boot": 100, "model_overrides": {},
+        },
+        "03_rl_training": {  # 2 steps of one FP16/BF16 pair on 2 prompts x 2 samples with the HF engine
+            "algorithms": ["pg_seq_is"], "steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2,
+            "rollout_engine": "hf", "checkpoint_every": 0, "output_dir": ".cache/smoke/03_rl_training",
+        },
     },
     "cpu": {
         "00_precision_primer": {},
         "01_build_dataset": {},  # the notebook's defaults: data/tiny_arith_sanity from 1,000 tiny-arith problems
+        "02_mismatch_analysis": {},  # the notebook's defaults: smollm2-135m (vLLM) + tiny-arith, ~5 min
+        "03_rl_training": {},  # the notebook's defaults: one FP16/BF16 pair of pg_seq_is on tiny-arith
     },
     "gpu": {
+        "03_rl_training": {  # the paper's sanity test: R1-Distill-Qwen-1.5B on its 1,460 MATH problems
+            "model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "dataset": "sanity_math_1460",
+            "template": "r1_distill_qwen", "grader": "r1_distill", "algorithms": ["grpo", "pg_seq_is"],
+            "train_dtypes": ["fp16", "bf16"], "rollout_engine": "vllm", "steps": 1000, "prompts_per_step": 64,
+            "samples_per_prompt": 8, "lr": 1e-6, "max_tokens": 8192, "checkpoint_every": 50, "torch_threads": 0,
+        },
         "00_precision_primer": {},
         "01_build_dataset": {  # the paper's recipe: R1-Distill-Qwen-1.5B, 40 samples, [0.2, 0.8], on MATH-500
             "model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "engine": "vllm", "dtype": "bf16",
@@ -31,5 +48,19 @@ PROFILES: dict[str, dict[str, dict]] = {
             "lo": 0.2, "hi": 0.8, "max_tokens": 8192, "temperature": 1.0, "top_p": 1.0, "batch_prompts": 128,
             "name": "math500_r1_distill_sanity",
         },
+        "02_mismatch_analysis": {  # the paper's Fig. 5 setting: R1-Distill-Qwen-1.5B, vLLM, MATH-500, long responses
+            "models": ["deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"], "engine": "vllm", "prompt_source": "eval/math",
+            "n_prompts": 128, "samples_per_prompt": 4, "max_tokens": 4096, "model_overrides": {}, "device": "cuda",
+            "shortest": False, "instruction": " Please reason step by step, and put your final answer within \\boxed{}.",
+            "engine_kwargs": {"max_model_len": 6144, "gpu_memory_utilization": 0.5, "enforce_eager": False},
+        },
+    },
+}
+
+PROFILES["cpu-full"] = {
+    **PROFILES["cpu"],
+    "03_rl_training": {  # every algorithm in both precisions, same budget per run as the cpu pair
+        "algorithms": ["grpo", "dr_grpo", "grpo_token_tis", "grpo_seq_mis", "gspo", "pg_seq_is"],
+        "output_dir": "reports/runs/03_rl_training_full",
     },
 }

@@ -1,0 +1,75 @@
+"""A set of runs that differ only in algorithm and precision: the paper's sanity test and precision ablation.
+
+``run_grid`` trains every (algorithm, dtype) pair of a base config one after the other into
+``<output_dir>/<algorithm>-<dtype>``; ``load_runs`` reads any such folder back (finished or not), so plots
+and tables work on killed runs too. ``summary_table`` condenses runs into the numbers a reader wants.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from nbkit.rl.config import RLConfig
+from nbkit.rl.run import RunResult, train
+
+
+def run_label(algorithm: str, dtype: str) -> str:
+    return f"{algorithm}-{dtype}"
+
+
+def run_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress: bool = True) -> dict[str, RunResult]:
+    """Train each (algorithm, dtype) in turn; every config is validated before the first run starts."""
+    configs = {run_label(a, d): replace(base, algorithm=a, train_dtype=d, output_dir=str(base.out / run_label(a, d)))
+               for a in algorithms for d in dtypes}
+    results = {}
+    for label, cfg in configs.items():
+        print(f"[nbkit] run {label}: {cfg.steps} steps, {cfg.prompts_per_step}x{cfg.samples_per_prompt} per step, "
+              f"rollout {cfg.rollout_engine}/{cfg.rollout}", flush=True)
+        results[label] = train(cfg, progress=progress)
+        print(f"[nbkit] run {label}: final accuracy {results[label].final_accuracy:.3f} "
+              f"in {results[label].seconds:.0f} s", flush=True)
+    return results
+
+
+def load_runs(folder: str | Path) -> dict[str, list[dict]]:
+    """``label → metric rows`` for every run folder below ``folder`` (and ``folder`` itself if it is a run)."""
+    folder = Path(folder)
+    runs = {}
+    for log in sorted(folder.glob("**/metrics.jsonl")):
+        rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        if rows:
+            runs[log.parent.name] = rows
+    return runs
+
+
+def steps_to(rows: list[dict], target: float, window: int = 5, key: str = "accuracy") -> int | None:
+    """First step at which the mean of ``key`` over the last ``window`` steps reaches ``target``."""
+    values = [r[key] for r in rows if key in r]
+    for i in range(window, len(values) + 1):
+        if sum(values[i - window:i]) / window >= target:
+            return rows[i - 1]["step"]
+    return None
+
+
+def summary_table(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5) -> list[dict]:
+    """One row per run: final / best accuracy (``window``-step means), steps to ``target``, mismatch, time."""
+    table = []
+    for label, rows in runs.items():
+        acc = [r["accuracy"] for r in rows if "accuracy" in r]
+        means = [sum(acc[i - window:i]) / window for i in range(window, len(acc) + 1)] or [float("nan")]
+        mism = [r["mismatch/token_abs_logp_diff/mean"] for r in rows if "mismatch/token_abs_logp_diff/mean" in r]
+        table.append({
+            "run": label, "steps": len(rows), "initial accuracy": round(acc[0], 3) if acc else None,
+            f"final accuracy ({window}-step mean)": round(means[-1], 3), "best accuracy": round(max(means), 3),
+            f"steps to {target:.0%}": steps_to(rows, target, window),
+            "mean |Δ log p| (first 5)": _mean(mism[:5]), "mean |Δ log p| (last 5)": _mean(mism[-5:]),
+            "skipped steps": rows[-1].get("skipped_steps_total", 0) if rows else 0,
+            "minutes": round(sum(r.get("time/step", 0) for r in rows) / 60, 1),
+            "alarms": sum(1 for r in rows if r.get("alarm")),
+        })
+    return table
+
+
+def _mean(xs: list[float]) -> float | None:
+    return float(f"{sum(xs) / len(xs):.3g}") if xs else None
