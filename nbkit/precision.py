@@ -14,7 +14,7 @@ mantissa bits (8x finer) at the price of a narrow range, which dynamic loss scal
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np

@@ -8,12 +8,12 @@ shows the same content as static figures next to them.
 from __future__ import annotations
 
 import html
+import json
 import math
 from typing import Sequence
 
 import ipywidgets as W
 import numpy as np
-from IPython.display import clear_output
 
 from nbkit import precision as P
 from nbkit.plots import precision as PP
@@ -42,11 +42,14 @@ class _Explorer:
 
     @staticmethod
     def _render(out: W.Output, fig) -> None:
-        """Replace ``out``'s content with ``fig`` (plotly's mimetype: JupyterLab's plotly extension draws it;
-        the static report figures go through ``nbkit.plots.show`` instead)."""
-        with out:
-            clear_output(wait=True)
-            fig.show(renderer="plotly_mimetype")
+        """Show ``fig`` in ``out`` as plotly's mimetype (JupyterLab's plotly extension draws it) by setting the
+        Output widget's ``outputs`` directly. Not ``with out: display(...)``: under papermill that capture makes
+        nbclient answer on the shell channel, which intermittently hangs execution (jupyter/nbclient#312)."""
+        spec = json.loads(fig.to_json())
+        bundle = {"application/vnd.plotly.v1+json": {"data": spec["data"], "layout": spec.get("layout", {}),
+                                                      "config": {}},
+                  "text/plain": "plotly figure"}
+        out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
 
 
 class BitExplorer(_Explorer):

@@ -67,6 +67,9 @@ def test_grid_explorer_counts_values_in_the_window_and_redraws():
     assert all(lo <= x <= hi for trace in ex.figure.data for x in trace.x)
     ex.formats.value = ("fp8_e5m2",)
     assert list(ex.counts) == ["fp8_e5m2"] and [t.name for t in ex.figure.data] == ["fp8_e5m2"]
+    (shown,) = ex.out.outputs  # the output widget holds exactly the current figure
+    traces = shown["data"]["application/vnd.plotly.v1+json"]["data"]
+    assert [t["name"] for t in traces] == ["fp8_e5m2"] and traces[0]["x"] == list(ex.figure.data[0].x)
 
 
 def test_grid_explorer_explains_a_window_too_large_to_draw():
