@@ -53,6 +53,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self.step_extra: dict = {}
         self._mismatch_seconds = 0.0
         self._score_seconds = 0.0
+        self._needs_pi = False  # a batch whose π is still to come (from the loss forward)
+        self._loss_logps = None
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
@@ -63,23 +65,47 @@ class PrecisionGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         start = time.perf_counter()
         out = super()._generate_and_score_completions(inputs)
-        mid = time.perf_counter()
-        pi = out.get("old_per_token_logps")
-        if pi is None:  # TRL computed no π (no IS correction): one teacher-forced pass, the mismatch pass
-            pi = self._training_logps(out)
-        mask = out["completion_mask"].bool().cpu()
-        pi, mu = pi.float().cpu(), out["sampling_per_token_logps"].float().cpu()
-        logp_pi = [pi[i][mask[i]].double().numpy() for i in range(len(mask))]
-        logp_mu = [mu[i][mask[i]].double().numpy() for i in range(len(mask))]
-        metrics = mismatch.mismatch_metrics(logp_pi, logp_mu)
+        self._score_seconds += time.perf_counter() - start
+        if out.get("old_per_token_logps") is not None:  # TRL's IS correction already computed π: use it
+            self._log_mismatch(out["old_per_token_logps"], out)
+        else:
+            self._needs_pi = True
+        return out
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        if torch.is_grad_enabled():  # the loss forward: π of the weights that produced this batch
+            self._loss_logps = result[0].detach()
+        return result
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self._loss_logps = None
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if self._needs_pi:
+            # No IS correction: π comes free from the loss forward (one update per batch, so it is π_old),
+            # on exactly the rows of ``inputs`` (TRL shuffles a generation batch before the loss sees it).
+            logps = self._loss_logps
+            if logps is None or logps.shape != inputs["completion_mask"].shape:
+                start = time.perf_counter()
+                logps = self._training_logps(inputs)
+                self._mismatch_seconds += time.perf_counter() - start
+            self._log_mismatch(logps, inputs)
+        return loss
+
+    def _log_mismatch(self, logp_pi: torch.Tensor, batch: dict) -> None:
+        """Mismatch metrics of ``batch`` (its μ and mask) against the trainer's π (``nbkit.mismatch``)."""
+        start = time.perf_counter()
+        self._needs_pi = False
+        mask = batch["completion_mask"].bool().cpu()
+        pi, mu = logp_pi.float().cpu(), batch["sampling_per_token_logps"].float().cpu()
+        metrics = mismatch.mismatch_metrics([pi[i][mask[i]].double().numpy() for i in range(len(mask))],
+                                            [mu[i][mask[i]].double().numpy() for i in range(len(mask))])
         for key in MISMATCH_KEYS:
             if key in metrics and np.isfinite(metrics[key]):
                 self._metrics["train"][f"mismatch/{key}"].append(float(metrics[key]))
-        if "importance_sampling_ratio" in out:
-            self._log_is_fractions(out["importance_sampling_ratio"], mask)
-        self._mismatch_seconds += time.perf_counter() - mid
-        self._score_seconds += mid - start
-        return out
+        if batch.get("importance_sampling_ratio") is not None:
+            self._log_is_fractions(batch["importance_sampling_ratio"], mask)
+        self._mismatch_seconds += time.perf_counter() - start
 
     @torch.no_grad()
     def _training_logps(self, out) -> torch.Tensor:
@@ -117,6 +143,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         record.update({"time/rollout": seconds["generate"], "time/sync": seconds["sync"],
                        "time/mismatch": self._mismatch_seconds,
                        "time/score": self._score_seconds - seconds["generate"] - seconds["sync"]})
+        if self._needs_pi:
+            raise RuntimeError(f"step {self.state.global_step}: a batch ended without its mismatch metrics")
         self._mismatch_seconds = self._score_seconds = 0.0
         bad = first_non_finite(self.model)
         if bad is not None:
