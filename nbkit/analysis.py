@@ -1,0 +1,297 @@
+"""The paper's offline mismatch analysis (its Fig. 5) for one model: every engine dtype × training dtype.
+
+For each engine dtype the rollout engine samples responses and reports μ; for each training dtype one
+teacher-forced forward computes π of the same tokens; ``nbkit.mismatch`` turns every (μ, π) pair into metrics.
+The diagonal (engine dtype = training dtype) is the paper's setting (vLLM BF16 vs FSDP BF16, or both FP16);
+the off-diagonal cells separate the engine's rounding from the trainer's.
+
+    res = run_grid(GridConfig(model="tiny-arith", engine="hf", n_prompts=16))
+    res.pairs()                      # {"fp32": (logp_pi, logp_mu), "bf16": ..., "fp16": ...} for the plots
+    res.grid("seq_kl")               # {engine dtype: {train dtype: value}} for the heatmap
+    ratio_table([res])               # BF16/FP16 ratios with bootstrap CIs
+"""
+from __future__ import annotations
+
+import copy
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nbkit import arith, models, paths
+from nbkit.engines import SamplingConfig, make_engine, vllm_available
+from nbkit.mismatch import headline_cis, mismatch_metrics, relative_prob_error, teacher_forced_logprobs
+
+SHORT_ANSWER = "\nGive a short answer."
+"""Appended to math problems for chat models: short responses with varied lengths (some stop early), so the
+length slope has a spread of lengths to fit and generation stays cheap on a CPU."""
+
+RATIOS = {
+    "token |Δlog p| (mean)": lambda pi, mu: float(np.mean(np.abs(np.concatenate(pi) - np.concatenate(mu)))),
+    "sequence |log π/μ| (mean)": lambda pi, mu: float(np.mean([abs((a - b).sum()) for a, b in zip(pi, mu)])),
+    "sequence KL[μ‖π] (k1)": lambda pi, mu: float(np.mean([(b - a).sum() for a, b in zip(pi, mu)])),
+    "sequence KL[μ‖π] (Σ k3)": lambda pi, mu: float(np.mean([(np.expm1(a - b) - (a - b)).sum()
+                                                             for a, b in zip(pi, mu)])),
+}
+"""The headline BF16/FP16 comparisons: name → metric(logp_pi, logp_mu) on ragged per-sequence arrays.
+Sequence KL (k1) is the paper's Fig. 5 quantity (mean over sequences of Σ_t log μ − log π): unbiased but
+noisy and can come out negative on small samples; Σ k3 estimates the same KL with non-negative terms."""
+
+
+@dataclass
+class GridConfig:
+    """One model's engine dtype × training dtype analysis."""
+
+    model: str = "tiny-arith"
+    """Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory or a hub id)."""
+    engine: str = "auto"
+    """Rollout engine: ``hf``, ``vllm``, or ``auto`` (vLLM where it is installed, else HF)."""
+    engine_dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16")
+    """Dtypes the rollout engine runs in (μ); one engine is started per dtype."""
+    train_dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16")
+    """Dtypes of the teacher-forced training forward (π)."""
+    prompt_source: str = "auto"
+    """``arith`` (tiny-arith problems), ``eval/<name>`` or ``sanity_math_1460`` (shipped data), a
+    ``save_to_disk`` folder, or ``auto`` (``arith`` for tiny-arith, ``eval/math`` otherwise)."""
+    n_prompts: int = 16
+    """Number of prompts."""
+    samples_per_prompt: int = 2
+    """Responses sampled per prompt."""
+    max_tokens: int = 64
+    """Longest response (tokens)."""
+    temperature: float = 1.0
+    """Sampling temperature (1.0 = the paper's setting; π is computed at the same temperature)."""
+    seed: int = 0
+    """Seed of the prompt choice and of the samplers."""
+    shortest: bool = True
+    """Take the shortest problems of a dataset source (cheaper prompts), else a seeded random subset."""
+    chat_template: bool | None = None
+    """Wrap dataset problems in the tokenizer's chat template; None = when the tokenizer has one."""
+    instruction: str = SHORT_ANSWER
+    """Text appended to every dataset problem (not to ``arith`` prompts)."""
+    batch_size: int = 8
+    """Sequences per teacher-forced forward."""
+    n_boot: int = 200
+    """Bootstrap resamples for the headline CIs of every cell (0 = none)."""
+    engine_kwargs: dict = field(default_factory=dict)
+    """Extra arguments for the engine (e.g. ``kv_cache_gib``, ``max_model_len`` for vLLM)."""
+    device: str | None = None
+    """Device of the training forward (and of the HF engine), e.g. ``cuda``; None = CPU."""
+
+    def engine_kind(self) -> str:
+        """The engine actually used (``auto`` resolved)."""
+        if self.engine == "auto":
+            return "vllm" if vllm_available() else "hf"
+        return self.engine
+
+
+@dataclass
+class GridResult:
+    """Rollouts, π and metrics of every cell; keys are engine dtype and (engine dtype, training dtype)."""
+
+    config: GridConfig
+    """The configuration that produced it."""
+    engine: str
+    """The engine used (``hf`` | ``vllm``)."""
+    prompts: list[str]
+    """The prompts as the engine saw them."""
+    rollouts: dict[str, list] = field(default_factory=dict)
+    """Engine dtype → rollouts (μ in ``Rollout.logprobs``)."""
+    logp_pi: dict[tuple[str, str], list[np.ndarray]] = field(default_factory=dict)
+    """(engine dtype, training dtype) → π per token, one array per rollout."""
+    metrics: dict[tuple[str, str], dict] = field(default_factory=dict)
+    """(engine dtype, training dtype) → ``mismatch_metrics`` (+ ``rel_prob_err/*`` against FP32 π)."""
+    cis: dict[tuple[str, str], dict] = field(default_factory=dict)
+    """(engine dtype, training dtype) → bootstrap CIs of the headline metrics."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Wall time per stage (``generate/<dtype>``, ``forward/<engine>/<train>``)."""
+
+    def logp_mu(self, engine_dtype: str) -> list[np.ndarray]:
+        """μ per token of the rollouts of ``engine_dtype``."""
+        return [np.asarray(r.logprobs, dtype=np.float64) for r in self.rollouts[engine_dtype]]
+
+    def pairs(self, train_dtype: str | None = None) -> dict[str, tuple]:
+        """Engine dtype → (log π, log μ); π in the same dtype as the engine (the paper's setting), or in
+        ``train_dtype`` for every engine."""
+        return {e: (self.logp_pi[(e, train_dtype or e)], self.logp_mu(e)) for e in self.rollouts
+                if (e, train_dtype or e) in self.logp_pi}
+
+    def grid(self, metric: str) -> dict[str, dict[str, float]]:
+        """{engine dtype: {training dtype: metric}} for ``nbkit.plots.mismatch.grid_heatmap``."""
+        out: dict[str, dict[str, float]] = {}
+        for (e, t), m in self.metrics.items():
+            out.setdefault(e, {})[t] = m.get(metric, float("nan"))
+        return out
+
+    def table(self, keys=("n_tokens", "token_abs_logp_diff/mean", "token_abs_logp_diff/max", "kl_k1", "kl_k3",
+                          "seq_kl", "seq_log_ratio/abs_mean", "seq_log_ratio_slope/per_1k_tokens",
+                          "rollout_actor_probs_pearson_corr", "rel_prob_err/mean")):
+        """Tidy pandas table: one row per cell, the chosen metrics as columns, with the headline CIs."""
+        import pandas as pd
+
+        rows = []
+        for (e, t), m in self.metrics.items():
+            row = {"model": self.config.model, "engine": self.engine, "engine_dtype": e, "train_dtype": t}
+            row.update({k: m.get(k, np.nan) for k in keys})
+            for k, ci in self.cis.get((e, t), {}).items():
+                row[f"{k} CI"] = f"[{ci['low']:.3g}, {ci['high']:.3g}]"
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def load_prompts(source: str, n: int, tokenizer=None, seed: int = 0, shortest: bool = True,
+                 chat_template: bool | None = None, instruction: str = SHORT_ANSWER) -> list[str]:
+    """``n`` prompt strings from ``source`` (see ``GridConfig.prompt_source``), chat-formatted where asked."""
+    if source == "arith":
+        return [p["problem"] for p in arith.make_problems(n, seed=seed)]
+    problems = _dataset_problems(source)
+    if n > len(problems):
+        raise ValueError(f"{source!r} has {len(problems)} problems, asked for {n}")
+    if shortest:
+        chosen = sorted(problems, key=len)[:n]
+    else:
+        chosen = [problems[i] for i in np.random.default_rng(seed).choice(len(problems), n, replace=False)]
+    use_chat = chat_template if chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
+    if not use_chat:
+        return [p + instruction + "\n" for p in chosen]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p + instruction}], tokenize=False,
+                                          add_generation_prompt=True) for p in chosen]
+
+
+def _dataset_problems(source: str) -> list[str]:
+    """The ``problem`` column of a shipped source (``data/``, else ``../shared/data``) or a local folder."""
+    import datasets
+
+    for base in (paths.DATA, paths.SHARED_DATA, paths.ROOT):
+        if (base / source).is_dir():
+            ds = datasets.load_from_disk(str(base / source))
+            break
+    else:
+        raise FileNotFoundError(f"prompt source {source!r} not found under {paths.DATA} or {paths.SHARED_DATA}; "
+                                "use 'arith', 'eval/math', 'sanity_math_1460' or a save_to_disk folder")
+    if isinstance(ds, datasets.DatasetDict):
+        ds = ds["train"] if "train" in ds else ds[list(ds)[0]]
+    if "problem" not in ds.column_names:
+        raise ValueError(f"{source!r} has no 'problem' column (columns: {ds.column_names})")
+    return list(ds["problem"])
+
+
+def configs_for(model_refs, overrides: dict | None = None, **common) -> list[GridConfig]:
+    """One ``GridConfig`` per model: the ``common`` settings, then that model's ``overrides[ref]``."""
+    overrides = overrides or {}
+    unknown = set(overrides) - set(model_refs)
+    if unknown:
+        raise ValueError(f"overrides for models not in the list: {sorted(unknown)}")
+    return [GridConfig(model=m, **{**common, **overrides.get(m, {})}) for m in model_refs]
+
+
+def run_grid(cfg: GridConfig, progress: bool = True, vllm_log_level: str = "ERROR") -> GridResult:
+    """Sample with the engine in each engine dtype, then compute π in each training dtype and the metrics.
+
+    ``vllm_log_level`` is the default for ``VLLM_LOGGING_LEVEL`` (vLLM's per-engine logs would flood a notebook;
+    it only applies if vLLM was not imported yet, and a value the user set wins).
+    """
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", vllm_log_level)
+    for dt in (*cfg.engine_dtypes, *cfg.train_dtypes):
+        models.torch_dtype(dt)  # validate before anything loads
+    kind = cfg.engine_kind()
+    base, tok = models.load(cfg.model, "fp32", device=cfg.device)
+    train = {dt: base if dt == "fp32" else copy.deepcopy(base).to(models.torch_dtype(dt))
+             for dt in dict.fromkeys((*cfg.train_dtypes, *(cfg.engine_dtypes if kind == "hf" else ())))}
+    source = cfg.prompt_source if cfg.prompt_source != "auto" else (
+        "arith" if cfg.model == "tiny-arith" else "eval/math")
+    prompts = load_prompts(source, cfg.n_prompts, tok, cfg.seed, cfg.shortest, cfg.chat_template, cfg.instruction)
+    res = GridResult(cfg, kind, prompts)
+    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt,
+                              seed=cfg.seed)
+    for e in cfg.engine_dtypes:
+        res.rollouts[e] = _sample(kind, cfg, e, train.get(e), tok, prompts, sampling, res.seconds, progress)
+        mu = res.logp_mu(e)
+        for t in cfg.train_dtypes:
+            start = time.time()
+            pi = teacher_forced_logprobs(train[t], res.rollouts[e], dtype=t, batch_size=cfg.batch_size,
+                                         temperature=cfg.temperature, progress=progress)
+            res.seconds[f"forward/{e}/{t}"] = time.time() - start
+            res.logp_pi[(e, t)], res.metrics[(e, t)] = pi, mismatch_metrics(pi, mu)
+            if cfg.n_boot:
+                res.cis[(e, t)] = headline_cis(pi, mu, n_boot=cfg.n_boot, seed=cfg.seed)
+        if (e, "fp32") in res.logp_pi:
+            for t in cfg.train_dtypes:
+                res.metrics[(e, t)].update(relative_prob_error(res.logp_pi[(e, "fp32")], res.logp_pi[(e, t)]))
+    return res
+
+
+def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) -> list:
+    """Rollouts of one engine dtype; a vLLM engine is started for them and closed afterwards."""
+    start = time.time()
+    if kind == "hf":
+        engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, **cfg.engine_kwargs)
+    else:
+        engine = make_engine("vllm", cfg.model, dtype, **cfg.engine_kwargs)
+    seconds[f"start/{dtype}"] = time.time() - start
+    try:
+        start = time.time()
+        rollouts = engine.generate(prompts, sampling)
+        seconds[f"generate/{dtype}"] = time.time() - start
+    finally:
+        engine.close()
+    return rollouts
+
+
+def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 1000, level: float = 0.95,
+                seed: int = 0):
+    """BF16/FP16 ratios of the ``RATIOS`` metrics on the diagonal cells (engine = training dtype), per model,
+    with percentile bootstrap CIs (sequences resampled independently in the two cells)."""
+    import pandas as pd
+
+    rows = []
+    for res in results:
+        pairs = res.pairs()
+        if num not in pairs or den not in pairs:
+            continue
+        for name, fn in RATIOS.items():
+            a, b = fn(*pairs[num]), fn(*pairs[den])
+            low, high = _ratio_ci(fn, pairs[num], pairs[den], n_boot, level, seed)
+            rows.append({"model": res.config.model, "engine": res.engine, "metric": name, num: a, den: b,
+                         f"{num}/{den}": a / b if b else np.nan, "CI low": low, "CI high": high})
+    return pd.DataFrame(rows)
+
+
+def _ratio_ci(fn, num_pair, den_pair, n_boot, level, seed) -> tuple[float, float]:
+    """Percentile bootstrap CI of fn(num) / fn(den), resampling sequences of each cell with replacement."""
+    rng = np.random.default_rng(seed)
+    stats = []
+    for _ in range(n_boot):
+        vals = []
+        for pi, mu in (num_pair, den_pair):
+            idx = rng.integers(0, len(pi), len(pi))
+            vals.append(fn([pi[i] for i in idx], [mu[i] for i in idx]))
+        stats.append(vals[0] / vals[1] if vals[1] else np.nan)
+    if not stats:
+        return float("nan"), float("nan")
+    low, high = np.nanpercentile(stats, [50 * (1 - level), 50 * (1 + level)])
+    return float(low), float(high)
+
+
+def slopes(res: GridResult) -> dict[str, float]:
+    """Fitted slope of the sequence log-ratio against length, per 1k tokens, on the diagonal cells."""
+    return {e: res.metrics[(e, e)]["seq_log_ratio_slope/per_1k_tokens"] for e in res.rollouts
+            if (e, e) in res.metrics}
+
+
+def summary(results, ratios) -> str:
+    """Plain-text closing note: per model, the diagonal cells' headline numbers and the BF16/FP16 ratios."""
+    lines = []
+    for res in results:
+        n = {e: int(res.metrics[(e, e)]["n_tokens"]) for e in res.rollouts if (e, e) in res.metrics}
+        lines.append(f"{res.config.model} ({res.engine} engine, {len(res.prompts)} prompts × "
+                     f"{res.config.samples_per_prompt} samples, tokens per dtype {n}):")
+        for e, slope in slopes(res).items():
+            m = res.metrics[(e, e)]
+            lines.append(f"  {e}: mean |Δlog p| {m['token_abs_logp_diff/mean']:.3g}, seq KL {m['seq_kl']:.3g}, "
+                         f"slope {slope:+.3g} per 1k tokens")
+        for _, row in ratios[ratios["model"] == res.config.model].iterrows():
+            lines.append(f"  BF16/FP16 {row['metric']}: {row['bf16/fp16']:.3g} "
+                         f"(95% CI {row['CI low']:.3g}–{row['CI high']:.3g})")
+    return "\n".join(lines)
