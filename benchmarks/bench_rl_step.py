@@ -1,0 +1,53 @@
+"""Where an RL step's time goes, and what mismatch logging costs (target: <= 10% of a step).
+
+Runs a few steps of each requested (algorithm, dtype, engine) on tiny-arith and prints, from the same run, the
+mean seconds per step split into rollout / weight sync / scoring / mismatch / update, and the mismatch
+share of the step. The first step (engine warm-up) is left out of the means.
+
+    .venv/bin/python benchmarks/bench_rl_step.py                       # grpo + pg_seq_is, fp16 + bf16, vllm
+    .venv/bin/python benchmarks/bench_rl_step.py --engines hf --steps 4 --dtypes fp32
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--algorithms", nargs="+", default=["grpo", "pg_seq_is"])
+    p.add_argument("--dtypes", nargs="+", default=["fp16", "bf16"])
+    p.add_argument("--engines", nargs="+", default=["vllm"])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--samples", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
+    args = p.parse_args()
+
+    import torch
+
+    from nbkit.engines import vllm_available
+    from nbkit.rl import RLConfig, train
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    engines = [e for e in args.engines if e != "vllm" or vllm_available()]
+    parts = ("rollout", "sync", "score", "mismatch", "update")
+    print(f"{'run':32} {'step s':>7} " + " ".join(f"{x:>9}" for x in parts) + f" {'mismatch %':>10}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for engine in engines:
+            for algo in args.algorithms:
+                for dtype in args.dtypes:
+                    cfg = RLConfig(algorithm=algo, train_dtype=dtype, rollout_engine=engine, steps=args.steps,
+                                   prompts_per_step=args.prompts, samples_per_prompt=args.samples,
+                                   output_dir=f"{tmp}/{engine}-{algo}-{dtype}")
+                    rows = train(cfg, progress=False).rows[1:]
+                    mean = {x: sum(r[f"time/{x}"] for r in rows) / len(rows) for x in parts}
+                    step = sum(r["time/step"] for r in rows) / len(rows)
+                    print(f"{engine + '/' + algo + '/' + dtype:32} {step:7.2f} "
+                          + " ".join(f"{mean[x]:9.3f}" for x in parts) + f" {100 * mean['mismatch'] / step:9.2f}%",
+                          flush=True)
+
+
+if __name__ == "__main__":
+    main()
