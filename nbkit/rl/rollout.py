@@ -88,8 +88,13 @@ class EngineGeneration(VLLMGeneration):
         from nbkit.models import dtype_name
 
         if self.engine_kind == "vllm":
-            return dtype_name(self.engine.model_dtype())
-        return dtype_name(next(self.engine.model.parameters()).dtype)
+            try:  # the worker's tensors (in-process here, so no serialisation flag is needed)
+                held = {dtype_name(getattr(torch, d.removeprefix("torch."))) for d in self.engine.worker_param_dtypes()}
+            except RuntimeError:  # a separate engine process that refuses functions: vLLM's own config
+                held = {dtype_name(self.engine.model_dtype())}
+        else:
+            held = {dtype_name(p.dtype) for p in self.engine.model.parameters()}
+        return "+".join(sorted(held))
 
     def take_seconds(self) -> dict:
         """Generate and sync time since the last call (then reset)."""

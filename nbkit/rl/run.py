@@ -89,6 +89,19 @@ def _has_accelerator() -> bool:
     return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
+def _quiet_console(trainer) -> None:
+    """Keep the progress bar, drop the per-step dump of every metric (``metrics.jsonl`` has them)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class QuietProgress(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            pass
+
+    trainer.remove_callback(PrinterCallback)
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(QuietProgress)
+
+
 def last_checkpoint(out: Path) -> Path | None:
     """The newest ``checkpoint-N`` folder of a run, if any."""
     ckpts = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
@@ -135,6 +148,7 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     logger = StepLogger(trainer, log, CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor,
                                                     cfg.collapse_reward_drop), cfg.max_consecutive_skips)
     trainer.add_callback(logger)
+    _quiet_console(trainer)
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     finally:
