@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from nbkit import arith, tiny_arith
 from nbkit.engines import vllm_available
@@ -175,3 +176,26 @@ def test_fp32_rollouts_and_fp32_training_agree_token_by_token(algorithm, tmp_pat
         # a row misaligned with its rollouts (TRL shuffles batches) would differ by whole nats
         assert row["mismatch/token_abs_logp_diff/max"] <= 1e-4
         assert row["mismatch/rollout_actor_probs_pearson_corr"] > 0.9999
+
+
+def test_first_non_finite_names_the_parameter():
+    from nbkit.rl.monitor import first_non_finite
+
+    model = tiny_arith.build_model(tiny_arith.TinyArithConfig(hidden_size=32, num_layers=1, num_heads=2,
+                                                              intermediate_size=64))
+    assert first_non_finite(model) is None
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
+    assert first_non_finite(model) == "model.layers.0.mlp.up_proj.weight"
+
+
+@pytest.mark.slow
+def test_a_run_that_blows_up_stops_naming_the_step(tmp_path, arith_jsonl):
+    from nbkit.rl.monitor import NonFiniteError
+
+    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="dr_grpo", train_dtype="fp32", steps=4,
+                prompts_per_step=4, samples_per_prompt=4, max_tokens=40, lr=1e38, max_grad_norm=1e30)
+    with pytest.raises(NonFiniteError, match=r"step \d+: (parameter '.+' holds NaN/inf|the loss is)"):
+        train(cfg, progress=False)
+    rows = MetricsLog(tmp_path / "run" / "metrics.jsonl").rows()
+    assert all(math.isfinite(r["reward"]) for r in rows)  # the steps before the blow-up were kept
