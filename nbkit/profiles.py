@@ -31,7 +31,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "00_precision_primer": {},
         "01_build_dataset": {},  # the notebook's defaults: data/tiny_arith_sanity from 1,000 tiny-arith problems
         "02_mismatch_analysis": {},  # the notebook's defaults: smollm2-135m (vLLM) + tiny-arith, ~6.5 min here
-        "03_rl_training": {},  # the notebook's defaults: one FP16/BF16 pair of grpo on tiny-arith (60 steps, 16x8)
+        "03_rl_training": {},  # the notebook's defaults: one FP16/BF16 pair of grpo on tiny-arith (100 steps, 16x8)
     },
     "gpu": {
         "03_rl_training": {  # the paper's sanity test: R1-Distill-Qwen-1.5B on its 1,460 MATH problems
