@@ -92,13 +92,15 @@ def _has_accelerator() -> bool:
 def _quiet_console(trainer) -> None:
     """Keep the progress bar, drop the per-step dump of every metric (``metrics.jsonl`` has them)."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from transformers.utils.notebook import NotebookProgressCallback
 
     class QuietProgress(ProgressCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             pass
 
     trainer.remove_callback(PrinterCallback)
-    if trainer.pop_callback(ProgressCallback) is not None:
+    shown = [trainer.pop_callback(cb) for cb in (ProgressCallback, NotebookProgressCallback)]
+    if any(cb is not None for cb in shown):  # a bar (tqdm, also in notebooks) instead of a table of losses
         trainer.add_callback(QuietProgress)
 
 
