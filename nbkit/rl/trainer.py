@@ -50,7 +50,6 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         )
         self.use_vllm, self._last_loaded_step = True, -1
         self.audit = amp.PrecisionAudit(self.model)
-        self.step_extra: dict = {}
         self._mismatch_seconds = 0.0
         self._score_seconds = 0.0
         self._needs_pi = False  # a batch whose π is still to come (from the loss forward)
