@@ -29,7 +29,9 @@ PROFILES: dict[str, dict[str, dict]] = {
     },
     "cpu": {
         "00_precision_primer": {},
-        "01_build_dataset": {},  # the notebook's defaults: data/tiny_arith_sanity from 1,000 tiny-arith problems
+        # the notebook's recipe (1,000 tiny-arith problems, N=40, [0.2, 0.8]) written under reports/, so the main job
+        # leaves the shipped data/tiny_arith_sanity (which notebook 03 trains on) untouched; a rebuild reproduced it
+        "01_build_dataset": {"out_dir": "reports/datasets/tiny_arith_sanity"},
         "02_mismatch_analysis": {},  # the notebook's defaults: smollm2-135m (vLLM) + tiny-arith, ~6.5 min here
         "03_rl_training": {},  # the notebook's defaults: one FP16/BF16 pair of grpo on tiny-arith (100 steps, 16x8)
     },
