@@ -14,7 +14,7 @@ from collections import Counter
 
 import torch
 
-from nbkit.models import DTYPES
+from nbkit.models import dtype_name
 
 
 class PrecisionError(RuntimeError):
@@ -78,7 +78,8 @@ class PrecisionAudit:
 
 
 def _short(dtype: torch.dtype) -> str:
-    for name, value in DTYPES.items():
-        if value == dtype:
-            return name
-    return str(dtype).removeprefix("torch.")
+    """``bf16`` for the compared precisions, torch's own name for anything else (e.g. ``float64``)."""
+    try:
+        return dtype_name(dtype)
+    except ValueError:
+        return str(dtype).removeprefix("torch.")

@@ -105,9 +105,11 @@ def _quiet_console(trainer) -> None:
 
 
 def last_checkpoint(out: Path) -> Path | None:
-    """The newest ``checkpoint-N`` folder of a run, if any."""
-    ckpts = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    return ckpts[-1] if ckpts else None
+    """The newest ``checkpoint-N`` folder of a run, if any (transformers' own lookup)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    found = get_last_checkpoint(str(out)) if out.is_dir() else None
+    return Path(found) if found else None
 
 
 def train(cfg: RLConfig, progress: bool = True) -> RunResult:

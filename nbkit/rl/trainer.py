@@ -50,6 +50,10 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         )
         self.use_vllm, self._last_loaded_step = True, -1
         self.audit = amp.PrecisionAudit(self.model)
+        self.param_counts = {  # fixed once TRL has wrapped the model (peft freezes all but the adapters)
+            "params/trainable": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+            "params/total": sum(p.numel() for p in self.model.parameters()),
+        }
         self._mismatch_seconds = 0.0
         self._score_seconds = 0.0
         self._needs_pi = False  # a batch whose π is still to come (from the loss forward)
@@ -131,13 +135,12 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         """Audit, scaler state, timings and non-finite checks of the step that just ended."""
         scaler = self.accelerator.scaler
         record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler)
-        record["params/trainable"] = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        record["params/total"] = sum(p.numel() for p in self.model.parameters())
+        record.update(self.param_counts)
         record["audit/rollout_dtype"] = self.vllm_generation.engine_dtype()
         if record["audit/rollout_dtype"] != self.run.rollout:
             raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
                                      f"{record['audit/rollout_dtype']} weights")
-        record["loss_scale"] = float(scaler.get_scale()) if scaler is not None else None
+        record["loss_scale"] = self.loss_scale()
         seconds = self.vllm_generation.take_seconds()
         record.update({"time/rollout": seconds["generate"], "time/sync": seconds["sync"],
                        "time/mismatch": self._mismatch_seconds,
