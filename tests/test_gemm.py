@@ -43,7 +43,14 @@ def test_auto_is_native_on_cuda_and_depends_on_native_half_instructions_on_cpu(m
     monkeypatch.setattr(gemm, "_cpu_flags", lambda: ["avx512f", "avx512_bf16"])  # BF16 only: same kernel for both
     assert gemm.resolve("auto", "cpu") == "fp32-accumulate"
     monkeypatch.setattr(gemm, "_cpu_flags", lambda: ["avx512_fp16", "amx_bf16"])
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     assert gemm.resolve("auto", "cpu") == "native"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # kernels capped below the instructions: not native
+    assert gemm.resolve("auto", "cpu") == "fp32-accumulate"
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert gemm.resolve("auto", "cpu") == "fp32-accumulate"
     assert gemm.resolve("fp32-accumulate", "cuda") == "fp32-accumulate"
 
 
