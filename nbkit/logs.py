@@ -16,6 +16,7 @@ import): a widget bar cannot render in a static report, a text bar's last state 
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -28,6 +29,8 @@ from nbkit import report
 from nbkit.paths import CACHE, ROOT
 
 _files: dict[Path, object] = {}
+_visible: list = []
+"""The notebook's stdout while ``quiet`` blocks are open (a nested block announces there, not in the log)."""
 
 
 def log_path() -> Path:
@@ -41,6 +44,7 @@ def _open(path: Path):
     if path not in _files or _files[path].closed:
         path.parent.mkdir(parents=True, exist_ok=True)
         _files[path] = open(path, "a", buffering=1, encoding="utf-8")
+        atexit.register(_files[path].close)
     return _files[path]
 
 
@@ -71,6 +75,7 @@ def quiet(what: str | None = None, path: Path | None = None):
     begin = path.stat().st_size
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    _visible.append(_visible[-1] if _visible else sys.stdout)
     saved_fds = {fd: os.dup(fd) for fd in (1, 2)}
     handlers = [(h, h.stream) for h in _stream_handlers()]
     start, failed = time.time(), False
@@ -93,6 +98,7 @@ def quiet(what: str | None = None, path: Path | None = None):
                 for h, stream in handlers:
                     h.setStream(stream)
     finally:
+        visible = _visible.pop()
         seconds = time.time() - start
         for w in caught:
             log.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
@@ -103,9 +109,10 @@ def quiet(what: str | None = None, path: Path | None = None):
         if failed:
             tail = "".join(_read_from(path, begin).splitlines(keepends=True)[-30:])
             print(f"{what or 'the step'} failed after {seconds:.0f} s; the end of its output ({path}):\n{tail}",
-                  file=sys.stderr, flush=True)
+                  file=sys.stderr if visible is sys.stdout else visible, flush=True)
         elif what:
-            print(f"{what} started in {seconds:.1f} s ({lines} lines of start-up output in {path.name})", flush=True)
+            print(f"{what} started in {seconds:.1f} s ({lines} line{'' if lines == 1 else 's'} of start-up output in {path.name})",
+                  file=visible, flush=True)
 
 
 def _read_from(path: Path, offset: int) -> str:

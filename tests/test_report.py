@@ -152,3 +152,22 @@ def test_training_headline_gives_the_sanity_outcome_and_the_audit_verdict():
     assert head["precision audit"].startswith("passed: in all 22 audited steps")
     runs["grpo-bf16"][3]["audit/matmul_dtypes"] = {"fp32": 12}
     assert study.audit_verdict(runs).startswith("MISMATCH in 1 of 22 steps: grpo-bf16 step 4")
+
+
+def test_a_kernel_run_by_the_runner_draws_text_progress_bars(tmp_path):
+    """Widget bars cannot render in a static report; text bars keep their last state as one line there."""
+    import subprocess
+
+    code = "import nbkit, tqdm.auto; print(tqdm.auto.tqdm.__module__)"
+    env = {**os.environ, report.REPORT_DIR_ENV: str(tmp_path), report.NOTEBOOK_ENV: "07_demo"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "tqdm.std"
+
+
+def test_a_nested_quiet_block_still_announces_in_the_notebook(tmp_path, capfd):
+    with logs.quiet("trainer", path=tmp_path / "x.log"):
+        print("trainer chatter")
+        with logs.quiet("vLLM engine (fp16)", path=tmp_path / "x.log"):
+            print("engine chatter")
+    out, _ = capfd.readouterr()
+    assert "vLLM engine (fp16) started in" in out and "trainer started in" in out and "chatter" not in out
