@@ -111,7 +111,8 @@ def quiet(what: str | None = None, path: Path | None = None):
             print(f"{what or 'the step'} failed after {seconds:.0f} s; the end of its output ({path}):\n{tail}",
                   file=sys.stderr if visible is sys.stdout else visible, flush=True)
         elif what:
-            print(f"{what} started in {seconds:.1f} s ({lines} line{'' if lines == 1 else 's'} of start-up output in {path.name})",
+            noun = "line" if lines == 1 else "lines"
+            print(f"{what} started in {seconds:.1f} s ({lines} {noun} of start-up output in {path.name})",
                   file=visible, flush=True)
 
 

@@ -178,7 +178,7 @@ def _headline_html(headline: dict) -> str:
             inner = ("<table class='inner'><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in cols) + "</tr>"
                      + "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>" for r in value)
                      + "</table>")
-            rows.append(f"<tr><th>{html.escape(key)}</th><td>{inner}</td></tr>")
+            rows.append(f"<tr><th colspan='2'>{html.escape(key)}</th></tr><tr><td colspan='2'>{inner}</td></tr>")
         else:
             rows.append(f"<tr><th>{html.escape(key)}</th><td>{_fmt(value)}</td></tr>")
     return f"<table class='headline'>{''.join(rows)}</table>"

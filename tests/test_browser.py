@@ -153,7 +153,7 @@ def lab(tmp_path):
     nbformat.write(nb, tmp_path / "00_precision_primer.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
     log = open(tmp_path / "lab.log", "w")
-    env = {**os.environ, **cache_env()}
+    env = {**cache_env(), **os.environ}  # Jupyter's config, data and runtime dirs inside the project's .cache
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
