@@ -4,7 +4,6 @@ import json
 import os
 import sys
 import warnings
-from pathlib import Path
 
 import nbformat
 import plotly.graph_objects as go
