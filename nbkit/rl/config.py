@@ -23,7 +23,7 @@ class RLConfig:
     dataset: str = "data/tiny_arith_sanity"
     """Problems: a ``datasets`` folder / parquet / jsonl path or a named source of ``nbkit.tasks``."""
     template: str = "raw"
-    """Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill`` for MATH)."""
+    """Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill_qwen`` for MATH)."""
     grader: str = "arith"
     """Reward rule of ``nbkit.tasks.GRADERS`` (``arith``; ``math_verify`` or ``r1_distill`` for MATH; ``auto``)."""
     algorithm: str = "grpo"
