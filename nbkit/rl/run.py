@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import models, tasks
+from nbkit import launch, models, tasks
 from nbkit.rl import algorithms
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
@@ -137,6 +137,9 @@ def last_checkpoint(out: Path) -> Path | None:
 
 def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     """Run (or with ``cfg.resume`` continue) one RL fine-tuning run; returns its metrics."""
+    rank, world_size = world()
+    per_device_batch(cfg, world_size)  # fails before anything loads
+    launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden
     import datasets
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -144,8 +147,6 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
 
     start = time.time()
-    rank, world_size = world()
-    per_device_batch(cfg, world_size)  # fails before anything loads
     task, problems = load_task(cfg)
     reward = reward_function(task)
     check_reward(reward, problems)
