@@ -23,6 +23,7 @@ from nbkit import mismatch
 from nbkit.rl import amp
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
+from nbkit.rl.scaling import loss_scaler
 from nbkit.rl.server import ServerGeneration
 
 MISMATCH_KEYS = (
@@ -136,13 +137,13 @@ class PrecisionGRPOTrainer(GRPOTrainer):
 
     # -- precision and step bookkeeping ---------------------------------------------------------------------
     def loss_scale(self) -> float | None:
-        """The GradScaler's current scale (None without FP16 loss scaling)."""
-        scaler = self.accelerator.scaler
+        """The loss scaler's current scale (torch's GradScaler or DeepSpeed's; None without FP16 loss scaling)."""
+        scaler = loss_scaler(self.accelerator)
         return float(scaler.get_scale()) if scaler is not None else None
 
     def end_step(self) -> dict:
         """Audit, scaler state, timings and non-finite checks of the step that just ended."""
-        scaler = self.accelerator.scaler
+        scaler = loss_scaler(self.accelerator)
         record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler)
         record.update(self.param_counts)
         record["audit/rollout_dtype"] = self.vllm_generation.engine_dtype()
@@ -205,7 +206,7 @@ class StepLogger(TrainerCallback):
         if not self.pending:  # the trainer's end-of-run summary, not a step
             return
         logs = dict(logs or {})
-        if "loss" in logs and not np.isfinite(logs["loss"]) and self.trainer.accelerator.scaler is None:
+        if "loss" in logs and not np.isfinite(logs["loss"]) and self.trainer.loss_scale() is None:
             raise NonFiniteError(f"step {state.global_step}: the loss is {logs['loss']}")
         row = {"step": state.global_step, **logs, **self.pending}
         if "reward" in row:
