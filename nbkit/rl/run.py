@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import launch, models, tasks
+from nbkit import launch, models, tasks, versions
 from nbkit.rl import algorithms
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
@@ -140,6 +140,7 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     rank, world_size = world()
     per_device_batch(cfg, world_size)  # fails before anything loads
     launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden
+    versions.check()  # names any TRL/transformers/accelerate/vLLM version other than the pinned ones
     import datasets
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
