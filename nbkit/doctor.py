@@ -153,8 +153,8 @@ class DoctorResult:
     reasons: list[str]
     max_abs_weight: float
     seconds: float
-    grid: object = None
-    """The ``nbkit.analysis.GridResult`` behind it (for the figures; not saved to JSON)."""
+    pairs: dict = field(default_factory=dict)
+    """dtype → (log π, log μ) per sequence, the measurement behind it (for the figures; not saved to JSON)."""
 
     def text(self) -> str:
         cfg = self.config
@@ -178,19 +178,23 @@ class DoctorResult:
 
 
 def diagnose(cfg: DoctorConfig, progress: bool = False) -> DoctorResult:
-    """Measure (``nbkit.analysis.run_grid``, engine dtype = training dtype) and conclude."""
+    """Measure (``nbkit.analysis.run_grid`` once per dtype, engine dtype = training dtype: the diagonal of the
+    notebook's grid, the setting of a real run) and conclude."""
     from nbkit import analysis, models
 
     start = time.time()
-    grid = analysis.run_grid(analysis.GridConfig(
-        model=cfg.model, engine=cfg.engine, engine_dtypes=tuple(cfg.dtypes), train_dtypes=tuple(cfg.dtypes),
-        n_prompts=cfg.n_prompts, samples_per_prompt=cfg.samples_per_prompt, max_tokens=cfg.max_tokens,
-        seed=cfg.seed, n_boot=0, engine_kwargs=dict(cfg.engine_kwargs)), progress=progress)
-    diags = {d: dtype_diagnosis(*grid.pairs()[d]) for d in cfg.dtypes}
+    pairs, engine = {}, cfg.engine
+    for d in cfg.dtypes:
+        grid = analysis.run_grid(analysis.GridConfig(
+            model=cfg.model, engine=cfg.engine, engine_dtypes=(d,), train_dtypes=(d,), n_prompts=cfg.n_prompts,
+            samples_per_prompt=cfg.samples_per_prompt, max_tokens=cfg.max_tokens, seed=cfg.seed, n_boot=0,
+            engine_kwargs=dict(cfg.engine_kwargs)), progress=progress)
+        pairs[d], engine = grid.pairs()[d], grid.engine
+    diags = {d: dtype_diagnosis(*pairs[d]) for d in cfg.dtypes}
     model, _ = models.load(cfg.model, "fp32")
     max_abs = max(float(p.detach().abs().max()) for p in model.parameters())
     verdict, reasons = recommend(diags, cfg.target_length, max_abs)
-    return DoctorResult(cfg, grid.engine, diags, verdict, reasons, max_abs, time.time() - start, grid)
+    return DoctorResult(cfg, engine, diags, verdict, reasons, max_abs, time.time() - start, pairs)
 
 
 def crossing_figure(result: DoctorResult):
@@ -205,8 +209,8 @@ def crossing_figure(result: DoctorResult):
     for d, g in result.diagnoses.items():
         fig.add_scatter(x=lengths, y=[rms_at(g, n) for n in lengths], mode="lines", name=f"{d}: model RMS of log R",
                         line=dict(color=COLORS.get(d)))
-        if result.grid is not None:
-            seq, n = mismatch.seq_log_ratio(*result.grid.pairs()[d])
+        if d in result.pairs:
+            seq, n = mismatch.seq_log_ratio(*result.pairs[d])
             fig.add_scatter(x=n, y=np.abs(seq), mode="markers", name=f"{d}: measured |log R|", opacity=0.5,
                             marker=dict(size=5, color=COLORS.get(d)))
     fig.add_hline(y=math.log(MASK_CAP), line_dash="dash", annotation_text=f"TRL sequence mask log {MASK_CAP:g}")
@@ -223,8 +227,8 @@ def write_html(result: DoctorResult, out: Path) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     figures = [crossing_figure(result)]
-    if result.grid is not None:
-        pairs = result.grid.pairs()
+    if result.pairs:
+        pairs = result.pairs
         figures += [plots.token_scatter(pairs), plots.seq_log_ratio_vs_length(pairs),
                     plots.metrics_table({d: {k: v for k, v in g.items() if isinstance(v, float)}
                                          for d, g in result.diagnoses.items()})]
