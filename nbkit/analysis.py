@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import arith, models, paths
+from nbkit import arith, gemm, models, paths
 from nbkit.engines import SamplingConfig, make_engine, vllm_available
 from nbkit.mismatch import headline_cis, mismatch_metrics, relative_prob_error, teacher_forced_logprobs
 
@@ -78,6 +78,11 @@ class GridConfig:
     """Extra arguments for the engine (e.g. ``kv_cache_gib``, ``max_model_len`` for vLLM)."""
     device: str | None = None
     """Device of the training forward (and of the HF engine), e.g. ``cuda``; None = CPU."""
+    gemm: str = "auto"
+    """Half-precision GEMM policy of the π forward and the HF engine (``nbkit.gemm``); vLLM keeps its kernels."""
+
+    def __post_init__(self) -> None:
+        gemm.validate(self.gemm)
 
     def engine_kind(self) -> str:
         """The engine actually used (``auto`` resolved)."""
@@ -211,7 +216,7 @@ def run_grid(cfg: GridConfig, progress: bool = True, vllm_log_level: str = "ERRO
         for t in cfg.train_dtypes:
             start = time.time()
             pi = teacher_forced_logprobs(train[t], res.rollouts[e], dtype=t, batch_size=cfg.batch_size,
-                                         temperature=cfg.temperature, progress=progress)
+                                         temperature=cfg.temperature, progress=progress, gemm=cfg.gemm)
             res.seconds[f"forward/{e}/{t}"] = time.time() - start
             res.logp_pi[(e, t)], res.metrics[(e, t)] = pi, mismatch_metrics(pi, mu)
             if cfg.n_boot:
@@ -226,7 +231,8 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
     """Rollouts of one engine dtype; a vLLM engine is started for them and closed afterwards."""
     start = time.time()
     if kind == "hf":
-        engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, **cfg.engine_kwargs)
+        engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, gemm=cfg.gemm,
+                             **cfg.engine_kwargs)
     else:
         engine = make_engine("vllm", cfg.model, dtype, **cfg.engine_kwargs)
     seconds[f"start/{dtype}"] = time.time() - start

@@ -105,14 +105,17 @@ class HFEngine:
 
     The model's weights and compute run in ``dtype`` (fp32 | bf16 | fp16); log-softmax is taken in float32
     over the model's logits, as vLLM does. A model object in another dtype is copied, never cast in place.
+    Half-precision GEMMs follow ``gemm`` (``nbkit.gemm``: ``auto`` | ``native`` | ``fp32-accumulate``).
     """
 
     name = "hf"
 
     def __init__(self, model, dtype: str = "fp32", tokenizer=None, batch_size: int = 64, device=None,
-                 progress: bool = True):
+                 progress: bool = True, gemm: str = "auto"):
+        from nbkit import gemm as gemm_policies
         from nbkit import models
 
+        gemm_policies.validate(gemm)
         self.dtype = dtype
         td = models.torch_dtype(dtype)
         if batch_size < 1:
@@ -125,6 +128,7 @@ class HFEngine:
             # a cast copy: nn.Module.to is in place and would silently change the caller's (training) model
             model = copy.deepcopy(model).to(dtype=td) if next(model.parameters()).dtype != td else model
         self.model, self.tokenizer = model.eval(), tokenizer
+        self.gemm = gemm_policies.resolve(gemm, model.device)
         self.batch_size, self.progress = batch_size, progress
         self.stop_ids = _stop_ids(model, tokenizer)
 
@@ -160,7 +164,11 @@ class HFEngine:
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=self.model.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=self.model.device)
-        res = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+        from nbkit import gemm
+
+        own = self.gemm if self.dtype != "fp32" else "native"  # (fp32 has no half GEMM to route)
+        with gemm.suspended(), gemm.policy(own):  # the engine's own policy, whatever the caller runs
+            res = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
         new = res.sequences[:, width:]
         steps = res.logits if sampling.logprobs_mode == "raw_logprobs" else res.scores
         logp = torch.stack(steps, dim=1).float().log_softmax(-1)  # [batch, new tokens, vocab]
@@ -242,8 +250,11 @@ class VLLMEngine:
             max_tokens=sampling.max_tokens, seed=sampling.seed * 1_000_003 + i, logprobs=0,
         ) for i in range(len(prompt_ids))]
         texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids], params,
-                                    use_tqdm=self.progress and len(prompt_ids) > 8)
+        from nbkit import gemm
+
+        with gemm.suspended():  # vLLM keeps its own kernels, whatever GEMM policy the caller runs under
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids], params,
+                                        use_tqdm=self.progress and len(prompt_ids) > 8)
         rollouts = []
         for i, (prompt, ids, req) in enumerate(zip(texts, prompt_ids, outputs)):
             for comp in req.outputs:

@@ -17,6 +17,7 @@ over sequences. Key names and their meaning: ``METRICS``; the names other librar
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Callable, Sequence
 
 import numpy as np
@@ -89,18 +90,22 @@ def _model_for(model: torch.nn.Module, dtype: str | None) -> torch.nn.Module:
 
 @torch.inference_mode()
 def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None, batch_size: int = 8,
-                            device=None, temperature: float = 1.0, progress: bool | None = None
-                            ) -> list[np.ndarray]:
+                            device=None, temperature: float = 1.0, progress: bool | None = None,
+                            gemm: str = "auto") -> list[np.ndarray]:
     """log π of every generated token of every rollout, by one teacher-forced forward of prompt + response.
 
     ``dtype=None`` runs ``model`` as given (its own weights' dtype, any autocast the caller set).
     ``"fp32" | "bf16" | "fp16"`` runs weights *and* compute in that dtype, as an engine loading the checkpoint
     in it would: the model itself if its parameters already are in it, else a cast deep copy (pure low
     precision, not autocast). Logits are upcast to float32, divided by ``temperature`` and log-softmaxed in
-    float32, so the precision effect is the model's own compute. Rows are batched by length with right padding
-    and an attention mask, on the model's device (or a copy on ``device``). Returns float64 arrays, one per
-    rollout (empty for an empty response); a progress bar shows when there are more than 8 batches.
+    float32, so the precision effect is the model's own compute. Half-precision GEMMs follow ``gemm``
+    (``nbkit.gemm``). Rows are batched by length with right padding and an attention mask, on the model's device
+    (or a copy on ``device``); the vocabulary projection runs only from the first response position of a batch
+    on (``logits_to_keep``), not over the prompts. Returns float64 arrays, one per rollout (empty for an empty
+    response); a progress bar shows when there are more than 8 batches.
     """
+    from nbkit import gemm as gemm_policies
+
     if not rollouts:
         raise ValueError("no rollouts given")
     if not temperature > 0:
@@ -110,6 +115,7 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
     for i, r in enumerate(rollouts):
         if len(r.prompt_ids) == 0:
             raise ValueError(f"rollout {i} has an empty prompt: its first token has no context to predict from")
+    gemm_policies.validate(gemm)
     net = _model_for(model, dtype)
     here = next(net.parameters()).device
     device = torch.device(device) if device is not None else here
@@ -117,6 +123,7 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
         net = (copy.deepcopy(net) if net is model else net).to(device)
     was_training = net.training
     net.eval()
+    trims = "logits_to_keep" in inspect.signature(net.forward).parameters
     order = sorted(range(len(rollouts)), key=lambda i: len(rollouts[i].prompt_ids) + len(rollouts[i].token_ids))
     batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
     if progress is None:
@@ -134,11 +141,14 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
             for row, s in enumerate(seqs):
                 ids[row, :len(s)] = torch.tensor(s)
                 mask[row, :len(s)] = 1
-            logits = net(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+            # the logits at position j predict token j + 1: responses start at p, predicted from p - 1
+            first = min(len(rollouts[i].prompt_ids) for i in batch) - 1 if trims else 0
+            keep = {"logits_to_keep": width - first} if trims else {}
+            with gemm_policies.policy(gemm, device):  # logits[:, k] is position first + k
+                logits = net(input_ids=ids.to(device), attention_mask=mask.to(device), **keep).logits
             for row, i in enumerate(batch):
                 p, t = len(rollouts[i].prompt_ids), len(rollouts[i].token_ids)
-                # the logits at position j predict token j + 1: responses start at p, predicted from p - 1
-                lp = torch.log_softmax(logits[row, p - 1:p + t - 1].float() / temperature, dim=-1)
+                lp = torch.log_softmax(logits[row, p - 1 - first:p + t - 1 - first].float() / temperature, dim=-1)
                 tok = ids[row, p:p + t].to(device)
                 out[i] = lp.gather(-1, tok[:, None])[:, 0].double().cpu().numpy()
     finally:

@@ -21,12 +21,13 @@ from nbkit import launch
 from nbkit.profiles import PROFILES
 from nbkit.rl.config import RLConfig
 from nbkit.rl.run import per_device_batch
+from nbkit.rl.study import run_label
 
 NOTEBOOK = "03_rl_training"
 MODES = ("server", "colocate")
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-_NOT_RLCONFIG = {"algorithms", "train_dtypes", "torch_threads"}
-"""Notebook-03 parameters that are not ``RLConfig`` fields (the notebook loops over the first two)."""
+_NOT_RLCONFIG = {"algorithms", "train_dtypes", "seeds", "torch_threads"}
+"""Notebook-03 parameters that are not ``RLConfig`` fields (the notebook loops over the first three)."""
 
 
 @dataclass
@@ -53,7 +54,8 @@ class Plan:
 
 
 def run_configs(profile: str) -> list[RLConfig]:
-    """One ``RLConfig`` per (train dtype, algorithm) of the profile's RL notebook, dtype-major."""
+    """One ``RLConfig`` per (train dtype, algorithm, seed) of the profile's RL notebook, dtype-major, each into
+    ``runs/<profile>/<label>`` with the label of ``nbkit.rl.study.run_label``."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {tuple(PROFILES)}")
     params = dict(PROFILES[profile].get(NOTEBOOK, {}))
@@ -65,8 +67,10 @@ def run_configs(profile: str) -> list[RLConfig]:
     unknown = set(base) - {f.name for f in fields(RLConfig)}
     if unknown:
         raise ValueError(f"profile {profile!r} {NOTEBOOK} parameters that are not RLConfig fields: {sorted(unknown)}")
-    return [RLConfig(**base, algorithm=a, train_dtype=d, output_dir=f"runs/{profile}/{a}-{d}")
-            for d in dtypes for a in algorithms]
+    seeds = params.get("seeds") or [None]
+    return [RLConfig(**base, algorithm=a, train_dtype=d, seed=RLConfig.seed if s is None else s,
+                     output_dir=f"runs/{profile}/{run_label(a, d, s)}")
+            for d in dtypes for a in algorithms for s in seeds]
 
 
 def trainer_flags(cfg: RLConfig) -> list[str]:

@@ -6,7 +6,7 @@ unscaled before gradient clipping, steps skipped on overflow): what accelerate d
 ``enable_cpu_fp16`` turns the same machinery on there. BF16 = BF16 autocast (accelerate supports it on CPU).
 
 ``PrecisionAudit`` watches every ``nn.Linear`` of the training model and records the dtype its matmul really
-produced, so a run can fail when that differs from the request.
+produced, and which GEMM kernel policy ran (``nbkit.gemm``), so a run can fail when either differs from the request.
 """
 from __future__ import annotations
 
@@ -57,12 +57,22 @@ class PrecisionAudit:
         out, self.counts = self.counts, Counter()
         return out
 
-    def check(self, requested: str, counts: Counter, scaler=None) -> dict:
-        """Audit record of one step; raises ``PrecisionError`` when the matmuls or the scaler differ from the
-        request (FP16 needs every linear in fp16 and a live scaler)."""
+    def check(self, requested: str, counts: Counter, scaler=None, gemm_policy: str = "native",
+              gemm_counts: Counter | None = None) -> dict:
+        """Audit record of one step; raises ``PrecisionError`` when the matmuls, the GEMM policy or the scaler
+        differ from the request (FP16 needs every linear in fp16 and a live scaler; a half-precision run under
+        the ``fp32-accumulate`` policy needs its GEMMs to have gone through it, in the requested format)."""
         ran = dict(counts)
+        routed = dict(gemm_counts or {})
         record = {"audit/matmul_dtypes": ran, "audit/requested": requested,
-                  "audit/scaler_enabled": bool(scaler is not None and scaler.is_enabled())}
+                  "audit/scaler_enabled": bool(scaler is not None and scaler.is_enabled()),
+                  "audit/gemm": gemm_policy, "audit/gemm_routed": routed}
+        if gemm_policy == "fp32-accumulate" and requested in ("fp16", "bf16"):
+            if not routed.get(requested):
+                raise PrecisionError(f"requested the fp32-accumulate GEMM policy for {requested} training but no "
+                                     f"{requested} GEMM ran through it this step (routed: {routed})")
+            if set(routed) - {requested}:
+                raise PrecisionError(f"requested {requested} training but GEMMs ran in {routed}")
         if not ran:
             raise PrecisionError("no linear layer ran in the training model during this step")
         wrong = {k: v for k, v in ran.items() if k != requested}

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nbkit import tasks
+from nbkit import gemm, tasks
 from nbkit.engines import ENGINE_KINDS
 from nbkit.models import DTYPES
 from nbkit.paths import ROOT
@@ -30,6 +30,11 @@ class RLConfig:
     """A preset of ``nbkit.rl.algorithms.ALGORITHMS``."""
     train_dtype: str = "fp16"
     """Training precision π: fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling)."""
+    gemm: str = "auto"
+    """Half-precision GEMM kernel (``nbkit.gemm``): ``native`` (torch's), ``fp32-accumulate`` (half operands, fp32
+    GEMM, one rounding: the GPU tensor-core contract at fp32 speed on CPUs without native half) or ``auto``
+    (native on CUDA and on CPUs with AVX512-FP16/BF16, fp32-accumulate elsewhere). Applies to training and the HF
+    engine; vLLM keeps its own kernels."""
     rollout_engine: str = "hf"
     """Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``."""
     rollout_dtype: str | None = None
@@ -102,6 +107,7 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         algorithms.get(self.algorithm)
+        gemm.validate(self.gemm)
         for name in ("train_dtype",) + (("rollout_dtype",) if self.rollout_dtype is not None else ()):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {tuple(DTYPES)}")

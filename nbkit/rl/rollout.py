@@ -16,6 +16,7 @@ import time
 import torch
 from trl.generation.vllm_generation import VLLMGeneration
 
+from nbkit import gemm
 from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine
 
 
@@ -23,8 +24,10 @@ class EngineGeneration(VLLMGeneration):
     """TRL's generation backend with an nbkit engine behind it (``engine`` = ``hf`` | ``vllm``)."""
 
     def __init__(self, *, engine: str, model_ref: str, dtype: str, seed: int, kv_cache_gib: int = 1,
-                 hf_batch_size: int = 1024, max_num_batched_tokens: int = 4096, **trl_kwargs):
+                 hf_batch_size: int = 1024, max_num_batched_tokens: int = 4096, gemm_policy: str = "auto",
+                 **trl_kwargs):
         self.engine_kind, self.model_ref, self.rollout_dtype, self.seed = engine, model_ref, dtype, seed
+        self.gemm_policy = gemm_policy
         self.kv_cache_gib = kv_cache_gib
         self.hf_batch_size, self.max_num_batched_tokens = hf_batch_size, max_num_batched_tokens
         self.engine = None
@@ -36,7 +39,7 @@ class EngineGeneration(VLLMGeneration):
         """Build the workbook engine instead of TRL's own ``LLM(...)``."""
         if self.engine_kind == "hf":
             self.engine = HFEngine(self.model_ref, self.rollout_dtype, device=self.accelerator.device,
-                                   batch_size=self.hf_batch_size, progress=False)
+                                   batch_size=self.hf_batch_size, progress=False, gemm=self.gemm_policy)
             return
         from trl.trainer.utils import ensure_master_addr_port
 
@@ -59,9 +62,10 @@ class EngineGeneration(VLLMGeneration):
         start = time.perf_counter()
         weights = self._iter_named_params()
         if self.engine_kind == "vllm":
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
-                                                              "is_checkpoint_format": True})
-            self.llm.reset_prefix_cache()
+            with gemm.suspended():  # vLLM keeps its own kernels: no workbook GEMM policy inside it
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                                  "is_checkpoint_format": True})
+                self.llm.reset_prefix_cache()
         else:
             target = dict(self.engine.model.named_parameters())
             for name, value in weights:

@@ -2,7 +2,8 @@
 
 What it adds, and nothing else:
 
-1. real precision: FP16 autocast + GradScaler on CPU too (``amp.enable_cpu_fp16``), audited every step;
+1. real precision: FP16 autocast + GradScaler on CPU too (``amp.enable_cpu_fp16``), the half-precision GEMM
+   policy of ``nbkit.gemm`` over forward and backward, both audited every step;
 2. μ from a workbook engine in an explicit dtype (``rollout.EngineGeneration``), so TRL's IS correction and its
    sampling metrics run for the HF engine as well as for vLLM;
 3. the π–μ mismatch metrics of ``nbkit.mismatch`` on every batch, the IS ratio's clipped/masked fractions,
@@ -11,6 +12,7 @@ What it adds, and nothing else:
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -19,7 +21,7 @@ from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from nbkit import mismatch
+from nbkit import gemm, mismatch
 from nbkit.rl import amp
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
@@ -43,8 +45,10 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         # Rollouts come from the workbook's engine; flipping ``use_vllm`` turns on TRL's own IS correction
         # and sampling metrics, which read the engine's log-probs whatever the engine is.
+        self.gemm_policy = gemm.resolve(run.gemm, self.accelerator.device)
+        self.gemm_mode = gemm.Fp32AccumulateGemm() if self.gemm_policy == "fp32-accumulate" else None
         self.vllm_generation = (ServerGeneration if run.vllm_mode == "server" else EngineGeneration)(
-            engine=run.rollout_engine, model_ref=run.model, dtype=run.rollout, seed=run.seed,
+            engine=run.rollout_engine, gemm_policy=self.gemm_policy, model_ref=run.model, dtype=run.rollout, seed=run.seed,
             kv_cache_gib=run.vllm_kv_cache_gib, model=self.model, accelerator=self.accelerator,
             hf_batch_size=run.hf_engine_batch_size, max_num_batched_tokens=run.vllm_max_num_batched_tokens,
             **({"server_base_url": run.vllm_server_base_url, "server_timeout": run.vllm_server_timeout}
@@ -69,6 +73,11 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         super().create_accelerator_and_postprocess()
         amp.enable_cpu_fp16(self.accelerator, growth_interval=self.run.loss_scale_growth_interval,
                             init_scale=self.run.loss_scale_init)
+
+    def training_step(self, *args, **kwargs):
+        """One forward + backward (and TRL's rollout + scoring) under the run's GEMM policy; vLLM suspends it."""
+        with self.gemm_mode if self.gemm_mode is not None else contextlib.nullcontext():
+            return super().training_step(*args, **kwargs)
 
     # -- μ vs π on every batch -----------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
@@ -144,7 +153,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
     def end_step(self) -> dict:
         """Audit, scaler state, timings and non-finite checks of the step that just ended."""
         scaler = loss_scaler(self.accelerator)
-        record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler)
+        record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler, gemm_policy=self.gemm_policy,
+                                  gemm_counts=self.gemm_mode.take() if self.gemm_mode is not None else None)
         record.update(self.param_counts)
         record["audit/rollout_dtype"] = self.vllm_generation.engine_dtype()
         if record["audit/rollout_dtype"] != self.run.rollout:

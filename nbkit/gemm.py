@@ -1,0 +1,151 @@
+"""How half-precision matrix products are computed: the GPU tensor-core contract, on any device.
+
+A GPU's FP16 (or BF16) GEMM takes half operands, multiplies them exactly, accumulates in fp32 and rounds the
+result once to the half format (cuBLAS' default in PyTorch). Upcasting a half operand to fp32 is exact and a
+product of two half numbers is exact in fp32, so an fp32 GEMM on half-valued operands followed by one rounding
+of its result to the half format keeps every rounding point of FP16/BF16 arithmetic. On CPUs without native half
+instructions torch's own FP16 GEMM is a reference kernel 12–19× slower than fp32; this recipe runs at fp32 speed.
+
+This is not FP32 relabelled: the policy acts *inside* a real half-precision forward/backward (weights cast, or
+autocast), so every other op (norms, softmax, residual adds, activations) still reads and writes half tensors;
+only the GEMM kernel changes, from one FP16 kernel to another (their results differ in the last bit of ~0.1 % of
+elements, as two GPU kernels do).
+
+Policies (``GEMM_POLICIES``):
+
+- ``native``: torch's own kernels (what CUDA runs: tensor cores already follow the contract);
+- ``fp32-accumulate``: half operands → fp32 GEMM → result rounded once to the operands' half format;
+- ``auto`` resolves to ``native`` where the device has native half GEMMs (CUDA; CPUs with AVX512-FP16 and
+  BF16 instructions, e.g. Sapphire Rapids) and to ``fp32-accumulate`` elsewhere (e.g. AVX2-only CPUs), so the
+  same code is fast everywhere and FP16 and BF16 always share one kind of kernel (``default_policy``).
+
+Usage::
+
+    with gemm.policy("fp32-accumulate") as mode:   # forward, backward, generate ...
+        loss = model(**batch).loss; loss.backward()
+    mode.counts                                     # Counter({"fp16": 24}): GEMMs that ran through the policy
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+GEMM_POLICIES = ("auto", "native", "fp32-accumulate")
+"""Accepted values of every ``gemm`` setting of the workbook."""
+
+HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+_aten = torch.ops.aten
+GEMM_OPS = frozenset({_aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default,
+                      _aten.addbmm.default, _aten.addmv.default, _aten.mv.default, _aten.dot.default})
+"""The matrix products the policy routes (linear layers, their backward, batched attention products)."""
+
+_SDPA_CPU = getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def validate(name: str) -> str:
+    """``name`` if it is a known policy, else a ``ValueError`` naming the choices."""
+    if name not in GEMM_POLICIES:
+        raise ValueError(f"unknown gemm policy {name!r}; choose one of {GEMM_POLICIES}")
+    return name
+
+
+def default_policy(device: str | torch.device | None = None) -> str:
+    """``native`` where the device has native FP16 *and* BF16 GEMMs, ``fp32-accumulate`` elsewhere.
+
+    CUDA (and any non-CPU accelerator) counts as native; a CPU does when it has both AVX512-FP16 (or AMX-FP16) and
+    AVX512-BF16 (or AMX-BF16) instructions. One policy for both formats: they must differ by format, not kernel.
+    """
+    kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    if kind != "cpu":
+        return "native"
+    return "native" if cpu_has_native_half() else "fp32-accumulate"
+
+
+def cpu_has_native_half() -> bool:
+    """True when torch's CPU kernels can use native FP16 and BF16 arithmetic here: the CPU has the instructions
+    (/proc/cpuinfo; False where unreadable) and neither ATen (``ATEN_CPU_CAPABILITY``) nor oneDNN
+    (``ONEDNN_MAX_CPU_ISA``) is capped below AVX512 (how ``benchmarks/bench_gemm.py --isa avx2`` emulates an
+    AVX2 machine)."""
+    try:
+        flags = set(_cpu_flags())
+    except OSError:
+        return False
+    if "AVX512" not in torch.backends.cpu.get_cpu_capability().upper():
+        return False
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper().startswith(("SSE", "AVX2", "AVX_")):
+        return False
+    return bool(flags & {"avx512_fp16", "amx_fp16"}) and bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def _cpu_flags() -> list[str]:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return line.split(":", 1)[1].split()
+    return []
+
+
+def resolve(name: str, device: str | torch.device | None = None) -> str:
+    """The concrete policy (``native`` | ``fp32-accumulate``) behind ``name``."""
+    return default_policy(device) if validate(name) == "auto" else name
+
+
+class Fp32AccumulateGemm(TorchDispatchMode):
+    """Routes every half-precision GEMM through fp32: upcast operands (exact), fp32 GEMM, one rounding.
+
+    Ops whose floating operands are not all of one half dtype pass through untouched (fp32 work stays fp32).
+    ``counts`` tallies the GEMMs routed per half format: the evidence the precision audit reads.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in GEMM_OPS:
+            half = _half_dtype(args)
+            if half is not None:
+                self.counts[HALF[half]] += 1
+                up = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+                return func(*up, **kwargs).to(half)
+        return func(*args, **kwargs)
+
+    def take(self) -> Counter:
+        """The counts since the last call (then reset)."""
+        out, self.counts = self.counts, Counter()
+        return out
+
+
+def _half_dtype(args) -> torch.dtype | None:
+    """The half dtype shared by every floating tensor operand, or None (mixed, fp32, or no tensor)."""
+    dtypes = {a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()}
+    if len(dtypes) == 1:
+        (dt,) = dtypes
+        return dt if dt in HALF else None
+    return None
+
+
+@contextlib.contextmanager
+def policy(name: str, device: str | torch.device | None = None):
+    """Run the block under GEMM policy ``name``; yields the active ``Fp32AccumulateGemm`` or None (native)."""
+    if resolve(name, device) == "native":
+        yield None
+        return
+    mode = Fp32AccumulateGemm()
+    with mode:
+        yield mode
+
+
+@contextlib.contextmanager
+def suspended():
+    """Run the block with no GEMM policy mode active (e.g. inside vLLM, which keeps its own kernels)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        yield
