@@ -139,8 +139,7 @@ def make_plan(profile: str = "gpu", gpus: int = 8, mode: str = "server", server_
             extra = ["--rollout-engine", "vllm", "--vllm-mode", "colocate"]
         commands = []
         for cfg in runs:
-            flags = [f for f in trainer_flags(cfg)]
-            flags = _drop(flags, ("--rollout-engine", "--vllm-mode", "--vllm-server-base-url"))
+            flags = _drop(trainer_flags(cfg), ("--rollout-engine", "--vllm-mode", "--vllm-server-base-url"))
             commands.append(f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags + extra))
         steps.append((f"{dtype.upper()}: training runs ({len(runs)})", commands))
     return Plan(gpus, mode, server_gpus, kind, steps)

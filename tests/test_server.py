@@ -17,12 +17,13 @@ class FakeClient:
 
     instances: list = []
 
-    def __init__(self, base_url=None, group_port=None, connection_timeout=None, dtype="torch.bfloat16"):
-        self.base_url, self.dtype, self.communicator = base_url, dtype, None
+    def __init__(self, base_url=None, group_port=None, connection_timeout=None, dtype="torch.bfloat16",
+                 logprobs_mode="processed_logprobs"):
+        self.base_url, self.dtype, self.logprobs_mode, self.communicator = base_url, dtype, logprobs_mode, None
         FakeClient.instances.append(self)
 
     def get_server_info(self):
-        return {"model_config": {"dtype": self.dtype, "logprobs_mode": "processed_logprobs"}}
+        return {"model_config": {"dtype": self.dtype, "logprobs_mode": self.logprobs_mode}}
 
     def init_communicator(self, device):
         self.communicator = device
@@ -47,10 +48,10 @@ def test_an_answer_without_a_dtype_is_an_error_not_a_pass():
         served_dtype({"model_config": {"dtype": "torch.float8_e4m3fn"}})
 
 
-def _generation(monkeypatch, served: str, requested: str) -> ServerGeneration:
+def _generation(monkeypatch, served: str, requested: str, logprobs_mode="processed_logprobs") -> ServerGeneration:
     """``ServerGeneration._init_vllm`` on one process with the fake client (TRL's constructor is not run)."""
     monkeypatch.setattr("trl.generation.vllm_client.VLLMClient",
-                        lambda **kw: FakeClient(**kw, dtype=served))
+                        lambda **kw: FakeClient(**kw, dtype=served, logprobs_mode=logprobs_mode))
     gen = ServerGeneration.__new__(ServerGeneration)
     gen.accelerator = SimpleNamespace(is_main_process=True, num_processes=1, device="cuda:0")
     gen.server_base_url, gen.group_port, gen.server_timeout = "http://gpu0:8000", 51216, 1.0
@@ -64,6 +65,13 @@ def test_the_trainer_side_refuses_before_opening_the_weight_sync_group(monkeypat
     with pytest.raises(ServerDtypeError, match="requested fp16 rollouts .* serves bf16"):
         _generation(monkeypatch, "torch.bfloat16", "fp16")
     assert FakeClient.instances[-1].communicator is None  # NCCL group never opened
+
+
+def test_a_server_reporting_raw_logprobs_is_refused(monkeypatch):
+    FakeClient.instances.clear()
+    with pytest.raises(ServerDtypeError, match="logprobs_mode 'raw_logprobs': restart it with --logprobs-mode"):
+        _generation(monkeypatch, "torch.float16", "fp16", logprobs_mode="raw_logprobs")
+    assert FakeClient.instances[-1].communicator is None
 
 
 def test_a_matching_server_is_used_and_reported_as_the_engine_dtype(monkeypatch):

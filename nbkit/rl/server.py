@@ -5,7 +5,8 @@ with the trainer's: a run asked for FP16 rollouts could silently sample from a B
 correct the very mismatch the workbook studies against the wrong μ. ``ServerGeneration`` is TRL's own server-mode
 ``VLLMGeneration`` (its client, its NCCL weight sync: GPU only) with one addition: before the weight-sync group is
 opened, the main process asks the server which dtype it resolved (``/server_info``, vLLM's dev endpoint that
-TRL's client already requires) and every process stops when it differs from the requested rollout dtype.
+TRL's client already requires) and every process stops when it differs from the requested rollout dtype, or when
+the server reports log-probs before temperature / top-p (``--logprobs-mode`` other than ``processed_logprobs``).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ SERVER_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half
 
 
 class ServerDtypeError(RuntimeError):
-    """The vLLM server serves a dtype other than the requested rollout dtype."""
+    """The vLLM server serves another dtype than the requested rollout dtype, or reports μ before sampling processing."""
 
 
 def served_dtype(server_info: dict) -> str:
@@ -48,6 +49,15 @@ def check_server_dtype(client, requested: str) -> str:
 _VLLM_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
+def check_server_logprobs(client) -> None:
+    """μ must be the distribution actually sampled from (after temperature / top-p / top-k), as the colocated
+    engines report it: refuse a server started without ``--logprobs-mode processed_logprobs`` (TRL only warns)."""
+    mode = client.get_server_info().get("model_config", {}).get("logprobs_mode")
+    if mode != "processed_logprobs":
+        raise ServerDtypeError(f"the vLLM server at {getattr(client, 'base_url', '?')} reports logprobs_mode "
+                               f"{mode!r}: restart it with --logprobs-mode processed_logprobs (TRL's vllm-serve does)")
+
+
 class ServerGeneration(VLLMGeneration):
     """TRL's server-mode generation with the dtype check, timings and the ``EngineGeneration`` bookkeeping
     interface (``engine_dtype``, ``take_seconds``, ``close``) the workbook trainer calls."""
@@ -71,7 +81,9 @@ class ServerGeneration(VLLMGeneration):
             self.vllm_client = VLLMClient(base_url=self.server_base_url, group_port=self.group_port,
                                           connection_timeout=self.server_timeout)
             try:
-                verdict = [("ok", check_server_dtype(self.vllm_client, self.rollout_dtype))]
+                served = check_server_dtype(self.vllm_client, self.rollout_dtype)
+                check_server_logprobs(self.vllm_client)
+                verdict = [("ok", served)]
             except ServerDtypeError as exc:
                 verdict = [("error", str(exc))]
         if acc.num_processes > 1:
