@@ -225,7 +225,8 @@ class StepLogger(TrainerCallback):
         if message:
             row["alarm"] = message
             self.alarms.append((state.global_step, message))
-            print(f"[nbkit] collapse alarm at step {state.global_step}: {message}", flush=True)
+            if state.is_world_process_zero:
+                print(f"[nbkit] collapse alarm at step {state.global_step}: {message}", flush=True)
         if state.is_world_process_zero:  # one metrics.jsonl per run, whatever the number of processes
             self.log.append(row)
         self.pending = {}
