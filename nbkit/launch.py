@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 from nbkit.paths import ROOT
@@ -47,16 +48,18 @@ def launch_env(config_file: str | Path, num_processes: int | None = None) -> dic
     cwd = os.getcwd()
     os.chdir(ROOT)  # deepspeed_config_file is relative to where `accelerate launch` runs: the project root
     try:
-        args = launch_command_parser().parse_args(argv + ["train.py"])
-        args, defaults, mp_from_config = _validate_launch_command(args)
-        if args.use_deepspeed:  # as accelerate's launch_command does before its DeepSpeed launcher
-            fields = list(defaults.deepspeed_config) if defaults else []
-            args.deepspeed_fields_from_accelerate_config = ",".join(fields + ["mixed_precision"] * mp_from_config)
-            _, env = prepare_deepspeed_cmd_env(args)
-        elif args.multi_gpu or args.use_fsdp:
-            env = prepare_multi_gpu_env(args)
-        else:
-            _, env = prepare_simple_launcher_cmd_env(args)
+        with warnings.catch_warnings():  # the port check is for a real launch on this machine; nothing launches
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            args = launch_command_parser().parse_args(argv + ["train.py"])
+            args, defaults, mp_from_config = _validate_launch_command(args)
+            if args.use_deepspeed:  # as accelerate's launch_command does before its DeepSpeed launcher
+                fields = list(defaults.deepspeed_config) if defaults else []
+                args.deepspeed_fields_from_accelerate_config = ",".join(fields + ["mixed_precision"] * mp_from_config)
+                _, env = prepare_deepspeed_cmd_env(args)
+            elif args.multi_gpu or args.use_fsdp:
+                env = prepare_multi_gpu_env(args)
+            else:
+                _, env = prepare_simple_launcher_cmd_env(args)
         if env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE"):
             env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] = str(ROOT / env["ACCELERATE_DEEPSPEED_CONFIG_FILE"])
     finally:
