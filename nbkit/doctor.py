@@ -261,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
                            target_length=args.target_length, seed=args.seed)
     except ValueError as exc:
         parser.error(str(exc))
+    from nbkit import versions
+
+    versions.check()  # the vLLM engine's internals are used as tested at the pinned version
     result = diagnose(cfg, progress=True)
     print(result.text())
     page = write_html(result, Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name)
