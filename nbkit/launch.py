@@ -92,10 +92,23 @@ def launched_precision(env=None) -> str | None:
     return env.get("ACCELERATE_MIXED_PRECISION")
 
 
-def check_launch(train_dtype: str, env=None) -> None:
+def check_launch(train_dtype: str, env=None, has_accelerator: bool | None = None) -> None:
     """Refuse a launch whose half precision differs from ``train_dtype`` (transformers would otherwise let the
     run's own setting win silently, and the config the user chose would be a lie). ``no`` (accelerate's default
-    when no precision is given) lets the run's ``train_dtype`` decide."""
+    when no precision is given) lets the run's ``train_dtype`` decide. Also refuse an FSDP or DeepSpeed launch
+    without a GPU: on CPU the trainer runs plain DDP (``MULTI_CPU``) whatever the config says."""
+    env = os.environ if env is None else env
+    sharded = [name for key, name in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"))
+               if str(env.get(key, "")).lower() == "true"]
+    if sharded:
+        if has_accelerator is None:
+            import torch
+
+            has_accelerator = torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+        if not has_accelerator:
+            raise ValueError(f"accelerate was launched with a {sharded[0]} config but there is no GPU here: the run "
+                             "would silently train as plain DDP on CPU; use `accelerate launch --multi_gpu` (gloo) "
+                             "or a GPU machine")
     launched = launched_precision(env)
     if launched in (None, "no") or launched == _LAUNCH_NAMES[train_dtype]:
         return

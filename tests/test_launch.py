@@ -96,3 +96,11 @@ def test_train_refuses_a_bf16_deepspeed_launch_of_an_fp16_run_before_loading(mon
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", env["ACCELERATE_DEEPSPEED_CONFIG_FILE"])
     with pytest.raises(ValueError, match="launched for bf16 but train_dtype='fp16'"):
         train(RLConfig(train_dtype="fp16", model=str(tmp_path / "no-model"), output_dir=str(tmp_path / "run")))
+
+
+@pytest.mark.parametrize("kind", ["fsdp2", "zero3"])
+def test_a_sharded_config_without_a_gpu_is_refused_not_run_as_ddp(kind):
+    env = launch.launch_env(launch.config_path(kind, "bf16"), num_processes=2)
+    with pytest.raises(ValueError, match="config but there is no GPU here: the run would silently train as plain DDP"):
+        launch.check_launch("bf16", env, has_accelerator=False)
+    launch.check_launch("bf16", env, has_accelerator=True)
