@@ -23,6 +23,7 @@ import typing
 from dataclasses import MISSING, fields
 from pathlib import Path
 
+from nbkit import launch
 from nbkit.rl.config import RLConfig
 
 
@@ -140,6 +141,8 @@ def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace
             values.update(read_config_file(args.config))
         values.update({k: v for k, v in vars(args).items() if k not in options})
         cfg = RLConfig(**values)
+        if not args.print_config:
+            launch.check_launch(cfg.train_dtype)  # an accelerate launch that does not fit the run
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
     return cfg, args

@@ -83,3 +83,11 @@ def test_print_config_resolves_without_training(capsys, monkeypatch):
 
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed == RLConfig(steps=4, rollout_dtype="fp32").to_dict()
+
+
+def test_an_accelerate_launch_for_another_precision_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.setattr("nbkit.rl.train", lambda *a, **k: pytest.fail("train() must not be reached"))
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    with pytest.raises(SystemExit) as exit_:
+        cli_train.main(["--train-dtype", "fp16"])
+    assert exit_.value.code == 2 and "accelerate was launched for bf16 but train_dtype='fp16'" in capsys.readouterr().err
