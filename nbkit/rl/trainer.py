@@ -141,8 +141,9 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         cap = self.vllm_importance_sampling_clip_max
         counts = self.accelerator.reduce(torch.tensor([float((r == 0).sum()), float((r >= cap).sum()), r.numel()],
                                                       device=self.accelerator.device), "sum").cpu()
-        self._metrics["train"]["is/masked_fraction"].append(float(counts[0] / counts[2]))
-        self._metrics["train"]["is/truncated_fraction"].append(float(counts[1] / counts[2]))
+        if counts[2] > 0:  # all ranks' token counts: the fractions of the whole step's batch
+            self._metrics["train"]["is/masked_fraction"].append(float(counts[0] / counts[2]))
+            self._metrics["train"]["is/truncated_fraction"].append(float(counts[1] / counts[2]))
 
     # -- precision and step bookkeeping ---------------------------------------------------------------------
     def loss_scale(self) -> float | None:
