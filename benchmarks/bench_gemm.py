@@ -135,6 +135,8 @@ def main() -> None:
     p.add_argument("--rl-steps", type=int, default=4)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
     p.add_argument("--skip", nargs="*", default=[], choices=["gemm", "micro", "rl", "pi"])
+    p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES),
+                   help="half-precision policies to time (fp32 is always timed as the reference)")
     p.add_argument("--isa", choices=["native", "avx2"], default="native",
                    help="avx2: cap torch/oneDNN/MKL kernels at AVX2 (emulates a CPU without native half)")
     args = p.parse_args()
@@ -144,6 +146,7 @@ def main() -> None:
         sys.exit(subprocess.call([sys.executable, *sys.argv], env=env))
     if args.threads:
         torch.set_num_threads(args.threads)
+    CELLS[:] = [c for c in CELLS if c[0] == "fp32" or c[1] in args.policies]
     print(f"auto policy on this machine: {gemm.resolve('auto')} "
           f"(CPU capability {torch.backends.cpu.get_cpu_capability()}, native FP16+BF16: {gemm.cpu_has_native_half()})")
     if "gemm" not in args.skip:

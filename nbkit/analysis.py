@@ -301,3 +301,19 @@ def summary(results, ratios) -> str:
             lines.append(f"  BF16/FP16 {row['metric']}: {row['bf16/fp16']:.3g} "
                          f"(95% CI {row['CI low']:.3g}–{row['CI high']:.3g})")
     return "\n".join(lines)
+
+
+def headline(results, ratios) -> dict:
+    """The findings page's headline (``nbkit.report.publish``): per model its setting, each BF16/FP16 ratio with
+    its CI, and the length slopes of the sequence log-ratio."""
+    out = {}
+    for res in results:
+        m = res.config.model
+        out[f"{m}: setting"] = (f"{res.engine} engine, {len(res.prompts)} prompts × {res.config.samples_per_prompt} "
+                                f"samples, ≤ {res.config.max_tokens} tokens")
+        for _, row in ratios[ratios["model"] == m].iterrows():
+            out[f"{m}: BF16/FP16 {row['metric']}"] = (f"{row['bf16/fp16']:.3g}× (95% CI {row['CI low']:.3g}–"
+                                                     f"{row['CI high']:.3g})")
+        out[f"{m}: slope of sequence log(π/μ) vs length, per 1k tokens"] = ", ".join(
+            f"{e.upper()} {s:+.3g}" for e, s in slopes(res).items())
+    return out

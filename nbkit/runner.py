@@ -4,20 +4,21 @@
     nbkit run --profile smoke --only 00          # one notebook, small parameters
     nbkit list                                   # notebooks and the parameters each profile gives them
 
-Each notebook becomes ``<out>/<stem>.ipynb`` (executed) and ``<out>/<stem>.html``; ``<out>/index.html`` links
-them with their status and run time. A failing notebook does not stop the others; the command then exits 1.
+Each notebook becomes ``<out>/<stem>.ipynb`` (executed) and ``<out>/<stem>.html``, with ``<stem>.log`` (engine
+start-up output) and ``<stem>.summary.json`` (what it published); ``<out>/index.html`` is the findings page built
+from those by ``nbkit.report``. A failing notebook does not stop the others; the command then exits 1.
 """
 from __future__ import annotations
 
 import argparse
-import html
-import json
+import os
 import sys
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbkit import report
 from nbkit.paths import REPORTS, ROOT
 from nbkit.profiles import PROFILES
 
@@ -67,11 +68,21 @@ def kernel_name() -> str:
 
 
 def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) -> NotebookResult:
-    """Run one notebook with papermill and export its HTML; never raises for a notebook's own error."""
+    """Run one notebook with papermill and export its HTML; never raises for a notebook's own error.
+
+    The kernel inherits ``NBKIT_REPORT_DIR`` / ``NBKIT_NOTEBOOK`` (see ``nbkit.report``), so the notebook's
+    ``publish`` call and engine logs land in ``out_dir``; files of an earlier run of this notebook are removed first.
+    """
     import papermill
 
+    out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in report.stale_files(out_dir, path.stem):
+        stale.unlink(missing_ok=True)
     target = out_dir / path.name
+    env = {report.REPORT_DIR_ENV: str(out_dir), report.NOTEBOOK_ENV: path.stem}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     start = time.time()
     error = ""
     try:
@@ -83,55 +94,30 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
         error = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
         if not isinstance(exc, papermill.PapermillExecutionError):
             traceback.print_exc()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
     seconds = time.time() - start
     if target.exists():
-        export_html(target)
+        report.export_html(target)
     return NotebookResult(path.stem, not error, seconds, parameters, error)
-
-
-def export_html(executed: Path) -> Path:
-    """``x.ipynb`` → ``x.html`` beside it (plotly figures are embedded as HTML outputs, viewable offline)."""
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
-    out = executed.with_suffix(".html")
-    out.write_text(body, encoding="utf-8")
-    return out
-
-
-def write_index(out_dir: Path, profile: str, results: list[NotebookResult]) -> Path:
-    """``index.html`` linking every executed notebook with its status, time and parameters."""
-    rows = "".join(
-        f"<tr><td><a href='{r.stem}.html'>{r.stem}</a></td><td>{'ok' if r.ok else 'FAILED'}</td>"
-        f"<td>{r.seconds:.0f} s</td><td><code>{html.escape(json.dumps(r.parameters))}</code></td>"
-        f"<td>{html.escape(r.error)}</td></tr>"
-        for r in results
-    )
-    page = (
-        "<!doctype html><meta charset='utf-8'><title>nbkit report</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:4px 10px;border-bottom:1px solid #ddd}</style>"
-        f"<h1>Precision workbook report</h1><p>Profile <b>{profile}</b>, generated {time.strftime('%Y-%m-%d %H:%M:%S')}, "
-        f"total {sum(r.seconds for r in results):.0f} s.</p>"
-        f"<table><tr><th>notebook</th><th>status</th><th>time</th><th>parameters</th><th>error</th></tr>{rows}</table>"
-    )
-    index = out_dir / "index.html"
-    index.write_text(page, encoding="utf-8")
-    (out_dir / "run.json").write_text(json.dumps([r.__dict__ for r in results], indent=2))
-    return index
 
 
 def run(profile: str = "cpu", out_dir: Path = REPORTS, only: list[str] | None = None) -> list[NotebookResult]:
     """Execute the notebooks of a profile in order and write the index; returns every result."""
     paths = notebooks(only)
     params = {p.stem: parameters_for(profile, p.stem) for p in paths}  # validate before running anything
+    prov = report.provenance(profile)
     results = []
     for path in paths:
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
         results.append(execute(path, Path(out_dir), params[path.stem]))
         r = results[-1]
         print(f"[nbkit] {r.stem}: {'ok' if r.ok else 'FAILED: ' + r.error} in {r.seconds:.0f} s", flush=True)
-        write_index(Path(out_dir), profile, results)  # finished work is never lost
+        report.write_index(Path(out_dir), profile, results, prov)  # finished work is never lost
     return results
 
 

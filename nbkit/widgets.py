@@ -30,15 +30,56 @@ def _table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _static(w: W.Widget) -> str:
+    """Static HTML of a widget tree: boxes as rows/columns, HTML as is, controls as "name: value", plotly
+    figures of Output widgets drawn with plotly.js (loaded once per page by ``nbkit.plots.show``)."""
+    import plotly.io as pio
+
+    from nbkit import plots
+
+    if isinstance(w, W.Box):
+        direction = "row" if isinstance(w, W.HBox) else "column"
+        inner = "".join(_static(c) for c in w.children)
+        return f"<div style='display:flex;flex-direction:{direction};gap:2px 10px;flex-wrap:wrap'>{inner}</div>"
+    if isinstance(w, W.HTML):
+        return f"<div>{w.value}</div>"
+    if isinstance(w, W.Label):
+        return f"<span style='min-width:90px'>{html.escape(w.value)}</span>"
+    if isinstance(w, W.ToggleButton):
+        return f"<code>{html.escape(w.description)}</code>"
+    if isinstance(w, W.Output):
+        figs = [o["data"]["application/vnd.plotly.v1+json"] for o in w.outputs
+                if "application/vnd.plotly.v1+json" in o.get("data", {})]
+        return "".join(pio.to_html({"data": f["data"], "layout": f["layout"]}, full_html=False,
+                                   include_plotlyjs=not plots.plotlyjs_sent()) for f in figs)
+    if hasattr(w, "value"):
+        value = ", ".join(map(str, w.value)) if isinstance(w.value, tuple) else w.value
+        return f"<span><b>{html.escape(getattr(w, 'description', ''))}</b> {html.escape(str(value))}</span>"
+    return ""
+
+
 class _Explorer:
     """Shared display plumbing: the explorer displays as its ``widget``."""
 
     widget: W.Widget
 
     def _repr_mimebundle_(self, **kwargs):
+        """The live widget view, plus a static fallback (``text/html``) that a report without a kernel shows: one
+        line saying how to get the live version and the widget's current (default) state, figures included."""
         bundle = self.widget._repr_mimebundle_(**kwargs)
         bundle["text/plain"] = f"{type(self).__name__}: a live widget; run the notebook in JupyterLab to use it."
+        bundle["text/html"] = self.static_html()
         return bundle
+
+    def static_html(self) -> str:
+        """How to get the live widget, then its current state as static HTML (controls as text, figures drawn)."""
+        from nbkit import report
+
+        where = report.target()
+        notebook = f"notebooks/{where[1]}.ipynb" if where else "this notebook"
+        return (f"<p class='nbkit-live-hint'><b>Live widget</b> ({type(self).__name__}): run <code>make lab</code> "
+                f"and open <code>{notebook}</code> to move its controls; below, its default state.</p>"
+                f"<div class='nbkit-static-widget'>{_static(self.widget)}</div>")
 
     @staticmethod
     def _render(out: W.Output, fig) -> None:

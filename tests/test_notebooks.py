@@ -2,6 +2,7 @@
 
 A notebook that the main job would break on fails here; a new notebook without a smoke entry fails too.
 """
+import json
 from pathlib import Path
 
 import nbformat
@@ -40,9 +41,21 @@ def test_every_profile_names_only_parameters_the_notebook_declares(path: Path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes_with_smoke_parameters(path: Path, tmp_path: Path):
+def test_notebook_executes_with_smoke_parameters(path: Path, smoke_report):
     assert path.stem in PROFILES["smoke"], f"add a 'smoke' entry for {path.stem} in nbkit/profiles.py"
-    result = runner.execute(path, tmp_path, runner.parameters_for("smoke", path.stem), progress=False)
+    out, results = smoke_report  # one run of the whole workbook per session (tests/conftest.py)
+    result = results[path.stem]
     assert result.ok, f"{path.name} failed: {result.error}"
-    html = (tmp_path / f"{path.stem}.html").read_text()
+    html = (out / f"{path.stem}.html").read_text()
     assert "Traceback" not in html and len(html) > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_publishes_its_headline_for_the_findings_page(path: Path, smoke_report):
+    out, _ = smoke_report
+    summary = out / f"{path.stem}.summary.json"
+    assert summary.exists(), f"{path.name} does not call nbkit.report.publish(...)"
+    data = json.loads(summary.read_text())
+    assert data["notebook"] == path.stem and data["headline"]
+    assert data["figure"] and (out / data["figure"]).exists(), f"{path.name} publishes no key figure"

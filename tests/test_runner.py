@@ -1,7 +1,7 @@
 """The runner: profiles are validated before anything runs, and the index links every executed notebook."""
 import pytest
 
-from nbkit import runner
+from nbkit import report, runner
 
 
 def test_unknown_profile_is_rejected_with_the_choices():
@@ -17,7 +17,9 @@ def test_unknown_notebook_filter_names_the_notebooks():
 def test_index_links_each_result_with_status(tmp_path):
     results = [runner.NotebookResult("00_a", True, 1.5, {"x": 1}),
                runner.NotebookResult("01_b", False, 2.0, {}, "ValueError: boom")]
-    page = runner.write_index(tmp_path, "smoke", results).read_text()
+    for r in results:
+        (tmp_path / f"{r.stem}.html").write_text("<html></html>")
+    page = report.write_index(tmp_path, "smoke", results).read_text()
     assert "href='00_a.html'" in page and "href='01_b.html'" in page
     assert "FAILED" in page and "ValueError: boom" in page
     assert (tmp_path / "run.json").exists()

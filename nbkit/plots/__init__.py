@@ -19,4 +19,9 @@ def show(fig) -> None:
     _plotlyjs_sent = True
 
 
-__all__ = ["precision", "show"]
+def plotlyjs_sent() -> bool:
+    """True once ``show`` has put plotly.js into this kernel's output (later HTML figures can rely on it)."""
+    return _plotlyjs_sent
+
+
+__all__ = ["plotlyjs_sent", "precision", "show"]

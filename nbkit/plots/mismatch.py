@@ -92,6 +92,22 @@ def ratio_bar(metrics: Mapping[str, Mapping[str, float]], keys: Sequence[str] = 
     return fig
 
 
+def ratio_ci_bar(ratios, num: str = "bf16", den: str = "fp16") -> go.Figure:
+    """The BF16/FP16 ratios of ``nbkit.analysis.ratio_table`` with their CIs as error bars, one colour per model
+    (log y axis; 1 = no difference): the offline analysis in one picture."""
+    col = f"{num}/{den}"
+    fig = go.Figure()
+    for model, rows in ratios.groupby("model", sort=False):
+        fig.add_trace(go.Bar(x=list(rows["metric"]), y=list(rows[col]), name=model,
+                             text=[f"{r:.3g}×" for r in rows[col]], textposition="outside",
+                             error_y=dict(type="data", symmetric=False, array=list(rows["CI high"] - rows[col]),
+                                          arrayminus=list(rows[col] - rows["CI low"]))))
+    fig.add_hline(y=1.0, line_dash="dash", line_color="black")
+    fig.update_layout(title=f"Mismatch ratio {num.upper()} / {den.upper()} with 95% CIs (engine and training in "
+                            "the same dtype)", yaxis=dict(type="log", title="ratio"), barmode="group")
+    return fig
+
+
 def metrics_table(metrics: Mapping[str, Mapping[str, float]], keys: Sequence[str] | None = None,
                   ratio: tuple[str, str] | None = ("bf16", "fp16")) -> go.Figure:
     """The metric dicts side by side as a table figure, one column per label, plus a num/den ratio column."""

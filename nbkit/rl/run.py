@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import launch, models, tasks, versions
+from nbkit import launch, logs, models, tasks, versions
 from nbkit.rl import algorithms
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
@@ -145,7 +145,8 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
+    with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
+        from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
 
     start = time.time()
     task, problems = load_task(cfg)
@@ -179,8 +180,9 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
                              task_type="CAUSAL_LM") if cfg.lora else None
     args = grpo_config(cfg)
     args.disable_tqdm = not progress
-    trainer = PrecisionGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
-                                   processing_class=tokenizer, peft_config=peft_config, run=cfg)
+    with logs.quiet(f"TRL trainer ({cfg.algorithm}, {cfg.train_dtype}, rollouts {cfg.rollout_engine})"):
+        trainer = PrecisionGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
+                                       processing_class=tokenizer, peft_config=peft_config, run=cfg)
     logger = StepLogger(trainer, log, CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor,
                                                     cfg.collapse_reward_drop), cfg.max_consecutive_skips,
                         reward_tally=reward.tally, rank_log=rank_log)

@@ -116,3 +116,37 @@ def seed_summary(table: list[dict], target: float = 0.95, window: int = 5) -> li
 
 def _mean(xs: list[float]) -> float | None:
     return float(f"{sum(xs) / len(xs):.3g}") if xs else None
+
+
+def headline(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5) -> dict:
+    """The findings page's headline (``nbkit.report.publish``): the sanity-test outcome per run, a table of the
+    main numbers, collapse alarms and the precision audit's verdict."""
+    table = summary_table(runs, target, window)
+    reach = f"steps to {target:.0%}"
+    outcome = "; ".join(f"{r['run']}: " + (f"passed at step {r[reach]}" if r[reach] is not None else "not reached")
+                        for r in table)
+    keys = ("run", "steps", reach, f"final accuracy ({window}-step mean)", "best accuracy",
+            "mean |Δ log p| (first 5)", "mean |Δ log p| (last 5)", "skipped steps", "minutes", "alarms")
+    return {f"sanity test (training accuracy ≥ {target:.0%})": outcome,
+            "runs": [{k: r[k] for k in keys} for r in table],
+            "collapse alarms": sum(r["alarms"] for r in table),
+            "precision audit": audit_verdict(runs)}
+
+
+def audit_verdict(runs: dict[str, list[dict]]) -> str:
+    """One sentence: did every audited step's matmuls run in the requested dtype, with a live GradScaler in FP16?"""
+    bad, audited = [], 0
+    for label, rows in runs.items():
+        for r in rows:
+            if "audit/matmul_dtypes" not in r:
+                continue
+            audited += 1
+            requested, ran = r.get("audit/requested"), r["audit/matmul_dtypes"]
+            if set(ran) != {requested} or (requested == "fp16" and not r.get("audit/scaler_enabled")):
+                bad.append(f"{label} step {r.get('step')}: {ran}")
+    if not audited:
+        return "no audited step"
+    if bad:
+        return f"MISMATCH in {len(bad)} of {audited} steps: " + "; ".join(bad[:3])
+    return (f"passed: in all {audited} audited steps every linear layer ran in the requested dtype "
+            "(a live GradScaler in every FP16 step)")
