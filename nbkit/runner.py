@@ -122,8 +122,15 @@ def run(profile: str = "cpu", out_dir: Path = REPORTS, only: list[str] | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from nbkit.commands import COMMANDS, dispatch
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in COMMANDS:  # train, doctor, plan: their own modules and parsers
+        return dispatch(argv[0], argv[1:])
     parser = argparse.ArgumentParser(prog="nbkit", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
     p_run = sub.add_parser("run", help="execute notebooks into a report folder")
     p_run.add_argument("--profile", default="cpu", help=f"one of {tuple(PROFILES)}")
     p_run.add_argument("--out", default=str(REPORTS), help="report folder")

@@ -4,8 +4,9 @@
     result = train(RLConfig(algorithm="pg_seq_is", train_dtype="fp16", steps=40))
 
 Modules: ``algorithms`` (presets), ``config`` (``RLConfig``), ``amp`` (precision policy and audit),
-``rollout`` (engine behind TRL), ``trainer`` (the narrow ``GRPOTrainer`` subclass), ``monitor`` (JSONL,
-alarm), ``run`` (the entry point).
+``scaling`` (the FP16 loss scaler, torch's or DeepSpeed's), ``rollout`` (engine behind TRL), ``server`` (a vLLM
+server instead, dtype-checked), ``trainer`` (the narrow ``GRPOTrainer`` subclass), ``monitor`` (JSONL, alarm),
+``run`` (the entry point; ``nbkit train`` is its command line).
 """
 import warnings
 

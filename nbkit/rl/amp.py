@@ -27,8 +27,10 @@ def enable_cpu_fp16(accelerator, growth_interval: int = 400, init_scale: float =
     Must run before ``accelerator.prepare`` (the optimiser wrapper takes the scaler then). Returns True when it
     changed something; on devices where accelerate already does FP16 it leaves everything as it is.
     """
-    if accelerator.state.mixed_precision != "fp16" or accelerator.scaler is not None:
-        return False
+    from nbkit.rl.scaling import uses_deepspeed
+
+    if accelerator.state.mixed_precision != "fp16" or accelerator.scaler is not None or uses_deepspeed(accelerator):
+        return False  # not FP16, or accelerate already scales, or DeepSpeed scales with its own fp16 block
     accelerator.native_amp = True
     accelerator.scaler = torch.amp.GradScaler(
         accelerator.device.type, init_scale=init_scale, growth_interval=growth_interval

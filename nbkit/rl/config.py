@@ -4,11 +4,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nbkit import gemm
+from nbkit import gemm, tasks
 from nbkit.engines import ENGINE_KINDS
 from nbkit.models import DTYPES
 from nbkit.paths import ROOT
 from nbkit.rl import algorithms
+
+VLLM_MODES = ("colocate", "server")
+"""Where vLLM runs: inside the training processes, or as a separate server (TRL's two modes)."""
 
 
 @dataclass
@@ -20,7 +23,7 @@ class RLConfig:
     dataset: str = "data/tiny_arith_sanity"
     """Problems: a ``datasets`` folder / parquet / jsonl path or a named source of ``nbkit.tasks``."""
     template: str = "raw"
-    """Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill`` for MATH)."""
+    """Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill_qwen`` for MATH)."""
     grader: str = "arith"
     """Reward rule of ``nbkit.tasks.GRADERS`` (``arith``; ``math_verify`` or ``r1_distill`` for MATH; ``auto``)."""
     algorithm: str = "grpo"
@@ -78,6 +81,29 @@ class RLConfig:
     """Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover)."""
     vllm_kv_cache_gib: int = 1
     """CPU vLLM only: RAM for the KV cache."""
+    top_p: float = 1.0
+    """Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is logged after top-p
+    (``processed_logprobs``), so the IS correction compares π with the distribution actually sampled from."""
+    top_k: int = 0
+    """Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting)."""
+    beta: float = 0.0
+    """KL penalty coefficient against a frozen reference model (TRL's ``beta``); 0 = none and no reference
+    copy is loaded (the paper and Dr. GRPO use 0)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Colocated vLLM: share of the accelerator's memory vLLM may take for weights and KV cache (the rest stays
+    with the trainer); ignored by the CPU backend, which sizes its cache with ``vllm_kv_cache_gib``."""
+    vllm_max_num_batched_tokens: int = 4096
+    """Colocated vLLM: tokens the scheduler batches per engine step (larger = faster, more memory)."""
+    hf_engine_batch_size: int = 1024
+    """HF rollout engine: sequences per ``generate`` call (a step's rollouts larger than this are chunked)."""
+    vllm_mode: str = "colocate"
+    """``colocate``: the vLLM engine runs inside every training process (as today); ``server``: rollouts come
+    from a running ``trl vllm-serve`` / ``vllm serve`` at ``vllm_server_base_url`` (GPU only: TRL syncs
+    weights over NCCL), whose dtype must equal the rollout dtype or the run stops before training."""
+    vllm_server_base_url: str = "http://localhost:8000"
+    """Server mode: URL of the vLLM server."""
+    vllm_server_timeout: float = 240.0
+    """Server mode: seconds to wait for the server to answer before failing."""
 
     def __post_init__(self) -> None:
         algorithms.get(self.algorithm)
@@ -85,16 +111,32 @@ class RLConfig:
         for name in ("train_dtype",) + (("rollout_dtype",) if self.rollout_dtype is not None else ()):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {tuple(DTYPES)}")
+        if self.template not in tasks.TEMPLATES:
+            raise ValueError(f"unknown template {self.template!r}; choose one of {sorted(tasks.TEMPLATES)}")
+        if self.grader != "auto" and self.grader not in tasks.GRADERS:
+            raise ValueError(f"unknown grader {self.grader!r}; choose one of {sorted(tasks.GRADERS)} or 'auto'")
+        if self.vllm_mode not in VLLM_MODES:
+            raise ValueError(f"unknown vllm_mode {self.vllm_mode!r}; choose one of {VLLM_MODES}")
+        if self.vllm_mode == "server" and self.rollout_engine != "vllm":
+            raise ValueError(f"vllm_mode='server' needs rollout_engine='vllm', got {self.rollout_engine!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ValueError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization!r}")
         if self.rollout_engine not in ENGINE_KINDS:
             raise ValueError(f"unknown rollout_engine {self.rollout_engine!r}; choose one of {ENGINE_KINDS}")
         if self.samples_per_prompt < 2:
             raise ValueError(f"samples_per_prompt must be >= 2 (group advantages need a group), got {self.samples_per_prompt}")
-        for name in ("steps", "prompts_per_step", "max_tokens", "lora_rank", "collapse_window"):
+        for name in ("steps", "prompts_per_step", "max_tokens", "lora_rank", "collapse_window", "hf_engine_batch_size",
+                     "vllm_max_num_batched_tokens", "vllm_kv_cache_gib", "max_consecutive_skips"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         for name in ("lr", "temperature", "is_cap", "max_grad_norm"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("top_k", "beta"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)!r}")
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0 (0 = off), got {self.checkpoint_every}")
 

@@ -24,10 +24,12 @@ class EngineGeneration(VLLMGeneration):
     """TRL's generation backend with an nbkit engine behind it (``engine`` = ``hf`` | ``vllm``)."""
 
     def __init__(self, *, engine: str, model_ref: str, dtype: str, seed: int, kv_cache_gib: int = 1,
-                 gemm_policy: str = "auto", **trl_kwargs):
+                 hf_batch_size: int = 1024, max_num_batched_tokens: int = 4096, gemm_policy: str = "auto",
+                 **trl_kwargs):
         self.engine_kind, self.model_ref, self.rollout_dtype, self.seed = engine, model_ref, dtype, seed
         self.gemm_policy = gemm_policy
         self.kv_cache_gib = kv_cache_gib
+        self.hf_batch_size, self.max_num_batched_tokens = hf_batch_size, max_num_batched_tokens
         self.engine = None
         self.seconds = {"generate": 0.0, "sync": 0.0}
         self._calls = 0
@@ -37,7 +39,7 @@ class EngineGeneration(VLLMGeneration):
         """Build the workbook engine instead of TRL's own ``LLM(...)``."""
         if self.engine_kind == "hf":
             self.engine = HFEngine(self.model_ref, self.rollout_dtype, device=self.accelerator.device,
-                                   batch_size=1024, progress=False, gemm=self.gemm_policy)
+                                   batch_size=self.hf_batch_size, progress=False, gemm=self.gemm_policy)
             return
         from trl.trainer.utils import ensure_master_addr_port
 
@@ -50,7 +52,7 @@ class EngineGeneration(VLLMGeneration):
             gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed + acc.process_index,
             kv_cache_gib=self.kv_cache_gib, progress=False, max_model_len=self.max_model_length,
             distributed_executor_backend="external_launcher", max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=4096,
+            max_num_batched_tokens=self.max_num_batched_tokens,
         )
         self.llm = self.engine.llm
 
@@ -78,7 +80,8 @@ class EngineGeneration(VLLMGeneration):
         start = time.perf_counter()
         sampling = SamplingConfig(
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
-            max_tokens=self.max_completion_length, n=1, seed=self.seed * 100_003 + self._calls,
+            max_tokens=self.max_completion_length, n=1,
+            seed=(self.seed + 7919 * self.accelerator.process_index) * 100_003 + self._calls,  # ranks differ
             logprobs_mode="processed_logprobs",
         )
         self._calls += 1

@@ -6,11 +6,12 @@ dataset (exists, non-empty after dropping unreadable answers), the model ref, th
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import logs, models, tasks
+from nbkit import launch, logs, models, tasks, versions
 from nbkit.rl import algorithms
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
@@ -47,12 +48,34 @@ def load_task(cfg: RLConfig) -> tuple[tasks.Task, list[dict]]:
 
 
 def reward_function(task: tasks.Task):
-    """TRL reward function (``completions, answer`` → 0/1), checked once on a real problem before training."""
+    """TRL reward function (``completions, answer`` → 0/1), checked once on a real problem before training.
+
+    ``correctness.tally`` collects (sum, count) of every call on this process: the per-rank record that the
+    gathered reward of a multi-process run is checked against."""
     def correctness(completions, answer, **_):
-        return [task.reward(c if isinstance(c, str) else c[-1]["content"], a) for c, a in zip(completions, answer)]
+        values = [task.reward(c if isinstance(c, str) else c[-1]["content"], a) for c, a in zip(completions, answer)]
+        correctness.tally.append((float(sum(values)), len(values)))
+        return values
 
     correctness.__name__ = "correctness"
+    correctness.tally = []
     return correctness
+
+
+def world() -> tuple[int, int]:
+    """(rank, number of processes) of this process as ``accelerate launch`` / torchrun set them; (0, 1) alone."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def per_device_batch(cfg: RLConfig, world_size: int) -> int:
+    """Completions per process and step: the run's batch (prompts × samples) split evenly over the processes,
+    so a 2-process run trains the same global batch as a 1-process run."""
+    total = cfg.prompts_per_step * cfg.samples_per_prompt
+    if total % world_size:
+        raise ValueError(f"prompts_per_step × samples_per_prompt = {total} completions cannot be split evenly over "
+                         f"{world_size} processes; choose prompts_per_step so that the product is a multiple of "
+                         f"{world_size}")
+    return total // world_size
 
 
 def check_reward(fn, problems: list[dict]) -> None:
@@ -72,13 +95,13 @@ def grpo_config(cfg: RLConfig):
     return GRPOConfig(
         output_dir=str(cfg.out), max_steps=cfg.steps, learning_rate=cfg.lr, lr_scheduler_type="constant",
         warmup_steps=0, weight_decay=0.0, max_grad_norm=cfg.max_grad_norm, seed=cfg.seed,
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.samples_per_prompt, gradient_accumulation_steps=1,
+        per_device_train_batch_size=per_device_batch(cfg, world()[1]), gradient_accumulation_steps=1,
         num_generations=cfg.samples_per_prompt, max_completion_length=cfg.max_tokens,
-        temperature=cfg.temperature, top_p=1.0, top_k=0, beta=0.0, num_iterations=1,
+        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, beta=cfg.beta, num_iterations=1,
         bf16=cfg.train_dtype == "bf16", fp16=cfg.train_dtype == "fp16",
         logging_steps=1, report_to="none", disable_tqdm=False, use_cpu=not _has_accelerator(),
         save_strategy="steps" if cfg.checkpoint_every else "no", save_steps=cfg.checkpoint_every or 500,
-        vllm_gpu_memory_utilization=0.3, vllm_max_model_length=None,
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, vllm_max_model_length=None,
         **algorithms.grpo_options(algorithms.get(cfg.algorithm), cfg.is_cap),
     )
 
@@ -114,6 +137,10 @@ def last_checkpoint(out: Path) -> Path | None:
 
 def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     """Run (or with ``cfg.resume`` continue) one RL fine-tuning run; returns its metrics."""
+    rank, world_size = world()
+    per_device_batch(cfg, world_size)  # fails before anything loads
+    launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden
+    versions.check()  # names any TRL/transformers/accelerate/vLLM version other than the pinned ones
     import datasets
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -125,19 +152,24 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     task, problems = load_task(cfg)
     reward = reward_function(task)
     check_reward(reward, problems)
+    reward.tally.clear()  # the check's call is not a training step
     path = models.resolve(cfg.model)
     out = cfg.out
-    log = MetricsLog(out / "metrics.jsonl")
+    log = MetricsLog(out / "metrics.jsonl")  # written by rank 0 only
+    rank_log = MetricsLog(out / "ranks" / f"rank-{rank}.jsonl") if world_size > 1 else None
     resume_from = None
     if cfg.resume:
         resume_from = last_checkpoint(out)
         if resume_from is None:
             raise FileNotFoundError(f"resume=True but {out} holds no checkpoint-N folder")
-        log.truncate_after(int(resume_from.name.split("-")[-1]))
-    elif log.path.exists():
-        log.path.unlink()  # a fresh run starts a fresh log
+        for own in ((log,) if rank == 0 else ()) + ((rank_log,) if rank_log else ()):
+            own.truncate_after(int(resume_from.name.split("-")[-1]))
+    else:  # a fresh run starts fresh logs
+        for own in ((log,) if rank == 0 else ()) + ((rank_log,) if rank_log else ()):
+            own.path.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    if rank == 0:
+        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))  # a valid `nbkit train --config`
 
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
@@ -152,15 +184,18 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
         trainer = PrecisionGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
                                        processing_class=tokenizer, peft_config=peft_config, run=cfg)
     logger = StepLogger(trainer, log, CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor,
-                                                    cfg.collapse_reward_drop), cfg.max_consecutive_skips)
+                                                    cfg.collapse_reward_drop), cfg.max_consecutive_skips,
+                        reward_tally=reward.tally, rank_log=rank_log)
     trainer.add_callback(logger)
     _quiet_console(trainer)
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     finally:
         trainer.close()
+    trainer.accelerator.wait_for_everyone()  # rank 0's last row is written before anyone reads the log
     result = RunResult(out, log.rows(), time.time() - start, logger.alarms)
-    (out / "summary.json").write_text(json.dumps(
-        {"final_accuracy": result.final_accuracy, "steps": len(result.rows), "seconds": result.seconds,
-         "alarms": result.alarms}, indent=2))
+    if rank == 0:
+        (out / "summary.json").write_text(json.dumps(
+            {"final_accuracy": result.final_accuracy, "steps": len(result.rows), "seconds": result.seconds,
+             "alarms": result.alarms, "num_processes": world_size}, indent=2))
     return result

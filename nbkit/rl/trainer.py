@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import torch
+from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
@@ -24,6 +25,8 @@ from nbkit import gemm, mismatch
 from nbkit.rl import amp
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
+from nbkit.rl.scaling import loss_scaler
+from nbkit.rl.server import ServerGeneration
 
 MISMATCH_KEYS = (
     "token_abs_logp_diff/mean", "token_abs_logp_diff/max", "rollout_probs_diff_max", "rollout_probs_diff_mean",
@@ -44,9 +47,12 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         # and sampling metrics, which read the engine's log-probs whatever the engine is.
         self.gemm_policy = gemm.resolve(run.gemm, self.accelerator.device)
         self.gemm_mode = gemm.Fp32AccumulateGemm() if self.gemm_policy == "fp32-accumulate" else None
-        self.vllm_generation = EngineGeneration(
+        self.vllm_generation = (ServerGeneration if run.vllm_mode == "server" else EngineGeneration)(
             engine=run.rollout_engine, gemm_policy=self.gemm_policy, model_ref=run.model, dtype=run.rollout, seed=run.seed,
             kv_cache_gib=run.vllm_kv_cache_gib, model=self.model, accelerator=self.accelerator,
+            hf_batch_size=run.hf_engine_batch_size, max_num_batched_tokens=run.vllm_max_num_batched_tokens,
+            **({"server_base_url": run.vllm_server_base_url, "server_timeout": run.vllm_server_timeout}
+               if run.vllm_mode == "server" else {}),
             processing_class=self.processing_class, gpu_memory_utilization=self.args.vllm_gpu_memory_utilization,
             max_model_length=self.args.vllm_max_model_length, max_num_seqs=self.args.per_device_train_batch_size,
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
@@ -110,8 +116,10 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self._needs_pi = False
         mask = batch["completion_mask"].bool().cpu()
         pi, mu = logp_pi.float().cpu(), batch["sampling_per_token_logps"].float().cpu()
-        metrics = mismatch.mismatch_metrics([pi[i][mask[i]].double().numpy() for i in range(len(mask))],
-                                            [mu[i][mask[i]].double().numpy() for i in range(len(mask))])
+        # every process's sequences, so the metrics are those of the whole step's batch (one process: as is)
+        pis = gather_object([pi[i][mask[i]].double().numpy() for i in range(len(mask))])
+        mus = gather_object([mu[i][mask[i]].double().numpy() for i in range(len(mask))])
+        metrics = mismatch.mismatch_metrics(pis, mus)
         for key in MISMATCH_KEYS:
             if key in metrics and np.isfinite(metrics[key]):
                 self._metrics["train"][f"mismatch/{key}"].append(float(metrics[key]))
@@ -131,18 +139,21 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         r = ratio.float().cpu()
         r = r[mask] if r.shape == mask.shape else r.flatten()
         cap = self.vllm_importance_sampling_clip_max
-        self._metrics["train"]["is/masked_fraction"].append(float((r == 0).float().mean()))
-        self._metrics["train"]["is/truncated_fraction"].append(float((r >= cap).float().mean()))
+        counts = self.accelerator.reduce(torch.tensor([float((r == 0).sum()), float((r >= cap).sum()), r.numel()],
+                                                      device=self.accelerator.device), "sum").cpu()
+        if counts[2] > 0:  # all ranks' token counts: the fractions of the whole step's batch
+            self._metrics["train"]["is/masked_fraction"].append(float(counts[0] / counts[2]))
+            self._metrics["train"]["is/truncated_fraction"].append(float(counts[1] / counts[2]))
 
     # -- precision and step bookkeeping ---------------------------------------------------------------------
     def loss_scale(self) -> float | None:
-        """The GradScaler's current scale (None without FP16 loss scaling)."""
-        scaler = self.accelerator.scaler
+        """The loss scaler's current scale (torch's GradScaler or DeepSpeed's; None without FP16 loss scaling)."""
+        scaler = loss_scaler(self.accelerator)
         return float(scaler.get_scale()) if scaler is not None else None
 
     def end_step(self) -> dict:
         """Audit, scaler state, timings and non-finite checks of the step that just ended."""
-        scaler = self.accelerator.scaler
+        scaler = loss_scaler(self.accelerator)
         record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler, gemm_policy=self.gemm_policy,
                                   gemm_counts=self.gemm_mode.take() if self.gemm_mode is not None else None)
         record.update(self.param_counts)
@@ -171,8 +182,10 @@ class PrecisionGRPOTrainer(GRPOTrainer):
 class StepLogger(TrainerCallback):
     """Appends one row per optimiser step to ``metrics.jsonl`` and watches for collapse and overflow."""
 
-    def __init__(self, trainer: PrecisionGRPOTrainer, log: MetricsLog, alarm: CollapseAlarm, max_skips: int):
+    def __init__(self, trainer: PrecisionGRPOTrainer, log: MetricsLog, alarm: CollapseAlarm, max_skips: int,
+                 reward_tally: list | None = None, rank_log: MetricsLog | None = None):
         self.trainer, self.log, self.alarm, self.max_skips = trainer, log, alarm, max_skips
+        self.reward_tally, self.rank_log = reward_tally, rank_log  # this process's (sum, count) per reward call
         self.pending: dict = {}
         self.skips_in_row = 0
         self.skipped_total = 0
@@ -194,6 +207,7 @@ class StepLogger(TrainerCallback):
         self.skips_in_row = self.skips_in_row + 1 if rec["skipped_step"] else 0
         self.skipped_total += rec["skipped_step"]
         rec["skipped_steps_total"] = self.skipped_total
+        rec.update(self._per_rank(state.global_step, rec))
         self.pending = rec
         if self.skips_in_row >= self.max_skips:
             raise NonFiniteError(f"step {state.global_step}: {self.skips_in_row} FP16 steps in a row overflowed "
@@ -203,7 +217,7 @@ class StepLogger(TrainerCallback):
         if not self.pending:  # the trainer's end-of-run summary, not a step
             return
         logs = dict(logs or {})
-        if "loss" in logs and not np.isfinite(logs["loss"]) and self.trainer.accelerator.scaler is None:
+        if "loss" in logs and not np.isfinite(logs["loss"]) and self.trainer.loss_scale() is None:
             raise NonFiniteError(f"step {state.global_step}: the loss is {logs['loss']}")
         row = {"step": state.global_step, **logs, **self.pending}
         if "reward" in row:
@@ -212,6 +226,24 @@ class StepLogger(TrainerCallback):
         if message:
             row["alarm"] = message
             self.alarms.append((state.global_step, message))
-            print(f"[nbkit] collapse alarm at step {state.global_step}: {message}", flush=True)
-        self.log.append(row)
+            if state.is_world_process_zero:
+                print(f"[nbkit] collapse alarm at step {state.global_step}: {message}", flush=True)
+        if state.is_world_process_zero:  # one metrics.jsonl per run, whatever the number of processes
+            self.log.append(row)
         self.pending = {}
+
+    def _per_rank(self, step: int, rec: dict) -> dict:
+        """Every process's own audit and reward sum of this step, gathered (the row shows all ranks were
+        audited, and the gathered reward can be checked against the per-rank sums); also in ``rank_log``."""
+        acc = self.trainer.accelerator
+        calls = list(self.reward_tally or ())
+        if self.reward_tally is not None:
+            self.reward_tally.clear()
+        own = {"rank": acc.process_index, "audit/matmul_dtypes": rec["audit/matmul_dtypes"],
+               "reward_sum": sum(c[0] for c in calls), "reward_count": sum(c[1] for c in calls)}
+        if self.rank_log is not None:
+            self.rank_log.append({"step": step, **own})
+        ranks = gather_object([own])
+        return {"ranks/audit_matmul_dtypes": [r["audit/matmul_dtypes"] for r in ranks],
+                "ranks/reward_sum": [r["reward_sum"] for r in ranks],
+                "ranks/reward_count": [r["reward_count"] for r in ranks]}

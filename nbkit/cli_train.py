@@ -1,0 +1,170 @@
+"""``nbkit train``: one RL run from the command line, a YAML file, or both (flags override the file).
+
+    nbkit train --algorithm pg_seq_is --train-dtype fp16 --steps 40
+    nbkit train --config run.yaml --steps 10               # the file, then the flags
+    accelerate launch --num_processes 2 -m nbkit.cli_train --config run.yaml
+    nbkit train --config run.yaml --print-config           # the resolved config as YAML, nothing loaded
+
+Every ``RLConfig`` field is a flag (``--field-name``; booleans also as ``--no-field-name``) whose help text is the
+docstring under the field in ``nbkit/rl/config.py``, read from the source: one place documents a field. A YAML
+key is a field name (``train_dtype`` or ``train-dtype``). Unknown keys, values of the wrong type and values
+``RLConfig`` rejects stop the command before any model or dataset loads, naming the key and the valid choices.
+A run folder's ``config.json`` is itself a valid ``--config``.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import inspect
+import sys
+import types
+import typing
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+from nbkit import launch
+from nbkit.rl.config import RLConfig
+
+
+def field_docs(cls=RLConfig) -> dict[str, str]:
+    """Field name → the string literal written right under it in the class body (the TRL-style field doc)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def field_types(cls=RLConfig) -> dict[str, tuple[type, bool]]:
+    """Field name → (base type, None allowed) from the annotations (``str | None`` → (str, True))."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else ()
+        base = next((a for a in args if a is not type(None)), hint)
+        out[f.name] = (base, type(None) in args)
+    return out
+
+
+def convert(name: str, value, base: type, optional: bool):
+    """``value`` (from a flag's text or a YAML scalar) as the field's type; ValueError naming the key otherwise."""
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null", "")):
+        if optional:
+            return None
+        raise ValueError(f"{name}: None is not allowed (expects {base.__name__})")
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ValueError(f"{name}: expects true or false, got {value!r}")
+    if base is int and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer())):
+        raise ValueError(f"{name}: expects an integer, got {value!r}")
+    if base is str and not isinstance(value, str):
+        raise ValueError(f"{name}: expects a string, got {value!r}")
+    try:
+        return base(float(value)) if base is int and isinstance(value, float) else base(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expects {'an integer' if base is int else 'a number'}, got {value!r}") from None
+
+
+def read_config_file(path: str | Path) -> dict:
+    """The fields set in a YAML (or JSON) file, type-checked; unknown keys are an error naming the close ones."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {str(path)!r} not found")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expects a mapping of RLConfig fields, got {type(data).__name__}")
+    types_ = field_types()
+    out = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in types_:
+            close = difflib.get_close_matches(name, list(types_), n=3)
+            raise ValueError(f"{path}: unknown key {key!r}" + (f" (did you mean {close}?)" if close else "")
+                             + f"; valid keys: {sorted(types_)}")
+        out[name] = convert(name, value, *types_[name])
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``nbkit train`` parser: ``--config``, ``--print-config`` and one flag per ``RLConfig`` field."""
+    parser = argparse.ArgumentParser(
+        prog="nbkit train", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--config", metavar="FILE", help="YAML (or JSON) file of RLConfig fields; flags override it")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config as YAML and exit without loading anything")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    docs, types_ = field_docs(), field_types()
+    group = parser.add_argument_group("RLConfig fields (nbkit/rl/config.py)")
+    for f in fields(RLConfig):
+        base, optional = types_[f.name]
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not MISSING else None
+        help_text = docs.get(f.name, "").replace("%", "%%")
+        if base is bool:
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=f"{help_text} (default: {default})")
+        else:
+            group.add_argument(flag, dest=f.name, metavar=base.__name__.upper(), default=argparse.SUPPRESS,
+                               type=_flag_type(f.name, base, optional), help=f"{help_text} (default: {default})")
+    return parser
+
+
+def _flag_type(name: str, base: type, optional: bool):
+    def parse(text: str):
+        try:
+            return convert(name, text, base, optional)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = base.__name__
+    return parse
+
+
+def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace]:
+    """The ``RLConfig`` of a command line (file, then flags); argparse errors (exit 2) for anything invalid."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    options = {"config", "print_config", "quiet"}
+    values = {}
+    try:
+        if args.config:
+            values.update(read_config_file(args.config))
+        values.update({k: v for k, v in vars(args).items() if k not in options})
+        cfg = RLConfig(**values)
+        if not args.print_config:
+            launch.check_launch(cfg.train_dtype)  # an accelerate launch that does not fit the run
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    return cfg, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, args = resolve(argv)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        return 0
+    from nbkit.rl import train
+
+    result = train(cfg, progress=not args.quiet)
+    from nbkit.rl.run import world
+
+    if world()[0] == 0:
+        print(f"[nbkit] {len(result.rows)} steps in {result.seconds:.0f} s, final accuracy "
+              f"{result.final_accuracy:.3f}; metrics: {result.out / 'metrics.jsonl'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

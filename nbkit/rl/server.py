@@ -1,0 +1,122 @@
+"""Rollouts from a running vLLM server (TRL's server mode), refused when the server serves another dtype.
+
+TRL's ``trl vllm-serve`` / ``vllm serve`` take ``--dtype`` (default ``auto``), and TRL's trainer never compares it
+with the trainer's: a run asked for FP16 rollouts could silently sample from a BF16 server, i.e. measure and
+correct the very mismatch the workbook studies against the wrong μ. ``ServerGeneration`` is TRL's own server-mode
+``VLLMGeneration`` (its client, its NCCL weight sync: GPU only) with one addition: before the weight-sync group is
+opened, the main process asks the server which dtype it resolved (``/server_info``, vLLM's dev endpoint that
+TRL's client already requires) and every process stops when it differs from the requested rollout dtype, or when
+the server reports log-probs before temperature / top-p (``--logprobs-mode`` other than ``processed_logprobs``).
+"""
+from __future__ import annotations
+
+import time
+
+from trl.generation.vllm_generation import VLLMGeneration
+
+SERVER_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float": "fp32"}
+"""vLLM's dtype spellings (``torch.bfloat16`` in ``/server_info``, ``bfloat16`` on its command line) → ours."""
+
+
+class ServerDtypeError(RuntimeError):
+    """The vLLM server serves another dtype than the requested rollout dtype, or reports μ before sampling processing."""
+
+
+def served_dtype(server_info: dict) -> str:
+    """The workbook name (fp32 | bf16 | fp16) of the dtype in a ``VLLMClient.get_server_info()`` answer."""
+    try:
+        raw = server_info["model_config"]["dtype"]
+    except (KeyError, TypeError) as exc:
+        raise ServerDtypeError(f"the server's /server_info has no model_config.dtype (got keys "
+                               f"{sorted(server_info) if isinstance(server_info, dict) else type(server_info)})") from exc
+    name = str(raw).removeprefix("torch.")
+    if name not in SERVER_DTYPES:
+        raise ServerDtypeError(f"the server serves dtype {raw!r}, which is none of {sorted(SERVER_DTYPES)}")
+    return SERVER_DTYPES[name]
+
+
+def check_server_dtype(client, requested: str) -> str:
+    """Ask ``client`` (TRL's ``VLLMClient`` or anything with ``get_server_info()``) for its dtype; raise
+    ``ServerDtypeError`` naming both when it is not ``requested``. Returns the served dtype."""
+    served = served_dtype(client.get_server_info())
+    if served != requested:
+        raise ServerDtypeError(
+            f"requested {requested} rollouts but the vLLM server at {getattr(client, 'base_url', '?')} serves "
+            f"{served}: restart it with --dtype {_VLLM_NAMES[requested]} (or set rollout_dtype={served!r})")
+    return served
+
+
+_VLLM_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def check_server_logprobs(client) -> None:
+    """μ must be the distribution actually sampled from (after temperature / top-p / top-k), as the colocated
+    engines report it: refuse a server started without ``--logprobs-mode processed_logprobs`` (TRL only warns)."""
+    mode = client.get_server_info().get("model_config", {}).get("logprobs_mode")
+    if mode != "processed_logprobs":
+        raise ServerDtypeError(f"the vLLM server at {getattr(client, 'base_url', '?')} reports logprobs_mode "
+                               f"{mode!r}: restart it with --logprobs-mode processed_logprobs (TRL's vllm-serve does)")
+
+
+class ServerGeneration(VLLMGeneration):
+    """TRL's server-mode generation with the dtype check, timings and the ``EngineGeneration`` bookkeeping
+    interface (``engine_dtype``, ``take_seconds``, ``close``) the workbook trainer calls."""
+
+    def __init__(self, *, dtype: str, server_base_url: str, server_timeout: float = 240.0, **trl_kwargs):
+        for colocate_only in ("engine", "model_ref", "seed", "kv_cache_gib", "gemm_policy", "hf_batch_size",
+                              "max_num_batched_tokens"):
+            trl_kwargs.pop(colocate_only, None)  # the server owns its engine
+        self.rollout_dtype, self.served = dtype, None
+        self.seconds = {"generate": 0.0, "sync": 0.0}
+        super().__init__(mode="server", server_base_url=server_base_url, server_timeout=server_timeout, **trl_kwargs)
+
+    def _init_vllm(self) -> None:
+        """Connect (main process), check the dtype on every process, then open TRL's weight-sync group."""
+        from accelerate.utils import broadcast_object_list
+        from trl.generation.vllm_client import VLLMClient
+
+        acc = self.accelerator
+        verdict = [None]
+        if acc.is_main_process:
+            self.vllm_client = VLLMClient(base_url=self.server_base_url, group_port=self.group_port,
+                                          connection_timeout=self.server_timeout)
+            try:
+                served = check_server_dtype(self.vllm_client, self.rollout_dtype)
+                check_server_logprobs(self.vllm_client)
+                verdict = [("ok", served)]
+            except ServerDtypeError as exc:
+                verdict = [("error", str(exc))]
+        if acc.num_processes > 1:
+            broadcast_object_list(verdict, from_process=0)
+        status, value = verdict[0]
+        if status == "error":
+            raise ServerDtypeError(value)
+        self.served = value
+        if acc.is_main_process:
+            self.vllm_client.init_communicator(device=acc.device)
+
+    def sync_weights(self) -> None:
+        start = time.perf_counter()
+        super().sync_weights()
+        self.seconds["sync"] += time.perf_counter() - start
+
+    def generate(self, *args, **kwargs):
+        start = time.perf_counter()
+        out = super().generate(*args, **kwargs)
+        self.seconds["generate"] += time.perf_counter() - start
+        return out
+
+    def engine_dtype(self) -> str:
+        """The dtype the server reported at start-up (checked equal to the request then)."""
+        return self.served
+
+    def take_seconds(self) -> dict:
+        """Generate and sync time since the last call (then reset)."""
+        out, self.seconds = self.seconds, {"generate": 0.0, "sync": 0.0}
+        return out
+
+    def close(self) -> None:
+        """Leave the weight-sync group (the server keeps running)."""
+        client = getattr(self, "vllm_client", None)
+        if client is not None and getattr(client, "communicator", None) is not None:
+            client.close_communicator()

@@ -1,0 +1,93 @@
+"""``nbkit train``: every RLConfig field is a documented flag, a YAML file sets fields, flags override it, and
+anything invalid stops the command before a model or dataset loads, naming the key and the choices."""
+import dataclasses
+import json
+import re
+
+import pytest
+
+from nbkit import cli_train, runner
+from nbkit.rl import RLConfig
+
+
+def test_every_field_is_a_flag_whose_help_is_the_fields_docstring(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_train.main(["--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    docs = cli_train.field_docs()
+    assert set(docs) == {f.name for f in dataclasses.fields(RLConfig)}, "a field without a docstring"
+    for name, doc in docs.items():
+        assert f"--{name.replace('_', '-')}" in text, name
+        assert " ".join(doc.split()[:6]) in text, f"help of --{name} is not its docstring"
+
+
+def test_field_docs_come_from_the_source_not_a_copy():
+    docs = cli_train.field_docs()
+    assert docs["top_p"].startswith("Nucleus sampling mass")
+    assert docs["vllm_mode"].startswith("``colocate``")
+
+
+def test_yaml_sets_fields_and_flags_override_the_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("algorithm: pg_seq_is\ntrain-dtype: bf16\nsteps: 7\nlora: true\nrollout_dtype: null\n")
+    cfg, _ = cli_train.resolve(["--config", str(path), "--steps", "3", "--no-lora", "--top-p", "0.9"])
+    assert (cfg.algorithm, cfg.train_dtype, cfg.steps, cfg.lora, cfg.top_p, cfg.rollout_dtype) == (
+        "pg_seq_is", "bf16", 3, False, 0.9, None)
+
+
+def test_a_run_folders_config_json_is_a_valid_config_file(tmp_path):
+    original = RLConfig(algorithm="gspo", steps=5, rollout_dtype="fp32")
+    (tmp_path / "config.json").write_text(json.dumps(original.to_dict()))
+    cfg, _ = cli_train.resolve(["--config", str(tmp_path / "config.json")])
+    assert cfg == original
+
+
+@pytest.mark.parametrize("yaml_text,expected", [
+    ("stepz: 3\n", r"unknown key 'stepz' \(did you mean \['steps'\]\?\); valid keys: .*'train_dtype'"),
+    ("steps: many\n", r"steps: expects an integer, got 'many'"),
+    ("lora: 3\n", r"lora: expects true or false, got 3"),
+    ("train_dtype: fp8\n", r"unknown train_dtype 'fp8'; choose one of \('fp32', 'bf16', 'fp16'\)"),
+    ("grader: exact\n", r"unknown grader 'exact'; choose one of \['arith', 'math_verify', 'r1_distill'\] or 'auto'"),
+    ("template: chatml\n", r"unknown template 'chatml'; choose one of \[.*'qwen_math'.*\]"),
+    ("vllm_mode: remote\n", r"unknown vllm_mode 'remote'; choose one of \('colocate', 'server'\)"),
+])
+def test_bad_yaml_fails_before_anything_loads_naming_key_and_choices(tmp_path, capsys, monkeypatch, yaml_text, expected):
+    monkeypatch.setattr("nbkit.rl.train", lambda *a, **k: pytest.fail("train() must not be reached"))
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(SystemExit) as exit_:
+        cli_train.main(["--config", str(path)])
+    assert exit_.value.code == 2
+    assert re.search(expected, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--steps", "2.5"], "steps: expects an integer, got '2.5'"),
+    (["--algorithm", "ppo"], "unknown algorithm 'ppo'; choose one of"),
+    (["--rollout-engine", "sglang"], "unknown rollout_engine 'sglang'; choose one of ('hf', 'vllm')"),
+    (["--vllm-mode", "server"], "vllm_mode='server' needs rollout_engine='vllm'"),
+    (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
+    (["--config", "/nowhere/run.yaml"], "config file '/nowhere/run.yaml' not found"),
+])
+def test_bad_flags_fail_naming_the_key(capsys, argv, expected):
+    with pytest.raises(SystemExit) as exit_:
+        cli_train.main(argv)
+    assert exit_.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_print_config_resolves_without_training(capsys, monkeypatch):
+    monkeypatch.setattr("nbkit.rl.train", lambda *a, **k: pytest.fail("train() must not be reached"))
+    assert runner.main(["train", "--steps", "4", "--rollout-dtype", "fp32", "--print-config"]) == 0
+    import yaml
+
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == RLConfig(steps=4, rollout_dtype="fp32").to_dict()
+
+
+def test_an_accelerate_launch_for_another_precision_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.setattr("nbkit.rl.train", lambda *a, **k: pytest.fail("train() must not be reached"))
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    with pytest.raises(SystemExit) as exit_:
+        cli_train.main(["--train-dtype", "fp16"])
+    assert exit_.value.code == 2 and "accelerate was launched for bf16 but train_dtype='fp16'" in capsys.readouterr().err

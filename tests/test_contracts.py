@@ -1,0 +1,113 @@
+"""Contracts with the libraries whose private names ``nbkit.rl`` overrides: these fail loudly, naming what moved,
+when TRL changes the hooks the trainer and the rollout backend rely on (and the pins say which versions fit).
+
+Read from the installed sources (``inspect`` / ``ast``), so they cost milliseconds and need no GPU or server.
+"""
+import ast
+import inspect
+import textwrap
+import warnings
+
+import pytest
+from trl import GRPOTrainer
+from trl.generation.vllm_client import VLLMClient
+from trl.generation.vllm_generation import VLLMGeneration
+
+from nbkit import versions
+
+
+def source_tree(fn) -> ast.AST:
+    return ast.parse(textwrap.dedent(inspect.getsource(fn)))
+
+
+def self_assignments(fn) -> set[str]:
+    """Names X of every ``self.X = ...`` in a function."""
+    return {t.attr for node in ast.walk(source_tree(fn)) if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+
+
+def test_generate_and_score_completions_still_returns_the_keys_the_trainer_reads():
+    tree = source_tree(GRPOTrainer._generate_and_score_completions)
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "output" for t in node.targets) \
+                and isinstance(node.value, ast.Dict):
+            keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "output" \
+                and isinstance(node.slice, ast.Constant) and isinstance(node.ctx, ast.Store):
+            keys.add(node.slice.value)
+    read_by_nbkit = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "old_per_token_logps",
+                     "sampling_per_token_logps", "importance_sampling_ratio"}
+    missing = read_by_nbkit - keys
+    assert not missing, f"TRL's _generate_and_score_completions no longer returns {sorted(missing)} (has {sorted(keys)})"
+
+
+def test_the_overridden_trainer_hooks_keep_their_signatures():
+    def params(fn):
+        return list(inspect.signature(fn).parameters)
+
+    assert params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
+    assert params(GRPOTrainer.compute_loss)[:5] == ["self", "model", "inputs", "return_outputs", "num_items_in_batch"]
+    assert params(GRPOTrainer._get_per_token_logps_and_entropies)[:6] == [
+        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"]
+    returns = [n for n in ast.walk(source_tree(GRPOTrainer._get_per_token_logps_and_entropies))
+               if isinstance(n, ast.Return) and n.value is not None]
+    assert returns and all(isinstance(r.value, ast.Tuple) and len(r.value.elts) == 3 for r in returns), \
+        "_get_per_token_logps_and_entropies no longer returns (logps, entropies, aux): nbkit unpacks three values"
+    for attr in ("_metrics", "vllm_importance_sampling_clip_max", "temperature", "top_p", "top_k",
+                 "max_completion_length", "use_vllm", "vllm_generation"):
+        assert attr in self_assignments(GRPOTrainer.__init__), f"GRPOTrainer.__init__ no longer sets self.{attr}"
+
+
+def test_trl_still_drives_the_rollout_backend_the_way_engine_generation_implements_it():
+    call_site = inspect.getsource(GRPOTrainer._generate_single_turn)
+    assert "self.vllm_generation.sync_weights()" in call_site
+    calls = [n for n in ast.walk(source_tree(GRPOTrainer._generate_single_turn)) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and n.func.attr == "generate"
+             and "vllm_generation" in ast.unparse(n.func.value)]
+    assert calls, "GRPOTrainer no longer calls self.vllm_generation.generate(...)"
+    assert {k.arg for k in calls[0].keywords} == {"prompts", "images", "num_generations", "profiler"}
+    assert "_, completion_ids, logprobs, _ = self.vllm_generation.generate(" in call_site, \
+        "the generate() result is no longer unpacked as 4 values (prompt_ids, completion_ids, logprobs, extra)"
+
+
+def test_vllm_generation_constructor_and_methods_used_by_nbkit_are_there():
+    init = inspect.signature(VLLMGeneration.__init__).parameters
+    passed = {"model", "accelerator", "processing_class", "mode", "server_base_url", "server_timeout",
+              "gpu_memory_utilization", "max_model_length", "max_num_seqs", "temperature", "top_p", "top_k",
+              "max_completion_length", "logprobs"}
+    assert not passed - set(init), f"VLLMGeneration.__init__ lost {sorted(passed - set(init))}"
+    assigned = self_assignments(VLLMGeneration.__init__)
+    read = {"accelerator", "temperature", "top_p", "top_k", "max_completion_length", "max_num_seqs",
+            "gpu_memory_utilization", "max_model_length", "server_base_url", "group_port", "server_timeout", "mode"}
+    assert not read - assigned, f"VLLMGeneration.__init__ no longer sets {sorted(read - assigned)}"
+    body = inspect.getsource(VLLMGeneration.__init__)
+    assert body.rstrip().endswith("self._init_vllm()"), "VLLMGeneration.__init__ must end by calling _init_vllm()"
+    for method, first in (("_init_vllm", ["self"]), ("_iter_named_params", ["self"]), ("sync_weights", ["self"]),
+                          ("generate", ["self", "prompts", "images", "num_generations", "profiler"])):
+        assert list(inspect.signature(getattr(VLLMGeneration, method)).parameters)[:len(first)] == first, method
+    for method in ("get_server_info", "init_communicator", "close_communicator"):
+        assert callable(getattr(VLLMClient, method, None)), f"VLLMClient.{method} is gone (server mode uses it)"
+
+
+def test_installed_versions_equal_the_pins():
+    pinned = versions.pins()
+    assert {"trl", "transformers", "accelerate", "vllm"} <= set(pinned), pinned
+    assert versions.mismatches() == [], "installed versions differ from the pins the contracts were written for"
+
+
+def test_a_version_mismatch_is_named_and_strict_mode_refuses(monkeypatch):
+    fake = {"trl": "1.16.0", "transformers": "5.19.0", "accelerate": "1.15.0", "vllm": "0.32.0"}
+    found = versions.mismatches(fake, found=lambda n: {"trl": "1.17.1", "vllm": "0.32.0+cu129"}.get(n))
+    assert found == ["trl 1.17.1 is installed but the workbook is pinned to trl==1.16.0"]  # +local tag ignored
+    monkeypatch.setattr(versions, "mismatches", lambda: found)
+    with pytest.warns(versions.VersionMismatchWarning, match="trl 1.17.1 is installed"):
+        versions.check(strict=False)
+    monkeypatch.setenv(versions.STRICT_ENV, "1")
+    with pytest.raises(RuntimeError, match="pinned to trl==1.16.0"):
+        versions.check()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monkeypatch.setattr(versions, "mismatches", lambda: [])
+        assert versions.check() == []

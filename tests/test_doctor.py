@@ -1,0 +1,63 @@
+"""``nbkit doctor``: the verdict's numbers follow from the log-ratios, the length model is solved right, and a
+head-less run on tiny-arith with the HF engine writes the HTML verdict in seconds."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from nbkit import doctor, runner
+
+
+def test_crossing_length_solves_drift_plus_random_walk():
+    assert doctor.crossing_length(0.0, 0.01, 1.0) == pytest.approx(100.0)  # pure random walk: c² / v
+    assert doctor.crossing_length(0.01, 0.0, 1.0) == pytest.approx(100.0)  # pure drift: c / |δ|
+    length = doctor.crossing_length(0.01, 0.01, 1.0)
+    assert 0.01**2 * length**2 + 0.01 * length == pytest.approx(1.0) and length < 100
+    assert doctor.crossing_length(0.0, 0.0, 1.0) == math.inf
+
+
+def test_diagnosis_counts_clipped_tokens_and_masked_sequences():
+    mu = [np.log([0.5, 0.5, 0.5]), np.log([0.5, 0.5])]
+    pi = [np.log([0.5, 0.7, 0.5]), np.log([0.39, 0.5])]  # r = 1.4 (clipped), 0.78 (clipped), the rest 1
+    d = doctor.dtype_diagnosis(pi, mu)
+    assert d["clip_fraction"] == pytest.approx(2 / 5)
+    assert d["masked_sequences"] == 0.0  # log R = log 1.4 < log 3
+    d3 = doctor.dtype_diagnosis([np.log([0.5, 0.5])], [np.log([0.1, 0.5])])  # R = 5 > 3: masked by TRL
+    assert d3["masked_sequences"] == 1.0 and d3["n_sequences"] == 1
+
+
+def test_recommendation_follows_the_target_length_and_the_fp16_range():
+    bf16 = {"token_abs_logp_diff/mean": 1e-3, "length_to_mask": 500.0, "length_to_clip": 50.0, "clip_fraction": 0.02}
+    fp16 = {"token_abs_logp_diff/mean": 1e-4, "length_to_mask": 50_000.0, "length_to_clip": 5_000.0, "clip_fraction": 0.0}
+    verdict, reasons = doctor.recommend({"bf16": bf16, "fp16": fp16}, target_length=4096, max_abs_weight=3.0)
+    assert verdict == "switch to FP16" and any("10× FP16's" in r for r in reasons)
+    assert doctor.recommend({"bf16": bf16, "fp16": fp16}, 100, 3.0)[0] == "prefer FP16"  # inside the mask, 10× larger
+    verdict, reasons = doctor.recommend({"bf16": bf16, "fp16": fp16}, 4096, max_abs_weight=1e5)
+    assert verdict == "stay in BF16" and "65504" in reasons[0]
+    assert doctor.recommend({"bf16": bf16}, 4096, 3.0)[0] == "no verdict"
+
+
+def test_bad_requests_fail_before_anything_loads():
+    with pytest.raises(ValueError, match=r"unknown dtypes \['fp8'\]"):
+        doctor.DoctorConfig(dtypes=("bf16", "fp8"))
+    with pytest.raises(ValueError, match="unknown engine 'sglang'"):
+        doctor.DoctorConfig(engine="sglang")
+
+
+@pytest.mark.slow
+def test_headless_doctor_on_tiny_arith_writes_the_verdict(tmp_path, capsys):
+    code = runner.main(["doctor", "--model", "tiny-arith", "--engine", "hf", "--n-prompts", "8", "--max-tokens", "40",
+                        "--target-length", "40", "--out", str(tmp_path)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "verdict:" in printed and "doctor report:" in printed
+    saved = json.loads((tmp_path / "doctor.json").read_text())
+    assert set(saved["diagnoses"]) == {"bf16", "fp16"} and saved["engine"] == "hf"
+    b, f = saved["diagnoses"]["bf16"], saved["diagnoses"]["fp16"]
+    for d in (b, f):
+        assert d["n_tokens"] > 0 and 0 <= d["clip_fraction"] <= 1 and d["length_to_mask"] > d["length_to_clip"] > 0
+    assert b["token_abs_logp_diff/mean"] > f["token_abs_logp_diff/mean"]  # the paper's finding, measured here
+    assert saved["verdict"] in ("switch to FP16", "prefer FP16", "either") and len(saved["reasons"]) >= 4
+    page = (tmp_path / "doctor.html").read_text()
+    assert f"Verdict: {saved['verdict']}" in page and page.count("plotly.js") >= 1 and "TRL sequence mask" in page

@@ -1,0 +1,66 @@
+"""``nbkit plan``: the printed commands are exact — each trainer command parses into the profile's RLConfig, its
+accelerate config launches the run's precision, and each server serves the rollout dtype with TRL's flags."""
+import re
+import shlex
+
+import pytest
+
+from nbkit import cli_train, launch, plan
+from nbkit.paths import ROOT
+
+
+def commands(text: str) -> list[list[str]]:
+    return [shlex.split(line) for line in text.splitlines() if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("mode", plan.MODES)
+def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate_config(mode):
+    printed = plan.make_plan("gpu", gpus=8, mode=mode).text()
+    trainers = [c for c in commands(printed) if "accelerate" in c]
+    expected = plan.run_configs("gpu")
+    assert len(trainers) == len(expected) == 4  # grpo and pg_seq_is, in FP16 and BF16
+    for argv, want in zip(trainers, expected):
+        i = argv.index("nbkit.cli_train")
+        cfg, _ = cli_train.resolve(argv[i + 1:])
+        assert (cfg.model, cfg.algorithm, cfg.train_dtype, cfg.steps, cfg.lr, cfg.max_tokens) == (
+            want.model, want.algorithm, want.train_dtype, want.steps, want.lr, want.max_tokens)
+        assert cfg.rollout_engine == "vllm" and cfg.vllm_mode == mode
+        config_file = argv[argv.index("--config_file") + 1]
+        processes = int(argv[argv.index("--num_processes") + 1])
+        env = launch.launch_env(ROOT / config_file, num_processes=processes)
+        launch.check_launch(cfg.train_dtype, env)  # the config launches the run's own precision
+        assert processes == (4 if mode == "server" else 8)
+        assert (cfg.prompts_per_step * cfg.samples_per_prompt) % processes == 0
+
+
+def test_each_precision_gets_a_server_in_that_dtype_with_trls_flags():
+    printed = plan.make_plan("gpu", gpus=8).text()
+    servers = [c for c in commands(printed) if "serve" in c]
+    assert [s[s.index("--dtype") + 1] for s in servers] == ["float16", "bfloat16"]
+    for s in servers:
+        assert s[0].startswith("CUDA_VISIBLE_DEVICES=4,5,6,7") and s[1] == "VLLM_SERVER_DEV_MODE=1"
+        assert s[s.index("--logprobs-mode") + 1] == "processed_logprobs"  # what TRL's IS correction needs
+        assert "--weight-transfer-config" in s and s[s.index("--tensor-parallel-size") + 1] == "4"
+
+
+def test_a_gpu_count_that_cannot_split_the_batch_names_the_ones_that_can():
+    with pytest.raises(ValueError, match=r"512 completions cannot be split evenly over 7 processes.*"
+                                         r"--server-gpus in \[4, 6, 7\]"):
+        plan.make_plan("gpu", gpus=8, server_gpus=1)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"profile": "laptop"}, "unknown profile 'laptop'"),
+    ({"profile": "cpu"}, "profile 'cpu' sets no RL algorithms"),  # the notebook's own defaults: nothing to plan
+    ({"mode": "remote"}, "unknown mode 'remote'"),
+    ({"gpus": 1}, "server mode needs >= 2 GPUs"),
+    ({"kind": "zero1"}, "unknown accelerate config 'zero1'"),
+])
+def test_bad_requests_are_refused_with_the_choices(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        plan.make_plan(**{"profile": "gpu", **kwargs})
+
+
+def test_the_readme_shows_what_plan_prints():
+    readme = (ROOT / "README.md").read_text()
+    assert plan.make_plan("gpu", gpus=8).text().strip() in readme, "README out of date: paste `nbkit plan --gpus 8`"
