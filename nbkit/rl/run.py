@@ -192,7 +192,8 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     finally:
         trainer.close()
-    trainer.accelerator.wait_for_everyone()  # rank 0's last row is written before anyone reads the log
+    if trainer.accelerator.num_processes > 1:  # rank 0's last row is written before anyone reads the log
+        trainer.accelerator.wait_for_everyone()  # (single process: closing a colocated vLLM may end its group)
     result = RunResult(out, log.rows(), time.time() - start, logger.alarms)
     if rank == 0:
         (out / "summary.json").write_text(json.dumps(
