@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -132,6 +133,8 @@ class HFEngine:
             model = copy.deepcopy(model).to(dtype=td) if next(model.parameters()).dtype != td else model
         self.model, self.tokenizer = model.eval(), tokenizer
         self.gemm = gemm_policies.resolve(gemm, model.device)
+        self.gemm_routed: Counter = Counter()
+        """GEMMs (and attentions) this engine routed through the fp32-accumulate policy, per format."""
         self.batch_size, self.progress = batch_size, progress
         self.stop_ids = _stop_ids(model, tokenizer)
 
@@ -170,8 +173,10 @@ class HFEngine:
         from nbkit import gemm
 
         own = self.gemm if self.dtype != "fp32" else "native"  # (fp32 has no half GEMM to route)
-        with gemm.suspended(), gemm.policy(own):  # the engine's own policy, whatever the caller runs
+        with gemm.suspended(), gemm.policy(own) as mode:  # the engine's own policy, whatever the caller runs
             res = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+        if mode is not None:
+            self.gemm_routed.update(mode.counts)
         new = res.sequences[:, width:]
         steps = res.logits if sampling.logprobs_mode == "raw_logprobs" else res.scores
         logp = torch.stack(steps, dim=1).float().log_softmax(-1)  # [batch, new tokens, vocab]

@@ -190,6 +190,10 @@ def policy(name: str, device: str | torch.device | None = None):
     if resolve(name, device) == "native":
         yield None
         return
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError("the fp32-accumulate GEMM policy cannot act under torch.inference_mode(): inference "
+                           "tensors bypass its dispatch mode, so the GEMMs would silently run natively; use "
+                           "torch.no_grad() instead")
     mode = Fp32AccumulateGemm()
     with mode:
         yield mode

@@ -88,7 +88,7 @@ def _model_for(model: torch.nn.Module, dtype: str | None) -> torch.nn.Module:
     return copy.deepcopy(model).to(TRAIN_DTYPES[dtype])
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: its tensors bypass the GEMM policy's dispatch mode (nbkit.gemm)
 def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None, batch_size: int = 8,
                             device=None, temperature: float = 1.0, progress: bool | None = None,
                             gemm: str = "auto") -> list[np.ndarray]:

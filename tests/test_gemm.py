@@ -138,6 +138,34 @@ def test_half_attention_is_routed_and_as_accurate_as_the_fused_kernel(fmt, maski
     assert ((q.grad.float() - grad_native.float()).norm() / grad_native.float().norm()).item() <= 2 * UNIT[fmt]
 
 
+def test_the_policy_refuses_inference_mode_where_it_would_silently_not_route():
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="inference_mode"):
+        with gemm.policy("fp32-accumulate"):
+            pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_teacher_forced_pi_and_the_hf_engine_really_route_their_gemms(fmt):
+    """The π pass and the HF engine under fp32-accumulate: GEMMs routed (counted), and π differs from the native
+    kernel's somewhere (two kernels), by no more than two roundings of the format would."""
+    from nbkit.engines import HFEngine, SamplingConfig
+    from nbkit.mismatch import teacher_forced_logprobs
+
+    model, tok = models.load("tiny-arith", "fp32")
+    engine = HFEngine(model, fmt, tokenizer=tok, gemm="fp32-accumulate", progress=False)
+    rollouts = engine.generate([p["problem"] for p in arith.make_problems(16, seed=5)],
+                               SamplingConfig(max_tokens=40, n=2, seed=1))
+    assert engine.gemm_routed[fmt] > 0 and engine.gemm_routed[f"sdpa/{fmt}"] > 0
+    pi = {p: np.concatenate(teacher_forced_logprobs(model, rollouts, dtype=fmt, gemm=p))
+          for p in ("native", "fp32-accumulate")}
+    fp32 = np.concatenate(teacher_forced_logprobs(model, rollouts, dtype="fp32"))
+    kernel_gap = np.abs(pi["native"] - pi["fp32-accumulate"])
+    assert kernel_gap.max() > 0, "identical π: the fp32-accumulate policy did not run"
+    # two independent roundings in one format: their gap is of the order of either one's error against FP32
+    assert kernel_gap.mean() <= 2 * np.abs(pi["native"] - fp32).mean()
+
+
 # -- model level --------------------------------------------------------------------------------------------
 
 
