@@ -127,7 +127,9 @@ def headline(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5)
                         for r in table)
     keys = ("run", "steps", reach, f"final accuracy ({window}-step mean)", "best accuracy",
             "mean |Δ log p| (first 5)", "mean |Δ log p| (last 5)", "skipped steps", "minutes", "alarms")
+    seeds = seed_summary(table, target, window)
     return {f"sanity test (training accuracy ≥ {target:.0%})": outcome,
+            "over seeds (mean and range per algorithm and precision)": seeds,
             "runs": [{k: r[k] for k in keys} for r in table],
             "collapse alarms": sum(r["alarms"] for r in table),
             "precision audit": audit_verdict(runs)}
@@ -148,5 +150,6 @@ def audit_verdict(runs: dict[str, list[dict]]) -> str:
         return "no audited step"
     if bad:
         return f"MISMATCH in {len(bad)} of {audited} steps: " + "; ".join(bad[:3])
+    policies = sorted({str(r.get("audit/gemm")) for rows in runs.values() for r in rows if r.get("audit/gemm")})
     return (f"passed: in all {audited} audited steps every linear layer ran in the requested dtype "
-            "(a live GradScaler in every FP16 step)")
+            "(a live GradScaler in every FP16 step)" + (f"; GEMM policy {', '.join(policies)}" if policies else ""))
