@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import numbers
 import os
 import shutil
 import time
@@ -76,6 +77,10 @@ class BuildConfig:
     """Reuse cached pass rates (False: delete this configuration's cache first and sample everything)."""
 
     def __post_init__(self) -> None:
+        for name in ("n_samples", "batch_prompts", "max_tokens", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an integer, got {value!r}")
         if not 0.0 <= self.lo <= self.hi <= 1.0:
             raise ValueError(f"window must satisfy 0 <= lo <= hi <= 1, got lo={self.lo!r}, hi={self.hi!r}")
         if self.n_samples < 1:

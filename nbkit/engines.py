@@ -12,6 +12,7 @@ The engine dtype is chosen independently of the training dtype: that independenc
 from __future__ import annotations
 
 import copy
+import numbers
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -44,6 +45,10 @@ class SamplingConfig:
     i.e. the distribution actually sampled from (vLLM's names). Identical at temperature 1 without top-k/p."""
 
     def __post_init__(self) -> None:
+        for name in ("top_k", "max_tokens", "n", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an integer, got {value!r}")
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:

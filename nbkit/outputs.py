@@ -10,6 +10,7 @@ Files are written atomically: to a temporary file in the same folder, then renam
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -23,10 +24,11 @@ MARKER = ".nbkit-output.json"
 KNOWN_FILES: dict[str, tuple[set[str], str]] = {
     "dataset": ({"README.md", "card.json", "dataset_dict.json", "train", "train.parquet", "pool.parquet"},
                 "card.json"),
-    "rl-run": ({"metrics.jsonl", "config.json", "summary.json", "README.md"}, "config.json"),
+    "rl-run": ({"metrics.jsonl", "config.json", "summary.json", "README.md", "checkpoint-*"}, "config.json"),
+    "report": ({"index.html", "run.json", "*.ipynb", "*.html", "runs", "datasets"}, "index.html"),
 }
-"""Per kind: the entries a workbook output holds and the one it must hold. A folder with only such entries
-(RL runs: also ``checkpoint-N`` folders) written before markers existed is recognised as the workbook's own."""
+"""Per kind: the entries (glob patterns) a workbook output holds and the one it must hold. A folder with only such
+entries, written before markers existed, is recognised as the workbook's own."""
 
 
 class OutputFolderError(FileExistsError):
@@ -45,7 +47,7 @@ def _legacy_own(folder: Path, kind: str) -> bool:
     """True when ``folder`` holds exactly the files of a ``kind`` output written before markers existed."""
     allowed, required = KNOWN_FILES.get(kind, (set(), ""))
     names = {p.name for p in folder.iterdir()}
-    extra = {n for n in names - allowed if not (kind == "rl-run" and n.startswith("checkpoint-"))}
+    extra = {n for n in names if not any(fnmatch.fnmatchcase(n, pattern) for pattern in allowed)}
     return bool(required) and required in names and not extra
 
 

@@ -45,6 +45,8 @@ class NotebookResult:
 def notebooks(only: list[str] | None = None) -> list[Path]:
     """The notebooks in run order (by file name), optionally those whose stem starts with one of ``only``."""
     paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    if only is not None and not [o for o in only if o.strip()]:
+        raise ValueError(f"only={only!r} names no notebook; notebooks: {[p.stem for p in paths]}")
     if only:
         paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
         if not paths:
@@ -115,16 +117,58 @@ def write_index(out_dir: Path, profile: str, results: list[NotebookResult]) -> P
         f"total {sum(r.seconds for r in results):.0f} s.</p>"
         f"<table><tr><th>notebook</th><th>status</th><th>time</th><th>parameters</th><th>error</th></tr>{rows}</table>"
     )
-    index = out_dir / "index.html"
-    index.write_text(page, encoding="utf-8")
-    (out_dir / "run.json").write_text(json.dumps([r.__dict__ for r in results], indent=2))
+    from nbkit import outputs
+
+    index = outputs.write_text(out_dir / "index.html", page)
+    outputs.write_json(out_dir / "run.json", [r.__dict__ for r in results])
     return index
+
+
+def notebook_parameters(path: Path) -> set[str]:
+    """The names the notebook's ``parameters`` cell assigns (read with ``ast``: papermill's own inspection
+    misreads lines whose comment holds an ``=``)."""
+    import ast
+
+    import nbformat
+
+    cells = [c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
+    if not cells:
+        return set()
+    tree = ast.parse(cells[0].source)
+    targets = [t for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+               for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
+def check_parameters(path: Path, parameters: dict) -> None:
+    """Every parameter names a variable of the notebook's ``parameters`` cell (papermill would only warn and
+    run the notebook with its own value, marked ok)."""
+    known = notebook_parameters(path)
+    unknown = sorted(set(parameters) - set(known))
+    if unknown:
+        raise ValueError(f"notebook {path.stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
+
+
+def check_out_dir(out_dir) -> Path:
+    """The report folder: named (not ""), and new, empty or an earlier report (``nbkit.outputs``)."""
+    from nbkit import outputs
+
+    if not str(out_dir).strip():
+        raise ValueError(f"the report folder must be named, got {str(out_dir)!r}")
+    outputs.check_folder(out_dir, "report", "report folder")
+    return Path(out_dir)
 
 
 def run(profile: str = "cpu", out_dir: Path = REPORTS, only: list[str] | None = None) -> list[NotebookResult]:
     """Execute the notebooks of a profile in order and write the index; returns every result."""
+    from nbkit import outputs
+
     paths = notebooks(only)
     params = {p.stem: parameters_for(profile, p.stem) for p in paths}  # validate before running anything
+    for path in paths:
+        check_parameters(path, params[path.stem])
+    out_dir = check_out_dir(out_dir)
+    outputs.write_marker(out_dir, "report", profile=profile)
     results = []
     for path in paths:
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
@@ -141,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run", help="execute notebooks into a report folder")
     p_run.add_argument("--profile", default="cpu", help=f"one of {tuple(PROFILES)}")
     p_run.add_argument("--out", default=str(REPORTS), help="report folder")
-    p_run.add_argument("--only", nargs="*", help="notebook stems (or prefixes) to run")
+    p_run.add_argument("--only", nargs="+", help="notebook stems (or prefixes) to run")
     sub.add_parser("list", help="notebooks and their parameters per profile")
     args = parser.parse_args(argv)
     if args.cmd == "list":
