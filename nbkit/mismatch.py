@@ -178,7 +178,7 @@ def _ragged(logp_pi, logp_mu) -> tuple[list[np.ndarray], list[np.ndarray]]:
     for name, seqs in (("log π", pi), ("log μ", mu)):
         for i, a in enumerate(seqs):
             if a.size and np.nanmax(a) > LOGP_TOLERANCE:
-                raise ValueError(f"sequence {i}: {name} holds {np.nanmax(a)!r} > 0, not a log-probability "
+                raise ValueError(f"sequence {i}: {name} holds {float(np.nanmax(a))!r} > 0, not a log-probability "
                                  f"(probabilities or logits passed by mistake?)")
     if not pi:
         raise ValueError("empty input: no sequences")

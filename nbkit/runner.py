@@ -159,7 +159,7 @@ def check_out_dir(out_dir) -> Path:
     return Path(out_dir)
 
 
-def run(profile: str = "cpu", out_dir: Path = REPORTS, only: list[str] | None = None) -> list[NotebookResult]:
+def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | None = None) -> list[NotebookResult]:
     """Execute the notebooks of a profile in order and write the index; returns every result."""
     from nbkit import outputs
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in notebooks():
             print(path.stem, {name: prof.get(path.stem, {}) for name, prof in PROFILES.items()})
         return 0
-    results = run(args.profile, Path(args.out), args.only)
+    results = run(args.profile, args.out, args.only)
     print(f"[nbkit] report: {Path(args.out) / 'index.html'}")
     failed = [r.stem for r in results if not r.ok]
     if failed:
