@@ -19,7 +19,10 @@ from typing import Sequence
 
 import torch
 
-ENGINE_DTYPES = ("fp32", "bf16", "fp16")
+from nbkit.models import DTYPES
+
+ENGINE_DTYPES = tuple(DTYPES)
+"""Engine dtypes: the short names of ``nbkit.models.DTYPES``."""
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 FINISH_REASONS = ("stop", "length")
 
@@ -228,7 +231,7 @@ class VLLMEngine:
         self.dtype, self.logprobs_mode, self.progress = dtype, logprobs_mode, progress
         self.path = models.resolve(model)
         self.llm = LLM(
-            model=self.path, dtype=_VLLM_DTYPES[dtype], seed=seed,
+            model=self.path, dtype=str(DTYPES[dtype]).removeprefix("torch."), seed=seed,
             max_model_len=max_model_len or default_max_model_len(self.path),
             gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
             logprobs_mode=logprobs_mode, **llm_kwargs,
@@ -316,8 +319,6 @@ def default_max_model_len(path: str, cap: int = 2048) -> int:
     own = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
     return min(cap, int(own)) if own else cap
 
-
-_VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def require_vllm():

@@ -23,7 +23,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-TRAIN_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from nbkit.models import DTYPES
+
+TRAIN_DTYPES = DTYPES
+"""Training dtypes by short name: ``nbkit.models.DTYPES`` (the one table)."""
 
 METRICS = {
     "n_sequences": "number of sequences",
