@@ -55,6 +55,9 @@ def test_a_killed_and_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(tm
     straight = train(config(tmp_path / "straight", arith_jsonl), progress=False)
     assert [r["step"] for r in straight.rows] == [1, 2, 3, 4]
     assert len({r["reward"] for r in straight.rows} | {r["completions/mean_length"] for r in straight.rows}) > 2
+    saved = json.loads((straight.out / "checkpoint-2" / runfolder.STATE_FILE).read_text())
+    assert saved["rollout_calls"] == 2 and saved["skipped_steps_total"] == 0 and saved["step"] == 2
+    assert (straight.out / "checkpoint-4").is_dir()  # the last step is saved too: the run can be extended
 
     out = tmp_path / "killed"
     with monkeypatch.context() as m:

@@ -8,13 +8,15 @@ once finished, and the marker of ``nbkit.outputs`` with the run's id. The rules:
 - ``resume=True`` continues the run in the folder only if the config is the run's own, except the fields of
   ``SAFE_TO_CHANGE`` (e.g. ``steps``, to extend it); otherwise it names every differing field;
 - resuming a finished run with no more steps does nothing and says so;
-- a checkpoint is complete when it holds ``STATE_FILE``, written after transformers has saved everything else;
+- a checkpoint is complete when its ``trainer_state.json`` (the last file transformers writes) reads as JSON;
   a partial one (a kill during the write) is named, ignored and removed when the run continues;
 - ``plan_run`` only reads: every refusal happens before a model is loaded. ``begin`` makes the changes
   (clear, marker, ``config.json``, metrics truncated to the checkpoint) once training is about to start.
 
-The state saved with each checkpoint (``STATE_FILE``) is what transformers does not save itself: the rollout
-seed counter and the skipped-step counts, so that a resumed run continues exactly as the uninterrupted one.
+The state saved with each checkpoint (``STATE_FILE``, written right after it) is what transformers does not save
+itself: the rollout seed counter and the skipped-step counts, so that a resumed run continues exactly as the
+uninterrupted one. A checkpoint without it (written before it existed, or a kill in between) gets the same
+values from its step and the metric rows up to it.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ KIND = "rl-run"
 """The ``nbkit.outputs`` kind of a run folder."""
 
 STATE_FILE = "nbkit_state.json"
-"""Written into ``checkpoint-N`` last: the workbook's own state, and the sign that the checkpoint is complete."""
+"""Written into ``checkpoint-N`` after transformers' files: the workbook's own state of the run at that step."""
 
 SAFE_TO_CHANGE = ("steps", "resume", "overwrite", "checkpoint_every", "output_dir", "max_consecutive_skips",
                   "vllm_kv_cache_gib")
@@ -77,7 +79,7 @@ def checkpoints(out: Path) -> tuple[list[Path], list[Path]]:
     if not out.is_dir():
         return [], []
     found = sorted((int(m.group(1)), p) for p in out.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
-    complete = [p for _, p in found if (p / STATE_FILE).is_file() and (p / "trainer_state.json").is_file()]
+    complete = [p for _, p in found if _read_json(p / "trainer_state.json") is not None]
     return complete, [p for _, p in found if p not in complete]
 
 
@@ -182,12 +184,16 @@ class RunFolderCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kw):
         self.run_id = begin(self.plan, self.cfg)
         if self.plan.action == "resume":
+            rows = self.logger.log.rows()  # up to the checkpoint's step
+            in_row = 0
+            for row in rows:
+                in_row = in_row + 1 if row.get("skipped_step") else 0
+                self.logger.alarm.update(row)  # the alarm sees the run's history again (its messages were logged)
             saved = self.plan.state
-            self.trainer.vllm_generation._calls = int(saved.get("rollout_calls", state.global_step))
-            self.logger.skipped_total = int(saved.get("skipped_steps_total", 0))
-            self.logger.skips_in_row = int(saved.get("skips_in_row", 0))
-            for row in self.logger.log.rows():  # the alarm sees the run's history again (messages were logged)
-                self.logger.alarm.update(row)
+            self.trainer.vllm_generation._calls = int(saved.get("rollout_calls", state.global_step))  # 1 per step
+            self.logger.skipped_total = int(saved.get("skipped_steps_total",
+                                                  rows[-1].get("skipped_steps_total", 0) if rows else 0))
+            self.logger.skips_in_row = int(saved.get("skips_in_row", in_row))
 
     def on_step_end(self, args, state, control, **kw):
         if self.cfg.checkpoint_every and state.global_step >= state.max_steps:
