@@ -69,9 +69,11 @@ def kernel_name() -> str:
 
 
 def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) -> NotebookResult:
-    """Run one notebook with papermill and export its HTML; never raises for a notebook's own error."""
+    """Run one notebook with papermill and export its HTML; never raises for a notebook's own error (a parameter
+    the notebook does not have is the caller's: ValueError before anything runs)."""
     import papermill
 
+    check_parameters(path, parameters)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / path.name
     start = time.time()

@@ -234,6 +234,23 @@ def test_a_rollout_engine_holding_other_weights_than_requested_fails_the_audit(t
         train(smoke(tmp_path, tiny_random_model, arith_jsonl, train_dtype="fp32", steps=1), progress=False)
 
 
+def test_a_vllm_engine_whose_weights_cannot_be_inspected_fails_the_audit_instead_of_trusting_its_config():
+    from nbkit.rl import amp
+    from nbkit.rl.rollout import EngineGeneration
+
+    class SealedWorker:
+        def worker_param_dtypes(self):
+            raise RuntimeError("the engine process refuses functions")
+
+        def model_dtype(self):  # what vLLM's config says: the request, whatever the tensors hold
+            return torch.float16
+
+    generation = EngineGeneration.__new__(EngineGeneration)
+    generation.engine_kind, generation.engine = "vllm", SealedWorker()
+    with pytest.raises(amp.PrecisionError, match="cannot inspect the rollout engine's weights"):
+        generation.engine_dtype()
+
+
 @pytest.fixture(scope="module")
 def one_step_per_preset(tmp_path_factory):
     """Step 1 of every μ-corrected preset and of ``dr_grpo`` on the same batch: same seed, same weights, same
