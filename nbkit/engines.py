@@ -281,7 +281,7 @@ class VLLMEngine:
         return self.llm.llm_engine.model_config.dtype
 
     def worker_param_dtypes(self) -> list[str]:
-        """The dtypes of the parameters the worker's model really holds (asked of the running worker process).
+        """The dtypes of the weight matrices the worker's model really holds (asked of the running worker process).
 
         ``model_dtype`` only reports vLLM's configuration; this inspects the tensors. Sending a function to the
         engine process needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` set before the engine starts.
@@ -308,8 +308,10 @@ class VLLMEngine:
 
 
 def _param_dtypes(worker) -> list[str]:
-    """Runs inside a vLLM worker: the dtypes of its model's parameters, e.g. ``["torch.bfloat16"]``."""
-    return sorted({str(p.dtype) for p in worker.model_runner.model.parameters()})
+    """Runs inside a vLLM worker: the dtypes of its model's weight matrices (the GEMM operands), e.g.
+    ``["torch.bfloat16"]``. 1-D parameters are left out: vLLM-CPU keeps Qwen2's qkv biases in fp32 in a bf16
+    engine (they are added to the GEMM's output), which says nothing about the precision the matmuls ran in."""
+    return sorted({str(p.dtype) for p in worker.model_runner.model.parameters() if p.dim() >= 2})
 
 
 def default_max_model_len(path: str, cap: int = 2048) -> int:
