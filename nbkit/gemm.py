@@ -28,6 +28,7 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import Counter
 
 import torch
@@ -66,10 +67,17 @@ def default_policy(device: str | torch.device | None = None) -> str:
 
 
 def cpu_has_native_half() -> bool:
-    """True when this CPU has native FP16 and BF16 arithmetic (read from /proc/cpuinfo; False where unreadable)."""
+    """True when torch's CPU kernels can use native FP16 and BF16 arithmetic here: the CPU has the instructions
+    (/proc/cpuinfo; False where unreadable) and neither ATen (``ATEN_CPU_CAPABILITY``) nor oneDNN
+    (``ONEDNN_MAX_CPU_ISA``) is capped below AVX512 (how ``benchmarks/bench_gemm.py --isa avx2`` emulates an
+    AVX2 machine)."""
     try:
         flags = set(_cpu_flags())
     except OSError:
+        return False
+    if "AVX512" not in torch.backends.cpu.get_cpu_capability().upper():
+        return False
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper().startswith(("SSE", "AVX2", "AVX_")):
         return False
     return bool(flags & {"avx512_fp16", "amx_fp16"}) and bool(flags & {"avx512_bf16", "amx_bf16"})
 

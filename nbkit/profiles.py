@@ -24,7 +24,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         },
         "03_rl_training": {  # 2 steps of one FP16/BF16 pair on 2 prompts x 2 samples with the HF engine
             "algorithms": ["pg_seq_is"], "steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2,
-            "rollout_engine": "hf", "checkpoint_every": 0, "output_dir": ".cache/smoke/03_rl_training",
+            "rollout_engine": "hf", "checkpoint_every": 0, "output_dir": ".cache/smoke/03_rl_training", "seeds": [0],
             "overwrite": True,  # every smoke run replaces the previous one
         },
     },
@@ -34,7 +34,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         # leaves the shipped data/tiny_arith_sanity (which notebook 03 trains on) untouched; a rebuild reproduced it
         "01_build_dataset": {"out_dir": "reports/datasets/tiny_arith_sanity"},
         "02_mismatch_analysis": {},  # the notebook's defaults: smollm2-135m (vLLM) + tiny-arith, ~6.5 min here
-        # the notebook's defaults (one FP16/BF16 pair of grpo on tiny-arith, 100 steps, 16x8); make report regenerates them
+        # the notebook's defaults (grpo FP16/BF16 on tiny-arith, 3 seeds each, 100 steps, 16x8); make report regenerates them
         "03_rl_training": {"overwrite": True},
     },
     "gpu": {
@@ -43,6 +43,7 @@ PROFILES: dict[str, dict[str, dict]] = {
             "template": "r1_distill_qwen", "grader": "r1_distill", "algorithms": ["grpo", "pg_seq_is"],
             "train_dtypes": ["fp16", "bf16"], "rollout_engine": "vllm", "steps": 1000, "prompts_per_step": 64,
             "samples_per_prompt": 8, "lr": 1e-6, "max_tokens": 8192, "checkpoint_every": 50, "torch_threads": 0,
+            "seeds": [0],  # one seed per GPU-day; add seeds before comparing precisions
         },
         "00_precision_primer": {},
         "01_build_dataset": {  # the paper's recipe: R1-Distill-Qwen-1.5B, 40 samples, [0.2, 0.8], on MATH-500
@@ -63,7 +64,7 @@ PROFILES: dict[str, dict[str, dict]] = {
 
 PROFILES["cpu-full"] = {
     **PROFILES["cpu"],
-    "03_rl_training": {  # every algorithm in both precisions, same budget per run as the cpu pair
+    "03_rl_training": {  # every algorithm in both precisions, 3 seeds each, same budget per run as the cpu pair
         "algorithms": ["grpo", "dr_grpo", "grpo_token_tis", "grpo_seq_mis", "gspo", "pg_seq_is"],
         "output_dir": "reports/runs/03_rl_training_full",
     },

@@ -1,8 +1,9 @@
-"""A set of runs that differ only in algorithm and precision: the paper's sanity test and precision ablation.
+"""A set of runs that differ only in algorithm, precision and seed: the paper's sanity test and precision ablation.
 
-``run_grid`` trains every (algorithm, dtype) pair of a base config one after the other into
-``<output_dir>/<algorithm>-<dtype>``; ``load_runs`` reads any such folder back (finished or not), so plots
-and tables work on killed runs too. ``summary_table`` condenses runs into the numbers a reader wants.
+``run_grid`` trains every (algorithm, dtype, seed) of a base config one after the other into
+``<output_dir>/<algorithm>-<dtype>[-s<seed>]``; ``load_runs`` reads any such folder back (finished or not), so
+plots and tables work on killed runs too. ``summary_table`` condenses runs into the numbers a reader wants, and
+``seed_summary`` condenses the seeds of each (algorithm, dtype) into mean and range: one seed is an anecdote.
 """
 from __future__ import annotations
 
@@ -14,14 +15,28 @@ from nbkit.rl.config import RLConfig
 from nbkit.rl.run import RunResult, train
 
 
-def run_label(algorithm: str, dtype: str) -> str:
-    return f"{algorithm}-{dtype}"
+def run_label(algorithm: str, dtype: str, seed: int | None = None) -> str:
+    """``grpo-fp16`` (one seed) or ``grpo-fp16-s2``."""
+    return f"{algorithm}-{dtype}" + (f"-s{seed}" if seed is not None else "")
 
 
-def run_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress: bool = True) -> dict[str, RunResult]:
-    """Train each (algorithm, dtype) in turn; every config is validated before the first run starts."""
-    configs = {run_label(a, d): replace(base, algorithm=a, train_dtype=d, output_dir=str(base.out / run_label(a, d)))
-               for a in algorithms for d in dtypes}
+def parse_label(label: str) -> tuple[str, str, int | None]:
+    """(algorithm, dtype, seed) back from a ``run_label``."""
+    parts = label.split("-")
+    seed = int(parts.pop()[1:]) if len(parts) > 2 and parts[-1][:1] == "s" and parts[-1][1:].isdigit() else None
+    return "-".join(parts[:-1]), parts[-1], seed
+
+
+def run_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress: bool = True,
+             seeds: list[int] | None = None) -> dict[str, RunResult]:
+    """Train each (algorithm, dtype[, seed]) in turn; every config is validated before the first run starts.
+
+    ``seeds=None`` trains ``base.seed`` only, into folders without a seed suffix."""
+    if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
+        raise ValueError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}")
+    configs = {run_label(a, d, s): replace(base, algorithm=a, train_dtype=d, seed=base.seed if s is None else s,
+                                           output_dir=str(base.out / run_label(a, d, s)))
+               for a in algorithms for d in dtypes for s in (seeds or [None])}
     results = {}
     for label, cfg in configs.items():
         print(f"[nbkit] run {label}: {cfg.steps} steps, {cfg.prompts_per_step}x{cfg.samples_per_prompt} per step, "
@@ -69,6 +84,34 @@ def summary_table(runs: dict[str, list[dict]], target: float = 0.95, window: int
             "alarms": sum(1 for r in rows if r.get("alarm")),
         })
     return table
+
+
+def seed_summary(table: list[dict], target: float = 0.95, window: int = 5) -> list[dict]:
+    """Rows of ``summary_table`` grouped by (algorithm, dtype) over seeds: mean and [min, max] of final and best
+    accuracy, how many seeds reached ``target`` and at which steps (mean over those that did)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in table:
+        algorithm, dtype, _ = parse_label(row["run"])
+        groups.setdefault((algorithm, dtype), []).append(row)
+    out = []
+    reach_key, final_key = f"steps to {target:.0%}", f"final accuracy ({window}-step mean)"
+    for (algorithm, dtype), rows in groups.items():
+        final = [r[final_key] for r in rows]
+        best = [r["best accuracy"] for r in rows]
+        reached = [r[reach_key] for r in rows if r[reach_key] is not None]
+        out.append({
+            "algorithm": algorithm, "dtype": dtype, "seeds": len(rows),
+            f"reached {target:.0%}": f"{len(reached)}/{len(rows)}",
+            f"{reach_key} (mean)": round(sum(reached) / len(reached), 1) if reached else None,
+            f"{reach_key} (each)": [r[reach_key] for r in rows],
+            "final accuracy (mean)": round(sum(final) / len(final), 3),
+            "final accuracy [min, max]": [min(final), max(final)],
+            "best accuracy (mean)": round(sum(best) / len(best), 3),
+            "best accuracy [min, max]": [min(best), max(best)],
+            "mean |Δ log p| last 5 (mean)": _mean([r["mean |Δ log p| (last 5)"] for r in rows
+                                                   if r["mean |Δ log p| (last 5)"] is not None]),
+        })
+    return out
 
 
 def _mean(xs: list[float]) -> float | None:
