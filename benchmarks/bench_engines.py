@@ -17,9 +17,11 @@ import time
 
 
 def parse_args(argv=None):
+    from nbkit.models import DTYPES
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="tiny-arith", help="model ref (nbkit.models.load)")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="engine and forward dtype")
+    p.add_argument("--dtype", default="fp32", choices=tuple(DTYPES), help="engine and forward dtype")
     p.add_argument("--max-tokens", type=int, default=40, help="longest response")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64], help="prompts per generate call")
     p.add_argument("--extra", default="smollm2-135m", help="second model for a short extra row ('' = none)")

@@ -165,15 +165,15 @@ def load_prompts(source: str, n: int, tokenizer=None, seed: int = 0, shortest: b
 
 
 def _dataset_problems(source: str) -> list[str]:
-    """The ``problem`` column of a shipped source (``data/``, else ``../shared/data``) or a local folder."""
+    """The ``problem`` column of a shipped source (under ``data/``) or a local folder (from the project root)."""
     import datasets
 
-    for base in (paths.DATA, paths.SHARED_DATA, paths.ROOT):
+    for base in (paths.DATA, paths.ROOT):
         if (base / source).is_dir():
             ds = datasets.load_from_disk(str(base / source))
             break
     else:
-        raise FileNotFoundError(f"prompt source {source!r} not found under {paths.DATA} or {paths.SHARED_DATA}; "
+        raise FileNotFoundError(f"prompt source {source!r} not found under {paths.DATA} or {paths.ROOT}; "
                                 "use 'arith', 'eval/math', 'sanity_math_1460' or a save_to_disk folder")
     if isinstance(ds, datasets.DatasetDict):
         ds = ds["train"] if "train" in ds else ds[list(ds)[0]]

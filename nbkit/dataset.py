@@ -21,13 +21,14 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import numbers
 import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nbkit import paths
+from nbkit import outputs, paths
 from nbkit.engines import ENGINE_DTYPES, SamplingConfig
 from nbkit.tasks import Task
 
@@ -44,7 +45,8 @@ class BuildConfig:
     name: str = "tiny_arith_sanity"
     """Output folder name: the dataset goes to ``data/<name>/`` unless ``out_dir`` is set."""
     out_dir: str = ""
-    """Where to write instead of ``data/<name>/`` (relative paths from the project root); "" = default."""
+    """Where to write instead of ``data/<name>/`` (relative paths from the project root); "" = default. The folder
+    must be new, empty or an earlier dataset of the workbook (``nbkit.outputs``): nothing else is overwritten."""
     model: str = "tiny-arith"
     """Model ref for ``nbkit.models.load`` / the engine: ``tiny-arith``, ``smollm2-135m``, a local HF path."""
     engine: str = "hf"
@@ -75,6 +77,10 @@ class BuildConfig:
     """Reuse cached pass rates (False: delete this configuration's cache first and sample everything)."""
 
     def __post_init__(self) -> None:
+        for name in ("n_samples", "batch_prompts", "max_tokens", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an integer, got {value!r}")
         if not 0.0 <= self.lo <= self.hi <= 1.0:
             raise ValueError(f"window must satisfy 0 <= lo <= hi <= 1, got lo={self.lo!r}, hi={self.hi!r}")
         if self.n_samples < 1:
@@ -129,7 +135,7 @@ def cache_file(task: Task, cfg: BuildConfig) -> Path:
     slug = f"{Path(cfg.model).name}-{cfg.engine}-{cfg.dtype}-n{cfg.n_samples}-s{cfg.seed}-{task.cfg.template}-{digest}"
     folder = (Path(cfg.cache_dir) if cfg.cache_dir else paths.CACHE / "pass_rates") / slug
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "key.json").write_text(json.dumps(key, indent=1, sort_keys=True))
+    outputs.write_json(folder / "key.json", key, indent=1, sort_keys=True)
     return folder / "rates.jsonl"
 
 
@@ -302,14 +308,27 @@ Files: `dataset_dict.json` + `train/` (`datasets.load_from_disk`), `train.parque
 
 
 def write_dataset(kept: list[dict], pool: list[dict], card: dict, out: Path) -> Path:
-    """Write the dataset folder (replacing an older build there) and return its path."""
+    """Write the dataset folder and return its path: built complete in a temporary folder beside ``out``, then
+    renamed into place, replacing an older build of the workbook there (``outputs.replace_folder``); a folder
+    the workbook did not write is refused (``outputs.OutputFolderError``)."""
+    outputs.check_folder(out, "dataset", "dataset folder")
+    tmp = outputs.temp_folder_beside(out)
+    try:
+        _write_files(tmp, kept, pool, card)
+        outputs.write_marker(tmp, "dataset", name=card["name"])
+        return outputs.replace_folder(tmp, out, "dataset")
+    except BaseException:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        raise
+
+
+def _write_files(tmp: Path, kept: list[dict], pool: list[dict], card: dict) -> None:
+    """The files of a dataset folder (``datasets`` layout, parquet copies, card) into ``tmp``."""
     import datasets
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
     rows = _rows(kept)
     datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp))
     pq.write_table(pa.Table.from_pylist(rows), tmp / "train.parquet")
@@ -317,9 +336,6 @@ def write_dataset(kept: list[dict], pool: list[dict], card: dict, out: Path) -> 
     pq.write_table(pa.Table.from_pylist(pool_rows), tmp / "pool.parquet")
     (tmp / "card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False) + "\n")
     (tmp / "README.md").write_text(render_card(card))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
 
 
 @dataclass
@@ -342,6 +358,7 @@ class BuildResult:
 def build(task: Task, cfg: BuildConfig, engine=None, progress: bool = True) -> BuildResult:
     """Estimate pass rates of ``task.problems``, keep the window, write ``cfg.output_path()`` with its card."""
     t0 = time.perf_counter()
+    outputs.check_folder(cfg.output_path(), "dataset", "dataset folder")  # before any sampling
     if not task.problems:
         raise ValueError(f"task {task.cfg.source!r} has no problems")
     unique, seen = [], set()

@@ -12,6 +12,7 @@ The engine dtype is chosen independently of the training dtype: that independenc
 from __future__ import annotations
 
 import copy
+import numbers
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,8 +22,10 @@ from typing import Sequence
 import torch
 
 from nbkit import logs
+from nbkit.models import DTYPES
 
-ENGINE_DTYPES = ("fp32", "bf16", "fp16")
+ENGINE_DTYPES = tuple(DTYPES)
+"""Engine dtypes: the short names of ``nbkit.models.DTYPES``."""
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 FINISH_REASONS = ("stop", "length")
 
@@ -48,6 +51,10 @@ class SamplingConfig:
     i.e. the distribution actually sampled from (vLLM's names). Identical at temperature 1 without top-k/p."""
 
     def __post_init__(self) -> None:
+        for name in ("top_k", "max_tokens", "n", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an integer, got {value!r}")
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
@@ -232,7 +239,7 @@ class VLLMEngine:
         self.path = models.resolve(model)
         with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"):  # start-up chatter to the log file
             self.llm = LLM(
-                model=self.path, dtype=_VLLM_DTYPES[dtype], seed=seed,
+                model=self.path, dtype=str(DTYPES[dtype]).removeprefix("torch."), seed=seed,
                 max_model_len=max_model_len or default_max_model_len(self.path),
                 gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                 logprobs_mode=logprobs_mode, **llm_kwargs,
@@ -323,8 +330,6 @@ def default_max_model_len(path: str, cap: int = 2048) -> int:
     own = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
     return min(cap, int(own)) if own else cap
 
-
-_VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def require_vllm():

@@ -23,7 +23,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-TRAIN_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from nbkit.models import DTYPES
+
+TRAIN_DTYPES = DTYPES
+"""Training dtypes by short name: ``nbkit.models.DTYPES`` (the one table)."""
 
 METRICS = {
     "n_sequences": "number of sequences",
@@ -160,10 +163,26 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
 # Metrics on ragged per-token arrays
 
 
+LOGP_TOLERANCE = 1e-5
+"""Largest log-probability accepted above 0 (float rounding of a log-softmax); more is not a log-probability."""
+
+
 def _ragged(logp_pi, logp_mu) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Validated float64 copies: same number of sequences, same length per sequence, finite, ≥ 1 token."""
+    """Validated float64 copies: same number of sequences, same length per sequence, finite, ≤ 0, ≥ 1 token.
+
+    A padded 2-D array is refused: its padding would count as tokens with p = 1."""
+    for name, x in (("log π", logp_pi), ("log μ", logp_mu)):
+        if getattr(x, "ndim", 1) != 1 or any(getattr(row, "ndim", 1) > 1 for row in x):
+            raise ValueError(f"{name} must be one 1-D array per sequence, got a {getattr(x, 'ndim', 2)}-D array: "
+                             f"a padded tensor would count its padding as tokens with p = 1 (select each row's "
+                             f"tokens with its mask)")
     pi = [np.asarray(x, dtype=np.float64).reshape(-1) for x in logp_pi]
     mu = [np.asarray(x, dtype=np.float64).reshape(-1) for x in logp_mu]
+    for name, seqs in (("log π", pi), ("log μ", mu)):
+        for i, a in enumerate(seqs):
+            if a.size and np.nanmax(a) > LOGP_TOLERANCE:
+                raise ValueError(f"sequence {i}: {name} holds {float(np.nanmax(a))!r} > 0, not a log-probability "
+                                 f"(probabilities or logits passed by mistake?)")
     if not pi:
         raise ValueError("empty input: no sequences")
     if len(pi) != len(mu):

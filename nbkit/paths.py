@@ -20,9 +20,6 @@ CACHE = Path(os.environ.get("NBKIT_CACHE", ROOT / ".cache"))
 REPORTS = ROOT / "reports"
 """Executed notebooks and their HTML (git-ignored)."""
 
-SHARED_DATA = ROOT.parent / "shared" / "data"
-"""The paper's data as handed to the project (copied into ``data/`` where the workbook needs it)."""
-
 
 def cache_env(cache: Path = CACHE) -> dict[str, str]:
     """The environment variables that keep tool caches inside ``cache`` (defaults only, never overrides)."""

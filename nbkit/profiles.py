@@ -25,6 +25,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "03_rl_training": {  # 2 steps of one FP16/BF16 pair on 2 prompts x 2 samples with the HF engine
             "algorithms": ["pg_seq_is"], "steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2,
             "rollout_engine": "hf", "checkpoint_every": 0, "output_dir": ".cache/smoke/03_rl_training", "seeds": [0],
+            "overwrite": True,  # every smoke run replaces the previous one
         },
     },
     "cpu": {
@@ -33,7 +34,8 @@ PROFILES: dict[str, dict[str, dict]] = {
         # leaves the shipped data/tiny_arith_sanity (which notebook 03 trains on) untouched; a rebuild reproduced it
         "01_build_dataset": {"out_dir": "reports/datasets/tiny_arith_sanity"},
         "02_mismatch_analysis": {},  # the notebook's defaults: smollm2-135m (vLLM) + tiny-arith, ~6.5 min here
-        "03_rl_training": {},  # the notebook's defaults: grpo FP16/BF16 on tiny-arith, 3 seeds each (100 steps, 16x8)
+        # the notebook's defaults (grpo FP16/BF16 on tiny-arith, 3 seeds each, 100 steps, 16x8); make report regenerates them
+        "03_rl_training": {"overwrite": True},
     },
     "gpu": {
         "03_rl_training": {  # the paper's sanity test: R1-Distill-Qwen-1.5B on its 1,460 MATH problems

@@ -46,6 +46,8 @@ class NotebookResult:
 def notebooks(only: list[str] | None = None) -> list[Path]:
     """The notebooks in run order (by file name), optionally those whose stem starts with one of ``only``."""
     paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    if only is not None and not [o for o in only if o.strip()]:
+        raise ValueError(f"only={only!r} names no notebook; notebooks: {[p.stem for p in paths]}")
     if only:
         paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
         if not paths:
@@ -68,13 +70,15 @@ def kernel_name() -> str:
 
 
 def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) -> NotebookResult:
-    """Run one notebook with papermill and export its HTML; never raises for a notebook's own error.
+    """Run one notebook with papermill and export its HTML; never raises for a notebook's own error (a parameter
+    the notebook does not have is the caller's: ValueError before anything runs).
 
     The kernel inherits ``NBKIT_REPORT_DIR`` / ``NBKIT_NOTEBOOK`` (see ``nbkit.report``), so the notebook's
     ``publish`` call and engine logs land in ``out_dir``; files of an earlier run of this notebook are removed first.
     """
     import papermill
 
+    check_parameters(path, parameters)
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in report.stale_files(out_dir, path.stem):
@@ -106,10 +110,51 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
     return NotebookResult(path.stem, not error, seconds, parameters, error)
 
 
-def run(profile: str = "cpu", out_dir: Path = REPORTS, only: list[str] | None = None) -> list[NotebookResult]:
+def notebook_parameters(path: Path) -> set[str]:
+    """The names the notebook's ``parameters`` cell assigns (read with ``ast``: papermill's own inspection
+    misreads lines whose comment holds an ``=``)."""
+    import ast
+
+    import nbformat
+
+    cells = [c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
+    if not cells:
+        return set()
+    tree = ast.parse(cells[0].source)
+    targets = [t for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+               for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
+def check_parameters(path: Path, parameters: dict) -> None:
+    """Every parameter names a variable of the notebook's ``parameters`` cell (papermill would only warn and
+    run the notebook with its own value, marked ok)."""
+    known = notebook_parameters(path)
+    unknown = sorted(set(parameters) - set(known))
+    if unknown:
+        raise ValueError(f"notebook {path.stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
+
+
+def check_out_dir(out_dir) -> Path:
+    """The report folder: named (not ""), and new, empty or an earlier report (``nbkit.outputs``)."""
+    from nbkit import outputs
+
+    if not str(out_dir).strip():
+        raise ValueError(f"the report folder must be named, got {str(out_dir)!r}")
+    outputs.check_folder(out_dir, "report", "report folder")
+    return Path(out_dir)
+
+
+def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | None = None) -> list[NotebookResult]:
     """Execute the notebooks of a profile in order and write the index; returns every result."""
+    from nbkit import outputs
+
     paths = notebooks(only)
     params = {p.stem: parameters_for(profile, p.stem) for p in paths}  # validate before running anything
+    for path in paths:
+        check_parameters(path, params[path.stem])
+    out_dir = check_out_dir(out_dir)
+    outputs.write_marker(out_dir, "report", profile=profile)
     prov = report.provenance(profile)
     results = []
     for path in paths:
@@ -134,14 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run", help="execute notebooks into a report folder")
     p_run.add_argument("--profile", default="cpu", help=f"one of {tuple(PROFILES)}")
     p_run.add_argument("--out", default=str(REPORTS), help="report folder")
-    p_run.add_argument("--only", nargs="*", help="notebook stems (or prefixes) to run")
+    p_run.add_argument("--only", nargs="+", help="notebook stems (or prefixes) to run")
     sub.add_parser("list", help="notebooks and their parameters per profile")
     args = parser.parse_args(argv)
     if args.cmd == "list":
         for path in notebooks():
             print(path.stem, {name: prof.get(path.stem, {}) for name, prof in PROFILES.items()})
         return 0
-    results = run(args.profile, Path(args.out), args.only)
+    results = run(args.profile, args.out, args.only)
     print(f"[nbkit] report: {Path(args.out) / 'index.html'}")
     failed = [r.stem for r in results if not r.ok]
     if failed:

@@ -279,8 +279,22 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
     if suffix in (".jsonl", ".json"):
         text = path.read_text()
         if suffix == ".json" and text.lstrip().startswith("["):
-            return json.loads(text)
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})") from exc
+        rows = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {number} is not valid JSON ({exc.msg}): {line[:80]!r}") from exc
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}: line {number} is a {type(row).__name__}, not an object with columns")
+            rows.append(row)
+        return rows
     raise ValueError(f"cannot read {path}: expected a save_to_disk folder, .parquet, .jsonl or .json")
 
 

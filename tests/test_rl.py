@@ -71,16 +71,6 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale(tmp_path, arith_jsonl
     assert first["skipped_steps_total"] >= 1
 
 
-@pytest.mark.slow
-def test_resume_continues_at_the_checkpoint_without_duplicate_rows(tmp_path, tiny_random_model, arith_jsonl):
-    first = train(smoke(tmp_path, tiny_random_model, arith_jsonl, steps=3, checkpoint_every=2), progress=False)
-    assert [r["step"] for r in first.rows] == [1, 2, 3]
-    resumed = train(smoke(tmp_path, tiny_random_model, arith_jsonl, steps=4, checkpoint_every=2, resume=True),
-                    progress=False)
-    steps = [r["step"] for r in resumed.rows]
-    assert steps == [1, 2, 3, 4]  # row 3 of the first run was recomputed from checkpoint 2, not duplicated
-
-
 @pytest.mark.parametrize("field,value,choices", [
     ("algorithm", "ppo_magic", "grpo"), ("train_dtype", "fp8", "fp16"), ("rollout_dtype", "float16", "bf16"),
     ("rollout_engine", "sglang", "vllm"),
@@ -107,8 +97,8 @@ def test_dataset_without_checkable_answers_is_rejected(tmp_path):
         train(RLConfig(dataset=str(data), output_dir=str(tmp_path / "r")), progress=False)
 
 
-def test_resume_without_a_checkpoint_says_so(tmp_path, arith_jsonl):
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+def test_resume_without_a_run_says_so(tmp_path, arith_jsonl):
+    with pytest.raises(FileNotFoundError, match="no run to continue"):
         train(RLConfig(dataset=arith_jsonl, resume=True, output_dir=str(tmp_path / "empty")), progress=False)
 
 
@@ -197,5 +187,93 @@ def test_a_run_that_blows_up_stops_naming_the_step(tmp_path, arith_jsonl):
                 prompts_per_step=4, samples_per_prompt=4, max_tokens=40, lr=1e38, max_grad_norm=1e30)
     with pytest.raises(NonFiniteError, match=r"step \d+: (parameter '.+' holds NaN/inf|the loss is)"):
         train(cfg, progress=False)
+
+
+@pytest.mark.slow
+def test_a_nan_at_step_3_stops_the_run_there_and_keeps_the_rows_of_steps_1_and_2(tmp_path, arith_jsonl, monkeypatch):
+    from nbkit.rl.monitor import NonFiniteError
+    from nbkit.rl.trainer import PrecisionGRPOTrainer
+
+    checked = PrecisionGRPOTrainer.end_step
+
+    def poisoned(self):
+        if self.state.global_step == 3:  # the update of step 3 left a NaN in one weight
+            with torch.no_grad():
+                next(p for n, p in self.model.named_parameters() if n.endswith("up_proj.weight"))[0, 0] = float("nan")
+        return checked(self)
+
+    monkeypatch.setattr(PrecisionGRPOTrainer, "end_step", poisoned)
+    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, train_dtype="fp32", steps=4, max_tokens=40)
+    with pytest.raises(NonFiniteError, match=r"step 3: parameter '.*layers\.0\.mlp\.up_proj\.weight' holds NaN/inf"):
+        train(cfg, progress=False)
     rows = MetricsLog(tmp_path / "run" / "metrics.jsonl").rows()
-    assert all(math.isfinite(r["reward"]) for r in rows)  # the steps before the blow-up were kept
+    assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["reward"]) for r in rows)
+
+
+@pytest.mark.slow
+def test_fp16_without_its_loss_scaling_machinery_fails_the_audit(tmp_path, tiny_random_model, arith_jsonl, monkeypatch):
+    from nbkit.rl import amp
+
+    monkeypatch.setattr(amp, "enable_cpu_fp16", lambda *a, **k: False)  # what accelerate alone does on CPU
+    with pytest.raises(amp.PrecisionError, match="requested fp16 training but"):
+        train(smoke(tmp_path, tiny_random_model, arith_jsonl, train_dtype="fp16", steps=1), progress=False)
+
+
+@pytest.mark.slow
+def test_a_rollout_engine_holding_other_weights_than_requested_fails_the_audit(tmp_path, tiny_random_model,
+                                                                               arith_jsonl, monkeypatch):
+    from nbkit.engines import HFEngine
+    from nbkit.rl import amp
+    from nbkit.rl.rollout import EngineGeneration
+
+    def bf16_engine(self):
+        self.engine = HFEngine(self.model_ref, "bf16", progress=False)
+
+    monkeypatch.setattr(EngineGeneration, "_init_vllm", bf16_engine)
+    with pytest.raises(amp.PrecisionError, match="requested a fp32 rollout but the engine holds bf16 weights"):
+        train(smoke(tmp_path, tiny_random_model, arith_jsonl, train_dtype="fp32", steps=1), progress=False)
+
+
+def test_a_vllm_engine_whose_weights_cannot_be_inspected_fails_the_audit_instead_of_trusting_its_config():
+    from nbkit.rl import amp
+    from nbkit.rl.rollout import EngineGeneration
+
+    class SealedWorker:
+        def worker_param_dtypes(self):
+            raise RuntimeError("the engine process refuses functions")
+
+        def model_dtype(self):  # what vLLM's config says: the request, whatever the tensors hold
+            return torch.float16
+
+    generation = EngineGeneration.__new__(EngineGeneration)
+    generation.engine_kind, generation.engine = "vllm", SealedWorker()
+    with pytest.raises(amp.PrecisionError, match="cannot inspect the rollout engine's weights"):
+        generation.engine_dtype()
+
+
+@pytest.fixture(scope="module")
+def one_step_per_preset(tmp_path_factory):
+    """Step 1 of every μ-corrected preset and of ``dr_grpo`` on the same batch: same seed, same weights, same
+    rollouts (a BF16 engine against an FP32 trainer, so π/μ differs from 1)."""
+    out = tmp_path_factory.mktemp("is")
+    rows = {}
+    for algorithm in ("dr_grpo", "grpo_token_tis", "grpo_seq_mis", "pg_seq_is"):
+        cfg = RLConfig(dataset="data/tiny_arith_sanity", algorithm=algorithm, train_dtype="fp32", rollout_dtype="bf16",
+                       steps=1, prompts_per_step=4, samples_per_prompt=4, max_tokens=40, is_cap=1.002, seed=3,
+                       output_dir=str(out / algorithm))
+        rows[algorithm] = train(cfg, progress=False).rows[0]
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["grpo_token_tis", "grpo_seq_mis", "pg_seq_is"])
+def test_every_is_preset_applies_its_correction(algorithm, one_step_per_preset):
+    plain, corrected = one_step_per_preset["dr_grpo"], one_step_per_preset[algorithm]
+    assert plain["reward_std"] > 0  # a batch with a learning signal
+    for key in ("reward", "completions/mean_length", MISMATCH):
+        assert corrected[key] == plain[key], key  # the same batch
+    assert "is/truncated_fraction" not in plain and "is/masked_fraction" not in plain
+    assert 0 <= corrected["is/truncated_fraction"] <= 1 and 0 <= corrected["is/masked_fraction"] <= 1
+    applied = corrected["is/masked_fraction"] if algorithm == "grpo_seq_mis" else corrected["is/truncated_fraction"]
+    assert applied > 0  # with C = 1.002 some ratios reach the cap / the threshold
+    assert corrected["loss"] != plain["loss"]  # μ entered the loss

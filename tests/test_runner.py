@@ -29,3 +29,14 @@ def test_every_profile_entry_names_an_existing_notebook():
     stems = {p.stem for p in runner.notebooks()}
     for profile, entries in runner.PROFILES.items():
         assert set(entries) <= stems, f"profile {profile} names missing notebooks {set(entries) - stems}"
+
+
+def test_every_profile_parameter_exists_in_its_notebook():
+    for profile, entries in runner.PROFILES.items():
+        for stem, parameters in entries.items():
+            runner.check_parameters(runner.NOTEBOOKS / f"{stem}.ipynb", parameters)
+
+
+def test_a_parameter_the_notebook_does_not_have_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match=r"no parameter\(s\) \['stepz'\].*'steps'"):
+        runner.check_parameters(runner.NOTEBOOKS / "03_rl_training.ipynb", {"stepz": 3})

@@ -1,6 +1,8 @@
 """``RLConfig``: everything one RL run needs, validated before anything expensive starts."""
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,7 +72,12 @@ class RLConfig:
     checkpoint_every: int = 0
     """Save a resumable checkpoint every K steps (0 = none)."""
     resume: bool = False
-    """Continue from the last checkpoint in ``output_dir`` (metric rows after it are dropped, not duplicated)."""
+    """Continue the run in ``output_dir`` from its last complete checkpoint (metric rows after it are dropped, not
+    duplicated). Only the same run: the config must equal the run's except ``runfolder.SAFE_TO_CHANGE`` (e.g.
+    ``steps``, to extend it); a finished run with no more steps is left as it is."""
+    overwrite: bool = False
+    """A fresh run into a folder that already holds a run replaces it (its metrics and checkpoints are removed);
+    without it such a run is refused."""
     collapse_window: int = 10
     """Steps compared by the collapse alarm (first window vs latest window)."""
     collapse_mismatch_factor: float = 10.0
@@ -125,13 +132,23 @@ class RLConfig:
             raise ValueError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization!r}")
         if self.rollout_engine not in ENGINE_KINDS:
             raise ValueError(f"unknown rollout_engine {self.rollout_engine!r}; choose one of {ENGINE_KINDS}")
+        for name in _INTEGERS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an integer, got {value!r}")
+        for name in _REALS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.samples_per_prompt < 2:
             raise ValueError(f"samples_per_prompt must be >= 2 (group advantages need a group), got {self.samples_per_prompt}")
         for name in ("steps", "prompts_per_step", "max_tokens", "lora_rank", "collapse_window", "hf_engine_batch_size",
-                     "vllm_max_num_batched_tokens", "vllm_kv_cache_gib", "max_consecutive_skips"):
+                     "vllm_max_num_batched_tokens", "vllm_kv_cache_gib", "max_consecutive_skips",
+                     "loss_scale_growth_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("lr", "temperature", "is_cap", "max_grad_norm"):
+        for name in ("lr", "temperature", "is_cap", "max_grad_norm", "loss_scale_init", "collapse_mismatch_factor",
+                     "collapse_reward_drop"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("top_k", "beta"):
@@ -139,6 +156,10 @@ class RLConfig:
                 raise ValueError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)!r}")
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0 (0 = off), got {self.checkpoint_every}")
+        if not str(self.output_dir).strip():
+            raise ValueError(f"output_dir must name a folder, got {self.output_dir!r}")
+        if self.resume and self.overwrite:
+            raise ValueError("resume=True and overwrite=True contradict each other: continue the run or replace it")
 
     @property
     def rollout(self) -> str:
@@ -153,3 +174,9 @@ class RLConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+_INTEGERS = ("lora_rank", "steps", "prompts_per_step", "samples_per_prompt", "max_tokens", "loss_scale_growth_interval",
+             "seed", "checkpoint_every", "collapse_window", "max_consecutive_skips", "vllm_kv_cache_gib")
+_REALS = ("lr", "temperature", "is_cap", "max_grad_norm", "loss_scale_init", "collapse_mismatch_factor",
+          "collapse_reward_drop")

@@ -25,15 +25,37 @@ class MetricsLog:
             f.flush()
 
     def rows(self) -> list[dict]:
-        if not self.path.exists():
+        """Every row in file order (see ``read``)."""
+        return self.read(self.path)
+
+    @staticmethod
+    def read(path: Path) -> list[dict]:
+        """The rows of a metrics file ([] when absent). A last line cut short by a kill is dropped; a malformed
+        line elsewhere raises ValueError naming the file and line."""
+        path = Path(path)
+        if not path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        lines = path.read_text().splitlines()
+        rows = []
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                if i == len(lines):
+                    break  # the row being written when the run was killed
+                raise ValueError(f"{path}: line {i} is not valid JSON ({exc.msg})") from exc
+        return rows
 
     def truncate_after(self, step: int) -> int:
-        """Drop rows of steps > ``step`` (a resume from checkpoint ``step`` recomputes them); returns how many."""
+        """Drop rows of steps > ``step`` (a resume from checkpoint ``step`` recomputes them), atomically;
+        returns how many."""
+        from nbkit import outputs
+
         rows = self.rows()
         keep = [r for r in rows if r.get("step", 0) <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        outputs.write_text(self.path, "".join(json.dumps(r, default=_plain) + "\n" for r in keep))
         return len(rows) - len(keep)
 
 

@@ -95,10 +95,14 @@ class EngineGeneration(VLLMGeneration):
         from nbkit.models import dtype_name
 
         if self.engine_kind == "vllm":
-            try:  # the worker's tensors (in-process here, so no serialisation flag is needed)
+            # the worker's tensors (in-process here, so no serialisation flag is needed); never vLLM's own config,
+            # which echoes the request and so could not disagree with it
+            try:
                 held = {dtype_name(getattr(torch, d.removeprefix("torch."))) for d in self.engine.worker_param_dtypes()}
-            except RuntimeError:  # a separate engine process that refuses functions: vLLM's own config
-                held = {dtype_name(self.engine.model_dtype())}
+            except RuntimeError as exc:
+                from nbkit.rl.amp import PrecisionError
+
+                raise PrecisionError(f"cannot inspect the rollout engine's weights to audit their dtype: {exc}") from exc
         else:
             held = {dtype_name(p.dtype) for p in self.engine.model.parameters()}
         return "+".join(sorted(held))

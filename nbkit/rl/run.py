@@ -1,18 +1,21 @@
 """One entry point for an RL run: ``train(RLConfig(...))``; ``resume`` continues a killed run.
 
-Everything that can be wrong with the request is checked before a model is loaded: the config itself, the
-dataset (exists, non-empty after dropping unreadable answers), the model ref, the reward function (called once).
+Everything that can be wrong with the request is checked before a model is loaded: the config itself, the run
+folder (``runfolder.plan_run``: a fresh run never mixes with an earlier one, a resume only continues the same
+run), the dataset (exists, enough problems with answers the grader can read), the model ref, the prompts (each
+one tokenizes to something, nothing the tokenizer cannot represent, fits the model's context with
+``max_tokens``), the reward function (called once).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import launch, logs, models, tasks, versions
-from nbkit.rl import algorithms
+from nbkit import launch, logs, models, outputs, tasks, versions
+from nbkit.engines import encode_prompt
+from nbkit.rl import algorithms, runfolder
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
 
@@ -37,6 +40,10 @@ class RunResult:
         return sum(tail) / len(tail) if tail else float("nan")
 
 
+FIT_ROWS = 32
+"""How many first problems ``check_grader_fits`` reads to judge whether the grader fits the dataset."""
+
+
 def load_task(cfg: RLConfig) -> tuple[tasks.Task, list[dict]]:
     """The task and its usable problems (those with a checkable answer); errors name what is wrong."""
     task = tasks.make_task(tasks.TaskConfig(source=cfg.dataset, template=cfg.template, grader=cfg.grader))
@@ -44,7 +51,50 @@ def load_task(cfg: RLConfig) -> tuple[tasks.Task, list[dict]]:
     if not usable:
         raise ValueError(f"dataset {cfg.dataset!r} has no problem with a checkable answer "
                          f"({len(task.problems)} problems, all answers unreadable)")
+    check_grader_fits(task, cfg)
+    if len(usable) < cfg.prompts_per_step:
+        raise ValueError(f"dataset {cfg.dataset!r} has {len(usable)} usable problems, fewer than one step's "
+                         f"prompts_per_step={cfg.prompts_per_step}")
     return task, usable
+
+
+def check_grader_fits(task: tasks.Task, cfg: RLConfig) -> None:
+    """Score the first rows' references with the chosen grader: a grader that cannot read an eighth or more of
+    the reference answers, or that fails a reference ``solution`` (where the data has one), does not fit the
+    data (e.g. MATH problems with the ``arith`` grader would train on reward 0)."""
+    first = task.problems[:FIT_ROWS]
+    unreadable = [p["answer"] for p in first if not task.answer_ok(p["answer"])]
+    if len(unreadable) * 8 >= len(first):
+        raise ValueError(f"grader {cfg.grader!r} cannot read {len(unreadable)} of the first {len(first)} reference "
+                         f"answers of dataset {cfg.dataset!r} (e.g. {unreadable[:3]}): it does not fit this data; "
+                         f"choose one of {sorted(tasks.GRADERS)}")
+    solved = [p for p in first if task.answer_ok(p["answer"]) and isinstance(p.get("solution"), str)]
+    failed = [p["solution"] for p in solved if task.reward(p["solution"], p["answer"]) < 1]
+    if solved and len(failed) * 2 > len(solved):
+        raise ValueError(f"grader {cfg.grader!r} scores {len(failed)} of {len(solved)} reference solutions of "
+                         f"dataset {cfg.dataset!r} as wrong (e.g. {failed[0][:80]!r}): it does not fit this data; "
+                         f"choose one of {sorted(tasks.GRADERS)}")
+
+
+def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str) -> None:
+    """Every prompt tokenizes to something, loses no visible character, and leaves room for ``max_tokens``
+    within the model's context (transformers would otherwise fail mid-run, or train on cut prompts)."""
+    from transformers import AutoConfig
+
+    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+    longest = (0, "")
+    for prompt in prompts:
+        ids = encode_prompt(tokenizer, prompt)
+        if not ids:
+            raise ValueError(f"the tokenizer of model {cfg.model!r} turns prompt {prompt[:80]!r} into no tokens "
+                             f"(characters outside its vocabulary?)")
+        if "".join(tokenizer.decode(ids).split()) != "".join(prompt.split()):
+            raise ValueError(f"the tokenizer of model {cfg.model!r} cannot represent prompt {prompt[:80]!r} (it "
+                             f"reads back as {tokenizer.decode(ids)[:80]!r}): characters outside its vocabulary")
+        longest = max(longest, (len(ids), prompt))
+    if context and longest[0] + cfg.max_tokens > context:
+        raise ValueError(f"prompt {longest[1][:60]!r} has {longest[0]} tokens; with max_tokens={cfg.max_tokens} "
+                         f"that exceeds model {cfg.model!r}'s context of {context} positions")
 
 
 def reward_function(task: tasks.Task):
@@ -127,16 +177,10 @@ def _quiet_console(trainer) -> None:
         trainer.add_callback(QuietProgress)
 
 
-def last_checkpoint(out: Path) -> Path | None:
-    """The newest ``checkpoint-N`` folder of a run, if any (transformers' own lookup)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    found = get_last_checkpoint(str(out)) if out.is_dir() else None
-    return Path(found) if found else None
-
-
 def train(cfg: RLConfig, progress: bool = True) -> RunResult:
-    """Run (or with ``cfg.resume`` continue) one RL fine-tuning run; returns its metrics."""
+    """Run (or with ``cfg.resume`` continue) one RL fine-tuning run; returns its metrics.
+
+    A resume of a finished run with no more steps returns the run's rows without training."""
     rank, world_size = world()
     per_device_batch(cfg, world_size)  # fails before anything loads
     launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden
@@ -149,31 +193,28 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
         from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
 
     start = time.time()
+    plan = runfolder.plan_run(cfg)  # reads only: refusals come before anything is changed or loaded
+    out = cfg.out
+    if plan.action == "finished":
+        print(f"[nbkit] {plan.message}", flush=True)
+        return RunResult(out, MetricsLog.read(out / "metrics.jsonl"), time.time() - start, [])
     task, problems = load_task(cfg)
     reward = reward_function(task)
     check_reward(reward, problems)
     reward.tally.clear()  # the check's call is not a training step
     path = models.resolve(cfg.model)
-    out = cfg.out
-    log = MetricsLog(out / "metrics.jsonl")  # written by rank 0 only
     rank_log = MetricsLog(out / "ranks" / f"rank-{rank}.jsonl") if world_size > 1 else None
-    resume_from = None
-    if cfg.resume:
-        resume_from = last_checkpoint(out)
-        if resume_from is None:
-            raise FileNotFoundError(f"resume=True but {out} holds no checkpoint-N folder")
-        for own in ((log,) if rank == 0 else ()) + ((rank_log,) if rank_log else ()):
-            own.truncate_after(int(resume_from.name.split("-")[-1]))
-    else:  # a fresh run starts fresh logs
-        for own in ((log,) if rank == 0 else ()) + ((rank_log,) if rank_log else ()):
-            own.path.unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    if rank == 0:
-        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))  # a valid `nbkit train --config`
-
+    if rank_log is not None:  # each process keeps its own log in step with the run's
+        if plan.checkpoint:
+            rank_log.truncate_after(int(plan.checkpoint.name.split("-")[-1]))
+        else:
+            rank_log.path.unlink(missing_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    check_prompts(cfg, tokenizer, [task.prompt(p) for p in problems], path)
+    print(f"[nbkit] {plan.message}", flush=True)
+
     model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")  # FP32 master weights
     data = datasets.Dataset.from_list([{"prompt": task.prompt(p), "answer": p["answer"]} for p in problems])
     peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, target_modules="all-linear",
@@ -183,20 +224,24 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     with logs.quiet(f"TRL trainer ({cfg.algorithm}, {cfg.train_dtype}, rollouts {cfg.rollout_engine})"):
         trainer = PrecisionGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
                                        processing_class=tokenizer, peft_config=peft_config, run=cfg)
+    log = MetricsLog(out / "metrics.jsonl")  # written by rank 0 only (runfolder.begin prepares it)
     logger = StepLogger(trainer, log, CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor,
                                                     cfg.collapse_reward_drop), cfg.max_consecutive_skips,
                         reward_tally=reward.tally, rank_log=rank_log)
     trainer.add_callback(logger)
+    folder = runfolder.RunFolderCallback(plan, cfg, trainer, logger)
+    trainer.add_callback(folder)
     _quiet_console(trainer)
     try:
-        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        trainer.train(resume_from_checkpoint=str(plan.checkpoint) if plan.checkpoint else None)
     finally:
         trainer.close()
     if trainer.accelerator.num_processes > 1:  # rank 0's last row is written before anyone reads the log
         trainer.accelerator.wait_for_everyone()  # (single process: closing a colocated vLLM may end its group)
     result = RunResult(out, log.rows(), time.time() - start, logger.alarms)
     if rank == 0:
-        (out / "summary.json").write_text(json.dumps(
-            {"final_accuracy": result.final_accuracy, "steps": len(result.rows), "seconds": result.seconds,
-             "alarms": result.alarms, "num_processes": world_size}, indent=2))
+        outputs.write_json(out / "summary.json", {
+            "run_id": folder.run_id, "final_accuracy": result.final_accuracy, "steps": len(result.rows),
+            "last_step": result.rows[-1]["step"] if result.rows else 0, "seconds": result.seconds,
+            "alarms": result.alarms, "num_processes": world_size})
     return result

@@ -7,11 +7,12 @@ plots and tables work on killed runs too. ``summary_table`` condenses runs into 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
+from nbkit.rl import runfolder
 from nbkit.rl.config import RLConfig
+from nbkit.rl.monitor import MetricsLog
 from nbkit.rl.run import RunResult, train
 
 
@@ -37,6 +38,8 @@ def run_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress:
     configs = {run_label(a, d, s): replace(base, algorithm=a, train_dtype=d, seed=base.seed if s is None else s,
                                            output_dir=str(base.out / run_label(a, d, s)))
                for a in algorithms for d in dtypes for s in (seeds or [None])}
+    for cfg in configs.values():  # every run folder too: a refusal comes before the first run, not after it
+        runfolder.plan_run(cfg)
     results = {}
     for label, cfg in configs.items():
         print(f"[nbkit] run {label}: {cfg.steps} steps, {cfg.prompts_per_step}x{cfg.samples_per_prompt} per step, "
@@ -52,7 +55,7 @@ def load_runs(folder: str | Path) -> dict[str, list[dict]]:
     folder = Path(folder)
     runs = {}
     for log in sorted(folder.glob("**/metrics.jsonl")):
-        rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        rows = MetricsLog.read(log)  # a row cut short by a kill is left out
         if rows:
             runs[log.parent.name] = rows
     return runs

@@ -1,0 +1,213 @@
+"""The identity of an RL run folder: which run it holds, whether a request may start, continue or replace it.
+
+A run folder holds ``config.json`` (the run's config), ``metrics.jsonl``, ``checkpoint-N`` folders, ``summary.json``
+once finished, and the marker of ``nbkit.outputs`` with the run's id. The rules:
+
+- a fresh run (``resume=False``) goes into a new or empty folder; into a folder that holds a run only with
+  ``overwrite=True`` (which removes that run's files first, keeping nothing); any other folder is refused;
+- ``resume=True`` continues the run in the folder only if the config is the run's own, except the fields of
+  ``SAFE_TO_CHANGE`` (e.g. ``steps``, to extend it); otherwise it names every differing field;
+- resuming a finished run with no more steps does nothing and says so;
+- a checkpoint is complete when its ``trainer_state.json`` (the last file transformers writes) reads as JSON;
+  a partial one (a kill during the write) is named, ignored and removed when the run continues;
+- ``plan_run`` only reads: every refusal happens before a model is loaded. ``begin`` makes the changes
+  (clear, marker, ``config.json``, metrics truncated to the checkpoint) once training is about to start.
+
+The state saved with each checkpoint (``STATE_FILE``, written right after it) is what transformers does not save
+itself: the rollout seed counter and the skipped-step counts, so that a resumed run continues exactly as the
+uninterrupted one. A checkpoint without it (written before it existed, or a kill in between) gets the same
+values from its step and the metric rows up to it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from nbkit import outputs
+
+KIND = "rl-run"
+"""The ``nbkit.outputs`` kind of a run folder."""
+
+STATE_FILE = "nbkit_state.json"
+"""Written into ``checkpoint-N`` after transformers' files: the workbook's own state of the run at that step."""
+
+SAFE_TO_CHANGE = ("steps", "resume", "overwrite", "checkpoint_every", "output_dir", "max_consecutive_skips",
+                  "vllm_kv_cache_gib")
+"""Config fields a resume may change: they do not change what the steps already taken would have computed
+(``steps`` extends or shortens the run, the rest are bookkeeping or resources)."""
+
+RUN_FILES = ("metrics.jsonl", "config.json", "summary.json", "README.md")
+"""The files of a run that ``overwrite=True`` removes (with every ``checkpoint-N`` folder; README.md is TRL's
+model card)."""
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+class RunMismatchError(ValueError):
+    """``resume=True`` asked to continue a run with a different config."""
+
+
+@dataclass
+class RunPlan:
+    """What ``train`` will do with the run folder (decided by ``plan_run`` before anything is loaded)."""
+
+    out: Path
+    """The run folder."""
+    action: str
+    """``fresh`` (a new run), ``resume`` (continue from ``checkpoint``) or ``finished`` (nothing to do)."""
+    run_id: str = ""
+    """The run's id (kept by a resume, new for a fresh run)."""
+    checkpoint: Path | None = None
+    """The complete checkpoint a resume starts from."""
+    state: dict = field(default_factory=dict)
+    """The workbook's state saved with ``checkpoint`` (``STATE_FILE``)."""
+    partial: list[Path] = field(default_factory=list)
+    """Checkpoint folders cut short by a kill: ignored (removed by ``begin``)."""
+    clear: bool = False
+    """``overwrite=True`` on a folder holding a run: its files are removed by ``begin``."""
+    message: str = ""
+    """What happens, in one line for the log."""
+
+
+def checkpoints(out: Path) -> tuple[list[Path], list[Path]]:
+    """(complete, partial) ``checkpoint-N`` folders of ``out``, by step."""
+    if not out.is_dir():
+        return [], []
+    found = sorted((int(m.group(1)), p) for p in out.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
+    complete = [p for _, p in found if _read_json(p / "trainer_state.json") is not None]
+    return complete, [p for _, p in found if p not in complete]
+
+
+def differing_fields(saved: dict, cfg) -> list[str]:
+    """``name (run: old, now: new)`` for every field outside ``SAFE_TO_CHANGE`` where ``cfg`` differs from the
+    saved config (a field the saved config lacks counts as its default: it did not exist then)."""
+    diffs = []
+    for f in fields(cfg):
+        if f.name in SAFE_TO_CHANGE:
+            continue
+        old = saved.get(f.name, f.default)
+        new = getattr(cfg, f.name)
+        if old != new:
+            diffs.append(f"{f.name} (run: {old!r}, now: {new!r})")
+    return diffs
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def last_logged_step(out: Path) -> int:
+    """The step of the last metrics row (0 when none)."""
+    from nbkit.rl.monitor import MetricsLog
+
+    rows = MetricsLog.read(out / "metrics.jsonl")
+    return max((int(r.get("step", 0)) for r in rows), default=0)
+
+
+def plan_run(cfg) -> RunPlan:
+    """Decide what ``train(cfg)`` does with ``cfg.out``; raises (changing nothing) when it must not run."""
+    out = cfg.out
+    status = outputs.check_folder(out, KIND, "run folder")
+    has_run = status == "own" and (any((out / n).exists() for n in RUN_FILES) or any(checkpoints(out)))
+    mark = outputs.read_marker(out) or {}
+    if not cfg.resume:
+        if has_run and not cfg.overwrite:
+            raise FileExistsError(
+                f"run folder {str(out)!r} already holds a run ({last_logged_step(out)} steps logged): pass "
+                f"resume=True to continue it, overwrite=True to replace it (keeps nothing), or choose another "
+                f"output_dir")
+        return RunPlan(out, "fresh", clear=has_run,
+                       message=f"new run in {out}" + (" (replacing the run that was there)" if has_run else ""))
+    saved = _read_json(out / "config.json") if has_run else None
+    if saved is None:
+        raise FileNotFoundError(f"resume=True but {out} holds no run to continue (no config.json and no "
+                                f"checkpoint-N folder); start it with resume=False")
+    diffs = differing_fields(saved, cfg)
+    if diffs:
+        raise RunMismatchError(
+            f"resume=True continues the run in {str(out)!r} only with its own config, but these fields differ: "
+            f"{'; '.join(diffs)}. Only {', '.join(SAFE_TO_CHANGE)} may change; start a new run in another "
+            f"output_dir, or pass overwrite=True (and resume=False) to replace this one")
+    run_id = mark.get("id", "")
+    done = last_logged_step(out)
+    summary = _read_json(out / "summary.json")
+    if summary is not None and done >= cfg.steps:
+        return RunPlan(out, "finished", run_id, message=f"run {run_id or out.name} already finished at step "
+                       f"{done} (steps={cfg.steps}): nothing to do; raise steps to extend it")
+    complete, partial = checkpoints(out)
+    named = f"; ignored partial checkpoint(s) {[p.name for p in partial]} (cut short by a kill)" if partial else ""
+    if not complete:
+        raise FileNotFoundError(f"resume=True but {out} holds no complete checkpoint-N folder{named} "
+                                f"(checkpoint_every was {saved.get('checkpoint_every', 0)})")
+    ckpt = complete[-1]
+    return RunPlan(out, "resume", run_id, ckpt, _read_json(ckpt / STATE_FILE) or {}, partial,
+                   message=f"resuming run {run_id or out.name} from {ckpt.name} ({done} steps logged){named}")
+
+
+def begin(plan: RunPlan, cfg) -> str:
+    """Make the folder ready for training (called when training starts); returns the run id."""
+    from nbkit.rl.monitor import MetricsLog
+
+    out = plan.out
+    if plan.clear:
+        for name in RUN_FILES:
+            (out / name).unlink(missing_ok=True)
+        for ckpt in sum(checkpoints(out), []):
+            shutil.rmtree(ckpt)
+    for ckpt in plan.partial:
+        shutil.rmtree(ckpt, ignore_errors=True)
+    mark = outputs.write_marker(out, KIND, id=plan.run_id or None)
+    outputs.write_json(out / "config.json", cfg.to_dict())
+    log = MetricsLog(out / "metrics.jsonl")
+    if plan.action == "resume":
+        log.truncate_after(int(plan.checkpoint.name.split("-")[-1]))
+        (out / "summary.json").unlink(missing_ok=True)  # finished again only when this invocation finishes
+    return mark["id"]
+
+
+class RunFolderCallback(TrainerCallback):
+    """Starts the run folder when training starts, restores and saves the workbook's state with checkpoints,
+    and saves a final checkpoint so that a finished run can be extended exactly."""
+
+    def __init__(self, plan: RunPlan, cfg, trainer, logger):
+        self.plan, self.cfg, self.trainer, self.logger = plan, cfg, trainer, logger
+        self.run_id = plan.run_id
+
+    def on_train_begin(self, args, state, control, **kw):
+        if state.is_world_process_zero:  # one process prepares the folder; the others wait for it
+            self.run_id = begin(self.plan, self.cfg)
+        if self.trainer.accelerator.num_processes > 1:
+            self.trainer.accelerator.wait_for_everyone()
+        if self.plan.action == "resume":
+            rows = self.logger.log.rows()  # up to the checkpoint's step
+            in_row = 0
+            for row in rows:
+                in_row = in_row + 1 if row.get("skipped_step") else 0
+                self.logger.alarm.update(row)  # the alarm sees the run's history again (its messages were logged)
+            saved = self.plan.state
+            self.trainer.vllm_generation._calls = int(saved.get("rollout_calls", state.global_step))  # 1 per step
+            self.logger.skipped_total = int(saved.get("skipped_steps_total",
+                                                  rows[-1].get("skipped_steps_total", 0) if rows else 0))
+            self.logger.skips_in_row = int(saved.get("skips_in_row", in_row))
+
+    def on_step_end(self, args, state, control, **kw):
+        if self.cfg.checkpoint_every and state.global_step >= state.max_steps:
+            control.should_save = True  # the last step too: a finished run stays extendable
+
+    def on_save(self, args, state, control, **kw):
+        if not state.is_world_process_zero:
+            return
+        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        outputs.write_json(ckpt / STATE_FILE, {
+            "run_id": self.run_id, "step": state.global_step,
+            "rollout_calls": self.trainer.vllm_generation._calls,
+            "skipped_steps_total": self.logger.skipped_total, "skips_in_row": self.logger.skips_in_row,
+        })

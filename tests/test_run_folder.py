@@ -1,0 +1,166 @@
+"""Run folders never lose or mix work: a fresh run never lands on an earlier one, a resume continues exactly the
+same run (the same rewards as if it had never stopped), a finished run is left alone, a half-written checkpoint
+never blocks a resume, and nothing is changed before every check has passed.
+
+Cheap runs: tiny-arith, HF engine, fp32, 2 prompts x 2 samples.
+"""
+import json
+
+import pytest
+
+from nbkit import arith, outputs
+from nbkit.rl import RLConfig, train
+from nbkit.rl import runfolder
+from nbkit.rl.trainer import StepLogger
+
+
+@pytest.fixture(scope="module")
+def arith_jsonl(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "arith.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in arith.make_problems(64, seed=7)))
+    return str(path)
+
+
+def config(out, data, **kw) -> RLConfig:
+    base = dict(model="tiny-arith", dataset=data, train_dtype="fp32", rollout_engine="hf", steps=4,
+                prompts_per_step=2, samples_per_prompt=2, max_tokens=40, checkpoint_every=2, output_dir=str(out))
+    return RLConfig(**{**base, **kw})
+
+
+class Killed(Exception):
+    """Stands for kill -9 in the middle of a run."""
+
+
+def kill_after_step(monkeypatch, step: int) -> None:
+    """The run dies right after logging ``step`` (its row is on disk, the next checkpoint is not)."""
+    logged = StepLogger.on_log
+
+    def dying(self, args, state, control, logs=None, **kw):
+        logged(self, args, state, control, logs=logs, **kw)
+        if state.global_step == step:
+            raise Killed(f"killed after step {step}")
+
+    monkeypatch.setattr(StepLogger, "on_log", dying)
+
+
+TRACKED = ("reward", "completions/mean_length", "grad_norm", "mismatch/token_abs_logp_diff/mean")
+
+
+def trace(rows) -> list[tuple]:
+    return [(r["step"],) + tuple(r[k] for k in TRACKED) for r in rows]
+
+
+@pytest.mark.slow
+def test_a_killed_and_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(tmp_path, arith_jsonl, monkeypatch, capsys):
+    straight = train(config(tmp_path / "straight", arith_jsonl), progress=False)
+    assert [r["step"] for r in straight.rows] == [1, 2, 3, 4]
+    assert len({r["reward"] for r in straight.rows} | {r["completions/mean_length"] for r in straight.rows}) > 2
+    saved = json.loads((straight.out / "checkpoint-2" / runfolder.STATE_FILE).read_text())
+    assert saved["rollout_calls"] == 2 and saved["skipped_steps_total"] == 0 and saved["step"] == 2
+    assert (straight.out / "checkpoint-4").is_dir()  # the last step is saved too: the run can be extended
+
+    out = tmp_path / "killed"
+    with monkeypatch.context() as m:
+        kill_after_step(m, 3)
+        with pytest.raises(Killed):
+            train(config(out, arith_jsonl), progress=False)
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    (out / "checkpoint-4").mkdir()  # a kill while writing checkpoint-4: weights there, no trainer state
+    (out / "checkpoint-4" / "model.safetensors").write_bytes(b"cut short")
+
+    resumed = train(config(out, arith_jsonl, resume=True), progress=False)
+    said = capsys.readouterr().out
+    assert "from checkpoint-2" in said and "checkpoint-4" in said  # the partial checkpoint is named, not used
+    assert trace(resumed.rows) == trace(straight.rows)  # row 3 recomputed, same seeds, same rewards
+    assert not (out / "checkpoint-4" / "model.safetensors").read_bytes() == b"cut short"
+
+    before = (out / "metrics.jsonl").read_bytes()
+    again = train(config(out, arith_jsonl, resume=True), progress=False)
+    assert "already finished at step 4" in capsys.readouterr().out
+    assert (out / "metrics.jsonl").read_bytes() == before and trace(again.rows) == trace(straight.rows)
+
+    longer = train(config(out, arith_jsonl, resume=True, steps=5), progress=False)  # steps may grow
+    assert [r["step"] for r in longer.rows] == [1, 2, 3, 4, 5] and trace(longer.rows[:4]) == trace(straight.rows)
+
+
+@pytest.mark.slow
+def test_a_run_folder_is_never_reused_by_another_run_without_consent(tmp_path, arith_jsonl):
+    out = tmp_path / "run"
+    first = train(config(out, arith_jsonl, steps=2), progress=False)
+    run_id = outputs.read_marker(out)["id"]
+    log, cfg_file = (out / "metrics.jsonl").read_bytes(), (out / "config.json").read_bytes()
+
+    with pytest.raises(FileExistsError, match=r"already holds a run \(2 steps logged\).*overwrite=True"):
+        train(config(out, arith_jsonl, steps=2, lr=1e-2), progress=False)
+    with pytest.raises(runfolder.RunMismatchError, match=r"lr \(run: 0\.0001, now: 0\.01\)"):
+        train(config(out, arith_jsonl, steps=3, lr=1e-2, resume=True), progress=False)
+    with pytest.raises(runfolder.RunMismatchError, match=r"train_dtype \(run: 'fp32', now: 'bf16'\)"):
+        train(config(out, arith_jsonl, steps=3, train_dtype="bf16", resume=True), progress=False)
+    # every refusal left the run exactly as it was
+    assert (out / "metrics.jsonl").read_bytes() == log and (out / "config.json").read_bytes() == cfg_file
+
+    replaced = train(config(out, arith_jsonl, steps=1, lr=1e-2, overwrite=True), progress=False)
+    assert [r["step"] for r in replaced.rows] == [1] and replaced.rows[0]["learning_rate"] == 1e-2
+    assert outputs.read_marker(out)["id"] != run_id
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]  # nothing of the first run kept
+    assert json.loads((out / "config.json").read_text())["lr"] == 1e-2
+    assert first.rows[0]["learning_rate"] == 1e-4
+
+
+def test_a_run_never_writes_into_a_folder_of_someone_elses_files(tmp_path, arith_jsonl):
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    for resume in (False, True):
+        with pytest.raises(outputs.OutputFolderError, match=r"thesis\.tex"):
+            train(config(mine, arith_jsonl, resume=resume), progress=False)
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+    with pytest.raises(outputs.OutputFolderError, match="project root"):
+        runfolder.plan_run(config(".", arith_jsonl))
+
+
+def test_only_a_partial_checkpoint_is_reported_by_name(tmp_path, arith_jsonl):
+    cfg = config(tmp_path / "run", arith_jsonl, resume=True)
+    cfg.out.mkdir()
+    (cfg.out / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (cfg.out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    (cfg.out / "checkpoint-2").mkdir()
+    (cfg.out / "checkpoint-2" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"no complete checkpoint.*\['checkpoint-2'\]"):
+        runfolder.plan_run(cfg)
+
+
+def test_resume_may_change_only_the_declared_safe_fields(tmp_path, arith_jsonl):
+    saved = config(tmp_path, arith_jsonl).to_dict()
+    assert runfolder.differing_fields(saved, config(tmp_path, arith_jsonl, steps=99, checkpoint_every=5,
+                                                    resume=True)) == []
+    diffs = runfolder.differing_fields(saved, config(tmp_path, arith_jsonl, seed=3, algorithm="gspo"))
+    assert diffs == ["algorithm (run: 'grpo', now: 'gspo')", "seed (run: 0, now: 3)"]
+    del saved["lora_rank"]  # a config written before a field existed holds the field's default
+    assert runfolder.differing_fields(saved, config(tmp_path, arith_jsonl)) == []
+
+
+def test_resume_and_overwrite_together_are_refused():
+    with pytest.raises(ValueError, match="contradict"):
+        RLConfig(resume=True, overwrite=True)
+
+
+def test_a_grid_checks_every_run_folder_before_its_first_run(tmp_path, arith_jsonl):
+    from nbkit.rl import study
+
+    (tmp_path / "grpo-bf16").mkdir()
+    (tmp_path / "grpo-bf16" / "notes.txt").write_text("mine")
+    with pytest.raises(outputs.OutputFolderError, match=r"notes\.txt"):
+        study.run_grid(config(tmp_path, arith_jsonl), ["grpo"], ["fp32", "bf16"], progress=False)
+    assert not (tmp_path / "grpo-fp32").exists()  # the first run never started
+
+
+def test_runs_read_back_without_the_row_a_kill_cut_short(tmp_path):
+    from nbkit.rl import study
+
+    (tmp_path / "grpo-fp16").mkdir()
+    (tmp_path / "grpo-fp16" / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')
+    assert study.load_runs(tmp_path) == {"grpo-fp16": [{"step": 1}, {"step": 2}]}
+    (tmp_path / "grpo-fp16" / "metrics.jsonl").write_text('{"step": 1}\n{"st\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl: line 2 is not valid JSON"):
+        study.load_runs(tmp_path)
