@@ -16,10 +16,10 @@ class MetricsLog:
     """Append-only ``metrics.jsonl``: a row is flushed the moment its step ends, so a kill loses nothing."""
 
     def __init__(self, path: Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)  # (its folder is made at the first row: naming a log writes nothing)
 
     def append(self, row: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(row, default=_plain) + "\n")
             f.flush()

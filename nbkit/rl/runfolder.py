@@ -41,9 +41,9 @@ SAFE_TO_CHANGE = ("steps", "resume", "overwrite", "checkpoint_every", "output_di
 """Config fields a resume may change: they do not change what the steps already taken would have computed
 (``steps`` extends or shortens the run, the rest are bookkeeping or resources)."""
 
-RUN_FILES = ("metrics.jsonl", "config.json", "summary.json", "README.md")
+RUN_FILES = ("metrics.jsonl", "config.json", "summary.json", "README.md", "ranks")
 """The files of a run that ``overwrite=True`` removes (with every ``checkpoint-N`` folder; README.md is TRL's
-model card)."""
+model card; ``ranks/`` holds each process's own log in a multi-process run)."""
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -159,7 +159,7 @@ def begin(plan: RunPlan, cfg) -> str:
     out = plan.out
     if plan.clear:
         for name in RUN_FILES:
-            (out / name).unlink(missing_ok=True)
+            shutil.rmtree(out / name) if (out / name).is_dir() else (out / name).unlink(missing_ok=True)
         for ckpt in sum(checkpoints(out), []):
             shutil.rmtree(ckpt)
     for ckpt in plan.partial:

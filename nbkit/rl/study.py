@@ -130,7 +130,8 @@ def headline(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5)
                         for r in table)
     keys = ("run", "steps", reach, f"final accuracy ({window}-step mean)", "best accuracy",
             "mean |Δ log p| (first 5)", "mean |Δ log p| (last 5)", "skipped steps", "minutes", "alarms")
-    seeds = seed_summary(table, target, window)
+    seeds = [{k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in r.items()}
+             for r in seed_summary(table, target, window)]  # lists as text: the page shows scalars
     return {f"sanity test (training accuracy ≥ {target:.0%})": outcome,
             "over seeds (mean and range per algorithm and precision)": seeds,
             "runs": [{k: r[k] for k in keys} for r in table],
