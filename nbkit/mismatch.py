@@ -338,22 +338,3 @@ def headline_cis(logp_pi, logp_mu, n_boot: int = 1000, seed: int = 0, level: flo
     """``bootstrap_ci`` of every ``HEADLINE`` metric, keyed like ``METRICS``."""
     return {k: bootstrap_ci(k, logp_pi, logp_mu, n_boot=n_boot, seed=seed, level=level) for k in HEADLINE}
 
-
-def analyse(model, rollouts: Sequence, train_dtypes: Sequence[str] = ("fp32", "bf16", "fp16"),
-            batch_size: int = 8, temperature: float = 1.0, n_boot: int = 0, seed: int = 0) -> dict[str, dict]:
-    """π in each training dtype against the rollouts' μ: {dtype: {"logp_pi", "metrics", "cis"}}.
-
-    With ``fp32`` among the dtypes, the others also get ``rel_prob_err/*`` against the FP32 π.
-    ``n_boot > 0`` adds bootstrap CIs of the headline numbers.
-    """
-    logp_mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
-    out = {}
-    for dt in train_dtypes:
-        logp_pi = teacher_forced_logprobs(model, rollouts, dtype=dt, batch_size=batch_size,
-                                          temperature=temperature)
-        out[dt] = {"logp_pi": logp_pi, "metrics": mismatch_metrics(logp_pi, logp_mu),
-                   "cis": headline_cis(logp_pi, logp_mu, n_boot, seed) if n_boot > 0 else {}}
-    if "fp32" in out:
-        for dt in out:
-            out[dt]["metrics"].update(relative_prob_error(out["fp32"]["logp_pi"], out[dt]["logp_pi"]))
-    return out

@@ -36,6 +36,7 @@ def cache_env(cache: Path = CACHE) -> dict[str, str]:
         "JUPYTER_RUNTIME_DIR": str(cache / "jupyter" / "runtime"),
         "JUPYTER_PLATFORM_DIRS": "1",
         "XDG_CACHE_HOME": str(cache / "xdg"),
+        "PIP_CACHE_DIR": str(cache / "pip"),
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"),
         "TRITON_CACHE_DIR": str(cache / "triton"),
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
@@ -51,3 +52,7 @@ def setup_environment() -> None:
     """Set the cache variables that are not set yet (a user's own choice wins)."""
     for key, value in cache_env().items():
         os.environ.setdefault(key, value)
+
+
+if __name__ == "__main__":  # `python nbkit/paths.py`: KEY=VALUE of every cache variable not set yet (the Makefile's)
+    print(" ".join(f"{k}={v}" for k, v in cache_env().items() if k not in os.environ))

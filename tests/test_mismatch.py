@@ -253,15 +253,6 @@ def test_bad_dtype_and_bad_rollouts_raise(model, rollouts):
     assert mm.teacher_forced_logprobs(model, [no_tokens, rollouts[0]])[0].shape == (0,)
 
 
-def test_analyse_runs_every_training_dtype(model, rollouts):
-    out = mm.analyse(model, rollouts[:4], train_dtypes=("fp32", "fp16"), n_boot=10)
-    assert set(out) == {"fp32", "fp16"}
-    assert out["fp32"]["metrics"]["token_abs_logp_diff/max"] <= 1e-5
-    assert out["fp32"]["metrics"]["rel_prob_err/max"] == 0.0
-    assert out["fp16"]["metrics"]["rel_prob_err/max"] > 0
-    assert set(out["fp16"]["cis"]) == set(mm.HEADLINE)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Figures (built from plain data)
 

@@ -40,3 +40,17 @@ def test_every_profile_parameter_exists_in_its_notebook():
 def test_a_parameter_the_notebook_does_not_have_is_refused_before_anything_runs(tmp_path):
     with pytest.raises(ValueError, match=r"no parameter\(s\) \['stepz'\].*'steps'"):
         runner.check_parameters(runner.NOTEBOOKS / "03_rl_training.ipynb", {"stepz": 3})
+
+
+def test_the_makefile_exports_exactly_the_cache_environment_of_nbkit_paths():
+    """One list of cache variables (``paths.cache_env``): every command the Makefile runs gets it."""
+    import os
+    import subprocess
+
+    from nbkit.paths import ROOT, cache_env
+
+    env = {k: v for k, v in os.environ.items() if k not in cache_env()}
+    out = subprocess.run(["make", "-s", "--eval", "envdump: ; @env", "envdump"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    seen = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert {k: seen.get(k) for k in cache_env()} == cache_env()
