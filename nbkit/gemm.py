@@ -28,6 +28,7 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections import Counter
 
@@ -35,18 +36,18 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from nbkit.models import DTYPES
+
 GEMM_POLICIES = ("auto", "native", "fp32-accumulate")
 """Accepted values of every ``gemm`` setting of the workbook."""
 
-HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+HALF = {dt: name for name, dt in DTYPES.items() if name != "fp32"}
+"""The half formats by torch dtype (from ``nbkit.models.DTYPES``)."""
 
 _aten = torch.ops.aten
 GEMM_OPS = frozenset({_aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default,
                       _aten.addbmm.default, _aten.addmv.default, _aten.mv.default, _aten.dot.default})
 """The matrix products the policy routes (linear layers, their backward, batched attention products)."""
-
-_SDPA_CPU = getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-
 
 def validate(name: str) -> str:
     """``name`` if it is a known policy, else a ``ValueError`` naming the choices."""
@@ -83,12 +84,14 @@ def cpu_has_native_half() -> bool:
     return bool(flags & {"avx512_fp16", "amx_fp16"}) and bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
-def _cpu_flags() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> tuple[str, ...]:
+    """The CPU's feature flags (read once per process: ``resolve`` runs for every π batch)."""
     with open("/proc/cpuinfo") as f:
         for line in f:
             if line.startswith("flags"):
-                return line.split(":", 1)[1].split()
-    return []
+                return tuple(line.split(":", 1)[1].split())
+    return ()
 
 
 def resolve(name: str, device: str | torch.device | None = None) -> str:
