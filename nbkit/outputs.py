@@ -26,6 +26,7 @@ KNOWN_FILES: dict[str, tuple[set[str], str]] = {
                 "card.json"),
     "rl-run": ({"metrics.jsonl", "config.json", "summary.json", "README.md", "checkpoint-*"}, "config.json"),
     "report": ({"index.html", "run.json", "*.ipynb", "*.html", "runs", "datasets"}, "index.html"),
+    "results": ({"runs", "provenance.json", "README.md"}, "provenance.json"),
 }
 """Per kind: the entries (glob patterns) a workbook output holds and the one it must hold. A folder with only such
 entries, written before markers existed, is recognised as the workbook's own."""

@@ -1,0 +1,148 @@
+"""Stored results: studies too long for the main job, kept in the repository so notebooks render without re-running.
+
+A study is a folder ``data/results/<study>/`` holding
+
+- ``runs/<label>.jsonl.gz``: every metric row of one run, gzip-compressed JSON lines (the run's ``metrics.jsonl``);
+- ``provenance.json``: the card that says where the numbers came from: git commit (and whether the tree had
+  uncommitted changes), the command that produced them, the machine, the date, the wall time, the configs.
+
+``store`` writes a study from run folders (or from rows already in memory); ``load`` reads it back in the shape of
+``nbkit.rl.study.load_runs`` (``label → rows``), so every table and figure helper works on stored and live runs
+alike; ``card`` reads the provenance card. A notebook that draws from a stored study says so (``describe``).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import gzip
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+from nbkit import outputs
+from nbkit.paths import DATA, ROOT
+
+RESULTS = DATA / "results"
+"""Where stored studies live."""
+
+CARD = "provenance.json"
+"""The provenance card's file name inside a study folder."""
+
+
+def study_dir(study: str, root: Path = RESULTS) -> Path:
+    """The folder of ``study`` (a plain name: letters, digits, ``-``, ``_``, ``.``)."""
+    if not study or not all(c.isalnum() or c in "-_." for c in study) or study.startswith("."):
+        raise ValueError(f"study name {study!r} must be a plain folder name (letters, digits, '-', '_', '.')")
+    return Path(root) / study
+
+
+def git_state(root: Path = ROOT) -> dict:
+    """The commit the working tree is at and whether it has uncommitted changes (None outside a git checkout)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    if head.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+
+
+def machine() -> dict:
+    """What ran the study: CPU model, cores, RAM, OS, Python, torch and the accelerator if any."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        ram_gib = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gib": ram_gib, "os": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str, wall_seconds: float,
+          configs: dict | None = None, notes: str = "", root: Path = RESULTS) -> Path:
+    """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.rl.study.load_runs``) as
+    study ``study`` with its provenance card; an existing study of that name is replaced as a whole.
+
+    ``command`` is what a reader runs to reproduce it (e.g. ``make report PROFILE=cpu-full``), ``wall_seconds``
+    the study's wall time, ``configs`` any JSON-able description of the runs (e.g. ``label → RLConfig.to_dict()``)."""
+    if not isinstance(runs, dict):
+        from nbkit.rl.study import load_runs
+
+        folder = Path(runs)
+        runs = load_runs(folder)
+        if not runs:
+            raise ValueError(f"no run with metric rows under {folder}: nothing to store")
+    if not runs or not all(runs.values()):
+        empty = [label for label, rows in runs.items() if not rows]
+        raise ValueError(f"every stored run needs metric rows; empty: {empty or 'no runs at all'}")
+    if not command.strip():
+        raise ValueError("command must say how the study is reproduced")
+    out = study_dir(study, root)
+    outputs.check_folder(out, "results", "stored-results folder")  # refuse a folder of the user's before writing
+    new = outputs.temp_folder_beside(out)
+    (new / "runs").mkdir(parents=True)
+    for label, rows in runs.items():
+        with gzip.open(new / "runs" / f"{label}.jsonl.gz", "wt", encoding="utf-8", compresslevel=9) as fh:
+            for row in rows:
+                fh.write(json.dumps(row, default=_plain) + "\n")
+    card = {"study": study, **git_state(), "command": command, "machine": machine(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "wall_seconds": round(float(wall_seconds), 1), "runs": sorted(runs),
+            "rows": sum(len(r) for r in runs.values()), "notes": notes, "configs": configs or {}}
+    outputs.write_json(new / CARD, card, indent=1, default=_plain)
+    outputs.write_marker(new, "results", study=study)
+    return outputs.replace_folder(new, out, "results")
+
+
+def load(study: str, root: Path = RESULTS) -> dict[str, list[dict]]:
+    """``label → rows`` of a stored study (FileNotFoundError naming the studies there when it is missing)."""
+    folder = study_dir(study, root)
+    if not (folder / CARD).is_file():
+        have = sorted(p.name for p in Path(root).glob("*") if (p / CARD).is_file()) if Path(root).is_dir() else []
+        raise FileNotFoundError(f"no stored study {study!r} under {root}; stored studies: {have}")
+    runs = {}
+    for path in sorted((folder / "runs").glob("*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            runs[path.name[: -len(".jsonl.gz")]] = [json.loads(line) for line in fh if line.strip()]
+    return runs
+
+
+def card(study: str, root: Path = RESULTS) -> dict:
+    """The provenance card of a stored study."""
+    path = study_dir(study, root) / CARD
+    if not path.is_file():
+        raise FileNotFoundError(f"no stored study {study!r} under {root} (no {CARD})")
+    return json.loads(path.read_text())
+
+
+def describe(study: str, root: Path = RESULTS) -> str:
+    """One paragraph for a notebook: these numbers are stored, from which commit, machine, date, and how to re-run."""
+    c = card(study, root)
+    commit = (c.get("commit") or "unknown")[:10] + (" (with uncommitted changes)" if c.get("dirty") else "")
+    minutes = c.get("wall_seconds", 0) / 60
+    return (f"Stored results `data/results/{study}` ({len(c.get('runs', []))} runs): computed at commit {commit} on "
+            f"{c['machine'].get('cpu')} ({c['machine'].get('cores')} cores) on {c.get('date')}, {minutes:.0f} min wall "
+            f"time, by `{c.get('command')}`. They are not re-computed here; re-run them with that command.")
+
+
+def _plain(x):
+    """JSON for numpy scalars and arrays, paths and anything else with a ``tolist``/``item``."""
+    for attr in ("item", "tolist"):
+        if hasattr(x, attr):
+            return getattr(x, attr)()
+    return str(x)
