@@ -92,16 +92,20 @@ def _batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
     return ids, mask, lab
 
 
-def train(cfg: TinyArithConfig = TinyArithConfig(), progress: bool = True):
-    """SFT in fp32 from scratch; returns (model, tokenizer, log) with the loss of every step."""
+def train(cfg: TinyArithConfig = TinyArithConfig(), progress: bool = True, builder=None, name: str = "tiny-arith"):
+    """SFT in fp32 from scratch; returns (model, tokenizer, log) with the loss of every step.
+
+    ``builder(cfg)`` makes the fresh model (default ``build_model``: the dense Qwen2); ``nbkit.tiny_moe`` passes its
+    Qwen3-MoE builder so both models share this one recipe.
+    """
     torch.manual_seed(cfg.seed)
-    tokenizer, model = build_tokenizer(), build_model(cfg)
+    tokenizer, model = build_tokenizer(), (builder or build_model)(cfg)
     problems = arith.make_problems(cfg.steps * cfg.batch_size, arith.ArithConfig(cfg.digits), seed=cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
     model.train()
     log = []
-    for step in tqdm(range(cfg.steps), desc="SFT tiny-arith", disable=not progress):
+    for step in tqdm(range(cfg.steps), desc=f"SFT {name}", disable=not progress):
         ids, mask, lab = _batch(tokenizer, problems[step * cfg.batch_size:(step + 1) * cfg.batch_size])
         loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
         opt.zero_grad(set_to_none=True)
@@ -114,10 +118,11 @@ def train(cfg: TinyArithConfig = TinyArithConfig(), progress: bool = True):
     return model, tokenizer, log
 
 
-def build(out: Path = CHECKPOINT, cfg: TinyArithConfig = TinyArithConfig()) -> Path:
-    """Train and save the checkpoint (safetensors, fp32) with its recipe and training log."""
+def build(out: Path = CHECKPOINT, cfg: TinyArithConfig = TinyArithConfig(), builder=None,
+          name: str = "tiny-arith") -> Path:
+    """Train and save the checkpoint (safetensors, fp32) with its recipe and training log (``builder``: see ``train``)."""
     start = time.time()
-    model, tokenizer, log = train(cfg)
+    model, tokenizer, log = train(cfg, builder=builder, name=name)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
