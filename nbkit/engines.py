@@ -11,6 +11,7 @@ The engine dtype is chosen independently of the training dtype: that independenc
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import numbers
 import os
@@ -89,6 +90,9 @@ class Rollout:
     """``stop`` (an end-of-sequence token was sampled) or ``length`` (max_tokens reached)."""
     meta: dict = field(default_factory=dict)
     """Engine name, dtype and anything else worth keeping with the sample."""
+    routing: "torch.Tensor | None" = None
+    """Mixture-of-experts models on the HF engine: the engine's top-k experts per position of prompt + response,
+    ``(len(prompt_ids) + len(token_ids), layers, k)`` (``nbkit.routing``; the last token, never fed back, is -1)."""
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -180,8 +184,12 @@ class HFEngine:
         from nbkit import gemm
 
         own = self.gemm if self.dtype != "fp32" else "native"  # (fp32 has no half GEMM to route)
-        with gemm.suspended(), gemm.policy(own) as mode:  # the engine's own policy, whatever the caller runs
+        from nbkit import routing
+
+        moe = routing.capture(self.model) if routing.is_moe(self.model) else contextlib.nullcontext()
+        with gemm.suspended(), gemm.policy(own) as mode, moe as rec:  # the engine's own policy, whatever the caller runs
             res = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+        chosen = rec.choices() if rec is not None else None
         if mode is not None:
             self.gemm_routed.update(mode.counts)
         new = res.sequences[:, width:]
@@ -197,6 +205,8 @@ class HFEngine:
                 text=self.tokenizer.decode(tokens[:n], skip_special_tokens=True),
                 logprobs=picked[row, :n].double().tolist(), finish_reason=reason,
                 meta={"engine": self.name, "dtype": self.dtype},
+                routing=None if chosen is None else routing.pad_to(chosen[row, width - len(p_ids):width + n - 1],
+                                                                   len(p_ids) + n),
             ))
         return rollouts
 

@@ -45,11 +45,14 @@ class Recorder:
     calls: list[list[torch.Tensor]] = field(default_factory=list)
     _shape: list = field(default_factory=list)
 
-    def choices(self) -> torch.Tensor:
-        """``(batch, seq, layers, k)`` long tensor, the calls concatenated along the sequence (KV-cache decoding)."""
+    def choices(self, along: str = "seq") -> torch.Tensor:
+        """``(batch, seq, layers, k)`` long tensor: the calls concatenated along the sequence (``seq``: KV-cache
+        decoding, one call per new token) or along the batch (``batch``: a batch forwarded in chunks)."""
         if not self.calls or not self.calls[0]:
             raise RuntimeError("no MoE forward ran inside the capture")
-        per_layer = [torch.cat(calls, dim=1) for calls in self.calls]
+        if along not in ("seq", "batch"):
+            raise ValueError(f"along must be 'seq' or 'batch', got {along!r}")
+        per_layer = [torch.cat(calls, dim=1 if along == "seq" else 0) for calls in self.calls]
         return torch.stack(per_layer, dim=2)
 
 
@@ -81,6 +84,9 @@ def capture(model):
 def replay(model, choices: torch.Tensor | None):
     """Inside the block, MoE layers use ``choices`` (``(batch, seq, layers, k)``) instead of their own top-k.
 
+    Forwards inside the block consume ``choices`` row by row (a batch forwarded in chunks, in order, is fine);
+    a forward whose sequence length or rows do not fit raises ``ValueError``.
+
     The replayed experts' weights are the model's own softmax probabilities at those experts (renormalised
     when the router does), so gradients still reach the router. Positions marked ``-1`` keep the model's own
     choice. ``choices=None`` or a dense model: nothing changes.
@@ -91,18 +97,23 @@ def replay(model, choices: torch.Tensor | None):
         return
     if choices.dim() != 4 or choices.shape[2] != len(blocks):
         raise ValueError(f"replay choices must be (batch, seq, {len(blocks)} layers, k); got {tuple(choices.shape)}")
-    state = {}
+    state = {"row": 0, "rows": 0}
     handles = []
     for i, block in enumerate(blocks):
-        def pre(module, args):
-            state["shape"] = tuple(args[0].shape[:-1])
+        def pre(module, args, i=i):
+            b, s = tuple(args[0].shape[:-1])
+            if i == 0:  # the first MoE layer of a forward moves on to the next rows
+                state["row"] += state["rows"]
+                state["rows"] = b
+            lo = state["row"]
+            if s != choices.shape[1] or lo + b > choices.shape[0]:
+                raise ValueError(f"replay choices cover {tuple(choices.shape[:2])} (batch, seq) but a forward "
+                                 f"asks for rows {lo}..{lo + b} of length {s}")
 
         def post(module, args, out, i=i):
             logits, scores, own = out
-            if tuple(choices.shape[:2]) != state["shape"]:
-                raise ValueError(f"replay choices cover {tuple(choices.shape[:2])} tokens but the forward has "
-                                 f"{state['shape']} (batch, seq)")
-            want = choices[:, :, i].reshape(-1, choices.shape[-1]).to(own.device)
+            lo, b = state["row"], state["rows"]
+            want = choices[lo:lo + b, :, i].reshape(-1, choices.shape[-1]).to(own.device)
             keep_own = (want < 0).any(dim=-1, keepdim=True)
             idx = torch.where(keep_own, own, want)
             probs = torch.softmax(logits, dim=-1, dtype=torch.float)
@@ -141,4 +152,37 @@ def token_flipped(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     f = flips(a, b).any(-1)
     out = torch.zeros_like(f)
     out[:, 1:] = f[:, :-1]
+    return out
+
+
+def autocast_experts(model) -> bool:
+    """Make a MoE model's experts run under autocast: transformers' default ``grouped_mm`` experts cast their
+    input to the *weights'* dtype (grouped_mm is not autocast-enabled), so under BF16/FP16 autocast over FP32
+    master weights the experts would silently compute in FP32. The ``eager`` implementation calls ``F.linear``
+    per expert, which autocast casts. Returns True when it changed the implementation (dense models: False)."""
+    if not is_moe(model) or not hasattr(model, "set_experts_implementation"):
+        return False
+    if getattr(model.config, "_experts_implementation", "eager") == "eager":
+        return False
+    model.set_experts_implementation("eager")
+    return True
+
+
+def pad_to(choices: torch.Tensor, length: int) -> torch.Tensor:
+    """``choices`` (``(seq, layers, k)``) extended with ``-1`` rows (positions never routed) to ``length``."""
+    if choices.shape[0] >= length:
+        return choices[:length]
+    fill = torch.full((length - choices.shape[0], *choices.shape[1:]), -1, dtype=choices.dtype)
+    return torch.cat([choices, fill])
+
+
+def batch_layout(per_seq: list[torch.Tensor], prompt_lens: list[int], prompt_width: int,
+                 completion_width: int) -> torch.Tensor:
+    """Per-sequence routings (prompt + response positions, as ``Rollout.routing``) laid out like a trainer batch:
+    prompts left-padded to ``prompt_width``, responses right-padded to ``completion_width``; padding is -1."""
+    first = per_seq[0]
+    out = torch.full((len(per_seq), prompt_width + completion_width, *first.shape[1:]), -1, dtype=torch.long)
+    for row, (r, p) in enumerate(zip(per_seq, prompt_lens)):
+        resp = min(r.shape[0] - p, completion_width)
+        out[row, prompt_width - p:prompt_width + resp] = r[:p + resp]
     return out

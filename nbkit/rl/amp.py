@@ -47,6 +47,27 @@ class PrecisionAudit:
                          if isinstance(m, torch.nn.Linear)]
         if not self._handles:
             raise ValueError("the model has no nn.Linear layer to audit")
+        self._handles += self._moe_hooks(model)
+
+    def _moe_hooks(self, model) -> list:
+        """Mixture-of-experts layers hold their matrices as parameters, not ``nn.Linear``: count the router's
+        logits dtype and the dtype of every matmul inside the experts (``moe_router`` / ``moe_experts`` keys)."""
+        from nbkit import routing
+
+        handles, seen = [], []
+        for block in routing.moe_blocks(model):
+            handles.append(block.gate.register_forward_hook(
+                lambda m, i, out: self.counts.update({"moe_router:" + _short(out[0].dtype): 1})))
+            mode = _MatmulDtypes(seen)
+            handles.append(block.experts.register_forward_pre_hook(lambda m, i, mode=mode: (mode.__enter__(), None)[1]))
+
+            def done(m, i, out, mode=mode):
+                mode.__exit__(None, None, None)
+                self.counts.update("moe_experts:" + d for d in seen)
+                seen.clear()
+
+            handles.append(block.experts.register_forward_hook(done))
+        return handles
 
     def _hook(self, module, inputs, output) -> None:
         if isinstance(output, torch.Tensor):
@@ -75,7 +96,7 @@ class PrecisionAudit:
                 raise PrecisionError(f"requested {requested} training but GEMMs ran in {routed}")
         if not ran:
             raise PrecisionError("no linear layer ran in the training model during this step")
-        wrong = {k: v for k, v in ran.items() if k != requested}
+        wrong = {k: v for k, v in ran.items() if k.split(":")[-1] != requested}
         if wrong:
             raise PrecisionError(f"requested {requested} training but linear layers ran in {wrong} "
                                  f"(all counts {ran})")
@@ -87,6 +108,22 @@ class PrecisionAudit:
         """Detach the hooks."""
         for h in self._handles:
             h.remove()
+
+
+class _MatmulDtypes(torch.overrides.TorchFunctionMode):
+    """Records the output dtype of every matmul-like call (``F.linear``, ``matmul``, grouped mm) while active."""
+
+    NAMES = ("linear", "matmul", "mm", "bmm", "grouped_mm", "_grouped_mm")
+
+    def __init__(self, seen: list):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if getattr(func, "__name__", "") in self.NAMES and isinstance(out, torch.Tensor):
+            self.seen.append(_short(out.dtype))
+        return out
 
 
 def _short(dtype: torch.dtype) -> str:

@@ -111,6 +111,10 @@ class RLConfig:
     """Server mode: URL of the vLLM server."""
     vllm_server_timeout: float = 240.0
     """Server mode: seconds to wait for the server to answer before failing."""
+    router_replay: bool = False
+    """Mixture-of-experts models: the trainer's forwards use the rollout's top-k expert choices (``nbkit.routing``)
+    instead of routing again, so no token goes through other experts than it was sampled with. Needs the HF
+    rollout engine (the one that reports its routing here); ``moe/flip_rate`` is logged for MoE models either way."""
 
     def __post_init__(self) -> None:
         algorithms.get(self.algorithm)
@@ -158,6 +162,9 @@ class RLConfig:
             raise ValueError(f"checkpoint_every must be >= 0 (0 = off), got {self.checkpoint_every}")
         if not str(self.output_dir).strip():
             raise ValueError(f"output_dir must name a folder, got {self.output_dir!r}")
+        if self.router_replay and self.rollout_engine != "hf":
+            raise ValueError(f"router_replay=True needs rollout_engine='hf' (the engine that reports its routing "
+                             f"here), got {self.rollout_engine!r}")
         if self.resume and self.overwrite:
             raise ValueError("resume=True and overwrite=True contradict each other: continue the run or replace it")
 

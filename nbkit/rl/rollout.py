@@ -31,6 +31,8 @@ class EngineGeneration(VLLMGeneration):
         self.kv_cache_gib = kv_cache_gib
         self.hf_batch_size, self.max_num_batched_tokens = hf_batch_size, max_num_batched_tokens
         self.engine = None
+        self.last_routing = self.last_prompt_lens = None
+        """MoE models on the HF engine: the last ``generate``'s routing per sequence (``Rollout.routing``)."""
         self.seconds = {"generate": 0.0, "sync": 0.0}
         self._calls = 0
         super().__init__(mode="colocate", **trl_kwargs)
@@ -86,6 +88,8 @@ class EngineGeneration(VLLMGeneration):
         )
         self._calls += 1
         rollouts = self.engine.generate_ids(prompts, sampling)
+        self.last_routing = [r.routing for r in rollouts] if rollouts and rollouts[0].routing is not None else None
+        self.last_prompt_lens = [len(r.prompt_ids) for r in rollouts]
         self.seconds["generate"] += time.perf_counter() - start
         return ([r.prompt_ids for r in rollouts], [r.token_ids for r in rollouts],
                 [[[lp] for lp in r.logprobs] for r in rollouts], None)

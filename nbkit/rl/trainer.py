@@ -21,7 +21,7 @@ from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from nbkit import gemm, mismatch
+from nbkit import gemm, mismatch, routing
 from nbkit.rl import amp
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
@@ -59,7 +59,13 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             max_completion_length=self.max_completion_length, logprobs=0,
         )
         self.use_vllm, self._last_loaded_step = True, -1
+        routing.autocast_experts(self.model)  # MoE: experts under autocast (grouped_mm would stay in fp32)
+        if run.router_replay:  # a checkpointed layer re-runs its forward in backward, outside the replay: it
+            self.args.gradient_checkpointing = False  # would route again (the Trainer enables it at train())
+            if getattr(self.model, "is_gradient_checkpointing", False):
+                self.model.gradient_checkpointing_disable()
         self.audit = amp.PrecisionAudit(self.model)
+        self._routing = None  # MoE: the rollout's routing of the batch being scored / trained on
         self.param_counts = {  # fixed once TRL has wrapped the model (peft freezes all but the adapters)
             "params/trainable": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             "params/total": sum(p.numel() for p in self.model.parameters()),
@@ -82,7 +88,13 @@ class PrecisionGRPOTrainer(GRPOTrainer):
     # -- μ vs π on every batch -----------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
         start = time.perf_counter()
-        out = super()._generate_and_score_completions(inputs)
+        self._routing = "engine"  # the scoring forwards read the engine's routing of this generation
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self._routing = None
+        if getattr(self.vllm_generation, "last_routing", None) is not None:
+            out["routing"] = self._engine_routing(out["prompt_ids"].size(1), out["completion_ids"].size(1))
         self._score_seconds += time.perf_counter() - start
         if out.get("old_per_token_logps") is not None:  # TRL's IS correction already computed π: use it
             self._log_mismatch(out["old_per_token_logps"], out)
@@ -91,6 +103,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         return out
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        if self._routing is not None and routing.is_moe(model):
+            return self._routed_logps(model, *args, **kwargs)
         result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         if torch.is_grad_enabled():  # the loss forward: π of the weights that produced this batch
             self._loss_logps = result[0].detach()
@@ -98,7 +112,11 @@ class PrecisionGRPOTrainer(GRPOTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         self._loss_logps = None
-        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._routing = inputs.get("routing")
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._routing = None
         if self._needs_pi:
             # No IS correction: π comes free from the loss forward (one update per batch, so it is π_old),
             # on exactly the rows of ``inputs`` (TRL shuffles a generation batch before the loss sees it).
@@ -126,6 +144,32 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         if batch.get("importance_sampling_ratio") is not None:
             self._log_is_fractions(batch["importance_sampling_ratio"], mask)
         self._mismatch_seconds += time.perf_counter() - start
+
+    # -- mixture of experts: routing flips and router replay (nbkit.routing) ---------------------------------
+    def _engine_routing(self, prompt_width: int, completion_width: int) -> torch.Tensor:
+        """The rollout engine's routing of the last generation laid out like TRL's prompt + completion batch."""
+        gen = self.vllm_generation
+        return routing.batch_layout(gen.last_routing, gen.last_prompt_lens, prompt_width, completion_width)
+
+    def _routed_logps(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        """π of a MoE batch: logs ``moe/flip_rate`` (trainer's own top-k vs the engine's, per layer, over the
+        batch's real tokens) once per batch, and replays the engine's routing when ``router_replay`` is on."""
+        chosen = self._routing
+        if isinstance(chosen, str):  # scoring inside TRL's generation step: the batch is the whole generation
+            chosen = self._engine_routing(input_ids.size(1) - logits_to_keep, logits_to_keep)
+        chosen = chosen.to(torch.long)
+        replay = routing.replay(model, chosen) if self.run.router_replay else contextlib.nullcontext()
+        with routing.capture(model) as rec, replay:  # capture first: it sees the trainer's own choice
+            result = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                                *args, **kwargs)
+        if torch.is_grad_enabled():
+            own = rec.choices(along="batch")
+            rates = routing.flip_rates(own, chosen, attention_mask.bool().cpu())
+            self._metrics["train"]["moe/flip_rate"].append(float(np.mean(rates)))
+            for layer, rate in enumerate(rates):
+                self._metrics["train"][f"moe/flip_rate/layer{layer}"].append(rate)
+            self._loss_logps = result[0].detach()
+        return result
 
     @torch.no_grad()
     def _training_logps(self, out) -> torch.Tensor:
