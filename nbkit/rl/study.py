@@ -148,7 +148,8 @@ def audit_verdict(runs: dict[str, list[dict]]) -> str:
                 continue
             audited += 1
             requested, ran = r.get("audit/requested"), r["audit/matmul_dtypes"]
-            if set(ran) != {requested} or (requested == "fp16" and not r.get("audit/scaler_enabled")):
+            ran_in = {k.split(":")[-1] for k in ran}  # MoE keys: "moe_experts:bf16", "moe_router:bf16"
+            if ran_in != {requested} or (requested == "fp16" and not r.get("audit/scaler_enabled")):
                 bad.append(f"{label} step {r.get('step')}: {ran}")
     if not audited:
         return "no audited step"
