@@ -83,6 +83,8 @@ class MoeResult:
             s = self.split[d]
             out[f"MoE share of |Δ log p| on flipped tokens ({d})"] = s["flipped_share_of_mismatch"]
             out[f"MoE share of tokens flipped ({d})"] = s["flipped_share_of_tokens"]
+            out[f"MoE share of |Δ log p| on upstream-flipped tokens ({d})"] = s["upstream_flipped_share_of_mismatch"]
+            out[f"MoE share of tokens upstream-flipped ({d})"] = s["upstream_flipped_share_of_tokens"]
         return out
 
 
@@ -159,3 +161,36 @@ def run(cfg: MoeConfig = MoeConfig(), progress: bool = False) -> MoeResult:
         }
     res.seconds = time.time() - start
     return res
+
+
+def figure(res: MoeResult):
+    """Grouped bars: flip rate per layer, one panel per comparison, one colour per dtype."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    comps = ("engine_vs_trainer", "trainer_vs_fp32", "engine_vs_fp32")
+    fig = make_subplots(rows=1, cols=len(comps), subplot_titles=[c.replace("_", " ") for c in comps],
+                        shared_yaxes=True)
+    for d, by in res.flips.items():
+        for col, comp in enumerate(comps, start=1):
+            rates = by[comp]
+            fig.add_trace(go.Bar(name=d, x=[f"layer {i}" for i in range(len(rates))], y=rates,
+                                 legendgroup=d, showlegend=col == 1), row=1, col=col)
+    fig.update_layout(title=f"{res.config.model}: routing flip rate per layer (share of response tokens)",
+                      barmode="group", yaxis_title="flip rate")
+    return fig
+
+
+def split_table(res: MoeResult) -> list[dict]:
+    """Per dtype: tokens, flipped tokens and the mismatch they carry (see the module doc)."""
+    return [{"dtype": d, **s} for d, s in res.split.items()]
+
+
+def stored_summary(study: str = "moe_tiny_arith") -> tuple[str, list[dict]] | None:
+    """The stored RL study's provenance paragraph and per variant × dtype summary, or None when not stored."""
+    from nbkit import moe_study, results
+
+    try:
+        return results.describe(study), moe_study.summary(results.load(study))
+    except FileNotFoundError:
+        return None

@@ -21,6 +21,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "02_mismatch_analysis": {  # tiny-arith only, HF engine, 8 prompts x 2 samples: well under a minute
             "models": ["tiny-arith"], "engine": "hf", "n_prompts": 8, "samples_per_prompt": 2, "max_tokens": 40,
             "n_boot": 100, "model_overrides": {},
+            "moe_n_prompts": 8, "moe_samples_per_prompt": 2,  # routing flips on tiny-moe-arith: a few seconds
         },
         "03_rl_training": {  # 2 steps of one FP16/BF16 pair on 2 prompts x 2 samples with the HF engine
             "algorithms": ["pg_seq_is"], "steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2,

@@ -175,3 +175,17 @@ def test_rl_on_a_moe_logs_flip_rate_and_replay_zeroes_nothing_else(tmp_path, moe
     assert all(0.0 <= r["moe/flip_rate"] <= 1.0 for r in rows)
     assert all("moe/flip_rate/layer1" in r for r in rows)
     assert all(r["audit/matmul_dtypes"].get("moe_experts:bf16", 0) > 0 for r in rows)
+
+
+def test_offline_flip_analysis_splits_the_mismatch_by_flip(moe_dir):
+    from nbkit import moe_analysis
+
+    res = moe_analysis.run(moe_analysis.MoeConfig(model=moe_dir, n_prompts=6, samples_per_prompt=2, max_tokens=10))
+    assert res.flips["fp32"]["engine_vs_trainer"] == [0.0, 0.0]  # same weights, same dtype: no flip here
+    assert res.flips["fp32"]["trainer_vs_fp32"] == [0.0, 0.0]
+    for d, s in res.split.items():
+        assert 0.0 <= s["flipped_share_of_tokens"] <= s["upstream_flipped_share_of_tokens"] <= 1.0
+        assert s["flipped_tokens"] <= s["tokens"]
+    assert "MoE flip rate engine vs trainer (bf16)" in res.headline()
+    with pytest.raises(ValueError, match="no mixture-of-experts"):
+        moe_analysis.run(moe_analysis.MoeConfig(model="tiny-arith", n_prompts=1, samples_per_prompt=1))
