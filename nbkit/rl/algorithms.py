@@ -12,10 +12,16 @@ workbook enables for every engine (TRL gates it on ``use_vllm``; see ``nbkit.rl.
 | ``grpo_seq_mis`` | GRPO-Seq-MIS | Dr.GRPO + ``"sequence_mask"``, threshold C | sequences with ∏π/μ > C dropped |
 | ``gspo`` | GSPO | ``importance_sampling_level="sequence"``, ε = 3e-4 / 4e-4 | no |
 | ``pg_seq_is`` | PG-Seq-IS | Dr.GRPO loss + ``"sequence_truncate"``, cap C | × min(∏π/μ, C) per sequence |
+| ``grpo_mu_old`` | decoupled / async PPO | GRPO with π_old := μ (the engine's log-probs) | clip of π/μ per token |
+| ``grpo_mu_old_token_tis`` | same + Token-TIS | ``grpo_mu_old`` + ``"token_truncate"``, cap C | clip of π/μ, × min(π_old/μ, C) |
 
 With one optimiser update per batch (the paper's setting) the PPO ratio π/π_old is exactly 1, so ``dr_grpo``'s
 surrogate is plain policy gradient with a group-mean baseline; ``pg_seq_is`` is that policy gradient weighted
 by the (truncated) sequence ratio π/μ, as in the paper.
+
+The ``*_mu_old`` presets are what asynchronous RL frameworks do: the rollout engine's μ stands in for π_old in the
+clipped ratio, so the π–μ mismatch enters the clip directly and a token nobody has updated yet can be clipped
+("phantom clipping", logged per step as ``clip/phantom_fraction`` by ``PrecisionGRPOTrainer``).
 """
 from __future__ import annotations
 
@@ -34,6 +40,8 @@ class Algorithm:
     """``GRPOConfig`` fields the preset sets."""
     is_mode: str | None = None
     """TRL's ``vllm_importance_sampling_mode`` when μ corrects the loss, None when it does not."""
+    mu_as_old: bool = False
+    """Use the rollout engine's log-probs μ as π_old in the clipped ratio (instead of TRL's recomputed π_old)."""
 
 
 _DR = {"loss_type": "dr_grpo", "scale_rewards": "none"}
@@ -46,6 +54,10 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("gspo", "GSPO: sequence-level geometric-mean ratio, tight clip",
               {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}),
     Algorithm("pg_seq_is", "policy gradient × min(∏π/μ, C) per sequence", dict(_DR), "sequence_truncate"),
+    Algorithm("grpo_mu_old", "GRPO clipped against μ as π_old (async/decoupled PPO)",
+              {"loss_type": "grpo", "scale_rewards": "group"}, mu_as_old=True),
+    Algorithm("grpo_mu_old_token_tis", "GRPO clipped against μ as π_old, × min(π_old/μ, C) per token",
+              {"loss_type": "grpo", "scale_rewards": "group"}, "token_truncate", mu_as_old=True),
 )}
 """Name → preset."""
 

@@ -22,7 +22,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from nbkit import gemm, mismatch, routing
-from nbkit.rl import amp
+from nbkit.rl import algorithms, amp
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
 from nbkit.rl.scaling import loss_scaler
@@ -74,6 +74,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self._score_seconds = 0.0
         self._needs_pi = False  # a batch whose π is still to come (from the loss forward)
         self._loss_logps = None
+        self._phantom_pending = False  # a fresh batch whose first loss minibatch has π = π_old exactly
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
@@ -96,6 +97,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         if getattr(self.vllm_generation, "last_routing", None) is not None:
             out["routing"] = self._engine_routing(out["prompt_ids"].size(1), out["completion_ids"].size(1))
         self._score_seconds += time.perf_counter() - start
+        self._phantom_pending = True
         if out.get("old_per_token_logps") is not None:  # TRL's IS correction already computed π: use it
             self._log_mismatch(out["old_per_token_logps"], out)
         else:
@@ -127,6 +129,35 @@ class PrecisionGRPOTrainer(GRPOTrainer):
                 self._mismatch_seconds += time.perf_counter() - start
             self._log_mismatch(logps, inputs)
         return loss
+
+    # -- μ as π_old and phantom clipping -------------------------------------------------------------------
+    def _compute_loss(self, model, inputs):
+        """TRL's loss; a ``mu_as_old`` preset puts the engine's μ in place of π_old first. Then logs
+        ``clip/phantom_fraction`` at the first minibatch after a rollout, where π = π_old in exact arithmetic."""
+        if algorithms.get(self.run.algorithm).mu_as_old:
+            inputs = {**inputs, "old_per_token_logps": inputs["sampling_per_token_logps"]}
+        self._loss_logps = None
+        loss = super()._compute_loss(model, inputs)
+        if self._phantom_pending and self._loss_logps is not None:
+            self._phantom_pending = False
+            self._log_phantom_fraction(self._loss_logps, inputs)
+        return loss
+
+    def _log_phantom_fraction(self, logp_pi: torch.Tensor, batch: dict) -> None:
+        """Fraction of tokens whose clip is active (TRL's rule: ratio below 1 − ε with A < 0 or above 1 + ε with
+        A > 0) on a minibatch no update has touched yet: any such token is clipped by rounding alone."""
+        old = batch.get("old_per_token_logps")
+        mask = batch["completion_mask"].bool()
+        log_ratio = logp_pi - (logp_pi if old is None else old.detach())
+        if self.importance_sampling_level == "sequence":
+            log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1).expand_as(log_ratio)
+        ratio = torch.exp(log_ratio.float())
+        adv = batch["advantages"]
+        adv = adv.unsqueeze(-1) if adv.dim() == 1 else adv
+        clipped = ((ratio < 1 - self.epsilon_low) & (adv < 0)) | ((ratio > 1 + self.epsilon_high) & (adv > 0))
+        counts = self.accelerator.reduce(torch.stack([(clipped & mask).sum().float(), mask.sum().float()]), "sum")
+        if counts[1] > 0:
+            self._metrics["train"]["clip/phantom_fraction"].append(float(counts[0] / counts[1]))
 
     def _log_mismatch(self, logp_pi: torch.Tensor, batch: dict) -> None:
         """Mismatch metrics of ``batch`` (its μ and mask) against the trainer's π (``nbkit.mismatch``)."""
