@@ -111,6 +111,18 @@ class RLConfig:
     """Server mode: URL of the vLLM server."""
     vllm_server_timeout: float = 240.0
     """Server mode: seconds to wait for the server to answer before failing."""
+    ppo_epochs: int = 2
+    """PPO: passes over each rollout batch (π_old ≠ π from the second minibatch on)."""
+    ppo_minibatches: int = 2
+    """PPO: minibatches each rollout batch is split into per epoch."""
+    gae_gamma: float = 1.0
+    """PPO: GAE discount γ in [0, 1] (1 = Oat's default and the paper's)."""
+    gae_lambda: float = 1.0
+    """PPO: GAE λ in [0, 1] (1 = Monte-Carlo returns minus the critic's value)."""
+    value_clip: float = 0.2
+    """PPO: the clipped value loss keeps new values within ± this of the values at rollout time."""
+    critic_lr: float = 1e-5
+    """PPO: the critic's own learning rate."""
 
     def __post_init__(self) -> None:
         algorithms.get(self.algorithm)
@@ -160,6 +172,15 @@ class RLConfig:
             raise ValueError(f"output_dir must name a folder, got {self.output_dir!r}")
         if self.resume and self.overwrite:
             raise ValueError("resume=True and overwrite=True contradict each other: continue the run or replace it")
+        for name in ("ppo_epochs", "ppo_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        for name in ("gae_gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+        for name in ("value_clip", "critic_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
 
     @property
     def rollout(self) -> str:
@@ -177,6 +198,7 @@ class RLConfig:
 
 
 _INTEGERS = ("lora_rank", "steps", "prompts_per_step", "samples_per_prompt", "max_tokens", "loss_scale_growth_interval",
-             "seed", "checkpoint_every", "collapse_window", "max_consecutive_skips", "vllm_kv_cache_gib")
+             "seed", "checkpoint_every", "collapse_window", "max_consecutive_skips", "vllm_kv_cache_gib",
+             "ppo_epochs", "ppo_minibatches")
 _REALS = ("lr", "temperature", "is_cap", "max_grad_norm", "loss_scale_init", "collapse_mismatch_factor",
-          "collapse_reward_drop")
+          "collapse_reward_drop", "gae_gamma", "gae_lambda", "value_clip", "critic_lr")

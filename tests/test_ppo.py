@@ -1,0 +1,86 @@
+"""PPO's per-token math (nbkit.rl.gae) against hand-computed cases, and PPO's config checks."""
+import pytest
+import torch
+
+from nbkit.rl import RLConfig
+from nbkit.rl import gae as G
+
+
+def test_gae_matches_a_hand_computed_case_with_gamma_and_lambda_below_one():
+    # one sequence of 3 tokens, values v = (0.5, 0.2, 0.4), outcome reward 1 on the last token, γ=0.9, λ=0.5
+    v = torch.tensor([[0.5, 0.2, 0.4, 9.0]])  # the 4th position is padding: its value must be ignored
+    mask = torch.tensor([[1, 1, 1, 0]])
+    d2 = 1.0 - 0.4  # last token: r + γ·0 - v
+    d1 = 0.9 * 0.4 - 0.2
+    d0 = 0.9 * 0.2 - 0.5
+    a2 = d2
+    a1 = d1 + 0.9 * 0.5 * a2
+    a0 = d0 + 0.9 * 0.5 * a1
+    adv, ret = G.gae(v, torch.tensor([1.0]), mask, gamma=0.9, lam=0.5)
+    assert adv[0].tolist() == pytest.approx([a0, a1, a2, 0.0])
+    assert ret[0].tolist() == pytest.approx([a0 + 0.5, a1 + 0.2, a2 + 0.4, 0.0])
+
+
+def test_gae_with_gamma_and_lambda_one_gives_the_outcome_minus_the_value():
+    v = torch.tensor([[0.1, 0.3, 0.0], [0.7, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    adv, ret = G.gae(v, torch.tensor([2.0, -1.0]), mask)
+    assert adv.flatten().tolist() == pytest.approx([1.9, 1.7, 2.0, -1.7, 0.0, 0.0])
+    assert ret.flatten().tolist() == pytest.approx([2.0, 2.0, 2.0, -1.0, 0.0, 0.0])
+
+
+def test_clipped_value_loss_takes_the_larger_error_and_falls_when_trained_in_fp32():
+    old = torch.zeros(1, 2)
+    returns = torch.tensor([[1.0, 1.0]])
+    mask = torch.ones(1, 2)
+    # v = 0.5 is outside old ± 0.2: the clipped value 0.2 has the larger error (0.8² vs 0.5²)
+    assert G.value_loss(torch.full((1, 2), 0.5), old, returns, mask, clip=0.2).item() == pytest.approx(0.5 * 0.64)
+    torch.manual_seed(0)
+    head = torch.nn.Linear(4, 1)
+    feats = torch.randn(8, 6, 4)
+    mask = torch.ones(8, 6)
+    adv_returns = torch.randn(8).unsqueeze(1).expand(8, 6)
+    opt = torch.optim.Adam(head.parameters(), lr=0.05)
+    losses = []
+    for _ in range(30):
+        values = head(feats).squeeze(-1)
+        loss = G.value_loss(values, values.detach(), adv_returns, mask, clip=0.2)
+        opt.zero_grad(); loss.backward(); opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_kl_and_clip_fraction_are_zero_at_the_old_policy_and_count_tokens_outside_the_clip():
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.5, 0.5]]))
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert G.approx_kl(old, old, mask).item() == 0.0 and G.clip_fraction(old, old, mask).item() == 0.0
+    new = torch.log(torch.tensor([[0.5, 0.7, 0.3, 0.9]]))  # ratios 1, 1.4, 0.6, (1.8 off the mask)
+    assert G.clip_fraction(new, old, mask, eps=0.2).item() == pytest.approx(2 / 3)
+    r = torch.tensor([1.4, 0.6])
+    assert G.approx_kl(new, old, mask).item() == pytest.approx(float(((r - 1) - r.log()).sum() / 3))
+
+
+def test_explained_variance_is_one_for_a_perfect_critic_and_zero_for_the_mean():
+    ret = torch.tensor([[1.0, 2.0, 3.0]])
+    mask = torch.ones(1, 3)
+    assert G.explained_variance(ret, ret, mask).item() == pytest.approx(1.0)
+    assert G.explained_variance(torch.full((1, 3), 2.0), ret, mask).item() == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    ({"ppo_epochs": 0}, "ppo_epochs must be >= 1, got 0"),
+    ({"ppo_minibatches": 0}, "ppo_minibatches must be >= 1, got 0"),
+    ({"gae_lambda": 1.5}, "gae_lambda must be in [0, 1], got 1.5"),
+    ({"gae_gamma": -0.1}, "gae_gamma must be in [0, 1], got -0.1"),
+    ({"value_clip": 0.0}, "value_clip must be > 0, got 0.0"),
+    ({"critic_lr": -1.0}, "critic_lr must be > 0, got -1.0"),
+])
+def test_bad_ppo_settings_fail_naming_the_value(kw, fragment):
+    with pytest.raises(ValueError) as e:
+        RLConfig(**kw)
+    assert fragment in str(e.value)
+
+
+def test_gae_refuses_lambda_outside_the_unit_interval():
+    with pytest.raises(ValueError, match=r"lambda must be in \[0, 1\], got 2"):
+        G.gae(torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1), lam=2)
