@@ -84,3 +84,51 @@ def test_bad_ppo_settings_fail_naming_the_value(kw, fragment):
 def test_gae_refuses_lambda_outside_the_unit_interval():
     with pytest.raises(ValueError, match=r"lambda must be in \[0, 1\], got 2"):
         G.gae(torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1), lam=2)
+
+
+def _tiny_batch():
+    from nbkit import models
+
+    policy, tok = models.load("tiny-arith", "fp32")
+    ids = tok(["1+2=", "3+4="], return_tensors="pt", padding=True)
+    return policy, ids
+
+
+def test_the_critic_starts_from_the_policy_and_its_updates_leave_the_policy_alone():
+    from nbkit.rl.critic import Critic, critic_step, make_scaler
+
+    policy, ids = _tiny_batch()
+    critic = Critic(policy).train()
+    name, p = next(iter(policy.get_decoder().named_parameters()))
+    assert torch.equal(dict(critic.backbone.named_parameters())[name], p)
+    values = critic(ids["input_ids"], ids["attention_mask"])
+    assert values.shape == ids["input_ids"].shape and torch.all(values == 0)  # zero-initialised head
+    before = p.detach().clone()
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    mask = ids["attention_mask"].float()
+    returns = torch.ones_like(mask)
+    old = values.detach()  # the values at rollout time, as in PPO
+    losses = []
+    for _ in range(5):  # FP32: the value loss falls on a fixed batch
+        v = critic(ids["input_ids"], ids["attention_mask"])
+        loss = G.value_loss(v, old, returns, mask, clip=0.2)
+        critic_step(critic, opt, make_scaler("cpu", "fp32"), loss, max_grad_norm=1.0)
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    assert torch.equal(p, before)
+
+
+def test_fp16_critic_has_a_live_scaler_of_its_own_and_bf16_none():
+    from nbkit.rl.critic import Critic, critic_step, make_scaler
+
+    assert not make_scaler("cpu", "bf16").is_enabled()
+    policy, ids = _tiny_batch()
+    critic = Critic(policy).train()
+    scaler = make_scaler("cpu", "fp16", init_scale=2.0**10)
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    with torch.autocast("cpu", dtype=torch.float16):
+        v = critic(ids["input_ids"], ids["attention_mask"])
+    loss = G.value_loss(v, v.detach(), torch.ones_like(v), ids["attention_mask"].float())
+    out = critic_step(critic, opt, scaler, loss, max_grad_norm=1.0)
+    assert scaler.is_enabled() and out["value/loss_scale"] in (2.0**10, 2.0**9)
+    assert out["value/grad_norm"] > 0
