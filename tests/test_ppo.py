@@ -118,7 +118,8 @@ def test_the_critic_starts_from_the_policy_and_its_updates_leave_the_policy_alon
     assert torch.equal(p, before)
 
 
-def test_fp16_critic_has_a_live_scaler_of_its_own_and_bf16_none():
+def test_fp16_critic_has_a_live_scaler_of_its_own_bf16_none_and_the_audit_sees_its_matmuls():
+    from nbkit.rl.amp import PrecisionAudit, PrecisionError
     from nbkit.rl.critic import Critic, critic_step, make_scaler
 
     assert not make_scaler("cpu", "bf16").is_enabled()
@@ -126,8 +127,15 @@ def test_fp16_critic_has_a_live_scaler_of_its_own_and_bf16_none():
     critic = Critic(policy).train()
     scaler = make_scaler("cpu", "fp16", init_scale=2.0**10)
     opt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    audit = PrecisionAudit(critic)  # watches the copied backbone's linears and the value head
     with torch.autocast("cpu", dtype=torch.float16):
         v = critic(ids["input_ids"], ids["attention_mask"])
+    counts = audit.take()
+    assert audit.check("fp16", counts, scaler=scaler)["audit/matmul_dtypes"] == {"fp16": sum(counts.values())}
+    with pytest.raises(PrecisionError, match="no live GradScaler"):
+        audit.check("fp16", counts, scaler=make_scaler("cpu", "bf16"))
+    with pytest.raises(PrecisionError, match="requested bf16 training but linear layers ran in"):
+        audit.check("bf16", counts)
     loss = G.value_loss(v, v.detach(), torch.ones_like(v), ids["attention_mask"].float())
     out = critic_step(critic, opt, scaler, loss, max_grad_norm=1.0)
     assert scaler.is_enabled() and out["value/loss_scale"] in (2.0**10, 2.0**9)
