@@ -93,6 +93,8 @@ CASES = [
     Case("rl-steps-zero", lambda c: RLConfig(steps=0), ValueError, "steps must be >= 1, got 0"),
     Case("rl-prompts-float", lambda c: RLConfig(prompts_per_step=16.0), TypeError, "prompts_per_step must be an integer"),
     Case("rl-max-tokens-zero", lambda c: RLConfig(max_tokens=0), ValueError, "max_tokens must be >= 1"),
+    Case("rl-ppo-epochs-zero", lambda c: RLConfig(ppo_epochs=0), ValueError, "ppo_epochs must be >= 1, got 0"),
+    Case("rl-gae-lambda-above-one", lambda c: RLConfig(gae_lambda=1.2), ValueError, "gae_lambda must be in [0, 1], got 1.2"),
     Case("rl-lr-zero", lambda c: RLConfig(lr=0), ValueError, "lr must be > 0, got 0"),
     Case("rl-lr-nan", lambda c: RLConfig(lr=float("nan")), ValueError, "lr must be a finite number, got nan"),
     Case("rl-is-cap-inf", lambda c: RLConfig(is_cap=float("inf")), ValueError, "is_cap must be a finite number"),

@@ -140,3 +140,37 @@ def test_fp16_critic_has_a_live_scaler_of_its_own_bf16_none_and_the_audit_sees_i
     out = critic_step(critic, opt, scaler, loss, max_grad_norm=1.0)
     assert scaler.is_enabled() and out["value/loss_scale"] in (2.0**10, 2.0**9)
     assert out["value/grad_norm"] > 0
+
+
+def test_after_the_first_minibatch_the_ratio_to_the_old_policy_departs_from_one_and_clips_are_counted():
+    policy, ids = _tiny_batch()
+    policy.train()
+    x, m = ids["input_ids"], ids["attention_mask"]
+    mask = m[:, 1:].float()
+
+    def logp():
+        logits = policy(input_ids=x, attention_mask=m).logits[:, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, x[:, 1:, None]).squeeze(-1)
+
+    with torch.no_grad():
+        old = logp()  # π_old: the policy that produced the batch
+    adv = torch.tensor([[1.0], [-1.0]]).expand_as(mask)
+    opt = torch.optim.SGD(policy.parameters(), lr=5.0)
+    seen = []
+    for _ in range(2):  # two minibatch updates on the same rollout batch
+        new = logp()
+        seen.append((G.approx_kl(new.detach(), old, mask).item(), G.clip_fraction(new.detach(), old, mask).item()))
+        loss = G.policy_loss(new, old, adv, mask, mu_logp=old - 0.1, is_cap=2.0)
+        opt.zero_grad(); loss.backward(); opt.step()
+    assert seen[0] == (0.0, 0.0)  # first minibatch: π = π_old
+    kl, clipped = seen[1]
+    assert kl > 0 and 0 < clipped <= 1
+
+
+def test_token_tis_weights_tokens_by_the_truncated_old_to_engine_ratio():
+    old = torch.zeros(1, 2)
+    adv, mask = torch.ones(1, 2), torch.ones(1, 2)
+    mu = torch.log(torch.tensor([[0.5, 0.1]]))  # π_old/μ = 2 and 10 → capped at 3
+    assert G.policy_loss(old, old, adv, mask, mu_logp=mu, is_cap=3.0).item() == pytest.approx(-(2 + 3) / 2)
+    with pytest.raises(ValueError, match="is_cap > 0, got None"):
+        G.policy_loss(old, old, adv, mask, mu_logp=mu)
