@@ -1,0 +1,59 @@
+"""The paper's precision ablation on the sanity test: train dtype × rollout dtype, same algorithm and seeds.
+
+``python -m nbkit.ablation`` trains the grid (notebook 03's tiny-arith defaults: grpo, 16 × 8 per step, vLLM
+rollouts) and stores it as ``data/results/<study>/`` (``nbkit.results``) so notebook 05 renders without re-running.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+PAIRS: list[tuple[str, str]] = [("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32")]
+"""The paper's grid: (train dtype, rollout dtype)."""
+
+STUDY = "ablation_tiny_arith"
+"""The stored study's folder name under ``data/results``."""
+
+
+def base_config(**overrides):
+    """Notebook 03's default run (tiny-arith sanity set, grpo, vLLM rollouts), with ``overrides``."""
+    from nbkit.engines import vllm_available
+    from nbkit.rl import RLConfig
+
+    kw = dict(model="tiny-arith", dataset="data/tiny_arith_sanity", template="raw", grader="arith", algorithm="grpo",
+              train_dtype="bf16", rollout_engine="vllm" if vllm_available() else "hf", steps=100,
+              prompts_per_step=16, samples_per_prompt=8, lr=2e-4, max_tokens=40, seed=0,
+              output_dir="reports/runs/05_precision_ablation", checkpoint_every=0, overwrite=True)
+    kw.update(overrides)
+    return RLConfig(**kw)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Train the grid and store it (``--no-store`` keeps only the run folders)."""
+    from nbkit import results
+    from nbkit.rl import study
+
+    p = argparse.ArgumentParser(prog="python -m nbkit.ablation", description=__doc__)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--pairs", nargs="+", default=[f"{t}/{r}" for t, r in PAIRS], help="train/rollout, e.g. bf16/fp32")
+    p.add_argument("--algorithm", default="grpo")
+    p.add_argument("--output-dir", default="reports/runs/05_precision_ablation")
+    p.add_argument("--study", default=STUDY)
+    p.add_argument("--no-store", action="store_true")
+    a = p.parse_args(argv)
+    pairs = [tuple(x.split("/")) for x in a.pairs]
+    if any(len(x) != 2 for x in pairs):
+        p.error(f"--pairs takes train/rollout items such as bf16/fp32, got {a.pairs}")
+    base = base_config(steps=a.steps, output_dir=a.output_dir, algorithm=a.algorithm)
+    t0 = time.time()
+    study.run_grid(base, [a.algorithm], [], seeds=a.seeds, pairs=pairs)
+    if not a.no_store:
+        import sys
+        results.store(a.study, a.output_dir, command="python -m nbkit.ablation " + " ".join(sys.argv[1:] if argv is None else argv),
+                      wall_seconds=time.time() - t0, configs={"pairs": a.pairs, "seeds": a.seeds, "steps": a.steps,
+                                                              "algorithm": a.algorithm})
+
+
+if __name__ == "__main__":
+    main()
