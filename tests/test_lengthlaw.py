@@ -51,3 +51,15 @@ def test_bf16_over_fp16_sequence_kl_ratio():
 def test_bad_inputs_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         lengthlaw.fit(bad)
+
+
+def test_measure_gives_cast_and_autocast_pi_per_half_dtype_and_one_row_per_sequence():
+    runs = lengthlaw.measure("tiny-arith", ("bf16", "fp32"), n_prompts=4, samples_per_prompt=2, max_tokens=40,
+                             prompt_source="arith", engine="hf")
+    assert sorted(runs) == ["bf16-autocast", "bf16-cast", "fp32-cast"]  # FP32 autocast is the cast itself
+    for label, rows in runs.items():
+        assert len(rows) == 8 and all(r["length"] > 0 and np.isfinite(r["sum_log_ratio"]) for r in rows), label
+    # the same bf16 rollouts under both recipes: same lengths, different π (autocast keeps FP32 weights)
+    assert [r["length"] for r in runs["bf16-cast"]] == [r["length"] for r in runs["bf16-autocast"]]
+    assert [r["sum_log_ratio"] for r in runs["bf16-cast"]] != [r["sum_log_ratio"] for r in runs["bf16-autocast"]]
+    assert sorted(lengthlaw.laws(runs, n_boot=50)) == ["bf16 · autocast π", "bf16 · cast π", "fp32 · cast π"]
