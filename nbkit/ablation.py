@@ -15,6 +15,44 @@ STUDY = "ablation_tiny_arith"
 """The stored study's folder name under ``data/results``."""
 
 
+def table(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5) -> list[dict]:
+    """One row per (train, rollout) pair over its seeds: steps to ``target`` (``window``-step mean accuracy), final
+    accuracy mean and range, the training-time mismatch (mean |Δ log p| and k3 KL per token, averaged over steps and
+    seeds) and seconds per step split into rollout (generation + weight sync) and update."""
+    from nbkit.rl import study
+
+    groups: dict[tuple[str, str], dict[str, list[dict]]] = {}
+    for label, rows in runs.items():
+        _, train_dtype, rollout_dtype, _ = study.parse_pair(label)
+        groups.setdefault((train_dtype, rollout_dtype), {})[label] = rows
+    order = {p: i for i, p in enumerate(PAIRS)}
+    out = []
+    for (train_dtype, rollout_dtype), group in sorted(groups.items(), key=lambda kv: order.get(kv[0], 99)):
+        summary = study.summary_table(group, target, window)
+        final = [r[f"final accuracy ({window}-step mean)"] for r in summary]
+        reach = [r[f"steps to {target:.0%}"] for r in summary]
+        rows = [r for rows in group.values() for r in rows]
+
+        def mean(key):
+            xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
+            return float(f"{sum(xs) / len(xs):.3g}") if xs else None
+
+        rollout = (mean("time/rollout") or 0) + (mean("time/sync") or 0)
+        out.append({
+            "train": train_dtype, "rollout": rollout_dtype, "seeds": len(group), "steps": max(len(r) for r in group.values()),
+            f"reached {target:.0%}": f"{sum(x is not None for x in reach)}/{len(reach)}",
+            f"steps to {target:.0%} (each)": ", ".join("—" if x is None else str(x) for x in reach),
+            "final accuracy (mean)": round(sum(final) / len(final), 3),
+            "final accuracy [min, max]": f"[{min(final)}, {max(final)}]",
+            "mean |Δ log p|": mean("mismatch/token_abs_logp_diff/mean"), "k3 KL": mean("mismatch/kl_k3"),
+            "s/step rollout": round(rollout, 2), "s/step update": mean("time/update"),
+            "s/step total": mean("time/step"),
+            "rollout dtype (audit)": ", ".join(sorted({str(r.get("audit/rollout_dtype")) for r in rows})),
+            "train matmuls (audit)": ", ".join(sorted({d for r in rows for d in r.get("audit/matmul_dtypes") or []})),
+        })
+    return out
+
+
 def base_config(**overrides):
     """Notebook 03's default run (tiny-arith sanity set, grpo, vLLM rollouts), with ``overrides``."""
     from nbkit.engines import vllm_available

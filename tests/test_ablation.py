@@ -62,3 +62,22 @@ def test_a_rollout_engine_built_in_another_dtype_than_requested_fails_the_run(tm
     monkeypatch.setattr(rollout_mod, "HFEngine", fp32_engine)
     with pytest.raises(PrecisionError, match="requested a bf16 rollout but the engine holds fp32 weights"):
         study.run_grid(_base(tmp_path, tiny), ["grpo"], [], pairs=[("fp32", "bf16")], progress=False)
+
+
+def _rows(acc, rollout, update, dtype_pair):
+    return [{"step": i + 1, "accuracy": a, "mismatch/token_abs_logp_diff/mean": 1e-3, "mismatch/kl_k3": 1e-6,
+             "time/rollout": rollout, "time/sync": 0.0, "time/update": update, "time/step": rollout + update,
+             "audit/rollout_dtype": dtype_pair[1], "audit/matmul_dtypes": [dtype_pair[0]]} for i, a in enumerate(acc)]
+
+
+def test_the_table_groups_seeds_by_pair_and_splits_the_step_time():
+    runs = {"grpo-bf16-fp32r-s0": _rows([1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
+            "grpo-bf16-fp32r-s1": _rows([0.5] * 10, 3.0, 1.0, ("bf16", "fp32")),
+            "grpo-fp16-s0": _rows([0.5] * 5 + [1.0] * 5, 1.0, 1.0, ("fp16", "fp16"))}
+    rows = {(r["train"], r["rollout"]): r for r in ablation.table(runs)}
+    pair = rows[("bf16", "fp32")]
+    assert pair["seeds"] == 2 and pair["reached 95%"] == "1/2" and pair["steps to 95% (each)"] == "5, —"
+    assert pair["final accuracy (mean)"] == 0.75 and pair["s/step rollout"] == 3.0 and pair["s/step update"] == 1.0
+    assert pair["rollout dtype (audit)"] == "fp32" and pair["train matmuls (audit)"] == "bf16"
+    assert rows[("fp16", "fp16")]["steps to 95% (each)"] == "10"
+    assert list(rows) == [("bf16", "fp32"), ("fp16", "fp16")]  # the paper's order
