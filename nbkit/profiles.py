@@ -22,12 +22,15 @@ PROFILES: dict[str, dict[str, dict]] = {
             "models": ["tiny-arith"], "engine": "hf", "n_prompts": 8, "samples_per_prompt": 2, "max_tokens": 40,
             "n_boot": 100, "model_overrides": {},
             "moe_n_prompts": 8, "moe_samples_per_prompt": 2,  # routing flips on tiny-moe-arith: a few seconds
+            "lengthlaw_model": "tiny-arith", "lengthlaw_engine": "hf", "lengthlaw_prompt_source": "arith",
+            "lengthlaw_n_prompts": 4, "lengthlaw_max_tokens": 40,  # length law: the stored run + seconds live
         },
         "03_rl_training": {  # 2 steps of one FP16/BF16 pair on 2 prompts x 2 samples with the HF engine
             "algorithms": ["pg_seq_is"], "steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2,
             "rollout_engine": "hf", "checkpoint_every": 0, "output_dir": ".cache/smoke/03_rl_training", "seeds": [0],
             "overwrite": True,  # every smoke run replaces the previous one
         },
+        "05_precision_ablation": {"live_pairs": []},  # the stored study only: seconds
     },
     "cpu": {
         "00_precision_primer": {},
@@ -37,6 +40,8 @@ PROFILES: dict[str, dict[str, dict]] = {
         "02_mismatch_analysis": {},  # the notebook's defaults: smollm2-135m (vLLM) + tiny-arith, ~6.5 min here
         # the notebook's defaults (grpo FP16/BF16 on tiny-arith, 3 seeds each, 100 steps, 16x8); make report regenerates them
         "03_rl_training": {"overwrite": True},
+        # the stored 4-pair grid (data/results/ablation_tiny_arith) + a live BF16-train/FP32-rollout slice
+        "05_precision_ablation": {"live_pairs": [["bf16", "fp32"]], "live_steps": 10},
     },
     "gpu": {
         "03_rl_training": {  # the paper's sanity test: R1-Distill-Qwen-1.5B on its 1,460 MATH problems
@@ -45,6 +50,14 @@ PROFILES: dict[str, dict[str, dict]] = {
             "train_dtypes": ["fp16", "bf16"], "rollout_engine": "vllm", "steps": 1000, "prompts_per_step": 64,
             "samples_per_prompt": 8, "lr": 1e-6, "max_tokens": 8192, "checkpoint_every": 50, "torch_threads": 0,
             "seeds": [0],  # one seed per GPU-day; add seeds before comparing precisions
+        },
+        "05_precision_ablation": {  # the paper's ablation grid on its sanity test, one seed per GPU-day
+            "stored_study": "", "live_pairs": [["bf16", "bf16"], ["bf16", "fp32"], ["fp16", "fp16"], ["fp32", "fp32"]],
+            "live_steps": 1000, "live_prompts_per_step": 64, "live_samples_per_prompt": 8, "live_seeds": [0],
+            "output_dir": "runs/gpu/05_precision_ablation",
+            "config_overrides": {"model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "dataset": "sanity_math_1460",
+                                 "template": "r1_distill_qwen", "grader": "r1_distill", "lr": 1e-6, "max_tokens": 8192,
+                                 "checkpoint_every": 50},
         },
         "00_precision_primer": {},
         "01_build_dataset": {  # the paper's recipe: R1-Distill-Qwen-1.5B, 40 samples, [0.2, 0.8], on MATH-500
@@ -59,14 +72,27 @@ PROFILES: dict[str, dict[str, dict]] = {
             "n_prompts": 128, "samples_per_prompt": 4, "max_tokens": 4096, "model_overrides": {}, "device": "cuda",
             "shortest": False, "instruction": " Please reason step by step, and put your final answer within \\boxed{}.",
             "engine_kwargs": {"max_model_len": 6144, "gpu_memory_utilization": 0.5, "enforce_eager": False},
+            # the length law in the paper's setting (Fig. 5): 8k-token responses, BF16/FP16/FP32 (cast and autocast π)
+            "lengthlaw_stored": "", "lengthlaw_model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+            "lengthlaw_dtypes": ["bf16", "fp16", "fp32"], "lengthlaw_n_prompts": 64, "lengthlaw_samples_per_prompt": 4,
+            "lengthlaw_max_tokens": 8192, "lengthlaw_engine": "vllm",
+            "lengthlaw_engine_kwargs": {"max_model_len": 10240, "gpu_memory_utilization": 0.5, "enforce_eager": False},
         },
     },
 }
 
 PROFILES["cpu-full"] = {
     **PROFILES["cpu"],
+    "02_mismatch_analysis": {  # + the long length law live (what python -m nbkit.lengthlaw stores): 1,024 tokens
+        "lengthlaw_dtypes": ["bf16", "fp16", "fp32"], "lengthlaw_n_prompts": 12, "lengthlaw_samples_per_prompt": 2,
+        "lengthlaw_max_tokens": 1024,
+    },
     "03_rl_training": {  # every algorithm in both precisions, 3 seeds each, same budget per run as the cpu pair
         "algorithms": ["grpo", "dr_grpo", "grpo_token_tis", "grpo_seq_mis", "gspo", "pg_seq_is"],
         "output_dir": "reports/runs/03_rl_training_full",
+    },
+    "05_precision_ablation": {  # the full grid trained live (what python -m nbkit.ablation stores), 3 seeds each
+        "stored_study": "", "live_pairs": [["bf16", "bf16"], ["bf16", "fp32"], ["fp16", "fp16"], ["fp32", "fp32"]],
+        "live_steps": 100, "live_seeds": [0, 1, 2], "output_dir": "reports/runs/05_precision_ablation",
     },
 }

@@ -22,22 +22,48 @@ def run_label(algorithm: str, dtype: str, seed: int | None = None) -> str:
 
 
 def parse_label(label: str) -> tuple[str, str, int | None]:
-    """(algorithm, dtype, seed) back from a ``run_label``."""
+    """(algorithm, dtype, seed) back from a ``run_label``; a pair's dtype comes back as ``bf16-fp32r``."""
     parts = label.split("-")
     seed = int(parts.pop()[1:]) if len(parts) > 2 and parts[-1][:1] == "s" and parts[-1][1:].isdigit() else None
+    if len(parts) > 2 and parts[-1][:-1] in _DTYPES and parts[-1][-1:] == "r" and parts[-2] in _DTYPES:
+        return "-".join(parts[:-2]), f"{parts[-2]}-{parts[-1]}", seed
     return "-".join(parts[:-1]), parts[-1], seed
 
 
+_DTYPES = ("fp16", "bf16", "fp32")
+
+
+def pair_tag(train_dtype: str, rollout_dtype: str | None) -> str:
+    """The dtype part of a run label: ``bf16`` when the rollout runs in the training dtype, ``bf16-fp32r`` when not."""
+    return train_dtype if rollout_dtype in (None, train_dtype) else f"{train_dtype}-{rollout_dtype}r"
+
+
+def parse_pair(label: str) -> tuple[str, str, str, int | None]:
+    """(algorithm, train dtype, rollout dtype, seed) back from a ``run_label`` with or without a rollout suffix."""
+    algorithm, tag, seed = parse_label(label)
+    train_dtype, _, rollout = tag.partition("-")
+    return algorithm, train_dtype, rollout[:-1] if rollout else train_dtype, seed
+
+
 def run_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress: bool = True,
-             seeds: list[int] | None = None) -> dict[str, RunResult]:
+             seeds: list[int] | None = None, pairs: list[tuple[str, str]] | None = None) -> dict[str, RunResult]:
     """Train each (algorithm, dtype[, seed]) in turn; every config is validated before the first run starts.
 
-    ``seeds=None`` trains ``base.seed`` only, into folders without a seed suffix."""
+    ``seeds=None`` trains ``base.seed`` only, into folders without a seed suffix. ``pairs=[(train, rollout), ...]``
+    replaces ``dtypes`` (pass ``[]``) with the paper's ablation grid: labels such as ``grpo-bf16-fp32r-s0``, and a
+    pair whose two sides agree keeps the plain label (``grpo-bf16-s0``)."""
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
         raise ValueError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}")
-    configs = {run_label(a, d, s): replace(base, algorithm=a, train_dtype=d, seed=base.seed if s is None else s,
-                                           output_dir=str(base.out / run_label(a, d, s)))
-               for a in algorithms for d in dtypes for s in (seeds or [None])}
+    if pairs is not None and (dtypes or not pairs or len(set(map(tuple, pairs))) != len(pairs)
+                              or any(len(p) != 2 for p in pairs)):
+        raise ValueError(f"pairs must be a non-empty list of distinct (train_dtype, rollout_dtype) with dtypes=[], "
+                         f"got pairs={pairs!r}, dtypes={dtypes!r}")
+    grid = [(d, base.rollout_dtype) for d in dtypes] if pairs is None else [tuple(p) for p in pairs]
+    tag = (lambda d, r: d) if pairs is None else pair_tag  # without pairs: the labels runs had before pairs
+    configs = {run_label(a, tag(d, r), s): replace(base, algorithm=a, train_dtype=d, rollout_dtype=r,
+                                                   seed=base.seed if s is None else s,
+                                                   output_dir=str(base.out / run_label(a, tag(d, r), s)))
+               for a in algorithms for d, r in grid for s in (seeds or [None])}
     for cfg in configs.values():  # every run folder too: a refusal comes before the first run, not after it
         runfolder.plan_run(cfg)
     results = {}

@@ -1,0 +1,211 @@
+"""The paper's length law (Fig. 5): the sequence log-ratio log(π/μ) against response length.
+
+Tokens are sampled from μ, so per token E_μ[log π − log μ] = −KL(μ‖π): Σ log(π/μ) over a response of L tokens
+falls by L·KL on average, and the fitted slope per 1,000 tokens should be −1,000 × the per-token k1 KL. Each
+function takes per-sequence arrays of per-token log π − log μ; every CI is a percentile bootstrap over sequences
+(the tokens of one response are not independent draws).
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+PAPER_SLOPES = {"bf16": -1.01, "fp16": -0.07}
+"""The paper's fitted slopes of log(π/μ) per 1,000 tokens (R1-Distill-Qwen-1.5B, 8k tokens)."""
+
+
+@dataclass
+class LengthLaw:
+    """What the length law says about one set of responses (slope per 1,000 tokens, per-token k1, sequence KL)."""
+
+    n: int
+    """Number of sequences."""
+    mean_length: float
+    """Mean response length in tokens."""
+    max_length: int
+    """Longest response in tokens."""
+    slope: float
+    """Least-squares slope of Σ log(π/μ) against length, in nats per 1,000 tokens."""
+    slope_ci: tuple[float, float]
+    """Bootstrap CI of ``slope``."""
+    k1: float
+    """Per-token KL(μ‖π) estimate: −(Σ over all tokens of log π − log μ) / (number of tokens)."""
+    k1_ci: tuple[float, float]
+    """Bootstrap CI of ``k1``."""
+    seq_kl: float
+    """Sequence KL(μ‖π) estimate: the mean over sequences of −Σ log(π/μ)."""
+    seq_kl_ci: tuple[float, float]
+    """Bootstrap CI of ``seq_kl``."""
+    slope_matches_k1: bool
+    """Whether the slope's CI and −1,000·k1's CI overlap (the law E[Σ log(π/μ)] = −L·KL holds within noise)."""
+
+
+def _slope(lengths: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    """OLS slopes of ``sums`` on ``lengths`` along the last axis (rows are bootstrap resamples)."""
+    lc = lengths - lengths.mean(axis=-1, keepdims=True)
+    sc = sums - sums.mean(axis=-1, keepdims=True)
+    return (lc * sc).sum(axis=-1) / np.maximum((lc * lc).sum(axis=-1), 1e-300)
+
+
+def fit(token_logratios: list, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> LengthLaw:
+    """The length law of responses given as per-token log π − log μ arrays (one per response)."""
+    seqs = [np.asarray(s, dtype=np.float64).ravel() for s in token_logratios]
+    if not all(np.isfinite(s).all() for s in seqs):
+        raise ValueError("token log-ratios hold NaN/inf")
+    return fit_sums([len(s) for s in seqs], [s.sum() for s in seqs], n_boot, level, seed)
+
+
+def fit_sums(lengths, sums, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> LengthLaw:
+    """``fit`` from per-sequence (length, Σ log π − log μ): all the law needs, so stored studies keep only these."""
+    lengths, sums = np.asarray(lengths, dtype=np.float64), np.asarray(sums, dtype=np.float64)
+    if len(lengths) < 3 or len(lengths) != len(sums):
+        raise ValueError(f"the length law needs at least 3 sequences (as many lengths as sums), got "
+                         f"{len(lengths)} lengths and {len(sums)} sums")
+    if not np.isfinite(sums).all():
+        raise ValueError("token log-ratios hold NaN/inf")
+    if lengths.min() == lengths.max():
+        raise ValueError(f"every sequence has {int(lengths[0])} tokens: a slope against length needs varied lengths")
+    idx = np.random.default_rng(seed).integers(0, len(lengths), size=(n_boot, len(lengths)))
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+
+    def ci(x):
+        lo, hi = np.percentile(x, q)
+        return float(lo), float(hi)
+
+    slope = float(_slope(lengths, sums)) * 1000
+    slope_b = _slope(lengths[idx], sums[idx]) * 1000
+    k1 = float(-sums.sum() / lengths.sum())
+    k1_b = -sums[idx].sum(axis=1) / lengths[idx].sum(axis=1)
+    seq_kl_b = -sums[idx].mean(axis=1)
+    slope_ci, k1_ci = ci(slope_b), ci(k1_b)
+    overlap = slope_ci[0] <= -1000 * k1_ci[0] and -1000 * k1_ci[1] <= slope_ci[1]
+    return LengthLaw(n=len(lengths), mean_length=float(lengths.mean()), max_length=int(lengths.max()), slope=slope,
+                     slope_ci=slope_ci, k1=k1, k1_ci=k1_ci, seq_kl=float(-sums.mean()), seq_kl_ci=ci(seq_kl_b),
+                     slope_matches_k1=bool(overlap))
+
+
+def table(laws: dict[str, LengthLaw]) -> list[dict]:
+    """One row per label (e.g. ``bf16`` or ``bf16 · autocast π``) with the paper's slope alongside where it has one."""
+    rows = []
+    for label, law in laws.items():
+        dtype = label.split()[0].split("-")[0]
+        rows.append({"run": label, "sequences": law.n, "mean length": round(law.mean_length, 1),
+                     "max length": law.max_length, "slope per 1k tokens": f"{law.slope:.3g}",
+                     "slope CI": f"[{law.slope_ci[0]:.3g}, {law.slope_ci[1]:.3g}]",
+                     "paper slope": PAPER_SLOPES.get(dtype), "k1 per token": f"{law.k1:.3g}",
+                     "k1 CI": f"[{law.k1_ci[0]:.3g}, {law.k1_ci[1]:.3g}]", "−1000·k1": f"{-1000 * law.k1:.3g}",
+                     "slope ≈ −k1 (CIs overlap)": law.slope_matches_k1, "sequence KL": f"{law.seq_kl:.3g}",
+                     "sequence KL CI": f"[{law.seq_kl_ci[0]:.3g}, {law.seq_kl_ci[1]:.3g}]"})
+    return rows
+
+
+def seq_kl_ratio(laws: dict[str, LengthLaw], num: str = "bf16", den: str = "fp16") -> float | None:
+    """Sequence KL of ``num`` over that of ``den`` (the paper: 7.64 / 0.32 ≈ 24); None if either is missing or
+    the denominator is not positive."""
+    if num not in laws or den not in laws or laws[den].seq_kl <= 0:
+        return None
+    return laws[num].seq_kl / laws[den].seq_kl
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Measuring it: sample with vLLM (μ), recompute π by the pure cast and by the RL trainer's recipe
+
+INSTRUCTION = " Please reason step by step, and put your final answer within \\boxed{}."
+"""Appended to every MATH problem so that the model writes long answers (the paper's R1 instruction)."""
+
+STUDY = "lengthlaw_smollm2"
+"""The stored long run's folder under ``data/results`` (one row per sequence and π recipe)."""
+
+
+def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prompts: int = 12,
+            samples_per_prompt: int = 2, max_tokens: int = 1024, prompt_source: str = "eval/math",
+            instruction: str = INSTRUCTION, seed: int = 0, engine: str = "auto", engine_kwargs: dict | None = None,
+            gemm: str = "auto", batch_size: int = 4, device: str | None = None) -> dict[str, list[dict]]:
+    """Sample ``n_prompts × samples_per_prompt`` responses at temperature 1 with the engine in each dtype (μ), and
+    recompute π two ways: ``cast`` (weights and compute in the dtype, notebook 02's π) and ``autocast`` (FP32
+    weights under ``torch.autocast`` in the dtype: how the RL trainer computes π). Returns ``label → rows`` with
+    labels ``<dtype>-cast`` / ``<dtype>-autocast`` and one row per sequence (length, Σ log π − log μ, Σ |…|)."""
+    import torch
+
+    from nbkit import analysis, gemm as gemm_policies, models
+    from nbkit.engines import SamplingConfig, make_engine, vllm_available
+    from nbkit.mismatch import teacher_forced_logprobs
+
+    for d in dtypes:
+        models.torch_dtype(d)  # validated before anything loads
+    gemm_policies.validate(gemm)
+    kind = engine if engine != "auto" else ("vllm" if vllm_available() else "hf")
+    base, tok = models.load(model, "fp32", device=device)
+    prompts = analysis.load_prompts(prompt_source, n_prompts, tok, seed, shortest=False, instruction=instruction)
+    sampling = SamplingConfig(temperature=1.0, max_tokens=max_tokens, n=samples_per_prompt, seed=seed)
+    dev = next(base.parameters()).device
+    out: dict[str, list[dict]] = {}
+    for d in dtypes:
+        cast = base if d == "fp32" else copy.deepcopy(base).to(models.torch_dtype(d))
+        eng = make_engine(kind, cast if kind == "hf" else model, d, **({"tokenizer": tok, "gemm": gemm} if kind == "hf"
+                                                                      else {}), **(engine_kwargs or {}))
+        try:
+            start = time.time()
+            rollouts = [r for r in eng.generate(prompts, sampling) if len(r.token_ids)]
+            gen_seconds = time.time() - start
+        finally:
+            eng.close()
+        mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
+        recipes = {"cast": lambda: teacher_forced_logprobs(cast, rollouts, dtype=d, batch_size=batch_size, gemm=gemm)}
+        if d != "fp32":
+            def autocast(d=d):
+                with torch.autocast(device_type=dev.type, dtype=models.torch_dtype(d)):
+                    return teacher_forced_logprobs(base, rollouts, dtype=None, batch_size=batch_size, gemm=gemm)
+            recipes["autocast"] = autocast
+        for recipe, compute in recipes.items():
+            start = time.time()
+            pi = compute()
+            seconds = time.time() - start
+            out[f"{d}-{recipe}"] = [
+                {"sequence": i, "prompt": r.prompt_index, "length": len(r.token_ids), "finish": r.finish_reason,
+                 "sum_log_ratio": float((p - m).sum()), "sum_abs_log_ratio": float(np.abs(p - m).sum()),
+                 "engine": kind, "generate_seconds": round(gen_seconds, 1), "pi_seconds": round(seconds, 1)}
+                for i, (r, p, m) in enumerate(zip(rollouts, pi, mu))]
+        del cast
+    return out
+
+
+def laws(runs: dict[str, list[dict]], n_boot: int = 2000, seed: int = 0) -> dict[str, LengthLaw]:
+    """``label → LengthLaw`` from ``measure``'s rows (or a stored study's): labels read ``bf16 · cast π``."""
+    return {label.replace("-", " · ", 1) + " π": fit_sums([r["length"] for r in rows],
+                                                          [r["sum_log_ratio"] for r in rows], n_boot, seed=seed)
+            for label, rows in runs.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m nbkit.lengthlaw``: measure the long version and store it under ``data/results``."""
+    import argparse
+    import json
+    import sys
+
+    from nbkit import results
+
+    p = argparse.ArgumentParser(prog="python -m nbkit.lengthlaw", description=__doc__)
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp32"])
+    p.add_argument("--n-prompts", type=int, default=12)
+    p.add_argument("--samples-per-prompt", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--engine", default="auto")
+    p.add_argument("--engine-kwargs", type=json.loads, default={})
+    p.add_argument("--study", default=STUDY)
+    a = p.parse_args(argv)
+    start = time.time()
+    runs = measure(a.model, tuple(a.dtypes), a.n_prompts, a.samples_per_prompt, a.max_tokens, engine=a.engine,
+                   engine_kwargs=a.engine_kwargs)
+    for row in table(laws(runs)):
+        print(row, flush=True)
+    results.store(a.study, runs, command="python -m nbkit.lengthlaw " + " ".join(sys.argv[1:] if argv is None else argv),
+                  wall_seconds=time.time() - start, configs=vars(a))
+
+
+if __name__ == "__main__":
+    main()

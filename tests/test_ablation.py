@@ -1,0 +1,83 @@
+"""The precision ablation grid: every (train, rollout) pair trains, its audit records both sides' real dtypes, and a
+rollout engine built in another dtype than requested stops the run."""
+import json
+
+import pytest
+
+from nbkit import ablation, arith, tiny_arith
+from nbkit.rl import RLConfig, study
+from nbkit.rl import rollout as rollout_mod
+from nbkit.rl.amp import PrecisionError
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-random")
+    cfg = tiny_arith.TinyArithConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, seed=1)
+    tiny_arith.build_model(cfg).save_pretrained(path)
+    tiny_arith.build_tokenizer().save_pretrained(path)
+    data = tmp_path_factory.mktemp("data") / "arith.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in arith.make_problems(32, seed=7)))
+    return str(path), str(data)
+
+
+def _base(tmp_path, tiny, **kw):
+    model, data = tiny
+    return RLConfig(**{**dict(model=model, dataset=data, steps=1, prompts_per_step=2, samples_per_prompt=2,
+                              max_tokens=8, rollout_engine="hf", output_dir=str(tmp_path)), **kw})
+
+
+def test_pair_labels_round_trip_and_plain_labels_are_unchanged():
+    assert study.run_label("grpo", study.pair_tag("bf16", "fp32"), 0) == "grpo-bf16-fp32r-s0"
+    assert study.run_label("grpo", study.pair_tag("fp16", "fp16"), 1) == "grpo-fp16-s1"
+    assert study.parse_pair("grpo-bf16-fp32r-s0") == ("grpo", "bf16", "fp32", 0)
+    assert study.parse_pair("grpo_token_tis-fp16-s2") == ("grpo_token_tis", "fp16", "fp16", 2)
+    assert study.parse_label("grpo-bf16-fp32r-s0") == ("grpo", "bf16-fp32r", 0)  # its own group in seed_summary
+
+
+@pytest.mark.slow
+def test_the_grid_trains_every_pair_and_audits_both_sides(tmp_path, tiny):
+    results = study.run_grid(_base(tmp_path, tiny), ["grpo"], [], seeds=[0], pairs=ablation.PAIRS, progress=False)
+    assert sorted(results) == sorted(["grpo-bf16-s0", "grpo-bf16-fp32r-s0", "grpo-fp16-s0", "grpo-fp32-s0"])
+    runs = study.load_runs(tmp_path)
+    for label, rows in runs.items():
+        _, train_dtype, rollout_dtype, _ = study.parse_pair(label)
+        assert set(rows[0]["audit/matmul_dtypes"]) == {train_dtype}
+        assert rows[0]["audit/rollout_dtype"] == rollout_dtype
+
+
+def test_pairs_and_dtypes_together_or_repeated_pairs_are_refused(tmp_path):
+    for dtypes, pairs in ((["fp16"], [("fp16", "fp32")]), ([], [("fp16", "fp32")] * 2), ([], [])):
+        with pytest.raises(ValueError, match="pairs must be"):
+            study.run_grid(RLConfig(output_dir=str(tmp_path)), ["grpo"], dtypes, pairs=pairs)
+
+
+@pytest.mark.slow
+def test_a_rollout_engine_built_in_another_dtype_than_requested_fails_the_run(tmp_path, tiny, monkeypatch):
+    real = rollout_mod.HFEngine
+
+    def fp32_engine(model_ref, dtype, **kw):  # a backend that ignores the requested dtype
+        return real(model_ref, "fp32", **kw)
+
+    monkeypatch.setattr(rollout_mod, "HFEngine", fp32_engine)
+    with pytest.raises(PrecisionError, match="requested a bf16 rollout but the engine holds fp32 weights"):
+        study.run_grid(_base(tmp_path, tiny), ["grpo"], [], pairs=[("fp32", "bf16")], progress=False)
+
+
+def _rows(acc, rollout, update, dtype_pair):
+    return [{"step": i + 1, "accuracy": a, "mismatch/token_abs_logp_diff/mean": 1e-3, "mismatch/kl_k3": 1e-6,
+             "time/rollout": rollout, "time/sync": 0.0, "time/update": update, "time/step": rollout + update,
+             "audit/rollout_dtype": dtype_pair[1], "audit/matmul_dtypes": [dtype_pair[0]]} for i, a in enumerate(acc)]
+
+
+def test_the_table_groups_seeds_by_pair_and_splits_the_step_time():
+    runs = {"grpo-bf16-fp32r-s0": _rows([1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
+            "grpo-bf16-fp32r-s1": _rows([0.5] * 10, 3.0, 1.0, ("bf16", "fp32")),
+            "grpo-fp16-s0": _rows([0.5] * 5 + [1.0] * 5, 1.0, 1.0, ("fp16", "fp16"))}
+    rows = {(r["train"], r["rollout"]): r for r in ablation.table(runs)}
+    pair = rows[("bf16", "fp32")]
+    assert pair["seeds"] == 2 and pair["reached 95%"] == "1/2" and pair["steps to 95% (each)"] == "5, —"
+    assert pair["final accuracy (mean)"] == 0.75 and pair["s/step rollout"] == 3.0 and pair["s/step update"] == 1.0
+    assert pair["rollout dtype (audit)"] == "fp32" and pair["train matmuls (audit)"] == "bf16"
+    assert rows[("fp16", "fp16")]["steps to 95% (each)"] == "10"
+    assert list(rows) == [("bf16", "fp32"), ("fp16", "fp16")]  # the paper's order
