@@ -7,15 +7,19 @@ have it, so its absence is a broken install, not an optional feature.
 ``smoke_report``: one smoke-profile run of the whole workbook per test session. ``tests/test_notebooks.py``
 checks that every notebook of that run succeeded and ``tests/test_browser.py`` opens its reports in Chromium, so
 each notebook executes once per session however many tests read its report.
+
+``tiny_random_model`` / ``arith_jsonl``: a 2-layer randomly initialised tiny-arith model folder and 64 arithmetic
+problems, built once per session for the training tests.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from nbkit import runner
+from nbkit import arith, runner, tiny_arith
 
 
 def vllm_import_error() -> str | None:
@@ -42,3 +46,21 @@ def smoke_report(tmp_path_factory) -> tuple[Path, dict[str, runner.NotebookResul
     out = tmp_path_factory.mktemp("smoke_report")
     results = runner.run("smoke", out)
     return out, {r.stem: r for r in results}
+
+
+@pytest.fixture(scope="session")
+def tiny_random_model(tmp_path_factory) -> str:
+    """Folder of a 2-layer, 32-wide tiny-arith model with random weights (fast to train; not the shipped model)."""
+    path = tmp_path_factory.mktemp("tiny-random")
+    cfg = tiny_arith.TinyArithConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, seed=1)
+    tiny_arith.build_model(cfg).save_pretrained(path)
+    tiny_arith.build_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def arith_jsonl(tmp_path_factory) -> str:
+    """A JSONL dataset of 64 arithmetic problems (seed 7)."""
+    path = tmp_path_factory.mktemp("data") / "arith.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in arith.make_problems(64, seed=7)))
+    return str(path)

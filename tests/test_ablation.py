@@ -1,24 +1,16 @@
 """The precision ablation grid: every (train, rollout) pair trains, its audit records both sides' real dtypes, and a
 rollout engine built in another dtype than requested stops the run."""
-import json
-
 import pytest
 
-from nbkit import ablation, arith, tiny_arith
+from nbkit import ablation
 from nbkit.rl import RLConfig, study
 from nbkit.rl import rollout as rollout_mod
 from nbkit.rl.amp import PrecisionError
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-random")
-    cfg = tiny_arith.TinyArithConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, seed=1)
-    tiny_arith.build_model(cfg).save_pretrained(path)
-    tiny_arith.build_tokenizer().save_pretrained(path)
-    data = tmp_path_factory.mktemp("data") / "arith.jsonl"
-    data.write_text("".join(json.dumps(p) + "\n" for p in arith.make_problems(32, seed=7)))
-    return str(path), str(data)
+def tiny(tiny_random_model, arith_jsonl):
+    return tiny_random_model, arith_jsonl
 
 
 def _base(tmp_path, tiny, **kw):

@@ -5,7 +5,6 @@ as torch's native half GEMM, element by element and at model level, in the forwa
 must show in the precision audit. Bounds below were measured on this machine and are stated where they are used.
 """
 import copy
-import json
 import math
 
 import numpy as np
@@ -273,13 +272,6 @@ def test_audit_fails_a_half_run_whose_policy_routed_nothing():
     with pytest.raises(PrecisionError, match="GEMMs ran in"):
         audit.check("bf16", counts, gemm_policy="fp32-accumulate", gemm_counts={"bf16": 3, "fp16": 3})
     assert audit.check("fp32", {"fp32": 10}, gemm_policy="fp32-accumulate", gemm_counts={})["audit/gemm_routed"] == {}
-
-
-@pytest.fixture(scope="module")
-def arith_jsonl(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "arith.jsonl"
-    path.write_text("".join(json.dumps(p) + "\n" for p in arith.make_problems(64, seed=7)))
-    return str(path)
 
 
 @pytest.mark.slow

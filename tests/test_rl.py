@@ -9,28 +9,12 @@ import math
 import pytest
 import torch
 
-from nbkit import arith, tiny_arith
+from nbkit import tiny_arith
 from nbkit.engines import vllm_available
 from nbkit.rl import ALGORITHMS, RLConfig, train
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
 
 MISMATCH = "mismatch/token_abs_logp_diff/mean"
-
-
-@pytest.fixture(scope="module")
-def tiny_random_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-random")
-    cfg = tiny_arith.TinyArithConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, seed=1)
-    tiny_arith.build_model(cfg).save_pretrained(path)
-    tiny_arith.build_tokenizer().save_pretrained(path)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def arith_jsonl(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "arith.jsonl"
-    path.write_text("".join(json.dumps(p) + "\n" for p in arith.make_problems(64, seed=7)))
-    return str(path)
 
 
 def smoke(tmp_path, model, data, **kw) -> RLConfig:

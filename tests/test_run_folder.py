@@ -8,17 +8,10 @@ import json
 
 import pytest
 
-from nbkit import arith, outputs
+from nbkit import outputs
 from nbkit.rl import RLConfig, train
 from nbkit.rl import runfolder
 from nbkit.rl.trainer import StepLogger
-
-
-@pytest.fixture(scope="module")
-def arith_jsonl(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "arith.jsonl"
-    path.write_text("".join(json.dumps(p) + "\n" for p in arith.make_problems(64, seed=7)))
-    return str(path)
 
 
 def config(out, data, **kw) -> RLConfig:
