@@ -53,6 +53,43 @@ def table(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5) ->
     return out
 
 
+def findings(rows: list[dict], target: float = 0.95, reference: tuple[str, str] = ("bf16", "bf16")) -> list[str]:
+    """Plain sentences computed from ``table`` rows, each pair against ``reference``: its mismatch and step time as
+    ratios, and whether its steps-to-``target`` range is separated from the reference's (disjoint ranges over seeds)
+    or not. Next to the paper's statements, so a reader sees where this grid agrees and where it does not."""
+    by_pair = {(r["train"], r["rollout"]): r for r in rows}
+    if reference not in by_pair:
+        raise ValueError(f"reference pair {reference} is not in the table; pairs: {sorted(by_pair)}")
+    ref = by_pair[reference]
+    key = f"steps to {target:.0%} (each)"
+
+    def steps(r):
+        xs = [x.strip() for x in str(r[key]).split(",")]
+        return [int(x) for x in xs if x.isdigit()], sum(not x.isdigit() for x in xs)
+
+    def ratio(r, col):
+        a, b = r.get(col), ref.get(col)
+        return f"{a / b:.2f}×" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "n/a"
+
+    ref_steps, _ = steps(ref)
+    out = []
+    for pair, r in by_pair.items():
+        if pair == reference:
+            continue
+        s, missed = steps(r)
+        if s and ref_steps:
+            apart = max(s) < min(ref_steps) or min(s) > max(ref_steps)
+            reach = (f"steps to {target:.0%} {min(s)}–{max(s)} vs {min(ref_steps)}–{max(ref_steps)}: "
+                     + ("ranges separated" if apart else "ranges overlap (no difference shown at this size)"))
+        else:
+            reach = f"steps to {target:.0%}: " + ("no seed reached it" if not s else "the reference never reached it")
+        if missed:
+            reach += f"; {missed} of {r['seeds']} seeds never reached it"
+        out.append(f"{pair[0]} train / {pair[1]} rollout vs {reference[0]}/{reference[1]} ({r['seeds']} seeds): "
+                   f"mismatch |Δ log p| {ratio(r, 'mean |Δ log p|')}, step time {ratio(r, 's/step total')}, {reach}.")
+    return out
+
+
 def base_config(**overrides):
     """Notebook 03's default run (tiny-arith sanity set, grpo, vLLM rollouts), with ``overrides``."""
     from nbkit.engines import vllm_available

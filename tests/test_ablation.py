@@ -73,3 +73,18 @@ def test_the_table_groups_seeds_by_pair_and_splits_the_step_time():
     assert pair["rollout dtype (audit)"] == "fp32" and pair["train matmuls (audit)"] == "bf16"
     assert rows[("fp16", "fp16")]["steps to 95% (each)"] == "10"
     assert list(rows) == [("bf16", "fp32"), ("fp16", "fp16")]  # the paper's order
+
+
+def test_findings_compare_every_pair_with_bf16_and_say_when_the_seeds_cannot_separate_them():
+    runs = {"grpo-bf16-s0": _rows([0.5] * 8 + [1.0] * 8, 1.0, 1.0, ("bf16", "bf16")),
+            "grpo-bf16-s1": _rows([0.5] * 4 + [1.0] * 12, 1.0, 1.0, ("bf16", "bf16")),
+            "grpo-bf16-fp32r-s0": _rows([0.5] * 6 + [1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
+            "grpo-fp16-s0": _rows([0.5] * 16, 1.0, 1.0, ("fp16", "fp16")),
+            "grpo-fp32-s0": _rows([1.0] * 16, 1.0, 1.0, ("fp32", "fp32"))}
+    said = {s.split(" vs ")[0]: s for s in ablation.findings(ablation.table(runs))}
+    assert set(said) == {"bf16 train / fp32 rollout", "fp16 train / fp16 rollout", "fp32 train / fp32 rollout"}
+    assert "step time 2.00×" in said["bf16 train / fp32 rollout"] and "ranges overlap" in said["bf16 train / fp32 rollout"]
+    assert "no seed reached it" in said["fp16 train / fp16 rollout"]
+    assert "ranges separated" in said["fp32 train / fp32 rollout"]  # 5 against 9-13
+    with pytest.raises(ValueError, match="reference pair"):
+        ablation.findings(ablation.table(runs), reference=("fp8", "fp8"))
