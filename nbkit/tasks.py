@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nbkit import arith, paths
+from nbkit import arith, long_arith, paths
 from nbkit.arith import ArithConfig
+from nbkit.long_arith import LongArithConfig
 
 # ----------------------------------------------------------------------------------------------------------
 # Prompt templates (names and texts as in Oat / sail-sg/Precision-RL's ``TEMPLATE_FACTORY`` where they exist)
@@ -196,13 +197,16 @@ GRADERS: dict[str, Grader] = {
 
 def default_grader(source: str, template: str) -> str:
     """The grader that fits a source and template: arith for arith, r1_distill for its template, else math."""
-    if source == "arith":
+    if source in GENERATED_SOURCES:
         return "arith"
     return "r1_distill" if template == "r1_distill_qwen" else "math_verify"
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Problem sources
+
+GENERATED_SOURCES = ("arith", "long_arith")
+"""Sources made by a generator (``pool_size`` problems): tiny-arith's additions, tiny-long's chains of additions."""
 
 NAMED_SOURCES = {
     "sanity_math_1460": ("sanity_math_1460", "train"),
@@ -235,6 +239,8 @@ class TaskConfig:
     """Seed of the arith generator and of the subset choice."""
     arith: ArithConfig = field(default_factory=ArithConfig)
     """Difficulty knobs of ``arith`` problems (digits, scratchpad)."""
+    long_arith: LongArithConfig = field(default_factory=LongArithConfig)
+    """Length knob of ``long_arith`` problems (``steps`` 1..80; ``LongArithConfig.regime("long")``): tiny-long's task."""
 
     def __post_init__(self) -> None:
         if self.template not in TEMPLATES:
@@ -245,8 +251,8 @@ class TaskConfig:
             raise ValueError(f"unknown grader {self.grader!r}; choose one of {sorted(GRADERS)} or 'auto'")
         if self.pool_size < 0:
             raise ValueError(f"pool_size must be >= 0 (0 = all), got {self.pool_size!r}")
-        if self.source == "arith" and self.pool_size == 0:
-            raise ValueError("the arith source generates problems: give pool_size > 0")
+        if self.source in GENERATED_SOURCES and self.pool_size == 0:
+            raise ValueError(f"the {self.source} source generates problems: give pool_size > 0")
 
 
 def _read_rows(source: str, split: str | None) -> list[dict]:
@@ -261,7 +267,7 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
         path = path if path.is_absolute() else paths.ROOT / path
     if not path.exists():
         raise FileNotFoundError(f"problem source {source!r} not found (looked at {path}); "
-                                f"named sources: arith, {', '.join(NAMED_SOURCES)}")
+                                f"named sources: arith, long_arith, {', '.join(NAMED_SOURCES)}")
     if path.is_dir():
         ds = datasets.load_from_disk(str(path))
         if isinstance(ds, datasets.DatasetDict):
@@ -306,6 +312,9 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
     """
     if cfg.source == "arith":
         rows = arith.make_problems(cfg.pool_size, cfg.arith, seed=cfg.seed)
+        return [{**r, "source_index": i} for i, r in enumerate(rows)]
+    if cfg.source == "long_arith":
+        rows = long_arith.make_problems(cfg.pool_size, cfg.long_arith, seed=cfg.seed)
         return [{**r, "source_index": i} for i, r in enumerate(rows)]
     rows = _read_rows(cfg.source, cfg.split)
     if not rows:

@@ -61,8 +61,9 @@ def build_tokenizer():
     )
 
 
-def build_model(cfg: TinyArithConfig):
-    """A freshly initialised Qwen2 of the configured size (seeded)."""
+def build_model(cfg: TinyArithConfig, max_positions: int = 128):
+    """A freshly initialised Qwen2 of the configured size with ``max_positions`` positions (seeded); ``cfg`` is any
+    config with tiny-arith's size fields (``nbkit.tiny_long`` passes its own, with room for long chains)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(cfg.seed)
@@ -70,7 +71,7 @@ def build_model(cfg: TinyArithConfig):
     config = Qwen2Config(
         vocab_size=arith.VOCAB_SIZE, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
-        intermediate_size=cfg.intermediate_size, max_position_embeddings=128, tie_word_embeddings=False,
+        intermediate_size=cfg.intermediate_size, max_position_embeddings=max_positions, tie_word_embeddings=False,
         eos_token_id=vocab["<eos>"], pad_token_id=vocab["<pad>"], bos_token_id=None,
     )
     return Qwen2ForCausalLM(config)
@@ -92,6 +93,17 @@ def _batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
     return ids, mask, lab
 
 
+
+def sft_step(model, opt, sched, ids, mask, labels) -> float:
+    """One SFT step (cross-entropy on the answer tokens, gradients clipped to norm 1); returns the loss."""
+    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss.item()
+
 def train(cfg: TinyArithConfig = TinyArithConfig(), progress: bool = True, builder=None, name: str = "tiny-arith"):
     """SFT in fp32 from scratch; returns (model, tokenizer, log) with the loss of every step.
 
@@ -107,13 +119,7 @@ def train(cfg: TinyArithConfig = TinyArithConfig(), progress: bool = True, build
     log = []
     for step in tqdm(range(cfg.steps), desc=f"SFT {name}", disable=not progress):
         ids, mask, lab = _batch(tokenizer, problems[step * cfg.batch_size:(step + 1) * cfg.batch_size])
-        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        log.append({"step": step, "loss": float(loss)})
+        log.append({"step": step, "loss": sft_step(model, opt, sched, ids, mask, lab)})
     model.eval()
     return model, tokenizer, log
 

@@ -1,0 +1,126 @@
+"""tiny-long's perfectible sets, its FP16/BF16 sanity test and the cost of an RL step per length regime.
+
+    python -m nbkit.tiny_long_study sets      # data/tiny_long_{short,medium,long}: the notebook 01 recipe per regime
+    python -m nbkit.tiny_long_study timing    # seconds per RL step per regime (HF engine; --engine vllm)
+    python -m nbkit.tiny_long_study sanity    # GRPO FP16 vs BF16 at one regime, stored as tiny_long_sanity
+
+Each set is built by ``nbkit.dataset.build`` (sample N times per problem with tiny-long in fp32, keep the problems
+solved in [lo, hi]) on ``long_arith`` problems of one regime; its rows carry a ``steps`` column (the length knob).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from nbkit import dataset, long_arith, results, tasks
+from nbkit.long_arith import LongArithConfig
+
+MODEL = "tiny-long"
+SANITY_STUDY = "tiny_long_sanity"
+TOKEN_MARGIN = 24
+"""Extra response tokens allowed beyond the reference length (a slipped step still ends)."""
+
+
+def set_name(regime: str) -> str:
+    """Folder name under ``data/`` of a regime's perfectible set."""
+    LongArithConfig.regime(regime)  # validates the name
+    return f"tiny_long_{regime}"
+
+
+def max_tokens(regime: str) -> int:
+    """Response budget of a regime: the reference length plus ``TOKEN_MARGIN``."""
+    return LongArithConfig.regime(regime).response_tokens + TOKEN_MARGIN
+
+
+def build_set(regime: str, pool_size: int = 100, n_samples: int = 16, lo: float = 0.2, hi: float = 0.8,
+              batch_prompts: int = 8, engine: str = "hf", seed: int = 0) -> dataset.BuildResult:
+    """The perfectible set of one regime, ``data/tiny_long_<regime>`` (notebook 01's recipe, resumable cache)."""
+    task = tasks.make_task(source="long_arith", pool_size=pool_size, seed=seed,
+                           long_arith=LongArithConfig.regime(regime))
+    cfg = dataset.BuildConfig(name=set_name(regime), model=MODEL, engine=engine, dtype="fp32", n_samples=n_samples,
+                              lo=lo, hi=hi, seed=seed, max_tokens=max_tokens(regime), batch_prompts=batch_prompts)
+    return dataset.build(task, cfg)
+
+
+def rl_config(regime: str, dtype: str = "fp16", seed: int = 0, steps: int = 30, engine: str = "hf",
+              output_dir: str = "runs/tiny_long", **overrides):
+    """An RL run on a regime's perfectible set (GRPO by default, trainer and engine in ``dtype``)."""
+    from nbkit.rl import RLConfig
+
+    kw = dict(model=MODEL, dataset=f"data/{set_name(regime)}", template="raw", grader="arith", algorithm="grpo",
+              train_dtype=dtype, rollout_engine=engine, steps=steps, prompts_per_step=8, samples_per_prompt=8,
+              lr=1e-4, max_tokens=max_tokens(regime), seed=seed, output_dir=output_dir, overwrite=True)
+    kw.update(overrides)
+    return RLConfig(**kw)
+
+
+def timing(regimes=tuple(long_arith.REGIMES), engine: str = "hf", steps: int = 3, dtype: str = "fp16") -> dict:
+    """Seconds per RL step per regime (mean over ``steps`` steps after the first, which also warms up)."""
+    from nbkit.rl import train
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for regime in regimes:
+            cfg = rl_config(regime, dtype, steps=steps + 1, engine=engine, output_dir=f"{tmp}/{regime}")
+            t0 = time.perf_counter()
+            rows = train(cfg, progress=False).rows
+            wall = time.perf_counter() - t0
+            secs = [r["time/step"] for r in rows[1:] if "time/step" in r]
+            out[regime] = {"engine": engine, "dtype": dtype, "prompts_per_step": cfg.prompts_per_step,
+                           "samples_per_prompt": cfg.samples_per_prompt, "max_tokens": cfg.max_tokens,
+                           "seconds_per_step": round(sum(secs) / len(secs), 2) if secs else None,
+                           "wall_seconds": round(wall, 1),
+                           "mean_response_tokens": round(sum(r.get("completions/mean_length", 0) for r in rows)
+                                                         / len(rows), 1)}
+    return out
+
+
+def sanity(regime: str = "short", seeds=(0,), steps: int = 30, engine: str = "hf", store: bool = True) -> dict:
+    """GRPO FP16 vs BF16 on a regime's set (trainer and engine in the same dtype); stored as ``tiny_long_sanity``."""
+    from nbkit.rl import train
+
+    start, runs, configs = time.perf_counter(), {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            for dtype in ("fp16", "bf16"):
+                label = f"{regime}-grpo-{dtype}-s{seed}"
+                cfg = rl_config(regime, dtype, seed, steps, engine, output_dir=f"{tmp}/{label}")
+                runs[label], configs[label] = train(cfg, progress=False).rows, cfg.to_dict()
+    wall = time.perf_counter() - start
+    if store:
+        results.store(SANITY_STUDY, runs, command=f"python -m nbkit.tiny_long_study sanity --regime {regime} "
+                      f"--seeds {' '.join(map(str, seeds))} --steps {steps}", wall_seconds=wall, configs=configs)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("sets", "timing", "sanity"))
+    parser.add_argument("--regimes", nargs="+", default=list(long_arith.REGIMES), choices=list(long_arith.REGIMES))
+    parser.add_argument("--regime", default="short", choices=list(long_arith.REGIMES))
+    parser.add_argument("--engine", default="hf", choices=("hf", "vllm"))
+    parser.add_argument("--pool-size", type=int, default=100)
+    parser.add_argument("--n-samples", type=int, default=16)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args(argv)
+    if args.what == "sets":
+        for regime in args.regimes:
+            res = build_set(regime, args.pool_size, args.n_samples, engine=args.engine)
+            h = res.card["histogram_pool"]
+            print(regime, res.path, f"kept {len(res.kept)}/{len(res.records)}", f"mean pass {h['mean']:.3f}",
+                  f"{res.card['sampling_seconds']} s", flush=True)
+    elif args.what == "timing":
+        print(json.dumps(timing(tuple(args.regimes), args.engine), indent=1))
+    else:
+        runs = sanity(args.regime, tuple(args.seeds), args.steps, args.engine)
+        for label, rows in runs.items():
+            acc = [round(r["accuracy"], 3) for r in rows if "accuracy" in r]
+            print(label, "first", acc[:3], "last", acc[-3:], flush=True)
+
+
+if __name__ == "__main__":
+    main()
