@@ -28,6 +28,8 @@ MODES = ("server", "colocate")
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 _NOT_RLCONFIG = {"algorithms", "train_dtypes", "seeds", "torch_threads"}
 """Notebook-03 parameters that are not ``RLConfig`` fields (the notebook loops over the first three)."""
+_PPO_PREFIX = "ppo_"
+"""Notebook-03 parameters of its PPO section (``ppo_steps``, ``ppo_critic_lr``...): that run is not one of the plan's."""
 
 
 @dataclass
@@ -63,7 +65,8 @@ def run_configs(profile: str) -> list[RLConfig]:
         raise ValueError(f"profile {profile!r} sets no RL algorithms for {NOTEBOOK}; profiles that do: "
                          f"{[p for p, v in PROFILES.items() if 'algorithms' in v.get(NOTEBOOK, {})]}")
     algorithms, dtypes = params["algorithms"], params.get("train_dtypes", ["fp16", "bf16"])
-    base = {k: v for k, v in params.items() if k not in _NOT_RLCONFIG and k != "output_dir"}
+    base = {k: v for k, v in params.items()
+            if k not in _NOT_RLCONFIG and k != "output_dir" and not k.startswith(_PPO_PREFIX)}
     unknown = set(base) - {f.name for f in fields(RLConfig)}
     if unknown:
         raise ValueError(f"profile {profile!r} {NOTEBOOK} parameters that are not RLConfig fields: {sorted(unknown)}")

@@ -29,6 +29,11 @@ PROFILES: dict[str, dict[str, dict]] = {
             "algorithms": ["pg_seq_is"], "steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2,
             "rollout_engine": "hf", "checkpoint_every": 0, "output_dir": ".cache/smoke/03_rl_training", "seeds": [0],
             "overwrite": True,  # every smoke run replaces the previous one
+            "ppo_steps": 4, "ppo_output_dir": ".cache/smoke/03_ppo",  # PPO: one rollout batch (2 epochs x 2 minibatches)
+        },
+        "04_where_bf16_breaks": {  # the stored grid + one 1-step FP16/BF16 twin on tiny-long's short regime
+            "live_lrs": [1e-4], "live_algorithms": ["grpo_mu_old"], "live_steps": 1, "live_prompts_per_step": 2,
+            "live_samples_per_prompt": 2, "output_dir": ".cache/smoke/04_hunt",
         },
         "05_precision_ablation": {"live_pairs": []},  # the stored study only: seconds
     },
@@ -40,6 +45,9 @@ PROFILES: dict[str, dict[str, dict]] = {
         "02_mismatch_analysis": {},  # the notebook's defaults: smollm2-135m (vLLM) + tiny-arith, ~6.5 min here
         # the notebook's defaults (grpo FP16/BF16 on tiny-arith, 3 seeds each, 100 steps, 16x8); make report regenerates them
         "03_rl_training": {"overwrite": True},
+        # the stored hunt grid (data/results/hunt_tiny_long) + a live slice: short responses, lr 1e-3, grpo and
+        # grpo_mu_old, FP16/BF16, one seed (about a minute)
+        "04_where_bf16_breaks": {},
         # the stored 4-pair grid (data/results/ablation_tiny_arith) + a live BF16-train/FP32-rollout slice
         "05_precision_ablation": {"live_pairs": [["bf16", "fp32"]], "live_steps": 10},
     },
@@ -50,6 +58,15 @@ PROFILES: dict[str, dict[str, dict]] = {
             "train_dtypes": ["fp16", "bf16"], "rollout_engine": "vllm", "steps": 1000, "prompts_per_step": 64,
             "samples_per_prompt": 8, "lr": 1e-6, "max_tokens": 8192, "checkpoint_every": 50, "torch_threads": 0,
             "seeds": [0],  # one seed per GPU-day; add seeds before comparing precisions
+            # PPO with a critic in the paper's setting (vLLM rollouts), no stored CPU study next to it
+            "ppo_steps": 1000, "ppo_rollout_engine": "vllm", "ppo_critic_lr": 1e-5, "ppo_stored": "",
+            "ppo_output_dir": "runs/gpu/03_ppo",
+        },
+        "04_where_bf16_breaks": {  # the hunt grid live with vLLM rollouts and longer runs (tiny-long on one GPU)
+            "stored_study": "", "live_lengths": ["short", "medium", "long"], "live_lrs": [1e-4, 3e-4, 1e-3],
+            "live_algorithms": ["grpo", "pg_seq_is", "grpo_mu_old"], "live_seeds": [0, 1, 2], "live_steps": 200,
+            "live_prompts_per_step": 16, "live_samples_per_prompt": 8, "rollout_engine": "vllm",
+            "output_dir": "runs/gpu/04_hunt",
         },
         "05_precision_ablation": {  # the paper's ablation grid on its sanity test, one seed per GPU-day
             "stored_study": "", "live_pairs": [["bf16", "bf16"], ["bf16", "fp32"], ["fp16", "fp16"], ["fp32", "fp32"]],
@@ -91,6 +108,12 @@ PROFILES["cpu-full"] = {
     "03_rl_training": {  # every algorithm in both precisions, 3 seeds each, same budget per run as the cpu pair
         "algorithms": ["grpo", "dr_grpo", "grpo_token_tis", "grpo_seq_mis", "gspo", "pg_seq_is"],
         "output_dir": "reports/runs/03_rl_training_full",
+        "ppo_seeds": [0, 1, 2], "ppo_steps": 100, "ppo_output_dir": "reports/runs/03_ppo_full",  # the stored study live
+    },
+    "04_where_bf16_breaks": {  # the whole hunt grid trained live (what python -m nbkit.hunt stores): ~1 h here
+        "stored_study": "", "live_lengths": ["short", "medium", "long"], "live_lrs": [1e-4, 1e-3],
+        "live_algorithms": ["grpo", "pg_seq_is", "grpo_mu_old"], "live_seeds": [0, 1, 2],
+        "output_dir": "reports/runs/04_hunt",
     },
     "05_precision_ablation": {  # the full grid trained live (what python -m nbkit.ablation stores), 3 seeds each
         "stored_study": "", "live_pairs": [["bf16", "bf16"], ["bf16", "fp32"], ["fp16", "fp16"], ["fp32", "fp32"]],

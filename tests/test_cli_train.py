@@ -64,7 +64,8 @@ def test_bad_yaml_fails_before_anything_loads_naming_key_and_choices(tmp_path, c
 
 @pytest.mark.parametrize("argv,expected", [
     (["--steps", "2.5"], "steps: expects an integer, got '2.5'"),
-    (["--algorithm", "ppo"], "unknown algorithm 'ppo'; choose one of"),
+    (["--algorithm", "ppo_magic"], "unknown algorithm 'ppo_magic'; choose one of"),
+    (["--algorithm", "ppo", "--ppo-lambda", "2"], "ppo_lambda must be in [0, 1], got 2.0"),
     (["--rollout-engine", "sglang"], "unknown rollout_engine 'sglang'; choose one of ('hf', 'vllm')"),
     (["--vllm-mode", "server"], "vllm_mode='server' needs rollout_engine='vllm'"),
     (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),

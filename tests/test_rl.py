@@ -27,7 +27,9 @@ def smoke(tmp_path, model, data, **kw) -> RLConfig:
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_every_algorithm_runs_two_steps_in_real_low_precision(algorithm, dtype, tmp_path, tiny_random_model, arith_jsonl):
-    result = train(smoke(tmp_path, tiny_random_model, arith_jsonl, algorithm=algorithm, train_dtype=dtype), progress=False)
+    one_update = {"ppo_epochs": 1, "ppo_minibatches": 1} if ALGORITHMS[algorithm].critic else {}  # a rollout per row
+    result = train(smoke(tmp_path, tiny_random_model, arith_jsonl, algorithm=algorithm, train_dtype=dtype, **one_update),
+                   progress=False)
     rows = result.rows
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
@@ -261,3 +263,13 @@ def test_every_is_preset_applies_its_correction(algorithm, one_step_per_preset):
     applied = corrected["is/masked_fraction"] if algorithm == "grpo_seq_mis" else corrected["is/truncated_fraction"]
     assert applied > 0  # with C = 1.002 some ratios reach the cap / the threshold
     assert corrected["loss"] != plain["loss"]  # μ entered the loss
+
+
+def test_the_brevity_reward_is_minus_the_response_length_and_is_not_logged_as_accuracy(tmp_path, tiny_random_model,
+                                                                                         arith_jsonl):
+    rows = train(smoke(tmp_path, tiny_random_model, arith_jsonl, reward="brevity", algorithm="grpo_mu_old"),
+                 progress=False).rows
+    for row in rows:
+        assert "accuracy" not in row
+        assert row["reward"] == pytest.approx(-row["completions/mean_length"] / 12, rel=1e-5)
+        assert -1 <= row["reward"] < 0

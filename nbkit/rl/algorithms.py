@@ -14,6 +14,8 @@ workbook enables for every engine (TRL gates it on ``use_vllm``; see ``nbkit.rl.
 | ``pg_seq_is`` | PG-Seq-IS | Dr.GRPO loss + ``"sequence_truncate"``, cap C | × min(∏π/μ, C) per sequence |
 | ``grpo_mu_old`` | decoupled / async PPO | GRPO with π_old := μ (the engine's log-probs) | clip of π/μ per token |
 | ``grpo_mu_old_token_tis`` | same + Token-TIS | ``grpo_mu_old`` + ``"token_truncate"``, cap C | clip of π/μ, × min(π_old/μ, C) |
+| ``ppo`` | PPO (critic) | token-mean clipped surrogate on GAE advantages, ``ppo_epochs`` × ``ppo_minibatches`` | no |
+| ``ppo_token_tis`` | PPO + Token-TIS | ``ppo`` + ``"token_truncate"``, cap C | × min(π_old/μ, C) per token |
 
 With one optimiser update per batch (the paper's setting) the PPO ratio π/π_old is exactly 1, so ``dr_grpo``'s
 surrogate is plain policy gradient with a group-mean baseline; ``pg_seq_is`` is that policy gradient weighted
@@ -42,6 +44,8 @@ class Algorithm:
     """TRL's ``vllm_importance_sampling_mode`` when μ corrects the loss, None when it does not."""
     mu_as_old: bool = False
     """Use the rollout engine's log-probs μ as π_old in the clipped ratio (instead of TRL's recomputed π_old)."""
+    critic: bool = False
+    """Train a critic and use GAE per-token advantages (``nbkit.rl.ppo_trainer.PPOTrainer``)."""
 
 
 _DR = {"loss_type": "dr_grpo", "scale_rewards": "none"}
@@ -58,6 +62,10 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               {"loss_type": "grpo", "scale_rewards": "group"}, mu_as_old=True),
     Algorithm("grpo_mu_old_token_tis", "GRPO clipped against μ as π_old, × min(π_old/μ, C) per token",
               {"loss_type": "grpo", "scale_rewards": "group"}, "token_truncate", mu_as_old=True),
+    Algorithm("ppo", "PPO: critic from the policy, GAE per token, clipped policy and value loss, several epochs",
+              {"loss_type": "bnpo", "scale_rewards": "none"}, critic=True),
+    Algorithm("ppo_token_tis", "PPO × min(π_old/μ, C) per token (Token-TIS)",
+              {"loss_type": "bnpo", "scale_rewards": "none"}, "token_truncate", critic=True),
 )}
 """Name → preset."""
 

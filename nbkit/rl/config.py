@@ -12,6 +12,8 @@ from nbkit.models import DTYPES
 from nbkit.paths import ROOT
 from nbkit.rl import algorithms
 
+REWARDS = ("correctness", "brevity")
+"""What a response is rewarded for (``RLConfig.reward``)."""
 VLLM_MODES = ("colocate", "server")
 """Where vLLM runs: inside the training processes, or as a separate server (TRL's two modes)."""
 
@@ -28,6 +30,10 @@ class RLConfig:
     """Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill_qwen`` for MATH)."""
     grader: str = "arith"
     """Reward rule of ``nbkit.tasks.GRADERS`` (``arith``; ``math_verify`` or ``r1_distill`` for MATH; ``auto``)."""
+    reward: str = "correctness"
+    """``correctness``: 1 when the grader accepts the answer, else 0 (the sanity test; logged as ``accuracy`` too).
+    ``brevity``: −(response tokens) / ``max_tokens``, the toy task on which μ-as-π_old training was publicly
+    reported not to converge (the grader still has to read the dataset's answers, but scores nothing)."""
     algorithm: str = "grpo"
     """A preset of ``nbkit.rl.algorithms.ALGORITHMS``."""
     train_dtype: str = "fp16"
@@ -115,6 +121,19 @@ class RLConfig:
     """Mixture-of-experts models: the trainer's forwards use the rollout's top-k expert choices (``nbkit.routing``)
     instead of routing again, so no token goes through other experts than it was sampled with. Needs the HF
     rollout engine (the one that reports its routing here); ``moe/flip_rate`` is logged for MoE models either way."""
+    ppo_epochs: int = 2
+    """PPO presets: passes over each rollout batch (TRL's ``num_iterations``); from the second on π_old ≠ π."""
+    ppo_minibatches: int = 2
+    """PPO presets: minibatches (optimiser steps) per pass over a rollout batch (TRL's ``steps_per_generation``);
+    a rollout batch thus gives ``ppo_epochs × ppo_minibatches`` of the run's ``steps``."""
+    ppo_gamma: float = 1.0
+    """PPO presets: GAE discount γ in [0, 1] (Oat: 1)."""
+    ppo_lambda: float = 1.0
+    """PPO presets: GAE λ in [0, 1] (Oat: 1)."""
+    ppo_value_clip: float = 0.2
+    """PPO presets: the value loss clips v to v_old ± this (> 0; Oat: 0.2)."""
+    critic_lr: float = 1e-4
+    """PPO presets: the critic's own AdamW learning rate (> 0)."""
 
     def __post_init__(self) -> None:
         algorithms.get(self.algorithm)
@@ -126,6 +145,8 @@ class RLConfig:
             raise ValueError(f"unknown template {self.template!r}; choose one of {sorted(tasks.TEMPLATES)}")
         if self.grader != "auto" and self.grader not in tasks.GRADERS:
             raise ValueError(f"unknown grader {self.grader!r}; choose one of {sorted(tasks.GRADERS)} or 'auto'")
+        if self.reward not in REWARDS:
+            raise ValueError(f"unknown reward {self.reward!r}; choose one of {REWARDS}")
         if self.vllm_mode not in VLLM_MODES:
             raise ValueError(f"unknown vllm_mode {self.vllm_mode!r}; choose one of {VLLM_MODES}")
         if self.vllm_mode == "server" and self.rollout_engine != "vllm":
@@ -165,6 +186,22 @@ class RLConfig:
         if self.router_replay and self.rollout_engine != "hf":
             raise ValueError(f"router_replay=True needs rollout_engine='hf' (the engine that reports its routing "
                              f"here), got {self.rollout_engine!r}")
+        if self.ppo_epochs < 1 or self.ppo_minibatches < 1:
+            raise ValueError(f"ppo_epochs and ppo_minibatches must be >= 1, got {self.ppo_epochs!r} and "
+                             f"{self.ppo_minibatches!r}")
+        for name in ("ppo_gamma", "ppo_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+        for name in ("ppo_value_clip", "critic_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if algorithms.get(self.algorithm).critic and (self.prompts_per_step * self.samples_per_prompt) % self.ppo_minibatches:
+            raise ValueError(f"ppo_minibatches={self.ppo_minibatches} must divide prompts_per_step × samples_per_prompt "
+                             f"= {self.prompts_per_step * self.samples_per_prompt}")
+        if algorithms.get(self.algorithm).critic and self.checkpoint_every % (self.ppo_epochs * self.ppo_minibatches):
+            raise ValueError(f"checkpoint_every={self.checkpoint_every} must be a multiple of ppo_epochs × "
+                             f"ppo_minibatches = {self.ppo_epochs * self.ppo_minibatches} (a checkpoint inside a "
+                             f"rollout batch would not hold the rest of the batch) or 0")
         if self.resume and self.overwrite:
             raise ValueError("resume=True and overwrite=True contradict each other: continue the run or replace it")
 
@@ -187,3 +224,5 @@ _INTEGERS = ("lora_rank", "steps", "prompts_per_step", "samples_per_prompt", "ma
              "seed", "checkpoint_every", "collapse_window", "max_consecutive_skips", "vllm_kv_cache_gib")
 _REALS = ("lr", "temperature", "is_cap", "max_grad_norm", "loss_scale_init", "collapse_mismatch_factor",
           "collapse_reward_drop")
+_INTEGERS += ("ppo_epochs", "ppo_minibatches")
+_REALS += ("ppo_gamma", "ppo_lambda", "ppo_value_clip", "critic_lr")

@@ -97,19 +97,27 @@ def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str)
                          f"that exceeds model {cfg.model!r}'s context of {context} positions")
 
 
-def reward_function(task: tasks.Task):
-    """TRL reward function (``completions, answer`` → 0/1), checked once on a real problem before training.
+def reward_function(task: tasks.Task, kind: str = "correctness", max_tokens: int = 1):
+    """TRL reward function, checked once on a real problem before training: ``correctness`` (``completions,
+    answer`` → 0/1 by the task's grader) or ``brevity`` (``completion_ids`` → −tokens / ``max_tokens``).
 
-    ``correctness.tally`` collects (sum, count) of every call on this process: the per-rank record that the
-    gathered reward of a multi-process run is checked against."""
+    ``fn.tally`` collects (sum, count) of every call on this process: the per-rank record that the gathered
+    reward of a multi-process run is checked against."""
     def correctness(completions, answer, **_):
         values = [task.reward(c if isinstance(c, str) else c[-1]["content"], a) for c, a in zip(completions, answer)]
         correctness.tally.append((float(sum(values)), len(values)))
         return values
 
-    correctness.__name__ = "correctness"
-    correctness.tally = []
-    return correctness
+    def brevity(completion_ids, **_):
+        values = [-len(ids) / max_tokens for ids in completion_ids]
+        brevity.tally.append((float(sum(values)), len(values)))
+        return values
+
+    if kind not in ("correctness", "brevity"):
+        raise ValueError(f"unknown reward {kind!r}; choose one of ('correctness', 'brevity')")
+    fn = correctness if kind == "correctness" else brevity
+    fn.tally = []
+    return fn
 
 
 def world() -> tuple[int, int]:
@@ -131,7 +139,8 @@ def per_device_batch(cfg: RLConfig, world_size: int) -> int:
 def check_reward(fn, problems: list[dict]) -> None:
     """Call the reward once; a reward that raises or returns no number fails here, not mid-run."""
     try:
-        value = fn(completions=["", problems[0].get("solution", "") or ""], answer=[problems[0]["answer"]] * 2)
+        value = fn(completions=["", problems[0].get("solution", "") or ""], answer=[problems[0]["answer"]] * 2,
+                   completion_ids=[[], [0, 0, 0]])
     except Exception as exc:
         raise ValueError(f"the reward function {getattr(fn, '__name__', fn)!r} raised on a sample: {exc!r}") from exc
     if len(value) != 2 or not all(isinstance(v, (int, float)) for v in value):
@@ -142,7 +151,7 @@ def grpo_config(cfg: RLConfig):
     """TRL's ``GRPOConfig`` for the run (precision, batch geometry, the algorithm preset, checkpoints)."""
     from trl import GRPOConfig
 
-    return GRPOConfig(
+    return GRPOConfig(**{**dict(
         output_dir=str(cfg.out), max_steps=cfg.steps, learning_rate=cfg.lr, lr_scheduler_type="constant",
         warmup_steps=0, weight_decay=0.0, max_grad_norm=cfg.max_grad_norm, seed=cfg.seed,
         per_device_train_batch_size=per_device_batch(cfg, world()[1]), gradient_accumulation_steps=1,
@@ -153,7 +162,16 @@ def grpo_config(cfg: RLConfig):
         save_strategy="steps" if cfg.checkpoint_every else "no", save_steps=cfg.checkpoint_every or 500,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, vllm_max_model_length=None,
         **algorithms.grpo_options(algorithms.get(cfg.algorithm), cfg.is_cap),
-    )
+    ), **ppo_options(cfg)})
+
+
+def ppo_options(cfg: RLConfig) -> dict:
+    """PPO presets: ``ppo_epochs`` passes (``num_iterations``) of ``ppo_minibatches`` minibatches
+    (``steps_per_generation``) over each rollout batch, so the per-step batch is a minibatch; {} otherwise."""
+    if not algorithms.get(cfg.algorithm).critic:
+        return {}
+    return {"num_iterations": cfg.ppo_epochs, "steps_per_generation": cfg.ppo_minibatches,
+            "per_device_train_batch_size": per_device_batch(cfg, world()[1]) // cfg.ppo_minibatches}
 
 
 def _has_accelerator() -> bool:
@@ -191,6 +209,7 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
 
     with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
         from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
+        from nbkit.rl.ppo_trainer import PPOTrainer
 
     start = time.time()
     plan = runfolder.plan_run(cfg)  # reads only: refusals come before anything is changed or loaded
@@ -199,7 +218,7 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
         print(f"[nbkit] {plan.message}", flush=True)
         return RunResult(out, MetricsLog.read(out / "metrics.jsonl"), time.time() - start, [])
     task, problems = load_task(cfg)
-    reward = reward_function(task)
+    reward = reward_function(task, cfg.reward, cfg.max_tokens)
     check_reward(reward, problems)
     reward.tally.clear()  # the check's call is not a training step
     path = models.resolve(cfg.model)
@@ -222,12 +241,13 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     args = grpo_config(cfg)
     args.disable_tqdm = not progress
     with logs.quiet(f"TRL trainer ({cfg.algorithm}, {cfg.train_dtype}, rollouts {cfg.rollout_engine})"):
-        trainer = PrecisionGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
+        trainer_class = PPOTrainer if algorithms.get(cfg.algorithm).critic else PrecisionGRPOTrainer
+        trainer = trainer_class(model=model, reward_funcs=[reward], args=args, train_dataset=data,
                                        processing_class=tokenizer, peft_config=peft_config, run=cfg)
     log = MetricsLog(out / "metrics.jsonl")  # written by rank 0 only (runfolder.begin prepares it)
     logger = StepLogger(trainer, log, CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor,
                                                     cfg.collapse_reward_drop), cfg.max_consecutive_skips,
-                        reward_tally=reward.tally, rank_log=rank_log)
+                        reward_tally=reward.tally, rank_log=rank_log, accuracy=cfg.reward == "correctness")
     trainer.add_callback(logger)
     folder = runfolder.RunFolderCallback(plan, cfg, trainer, logger)
     trainer.add_callback(folder)

@@ -258,8 +258,9 @@ class StepLogger(TrainerCallback):
     """Appends one row per optimiser step to ``metrics.jsonl`` and watches for collapse and overflow."""
 
     def __init__(self, trainer: PrecisionGRPOTrainer, log: MetricsLog, alarm: CollapseAlarm, max_skips: int,
-                 reward_tally: list | None = None, rank_log: MetricsLog | None = None):
+                 reward_tally: list | None = None, rank_log: MetricsLog | None = None, accuracy: bool = True):
         self.trainer, self.log, self.alarm, self.max_skips = trainer, log, alarm, max_skips
+        self.accuracy = accuracy  # the reward is 0/1 correctness: log it as ``accuracy`` too
         self.reward_tally, self.rank_log = reward_tally, rank_log  # this process's (sum, count) per reward call
         self.pending: dict = {}
         self.skips_in_row = 0
@@ -295,7 +296,7 @@ class StepLogger(TrainerCallback):
         if "loss" in logs and not np.isfinite(logs["loss"]) and self.trainer.loss_scale() is None:
             raise NonFiniteError(f"step {state.global_step}: the loss is {logs['loss']}")
         row = {"step": state.global_step, **logs, **self.pending}
-        if "reward" in row:
+        if "reward" in row and self.accuracy:
             row["accuracy"] = row["reward"]  # rewards are 0/1 correctness
         message = self.alarm.update(row)
         if message:

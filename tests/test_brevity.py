@@ -1,0 +1,52 @@
+"""The brevity toy study's table: convergence is the first 3-step mean length at or under 10 % of max_tokens."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbkit import brevity_study
+
+
+def _rows(lengths: list[float], mismatch: float) -> list[dict]:
+    return [{"step": i + 1, "completions/mean_length": n, "reward": -n / 128,
+             "mismatch/token_abs_logp_diff/mean": mismatch, "clip/phantom_fraction": 0.0, "time/step": 30.0}
+            for i, n in enumerate(lengths)]
+
+
+def test_the_table_reports_per_pair_when_each_seed_converged_or_a_dash():
+    runs = {"brevity-fp16-s0": _rows([128, 90, 20, 10, 8, 6], 0.005),
+            "brevity-fp16-s1": _rows([128, 120, 110, 100, 90, 80], 0.005),
+            "brevity-bf16-s0": _rows([128, 128, 128, 128, 128, 128], 0.04)}
+    rows = brevity_study.table(runs)
+    assert [(r["train"], r["rollout"]) for r in rows] == [("fp16", "fp16"), ("bf16", "bf16")]
+    fp16, bf16 = rows
+    assert fp16["converged (≤ 10% of max) at step"] == "5, —"  # steps 3-5: (20 + 10 + 8) / 3 = 12.7 ≤ 12.8
+    assert bf16["converged (≤ 10% of max) at step"] == "—"
+    assert fp16["length, first step"] == 128 and bf16["mean |Δ log p|"] == 0.04
+
+
+def test_each_run_is_the_toy_task_on_smollm2_with_mu_as_pi_old():
+    cfg = brevity_study.config("fp32", "bf16", 2, Path("/tmp/brevity"))
+    assert (cfg.model, cfg.reward, cfg.algorithm, cfg.rollout_engine, cfg.lora) == (
+        "smollm2-135m", "brevity", "grpo_mu_old", "vllm", True)
+    assert (cfg.train_dtype, cfg.rollout) == ("fp32", "bf16")
+    assert Path(cfg.output_dir).name == "brevity-fp32-bf16r-s2"
+
+
+def test_the_brevity_figure_has_one_curve_per_pair_averaged_over_seeds():
+    from nbkit.plots import hunt as hunt_plots
+
+    runs = {"brevity-fp16-s0": _rows([128, 64], 0.005), "brevity-fp16-s1": _rows([128, 32], 0.005),
+            "brevity-bf16-s0": _rows([128, 128], 0.04)}
+    fig = hunt_plots.brevity_curves(runs)
+    lengths = {t.name: list(t.y) for t in fig.data if t.yaxis == "y"}
+    assert lengths == {"bf16 train / bf16 rollout (mean of 1 seeds)": [128, 128],
+                       "fp16 train / fp16 rollout (mean of 2 seeds)": [128, 48]}
+
+
+def test_the_stored_command_names_exactly_the_runs_that_exist():
+    out = Path("/tmp/brevity")
+    cfgs = {f"{t}-{s}": brevity_study.config(t, t, s, out) for t in ("fp16", "bf16") for s in (0, 1, 2)}
+    cfgs["fp32-0"] = brevity_study.config("fp32", "fp32", 0, out)
+    assert brevity_study.commands(cfgs, 10, "vllm").split("; ") == [
+        "python -m nbkit.brevity_study --steps 10 --seeds 0 1 2 --pairs fp16/fp16 bf16/bf16 --engine vllm",
+        "python -m nbkit.brevity_study --steps 10 --seeds 0 --pairs fp32/fp32 --engine vllm"]

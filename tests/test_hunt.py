@@ -1,0 +1,144 @@
+"""The hunt (notebook 04): its grid, its labels, the phase map's gap, the verdict, and a resumable grid run."""
+from __future__ import annotations
+
+import pytest
+
+from nbkit import hunt
+
+
+def _rows(acc: list[float], mismatch: float = 1e-4, growth: float = 1.0, alarm_at: int | None = None) -> list[dict]:
+    n = len(acc)
+    out = []
+    for i, a in enumerate(acc):
+        row = {"step": i + 1, "accuracy": a,
+               "mismatch/token_abs_logp_diff/mean": mismatch * (1 + (growth - 1) * i / max(n - 1, 1))}
+        if alarm_at == i + 1:
+            row["alarm"] = "reward fell"
+        out.append(row)
+    return out
+
+
+def _grid(bf16_final: dict[int, float], fp16_final: float = 0.8, cell=("long", 1e-3, "grpo_mu_old")) -> dict:
+    length, lr, algorithm = cell
+    runs = {}
+    for seed, bf in bf16_final.items():
+        runs[hunt.label(length, lr, algorithm, "fp16", seed)] = _rows([0.6] * 5 + [fp16_final] * 5, mismatch=1e-4)
+        runs[hunt.label(length, lr, algorithm, "bf16", seed)] = _rows([0.6] * 5 + [bf] * 5, mismatch=8e-4,
+                                                                      growth=3.0)
+    return runs
+
+
+def test_the_default_grid_meets_the_issue_minimum():
+    hc = hunt.HuntConfig()
+    assert len(hc.lengths) >= 3 and len(hc.lrs) >= 2 and len(hc.seeds) >= 3
+    assert {"grpo", "pg_seq_is", "grpo_mu_old"} <= set(hc.algorithms) and {"fp16", "bf16"} <= set(hc.dtypes)
+    cfgs = hunt.configs(hc)
+    assert len(cfgs) == len(hc.lengths) * len(hc.lrs) * 3 * 2 * 3
+
+
+def test_every_bf16_run_has_an_fp16_twin_with_everything_else_equal():
+    cfgs = hunt.configs(hunt.HuntConfig())
+    for name, cfg in cfgs.items():
+        p = hunt.parse(name)
+        if p["dtype"] != "bf16":
+            continue
+        twin = cfgs[hunt.label(p["length"], p["lr"], p["algorithm"], "fp16", p["seed"])]
+        a, b = cfg.to_dict(), twin.to_dict()
+        differ = {k for k in a if a[k] != b[k]}
+        assert differ == {"train_dtype", "output_dir"}, differ
+        assert cfg.train_dtype == "bf16" and twin.train_dtype == "fp16" and cfg.rollout_dtype in (None, "bf16")
+
+
+def test_labels_round_trip_and_a_foreign_label_is_refused():
+    name = hunt.label("medium", 1e-4, "pg_seq_is", "bf16", 2)
+    assert hunt.parse(name) == {"length": "medium", "lr": 1e-4, "algorithm": "pg_seq_is", "dtype": "bf16", "seed": 2}
+    with pytest.raises(ValueError, match="not a hunt run label"):
+        hunt.parse("grpo-bf16-s0")
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"lengths": ("huge",)}, "huge"), ({"algorithms": ("ppo2",)}, "ppo2"), ({"dtypes": ("bf16",)}, "fp16 and bf16"),
+    ({"dtypes": ("fp16", "bf16", "fp8")}, "fp8"), ({"lrs": (0.0,)}, "positive"), ({"seeds": ()}, "seeds"),
+    ({"steps": 0}, "steps")])
+def test_bad_grid_settings_name_the_value_and_the_choices(kwargs, named):
+    with pytest.raises(ValueError, match=named):
+        hunt.HuntConfig(**kwargs)
+
+
+def test_a_gap_counts_only_when_every_seed_agrees_and_it_exceeds_the_margin():
+    behind = hunt.phase_map(_grid({0: 0.5, 1: 0.55, 2: 0.6}))
+    assert len(behind) == 1 and behind[0]["gap sign"] == "BF16 behind"
+    assert behind[0]["gap (bf16 − fp16)"] == pytest.approx(-0.25)
+    assert behind[0]["mismatch bf16/fp16"] == pytest.approx(16.0)  # 8x at the start, growing 3x over the run
+    # last 5 steps over first 5 of a ramp 1 → 3 over 10 steps: (1 + 14/9) / (1 + 4/9)
+    assert behind[0]["bf16 mismatch growth"] == pytest.approx(23 / 13, rel=1e-3) and behind[0]["fp16 mismatch growth"] == pytest.approx(1.0)
+    mixed = hunt.phase_map(_grid({0: 0.5, 1: 0.9, 2: 0.6}))  # one seed has BF16 ahead: not separated
+    assert mixed[0]["gap sign"] == "within seed spread"
+    small = hunt.phase_map(_grid({0: 0.78, 1: 0.79, 2: 0.77}))  # every seed behind, but by less than the margin
+    assert small[0]["gap sign"] == "within seed spread"
+    ahead = hunt.phase_map(_grid({0: 0.95, 1: 0.9, 2: 0.92}))
+    assert ahead[0]["gap sign"] == "BF16 ahead"
+
+
+def test_the_verdict_names_the_cells_where_bf16_fell_behind_or_says_it_did_not():
+    runs = {**_grid({0: 0.5, 1: 0.55, 2: 0.6}), **_grid({0: 0.8, 1: 0.8, 2: 0.8}, cell=("short", 1e-4, "grpo"))}
+    rows = hunt.phase_map(runs)
+    text = hunt.verdict(rows)
+    assert "in 1: long responses, lr 0.001, grpo_mu_old (-0.250)" in text
+    assert hunt.most_telling(rows)["length"] == "long"
+    lonely = {k: v for k, v in _grid({0: 0.8}, cell=("medium", 1e-4, "grpo")).items() if "-bf16-" in k}
+    with_lonely = hunt.verdict(hunt.phase_map({**runs, **lonely}))
+    assert "Left out, no FP16/BF16 twin: medium responses, lr 0.0001, grpo." in with_lonely
+    assert hunt.phase_map(lonely)[0]["gap sign"] == "no FP16/BF16 twin"
+    with pytest.raises(ValueError, match="no phase-map cell has an FP16 and a BF16 run"):
+        hunt.verdict(hunt.phase_map(lonely))
+    calm = hunt.verdict(hunt.phase_map(_grid({0: 0.8, 1: 0.81, 2: 0.79})))
+    assert "never ended behind" in calm and "16.0–16.0×" in calm
+
+
+def test_alarms_and_steps_to_target_are_counted_per_precision():
+    runs = _grid({0: 0.5, 1: 0.55, 2: 0.6}, fp16_final=0.97)
+    runs[hunt.label("long", 1e-3, "grpo_mu_old", "bf16", 0)] = _rows([0.6] * 5 + [0.5] * 5, alarm_at=9)
+    row = hunt.phase_map(runs)[0]
+    assert row["bf16 alarms"] == 1 and row["fp16 alarms"] == 0
+    assert row["fp16 steps to 95%"] == "10, 10, 10" and row["bf16 steps to 95%"] == "—, —, —"
+
+
+def test_the_phase_map_figure_has_one_row_per_length():
+    from nbkit.plots import hunt as hunt_plots
+
+    runs = {**_grid({0: 0.5, 1: 0.55, 2: 0.6}), **_grid({0: 0.8, 1: 0.8, 2: 0.8}, cell=("short", 1e-4, "grpo"))}
+    fig = hunt_plots.phase_map(hunt.phase_map(runs))
+    assert list(fig.data[0].y) == ["short", "long"] and len(fig.data[0].x) == 2
+    cell = hunt.most_telling(hunt.phase_map(runs))
+    assert len(hunt.cell_runs(runs, cell)) == 6  # 2 precisions x 3 seeds of the long cell only
+    curves = hunt_plots.cell_curves(hunt.cell_runs(runs, cell), cell)
+    assert {t.name for t in curves.data} == {"bf16 (mean of 3 seeds)", "fp16 (mean of 3 seeds)"}
+
+
+def test_a_grid_runs_both_twins_on_tiny_long_and_a_finished_cell_is_not_rerun(tmp_path):
+    hc = hunt.HuntConfig(lengths=("short",), lrs=(1e-4,), algorithms=("grpo_mu_old",), seeds=(0,), steps=1,
+                         prompts_per_step=2, samples_per_prompt=2, output_dir=str(tmp_path / "hunt"))
+    runs = hunt.run(hc, progress=False)
+    assert sorted(runs) == ["short-lr0.0001-grpo_mu_old-bf16-s0", "short-lr0.0001-grpo_mu_old-fp16-s0"]
+    for name, rows in runs.items():
+        dtype = hunt.parse(name)["dtype"]
+        assert rows[-1]["step"] == 1 and rows[-1]["audit/rollout_dtype"] == dtype
+        assert dtype in rows[-1]["audit/matmul_dtypes"]
+        assert rows[-1]["completions/mean_length"] > 90  # the short regime's ~100-token chains
+    logs = {p: p.stat().st_mtime_ns for p in (tmp_path / "hunt").glob("*/metrics.jsonl")}
+    again = hunt.run(hc, progress=False)
+    assert again == runs and {p: p.stat().st_mtime_ns for p in logs} == logs
+
+
+def test_a_run_collapsed_when_its_final_accuracy_ends_far_below_its_first_step_even_without_an_alarm():
+    """At lr 1e-3 the 16-step runs fall from ~0.7 to 0 in both precisions while the 10-step-window alarm stays
+    silent; the map counts those runs as collapsed, per precision, and the verdict names the cell."""
+    runs = _grid({0: 0.8, 1: 0.8, 2: 0.8})
+    runs[hunt.label("long", 1e-3, "grpo_mu_old", "bf16", 1)] = _rows([0.7] + [0.1] * 9)  # 0.1 < 0.7 - 0.3
+    runs[hunt.label("long", 1e-3, "grpo_mu_old", "fp16", 2)] = _rows([0.7] + [0.45] * 9)  # 0.45 ≥ 0.4: held
+    row = hunt.phase_map(runs)[0]
+    assert (row["bf16 collapsed"], row["fp16 collapsed"]) == (1, 0)
+    assert row["bf16 alarms"] == 0
+    text = hunt.verdict([row])
+    assert "FP16 0, BF16 1 (in long responses, lr 0.001, grpo_mu_old)" in text
