@@ -145,15 +145,19 @@ def run(hc: HuntConfig, shard: tuple[int, int] = (0, 1), progress: bool = True) 
 
 
 def store(hc: HuntConfig, wall_seconds: float, command: str) -> Path:
-    """Store every run of the grid found under ``hc.output_dir`` as ``data/results/hunt_tiny_long``."""
+    """Store every finished run of the grid found under ``hc.output_dir`` as ``data/results/hunt_tiny_long``; the
+    card's notes list the grid's runs that are missing or were cut off (a partial run is never stored)."""
     from nbkit.rl.study import load_runs
 
     cfgs = configs(hc)
-    runs = {k: v for k, v in load_runs(hc.output_dir).items() if k in cfgs}
+    runs = {k: v for k, v in load_runs(hc.output_dir).items() if k in cfgs and finished(cfgs[k])}
+    if not runs:
+        raise ValueError(f"no finished run of the grid under {hc.output_dir}: nothing to store")
     missing = sorted(set(cfgs) - set(runs))
     return results.store(STUDY, runs, command=command, wall_seconds=wall_seconds,
                          configs={"hunt": asdict(hc), "runs": {k: cfgs[k].to_dict() for k in runs}},
-                         notes=f"missing cells: {missing}" if missing else "")
+                         notes=f"{len(missing)} of the grid's {len(cfgs)} runs not stored (not run or not finished): "
+                               f"{missing}" if missing else "")
 
 
 def _window_means(values: list[float], window: int) -> list[float]:

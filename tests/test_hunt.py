@@ -142,3 +142,26 @@ def test_a_run_collapsed_when_its_final_accuracy_ends_far_below_its_first_step_e
     assert row["bf16 alarms"] == 0
     text = hunt.verdict([row])
     assert "FP16 0, BF16 1 (in long responses, lr 0.001, grpo_mu_old)" in text
+
+
+def test_the_store_keeps_finished_runs_only_and_its_card_names_the_rest(tmp_path, monkeypatch):
+    import json
+
+    from nbkit import results
+
+    hc = hunt.HuntConfig(lengths=("short",), lrs=(1e-4,), algorithms=("grpo",), seeds=(0,), steps=3,
+                         output_dir=str(tmp_path / "hunt"))
+    done, cut = (tmp_path / "hunt" / hunt.label("short", 1e-4, "grpo", d, 0) for d in ("fp16", "bf16"))
+    for folder, n in ((done, 3), (cut, 1)):  # bf16 was cut off after its first step
+        folder.mkdir(parents=True)
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows([0.5] * n)))
+    real_store = results.store
+    monkeypatch.setattr(results, "store", lambda *a, **k: real_store(*a, **k, root=tmp_path / "results"))
+    hunt.store(hc, wall_seconds=1.0, command="test")
+    stored = results.load(hunt.STUDY, root=tmp_path / "results")
+    assert list(stored) == [done.name]
+    assert cut.name in results.card(hunt.STUDY, root=tmp_path / "results")["notes"]
+    for folder in (done, cut):
+        (folder / "metrics.jsonl").unlink()
+    with pytest.raises(ValueError, match="no finished run"):
+        hunt.store(hc, wall_seconds=1.0, command="test")
