@@ -165,3 +165,13 @@ def test_the_store_keeps_finished_runs_only_and_its_card_names_the_rest(tmp_path
         (folder / "metrics.jsonl").unlink()
     with pytest.raises(ValueError, match="no finished run"):
         hunt.store(hc, wall_seconds=1.0, command="test")
+
+
+def test_shards_partition_the_grid_and_each_gets_both_precisions():
+    hc = hunt.HuntConfig()
+    names = list(hunt.configs(hc))
+    shards = [[k for j, k in enumerate(names) if hunt.shard_of(j, len(hc.dtypes), 2) == i] for i in (0, 1)]
+    assert sorted(shards[0] + shards[1]) == sorted(names) and not set(shards[0]) & set(shards[1])
+    for shard in shards:
+        counts = {d: sum(f"-{d}-" in k for k in shard) for d in hc.dtypes}
+        assert counts["fp16"] == counts["bf16"] == len(names) // 4
