@@ -14,6 +14,7 @@ A finished cell (its metrics.jsonl has every step) is skipped, so a grid cut off
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import time
 from dataclasses import asdict, dataclass, replace
@@ -282,9 +283,13 @@ def verdict(rows: list[dict], margin: float = GAP_MARGIN) -> str:
     ratios = [r["mismatch bf16/fp16"] for r in rows if r["mismatch bf16/fp16"]]
     where = lambda r: f"{r['length']} responses, lr {r['lr']:g}, {r['algorithm']}"  # noqa: E731
     seeds = sorted({r["seeds"] for r in rows})
-    head = (f"Over {len(rows)} cells ({len({r['length'] for r in rows})} lengths × {len({r['lr'] for r in rows})} "
-            f"learning rates × {len({r['algorithm'] for r in rows})} algorithms, {'/'.join(map(str, seeds))} seeds "
-            f"each), ")
+    axes = [sorted({r[k] for r in rows + incomplete}, key=str) for k in ("length", "lr", "algorithm")]
+    have = {(r["length"], r["lr"], r["algorithm"]) for r in rows + incomplete}
+    absent = [c for c in itertools.product(*axes) if c not in have]
+    head = (f"Over {len(rows)} cells ({len(axes[0])} lengths × {len(axes[1])} learning rates × {len(axes[2])} "
+            f"algorithms, {'/'.join(map(str, seeds))} seeds each"
+            + (f"; not run: {'; '.join(f'{a} responses, lr {b:g}, {c}' for a, b, c in absent)}" if absent else "")
+            + "), ")
     if behind:
         body = (f"BF16 ended behind FP16 beyond the seed spread (every seed, mean gap < −{margin:g}) in "
                 f"{len(behind)}: " + "; ".join(f"{where(r)} ({r['gap (bf16 − fp16)']:+.3f})" for r in behind) + ".")

@@ -85,6 +85,8 @@ def test_the_verdict_names_the_cells_where_bf16_fell_behind_or_says_it_did_not()
     rows = hunt.phase_map(runs)
     text = hunt.verdict(rows)
     assert "in 1: long responses, lr 0.001, grpo_mu_old (-0.250)" in text
+    assert "not run: long responses, lr 0.0001, grpo;" in text  # the cross's cells the map lacks are named
+    assert "not run" not in hunt.verdict(hunt.phase_map(_grid({0: 0.8, 1: 0.81, 2: 0.79})))
     assert hunt.most_telling(rows)["length"] == "long"
     lonely = {k: v for k, v in _grid({0: 0.8}, cell=("medium", 1e-4, "grpo")).items() if "-bf16-" in k}
     with_lonely = hunt.verdict(hunt.phase_map({**runs, **lonely}))
