@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--study", default=STUDY)
     p.add_argument("--no-store", action="store_true", help="train only; store later with --store-only")
     p.add_argument("--store-only", action="store_true", help="store the run folders already in --output-dir")
+    p.add_argument("--wall-seconds", type=float, default=None,
+                   help="wall time to record on the card (with --store-only: the pieces' training time)")
     a = p.parse_args(argv)
     t0 = time.time()
     if not a.store_only:
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
             study.run_grid(base, ["ppo"], [], seeds=[seed], pairs=[(d, d) for d in a.dtypes])
     if not a.no_store:
         results.store(a.study, a.output_dir, command="python -m nbkit.ppo_study " + " ".join(sys.argv[1:] if argv is None else argv),
-                      wall_seconds=time.time() - t0,
+                      wall_seconds=a.wall_seconds if a.wall_seconds is not None else time.time() - t0,
                       configs={"dtypes": a.dtypes, "seeds": a.seeds, "steps": a.steps,
                                "run": base_config(steps=a.steps).to_dict()})
 
