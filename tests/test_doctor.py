@@ -57,7 +57,11 @@ def test_headless_doctor_on_tiny_arith_writes_the_verdict(tmp_path, capsys):
     b, f = saved["diagnoses"]["bf16"], saved["diagnoses"]["fp16"]
     for d in (b, f):
         assert d["n_tokens"] > 0 and 0 <= d["clip_fraction"] <= 1 and d["length_to_mask"] > d["length_to_clip"] > 0
-    assert b["token_abs_logp_diff/mean"] > f["token_abs_logp_diff/mean"]  # the paper's finding, measured here
-    assert saved["verdict"] in ("switch to FP16", "prefer FP16", "either") and len(saved["reasons"]) >= 4
+    # Which format has the larger mismatch depends on the kernels (on an AMD EPYC without FP16 units the HF engine
+    # and π agree to ~1e-6 in both formats): the doctor must report what it measured and conclude from it.
+    ratio = b["token_abs_logp_diff/mean"] / f["token_abs_logp_diff/mean"]
+    assert f"is {ratio:.3g}× FP16's" in saved["reasons"][0] and len(saved["reasons"]) >= 4
+    assert b["length_to_mask"] > 40 and f["length_to_mask"] > 40  # 40-token answers stay inside TRL's mask
+    assert saved["verdict"] == ("prefer FP16" if ratio >= 2 else "either")
     page = (tmp_path / "doctor.html").read_text()
     assert f"Verdict: {saved['verdict']}" in page and page.count("plotly.js") >= 1 and "TRL sequence mask" in page
