@@ -39,8 +39,10 @@ class _ChatTok:
 
 @pytest.fixture(scope="module")
 def grid():
+    # torch's own half kernels on both sides: under the fp32-accumulate policy (CPUs without FP16 units) the HF engine
+    # and the π forward round the same fp32 sums once and agree to ~1e-6, leaving no mismatch to bracket
     cfg = analysis.GridConfig(model="tiny-arith", engine="hf", n_prompts=12, samples_per_prompt=2, max_tokens=40,
-                              n_boot=20)
+                              n_boot=20, gemm="native")
     return analysis.run_grid(cfg, progress=False)
 
 
