@@ -94,6 +94,19 @@ def _cpu_flags() -> tuple[str, ...]:
     return ()
 
 
+HALF_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
+"""The CPU flags that decide half-precision speed and ``auto``'s GEMM policy: named in every measurement's card."""
+
+
+def half_flags() -> list[str]:
+    """Which of ``HALF_FLAGS`` this CPU has ([] where /proc/cpuinfo is unreadable)."""
+    try:
+        flags = set(_cpu_flags())
+    except OSError:
+        return []
+    return [f for f in HALF_FLAGS if f in flags]
+
+
 def resolve(name: str, device: str | torch.device | None = None) -> str:
     """The concrete policy (``native`` | ``fp32-accumulate``) behind ``name``."""
     return default_policy(device) if validate(name) == "auto" else name

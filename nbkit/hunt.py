@@ -310,6 +310,57 @@ def verdict(rows: list[dict], margin: float = GAP_MARGIN) -> str:
     return head + body
 
 
+def seed_gaps(runs: dict[str, list[dict]], window: int = 5) -> dict[tuple, list[float]]:
+    """``(length, lr, algorithm) → [BF16 − FP16 final accuracy per seed]`` (paired by seed, ``window``-step means)."""
+    finals: dict[tuple, dict[str, dict[int, float]]] = {}
+    for name, rows in runs.items():
+        p = parse(name)
+        final = run_summary(rows, window=window)["final"]
+        if final is not None:
+            finals.setdefault((p["length"], p["lr"], p["algorithm"]), {}).setdefault(p["dtype"], {})[p["seed"]] = final
+    return {cell: [d["bf16"][s] - d["fp16"][s] for s in sorted(set(d.get("bf16", {})) & set(d.get("fp16", {})))]
+            for cell, d in finals.items()}
+
+
+def false_flag_rate(sd: float, n_seeds: int, margin: float = GAP_MARGIN, n_sim: int = 200_000,
+                    seed: int = 0) -> float:
+    """Chance that a cell with *no* true gap is flagged *BF16 behind* by ``phase_map``'s rule (every one of
+    ``n_seeds`` paired gaps negative and their mean below −``margin``), when each seed's gap is N(0, ``sd``²)."""
+    import numpy as np
+
+    if sd <= 0 or n_seeds < 1:
+        raise ValueError(f"sd must be > 0 and n_seeds ≥ 1, got sd={sd!r}, n_seeds={n_seeds!r}")
+    g = np.random.default_rng(seed).normal(0.0, sd, size=(n_sim, n_seeds))
+    return float(np.mean((g < 0).all(axis=1) & (g.mean(axis=1) < -margin)))
+
+
+def chance_caveat(runs: dict[str, list[dict]], margin: float = GAP_MARGIN, window: int = 5) -> str:
+    """How often chance alone would flag a cell, from the grid's own seed noise: the pooled within-cell SD of the
+    paired gaps, the per-cell false-flag rate under that noise, and the chance of ≥ 1 flag among the grid's cells."""
+    gaps = {c: g for c, g in seed_gaps(runs, window).items() if len(g) >= 2}
+    if not gaps:
+        return "Too few seeds per cell to estimate how often chance alone would flag one."
+    import statistics
+
+    sd = statistics.fmean(statistics.variance(g) for g in gaps.values()) ** 0.5
+    n_seeds = min(len(g) for g in gaps.values())
+    p = false_flag_rate(sd, n_seeds, margin)
+    k = len(gaps)
+    return (f"Noise: the paired gap of one seed has a pooled within-cell SD of {sd:.3f} (over {k} cells); with that "
+            f"noise and no true gap, the rule flags a cell with probability {p:.1%}, so among {k} cells the chance of "
+            f"at least one flag is {1 - (1 - p) ** k:.0%}. A single flagged cell is what chance predicts, not "
+            f"evidence; a true gap of {margin:g} at this noise needs about "
+            f"{_seeds_for(sd, margin)} seeds per cell to be seen with 80 % power (two-sided 5 % paired t-test).")
+
+
+def _seeds_for(sd: float, gap: float, power: float = 0.8, alpha: float = 0.05) -> int:
+    """Seeds for a paired test to detect ``gap`` with ``power`` when a seed's paired difference has SD ``sd``."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    return max(2, int(-(-((z * sd / gap) ** 2) // 1)))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shard", default="0/1", help="i/n: train every n-th run from the i-th (default 0/1)")

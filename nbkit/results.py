@@ -68,7 +68,10 @@ def machine() -> dict:
         ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         ram_gib = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gib": ram_gib, "os": platform.platform(),
+    from nbkit import gemm
+
+    return {"cpu": cpu, "cpu_flags": gemm.half_flags(), "gemm_auto": gemm.resolve("auto"),
+            "cores": os.cpu_count(), "ram_gib": ram_gib, "os": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 

@@ -1,0 +1,75 @@
+"""RESULTS.md is generated from the stored studies, and a test fails the moment the two disagree."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from nbkit import hunt, results
+from nbkit.studies import STUDIES, markdown_table
+from nbkit.studies import results_md
+
+
+def test_results_md_is_up_to_date():
+    """Regenerate with `python -m nbkit.studies.results_md` when this fails."""
+    assert results_md.PATH.read_text(encoding="utf-8") == results_md.render(), \
+        "RESULTS.md is out of date: run `python -m nbkit.studies.results_md`"
+
+
+def test_every_stored_study_is_read_and_every_registered_study_is_stored():
+    stored = {p.name for p in results.RESULTS.iterdir() if (p / results.CARD).is_file()}
+    assert stored == set(STUDIES)
+
+
+def test_the_page_follows_the_stored_data(monkeypatch):
+    """Drop one seed of the hunt: the page's hunt table changes, so a stale RESULTS.md cannot pass the check."""
+    before = results_md.section(STUDIES["hunt_tiny_long"])
+    real = results.load
+
+    def fewer_seeds(study, *a, **k):
+        runs = real(study, *a, **k)
+        return {label: rows for label, rows in runs.items() if not label.endswith("-s2")}
+
+    monkeypatch.setattr(results, "load", fewer_seeds)
+    after = results_md.section(STUDIES["hunt_tiny_long"])
+    assert after != before and "2 seeds each" in after and "3 seeds each" in before
+
+
+def test_check_mode_reports_a_stale_file(tmp_path, capsys):
+    stale = tmp_path / "RESULTS.md"
+    stale.write_text(results_md.render().replace("0.", "1.", 1), encoding="utf-8")
+    assert results_md.main(["--check", "--out", str(stale)]) == 1
+    assert "OUT OF DATE" in capsys.readouterr().out
+    assert results_md.main(["--out", str(stale)]) == 0
+    assert results_md.main(["--check", "--out", str(stale)]) == 0
+
+
+def test_each_section_states_question_and_statistic_before_its_table():
+    text = results_md.render()
+    for study in STUDIES.values():
+        sec = text[text.index(f"## {study.title}"):]
+        assert sec.index("**Question.**") < sec.index("**Statistic.**") < sec.index("|---")
+
+
+def test_markdown_table_names_a_missing_column():
+    with pytest.raises(KeyError, match="'nope'"):
+        markdown_table([{"a": 1}], ["a", "nope"])
+    assert markdown_table([{"a": 0.00012, "b": None, "c": "x|y"}]).splitlines()[2] == "| 0.00012 | — | x\\|y |"
+
+
+@pytest.mark.parametrize("n_seeds", [1, 2, 3])
+def test_false_flag_rate_without_margin_is_the_chance_that_every_seed_is_negative(n_seeds):
+    assert hunt.false_flag_rate(0.05, n_seeds, margin=0.0) == pytest.approx(0.5 ** n_seeds, abs=0.004)
+
+
+def test_false_flag_rate_falls_as_the_margin_grows_against_the_noise():
+    rates = [hunt.false_flag_rate(0.05, 3, margin=m) for m in (0.0, 0.02, 0.05, 0.1)]
+    assert rates == sorted(rates, reverse=True) and rates[-1] < 0.01
+    with pytest.raises(ValueError, match="sd must be > 0"):
+        hunt.false_flag_rate(0.0, 3)
+
+
+def test_seeds_needed_for_a_paired_test_match_the_normal_formula():
+    # (1.96 + 0.8416)^2 * (0.06 / 0.05)^2 = 11.3 -> 12 seeds; the issue's "≈ 11 seeds" at SE 0.06
+    assert hunt._seeds_for(0.06, 0.05) == 12
+    assert hunt._seeds_for(0.01, 0.05) == 2
