@@ -22,7 +22,7 @@ CACHE_ENV := $(shell $(PYTHON) nbkit/paths.py)
 $(foreach kv,$(CACHE_ENV),$(eval export $(kv)))
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: venv test report bench lab strip clean-venv
+.PHONY: venv test test-fast report bench lab strip clean-venv
 
 venv: $(STAMP)
 
@@ -60,3 +60,7 @@ strip: venv
 
 clean-venv:
 	rm -rf $(VENV) $(VENV)-install.log
+
+# The fast tier for development: no notebook, browser, vLLM or multi-step training tests.
+test-fast: venv
+	$(PY) -m pytest -m "not slow and not vllm" -q
