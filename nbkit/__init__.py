@@ -1,13 +1,13 @@
 """nbkit: the helper library behind the precision workbook's notebooks.
 
 Every computation of the workbook lives here (tested in ``tests/``); the notebooks in ``notebooks/``
-parameterise, call, explain and plot. Importing ``nbkit`` first points every cache inside the project.
+parameterise, call, explain and plot. Importing ``nbkit`` changes nothing in the process: the entry points
+(``make``, the ``nbkit`` command, ``python -m nbkit.<module>``, the runner's kernels) point every cache inside the
+project (``nbkit.paths.setup_environment``). The one switch below is the runner's own request: a kernel it
+started for a static report (``NBKIT_REPORT_DIR`` set) draws text progress bars.
 """
 import os as _os
 
-from nbkit import paths as _paths
-
-_paths.setup_environment()
 if _os.environ.get("NBKIT_REPORT_DIR"):  # executed by the runner into a static report (nbkit.report)
     from nbkit import logs as _logs
 

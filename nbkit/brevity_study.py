@@ -138,4 +138,7 @@ def main(argv: list[str] | None = None) -> Path | None:
 
 
 if __name__ == "__main__":
+    from nbkit import paths as _paths
+
+    _paths.setup_environment()
     print(main())

@@ -13,6 +13,11 @@ A run folder's ``config.json`` is itself a valid ``--config``.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a program (python -m, accelerate launch): caches in the project before HF loads
+    from nbkit import paths as _paths
+
+    _paths.setup_environment()
+
 import argparse
 import ast
 import difflib

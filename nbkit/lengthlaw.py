@@ -208,4 +208,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from nbkit import paths as _paths
+
+    _paths.setup_environment()
     main()

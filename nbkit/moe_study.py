@@ -104,4 +104,7 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
+    from nbkit import paths as _paths
+
+    _paths.setup_environment()
     main()

@@ -12,6 +12,11 @@ settings are those of notebook ``03_rl_training`` in ``nbkit.profiles``; the com
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a program (python -m, accelerate launch): caches in the project before HF loads
+    from nbkit import paths as _paths
+
+    _paths.setup_environment()
+
 import argparse
 import shlex
 import sys

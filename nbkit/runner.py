@@ -167,7 +167,10 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
 
 
 def main(argv: list[str] | None = None) -> int:
+    from nbkit import paths
     from nbkit.commands import COMMANDS, dispatch
+
+    paths.setup_environment()  # an entry point: caches inside the project, hub offline (a user's own setting wins)
 
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in COMMANDS:  # train, doctor, plan: their own modules and parsers

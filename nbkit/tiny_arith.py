@@ -140,4 +140,7 @@ def build(out: Path = CHECKPOINT, cfg: TinyArithConfig = TinyArithConfig(), buil
 
 
 if __name__ == "__main__":
+    from nbkit import paths as _paths
+
+    _paths.setup_environment()
     print(build())

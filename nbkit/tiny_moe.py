@@ -92,4 +92,7 @@ def active_parameters(model) -> int:
 
 
 if __name__ == "__main__":
+    from nbkit import paths as _paths
+
+    _paths.setup_environment()
     print(build())

