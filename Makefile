@@ -42,9 +42,10 @@ $(STAMP): pyproject.toml requirements/base.txt requirements/constraints-cpu.txt
 	@$(PY) -c "import torch, trl, transformers; print('[make] torch', torch.__version__, '| trl', trl.__version__, '| transformers', transformers.__version__)"
 	@touch $@
 
-# With a vLLM build configured, a vLLM that does not import fails the suite (tests/conftest.py) instead of skipping.
+# With a vLLM build configured, a vLLM that does not import fails the suite (tests/conftest.py) instead of skipping;
+# NBKIT_STRICT_VERSIONS=1: a library at another version than its pin fails instead of warning (nbkit/versions.py).
 test: venv
-	NBKIT_REQUIRE_VLLM=$(if $(strip $(VLLM_SPEC)),1,0) $(PY) -m pytest
+	NBKIT_REQUIRE_VLLM=$(if $(strip $(VLLM_SPEC)),1,0) NBKIT_STRICT_VERSIONS=1 $(PY) -m pytest
 
 report: venv
 	$(PY) -m nbkit.runner run --profile $(PROFILE) --out $(OUT)

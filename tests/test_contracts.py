@@ -111,3 +111,72 @@ def test_a_version_mismatch_is_named_and_strict_mode_refuses(monkeypatch):
         warnings.simplefilter("error")
         monkeypatch.setattr(versions, "mismatches", lambda: [])
         assert versions.check() == []
+
+
+# ----- the one list of private names (nbkit.contracts) ---------------------------------------------------------
+
+def workbook_subclasses():
+    from nbkit.rl import ppo_trainer, rollout, server, trainer
+
+    return [trainer.PrecisionGRPOTrainer, ppo_trainer.PPOTrainer, rollout.EngineGeneration,
+            *[c for c in vars(server).values() if isinstance(c, type) and issubclass(c, VLLMGeneration)]]
+
+
+def test_every_private_name_the_workbook_relies_on_is_still_there():
+    from nbkit import contracts
+
+    assert contracts.broken() == []
+
+
+def test_every_private_override_of_the_workbook_is_listed():
+    from nbkit import contracts
+
+    assert contracts.unlisted_overrides(workbook_subclasses()) == []
+
+
+def test_a_private_method_that_disappears_is_named(monkeypatch):
+    from nbkit import contracts
+
+    monkeypatch.delattr(GRPOTrainer, "_compute_loss")
+    found = contracts.broken()
+    assert len(found) == 1 and "trl:GRPOTrainer._compute_loss is gone" in found[0] and "phantom" in found[0]
+
+
+def test_an_instance_attribute_the_library_stops_setting_is_named(monkeypatch):
+    from accelerate import Accelerator
+
+    from nbkit import contracts
+
+    def backward_without_scaler(self, loss, **kwargs):
+        loss.backward(**kwargs)
+
+    monkeypatch.setattr(Accelerator, "backward", backward_without_scaler)
+    found = contracts.broken()
+    assert found == ["accelerate:Accelerator.backward no longer uses self.scaler; the workbook: read by backward(): "
+                     "the loss is scaled by accelerator.scaler"]
+
+
+def test_a_new_unlisted_override_is_caught():
+    from nbkit import contracts
+    from nbkit.rl.trainer import PrecisionGRPOTrainer
+
+    class Sneaky(PrecisionGRPOTrainer):
+        def _prepare_inputs(self, inputs):  # a private TRL hook not in PRIVATE_NAMES
+            return inputs
+
+    assert contracts.unlisted_overrides([Sneaky]) == [f"{__name__}.Sneaky._prepare_inputs"]
+
+
+def test_every_dependency_has_an_upper_bound():
+    """A library the workbook overrides or calls may change shape at its next release: no open-ended ranges."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from nbkit.paths import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = list(project["dependencies"]) + [s for extra in project["optional-dependencies"].values() for s in extra]
+    open_ended = [s for s in specs if not any(sp.operator in ("<", "<=", "==", "~=")
+                                              for sp in Requirement(s).specifier)]
+    assert open_ended == [], f"give these an upper bound in pyproject.toml: {open_ended}"
