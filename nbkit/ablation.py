@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from nbkit import schema
+
 PAIRS: list[tuple[str, str]] = [("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32")]
 """The paper's grid: (train dtype, rollout dtype)."""
 
@@ -37,18 +39,18 @@ def table(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5) ->
             xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
             return float(f"{sum(xs) / len(xs):.3g}") if xs else None
 
-        rollout = (mean("time/rollout") or 0) + (mean("time/sync") or 0)
+        rollout = (mean(schema.TIME_ROLLOUT) or 0) + (mean(schema.TIME_SYNC) or 0)
         out.append({
             "train": train_dtype, "rollout": rollout_dtype, "seeds": len(group), "steps": max(len(r) for r in group.values()),
             f"reached {target:.0%}": f"{sum(x is not None for x in reach)}/{len(reach)}",
             f"steps to {target:.0%} (each)": ", ".join("—" if x is None else str(x) for x in reach),
             "final accuracy (mean)": round(sum(final) / len(final), 3),
             "final accuracy [min, max]": f"[{min(final)}, {max(final)}]",
-            "mean |Δ log p|": mean("mismatch/token_abs_logp_diff/mean"), "k3 KL": mean("mismatch/kl_k3"),
-            "s/step rollout": round(rollout, 2), "s/step update": mean("time/update"),
-            "s/step total": mean("time/step"),
-            "rollout dtype (audit)": ", ".join(sorted({str(r.get("audit/rollout_dtype")) for r in rows})),
-            "train matmuls (audit)": ", ".join(sorted({d for r in rows for d in r.get("audit/matmul_dtypes") or []})),
+            "mean |Δ log p|": mean(schema.TOKEN_ABS_LOGP_DIFF), "k3 KL": mean(schema.KL_K3),
+            "s/step rollout": round(rollout, 2), "s/step update": mean(schema.TIME_UPDATE),
+            "s/step total": mean(schema.TIME_STEP),
+            "rollout dtype (audit)": ", ".join(sorted({str(r.get(schema.AUDIT_ROLLOUT_DTYPE)) for r in rows})),
+            "train matmuls (audit)": ", ".join(sorted({d for r in rows for d in r.get(schema.AUDIT_MATMUL_DTYPES) or []})),
         })
     return out
 

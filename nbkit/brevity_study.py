@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nbkit import results
+from nbkit import results, schema
 
 PAIRS: list[tuple[str, str]] = [("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32")]
 """(train dtype, rollout dtype): both precisions and the FP32 reference (``--pairs fp32/bf16`` adds the report's)."""
@@ -83,7 +83,7 @@ def table(runs: dict[str, list[dict]], max_tokens: int = 128) -> list[dict]:
             lengths = [r["completions/mean_length"] for r in rows]
             for i in range(3, len(lengths) + 1):
                 if sum(lengths[i - 3:i]) / 3 <= SHORT * max_tokens:
-                    return rows[i - 1]["step"]
+                    return rows[i - 1][schema.STEP]
             return None
 
         steps = [converged(rows) for rows in seeds]
@@ -91,9 +91,9 @@ def table(runs: dict[str, list[dict]], max_tokens: int = 128) -> list[dict]:
                     "length, first step": mean("completions/mean_length", lambda rows: rows[:1]),
                     "length, last 3 steps": mean("completions/mean_length", lambda rows: rows[-3:]),
                     f"converged (≤ {SHORT:.0%} of max) at step": ", ".join("—" if s is None else str(s) for s in steps),
-                    "mean |Δ log p|": mean("mismatch/token_abs_logp_diff/mean"),
-                    "phantom-clip fraction": mean("clip/phantom_fraction"),
-                    "s/step": mean("time/step")})
+                    "mean |Δ log p|": mean(schema.TOKEN_ABS_LOGP_DIFF),
+                    "phantom-clip fraction": mean(schema.PHANTOM_FRACTION),
+                    "s/step": mean(schema.TIME_STEP)})
     return out
 
 

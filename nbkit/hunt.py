@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from nbkit import long_arith, results
+from nbkit import long_arith, results, schema
 
 LENGTHS: tuple[str, ...] = tuple(long_arith.REGIMES)
 """tiny-long's length regimes (``nbkit.long_arith.REGIMES``: ~100, ~300 and ~800 response tokens)."""
@@ -182,12 +182,12 @@ def run_summary(rows: list[dict], target: float = 0.95, window: int = 5) -> dict
     mean mismatch, its growth (last window over first), and the mean phantom-clip fraction."""
     from nbkit.rl.study import steps_to
 
-    acc = [r["accuracy"] for r in rows if "accuracy" in r]
+    acc = [r[schema.ACCURACY] for r in rows if schema.ACCURACY in r]
     means = _window_means(acc, min(window, len(acc))) if acc else []
-    mism = [r["mismatch/token_abs_logp_diff/mean"] for r in rows
-            if isinstance(r.get("mismatch/token_abs_logp_diff/mean"), (int, float))]
+    mism = [r[schema.TOKEN_ABS_LOGP_DIFF] for r in rows
+            if isinstance(r.get(schema.TOKEN_ABS_LOGP_DIFF), (int, float))]
     w = max(1, min(window, len(mism) // 2))
-    phantom = [r["clip/phantom_fraction"] for r in rows if isinstance(r.get("clip/phantom_fraction"), (int, float))]
+    phantom = [r[schema.PHANTOM_FRACTION] for r in rows if isinstance(r.get(schema.PHANTOM_FRACTION), (int, float))]
     final = means[-1] if means else None
     return {"first": means[0] if means else None, "best": max(means) if means else None, "final": final,
             "collapsed": bool(acc and final is not None and final < acc[0] - COLLAPSE_DROP), "steps_to_target": steps_to(rows, target, window),

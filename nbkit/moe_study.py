@@ -19,6 +19,7 @@ import argparse
 import time
 from pathlib import Path
 
+from nbkit import schema
 from nbkit.paths import ROOT
 
 VARIANTS = {
@@ -72,7 +73,7 @@ def summary(runs: dict[str, list[dict]]) -> list[dict]:
 
     table = study.seed_summary(study.summary_table(runs, target=0.95))
     for row in table:
-        flips = [r["moe/flip_rate"] for label, rows in runs.items() for r in rows if "moe/flip_rate" in r
+        flips = [r[schema.MOE_FLIP_RATE] for label, rows in runs.items() for r in rows if schema.MOE_FLIP_RATE in r
                  and study.parse_label(label)[:2] == (row["algorithm"], row["dtype"])]
         row["moe/flip_rate (mean over steps and seeds)"] = round(sum(flips) / len(flips), 5) if flips else None
     return table

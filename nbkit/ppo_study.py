@@ -11,6 +11,8 @@ import argparse
 import sys
 import time
 
+from nbkit import schema
+
 STUDY = "ppo_tiny_arith"
 """The stored study's folder name under ``data/results``."""
 
@@ -31,9 +33,9 @@ def base_config(**overrides):
 
 
 PANELS = (
-    ("ppo/approx_kl", "approx KL(π_old ‖ π) per minibatch", True),
-    ("value/loss", "critic's clipped value loss", True),
-    ("value/explained_variance", "critic's explained variance", False),
+    (schema.PPO_APPROX_KL, "approx KL(π_old ‖ π) per minibatch", True),
+    (schema.VALUE_LOSS, "critic's clipped value loss", True),
+    (schema.VALUE_EXPLAINED_VARIANCE, "critic's explained variance", False),
     ("accuracy", "training accuracy", False),
 )
 """Panels of ``curves`` (``nbkit.plots.training.training_curves`` layout): the paper's exploding KL and value loss."""
@@ -71,16 +73,16 @@ def table(runs: dict[str, list[dict]], tail: int = 5) -> list[dict]:
         def mean(xs):
             return float(f"{sum(xs) / len(xs):.3g}") if xs else None
 
-        kl, acc, ev = col("ppo/approx_kl"), col("accuracy"), col("value/explained_variance")
+        kl, acc, ev = col(schema.PPO_APPROX_KL), col("accuracy"), col(schema.VALUE_EXPLAINED_VARIANCE)
         out.append({
             "run": label, "dtype": dtype, "seed": seed, "steps": len(rows),
             "approx KL (mean)": mean(kl), "approx KL (max)": float(f"{max(kl):.3g}") if kl else None,
             "value loss (first 5 → last 5)": f"{mean(col('value/loss')[:5])} → {mean(col('value/loss')[-5:])}",
             "explained variance (last 5 rollouts)": mean(ev[-tail:]),
             "accuracy (first → last 5 rollouts)": f"{mean(acc[:tail])} → {mean(acc[-tail:])}",
-            "clip fraction (mean)": mean(col("ppo/clip_fraction")),
-            "mean |Δ log p|": mean(col("mismatch/token_abs_logp_diff/mean")),
-            "s/step": mean(col("time/step")),
+            "clip fraction (mean)": mean(col(schema.PPO_CLIP_FRACTION)),
+            "mean |Δ log p|": mean(col(schema.TOKEN_ABS_LOGP_DIFF)),
+            "s/step": mean(col(schema.TIME_STEP)),
         })
     return out
 

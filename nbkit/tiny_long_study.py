@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nbkit import dataset, long_arith, results, tasks
+from nbkit import dataset, long_arith, results, schema, tasks
 from nbkit.long_arith import LongArithConfig
 
 MODEL = "tiny-long"
@@ -68,7 +68,7 @@ def timing(regimes=tuple(long_arith.REGIMES), engine: str = "hf", steps: int = 3
             t0 = time.perf_counter()
             rows = train(cfg, progress=False).rows
             wall = time.perf_counter() - t0
-            secs = [r["time/step"] for r in rows[1:] if "time/step" in r]
+            secs = [r[schema.TIME_STEP] for r in rows[1:] if schema.TIME_STEP in r]
             out[regime] = {"engine": engine, "dtype": dtype, "prompts_per_step": cfg.prompts_per_step,
                            "samples_per_prompt": cfg.samples_per_prompt, "max_tokens": cfg.max_tokens,
                            "seconds_per_step": round(sum(secs) / len(secs), 2) if secs else None,
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         runs = sanity(args.regime, tuple(args.seeds), args.steps, args.engine)
         for label, rows in runs.items():
-            acc = [round(r["accuracy"], 3) for r in rows if "accuracy" in r]
+            acc = [round(r[schema.ACCURACY], 3) for r in rows if schema.ACCURACY in r]
             print(label, "first", acc[:3], "last", acc[-3:], flush=True)
 
 

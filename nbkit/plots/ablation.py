@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from nbkit import schema
 from nbkit.plots.training import training_curves
 
 PANELS = (
     ("accuracy", "training accuracy", False),
-    ("mismatch/token_abs_logp_diff/mean", "mean |log π − log μ| per token", True),
-    ("mismatch/kl_k3", "KL[μ‖π] per token (k3)", True),
-    ("time/step", "seconds per step", False),
+    (schema.TOKEN_ABS_LOGP_DIFF, "mean |log π − log μ| per token", True),
+    (schema.KL_K3, "KL[μ‖π] per token (k3)", True),
+    (schema.TIME_STEP, "seconds per step", False),
 )
 """(metric key, panel title, log y axis)."""
 
@@ -23,7 +24,7 @@ def by_pair(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
     for label, rows in runs.items():
         _, train_dtype, rollout_dtype, _ = study.parse_pair(label)
         for r in rows:
-            groups.setdefault(f"{train_dtype} train / {rollout_dtype} rollout", {}).setdefault(r["step"], []).append(r)
+            groups.setdefault(f"{train_dtype} train / {rollout_dtype} rollout", {}).setdefault(r[schema.STEP], []).append(r)
     out = {}
     for name, steps in groups.items():
         out[name] = []

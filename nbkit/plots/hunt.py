@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from nbkit import schema
 from nbkit.plots.training import training_curves
 
 PANELS = (
     ("accuracy", "training accuracy", False),
-    ("mismatch/token_abs_logp_diff/mean", "mean |log π − log μ| per token", True),
+    (schema.TOKEN_ABS_LOGP_DIFF, "mean |log π − log μ| per token", True),
     ("grad_norm", "gradient norm", True),
-    ("clip/phantom_fraction", "phantom-clip fraction (first minibatch)", False),
+    (schema.PHANTOM_FRACTION, "phantom-clip fraction (first minibatch)", False),
 )
 """(metric key, panel title, log y axis)."""
 
@@ -42,8 +43,8 @@ def phase_map(rows: list[dict], metric: str = "gap (bf16 − fp16)", title: str 
 BREVITY_PANELS = (
     ("completions/mean_length", "mean response length (tokens)", False),
     ("reward", "reward (−tokens / max_tokens)", False),
-    ("mismatch/token_abs_logp_diff/mean", "mean |log π − log μ| per token", True),
-    ("clip/phantom_fraction", "phantom-clip fraction (first minibatch)", False),
+    (schema.TOKEN_ABS_LOGP_DIFF, "mean |log π − log μ| per token", True),
+    (schema.PHANTOM_FRACTION, "phantom-clip fraction (first minibatch)", False),
 )
 """Panels of the brevity toy task's figure."""
 
@@ -57,7 +58,7 @@ def average_by(runs: dict[str, list[dict]], group_of, panels=PANELS) -> dict[str
         group = group_of(name)
         sizes[group] = sizes.get(group, 0) + 1
         for r in rows:
-            steps.setdefault(group, {}).setdefault(r["step"], []).append(r)
+            steps.setdefault(group, {}).setdefault(r[schema.STEP], []).append(r)
     return {f"{group} (mean of {sizes[group]} seeds)": [
         {"step": step, **{k: sum(xs) / len(xs) for k, _, _ in panels
                           if (xs := [r[k] for r in rows if isinstance(r.get(k), (int, float)) and r[k] == r[k]])}}

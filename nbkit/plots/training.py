@@ -6,9 +6,11 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from nbkit import schema
+
 PANELS = (
     ("accuracy", "training accuracy", False),
-    ("mismatch/token_abs_logp_diff/mean", "mean |log π − log μ| per token", True),
+    (schema.TOKEN_ABS_LOGP_DIFF, "mean |log π − log μ| per token", True),
     ("grad_norm", "gradient norm", True),
     ("loss_scale", "FP16 loss scale", True),
 )
@@ -21,7 +23,7 @@ def training_curves(runs: dict[str, list[dict]], panels=PANELS, smooth: int = 1)
     colours = qualitative.Plotly
     for i, (label, rows) in enumerate(runs.items()):
         for j, (key, _, _) in enumerate(panels):
-            pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
+            pts = [(r[schema.STEP], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
             if not pts:
                 continue
             steps, values = zip(*pts)
@@ -38,7 +40,7 @@ def training_curves(runs: dict[str, list[dict]], panels=PANELS, smooth: int = 1)
 
 def step_time_breakdown(runs: dict[str, list[dict]]) -> go.Figure:
     """Mean seconds per step split into rollout, weight sync, scoring, mismatch pass and update, per run."""
-    parts = ("time/rollout", "time/sync", "time/score", "time/mismatch", "time/update")
+    parts = (schema.TIME_ROLLOUT, schema.TIME_SYNC, schema.TIME_SCORE, schema.TIME_MISMATCH, schema.TIME_UPDATE)
     fig = go.Figure()
     for part in parts:
         fig.add_trace(go.Bar(name=part.split("/")[1], x=list(runs),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from nbkit import schema
 from nbkit.rl import runfolder
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import MetricsLog
@@ -92,7 +93,7 @@ def steps_to(rows: list[dict], target: float, window: int = 5, key: str = "accur
     values = [r[key] for r in rows if key in r]
     for i in range(window, len(values) + 1):
         if sum(values[i - window:i]) / window >= target:
-            return rows[i - 1]["step"]
+            return rows[i - 1][schema.STEP]
     return None
 
 
@@ -100,16 +101,16 @@ def summary_table(runs: dict[str, list[dict]], target: float = 0.95, window: int
     """One row per run: final / best accuracy (``window``-step means), steps to ``target``, mismatch, time."""
     table = []
     for label, rows in runs.items():
-        acc = [r["accuracy"] for r in rows if "accuracy" in r]
+        acc = [r[schema.ACCURACY] for r in rows if schema.ACCURACY in r]
         means = [sum(acc[i - window:i]) / window for i in range(window, len(acc) + 1)] or [float("nan")]
-        mism = [r["mismatch/token_abs_logp_diff/mean"] for r in rows if "mismatch/token_abs_logp_diff/mean" in r]
+        mism = [r[schema.TOKEN_ABS_LOGP_DIFF] for r in rows if schema.TOKEN_ABS_LOGP_DIFF in r]
         table.append({
             "run": label, "steps": len(rows), "initial accuracy": round(acc[0], 3) if acc else None,
             f"final accuracy ({window}-step mean)": round(means[-1], 3), "best accuracy": round(max(means), 3),
             f"steps to {target:.0%}": steps_to(rows, target, window),
             "mean |Δ log p| (first 5)": _mean(mism[:5]), "mean |Δ log p| (last 5)": _mean(mism[-5:]),
-            "skipped steps": rows[-1].get("skipped_steps_total", 0) if rows else 0,
-            "minutes": round(sum(r.get("time/step", 0) for r in rows) / 60, 1),
+            "skipped steps": rows[-1].get(schema.SKIPPED_STEPS_TOTAL, 0) if rows else 0,
+            "minutes": round(sum(r.get(schema.TIME_STEP, 0) for r in rows) / 60, 1),
             "alarms": sum(1 for r in rows if r.get("alarm")),
         })
     return table
@@ -170,17 +171,17 @@ def audit_verdict(runs: dict[str, list[dict]]) -> str:
     bad, audited = [], 0
     for label, rows in runs.items():
         for r in rows:
-            if "audit/matmul_dtypes" not in r:
+            if schema.AUDIT_MATMUL_DTYPES not in r:
                 continue
             audited += 1
-            requested, ran = r.get("audit/requested"), r["audit/matmul_dtypes"]
+            requested, ran = r.get(schema.AUDIT_REQUESTED), r[schema.AUDIT_MATMUL_DTYPES]
             ran_in = {k.split(":")[-1] for k in ran}  # MoE keys: "moe_experts:bf16", "moe_router:bf16"
-            if ran_in != {requested} or (requested == "fp16" and not r.get("audit/scaler_enabled")):
+            if ran_in != {requested} or (requested == "fp16" and not r.get(schema.AUDIT_SCALER_ENABLED)):
                 bad.append(f"{label} step {r.get('step')}: {ran}")
     if not audited:
         return "no audited step"
     if bad:
         return f"MISMATCH in {len(bad)} of {audited} steps: " + "; ".join(bad[:3])
-    policies = sorted({str(r.get("audit/gemm")) for rows in runs.values() for r in rows if r.get("audit/gemm")})
+    policies = sorted({str(r.get(schema.AUDIT_GEMM)) for rows in runs.values() for r in rows if r.get(schema.AUDIT_GEMM)})
     return (f"passed: in all {audited} audited steps every linear layer ran in the requested dtype "
             "(a live GradScaler in every FP16 step)" + (f"; GEMM policy {', '.join(policies)}" if policies else ""))

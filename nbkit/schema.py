@@ -1,0 +1,145 @@
+"""The metrics row: every key a run writes to ``metrics.jsonl``, named once, and the windowed statistics studies use.
+
+A row is one optimiser step. Its keys come from three places: the workbook (this module's constants, each with its
+meaning in ``KEYS``), TRL and transformers (``TRL_KEYS`` and the families in ``FAMILIES``, logged as TRL names
+them), and the mismatch metrics (``mismatch/<key>`` for each key of ``nbkit.mismatch.METRICS`` or ``ALIASES``).
+Studies, plots and notebooks use the constants, never string literals, so a renamed key breaks loudly in one place.
+"""
+from __future__ import annotations
+
+import math
+
+
+def mismatch_key(name: str) -> str:
+    """The row key of a mismatch metric of ``nbkit.mismatch`` (``kl_k3`` → ``mismatch/kl_k3``)."""
+    return f"mismatch/{name}"
+
+
+# --- the step and its outcome --------------------------------------------------------------------------------
+STEP = "step"
+REWARD = "reward"
+ACCURACY = "accuracy"
+ALARM = "alarm"
+# --- the π–μ mismatch, per step ------------------------------------------------------------------------------
+TOKEN_ABS_LOGP_DIFF = mismatch_key("token_abs_logp_diff/mean")
+TOKEN_ABS_LOGP_DIFF_MAX = mismatch_key("token_abs_logp_diff/max")
+KL_K1 = mismatch_key("kl_k1")
+KL_K3 = mismatch_key("kl_k3")
+SEQ_KL = mismatch_key("seq_kl")
+PHANTOM_FRACTION = "clip/phantom_fraction"
+IS_TRUNCATED_FRACTION = "is/truncated_fraction"
+IS_MASKED_FRACTION = "is/masked_fraction"
+# --- precision: loss scaling and the audit -------------------------------------------------------------------
+LOSS_SCALE = "loss_scale"
+SKIPPED_STEP = "skipped_step"
+SKIPPED_STEPS_TOTAL = "skipped_steps_total"
+AUDIT_REQUESTED = "audit/requested"
+AUDIT_MATMUL_DTYPES = "audit/matmul_dtypes"
+AUDIT_SCALER_ENABLED = "audit/scaler_enabled"
+AUDIT_ROLLOUT_DTYPE = "audit/rollout_dtype"
+AUDIT_GEMM = "audit/gemm"
+AUDIT_GEMM_ROUTED = "audit/gemm_routed"
+AUDIT_CRITIC_MATMUL_DTYPES = "audit/critic_matmul_dtypes"
+# --- time per step, split ------------------------------------------------------------------------------------
+TIME_STEP = "time/step"
+TIME_ROLLOUT = "time/rollout"
+TIME_SYNC = "time/sync"
+TIME_SCORE = "time/score"
+TIME_MISMATCH = "time/mismatch"
+TIME_UPDATE = "time/update"
+# --- PPO: the critic and the policy's KL ---------------------------------------------------------------------
+PPO_APPROX_KL = "ppo/approx_kl"
+PPO_CLIP_FRACTION = "ppo/clip_fraction"
+VALUE_LOSS = "value/loss"
+VALUE_EXPLAINED_VARIANCE = "value/explained_variance"
+VALUE_MEAN = "value/mean"
+VALUE_GRAD_NORM = "value/grad_norm"
+VALUE_LOSS_SCALE = "value/loss_scale"
+VALUE_SCALER_ENABLED = "value/scaler_enabled"
+# --- mixture of experts and several processes ----------------------------------------------------------------
+MOE_FLIP_RATE = "moe/flip_rate"
+RANKS_AUDIT_MATMUL_DTYPES = "ranks/audit_matmul_dtypes"
+RANKS_REWARD_SUM = "ranks/reward_sum"
+RANKS_REWARD_COUNT = "ranks/reward_count"
+PARAMS_TOTAL = "params/total"
+PARAMS_TRAINABLE = "params/trainable"
+PARAMS_CRITIC_TRAINABLE = "params/critic_trainable"
+
+KEYS: dict[str, str] = {
+    STEP: "optimiser step (1-based)",
+    REWARD: "mean reward of the step's rollouts (TRL's own key)",
+    ACCURACY: "the reward when it is 0/1 correctness (the sanity test's training accuracy)",
+    ALARM: "collapse alarm message (present only on steps where it fired)",
+    TOKEN_ABS_LOGP_DIFF: "mean over the step's tokens of |log π − log μ|: the headline mismatch",
+    TOKEN_ABS_LOGP_DIFF_MAX: "max over the step's tokens of |log π − log μ|",
+    KL_K1: "token KL[μ‖π], k1 estimator", KL_K3: "token KL[μ‖π], k3 estimator (≥ 0)",
+    SEQ_KL: "sequence KL[μ‖π] (the paper's Fig. 5 KL)",
+    PHANTOM_FRACTION: "share of tokens whose PPO clip is active at the first minibatch after a rollout (rounding)",
+    IS_TRUNCATED_FRACTION: "share of tokens/sequences whose IS weight was truncated at the cap",
+    IS_MASKED_FRACTION: "share of tokens/sequences whose IS weight masked them out",
+    LOSS_SCALE: "the FP16 loss scale after the step (1.0 without scaling)",
+    SKIPPED_STEP: "the update was skipped (inf/NaN gradients under FP16 loss scaling)",
+    SKIPPED_STEPS_TOTAL: "skipped updates so far in the run",
+    AUDIT_REQUESTED: "the training dtype asked for", AUDIT_MATMUL_DTYPES: "dtypes the linear layers' matmuls produced",
+    AUDIT_SCALER_ENABLED: "a live GradScaler (or DeepSpeed's scaler) ran this step",
+    AUDIT_ROLLOUT_DTYPE: "the dtype the rollout engine really holds", AUDIT_GEMM: "the GEMM policy that ran",
+    AUDIT_GEMM_ROUTED: "half GEMMs routed by the fp32-accumulate policy, per format",
+    AUDIT_CRITIC_MATMUL_DTYPES: "PPO: dtypes the critic's matmuls produced",
+    TIME_STEP: "seconds of the whole step", TIME_ROLLOUT: "seconds generating (μ)",
+    TIME_SYNC: "seconds syncing weights to the engine", TIME_SCORE: "seconds computing rewards",
+    TIME_MISMATCH: "seconds computing mismatch metrics", TIME_UPDATE: "seconds of π forward/backward and the update",
+    PPO_APPROX_KL: "approx KL(π_old ‖ π) of the minibatch before its update",
+    PPO_CLIP_FRACTION: "share of tokens whose PPO ratio was clipped",
+    VALUE_LOSS: "critic's clipped value loss", VALUE_EXPLAINED_VARIANCE: "critic's explained variance of the returns",
+    VALUE_MEAN: "critic's mean value", VALUE_GRAD_NORM: "critic's gradient norm", VALUE_LOSS_SCALE: "critic's loss scale",
+    VALUE_SCALER_ENABLED: "the critic's GradScaler is live",
+    MOE_FLIP_RATE: "share of tokens whose top-k experts differ between trainer and rollout (some layer)",
+    RANKS_AUDIT_MATMUL_DTYPES: "each process's audit", RANKS_REWARD_SUM: "each process's reward sum",
+    RANKS_REWARD_COUNT: "each process's reward count",
+    PARAMS_TOTAL: "parameters of the policy", PARAMS_TRAINABLE: "trainable parameters (LoRA: adapters only)",
+    PARAMS_CRITIC_TRAINABLE: "PPO: trainable parameters of the critic",
+}
+"""The workbook's own keys and what each means."""
+
+TRL_KEYS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "epoch", "num_tokens", "entropy", "reward_std",
+                             "frac_reward_zero_std", "aux_loss", "step_time")
+"""Keys TRL / transformers log themselves (see their docs)."""
+
+FAMILIES: tuple[str, ...] = ("mismatch/", "clip_ratio/", "completions/", "rewards/", "sampling/", "moe/flip_rate/layer",
+                             "judge/", "anatomy/")
+"""Key prefixes of families whose members are generated (mismatch metrics, TRL's per-reward and length stats,
+MoE flip rates per layer)."""
+
+
+def known(key: str) -> bool:
+    """True for a key this schema accounts for (the workbook's, TRL's, or a member of a family)."""
+    return key in KEYS or key in TRL_KEYS or key.startswith(FAMILIES)
+
+
+# --- windowed statistics -------------------------------------------------------------------------------------
+def series(rows: list[dict], key: str) -> list[float]:
+    """The finite numeric values of ``key`` over ``rows``, in step order (steps without it are left out)."""
+    return [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r[key], bool)
+            and math.isfinite(r[key])]
+
+
+def mean(values: list[float]) -> float | None:
+    """Mean, or None for no values."""
+    return sum(values) / len(values) if values else None
+
+
+def window_means(values: list[float], window: int) -> list[float]:
+    """Means of every ``window`` consecutive values (the smoothed curve studies read finals and bests from)."""
+    if window < 1:
+        raise ValueError(f"window must be ≥ 1, got {window!r}")
+    return [sum(values[i - window:i]) / window for i in range(window, len(values) + 1)]
+
+
+def first_window(rows: list[dict], key: str, window: int = 5) -> float | None:
+    """Mean of ``key`` over its first ``window`` values."""
+    return mean(series(rows, key)[:window])
+
+
+def last_window(rows: list[dict], key: str, window: int = 5) -> float | None:
+    """Mean of ``key`` over its last ``window`` values (a run's *final* value)."""
+    return mean(series(rows, key)[-window:])
