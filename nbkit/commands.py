@@ -7,6 +7,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("nbkit.cli_train", "one RL run from flags and/or a YAML file (every RLConfig field is a flag)"),
     "doctor": ("nbkit.doctor", "measure a model's π–μ mismatch per dtype and say whether to train it in FP16"),
     "plan": ("nbkit.plan", "print the exact vLLM-server and trainer commands for a GPU node"),
+    "study": ("nbkit.studies.cli", "run, store or show a study (a grid of runs stored under data/results)"),
 }
 
 

@@ -4,23 +4,23 @@ The grid crosses response length (tiny-long's regimes, ~100/300/800 tokens), lea
 ``pg_seq_is`` and ``grpo_mu_old``, where the engine's μ is π_old in the clipped ratio), precision and seed. Every
 BF16 cell has its FP16 twin: same seed, same everything else, trainer and rollout engine in the same dtype.
 
-    python -m nbkit.hunt                   # the stored grid: trains into runs/hunt, stores data/results/hunt_tiny_long
-    python -m nbkit.hunt --shard 0/2       # half the cells (two processes on a 2-core machine); then --store-only
+    nbkit study hunt_tiny_long run --shard 0/2   # half the cells (two processes on a 2-core machine), then 1/2
+    nbkit study hunt_tiny_long store             # finished runs only -> data/results/hunt_tiny_long
+    nbkit study hunt_tiny_long show              # its table and findings
 
 A finished cell (its metrics.jsonl has every step) is skipped, so a grid cut off half-way resumes where it stopped.
 ``phase_map`` turns the runs into one row per (length, lr, algorithm) with the BF16 − FP16 gap over seeds, and
-``verdict`` says in plain words where BF16 fell behind, or that it did not anywhere in the explored range.
+``verdict`` says in plain words where BF16 fell behind, or that it did not anywhere in the explored range. A run's
+coordinates come from its config (``Hunt.coords``), never from its folder name.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
-import re
-import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import long_arith, results, schema
+from nbkit import long_arith, schema
+from nbkit.studies.base import GridStudy
 
 LENGTHS: tuple[str, ...] = tuple(long_arith.REGIMES)
 """tiny-long's length regimes (``nbkit.long_arith.REGIMES``: ~100, ~300 and ~800 response tokens)."""
@@ -34,10 +34,6 @@ STUDY = "hunt_tiny_long"
 """The stored grid's folder under ``data/results``."""
 GAP_MARGIN = 0.05
 """A BF16 − FP16 accuracy gap counts only beyond this and when every seed agrees on its sign."""
-
-_LABEL = re.compile(r"^(?P<length>[a-z]+)-lr(?P<lr>[0-9.e-]+)-(?P<algorithm>[a-z0-9_]+)-(?P<dtype>fp16|bf16|fp32)"
-                    r"-s(?P<seed>\d+)$")
-
 
 @dataclass(frozen=True)
 class HuntConfig:
@@ -92,15 +88,6 @@ def label(length: str, lr: float, algorithm: str, dtype: str, seed: int) -> str:
     return f"{length}-lr{lr:g}-{algorithm}-{dtype}-s{seed}"
 
 
-def parse(name: str) -> dict:
-    """The inverse of ``label``: ``{length, lr, algorithm, dtype, seed}``."""
-    m = _LABEL.match(name)
-    if not m:
-        raise ValueError(f"{name!r} is not a hunt run label (length-lrX-algorithm-dtype-sN)")
-    d = m.groupdict()
-    return {**d, "lr": float(d["lr"]), "seed": int(d["seed"])}
-
-
 def configs(hc: HuntConfig) -> dict:
     """``label → RLConfig`` of every run, shortest responses first (all validated before any run starts)."""
     from nbkit import tiny_long_study
@@ -117,55 +104,6 @@ def configs(hc: HuntConfig) -> dict:
                             algorithm=algorithm, lr=lr, prompts_per_step=hc.prompts_per_step,
                             samples_per_prompt=hc.samples_per_prompt, checkpoint_every=0)
     return out
-
-
-def finished(cfg) -> bool:
-    """Whether ``cfg``'s run folder already logged all its steps."""
-    from nbkit.rl.runfolder import last_logged_step
-
-    return (Path(cfg.output_dir) / "metrics.jsonl").is_file() and last_logged_step(Path(cfg.output_dir)) >= cfg.steps
-
-
-def shard_of(j: int, n_dtypes: int, n: int) -> int:
-    """The shard of the grid's ``j``-th run. Precision is the innermost loop of ``configs``, so plain every-n-th
-    dealing would give each of two shards one precision (FP16's shard then ends ~30 % later); shifting by one per
-    group of twins deals FP16 and BF16 runs alike to every shard, and a cell's twins run side by side."""
-    return (j + j // n_dtypes) % n
-
-
-def run(hc: HuntConfig, shard: tuple[int, int] = (0, 1), progress: bool = True) -> dict[str, list[dict]]:
-    """Train every unfinished run of shard ``i/n``; returns ``label → rows`` of the shard's runs, finished ones read
-    back from their folders. Runs are dealt so that each shard gets every precision in turn (``shard_of``)."""
-    from tqdm.auto import tqdm
-
-    from nbkit.rl import train
-    from nbkit.rl.study import load_runs
-
-    i, n = shard
-    if not (isinstance(n, int) and n >= 1 and isinstance(i, int) and 0 <= i < n):
-        raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}")
-    todo = {k: c for j, (k, c) in enumerate(configs(hc).items()) if shard_of(j, len(hc.dtypes), n) == i}
-    for name, cfg in tqdm(todo.items(), desc=f"hunt shard {i}/{n}", disable=not progress):
-        if not finished(cfg):
-            train(replace(cfg, overwrite=True), progress=False)  # an unfinished cell restarts from step 0
-    done = load_runs(hc.output_dir)
-    return {k: done[k] for k in todo if k in done}
-
-
-def store(hc: HuntConfig, wall_seconds: float, command: str) -> Path:
-    """Store every finished run of the grid found under ``hc.output_dir`` as ``data/results/hunt_tiny_long``; the
-    card's notes list the grid's runs that are missing or were cut off (a partial run is never stored)."""
-    from nbkit.rl.study import load_runs
-
-    cfgs = configs(hc)
-    runs = {k: v for k, v in load_runs(hc.output_dir).items() if k in cfgs and finished(cfgs[k])}
-    if not runs:
-        raise ValueError(f"no finished run of the grid under {hc.output_dir}: nothing to store")
-    missing = sorted(set(cfgs) - set(runs))
-    return results.store(STUDY, runs, command=command, wall_seconds=wall_seconds,
-                         configs={"hunt": asdict(hc), "runs": {k: cfgs[k].to_dict() for k in runs}},
-                         notes=f"{len(missing)} of the grid's {len(cfgs)} runs not stored (not run or not finished): "
-                               f"{missing}" if missing else "")
 
 
 def _window_means(values: list[float], window: int) -> list[float]:
@@ -197,14 +135,14 @@ def run_summary(rows: list[dict], target: float = 0.95, window: int = 5) -> dict
             "phantom": sum(phantom) / len(phantom) if phantom else None}
 
 
-def phase_map(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5,
+def phase_map(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.95, window: int = 5,
               margin: float = GAP_MARGIN) -> list[dict]:
     """One row per (length, lr, algorithm): FP16 and BF16 over seeds, and the BF16 − FP16 gap of the final
-    accuracy per seed (paired by seed). ``gap sign`` is ``BF16 behind`` / ``BF16 ahead`` only when the mean gap is
+    accuracy per seed (paired by seed). ``meta`` holds each run's coordinates (``Hunt.coords``). ``gap sign`` is ``BF16 behind`` / ``BF16 ahead`` only when the mean gap is
     beyond ``margin`` and every seed's gap has that sign; otherwise ``within seed spread``."""
     cells: dict[tuple, dict[str, dict[int, dict]]] = {}
     for name, rows in runs.items():
-        p = parse(name)
+        p = meta[name]
         key = (p["length"], p["lr"], p["algorithm"])
         cells.setdefault(key, {}).setdefault(p["dtype"], {})[p["seed"]] = run_summary(rows, target, window)
     order = {x: i for i, x in enumerate(LENGTHS)}
@@ -263,10 +201,10 @@ def most_telling(rows: list[dict]) -> dict:
     return min(rows, key=lambda r: r["gap (bf16 − fp16)"])
 
 
-def cell_runs(runs: dict[str, list[dict]], cell: dict) -> dict[str, list[dict]]:
+def cell_runs(runs: dict[str, list[dict]], meta: dict[str, dict], cell: dict) -> dict[str, list[dict]]:
     """The runs of one phase-map cell (both precisions, every seed)."""
     return {k: v for k, v in runs.items()
-            if (p := parse(k))["length"] == cell["length"] and p["lr"] == cell["lr"]
+            if (p := meta[k])["length"] == cell["length"] and p["lr"] == cell["lr"]
             and p["algorithm"] == cell["algorithm"]}
 
 
@@ -310,11 +248,11 @@ def verdict(rows: list[dict], margin: float = GAP_MARGIN) -> str:
     return head + body
 
 
-def seed_gaps(runs: dict[str, list[dict]], window: int = 5) -> dict[tuple, list[float]]:
+def seed_gaps(runs: dict[str, list[dict]], meta: dict[str, dict], window: int = 5) -> dict[tuple, list[float]]:
     """``(length, lr, algorithm) → [BF16 − FP16 final accuracy per seed]`` (paired by seed, ``window``-step means)."""
     finals: dict[tuple, dict[str, dict[int, float]]] = {}
     for name, rows in runs.items():
-        p = parse(name)
+        p = meta[name]
         final = run_summary(rows, window=window)["final"]
         if final is not None:
             finals.setdefault((p["length"], p["lr"], p["algorithm"]), {}).setdefault(p["dtype"], {})[p["seed"]] = final
@@ -334,10 +272,11 @@ def false_flag_rate(sd: float, n_seeds: int, margin: float = GAP_MARGIN, n_sim: 
     return float(np.mean((g < 0).all(axis=1) & (g.mean(axis=1) < -margin)))
 
 
-def chance_caveat(runs: dict[str, list[dict]], margin: float = GAP_MARGIN, window: int = 5) -> str:
+def chance_caveat(runs: dict[str, list[dict]], meta: dict[str, dict], margin: float = GAP_MARGIN,
+                  window: int = 5) -> str:
     """How often chance alone would flag a cell, from the grid's own seed noise: the pooled within-cell SD of the
     paired gaps, the per-cell false-flag rate under that noise, and the chance of ≥ 1 flag among the grid's cells."""
-    gaps = {c: g for c, g in seed_gaps(runs, window).items() if len(g) >= 2}
+    gaps = {c: g for c, g in seed_gaps(runs, meta, window).items() if len(g) >= 2}
     if not gaps:
         return "Too few seeds per cell to estimate how often chance alone would flag one."
     import statistics
@@ -361,35 +300,52 @@ def _seeds_for(sd: float, gap: float, power: float = 0.8, alpha: float = 0.05) -
     return max(2, int(-(-((z * sd / gap) ** 2) // 1)))
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shard", default="0/1", help="i/n: train every n-th run from the i-th (default 0/1)")
-    parser.add_argument("--steps", type=int, default=HuntConfig.steps)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(HuntConfig.seeds))
-    parser.add_argument("--lengths", nargs="+", default=list(LENGTHS))
-    parser.add_argument("--lrs", type=float, nargs="+", default=list(LRS))
-    parser.add_argument("--output-dir", default=HuntConfig.output_dir)
-    parser.add_argument("--store-only", action="store_true", help="store what is under --output-dir, train nothing")
-    parser.add_argument("--no-store", action="store_true", help="train only (a shard of a grid stored later)")
-    parser.add_argument("--wall-seconds", type=float, default=None, help="wall time to record with --store-only")
-    args = parser.parse_args(argv)
-    hc = HuntConfig(lengths=tuple(args.lengths), lrs=tuple(args.lrs), seeds=tuple(args.seeds), steps=args.steps,
-                    output_dir=args.output_dir)
-    i, n = (int(x) for x in args.shard.split("/"))
-    start = time.perf_counter()
-    if not args.store_only:
-        run(hc, (i, n))
-    if not args.no_store:
-        wall = args.wall_seconds if args.wall_seconds is not None else time.perf_counter() - start
-        path = store(hc, wall, command=f"python -m nbkit.hunt --steps {hc.steps} --seeds "
-                                       f"{' '.join(map(str, hc.seeds))} --lengths {' '.join(hc.lengths)} "
-                                       f"--lrs {' '.join(f'{x:g}' for x in hc.lrs)}")
-        rows = phase_map(results.load(STUDY))
-        print(path, "\n" + verdict(rows), flush=True)
+class Hunt(GridStudy):
+    """The hunt grid as a stored study (``nbkit study hunt_tiny_long run|store|show``); options are
+    ``HuntConfig`` fields."""
 
+    name = STUDY
+    title = "Where BF16 breaks: the hunt on tiny-long"
+    question = ("Is there a response length × learning rate × algorithm cell where BF16 RL ends behind FP16? Rule, "
+                "stated before the results: a cell counts as *BF16 behind* when every seed's paired gap is negative "
+                f"and the mean gap is below −{GAP_MARGIN:g}.")
+    statistic = ("final = last 5-step mean of training accuracy, mean over seeds; gap = BF16 − FP16 paired by seed, "
+                 "mean and [min, max]; mismatch ratio = mean |Δ log p| over steps; growth = last window over first.")
+    notebook = "04_where_bf16_breaks"
+    output_dir = HuntConfig.output_dir
+    twins = len(DTYPES)
 
-if __name__ == "__main__":
-    from nbkit import paths as _paths
+    def grid(self, **options) -> dict:
+        opts = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+        return configs(HuntConfig(**opts))
 
-    _paths.setup_environment()
-    main()
+    def defaults(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(HuntConfig())
+
+    def grid_options(self, card: dict) -> dict:
+        configs = card.get("configs", {})
+        return dict(configs.get("grid") or configs.get("hunt") or {})  # "hunt": cards stored before nbkit study
+
+    def coords(self, config: dict) -> dict:
+        from nbkit import tiny_long_study
+
+        regime = {f"data/{tiny_long_study.set_name(r)}": r for r in long_arith.REGIMES}.get(config["dataset"])
+        if regime is None:
+            raise ValueError(f"{config['dataset']!r} is not one of tiny-long's perfectible sets: not a hunt run")
+        return {"length": regime, "lr": float(config["lr"]), "algorithm": config["algorithm"],
+                "dtype": config["train_dtype"], "seed": int(config["seed"])}
+
+    def table(self, runs, meta):
+        keep = ("length", "lr", "algorithm", "seeds", "fp16 final", "bf16 final", "gap (bf16 − fp16)",
+                "gap [min, max]", "gap sign", "mismatch bf16/fp16", "bf16 mismatch growth", "bf16 phantom")
+        return [{k: r[k] for k in keep} for r in phase_map(runs, meta)]
+
+    def findings(self, runs, meta, rows):
+        return [verdict(phase_map(runs, meta)), chance_caveat(runs, meta)]
+
+    def figure(self, runs, meta):
+        from nbkit.plots import hunt as hunt_plots
+
+        return hunt_plots.phase_map(phase_map(runs, meta))

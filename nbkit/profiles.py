@@ -110,7 +110,7 @@ PROFILES["cpu-full"] = {
         "output_dir": "reports/runs/03_rl_training_full",
         "ppo_seeds": [0, 1, 2], "ppo_steps": 100, "ppo_output_dir": "reports/runs/03_ppo_full",  # the stored study live
     },
-    "04_where_bf16_breaks": {  # the whole hunt grid trained live (what python -m nbkit.hunt stores): ~1 h here
+    "04_where_bf16_breaks": {  # the whole hunt grid trained live (what `nbkit study hunt_tiny_long` stores): ~1 h here
         "stored_study": "", "live_lengths": ["short", "medium", "long"], "live_lrs": [1e-4, 1e-3],
         "live_algorithms": ["grpo", "pg_seq_is", "grpo_mu_old"], "live_seeds": [0, 1, 2],
         "output_dir": "reports/runs/04_hunt",

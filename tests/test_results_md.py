@@ -6,7 +6,8 @@ import copy
 import pytest
 
 from nbkit import hunt, results
-from nbkit.studies import STUDIES, markdown_table
+from nbkit.studies import markdown_table
+from nbkit.studies.catalog import STUDIES
 from nbkit.studies import results_md
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from nbkit import mismatch, results
 from nbkit import schema
-from nbkit.studies import STUDIES
+from nbkit.studies.catalog import STUDIES
 
 
 def test_every_key_of_every_stored_run_is_in_the_schema():

@@ -65,16 +65,14 @@ def average_by(runs: dict[str, list[dict]], group_of, panels=PANELS) -> dict[str
         for step, rows in sorted(by_step.items())] for group, by_step in sorted(steps.items())}
 
 
-def by_dtype(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
-    """``dtype → rows`` of hunt runs averaged over seeds step by step."""
-    from nbkit.hunt import parse
-
-    return average_by(runs, lambda name: parse(name)["dtype"])
+def by_dtype(runs: dict[str, list[dict]], meta: dict[str, dict]) -> dict[str, list[dict]]:
+    """``dtype → rows`` of hunt runs averaged over seeds step by step (``meta``: each run's coordinates)."""
+    return average_by(runs, lambda name: meta[name]["dtype"])
 
 
-def cell_curves(runs: dict[str, list[dict]], cell: dict, smooth: int = 3) -> go.Figure:
+def cell_curves(runs: dict[str, list[dict]], meta: dict[str, dict], cell: dict, smooth: int = 3) -> go.Figure:
     """Accuracy, mismatch, gradient norm and phantom clipping against step for one cell, FP16 vs BF16."""
-    fig = training_curves(by_dtype(runs), panels=PANELS, smooth=smooth)
+    fig = training_curves(by_dtype(runs, meta), panels=PANELS, smooth=smooth)
     return fig.update_layout(title=f"{cell['length']} responses, lr {cell['lr']:g}, {cell['algorithm']}: "
                                    f"FP16 vs BF16 (mean over seeds)")
 

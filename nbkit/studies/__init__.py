@@ -1,11 +1,8 @@
-"""Stored studies: one entry per study under ``data/results``, each able to say what it measured.
-
-A ``Study`` names its stored folder, the question it asks and the statistic it reports (window, seeds, CI), and
-knows how to turn its stored runs into a table and plain sentences computed from that table. ``STUDIES`` is the
-registry that ``nbkit.studies.results_md`` walks to write ``RESULTS.md``: every number there comes from the
-stored data through these functions, never typed by hand.
+"""Studies: a grid of run configs → run a shard (resumable) → store finished runs with a card → load → table →
+figure (``nbkit.studies.base``), and the registry of every stored study (``nbkit.studies.catalog.STUDIES``) that
+``nbkit study`` and the RESULTS.md generator (``nbkit.studies.results_md``) walk. Every number RESULTS.md shows
+comes from the stored data through the study's own functions, never typed by hand.
 """
-from nbkit.studies.base import Study, markdown_table
-from nbkit.studies.catalog import STUDIES
+from nbkit.studies.base import GridStudy, Study, markdown_table
 
-__all__ = ["Study", "STUDIES", "markdown_table"]
+__all__ = ["GridStudy", "Study", "markdown_table"]

@@ -1,38 +1,179 @@
-"""The shape every stored study shares: stored runs in, a table and computed sentences out."""
+"""The shape every study shares: a grid of run configs → run a shard (resumable) → store finished runs with a card
+→ load → table → figure.
+
+``Study`` is the read half every stored study has (its question, the statistic, a table and computed sentences);
+``GridStudy`` adds the write half for studies made of RL runs: ``grid`` names every run's ``RLConfig``, ``run``
+trains the unfinished runs of a shard (a finished run is never re-run, so a killed study resumes where it stopped),
+``store`` keeps finished runs only and lists the missing ones on the card. A run's coordinates in the grid (dtype,
+seed, ...) are read from its config (``coords``), never parsed from its folder name.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
 
 from nbkit import results
 
 
-@dataclass(frozen=True)
 class Study:
     """One stored study under ``data/results/<name>`` and how to read it."""
 
-    name: str
+    name: str = ""
     """Folder name under ``data/results`` (``nbkit.results``)."""
-    title: str
+    title: str = ""
     """Heading in RESULTS.md."""
-    question: str
-    """What the study asks, in one or two sentences (stated before its results)."""
-    statistic: str
+    question: str = ""
+    """What the study asks, and its primary comparison and rule, stated before any result."""
+    statistic: str = ""
     """The statistic the table reports: windows, seeds, intervals."""
-    table: Callable[[dict[str, list[dict]]], list[dict]]
-    """``label → rows`` of the stored runs → rows of the study's table."""
-    findings: Callable[[dict[str, list[dict]], list[dict]], list[str]] = field(default=lambda runs, rows: [])
-    """Plain sentences computed from the runs and the table (no number typed by hand)."""
     notebook: str = ""
     """The notebook that draws from this study, if any."""
 
-    def runs(self) -> dict[str, list[dict]]:
+    def load(self, root: Path = results.RESULTS) -> dict[str, list[dict]]:
         """``label → metric rows`` of the stored study."""
-        return results.load(self.name)
+        return results.load(self.name, root)
 
-    def card(self) -> dict:
+    def card(self, root: Path = results.RESULTS) -> dict:
         """The stored study's provenance card."""
-        return results.card(self.name)
+        return results.card(self.name, root)
+
+    def stored_meta(self, root: Path = results.RESULTS) -> dict[str, dict]:
+        """``label → coordinates`` of the stored runs (empty for a study that is not a grid of runs)."""
+        return {}
+
+    def reproduce(self, card: dict) -> str:
+        """The command that re-makes the stored study today (the card's own command for a non-grid study)."""
+        return card.get("command", "")
+
+    def table(self, runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
+        """Rows of the study's table (``meta``: each run's coordinates in the grid)."""
+        raise NotImplementedError
+
+    def findings(self, runs: dict[str, list[dict]], meta: dict[str, dict], rows: list[dict]) -> list[str]:
+        """Plain sentences computed from the runs and the table (no number typed by hand)."""
+        return []
+
+    def figure(self, runs: dict[str, list[dict]], meta: dict[str, dict]):
+        """The study's key figure (plotly), or None."""
+        return None
+
+
+class GridStudy(Study):
+    """A study made of RL runs over a grid of configs, trained into ``output_dir/<label>``."""
+
+    output_dir: str = ""
+    """Parent folder of the runs (default ``runs/<name>``); kept, so a cut-off study resumes."""
+    twins: int = 1
+    """Runs that form one comparison and sit next to each other in ``grid`` (e.g. 2 for FP16/BF16 twins): shards
+    deal them alternately so every shard gets each variant alike."""
+
+    def grid(self, **options) -> dict:
+        """``label → RLConfig`` of every run (``output_dir`` under ``self.folder(options)``), all validated."""
+        raise NotImplementedError
+
+    def coords(self, config: dict) -> dict:
+        """A run's coordinates in the grid, read from its config (``RLConfig.to_dict()``)."""
+        raise NotImplementedError
+
+    # -- where runs live -------------------------------------------------------------------------------------
+    def folder(self, options: dict | None = None) -> Path:
+        """The parent folder of this study's run folders."""
+        return Path((options or {}).get("output_dir") or self.output_dir or f"runs/{self.name}")
+
+    @staticmethod
+    def finished(cfg) -> bool:
+        """Whether ``cfg``'s run folder already logged all its steps."""
+        from nbkit.rl.runfolder import last_logged_step
+
+        out = Path(cfg.output_dir)
+        return (out / "metrics.jsonl").is_file() and last_logged_step(out) >= cfg.steps
+
+    def shard_of(self, j: int, n: int) -> int:
+        """The shard of the grid's ``j``-th run: every n-th, shifted by one per group of ``twins`` so that plain
+        dealing does not give each of two shards one variant."""
+        return (j + j // max(1, self.twins)) % n
+
+    # -- write half ------------------------------------------------------------------------------------------
+    def run(self, shard: tuple[int, int] = (0, 1), progress: bool = True, **options) -> dict[str, list[dict]]:
+        """Train every unfinished run of shard ``i/n`` (an unfinished run restarts from step 0; a finished one is
+        read back); returns ``label → rows`` of the shard's runs."""
+        from tqdm.auto import tqdm
+
+        from nbkit.rl import train
+
+        i, n = _check_shard(shard)
+        todo = {k: c for j, (k, c) in enumerate(self.grid(**options).items()) if self.shard_of(j, n) == i}
+        for label, cfg in tqdm(todo.items(), desc=f"{self.name} shard {i}/{n}", disable=not progress):
+            if not self.finished(cfg):
+                train(replace(cfg, overwrite=True, resume=False), progress=False)
+        runs, _ = self.collect(**options)
+        return {k: runs[k] for k in todo if k in runs}
+
+    def collect(self, **options) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+        """``(label → rows, label → config)`` of the grid's *finished* runs found in their folders."""
+        from nbkit.rl.monitor import MetricsLog
+
+        runs, configs = {}, {}
+        for label, cfg in self.grid(**options).items():
+            out = Path(cfg.output_dir)
+            if self.finished(cfg) and (out / "config.json").is_file():
+                runs[label] = MetricsLog.read(out / "metrics.jsonl")
+                configs[label] = json.loads((out / "config.json").read_text())
+        return runs, configs
+
+    def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **options) -> Path:
+        """Store every finished run of the grid (a partial run is never stored); the card holds each run's config
+        and names the grid's runs that are missing or were cut off."""
+        grid = self.grid(**options)
+        runs, configs = self.collect(**options)
+        if not runs:
+            raise ValueError(f"no finished run of {self.name}'s grid under {self.folder(options)}: nothing to store")
+        missing = sorted(set(grid) - set(runs))
+        return results.store(self.name, runs, command=command, wall_seconds=wall_seconds, root=root,
+                             configs={"grid": {k: v for k, v in options.items()}, "runs": configs},
+                             notes=f"{len(missing)} of the grid's {len(grid)} runs not stored (not run or not "
+                                   f"finished): {missing}" if missing else "")
+
+    # -- read half: coordinates from configs ----------------------------------------------------------------
+    def meta(self, configs: dict[str, dict]) -> dict[str, dict]:
+        """``label → coordinates`` from ``label → config``."""
+        return {label: self.coords(cfg) for label, cfg in configs.items()}
+
+    def stored_meta(self, root: Path = results.RESULTS) -> dict[str, dict]:
+        """``label → coordinates`` of the stored runs, from the configs on the card."""
+        return self.meta(self.card(root)["configs"]["runs"])
+
+    def grid_options(self, card: dict) -> dict:
+        """The grid options a stored study was made with (from its card)."""
+        return dict(card.get("configs", {}).get("grid", {}))
+
+    def defaults(self) -> dict:
+        """The grid's default options (``reproduce`` names only the options that differ)."""
+        return {}
+
+    def reproduce(self, card: dict) -> str:
+        import shlex
+
+        plain = json.loads(json.dumps(self.defaults()))  # tuples as lists, as they come back from a card
+        sets = "".join(f" --set {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in self.grid_options(card).items()
+                       if k != "output_dir" and plain.get(k, object()) != v)
+        return f"nbkit study {self.name} run{sets} && nbkit study {self.name} store{sets}"
+
+    def live(self, shard: tuple[int, int] = (0, 1), progress: bool = True, **options):
+        """Train (or read back) the grid now: ``(label → rows, label → coordinates)`` and the seconds it took."""
+        start = time.perf_counter()
+        runs = self.run(shard, progress, **options)
+        _, configs = self.collect(**options)
+        return runs, self.meta({k: configs[k] for k in runs}), time.perf_counter() - start
+
+
+def _check_shard(shard) -> tuple[int, int]:
+    i, n = shard
+    if not (isinstance(n, int) and n >= 1 and isinstance(i, int) and 0 <= i < n):
+        raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}")
+    return i, n
 
 
 def _cell(value) -> str:

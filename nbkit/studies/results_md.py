@@ -37,8 +37,10 @@ def provenance(study: Study) -> str:
     cpu = f"{m.get('cpu')} ({m.get('cores')} cores" + (f"; {', '.join(flags) or 'no AVX512/AMX half-precision flags'}"
                                                       if flags is not None else "; CPU flags not recorded") + ")"
     commit = (c.get("commit") or "unknown")[:10] + (" with uncommitted changes" if c.get("dirty") else "")
+    now = study.reproduce(c)
     line = (f"{len(c.get('runs', []))} runs, commit `{commit}`, {cpu}, {str(c.get('date', '?'))[:10]}, "
-            f"{c.get('wall_seconds', 0) / 60:.0f} min wall; reproduce with `{c.get('command')}`.")
+            f"{c.get('wall_seconds', 0) / 60:.0f} min wall; made by `{c.get('command')}`"
+            + (f"; today: `{now}`." if now and now != c.get("command") else "."))
     if "not stored" in str(c.get("notes", "")):
         line += " " + str(c["notes"]).split(":")[0] + "."
     return line
@@ -46,13 +48,13 @@ def provenance(study: Study) -> str:
 
 def section(study: Study) -> str:
     """The markdown of one study."""
-    runs = study.runs()
-    rows = study.table(runs)
+    runs, meta = study.load(), study.stored_meta()
+    rows = study.table(runs, meta)
     parts = [f"## {study.title}", "", f"**Question.** {study.question}", "",
              f"**Stored** in `data/results/{study.name}`" + (f", drawn by notebook `{study.notebook}`" if study.notebook
                                                               else "") + f": {provenance(study)}", "",
              f"**Statistic.** {study.statistic}", "", markdown_table(rows)]
-    findings = study.findings(runs, rows)
+    findings = study.findings(runs, meta, rows)
     if findings:
         parts += ["", "**Findings** (computed from the table):", ""] + [f"- {s}" for s in findings]
     return "\n".join(parts)

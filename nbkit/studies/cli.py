@@ -1,0 +1,82 @@
+"""``nbkit study``: one command for every study.
+
+    nbkit study                                   # the studies, with what each asks
+    nbkit study NAME show                         # the stored study's provenance, table and findings
+    nbkit study NAME run [--shard i/n] [--set steps=4 --set 'seeds=[0,1]']   # train the unfinished runs
+    nbkit study NAME store [--wall-seconds S] [--set ...]                    # finished runs -> data/results/NAME
+
+``--set key=value`` passes an option of the study's grid (a JSON value, or a plain string); ``run`` and ``store``
+must get the same options. A finished run is never re-run, so ``run`` resumes a study cut off half-way, and two
+shards (``--shard 0/2``, ``--shard 1/2``) split it between two processes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+
+
+def parse_options(pairs: list[str]) -> dict:
+    """``["steps=4", "seeds=[0,1]", "engine=hf"]`` → ``{"steps": 4, "seeds": [0, 1], "engine": "hf"}``."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {pair!r}: expected key=value (a JSON value or a plain string)")
+        try:
+            out[key.strip().replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip().replace("-", "_")] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from nbkit.studies import GridStudy, markdown_table
+    from nbkit.studies.catalog import STUDIES
+    from nbkit.studies.results_md import section
+
+    p = argparse.ArgumentParser(prog="nbkit study", description=__doc__.split("\n\n")[0])
+    p.add_argument("name", nargs="?", help=f"one of {sorted(STUDIES)}")
+    p.add_argument("action", nargs="?", choices=("show", "run", "store"), default="show")
+    p.add_argument("--shard", default="0/1", help="run: i/n, this process's share of the grid (default 0/1)")
+    p.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the study's grid (repeatable)")
+    p.add_argument("--wall-seconds", type=float, default=None,
+                   help="store: the study's wall time to record (default: this command's)")
+    a = p.parse_args(argv)
+    if a.name is None:
+        print(markdown_table([{"study": s.name, "grid of runs": isinstance(s, GridStudy), "asks": s.question}
+                              for s in STUDIES.values()]))
+        return 0
+    if a.name not in STUDIES:
+        p.error(f"unknown study {a.name!r}; choose one of {sorted(STUDIES)}")
+    study = STUDIES[a.name]
+    if a.action == "show":
+        print(section(study))
+        return 0
+    if not isinstance(study, GridStudy):
+        p.error(f"{a.name} is not a grid of RL runs: reproduce it with its card's command: `{study.card()['command']}`")
+    options = parse_options(a.options)
+    start = time.perf_counter()
+    if a.action == "run":
+        try:
+            i, n = (int(x) for x in a.shard.split("/"))
+        except ValueError:
+            p.error(f"--shard {a.shard!r}: expected i/n, e.g. 0/2")
+        runs = study.run((i, n), **options)
+        print(f"{a.name} shard {i}/{n}: {len(runs)} finished runs under {study.folder(options)}")
+        return 0
+    wall = a.wall_seconds if a.wall_seconds is not None else time.perf_counter() - start
+    command = "nbkit study " + a.name + " run" + "".join(f" --set {shlex.quote(o)}" for o in a.options)
+    path = study.store(wall_seconds=wall, command=command, **options)
+    print(f"stored {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    from nbkit import paths as _paths
+
+    _paths.setup_environment()
+    sys.exit(main())
