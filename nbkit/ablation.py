@@ -1,14 +1,13 @@
 """The paper's precision ablation on the sanity test: train dtype × rollout dtype, same algorithm and seeds.
 
-``python -m nbkit.ablation`` trains the grid (notebook 03's tiny-arith defaults: grpo, 16 × 8 per step, vLLM
-rollouts) and stores it as ``data/results/<study>/`` (``nbkit.results``) so notebook 05 renders without re-running.
+``nbkit study ablation_tiny_arith run`` trains the grid (notebook 03's tiny-arith defaults: grpo, 16 × 8 per step,
+vLLM rollouts) and ``... store`` stores it as ``data/results/<study>/`` (``nbkit.results``) so notebook 05 renders
+without re-running. A run's pair and seed are read from its config (``nbkit.rl.study.coords``).
 """
 from __future__ import annotations
 
-import argparse
-import time
-
 from nbkit import schema
+from nbkit.studies.base import GridStudy
 
 PAIRS: list[tuple[str, str]] = [("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32")]
 """The paper's grid: (train dtype, rollout dtype)."""
@@ -17,7 +16,7 @@ STUDY = "ablation_tiny_arith"
 """The stored study's folder name under ``data/results``."""
 
 
-def table(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5) -> list[dict]:
+def table(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.95, window: int = 5) -> list[dict]:
     """One row per (train, rollout) pair over its seeds: steps to ``target`` (``window``-step mean accuracy), final
     accuracy mean and range, the training-time mismatch (mean |Δ log p| and k3 KL per token, averaged over steps and
     seeds) and seconds per step split into rollout (generation + weight sync) and update."""
@@ -25,8 +24,7 @@ def table(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5) ->
 
     groups: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for label, rows in runs.items():
-        _, train_dtype, rollout_dtype, _ = study.parse_pair(label)
-        groups.setdefault((train_dtype, rollout_dtype), {})[label] = rows
+        groups.setdefault((meta[label]["train"], meta[label]["rollout"]), {})[label] = rows
     order = {p: i for i, p in enumerate(PAIRS)}
     out = []
     for (train_dtype, rollout_dtype), group in sorted(groups.items(), key=lambda kv: order.get(kv[0], 99)):
@@ -105,35 +103,57 @@ def base_config(**overrides):
     return RLConfig(**kw)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Train the grid and store it (``--no-store`` keeps only the run folders)."""
-    from nbkit import results
-    from nbkit.rl import study
+class Ablation(GridStudy):
+    """The grid as a stored study: options ``pairs`` ([train, rollout] lists), ``seeds``, ``steps``, ``algorithm``,
+    ``rollout_engine``, ``output_dir``, and any ``RLConfig`` field in ``overrides``."""
 
-    p = argparse.ArgumentParser(prog="python -m nbkit.ablation", description=__doc__)
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--pairs", nargs="+", default=[f"{t}/{r}" for t, r in PAIRS], help="train/rollout, e.g. bf16/fp32")
-    p.add_argument("--algorithm", default="grpo")
-    p.add_argument("--output-dir", default="reports/runs/05_precision_ablation")
-    p.add_argument("--study", default=STUDY)
-    p.add_argument("--no-store", action="store_true")
-    a = p.parse_args(argv)
-    pairs = [tuple(x.split("/")) for x in a.pairs]
-    if any(len(x) != 2 for x in pairs):
-        p.error(f"--pairs takes train/rollout items such as bf16/fp32, got {a.pairs}")
-    base = base_config(steps=a.steps, output_dir=a.output_dir, algorithm=a.algorithm)
-    t0 = time.time()
-    study.run_grid(base, [a.algorithm], [], seeds=a.seeds, pairs=pairs)
-    if not a.no_store:
-        import sys
-        results.store(a.study, a.output_dir, command="python -m nbkit.ablation " + " ".join(sys.argv[1:] if argv is None else argv),
-                      wall_seconds=time.time() - t0, configs={"pairs": a.pairs, "seeds": a.seeds, "steps": a.steps,
-                                                              "algorithm": a.algorithm})
+    name = STUDY
+    title = "Precision ablation: train dtype × rollout dtype"
+    question = ("Does the (train, rollout) precision pair change how fast the sanity test is passed, and what does "
+                "each pair cost? Primary comparison: each pair against BF16/BF16 by the range of steps to 95 % over "
+                "seeds.")
+    statistic = ("steps to 95 % = first step whose 5-step mean training accuracy ≥ 0.95, per seed; final accuracy = "
+                 "last 5-step mean, mean and [min, max] over seeds; mismatch and seconds averaged over steps and seeds.")
+    notebook = "05_precision_ablation"
+    output_dir = "reports/runs/05_precision_ablation"
+    toy = {"pairs": [["fp32", "fp32"], ["bf16", "fp32"]], "seeds": [0], "steps": 1, "rollout_engine": "hf",
+           "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8}}
 
+    def defaults(self) -> dict:
+        return {"pairs": [list(p) for p in PAIRS], "seeds": [0, 1, 2], "steps": 100, "algorithm": "grpo",
+                "rollout_engine": "vllm"}
 
-if __name__ == "__main__":
-    from nbkit import paths as _paths
+    def grid(self, pairs=None, seeds=(0, 1, 2), steps: int = 100, algorithm: str = "grpo",
+             rollout_engine: str | None = None, output_dir: str | None = None, overrides: dict | None = None) -> dict:
+        from dataclasses import replace
 
-    _paths.setup_environment()
-    main()
+        from nbkit.rl import study
+
+        pairs = [tuple(p) for p in (pairs or PAIRS)]
+        if any(len(p) != 2 for p in pairs) or len(set(pairs)) != len(pairs):
+            raise ValueError(f"pairs must be distinct [train, rollout] pairs such as ['bf16', 'fp32'], got {pairs!r}")
+        base = base_config(steps=steps, algorithm=algorithm, output_dir=output_dir or self.output_dir,
+                           **({"rollout_engine": rollout_engine} if rollout_engine else {}), **(overrides or {}))
+        out = {}
+        for seed in seeds:
+            for train_dtype, rollout_dtype in pairs:
+                label = study.run_label(algorithm, study.pair_tag(train_dtype, rollout_dtype), seed)
+                out[label] = replace(base, train_dtype=train_dtype, rollout_dtype=rollout_dtype, seed=seed,
+                                     output_dir=str(base.out / label))
+        return out
+
+    def coords(self, config: dict) -> dict:
+        from nbkit.rl import study
+
+        return study.coords(config)
+
+    def table(self, runs, meta):
+        return table(runs, meta)
+
+    def findings(self, runs, meta, rows):
+        return findings(rows)
+
+    def figure(self, runs, meta):
+        from nbkit.plots import ablation as ablation_plots
+
+        return ablation_plots.ablation_curves(runs, meta)

@@ -6,19 +6,18 @@ for the (train, rollout) pairs FP16/FP16, BF16/BF16 and FP32/FP32 (the report's 
 (μ is π_old in the clipped ratio) and 3 seeds; each run logs the reward (−tokens / max_tokens), the mean
 response length, the mismatch and the phantom-clip fraction.
 
-    python -m nbkit.brevity_study [--steps 10 --seeds 0 1 2]   # trains into runs/brevity, stores data/results/brevity_smollm2
-    python -m nbkit.brevity_study --seeds 1 --no-store           # one process per seed, then --store-only
+    nbkit study brevity_smollm2 run [--set steps=10 --set 'seeds=[0,1,2]']   # trains into runs/brevity
+    nbkit study brevity_smollm2 store                                        # -> data/results/brevity_smollm2
 
-A finished run (all its steps logged) is not trained again, so a cut-off study resumes.
+A finished run (all its steps logged) is not trained again, so a cut-off study resumes. A run's pair and seed are
+read from its config.
 """
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
 from pathlib import Path
 
-from nbkit import results, schema
+from nbkit import schema
+from nbkit.studies.base import GridStudy
 
 PAIRS: list[tuple[str, str]] = [("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32")]
 """(train dtype, rollout dtype): both precisions and the FP32 reference (``--pairs fp32/bf16`` adds the report's)."""
@@ -49,29 +48,13 @@ def label(train_dtype: str, rollout_dtype: str, seed: int) -> str:
     return f"brevity-{pair_tag(train_dtype, rollout_dtype)}-s{seed}"
 
 
-def commands(cfgs: dict, steps: int, engine: str) -> str:
-    """The command lines that train exactly ``cfgs`` (one per pair, with the seeds that pair has), joined by ``;``,
-    so a stored study with fewer FP32 seeds says so in its card."""
-    seeds: dict[str, list[int]] = {}
-    for c in cfgs.values():
-        seeds.setdefault(f"{c.train_dtype}/{c.rollout}", []).append(c.seed)
-    by_seeds: dict[tuple, list[str]] = {}
-    for pair, ss in seeds.items():
-        by_seeds.setdefault(tuple(sorted(ss)), []).append(pair)
-    return "; ".join(f"python -m nbkit.brevity_study --steps {steps} --seeds {' '.join(map(str, ss))} "
-                     f"--pairs {' '.join(pairs)} --engine {engine}" for ss, pairs in by_seeds.items())
-
-
-def table(runs: dict[str, list[dict]], max_tokens: int = 128) -> list[dict]:
+def table(runs: dict[str, list[dict]], meta: dict[str, dict], max_tokens: int = 128) -> list[dict]:
     """Per (train, rollout) pair over seeds: mean response length at the first and the last 3 steps, the step at
     which the 3-step mean length first fell to ``SHORT`` × ``max_tokens`` (per seed), the mismatch and the
     phantom-clip fraction."""
-    from nbkit.rl.study import parse_pair
-
     groups: dict[tuple[str, str], list[list[dict]]] = {}
     for name, rows in runs.items():
-        _, train_dtype, rollout_dtype, _ = parse_pair(name)
-        groups.setdefault((train_dtype, rollout_dtype), []).append(rows)
+        groups.setdefault((meta[name]["train"], meta[name]["rollout"]), []).append(rows)
     order = {p: i for i, p in enumerate(PAIRS)}
     out = []
     for pair, seeds in sorted(groups.items(), key=lambda kv: order.get(kv[0], 99)):
@@ -97,48 +80,48 @@ def table(runs: dict[str, list[dict]], max_tokens: int = 128) -> list[dict]:
     return out
 
 
-def main(argv: list[str] | None = None) -> Path | None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--pairs", nargs="+", default=[f"{t}/{r}" for t, r in PAIRS], help="train/rollout dtypes")
-    parser.add_argument("--engine", default="vllm", choices=("vllm", "hf"))
-    parser.add_argument("--output-dir", default="runs/brevity")
-    parser.add_argument("--no-store", action="store_true")
-    parser.add_argument("--store-only", action="store_true")
-    parser.add_argument("--wall-seconds", type=float, default=None, help="wall time to record with --store-only")
-    args = parser.parse_args(argv)
-    from dataclasses import replace
+class BrevityStudy(GridStudy):
+    """The stored toy task: options ``pairs`` ([train, rollout] lists), ``seeds``, ``steps``, ``engine``,
+    ``output_dir`` and ``RLConfig`` fields in ``overrides``."""
 
-    from tqdm.auto import tqdm
+    name = STUDY
+    title = "A toy task: reward = −length on SmolLM2"
+    question = "Does an FP32 trainer with a BF16 rollout fail to learn to say less, as a public report found?"
+    statistic = "mean response length at the first step and over the last 3 steps; seeds as the table says."
+    notebook = "04_where_bf16_breaks"
+    output_dir = "runs/brevity"
+    toy = {"pairs": [["fp32", "fp32"]], "seeds": [0], "steps": 1, "engine": "hf",
+           "overrides": {"prompts_per_step": 1, "samples_per_prompt": 2, "max_tokens": 8}}
 
-    from nbkit.hunt import finished
-    from nbkit.rl import train
-    from nbkit.rl.study import load_runs
+    def defaults(self) -> dict:
+        return {"pairs": [list(p) for p in PAIRS], "seeds": [0, 1, 2], "steps": 10, "engine": "vllm"}
 
-    pairs = [tuple(p.split("/")) for p in args.pairs]
-    start = time.perf_counter()
-    cfgs = {Path(c.output_dir).name: c for c in (config(t, r, s, Path(args.output_dir), args.steps, args.engine)
-                                                  for s in args.seeds for t, r in pairs)}
-    if not args.store_only:
-        for cfg in tqdm(cfgs.values(), desc="brevity runs"):
-            if not finished(cfg):
-                train(replace(cfg, overwrite=True), progress=False)
-    if args.no_store:
-        return None
-    runs = {k: v for k, v in load_runs(args.output_dir).items() if k in cfgs}
-    if not runs:
-        raise SystemExit(f"no run of {sorted(cfgs)} under {args.output_dir}: nothing to store")
-    wall = args.wall_seconds if args.wall_seconds is not None else time.perf_counter() - start
-    path = results.store(STUDY, runs, wall_seconds=wall, configs={k: cfgs[k].to_dict() for k in runs},
-                         command=commands({k: cfgs[k] for k in runs}, args.steps, args.engine))
-    for row in table(runs):
-        print(row, flush=True)
-    return path
+    def grid(self, pairs=None, seeds=(0, 1, 2), steps: int = 10, engine: str = "vllm",
+             output_dir: str | None = None, overrides: dict | None = None) -> dict:
+        out = Path(output_dir or self.output_dir)
+        return {label(t, r, s): config(t, r, s, out, steps, engine, **(overrides or {}))
+                for s in seeds for t, r in (pairs or PAIRS)}
 
+    def coords(self, config: dict) -> dict:
+        from nbkit.rl import study
 
-if __name__ == "__main__":
-    from nbkit import paths as _paths
+        return study.coords(config)
 
-    _paths.setup_environment()
-    print(main())
+    def table(self, runs, meta):
+        return table(runs, meta)
+
+    def findings(self, runs, meta, rows):
+        seeds = sorted({r["seeds"] for r in rows})
+        out = []
+        if seeds == [1]:
+            out.append("One seed per pair: an anecdote, not evidence of a difference between the pairs.")
+        never = [f"{r['train']}/{r['rollout']}" for r in rows if set(r["converged (≤ 10% of max) at step"].split(", "))
+                 == {"—"}]
+        if never:
+            out.append(f"No run of {', '.join(never)} reached {SHORT:.0%} of max_tokens within its steps.")
+        return out
+
+    def figure(self, runs, meta):
+        from nbkit.plots import hunt as hunt_plots
+
+        return hunt_plots.brevity_curves(runs, meta)

@@ -314,6 +314,8 @@ class Hunt(GridStudy):
     notebook = "04_where_bf16_breaks"
     output_dir = HuntConfig.output_dir
     twins = len(DTYPES)
+    toy = {"lengths": ["short"], "lrs": [1e-4], "algorithms": ["grpo"], "seeds": [0], "steps": 1,
+           "prompts_per_step": 2, "samples_per_prompt": 2}
 
     def grid(self, **options) -> dict:
         opts = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}

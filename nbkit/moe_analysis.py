@@ -184,13 +184,3 @@ def figure(res: MoeResult):
 def split_table(res: MoeResult) -> list[dict]:
     """Per dtype: tokens, flipped tokens and the mismatch they carry (see the module doc)."""
     return [{"dtype": d, **s} for d, s in res.split.items()]
-
-
-def stored_summary(study: str = "moe_tiny_arith") -> tuple[str, list[dict]] | None:
-    """The stored RL study's provenance paragraph and per variant × dtype summary, or None when not stored."""
-    from nbkit import moe_study, results
-
-    try:
-        return results.describe(study), moe_study.summary(results.load(study))
-    except FileNotFoundError:
-        return None

@@ -8,19 +8,18 @@ perfectible set. Variants, one folder each under ``out``:
 - ``moe``: tiny-moe-arith on ``data/tiny_moe_arith_sanity`` (``moe/flip_rate`` logged every step);
 - ``moe_replay``: the same with ``router_replay=True``.
 
-Run labels are ``<variant>.grpo-<dtype>-s<seed>``. Pieces are resumable (one variant per call), then stored::
+Run labels are ``<variant>.grpo-<dtype>-s<seed>``; a run's variant, dtype and seed are read from its config
+(``MoEStudy.coords``). Pieces are resumable (a finished run is never re-run), then stored::
 
-    python -m nbkit.moe_study run moe --steps 40            # also: dense, moe_replay
-    python -m nbkit.moe_study store --steps 40 --wall-seconds 1234
+    nbkit study moe_tiny_arith run --set 'variants=["moe"]'      # also: dense, moe_replay
+    nbkit study moe_tiny_arith store
 """
 from __future__ import annotations
 
-import argparse
-import time
 from pathlib import Path
 
 from nbkit import schema
-from nbkit.paths import ROOT
+from nbkit.studies.base import GridStudy
 
 VARIANTS = {
     "dense": {"model": "tiny-arith", "dataset": "data/tiny_arith_sanity", "router_replay": False},
@@ -44,68 +43,78 @@ def base_config(variant: str, steps: int, out: Path):
                     checkpoint_every=0, output_dir=str(out / variant), overwrite=True)
 
 
-def run(variant: str, steps: int, seeds: list[int], out: Path, dtypes=("fp16", "bf16")) -> float:
-    """Train one variant in both precisions over ``seeds``; returns its wall seconds."""
-    import torch
-
+def summary(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
+    """Per variant × dtype over seeds (``nbkit.rl.study.seed_summary``; the group reads ``<variant>.<algorithm>``)
+    plus the mean ``moe/flip_rate``; ``meta`` holds each run's coordinates (``MoEStudy.coords``)."""
     from nbkit.rl import study
 
-    torch.set_num_threads(1)
-    start = time.time()
-    study.run_grid(base_config(variant, steps, out), ["grpo"], list(dtypes), progress=False, seeds=seeds)
-    return time.time() - start
-
-
-def collect(out: Path) -> dict[str, list[dict]]:
-    """``<variant>.<run label> → rows`` of every finished variant folder under ``out``."""
-    from nbkit.rl.study import load_runs
-
-    runs = {}
-    for variant in VARIANTS:
-        if (out / variant).is_dir():
-            runs.update({f"{variant}.{label}": rows for label, rows in load_runs(out / variant).items()})
-    return runs
-
-
-def summary(runs: dict[str, list[dict]]) -> list[dict]:
-    """Per variant × dtype over seeds (``nbkit.rl.study.seed_summary``) plus the mean ``moe/flip_rate``."""
-    from nbkit.rl import study
-
-    table = study.seed_summary(study.summary_table(runs, target=0.95))
+    groups = {k: {**m, "algorithm": f"{m['variant']}.{m['algorithm']}"} for k, m in meta.items()}
+    table = study.seed_summary(study.summary_table(runs, target=0.95), groups)
     for row in table:
         flips = [r[schema.MOE_FLIP_RATE] for label, rows in runs.items() for r in rows if schema.MOE_FLIP_RATE in r
-                 and study.parse_label(label)[:2] == (row["algorithm"], row["dtype"])]
+                 and (groups[label]["algorithm"], groups[label]["dtype"]) == (row["algorithm"], row["dtype"])]
         row["moe/flip_rate (mean over steps and seeds)"] = round(sum(flips) / len(flips), 5) if flips else None
     return table
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("action", choices=("run", "store"))
-    p.add_argument("variant", nargs="?", choices=tuple(VARIANTS))
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--out", default="runs/moe_tiny_arith")
-    p.add_argument("--wall-seconds", type=float, default=0.0, help="store: the study's total wall time")
-    a = p.parse_args(argv)
-    out = ROOT / a.out
-    if a.action == "run":
-        if a.variant is None:
-            p.error(f"run needs a variant: one of {tuple(VARIANTS)}")
-        print(f"{a.variant}: {run(a.variant, a.steps, a.seeds, out):.0f} s")
-        return
-    from nbkit import results
+class MoEStudy(GridStudy):
+    """The stored MoE study: options ``variants``, ``dtypes``, ``seeds`` (a list, or ``{variant: list}``),
+    ``steps``, ``output_dir`` and ``RLConfig`` fields in ``overrides``."""
 
-    runs = collect(out)
-    configs = {v: base_config(v, a.steps, out).to_dict() | {"seeds": a.seeds} for v in VARIANTS}
-    cmd = " && ".join(f"python -m nbkit.moe_study run {v} --steps {a.steps}" for v in VARIANTS)
-    print(results.store(STUDY, runs, command=cmd + f" && python -m nbkit.moe_study store --steps {a.steps}",
-                        wall_seconds=a.wall_seconds, configs=configs,
-                        notes="HF rollout engine in the training dtype; dense = tiny-arith, moe = tiny-moe-arith"))
+    name = STUDY
+    title = "Mixture of experts: routing and router replay"
+    question = "Does a mixture-of-experts model widen the BF16 gap, and does router replay close it?"
+    statistic = ("final accuracy = last 5-step mean, mean and [min, max] over seeds; mismatch = mean |Δ log p| of the "
+                 "last 5 steps, mean over seeds; flip rate = mean over steps and seeds.")
+    notebook = "02_mismatch_analysis"
+    output_dir = "runs/moe_tiny_arith"
+    twins = 2
+    toy = {"variants": ["moe"], "dtypes": ["fp32"], "seeds": [0], "steps": 1,
+           "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8}}
 
+    def defaults(self) -> dict:
+        return {"variants": list(VARIANTS), "dtypes": ["fp16", "bf16"], "seeds": [0, 1, 2], "steps": 40}
 
-if __name__ == "__main__":
-    from nbkit import paths as _paths
+    def grid(self, variants=tuple(VARIANTS), dtypes=("fp16", "bf16"), seeds=(0, 1, 2), steps: int = 40,
+             output_dir: str | None = None, overrides: dict | None = None) -> dict:
+        from dataclasses import replace
 
-    _paths.setup_environment()
-    main()
+        from nbkit.rl import study
+
+        out = {}
+        for variant in variants:
+            base = base_config(variant, steps, Path(output_dir or self.output_dir))
+            for seed in (seeds.get(variant, []) if isinstance(seeds, dict) else seeds):
+                for dtype in dtypes:
+                    run = study.run_label("grpo", dtype, seed)
+                    out[f"{variant}.{run}"] = replace(base, train_dtype=dtype, seed=seed,
+                                                      output_dir=str(base.out / run), **(overrides or {}))
+        return out
+
+    def coords(self, config: dict) -> dict:
+        from nbkit.rl import study
+
+        variant = next((v for v, fields in VARIANTS.items()
+                        if fields["model"] == config["model"] and fields["router_replay"] == config["router_replay"]),
+                       None)
+        if variant is None:
+            raise ValueError(f"model {config['model']!r} with router_replay={config['router_replay']} is not a "
+                             f"variant of this study ({sorted(VARIANTS)})")
+        return {**study.coords(config), "variant": variant}
+
+    def table(self, runs, meta):
+        keep = ("algorithm", "dtype", "seeds", "reached 95%", "final accuracy (mean)", "final accuracy [min, max]",
+                "mean |Δ log p| last 5 (mean)", "moe/flip_rate (mean over steps and seeds)")
+        return [{k: r[k] for k in keep} for r in summary(runs, meta)]
+
+    def findings(self, runs, meta, rows):
+        by = {(r["algorithm"], r["dtype"]): r for r in rows}
+        out = []
+        for variant in ("moe.grpo", "moe_replay.grpo"):
+            a, b = by.get((variant, "bf16")), by.get((variant, "fp16"))
+            if a and b and a["mean |Δ log p| last 5 (mean)"] and b["mean |Δ log p| last 5 (mean)"]:
+                out.append(f"{variant.split('.')[0]}: BF16's mismatch over the last 5 steps is "
+                           f"{a['mean |Δ log p| last 5 (mean)'] / b['mean |Δ log p| last 5 (mean)']:.1f}× FP16's; "
+                           f"final accuracy {a['final accuracy (mean)']} (BF16) vs {b['final accuracy (mean)']} "
+                           f"(FP16), ranges {a['final accuracy [min, max]']} and {b['final accuracy [min, max]']}.")
+        return out

@@ -1,17 +1,14 @@
 """PPO with a critic, FP16 vs BF16 on the sanity test (the paper's PPO generalisation), stored for notebook 03.
 
-``python -m nbkit.ppo_study`` trains the ``ppo`` preset on tiny-arith in both precisions for a few seeds (HF rollout
-engine in the training dtype, so μ comes from BF16 or FP16 weights) and stores the runs as
-``data/results/ppo_tiny_arith/`` (``nbkit.results``); ``--seeds`` / ``--dtypes`` run a part, ``--no-store`` keeps only
-the run folders so a study can be trained in pieces and stored once from its folder (``--store-only``).
+``nbkit study ppo_tiny_arith run`` trains the ``ppo`` preset on tiny-arith in both precisions for a few seeds (HF
+rollout engine in the training dtype, so μ comes from BF16 or FP16 weights) and ``... store`` stores the finished
+runs as ``data/results/ppo_tiny_arith/`` (``nbkit.results``); ``--set seeds=[1]`` runs a part, so a study can be
+trained in pieces and stored once.
 """
 from __future__ import annotations
 
-import argparse
-import sys
-import time
-
 from nbkit import schema
+from nbkit.studies.base import GridStudy
 
 STUDY = "ppo_tiny_arith"
 """The stored study's folder name under ``data/results``."""
@@ -41,15 +38,6 @@ PANELS = (
 """Panels of ``curves`` (``nbkit.plots.training.training_curves`` layout): the paper's exploding KL and value loss."""
 
 
-def live(seeds: list[int], dtypes: list[str], steps: int, output_dir: str, **overrides) -> dict[str, list[dict]]:
-    """Train the PPO study's runs (``base_config`` with ``overrides``) live and return ``label → rows``."""
-    from nbkit.rl import study
-
-    base = base_config(steps=steps, output_dir=output_dir, **overrides)
-    study.run_grid(base, ["ppo"], [], seeds=seeds, pairs=[(d, d) for d in dtypes])
-    return study.load_runs(output_dir)
-
-
 def curves(runs: dict[str, list[dict]], smooth: int = 1):
     """KL, value loss, explained variance and accuracy against step, runs overlaid."""
     from nbkit.plots import training
@@ -59,13 +47,12 @@ def curves(runs: dict[str, list[dict]], smooth: int = 1):
     return fig
 
 
-def table(runs: dict[str, list[dict]], tail: int = 5) -> list[dict]:
-    """One row per run: the PPO diagnostics averaged over the run (max KL too) and over its last ``tail`` rollouts."""
-    from nbkit.rl import study
-
+def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> list[dict]:
+    """One row per run: the PPO diagnostics averaged over the run (max KL too) and over its last ``tail`` rollouts
+    (``meta``: each run's coordinates, ``nbkit.rl.study.coords``)."""
     out = []
     for label, rows in sorted(runs.items()):
-        _, dtype, seed = study.parse_label(label)
+        dtype, seed = meta[label]["dtype"], meta[label]["seed"]
 
         def col(key):
             return [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
@@ -87,36 +74,71 @@ def table(runs: dict[str, list[dict]], tail: int = 5) -> list[dict]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Train (part of) the study and store it."""
-    from nbkit import results
-    from nbkit.rl import study
+class PPOStudy(GridStudy):
+    """The stored PPO study: options ``dtypes``, ``seeds``, ``steps``, ``output_dir`` and ``RLConfig`` fields in
+    ``overrides`` (notebook 03 trains its live slice through the same grid)."""
 
-    p = argparse.ArgumentParser(prog="python -m nbkit.ppo_study", description=__doc__)
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--dtypes", nargs="+", default=["fp16", "bf16"])
-    p.add_argument("--output-dir", default=OUTPUT_DIR)
-    p.add_argument("--study", default=STUDY)
-    p.add_argument("--no-store", action="store_true", help="train only; store later with --store-only")
-    p.add_argument("--store-only", action="store_true", help="store the run folders already in --output-dir")
-    p.add_argument("--wall-seconds", type=float, default=None,
-                   help="wall time to record on the card (with --store-only: the pieces' training time)")
-    a = p.parse_args(argv)
-    t0 = time.time()
-    if not a.store_only:
-        base = base_config(steps=a.steps, output_dir=a.output_dir)
-        for seed in a.seeds:  # one folder per (dtype, seed), so pieces add up in the same output folder
-            study.run_grid(base, ["ppo"], [], seeds=[seed], pairs=[(d, d) for d in a.dtypes])
-    if not a.no_store:
-        results.store(a.study, a.output_dir, command="python -m nbkit.ppo_study " + " ".join(sys.argv[1:] if argv is None else argv),
-                      wall_seconds=a.wall_seconds if a.wall_seconds is not None else time.time() - t0,
-                      configs={"dtypes": a.dtypes, "seeds": a.seeds, "steps": a.steps,
-                               "run": base_config(steps=a.steps).to_dict()})
+    name = STUDY
+    title = "PPO with a critic, FP16 vs BF16"
+    question = "Does BF16 PPO's KL explode on tiny-arith as in the paper (KL > 40)?"
+    statistic = ("per seed: approx KL(π_old ‖ π) mean and max over minibatches; accuracy = mean of the first and the "
+                 "last 5 rollout batches; explained variance over the last 5 rollouts, mean over seeds.")
+    notebook = "03_rl_training"
+    output_dir = OUTPUT_DIR
+    twins = 2
+    toy = {"dtypes": ["fp32"], "seeds": [0], "steps": 4,
+           "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8}}
 
+    def defaults(self) -> dict:
+        return {"dtypes": ["fp16", "bf16"], "seeds": [0, 1, 2], "steps": 100}
 
-if __name__ == "__main__":
-    from nbkit import paths as _paths
+    def grid(self, dtypes=("fp16", "bf16"), seeds=(0, 1, 2), steps: int = 100, output_dir: str | None = None,
+             overrides: dict | None = None) -> dict:
+        from dataclasses import replace
 
-    _paths.setup_environment()
-    main()
+        from nbkit.rl import study
+
+        base = base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
+        return {(label := study.run_label("ppo", d, s)): replace(base, train_dtype=d, seed=s,
+                                                                 output_dir=str(base.out / label))
+                for s in seeds for d in dtypes}
+
+    def coords(self, config: dict) -> dict:
+        from nbkit.rl import study
+
+        return study.coords(config)
+
+    def table(self, runs, meta):
+        """``table`` per dtype over seeds: each seed's value, then the mean."""
+        per_run = table(runs, meta)
+        out = []
+        for dtype in sorted({r["dtype"] for r in per_run}, key=("fp16", "bf16", "fp32").index):
+            rows = sorted((r for r in per_run if r["dtype"] == dtype), key=lambda r: r["seed"])
+
+            def each(key):
+                return [r[key] for r in rows]
+
+            def mean(key):
+                xs = [x for x in each(key) if isinstance(x, (int, float))]
+                return float(f"{sum(xs) / len(xs):.3g}") if xs else None
+
+            out.append({"dtype": dtype, "seeds": len(rows),
+                        "approx KL, mean over steps (each seed)": each("approx KL (mean)"),
+                        "approx KL, max (each seed)": each("approx KL (max)"),
+                        "accuracy first → last 5 rollouts (each seed)": each("accuracy (first → last 5 rollouts)"),
+                        "explained variance, last 5 (mean)": mean("explained variance (last 5 rollouts)"),
+                        "mean |Δ log p| (mean)": mean("mean |Δ log p|")})
+        return out
+
+    def findings(self, runs, meta, rows):
+        by = {r["dtype"]: r for r in rows}
+        if "fp16" not in by or "bf16" not in by:
+            return []
+        ratio = by["bf16"]["mean |Δ log p| (mean)"] / by["fp16"]["mean |Δ log p| (mean)"]
+        kl_max = {d: max(by[d]["approx KL, max (each seed)"]) for d in ("fp16", "bf16")}
+        return [f"BF16's training-time mismatch is {ratio:.1f}× FP16's (mean |Δ log p| over steps and seeds); the "
+                f"largest approx KL of any seed is {kl_max['fp16']:.3g} (FP16) and {kl_max['bf16']:.3g} (BF16), far "
+                f"from the paper's BF16 PPO KL > 40."]
+
+    def figure(self, runs, meta):
+        return curves(runs)

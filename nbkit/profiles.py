@@ -115,7 +115,7 @@ PROFILES["cpu-full"] = {
         "live_algorithms": ["grpo", "pg_seq_is", "grpo_mu_old"], "live_seeds": [0, 1, 2],
         "output_dir": "reports/runs/04_hunt",
     },
-    "05_precision_ablation": {  # the full grid trained live (what python -m nbkit.ablation stores), 3 seeds each
+    "05_precision_ablation": {  # the full grid trained live (what `nbkit study ablation_tiny_arith` stores), 3 seeds each
         "stored_study": "", "live_pairs": [["bf16", "bf16"], ["bf16", "fp32"], ["fp16", "fp16"], ["fp32", "fp32"]],
         "live_steps": 100, "live_seeds": [0, 1, 2], "output_dir": "reports/runs/05_precision_ablation",
     },

@@ -19,21 +19,23 @@ def _base(tmp_path, tiny, **kw):
                               max_tokens=8, rollout_engine="hf", output_dir=str(tmp_path)), **kw})
 
 
-def test_pair_labels_round_trip_and_plain_labels_are_unchanged():
+def test_pair_labels_name_folders_and_coordinates_come_from_the_config():
     assert study.run_label("grpo", study.pair_tag("bf16", "fp32"), 0) == "grpo-bf16-fp32r-s0"
     assert study.run_label("grpo", study.pair_tag("fp16", "fp16"), 1) == "grpo-fp16-s1"
-    assert study.parse_pair("grpo-bf16-fp32r-s0") == ("grpo", "bf16", "fp32", 0)
-    assert study.parse_pair("grpo_token_tis-fp16-s2") == ("grpo_token_tis", "fp16", "fp16", 2)
-    assert study.parse_label("grpo-bf16-fp32r-s0") == ("grpo", "bf16-fp32r", 0)  # its own group in seed_summary
+    grid = ablation.Ablation().grid(pairs=[["bf16", "fp32"], ["fp16", "fp16"]], seeds=[2], rollout_engine="hf")
+    assert sorted(grid) == ["grpo-bf16-fp32r-s2", "grpo-fp16-s2"]
+    assert study.coords(grid["grpo-bf16-fp32r-s2"].to_dict()) == {
+        "algorithm": "grpo", "train": "bf16", "rollout": "fp32", "dtype": "bf16-fp32r", "seed": 2}
+    assert study.coords(grid["grpo-fp16-s2"].to_dict())["rollout"] == "fp16"  # None: the training dtype
 
 
 @pytest.mark.slow
 def test_the_grid_trains_every_pair_and_audits_both_sides(tmp_path, tiny):
     results = study.run_grid(_base(tmp_path, tiny), ["grpo"], [], seeds=[0], pairs=ablation.PAIRS, progress=False)
     assert sorted(results) == sorted(["grpo-bf16-s0", "grpo-bf16-fp32r-s0", "grpo-fp16-s0", "grpo-fp32-s0"])
-    runs = study.load_runs(tmp_path)
+    runs, meta = study.load_runs(tmp_path), study.load_meta(tmp_path)
     for label, rows in runs.items():
-        _, train_dtype, rollout_dtype, _ = study.parse_pair(label)
+        train_dtype, rollout_dtype = meta[label]["train"], meta[label]["rollout"]
         assert set(rows[0]["audit/matmul_dtypes"]) == {train_dtype}
         assert rows[0]["audit/rollout_dtype"] == rollout_dtype
 
@@ -62,11 +64,22 @@ def _rows(acc, rollout, update, dtype_pair):
              "audit/rollout_dtype": dtype_pair[1], "audit/matmul_dtypes": [dtype_pair[0]]} for i, a in enumerate(acc)]
 
 
+def meta_of(runs: dict) -> dict:
+    """Each run's coordinates as its config would give them (here the test names its pair in the label)."""
+    out = {}
+    for label in runs:
+        algorithm, *tag, seed = label.split("-")
+        train, rollout = tag[0], (tag[1][:-1] if len(tag) > 1 else tag[0])
+        out[label] = study.coords({"algorithm": algorithm, "train_dtype": train, "rollout_dtype": rollout,
+                                   "seed": int(seed[1:])})
+    return out
+
+
 def test_the_table_groups_seeds_by_pair_and_splits_the_step_time():
     runs = {"grpo-bf16-fp32r-s0": _rows([1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
             "grpo-bf16-fp32r-s1": _rows([0.5] * 10, 3.0, 1.0, ("bf16", "fp32")),
             "grpo-fp16-s0": _rows([0.5] * 5 + [1.0] * 5, 1.0, 1.0, ("fp16", "fp16"))}
-    rows = {(r["train"], r["rollout"]): r for r in ablation.table(runs)}
+    rows = {(r["train"], r["rollout"]): r for r in ablation.table(runs, meta_of(runs))}
     pair = rows[("bf16", "fp32")]
     assert pair["seeds"] == 2 and pair["reached 95%"] == "1/2" and pair["steps to 95% (each)"] == "5, —"
     assert pair["final accuracy (mean)"] == 0.75 and pair["s/step rollout"] == 3.0 and pair["s/step update"] == 1.0
@@ -81,10 +94,10 @@ def test_findings_compare_every_pair_with_bf16_and_say_when_the_seeds_cannot_sep
             "grpo-bf16-fp32r-s0": _rows([0.5] * 6 + [1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
             "grpo-fp16-s0": _rows([0.5] * 16, 1.0, 1.0, ("fp16", "fp16")),
             "grpo-fp32-s0": _rows([1.0] * 16, 1.0, 1.0, ("fp32", "fp32"))}
-    said = {s.split(" vs ")[0]: s for s in ablation.findings(ablation.table(runs))}
+    said = {s.split(" vs ")[0]: s for s in ablation.findings(ablation.table(runs, meta_of(runs)))}
     assert set(said) == {"bf16 train / fp32 rollout", "fp16 train / fp16 rollout", "fp32 train / fp32 rollout"}
     assert "step time 2.00×" in said["bf16 train / fp32 rollout"] and "ranges overlap" in said["bf16 train / fp32 rollout"]
     assert "no seed reached it" in said["fp16 train / fp16 rollout"]
     assert "ranges separated" in said["fp32 train / fp32 rollout"]  # 5 against 9-13
     with pytest.raises(ValueError, match="reference pair"):
-        ablation.findings(ablation.table(runs), reference=("fp8", "fp8"))
+        ablation.findings(ablation.table(runs, meta_of(runs)), reference=("fp8", "fp8"))

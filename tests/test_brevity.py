@@ -12,11 +12,24 @@ def _rows(lengths: list[float], mismatch: float) -> list[dict]:
             for i, n in enumerate(lengths)]
 
 
+def meta_of(runs: dict) -> dict:
+    """Coordinates as ``BrevityStudy.coords`` reads them from each run's config."""
+    from nbkit.rl import study
+
+    out = {}
+    for label in runs:
+        _, *tag, seed = label.split("-")
+        train, rollout = tag[0], (tag[1][:-1] if len(tag) > 1 else tag[0])
+        out[label] = brevity_study.BrevityStudy().coords(
+            brevity_study.config(train, rollout, int(seed[1:]), Path("/tmp/brevity")).to_dict())
+    return out
+
+
 def test_the_table_reports_per_pair_when_each_seed_converged_or_a_dash():
     runs = {"brevity-fp16-s0": _rows([128, 90, 20, 10, 8, 6], 0.005),
             "brevity-fp16-s1": _rows([128, 120, 110, 100, 90, 80], 0.005),
             "brevity-bf16-s0": _rows([128, 128, 128, 128, 128, 128], 0.04)}
-    rows = brevity_study.table(runs)
+    rows = brevity_study.table(runs, meta_of(runs))
     assert [(r["train"], r["rollout"]) for r in rows] == [("fp16", "fp16"), ("bf16", "bf16")]
     fp16, bf16 = rows
     assert fp16["converged (≤ 10% of max) at step"] == "5, —"  # steps 3-5: (20 + 10 + 8) / 3 = 12.7 ≤ 12.8
@@ -37,16 +50,13 @@ def test_the_brevity_figure_has_one_curve_per_pair_averaged_over_seeds():
 
     runs = {"brevity-fp16-s0": _rows([128, 64], 0.005), "brevity-fp16-s1": _rows([128, 32], 0.005),
             "brevity-bf16-s0": _rows([128, 128], 0.04)}
-    fig = hunt_plots.brevity_curves(runs)
+    fig = hunt_plots.brevity_curves(runs, meta_of(runs))
     lengths = {t.name: list(t.y) for t in fig.data if t.yaxis == "y"}
     assert lengths == {"bf16 train / bf16 rollout (mean of 1 seeds)": [128, 128],
                        "fp16 train / fp16 rollout (mean of 2 seeds)": [128, 48]}
 
 
-def test_the_stored_command_names_exactly_the_runs_that_exist():
-    out = Path("/tmp/brevity")
-    cfgs = {f"{t}-{s}": brevity_study.config(t, t, s, out) for t in ("fp16", "bf16") for s in (0, 1, 2)}
-    cfgs["fp32-0"] = brevity_study.config("fp32", "fp32", 0, out)
-    assert brevity_study.commands(cfgs, 10, "vllm").split("; ") == [
-        "python -m nbkit.brevity_study --steps 10 --seeds 0 1 2 --pairs fp16/fp16 bf16/bf16 --engine vllm",
-        "python -m nbkit.brevity_study --steps 10 --seeds 0 --pairs fp32/fp32 --engine vllm"]
+def test_the_grid_names_exactly_the_pairs_and_seeds_asked_for():
+    grid = brevity_study.BrevityStudy().grid(pairs=[["fp32", "bf16"], ["fp16", "fp16"]], seeds=[1], steps=3)
+    assert sorted(grid) == ["brevity-fp16-s1", "brevity-fp32-bf16r-s1"]
+    assert {c.steps for c in grid.values()} == {3}

@@ -4,9 +4,21 @@ import pytest
 from nbkit.rl import RLConfig, study
 
 
-def test_labels_round_trip_with_and_without_a_seed():
-    for algorithm, dtype, seed in [("grpo", "fp16", None), ("grpo_token_tis", "bf16", 3), ("pg_seq_is", "fp32", 0)]:
-        assert study.parse_label(study.run_label(algorithm, dtype, seed)) == (algorithm, dtype, seed)
+def test_run_labels_name_folders_with_and_without_a_seed():
+    assert study.run_label("grpo", "fp16") == "grpo-fp16"
+    assert study.run_label("grpo_token_tis", "bf16", 3) == "grpo_token_tis-bf16-s3"
+
+
+def test_a_runs_coordinates_are_read_from_its_config_json_not_its_folder_name(tmp_path):
+    import json
+
+    folder = tmp_path / "any-name-at-all"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, "accuracy": 1.0}) + "\n")
+    (folder / "config.json").write_text(json.dumps(RLConfig(algorithm="gspo", train_dtype="bf16", seed=4,
+                                                            rollout_dtype="fp32").to_dict()))
+    assert study.load_meta(tmp_path) == {"any-name-at-all": {"algorithm": "gspo", "train": "bf16", "rollout": "fp32",
+                                                             "dtype": "bf16-fp32r", "seed": 4}}
 
 
 def _rows(accuracies):
@@ -16,7 +28,8 @@ def _rows(accuracies):
 def test_seed_summary_gives_mean_range_and_how_many_seeds_passed():
     runs = {"grpo-fp16-s0": _rows([0.5] * 5 + [1.0] * 10), "grpo-fp16-s1": _rows([0.5] * 10 + [1.0] * 5),
             "grpo-bf16-s0": _rows([0.5] * 15), "grpo-bf16-s1": _rows([0.9] * 15)}
-    table = study.seed_summary(study.summary_table(runs, target=0.95, window=5), target=0.95, window=5)
+    meta = {k: study.coords({"algorithm": "grpo", "train_dtype": k.split("-")[1], "seed": int(k[-1])}) for k in runs}
+    table = study.seed_summary(study.summary_table(runs, target=0.95, window=5), meta, target=0.95, window=5)
     by = {(r["algorithm"], r["dtype"]): r for r in table}
     fp16, bf16 = by[("grpo", "fp16")], by[("grpo", "bf16")]
     assert fp16["seeds"] == 2 and fp16["reached 95%"] == "2/2"

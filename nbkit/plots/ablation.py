@@ -16,13 +16,12 @@ PANELS = (
 """(metric key, panel title, log y axis)."""
 
 
-def by_pair(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
-    """``train/rollout → rows`` averaged over seeds step by step (a step missing in some seed averages the rest)."""
-    from nbkit.rl import study
-
+def by_pair(runs: dict[str, list[dict]], meta: dict[str, dict]) -> dict[str, list[dict]]:
+    """``train/rollout → rows`` averaged over seeds step by step (a step missing in some seed averages the rest);
+    ``meta`` holds each run's coordinates (``nbkit.rl.study.coords``)."""
     groups: dict[str, dict[int, list[dict]]] = {}
     for label, rows in runs.items():
-        _, train_dtype, rollout_dtype, _ = study.parse_pair(label)
+        train_dtype, rollout_dtype = meta[label]["train"], meta[label]["rollout"]
         for r in rows:
             groups.setdefault(f"{train_dtype} train / {rollout_dtype} rollout", {}).setdefault(r[schema.STEP], []).append(r)
     out = {}
@@ -38,9 +37,9 @@ def by_pair(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
     return out
 
 
-def ablation_curves(runs: dict[str, list[dict]], smooth: int = 5) -> go.Figure:
+def ablation_curves(runs: dict[str, list[dict]], meta: dict[str, dict], smooth: int = 5) -> go.Figure:
     """Accuracy, mismatch, k3 KL and step time against step, one colour per pair (mean over seeds)."""
-    fig = training_curves(by_pair(runs), panels=PANELS, smooth=smooth)
+    fig = training_curves(by_pair(runs, meta), panels=PANELS, smooth=smooth)
     return fig.update_layout(title="Precision ablation: train dtype × rollout dtype (mean over seeds)")
 
 

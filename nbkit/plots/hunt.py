@@ -77,14 +77,11 @@ def cell_curves(runs: dict[str, list[dict]], meta: dict[str, dict], cell: dict, 
                                    f"FP16 vs BF16 (mean over seeds)")
 
 
-def brevity_curves(runs: dict[str, list[dict]], smooth: int = 1) -> go.Figure:
+def brevity_curves(runs: dict[str, list[dict]], meta: dict[str, dict], smooth: int = 1) -> go.Figure:
     """The brevity toy task (``nbkit.brevity_study``): length, reward, mismatch and phantom clipping against step,
-    one colour per (train, rollout) pair, mean over seeds."""
-    from nbkit.rl.study import parse_pair
-
+    one colour per (train, rollout) pair, mean over seeds (``meta``: each run's coordinates)."""
     def pair(name):
-        _, train_dtype, rollout_dtype, _ = parse_pair(name)
-        return f"{train_dtype} train / {rollout_dtype} rollout"
+        return f"{meta[name]['train']} train / {meta[name]['rollout']} rollout"
 
     fig = training_curves(average_by(runs, pair, BREVITY_PANELS), panels=BREVITY_PANELS, smooth=smooth)
     return fig.update_layout(title="Toy task: reward = −length, μ as π_old (SmolLM2-135M, LoRA, vLLM rollouts)")

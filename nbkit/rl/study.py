@@ -2,8 +2,10 @@
 
 ``run_grid`` trains every (algorithm, dtype, seed) of a base config one after the other into
 ``<output_dir>/<algorithm>-<dtype>[-s<seed>]``; ``load_runs`` reads any such folder back (finished or not), so
-plots and tables work on killed runs too. ``summary_table`` condenses runs into the numbers a reader wants, and
-``seed_summary`` condenses the seeds of each (algorithm, dtype) into mean and range: one seed is an anecdote.
+plots and tables work on killed runs too, and ``load_meta`` reads each run's coordinates (algorithm, train and
+rollout dtype, seed) from its ``config.json``: a folder's name is only a name. ``summary_table`` condenses runs into
+the numbers a reader wants, and ``seed_summary`` condenses the seeds of each (algorithm, dtype) into mean and range:
+one seed is an anecdote.
 """
 from __future__ import annotations
 
@@ -22,28 +24,31 @@ def run_label(algorithm: str, dtype: str, seed: int | None = None) -> str:
     return f"{algorithm}-{dtype}" + (f"-s{seed}" if seed is not None else "")
 
 
-def parse_label(label: str) -> tuple[str, str, int | None]:
-    """(algorithm, dtype, seed) back from a ``run_label``; a pair's dtype comes back as ``bf16-fp32r``."""
-    parts = label.split("-")
-    seed = int(parts.pop()[1:]) if len(parts) > 2 and parts[-1][:1] == "s" and parts[-1][1:].isdigit() else None
-    if len(parts) > 2 and parts[-1][:-1] in _DTYPES and parts[-1][-1:] == "r" and parts[-2] in _DTYPES:
-        return "-".join(parts[:-2]), f"{parts[-2]}-{parts[-1]}", seed
-    return "-".join(parts[:-1]), parts[-1], seed
-
-
-_DTYPES = ("fp16", "bf16", "fp32")
-
-
 def pair_tag(train_dtype: str, rollout_dtype: str | None) -> str:
     """The dtype part of a run label: ``bf16`` when the rollout runs in the training dtype, ``bf16-fp32r`` when not."""
     return train_dtype if rollout_dtype in (None, train_dtype) else f"{train_dtype}-{rollout_dtype}r"
 
 
-def parse_pair(label: str) -> tuple[str, str, str, int | None]:
-    """(algorithm, train dtype, rollout dtype, seed) back from a ``run_label`` with or without a rollout suffix."""
-    algorithm, tag, seed = parse_label(label)
-    train_dtype, _, rollout = tag.partition("-")
-    return algorithm, train_dtype, rollout[:-1] if rollout else train_dtype, seed
+def coords(config: dict) -> dict:
+    """A run's coordinates read from its config (``RLConfig.to_dict()``, a run folder's ``config.json``):
+    algorithm, train and rollout dtype, the dtype tag of its label (``bf16`` or ``bf16-fp32r``) and seed."""
+    train = config["train_dtype"]
+    rollout = config.get("rollout_dtype") or train
+    return {"algorithm": config["algorithm"], "train": train, "rollout": rollout, "dtype": pair_tag(train, rollout),
+            "seed": int(config["seed"])}
+
+
+def load_configs(folder: str | Path) -> dict[str, dict]:
+    """``label → config`` of every run folder below ``folder`` that has metric rows and a ``config.json``."""
+    import json
+
+    return {log.parent.name: json.loads((log.parent / "config.json").read_text())
+            for log in sorted(Path(folder).glob("**/metrics.jsonl")) if (log.parent / "config.json").is_file()}
+
+
+def load_meta(folder: str | Path, coords_of=coords) -> dict[str, dict]:
+    """``label → coordinates`` of every run folder below ``folder``, from the runs' configs."""
+    return {label: coords_of(cfg) for label, cfg in load_configs(folder).items()}
 
 
 def run_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress: bool = True,
@@ -116,13 +121,14 @@ def summary_table(runs: dict[str, list[dict]], target: float = 0.95, window: int
     return table
 
 
-def seed_summary(table: list[dict], target: float = 0.95, window: int = 5) -> list[dict]:
-    """Rows of ``summary_table`` grouped by (algorithm, dtype) over seeds: mean and [min, max] of final and best
-    accuracy, how many seeds reached ``target`` and at which steps (mean over those that did)."""
+def seed_summary(table: list[dict], meta: dict[str, dict], target: float = 0.95, window: int = 5) -> list[dict]:
+    """Rows of ``summary_table`` grouped by (algorithm, dtype) over seeds (``meta``: each run's coordinates, see
+    ``coords``): mean and [min, max] of final and best accuracy, how many seeds reached ``target`` and at which steps
+    (mean over those that did)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in table:
-        algorithm, dtype, _ = parse_label(row["run"])
-        groups.setdefault((algorithm, dtype), []).append(row)
+        m = meta[row["run"]]
+        groups.setdefault((m["algorithm"], m["dtype"]), []).append(row)
     out = []
     reach_key, final_key = f"steps to {target:.0%}", f"final accuracy ({window}-step mean)"
     for (algorithm, dtype), rows in groups.items():
@@ -148,7 +154,7 @@ def _mean(xs: list[float]) -> float | None:
     return float(f"{sum(xs) / len(xs):.3g}") if xs else None
 
 
-def headline(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5) -> dict:
+def headline(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.95, window: int = 5) -> dict:
     """The findings page's headline (``nbkit.report.publish``): the sanity-test outcome per run, a table of the
     main numbers, collapse alarms and the precision audit's verdict."""
     table = summary_table(runs, target, window)
@@ -158,7 +164,7 @@ def headline(runs: dict[str, list[dict]], target: float = 0.95, window: int = 5)
     keys = ("run", "steps", reach, f"final accuracy ({window}-step mean)", "best accuracy",
             "mean |Δ log p| (first 5)", "mean |Δ log p| (last 5)", "skipped steps", "minutes", "alarms")
     seeds = [{k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in r.items()}
-             for r in seed_summary(table, target, window)]  # lists as text: the page shows scalars
+             for r in seed_summary(table, meta, target, window)]  # lists as text: the page shows scalars
     return {f"sanity test (training accuracy ≥ {target:.0%})": outcome,
             "over seeds (mean and range per algorithm and precision)": seeds,
             "runs": [{k: r[k] for k in keys} for r in table],

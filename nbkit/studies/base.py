@@ -68,6 +68,8 @@ class GridStudy(Study):
     twins: int = 1
     """Runs that form one comparison and sit next to each other in ``grid`` (e.g. 2 for FP16/BF16 twins): shards
     deal them alternately so every shard gets each variant alike."""
+    toy: dict = {}
+    """Options of the smallest grid that still runs every code path (seconds): what the study-shape test trains."""
 
     def grid(self, **options) -> dict:
         """``label → RLConfig`` of every run (``output_dir`` under ``self.folder(options)``), all validated."""
@@ -84,11 +86,18 @@ class GridStudy(Study):
 
     @staticmethod
     def finished(cfg) -> bool:
-        """Whether ``cfg``'s run folder already logged all its steps."""
-        from nbkit.rl.runfolder import last_logged_step
+        """Whether ``cfg``'s run folder holds this very run (its ``config.json`` equals ``cfg`` in every field that
+        changes the run) with all its steps logged: a finished run of other settings is not this run."""
+        from nbkit.rl.runfolder import differing_fields, last_logged_step
 
         out = Path(cfg.output_dir)
-        return (out / "metrics.jsonl").is_file() and last_logged_step(out) >= cfg.steps
+        if not (out / "metrics.jsonl").is_file() or not (out / "config.json").is_file():
+            return False
+        try:
+            saved = json.loads((out / "config.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return not differing_fields(saved, cfg) and last_logged_step(out) >= cfg.steps
 
     def shard_of(self, j: int, n: int) -> int:
         """The shard of the grid's ``j``-th run: every n-th, shifted by one per group of ``twins`` so that plain
