@@ -1,12 +1,16 @@
-"""``RLConfig``: everything one RL run needs, validated before anything expensive starts."""
+"""``RLConfig``: everything one RL run needs, validated before anything expensive starts.
+
+Every field is checked by its annotation (type, and the range declared with ``Annotated``) by
+``nbkit.fieldcheck.check_fields``, first thing in ``__post_init__``: a new field is covered by declaring it.
+"""
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Annotated
 
 from nbkit import gemm, tasks
+from nbkit.fieldcheck import SEED, at_least, check_fields, positive, unit
 from nbkit.engines import ENGINE_KINDS
 from nbkit.models import DTYPES
 from nbkit.paths import ROOT
@@ -49,29 +53,29 @@ class RLConfig:
     """Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16)."""
     lora: bool = False
     """Train LoRA adapters (peft) instead of all weights."""
-    lora_rank: int = 8
+    lora_rank: Annotated[int, at_least(1)] = 8
     """LoRA rank (alpha = 2 × rank, all linear layers)."""
-    steps: int = 60
+    steps: Annotated[int, at_least(1)] = 60
     """Optimiser steps (one rollout batch each)."""
-    prompts_per_step: int = 16
+    prompts_per_step: Annotated[int, at_least(1)] = 16
     """Distinct prompts per step."""
-    samples_per_prompt: int = 8
+    samples_per_prompt: Annotated[int, at_least(2)] = 8
     """Responses per prompt (the GRPO group size; at least 2)."""
-    lr: float = 1e-4
+    lr: Annotated[float, positive()] = 1e-4
     """AdamW learning rate (constant). The paper uses 1e-6 for a 1.5B model; a 1 M model needs far more."""
-    max_tokens: int = 40
+    max_tokens: Annotated[int, at_least(1)] = 40
     """Maximum response length."""
-    temperature: float = 1.0
+    temperature: Annotated[float, positive()] = 1.0
     """Sampling temperature (the paper: 1.0)."""
-    is_cap: float = 2.0
+    is_cap: Annotated[float, positive()] = 2.0
     """C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: Annotated[float, positive()] = 1.0
     """Gradient clipping (after unscaling in FP16)."""
-    loss_scale_init: float = 2.0**16
+    loss_scale_init: Annotated[float, positive()] = 2.0**16
     """Initial FP16 loss scale (torch's default)."""
-    loss_scale_growth_interval: int = 400
+    loss_scale_growth_interval: Annotated[int, at_least(1)] = 400
     """GradScaler growth interval (VeRL's ShardedGradScaler setting in the paper's code)."""
-    seed: int = 0
+    seed: Annotated[int, SEED] = 0
     """Seeds weights' dropout-free training order, sampling and the dataset shuffle."""
     output_dir: str = "runs/rl"
     """Run folder: ``metrics.jsonl``, ``config.json``, checkpoints."""
@@ -84,30 +88,30 @@ class RLConfig:
     overwrite: bool = False
     """A fresh run into a folder that already holds a run replaces it (its metrics and checkpoints are removed);
     without it such a run is refused."""
-    collapse_window: int = 10
+    collapse_window: Annotated[int, at_least(1)] = 10
     """Steps compared by the collapse alarm (first window vs latest window)."""
-    collapse_mismatch_factor: float = 10.0
+    collapse_mismatch_factor: Annotated[float, positive()] = 10.0
     """Alarm when the mean |log π − log μ| of the latest window exceeds the first window's by this factor."""
-    collapse_reward_drop: float = 0.3
+    collapse_reward_drop: Annotated[float, positive()] = 0.3
     """Alarm when the latest window's mean reward falls this far below the best window so far."""
-    max_consecutive_skips: int = 20
+    max_consecutive_skips: Annotated[int, at_least(1)] = 20
     """Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover)."""
-    vllm_kv_cache_gib: int = 1
+    vllm_kv_cache_gib: Annotated[int, at_least(1)] = 1
     """CPU vLLM only: RAM for the KV cache."""
-    top_p: float = 1.0
+    top_p: Annotated[float, unit(lo_open=True)] = 1.0
     """Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is logged after top-p
     (``processed_logprobs``), so the IS correction compares π with the distribution actually sampled from."""
     top_k: int = 0
     """Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting)."""
-    beta: float = 0.0
+    beta: Annotated[float, at_least(0)] = 0.0
     """KL penalty coefficient against a frozen reference model (TRL's ``beta``); 0 = none and no reference
     copy is loaded (the paper and Dr. GRPO use 0)."""
-    vllm_gpu_memory_utilization: float = 0.3
+    vllm_gpu_memory_utilization: Annotated[float, unit(lo_open=True)] = 0.3
     """Colocated vLLM: share of the accelerator's memory vLLM may take for weights and KV cache (the rest stays
     with the trainer); ignored by the CPU backend, which sizes its cache with ``vllm_kv_cache_gib``."""
-    vllm_max_num_batched_tokens: int = 4096
+    vllm_max_num_batched_tokens: Annotated[int, at_least(1)] = 4096
     """Colocated vLLM: tokens the scheduler batches per engine step (larger = faster, more memory)."""
-    hf_engine_batch_size: int = 1024
+    hf_engine_batch_size: Annotated[int, at_least(1)] = 1024
     """HF rollout engine: sequences per ``generate`` call (a step's rollouts larger than this are chunked)."""
     vllm_mode: str = "colocate"
     """``colocate``: the vLLM engine runs inside every training process (as today); ``server``: rollouts come
@@ -115,27 +119,28 @@ class RLConfig:
     weights over NCCL), whose dtype must equal the rollout dtype or the run stops before training."""
     vllm_server_base_url: str = "http://localhost:8000"
     """Server mode: URL of the vLLM server."""
-    vllm_server_timeout: float = 240.0
+    vllm_server_timeout: Annotated[float, positive()] = 240.0
     """Server mode: seconds to wait for the server to answer before failing."""
     router_replay: bool = False
     """Mixture-of-experts models: the trainer's forwards use the rollout's top-k expert choices (``nbkit.routing``)
     instead of routing again, so no token goes through other experts than it was sampled with. Needs the HF
     rollout engine (the one that reports its routing here); ``moe/flip_rate`` is logged for MoE models either way."""
-    ppo_epochs: int = 2
+    ppo_epochs: Annotated[int, at_least(1)] = 2
     """PPO presets: passes over each rollout batch (TRL's ``num_iterations``); from the second on π_old ≠ π."""
-    ppo_minibatches: int = 2
+    ppo_minibatches: Annotated[int, at_least(1)] = 2
     """PPO presets: minibatches (optimiser steps) per pass over a rollout batch (TRL's ``steps_per_generation``);
     a rollout batch thus gives ``ppo_epochs × ppo_minibatches`` of the run's ``steps``."""
-    ppo_gamma: float = 1.0
+    ppo_gamma: Annotated[float, unit()] = 1.0
     """PPO presets: GAE discount γ in [0, 1] (Oat: 1)."""
-    ppo_lambda: float = 1.0
+    ppo_lambda: Annotated[float, unit()] = 1.0
     """PPO presets: GAE λ in [0, 1] (Oat: 1)."""
-    ppo_value_clip: float = 0.2
+    ppo_value_clip: Annotated[float, positive()] = 0.2
     """PPO presets: the value loss clips v to v_old ± this (> 0; Oat: 0.2)."""
-    critic_lr: float = 1e-4
+    critic_lr: Annotated[float, positive()] = 1e-4
     """PPO presets: the critic's own AdamW learning rate (> 0)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)  # every field's type and declared range, before any value is compared
         algorithms.get(self.algorithm)
         gemm.validate(self.gemm)
         for name in ("train_dtype",) + (("rollout_dtype",) if self.rollout_dtype is not None else ()):
@@ -151,50 +156,18 @@ class RLConfig:
             raise ValueError(f"unknown vllm_mode {self.vllm_mode!r}; choose one of {VLLM_MODES}")
         if self.vllm_mode == "server" and self.rollout_engine != "vllm":
             raise ValueError(f"vllm_mode='server' needs rollout_engine='vllm', got {self.rollout_engine!r}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise ValueError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization!r}")
         if self.rollout_engine not in ENGINE_KINDS:
             raise ValueError(f"unknown rollout_engine {self.rollout_engine!r}; choose one of {ENGINE_KINDS}")
-        for name in _INTEGERS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"{name} must be an integer, got {value!r}")
-        for name in _REALS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if self.samples_per_prompt < 2:
-            raise ValueError(f"samples_per_prompt must be >= 2 (group advantages need a group), got {self.samples_per_prompt}")
-        for name in ("steps", "prompts_per_step", "max_tokens", "lora_rank", "collapse_window", "hf_engine_batch_size",
-                     "vllm_max_num_batched_tokens", "vllm_kv_cache_gib", "max_consecutive_skips",
-                     "loss_scale_growth_interval"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("lr", "temperature", "is_cap", "max_grad_norm", "loss_scale_init", "collapse_mismatch_factor",
-                     "collapse_reward_drop"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("top_k", "beta"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)!r}")
-        if self.checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every must be >= 0 (0 = off), got {self.checkpoint_every}")
-        if not str(self.output_dir).strip():
-            raise ValueError(f"output_dir must name a folder, got {self.output_dir!r}")
+        for name in ("model", "dataset", "output_dir"):
+            if not getattr(self, name).strip():
+                raise ValueError(f"{name} must name {'a folder' if name == 'output_dir' else 'something'}, "
+                                 f"got {getattr(self, name)!r}")
+        if not self.vllm_server_base_url.startswith(("http://", "https://")):
+            raise ValueError(f"vllm_server_base_url must be an http:// or https:// URL, got "
+                             f"{self.vllm_server_base_url!r}")
         if self.router_replay and self.rollout_engine != "hf":
             raise ValueError(f"router_replay=True needs rollout_engine='hf' (the engine that reports its routing "
                              f"here), got {self.rollout_engine!r}")
-        if self.ppo_epochs < 1 or self.ppo_minibatches < 1:
-            raise ValueError(f"ppo_epochs and ppo_minibatches must be >= 1, got {self.ppo_epochs!r} and "
-                             f"{self.ppo_minibatches!r}")
-        for name in ("ppo_gamma", "ppo_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
-        for name in ("ppo_value_clip", "critic_lr"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if algorithms.get(self.algorithm).critic and (self.prompts_per_step * self.samples_per_prompt) % self.ppo_minibatches:
             raise ValueError(f"ppo_minibatches={self.ppo_minibatches} must divide prompts_per_step × samples_per_prompt "
                              f"= {self.prompts_per_step * self.samples_per_prompt}")
@@ -218,11 +191,3 @@ class RLConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-_INTEGERS = ("lora_rank", "steps", "prompts_per_step", "samples_per_prompt", "max_tokens", "loss_scale_growth_interval",
-             "seed", "checkpoint_every", "collapse_window", "max_consecutive_skips", "vllm_kv_cache_gib")
-_REALS = ("lr", "temperature", "is_cap", "max_grad_norm", "loss_scale_init", "collapse_mismatch_factor",
-          "collapse_reward_drop")
-_INTEGERS += ("ppo_epochs", "ppo_minibatches")
-_REALS += ("ppo_gamma", "ppo_lambda", "ppo_value_clip", "critic_lr")
