@@ -52,6 +52,12 @@ METRICS = {
     "chi2_token": "χ²(π‖μ) per token, mean(r²) − 1 (the variance of token IS weights)",
     "chi2_seq": "χ²(π‖μ) per sequence, mean_seq(R²) − 1 with R = ∏ r (no clamping: can be inf)",
     "log_ppl_abs_diff": "verl: mean over sequences of |mean_t log μ − mean_t log π| (log-perplexity gap)",
+    "log_ppl_diff": "verl: mean over sequences of mean_t log μ − mean_t log π = log(PPL_π / PPL_μ) (signed; > 0: "
+    "the trainer finds the sampled text less likely than the engine did)",
+    "ppl_ratio": "verl: mean over sequences of PPL_π / PPL_μ = exp(mean_t log μ − mean_t log π) (1 when π = μ)",
+    "ess_token": "normalised effective sample size of the token IS weights r = π/μ, (Σr)² / (N Σr²) in (0, 1] "
+    "(verl's rollout_is_eff_sample_size at token level, here of the raw weights, before any truncation or mask)",
+    "ess_seq": "the same of the sequence IS weights R = ∏ r, over sequences (collapses long before the token ESS)",
     "seq_log_ratio/mean": "mean over sequences of log R = Σ_t (log π − log μ)",
     "seq_log_ratio/abs_mean": "mean over sequences of |log R|",
     "seq_kl": "sequence KL[μ‖π], mean over sequences of Σ_t (log μ − log π) (the paper's Fig. 5 KL)",
@@ -70,6 +76,8 @@ ALIASES = {
     "rollout_corr/chi2_token": "chi2_token",
     "rollout_corr/chi2_seq": "chi2_seq",
     "rollout_corr/log_ppl_abs_diff": "log_ppl_abs_diff",
+    "rollout_corr/log_ppl_diff": "log_ppl_diff",
+    "rollout_corr/ppl_ratio": "ppl_ratio",
     "sampling/sampling_logp_difference/mean": "token_abs_logp_diff/mean",
     "sampling/sampling_logp_difference/max": "token_abs_logp_diff/max",
 }
@@ -272,6 +280,37 @@ def seq_metrics(logp_pi, logp_mu) -> dict[str, float]:
             "seq_log_ratio_slope/intercept": intercept}
 
 
+def effective_sample_size(log_weights) -> float:
+    """Normalised effective sample size of importance weights w = exp(log_weights): (Σw)² / (N · Σw²).
+
+    Kish's ESS divided by N (verl's ``rollout_is_eff_sample_size``): 1 when every weight is equal, 1/N when one
+    weight dominates. Taken from the log-weights with the largest one factored out (the ratio does not change when
+    every weight is scaled), so sequence weights ∏ π/μ far outside float range are fine."""
+    lw = np.asarray(log_weights, dtype=np.float64).reshape(-1)
+    if lw.size == 0:
+        raise ValueError("no weights: the effective sample size of nothing is undefined")
+    if not np.isfinite(lw).all():
+        raise ValueError(f"log-weights must be finite, got {lw[~np.isfinite(lw)][:3].tolist()}")
+    w = np.exp(lw - lw.max())  # in (0, 1], the largest exactly 1
+    return float(w.sum() ** 2 / (lw.size * (w * w).sum()))
+
+
+def ess_metrics(logp_pi, logp_mu) -> dict[str, float]:
+    """ESS of the raw IS weights: per token (r = π/μ, all tokens pooled) and per sequence (R = ∏ r)."""
+    pi, mu = _ragged(logp_pi, logp_mu)
+    return {"ess_token": effective_sample_size(token_log_ratio(pi, mu)),
+            "ess_seq": effective_sample_size(seq_log_ratio(pi, mu)[0])}
+
+
+def perplexity_ratio(logp_pi, logp_mu) -> dict[str, float]:
+    """verl's perplexity diagnostics over sequences with at least one token: the signed log-perplexity gap
+    d = mean_t log μ − mean_t log π = log(PPL_π / PPL_μ) averaged (``log_ppl_diff``), and mean exp(d)
+    (``ppl_ratio``: the per-sequence ratio first, then the mean, as verl does)."""
+    pi, mu = _ragged(logp_pi, logp_mu)
+    d = np.array([b.mean() - a.mean() for a, b in zip(pi, mu) if a.size])
+    return {"log_ppl_diff": float(d.mean()), "ppl_ratio": float(np.exp(d).mean())}
+
+
 def is_ratio_stats(logp_pi, logp_mu) -> dict[str, float]:
     """TRL's token importance-sampling ratio r = π/μ: min, mean, max (before truncation)."""
     r = np.exp(token_log_ratio(logp_pi, logp_mu))
@@ -290,7 +329,8 @@ def mismatch_metrics(logp_pi, logp_mu, aliases: bool = True) -> dict[str, float]
     """Every metric of ``METRICS`` as plain floats; with ``aliases`` also Oat/verl/TRL names (``ALIASES``)."""
     pi, mu = _ragged(logp_pi, logp_mu)
     out = {"n_sequences": float(len(pi)), "n_tokens": float(sum(a.size for a in pi))}
-    for part in (token_abs_logp_diff, prob_diffs, is_ratio_stats, kl_estimators, seq_metrics):
+    for part in (token_abs_logp_diff, prob_diffs, is_ratio_stats, kl_estimators, seq_metrics, perplexity_ratio,
+                 ess_metrics):
         out.update(part(pi, mu))
     out = {k: out[k] for k in METRICS}  # the documented order
     if aliases:
