@@ -82,22 +82,68 @@ def read_config_file(path: str | Path) -> dict:
     """The fields set in a YAML (or JSON) file, type-checked; unknown keys are an error naming the close ones."""
     import yaml
 
+    from nbkit.rl.runfolder import BOOKKEEPING
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} not found")
-    data = yaml.safe_load(path.read_text()) or {}
+    text = _config_text(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValueError(f"config file {str(path)!r}{where} is not valid YAML "
+                         f"({getattr(exc, 'problem', None) or exc}); give a mapping of RLConfig fields") from None
+    data = {} if data is None else data
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expects a mapping of RLConfig fields, got {type(data).__name__}")
-    types_ = field_types()
+        raise ValueError(f"config file {str(path)!r}: expects a mapping of RLConfig fields (key: value lines), got "
+                         f"a {type(data).__name__}")
+    types_, lines = field_types(), key_lines(text)
     out = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
+        where = f"config file {str(path)!r}" + (f", line {lines[str(key)]}" if str(key) in lines else "")
         if name not in types_:
             close = difflib.get_close_matches(name, list(types_), n=3)
-            raise ValueError(f"{path}: unknown key {key!r}" + (f" (did you mean {close}?)" if close else "")
+            raise ValueError(f"{where}: unknown key {key!r}" + (f" (did you mean {close}?)" if close else "")
                              + f"; valid keys: {sorted(types_)}")
-        out[name] = convert(name, value, *types_[name])
+        try:
+            value = convert(name, value, *types_[name])
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if name in BOOKKEEPING:  # how a run was invoked: never replayed from a file (runfolder.BOOKKEEPING)
+            if value:
+                print(f"[nbkit] {where}: {name}: true is ignored (a config file never replaces or continues a "
+                      f"run); pass --{name} on the command line", file=sys.stderr)
+            continue
+        out[name] = value
     return out
+
+
+def _config_text(path: Path) -> str:
+    """The text of a config file; ValueError naming the file for a binary or non-UTF-8 one."""
+    raw = path.read_bytes()
+    if b"\0" in raw[:8192]:
+        raise ValueError(f"config file {str(path)!r} is a binary file, not YAML or JSON text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}): give a YAML or JSON "
+                         f"file of RLConfig fields") from None
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """Top-level key → its 1-based line in a YAML/JSON mapping ({} for anything else)."""
+    import yaml
+
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,15 +186,24 @@ def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace
     parser = build_parser()
     args = parser.parse_args(argv)
     options = {"config", "print_config", "quiet"}
-    values = {}
+    values, flags = {}, {k: v for k, v in vars(args).items() if k not in options}
     try:
         if args.config:
             values.update(read_config_file(args.config))
-        values.update({k: v for k, v in vars(args).items() if k not in options})
-        cfg = RLConfig(**values)
+        values.update(flags)
+        try:
+            cfg = RLConfig(**values)
+        except (ValueError, TypeError) as exc:  # a value from the file: name the file and line
+            name = str(exc).split(" ", 1)[0].rstrip(":")
+            if args.config and name in values and name not in flags:
+                lines = key_lines(_config_text(Path(args.config)))
+                line = lines.get(name, lines.get(name.replace("_", "-")))
+                raise ValueError(f"config file {args.config!r}" + (f", line {line}" if line else "")
+                                 + f": {exc}") from None
+            raise
         if not args.print_config:
             launch.check_launch(cfg.train_dtype)  # an accelerate launch that does not fit the run
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, FileNotFoundError) as exc:
         parser.error(str(exc))
     return cfg, args
 

@@ -36,14 +36,14 @@ def test_a_dataset_build_replaces_its_own_earlier_build_and_leaves_no_temporary_
     assert sorted(p.name for p in (tmp_path / "sets").iterdir()) == ["t"]  # no .tmp or .old left beside it
 
 
-def test_a_dataset_folder_from_before_markers_is_recognised_as_the_workbooks(tmp_path):
+def test_only_the_marker_makes_a_folder_the_workbooks_never_its_file_names(tmp_path):
     out = tmp_path / "old"
     build(tmp_path, out)
-    (out / outputs.MARKER).unlink()
     assert outputs.check_folder(out, "dataset") == "own"
-    (out / "extra.csv").write_text("a user's file")
-    with pytest.raises(outputs.OutputFolderError, match=r"extra\.csv"):
+    (out / outputs.MARKER).unlink()  # exactly a dataset's files, but nothing says the workbook wrote them
+    with pytest.raises(outputs.OutputFolderError, match=r"card\.json.*no \.nbkit-output\.json marker") as err:
         outputs.check_folder(out, "dataset")
+    assert "overwrite" not in str(err.value)  # a refusal never advises replacing the user's folder
 
 
 def test_a_folder_of_another_kind_is_refused(tmp_path):

@@ -114,7 +114,7 @@ def test_a_run_never_writes_into_a_folder_of_someone_elses_files(tmp_path, arith
 
 def test_only_a_partial_checkpoint_is_reported_by_name(tmp_path, arith_jsonl):
     cfg = config(tmp_path / "run", arith_jsonl, resume=True)
-    cfg.out.mkdir()
+    outputs.write_marker(cfg.out, runfolder.KIND)  # the workbook's own run folder (only its marker says so)
     (cfg.out / "config.json").write_text(json.dumps(cfg.to_dict()))
     (cfg.out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
     (cfg.out / "checkpoint-2").mkdir()

@@ -198,7 +198,19 @@ def _quiet_console(trainer) -> None:
 def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     """Run (or with ``cfg.resume`` continue) one RL fine-tuning run; returns its metrics.
 
-    A resume of a finished run with no more steps returns the run's rows without training."""
+    A resume of a finished run with no more steps returns the run's rows without training. The run folder must
+    pass ``outputs.check_folder`` (nothing is written into a folder that is not the workbook's), then this process
+    holds its lock until the run ends (``runfolder.hold``): a second process on it is refused."""
+    outputs.check_folder(cfg.out, runfolder.KIND, "run folder")
+    lock = runfolder.hold(cfg.out, world()[0])
+    try:
+        return _train(cfg, progress)
+    finally:
+        lock.release()
+
+
+def _train(cfg: RLConfig, progress: bool) -> RunResult:
+    """``train`` with the run folder's lock held."""
     rank, world_size = world()
     per_device_batch(cfg, world_size)  # fails before anything loads
     launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden

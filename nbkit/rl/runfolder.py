@@ -29,12 +29,17 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from nbkit import outputs
+from nbkit.locks import LOCK, FolderLock
 
 KIND = "rl-run"
 """The ``nbkit.outputs`` kind of a run folder."""
 
 STATE_FILE = "nbkit_state.json"
 """Written into ``checkpoint-N`` after transformers' files: the workbook's own state of the run at that step."""
+
+BOOKKEEPING = ("resume", "overwrite")
+"""How a run was invoked, not what it is: saved as False in ``config.json`` and never read from a config file, so
+replaying a run's config (``nbkit train --config run/config.json``) never replaces or continues a run by itself."""
 
 SAFE_TO_CHANGE = ("steps", "resume", "overwrite", "checkpoint_every", "output_dir", "max_consecutive_skips",
                   "vllm_kv_cache_gib")
@@ -152,6 +157,14 @@ def plan_run(cfg) -> RunPlan:
                    message=f"resuming run {run_id or out.name} from {ckpt.name} ({done} steps logged){named}")
 
 
+def hold(out: Path, rank: int = 0) -> FolderLock:
+    """This process's lock on run folder ``out`` for the life of the run (``nbkit.locks``): a second process on the
+    folder, fresh or resume, is refused naming the holder. Each rank of a multi-process run holds its own lock file,
+    so a second launch is refused rank by rank. Call after ``outputs.check_folder`` passed: the lock file is
+    written into the folder."""
+    return FolderLock(out, "run folder", LOCK if rank == 0 else f"{LOCK}-rank-{rank}").acquire()
+
+
 def begin(plan: RunPlan, cfg) -> str:
     """Make the folder ready for training (called when training starts); returns the run id."""
     from nbkit.rl.monitor import MetricsLog
@@ -165,7 +178,7 @@ def begin(plan: RunPlan, cfg) -> str:
     for ckpt in plan.partial:
         shutil.rmtree(ckpt, ignore_errors=True)
     mark = outputs.write_marker(out, KIND, id=plan.run_id or None)
-    outputs.write_json(out / "config.json", cfg.to_dict())
+    outputs.write_json(out / "config.json", {**cfg.to_dict(), **{k: False for k in BOOKKEEPING}})
     log = MetricsLog(out / "metrics.jsonl")
     if plan.action == "resume":
         log.truncate_after(int(plan.checkpoint.name.split("-")[-1]))
