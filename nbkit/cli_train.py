@@ -227,4 +227,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nbkit.commands import guarded
+
+    sys.exit(guarded(main, prog="nbkit train"))

@@ -1,7 +1,10 @@
-"""The ``nbkit`` subcommands that live outside ``nbkit.runner``: name → (module with ``main(argv)``, help)."""
+"""The ``nbkit`` subcommands that live outside ``nbkit.runner``: name → (module with ``main(argv)``, help), and how
+every command line reports a refusal: one line naming the value, exit status 2, no traceback unless ``--debug``."""
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("nbkit.cli_train", "one RL run from flags and/or a YAML file (every RLConfig field is a flag)"),
@@ -14,3 +17,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def dispatch(name: str, argv: list[str]) -> int:
     """Run subcommand ``name`` with the rest of the command line."""
     return importlib.import_module(COMMANDS[name][0]).main(argv)
+
+
+DEBUG_FLAG = "--debug"
+"""Anywhere on a command line (or ``NBKIT_DEBUG=1``): a refusal shows its traceback too."""
+
+
+def refusals() -> tuple[type, ...]:
+    """The errors a command line reports as a refusal of its input: bad values, files and folders, a busy run."""
+    from nbkit.locks import FolderLockedError
+
+    return (ValueError, TypeError, LookupError, OSError, FolderLockedError)
+
+
+def guarded(main, argv: list[str] | None = None, prog: str = "nbkit") -> int:
+    """``main(argv)`` with refusals printed as one line ``prog: error: ...`` on stderr and exit status 2 (argparse's
+    status for bad usage); ``--debug`` (removed from ``argv``) or ``NBKIT_DEBUG=1`` re-raises with the traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = DEBUG_FLAG in argv or os.environ.get("NBKIT_DEBUG") == "1"
+    argv = [a for a in argv if a != DEBUG_FLAG]
+    try:
+        return main(argv)
+    except refusals() as exc:
+        if debug:
+            raise
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{prog}: error: {text} (--debug shows the traceback)", file=sys.stderr, flush=True)
+        return 2

@@ -36,6 +36,8 @@ EPSILON = 0.2
 """PPO / GRPO clip ε (TRL's default ``epsilon``)."""
 FP16_MAX = 65504.0
 """Largest finite FP16 number: a weight beyond it cannot be stored in FP16 at all."""
+KIND = "doctor"
+"""The ``nbkit.outputs`` kind of a doctor report folder."""
 
 
 @dataclass
@@ -62,8 +64,10 @@ class DoctorConfig:
     """Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."""
 
     def __post_init__(self) -> None:
+        from nbkit.fieldcheck import check_fields
         from nbkit.models import DTYPES
 
+        check_fields(self)  # types (and ints >= 0) from the annotations, before anything is compared
         bad = [d for d in self.dtypes if d not in DTYPES]
         if bad or not self.dtypes:
             raise ValueError(f"unknown dtypes {bad or self.dtypes!r}; choose from {tuple(DTYPES)}")
@@ -223,9 +227,10 @@ def crossing_figure(result: DoctorResult):
 
 def write_html(result: DoctorResult, out: Path) -> Path:
     """``doctor.html`` (verdict, table, figures with plotly.js inlined once: viewable offline) and ``doctor.json``."""
+    from nbkit import outputs
     from nbkit.plots import mismatch as plots
 
-    out.mkdir(parents=True, exist_ok=True)
+    outputs.check_folder(out, KIND, "doctor folder")  # new, empty or an earlier doctor report: never a user's
     figures = [crossing_figure(result)]
     if result.pairs:
         pairs = result.pairs
@@ -239,8 +244,9 @@ def write_html(result: DoctorResult, out: Path) -> Path:
             f"<h1>nbkit doctor: {html.escape(result.config.model)}</h1>"
             f"<h2>Verdict: {html.escape(result.verdict)}</h2><ul>{reasons}</ul>"
             f"<pre>{html.escape(result.text())}</pre>{body}")
-    (out / "doctor.html").write_text(page, encoding="utf-8")
-    (out / "doctor.json").write_text(json.dumps(result.to_json(), indent=2, default=float))
+    outputs.write_marker(out, KIND, model=result.config.model)
+    outputs.write_text(out / "doctor.html", page)
+    outputs.write_text(out / "doctor.json", json.dumps(result.to_json(), indent=2, default=float))
     return out / "doctor.html"
 
 
@@ -259,6 +265,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = DoctorConfig(model=args.model, engine=args.engine, dtypes=tuple(args.dtypes), n_prompts=args.n_prompts,
                            samples_per_prompt=args.samples_per_prompt, max_tokens=args.max_tokens,
                            target_length=args.target_length, seed=args.seed)
+        if args.out is not None and not args.out.strip():
+            raise ValueError(f"--out {args.out!r}: name the doctor's report folder")
+        out = Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name
+        from nbkit import outputs
+
+        outputs.check_folder(out, KIND, "doctor folder")  # before any model loads or sample is drawn
     except ValueError as exc:
         parser.error(str(exc))
     from nbkit import versions
@@ -266,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     versions.check()  # the vLLM engine's internals are used as tested at the pinned version
     result = diagnose(cfg, progress=True)
     print(result.text())
-    page = write_html(result, Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name)
+    page = write_html(result, out)
     print(f"[nbkit] doctor report: {page}")
     return 0
 
@@ -275,4 +287,6 @@ if __name__ == "__main__":
     from nbkit import paths as _paths
 
     _paths.setup_environment()
-    sys.exit(main())
+    from nbkit.commands import guarded
+
+    sys.exit(guarded(main, prog="nbkit doctor"))

@@ -81,6 +81,7 @@ def resolve(ref: str | os.PathLike) -> str:
         path = Path(ref).expanduser()
         if not (path / "config.json").exists():
             raise ValueError(f"model directory {ref!r} has no config.json (not a transformers checkpoint)")
+        check_model_config(path)
         return str(path)
     if _HUB_ID.match(ref) and not Path(ref).exists():
         if os.environ.get("HF_HUB_OFFLINE") == "1":
@@ -95,6 +96,21 @@ def resolve(ref: str | os.PathLike) -> str:
         f"unknown model {ref!r}: not a built-in model {BUILTIN_MODELS}, not an existing directory, "
         f"not a hub id of the form org/name"
     )
+
+
+def check_model_config(path: Path) -> None:
+    """``path/config.json`` reads as a transformers model config (an object with a ``model_type``); ValueError naming
+    the file otherwise (e.g. a run's ``config.json`` or a text file), before anything is loaded."""
+    file = Path(path) / "config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"model directory {str(path)!r}: {file.name} is not JSON ({exc}); not a transformers "
+                         f"checkpoint") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        keys = sorted(config)[:8] if isinstance(config, dict) else type(config).__name__
+        raise ValueError(f"model directory {str(path)!r}: {file.name} is not a transformers model config (no "
+                         f"model_type; it holds {keys})")
 
 
 def _hub_cache_has(hub_id: str) -> bool:

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, fields
 
 from nbkit import launch
+from nbkit.fieldcheck import Range, check_value
 from nbkit.profiles import PROFILES
 from nbkit.rl.config import RLConfig
 from nbkit.rl.run import per_device_batch
@@ -30,6 +31,8 @@ from nbkit.rl.study import run_label
 
 NOTEBOOK = "03_rl_training"
 MODES = ("server", "colocate")
+MAX_GPUS = 64
+"""The most GPUs ``nbkit plan`` plans for on one node (a larger count is a typo, not a node)."""
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 _NOT_RLCONFIG = {"algorithms", "train_dtypes", "seeds", "torch_threads"}
 """Notebook-03 parameters that are not ``RLConfig`` fields (the notebook loops over the first three)."""
@@ -112,12 +115,17 @@ def make_plan(profile: str = "gpu", gpus: int = 8, mode: str = "server", server_
     """The commands for ``gpus`` GPUs; every choice is validated (and the batch split checked) first."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
+    check_value("--gpus", gpus, int, False, Range(1, MAX_GPUS))
+    check_value("--port", port, int, False, Range(1, 65535))
+    check_value("--server-gpus", server_gpus, int, True, Range(1, MAX_GPUS))  # 0 is refused, never replaced
+    if mode != "server" and server_gpus is not None:
+        raise ValueError(f"--server-gpus {server_gpus}: only server mode has a vLLM server; drop it for --mode {mode}")
     if gpus < 1 or (mode == "server" and gpus < 2):
         raise ValueError(f"--gpus {gpus}: server mode needs >= 2 GPUs (one serves), colocate >= 1")
     configs = run_configs(profile)
     total = configs[0].prompts_per_step * configs[0].samples_per_prompt
     if mode == "server":
-        server_gpus = server_gpus or _default_server_gpus(gpus, total)
+        server_gpus = server_gpus if server_gpus is not None else _default_server_gpus(gpus, total)
         if not 1 <= server_gpus < gpus:
             raise ValueError(f"--server-gpus {server_gpus}: give the server 1..{gpus - 1} of the {gpus} GPUs")
     else:

@@ -167,6 +167,14 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``nbkit`` command (and ``python -m nbkit``): a refusal is one line and exit status 2 (``--debug``: the
+    traceback too)."""
+    from nbkit.commands import guarded
+
+    return guarded(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
     from nbkit import paths
     from nbkit.commands import COMMANDS, dispatch
 
@@ -183,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--profile", default="cpu", help=f"one of {tuple(PROFILES)}")
     p_run.add_argument("--out", default=str(REPORTS), help="report folder")
     p_run.add_argument("--only", nargs="+", help="notebook stems (or prefixes) to run")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a refusal (anywhere on the line)")
     sub.add_parser("list", help="notebooks and their parameters per profile")
     args = parser.parse_args(argv)
     if args.cmd == "list":

@@ -283,12 +283,20 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
 
         return pq.read_table(path).to_pylist()
     if suffix in (".jsonl", ".json"):
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); expected JSON lines of problems") from None
         if suffix == ".json" and text.lstrip().startswith("["):
             try:
-                return json.loads(text)
+                rows = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})") from exc
+            bad = next((i for i, r in enumerate(rows, 1) if not isinstance(r, dict)), None)
+            if bad is not None:
+                raise ValueError(f"{path}: item {bad} of the list is a {type(rows[bad - 1]).__name__}, not an object "
+                                 f"with columns")
+            return rows
         rows = []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -302,6 +310,23 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
             rows.append(row)
         return rows
     raise ValueError(f"cannot read {path}: expected a save_to_disk folder, .parquet, .jsonl or .json")
+
+
+def check_rows(cfg: TaskConfig, rows: list) -> None:
+    """Every row (not only the first) is an object holding the problem and answer columns, with a non-empty text
+    problem; ValueError naming the source, the row (1-based) and what it holds."""
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise ValueError(f"problem source {cfg.source!r}: row {number} is a {type(row).__name__}, not an object "
+                             f"with columns")
+        missing = [k for k in (cfg.problem_key, cfg.answer_key) if k not in row]
+        if missing:
+            raise ValueError(f"problem source {cfg.source!r}: row {number} has no column(s) {missing}; its columns: "
+                             f"{sorted(row)}")
+        problem = row[cfg.problem_key]
+        if not isinstance(problem, str) or not problem.strip():
+            raise ValueError(f"problem source {cfg.source!r}: row {number}'s {cfg.problem_key!r} is {problem!r}, "
+                             f"not a non-empty text")
 
 
 def load_problems(cfg: TaskConfig) -> list[dict]:
@@ -324,6 +349,7 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
     if missing:
         raise ValueError(f"problem source {cfg.source!r} has no column(s) {missing}; available columns: "
                          f"{columns} (set problem_key= / answer_key=)")
+    check_rows(cfg, rows)
     order = list(range(len(rows)))
     if cfg.pool_size and cfg.pool_size < len(rows):
         order = sorted(random.Random(cfg.seed).sample(order, cfg.pool_size))

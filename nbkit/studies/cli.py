@@ -79,4 +79,6 @@ if __name__ == "__main__":
     from nbkit import paths as _paths
 
     _paths.setup_environment()
-    sys.exit(main())
+    from nbkit.commands import guarded
+
+    sys.exit(guarded(main, prog="nbkit study"))
