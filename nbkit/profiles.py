@@ -58,6 +58,10 @@ PROFILES: dict[str, dict[str, dict]] = {
             "train_dtypes": ["fp16", "bf16"], "rollout_engine": "vllm", "steps": 1000, "prompts_per_step": 64,
             "samples_per_prompt": 8, "lr": 1e-6, "max_tokens": 8192, "checkpoint_every": 50, "torch_threads": 0,
             "seeds": [0],  # one seed per GPU-day; add seeds before comparing precisions
+            # one 80 GB GPU in the notebook's kernel: vLLM colocated (30 %, asleep during the update) and one
+            # sequence of up to 10,240 tokens per micro-batch, 512 per step (nbkit.rl.memory: peak ~54 of 80 GiB);
+            # `nbkit plan` re-sizes the micro-batches for its own GPU count
+            "gradient_accumulation_steps": 512, "vllm_sleep_mode": True,
             # PPO with a critic in the paper's setting (vLLM rollouts), no stored CPU study next to it
             "ppo_steps": 1000, "ppo_rollout_engine": "vllm", "ppo_critic_lr": 1e-5, "ppo_stored": "",
             "ppo_output_dir": "runs/gpu/03_ppo",

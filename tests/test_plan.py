@@ -53,7 +53,7 @@ def test_a_gpu_count_that_cannot_split_the_batch_names_the_ones_that_can():
     ({"profile": "laptop"}, "unknown profile 'laptop'"),
     ({"profile": "cpu"}, "profile 'cpu' sets no RL algorithms"),  # the notebook's own defaults: nothing to plan
     ({"mode": "remote"}, "unknown mode 'remote'"),
-    ({"gpus": 1}, "server mode needs >= 2 GPUs"),
+    ({"gpus": 1, "mode": "server"}, "server mode needs >= 2 GPUs"),
     ({"kind": "zero1"}, "unknown accelerate config 'zero1'"),
 ])
 def test_bad_requests_are_refused_with_the_choices(kwargs, message):

@@ -53,7 +53,8 @@ def _generation(monkeypatch, served: str, requested: str, logprobs_mode="process
     monkeypatch.setattr("trl.generation.vllm_client.VLLMClient",
                         lambda **kw: FakeClient(**kw, dtype=served, logprobs_mode=logprobs_mode))
     gen = ServerGeneration.__new__(ServerGeneration)
-    gen.accelerator = SimpleNamespace(is_main_process=True, num_processes=1, device="cuda:0")
+    gen.accelerator = SimpleNamespace(is_main_process=True, num_processes=1, device="cuda:0",
+                                      wait_for_everyone=lambda: None)
     gen.server_base_url, gen.group_port, gen.server_timeout = "http://gpu0:8000", 51216, 1.0
     gen.rollout_dtype, gen.served = requested, None
     gen._init_vllm()

@@ -10,6 +10,7 @@ produced, and which GEMM kernel policy ran (``nbkit.gemm``), so a run can fail w
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import torch
@@ -36,6 +37,44 @@ def enable_cpu_fp16(accelerator, growth_interval: int = 400, init_scale: float =
         accelerator.device.type, init_scale=init_scale, growth_interval=growth_interval
     )
     return True
+
+
+def scaler_kwargs(init_scale: float, growth_interval: int):
+    """accelerate's ``GradScalerKwargs`` for the run's FP16 loss scaling: with it accelerate builds its own scaler
+    (torch's ``GradScaler`` for one GPU / DDP / FSDP2, ``ShardedGradScaler`` for FSDP1) with the paper's settings
+    instead of torch's defaults (growth interval 2,000)."""
+    from accelerate.utils import GradScalerKwargs
+
+    return GradScalerKwargs(init_scale=float(init_scale), growth_interval=int(growth_interval))
+
+
+def deepspeed_loss_scaling(ds_config: dict, init_scale: float, growth_interval: int) -> dict:
+    """Write the run's loss scaling into a DeepSpeed config's ``fp16`` block (in place; returned): dynamic scaling
+    (``loss_scale: 0``), ``initial_scale_power = log2(init_scale)`` and ``loss_scale_window = growth_interval``.
+    DeepSpeed's scale starts at a power of two: any other ``init_scale`` is refused. A config without FP16 is
+    left as it is."""
+    block = ds_config.get("fp16") or {}
+    if not block.get("enabled"):
+        return ds_config
+    power = math.log2(init_scale)
+    if power != int(power):
+        raise ValueError(f"DeepSpeed starts its loss scale at a power of two; loss_scale_init={init_scale!r} is "
+                         f"none (choose e.g. {2.0 ** round(power)!r})")
+    block.update(loss_scale=0, initial_scale_power=int(power), loss_scale_window=int(growth_interval))
+    return ds_config
+
+
+def scaler_settings(accelerator) -> dict | None:
+    """The FP16 loss scaler's (init scale, growth interval) as the run will use them, read back from the scaler
+    accelerate built or from DeepSpeed's config; None without FP16 loss scaling."""
+    if accelerator.scaler is not None:
+        return {"init_scale": float(accelerator.scaler._init_scale),
+                "growth_interval": int(accelerator.scaler._growth_interval)}
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    block = (plugin.deepspeed_config.get("fp16") or {}) if plugin is not None else {}
+    if block.get("enabled"):
+        return {"init_scale": 2.0 ** block["initial_scale_power"], "growth_interval": int(block["loss_scale_window"])}
+    return None
 
 
 class PrecisionAudit:

@@ -113,6 +113,15 @@ class RLConfig:
     """Colocated vLLM: tokens the scheduler batches per engine step (larger = faster, more memory)."""
     hf_engine_batch_size: Annotated[int, at_least(1)] = 1024
     """HF rollout engine: sequences per ``generate`` call (a step's rollouts larger than this are chunked)."""
+    gradient_accumulation_steps: Annotated[int, at_least(1)] = 1
+    """Micro-batches per optimiser step (TRL's ``gradient_accumulation_steps``): each process's share of the step's
+    batch is split into this many loss forwards/backwards, so a GPU holds the activations of one micro-batch only.
+    The optimiser step, the advantages and the rollout batch are unchanged (it must divide each process's share;
+    ``nbkit plan`` sizes it from tokens per GPU)."""
+    vllm_sleep_mode: bool = False
+    """Colocated vLLM on a GPU: put the engine to sleep (level 1: weights to host memory, KV cache freed) between
+    rollouts, so its memory share is free during the loss backward; woken before each weight sync. The CPU
+    backend ignores it."""
     vllm_mode: str = "colocate"
     """``colocate``: the vLLM engine runs inside every training process (as today); ``server``: rollouts come
     from a running ``trl vllm-serve`` / ``vllm serve`` at ``vllm_server_base_url`` (GPU only: TRL syncs
@@ -138,10 +147,31 @@ class RLConfig:
     """PPO presets: the value loss clips v to v_old ± this (> 0; Oat: 0.2)."""
     critic_lr: Annotated[float, positive()] = 1e-4
     """PPO presets: the critic's own AdamW learning rate (> 0)."""
+    correction: str | None = None
+    """How μ enters the loss, independent of the loss (``nbkit.rl.algorithms.CORRECTIONS``): ``none``,
+    ``token_tis`` / ``seq_tis`` (cap ``is_cap``), ``seq_mis`` (threshold ``is_cap``), ``icepop`` (band
+    [``icepop_low``, ``icepop_high``]) or ``mu_old`` (μ as π_old in the clip); None keeps the preset's own."""
+    icepop_low: Annotated[float, positive()] = 0.5
+    """IcePop: tokens whose π/μ is below this are masked (the IcePop report's α = 0.5)."""
+    icepop_high: Annotated[float, positive()] = 5.0
+    """IcePop: tokens whose π/μ is above this are masked (the IcePop report's β = 5)."""
+    judge_every: int = 0
+    """Held-out judge (``nbkit.rl.judge``): every this many steps, and at step 0 (before any update) and the last
+    step, the policy's accuracy on ``judge_set`` sampled by an FP32 HF engine holding a copy of the current
+    weights, logged as ``judge/accuracy`` beside the training accuracy; 0 = off."""
+    judge_set: str = "data/tiny_arith_heldout"
+    """The judge's fixed held-out problems (a path or named source of ``nbkit.tasks``; >= 256 problems, none of
+    them in ``dataset``), graded like the training set (``template``, ``grader``)."""
+    judge_samples: Annotated[int, at_least(1)] = 4
+    """Judge: responses sampled per held-out problem (temperature ``temperature``, no top-p/top-k)."""
 
     def __post_init__(self) -> None:
         check_fields(self)  # every field's type and declared range, before any value is compared
-        algorithms.get(self.algorithm)
+        algorithms.resolve(self.algorithm, self.correction)
+        if not self.icepop_low < self.icepop_high:
+            raise ValueError(f"icepop_low must be below icepop_high, got [{self.icepop_low!r}, {self.icepop_high!r}]")
+        if self.judge_every and not self.judge_set.strip():
+            raise ValueError(f"judge_every={self.judge_every} needs a judge_set, got {self.judge_set!r}")
         gemm.validate(self.gemm)
         for name in ("train_dtype",) + (("rollout_dtype",) if self.rollout_dtype is not None else ()):
             if getattr(self, name) not in DTYPES:
@@ -177,6 +207,11 @@ class RLConfig:
                              f"rollout batch would not hold the rest of the batch) or 0")
         if self.resume and self.overwrite:
             raise ValueError("resume=True and overwrite=True contradict each other: continue the run or replace it")
+
+    @property
+    def algo(self) -> algorithms.Algorithm:
+        """The algorithm preset with ``correction`` applied (what the trainer runs)."""
+        return algorithms.resolve(self.algorithm, self.correction)
 
     @property
     def rollout(self) -> str:

@@ -102,8 +102,13 @@ def _mean(xs: list[float]) -> float:
 
 
 def first_non_finite(model: torch.nn.Module) -> str | None:
-    """Name of the first parameter holding a NaN or inf (None when all are finite)."""
+    """Name of the first parameter holding a NaN or inf on this process (None when all are finite).
+
+    Under DeepSpeed ZeRO-3 a parameter outside its forward is an empty placeholder and this process's shard lives
+    in ``ds_tensor``: that shard is checked (every process checks its own; the trainer gathers the verdicts)."""
     for name, p in model.named_parameters():
-        if not torch.isfinite(p).all():
+        shard = getattr(p, "ds_tensor", None)
+        data = shard if shard is not None and p.numel() == 0 else p
+        if not torch.isfinite(data).all():
             return name
     return None

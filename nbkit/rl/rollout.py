@@ -34,6 +34,9 @@ class EngineGeneration(VLLMGeneration):
         self.last_routing = self.last_prompt_lens = None
         """MoE models on the HF engine: the last ``generate``'s routing per sequence (``Rollout.routing``)."""
         self.seconds = {"generate": 0.0, "sync": 0.0}
+        self.length_hits = [0, 0]
+        """(answers that ended at the length limit, answers) since the last ``take_length_hits``."""
+        self.asleep = False
         self._calls = 0
         super().__init__(mode="colocate", **trl_kwargs)
 
@@ -42,7 +45,14 @@ class EngineGeneration(VLLMGeneration):
         if self.engine_kind == "hf":
             self.engine = HFEngine(self.model_ref, self.rollout_dtype, device=self.accelerator.device,
                                    batch_size=self.hf_batch_size, progress=False, gemm=self.gemm_policy)
-            return
+        else:
+            self._init_vllm_engine()
+        # TRL's own closing barrier: without it the processes leave in step with the slowest engine start-up
+        # only by luck (TRL notes DeepSpeed hangs at initialisation without it).
+        self.accelerator.wait_for_everyone()
+
+    def _init_vllm_engine(self) -> None:
+        """The colocated vLLM engine: context = longest prompt + max_tokens, sleep mode on GPUs when asked."""
         from trl.trainer.utils import ensure_master_addr_port
 
         acc = self.accelerator
@@ -55,13 +65,33 @@ class EngineGeneration(VLLMGeneration):
             kv_cache_gib=self.kv_cache_gib, progress=False, max_model_len=self.max_model_length,
             distributed_executor_backend="external_launcher", max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
+            **({"enable_sleep_mode": True} if self.sleeps else {}),
         )
         self.llm = self.engine.llm
+        self._sleep()
+
+    @property
+    def sleeps(self) -> bool:
+        """Sleep mode asked for and meaningful: a vLLM engine on a GPU (the CPU backend has none)."""
+        return bool(self.enable_sleep_mode) and self.engine_kind == "vllm" and self.accelerator.device.type == "cuda"
+
+    def _sleep(self) -> None:
+        """Level 1: weights to host memory, KV cache freed (level 2 would discard weights the sync never rewrites
+        if a generation came without a sync before it)."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
 
     @torch.no_grad()
     def sync_weights(self) -> None:
         """Push the trainer's current weights (LoRA merged) into the engine."""
         start = time.perf_counter()
+        self._wake()
         weights = self._iter_named_params()
         if self.engine_kind == "vllm":
             with gemm.suspended():  # vLLM keeps its own kernels: no workbook GEMM policy inside it
@@ -87,7 +117,11 @@ class EngineGeneration(VLLMGeneration):
             logprobs_mode="processed_logprobs",
         )
         self._calls += 1
+        self._wake()
         rollouts = self.engine.generate_ids(prompts, sampling)
+        self._sleep()
+        self.length_hits[0] += sum(r.finish_reason == "length" for r in rollouts)
+        self.length_hits[1] += len(rollouts)
         self.last_routing = [r.routing for r in rollouts] if rollouts and rollouts[0].routing is not None else None
         self.last_prompt_lens = [len(r.prompt_ids) for r in rollouts]
         self.seconds["generate"] += time.perf_counter() - start
@@ -116,8 +150,17 @@ class EngineGeneration(VLLMGeneration):
         out, self.seconds = self.seconds, {"generate": 0.0, "sync": 0.0}
         return out
 
+    def take_length_hits(self) -> tuple[int, int]:
+        """(answers that ended at the length limit, answers) generated on this process since the last call."""
+        out, self.length_hits = tuple(self.length_hits), [0, 0]
+        return out
+
     def close(self) -> None:
-        """Release the engine."""
+        """Release the engine: shut it down, drop every reference to it (``llm`` too) and free the device cache,
+        so a second run in the same kernel finds the memory free (vLLM checks it at start-up)."""
+        from nbkit.engines import release_memory
+
         if self.engine is not None:
             self.engine.close()
-            self.engine = None
+        self.engine = self.llm = None
+        release_memory()

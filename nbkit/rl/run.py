@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nbkit import launch, logs, models, outputs, tasks, versions
 from nbkit.engines import encode_prompt
-from nbkit.rl import algorithms, runfolder
+from nbkit.rl import algorithms, judge, runfolder
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
 
@@ -76,9 +76,30 @@ def check_grader_fits(task: tasks.Task, cfg: RLConfig) -> None:
                          f"choose one of {sorted(tasks.GRADERS)}")
 
 
-def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str) -> None:
+def trl_prompt(tokenizer, prompt: str) -> str:
+    """The prompt text to hand TRL so that it tokenizes to the template's own ids, special tokens once.
+
+    TRL tokenizes text prompts with the tokenizer's special tokens (``tokenizer(text)``); a tokenizer that adds a
+    BOS itself (``add_bos_token``, e.g. R1-Distill's) would put a second one before a template that already holds
+    the BOS text. Such a leading BOS text is dropped here; any other difference is refused."""
+    own = encode_prompt(tokenizer, prompt)
+    text = prompt
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and prompt.startswith(bos) and tokenizer(prompt)["input_ids"] != own:
+        text = prompt[len(bos):]
+    if tokenizer(text)["input_ids"] != own:
+        raise ValueError(f"the tokenizer adds special tokens to prompt {prompt[:60]!r} that its template does not "
+                         f"hold ({tokenizer(text)['input_ids'][:8]}... vs {own[:8]}...): TRL would train on other "
+                         f"ids than the engines sample from; put them in the template (nbkit.tasks.TEMPLATES)")
+    return text
+
+
+def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str) -> int:
     """Every prompt tokenizes to something, loses no visible character, and leaves room for ``max_tokens``
-    within the model's context (transformers would otherwise fail mid-run, or train on cut prompts)."""
+    within the model's context (transformers would otherwise fail mid-run, or train on cut prompts). Returns the
+    context the run needs, longest prompt + ``max_tokens``: the rollout engine's ``max_model_len`` (vLLM ends a
+    request at its ``max_model_len`` with an ordinary "length" finish, so a shorter one would cut answers
+    silently)."""
     from transformers import AutoConfig
 
     context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
@@ -92,9 +113,17 @@ def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str)
             raise ValueError(f"the tokenizer of model {cfg.model!r} cannot represent prompt {prompt[:80]!r} (it "
                              f"reads back as {tokenizer.decode(ids)[:80]!r}): characters outside its vocabulary")
         longest = max(longest, (len(ids), prompt))
-    if context and longest[0] + cfg.max_tokens > context:
-        raise ValueError(f"prompt {longest[1][:60]!r} has {longest[0]} tokens; with max_tokens={cfg.max_tokens} "
-                         f"that exceeds model {cfg.model!r}'s context of {context} positions")
+    return needed_context(cfg, longest[0], context, longest[1])
+
+
+def needed_context(cfg: RLConfig, longest_prompt: int, context: int | None, example: str = "") -> int:
+    """``longest_prompt + max_tokens``; ValueError naming both when the model's ``context`` cannot hold it."""
+    needed = longest_prompt + cfg.max_tokens
+    if context and needed > context:
+        raise ValueError(f"prompt {example[:60]!r} has {longest_prompt} tokens; with max_tokens={cfg.max_tokens} "
+                         f"that exceeds model {cfg.model!r}'s context of {context} positions (vLLM would cut the "
+                         f"answers at {context} tokens); lower max_tokens to at most {context - longest_prompt}")
+    return needed
 
 
 def reward_function(task: tasks.Task, kind: str = "correctness", max_tokens: int = 1):
@@ -136,6 +165,19 @@ def per_device_batch(cfg: RLConfig, world_size: int) -> int:
     return total // world_size
 
 
+def micro_batch(cfg: RLConfig, world_size: int) -> int:
+    """Completions per loss forward on one process: its share of the step's batch (``per_device_batch``) split
+    into ``gradient_accumulation_steps`` micro-batches (and, for PPO presets, into ``ppo_minibatches`` first)."""
+    share = per_device_batch(cfg, world_size)
+    parts = cfg.gradient_accumulation_steps * (cfg.ppo_minibatches if algorithms.get(cfg.algorithm).critic else 1)
+    if share % parts:
+        raise ValueError(f"each of {world_size} processes holds {share} completions per step, which "
+                         f"gradient_accumulation_steps={cfg.gradient_accumulation_steps}"
+                         + (f" × ppo_minibatches={cfg.ppo_minibatches}" if parts != cfg.gradient_accumulation_steps else "")
+                         + f" cannot split evenly; choose a divisor of {share}")
+    return share // parts
+
+
 def check_reward(fn, problems: list[dict]) -> None:
     """Call the reward once; a reward that raises or returns no number fails here, not mid-run."""
     try:
@@ -147,21 +189,24 @@ def check_reward(fn, problems: list[dict]) -> None:
         raise ValueError(f"the reward function must return one number per completion, got {value!r}")
 
 
-def grpo_config(cfg: RLConfig):
-    """TRL's ``GRPOConfig`` for the run (precision, batch geometry, the algorithm preset, checkpoints)."""
+def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
+    """TRL's ``GRPOConfig`` for the run (precision, batch geometry, the algorithm preset, checkpoints);
+    ``max_model_length``: the vLLM context the run needs (``check_prompts``: longest prompt + ``max_tokens``)."""
     from trl import GRPOConfig
 
     return GRPOConfig(**{**dict(
         output_dir=str(cfg.out), max_steps=cfg.steps, learning_rate=cfg.lr, lr_scheduler_type="constant",
         warmup_steps=0, weight_decay=0.0, max_grad_norm=cfg.max_grad_norm, seed=cfg.seed,
-        per_device_train_batch_size=per_device_batch(cfg, world()[1]), gradient_accumulation_steps=1,
+        per_device_train_batch_size=micro_batch(cfg, world()[1]),
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         num_generations=cfg.samples_per_prompt, max_completion_length=cfg.max_tokens,
         temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, beta=cfg.beta, num_iterations=1,
         bf16=cfg.train_dtype == "bf16", fp16=cfg.train_dtype == "fp16",
         logging_steps=1, report_to="none", disable_tqdm=False, use_cpu=not _has_accelerator(),
         save_strategy="steps" if cfg.checkpoint_every else "no", save_steps=cfg.checkpoint_every or 500,
-        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, vllm_max_model_length=None,
-        **algorithms.grpo_options(algorithms.get(cfg.algorithm), cfg.is_cap),
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, vllm_max_model_length=max_model_length,
+        vllm_enable_sleep_mode=cfg.vllm_sleep_mode,
+        **algorithms.grpo_options(cfg.algo, cfg.is_cap, (cfg.icepop_low, cfg.icepop_high)),
     ), **ppo_options(cfg)})
 
 
@@ -170,8 +215,9 @@ def ppo_options(cfg: RLConfig) -> dict:
     (``steps_per_generation``) over each rollout batch, so the per-step batch is a minibatch; {} otherwise."""
     if not algorithms.get(cfg.algorithm).critic:
         return {}
-    return {"num_iterations": cfg.ppo_epochs, "steps_per_generation": cfg.ppo_minibatches,
-            "per_device_train_batch_size": per_device_batch(cfg, world()[1]) // cfg.ppo_minibatches}
+    return {"num_iterations": cfg.ppo_epochs,
+            "steps_per_generation": cfg.ppo_minibatches * cfg.gradient_accumulation_steps,
+            "per_device_train_batch_size": micro_batch(cfg, world()[1])}
 
 
 def _has_accelerator() -> bool:
@@ -212,7 +258,8 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
 def _train(cfg: RLConfig, progress: bool) -> RunResult:
     """``train`` with the run folder's lock held."""
     rank, world_size = world()
-    per_device_batch(cfg, world_size)  # fails before anything loads
+    micro_batch(cfg, world_size)  # fails before anything loads
+    launch.check_weight_sync(cfg.train_dtype, cfg.rollout)  # ZeRO syncs half weights: no finer rollout
     launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden
     versions.check()  # names any TRL/transformers/accelerate/vLLM version other than the pinned ones
     import datasets
@@ -230,6 +277,7 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
         print(f"[nbkit] {plan.message}", flush=True)
         return RunResult(out, MetricsLog.read(out / "metrics.jsonl"), time.time() - start, [])
     task, problems = load_task(cfg)
+    judge_set = judge.load_set(cfg, problems) if cfg.judge_every else None  # refused here, not mid-run
     reward = reward_function(task, cfg.reward, cfg.max_tokens)
     check_reward(reward, problems)
     reward.tally.clear()  # the check's call is not a training step
@@ -243,14 +291,15 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    check_prompts(cfg, tokenizer, [task.prompt(p) for p in problems], path)
+    max_model_length = check_prompts(cfg, tokenizer, [task.prompt(p) for p in problems], path)
     print(f"[nbkit] {plan.message}", flush=True)
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")  # FP32 master weights
-    data = datasets.Dataset.from_list([{"prompt": task.prompt(p), "answer": p["answer"]} for p in problems])
+    data = datasets.Dataset.from_list([{"prompt": trl_prompt(tokenizer, task.prompt(p)), "answer": p["answer"]}
+                                       for p in problems])
     peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, target_modules="all-linear",
                              task_type="CAUSAL_LM") if cfg.lora else None
-    args = grpo_config(cfg)
+    args = grpo_config(cfg, max_model_length)
     args.disable_tqdm = not progress
     with logs.quiet(f"TRL trainer ({cfg.algorithm}, {cfg.train_dtype}, rollouts {cfg.rollout_engine})"):
         trainer_class = PPOTrainer if algorithms.get(cfg.algorithm).critic else PrecisionGRPOTrainer
@@ -263,6 +312,9 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     trainer.add_callback(logger)
     folder = runfolder.RunFolderCallback(plan, cfg, trainer, logger)
     trainer.add_callback(folder)
+    if judge_set is not None:  # after the logger (it adds to the row the logger holds) and the folder (begun)
+        trainer.add_callback(judge.JudgeCallback(judge.Judge(cfg, *judge_set), trainer, logger, cfg.judge_every,
+                                                 fresh=plan.action == "fresh"))
     _quiet_console(trainer)
     try:
         trainer.train(resume_from_checkpoint=str(plan.checkpoint) if plan.checkpoint else None)
@@ -273,7 +325,7 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     result = RunResult(out, log.rows(), time.time() - start, logger.alarms)
     if rank == 0:
         outputs.write_json(out / "summary.json", {
-            "run_id": folder.run_id, "final_accuracy": result.final_accuracy, "steps": len(result.rows),
+            "run_id": folder.run_id, "final_accuracy": result.final_accuracy, "steps": sum(r.get("step", 0) >= 1 for r in result.rows),
             "last_step": result.rows[-1]["step"] if result.rows else 0, "seconds": result.seconds,
             "alarms": result.alarms, "num_processes": world_size})
     return result

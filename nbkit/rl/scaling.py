@@ -36,3 +36,15 @@ def loss_scaler(accelerator):
 def uses_deepspeed(accelerator) -> bool:
     """True when DeepSpeed owns the optimiser step (and its own FP16 loss scaling)."""
     return str(getattr(accelerator, "distributed_type", "")).endswith("DEEPSPEED")
+
+
+def step_was_skipped(accelerator, scale_before: float | None, scale_now: float | None) -> bool:
+    """Whether the optimiser step that just ended was skipped for inf/NaN gradients.
+
+    DeepSpeed says so itself (``engine.was_step_applied()``): with ``hysteresis`` > 1 its first overflow skips the
+    step without lowering the scale, so a scale comparison would miss it. torch's GradScaler lowers its scale
+    exactly when it skipped (accelerate's ``optimizer_step_was_skipped`` misses it: AdamW's own step still runs)."""
+    wrapped = getattr(accelerator, "deepspeed_engine_wrapped", None)
+    if wrapped is not None and wrapped.engine.fp16_enabled():
+        return not wrapped.engine.was_step_applied()
+    return scale_before is not None and scale_now is not None and scale_now < scale_before

@@ -58,6 +58,21 @@ def check_server_logprobs(client) -> None:
                                f"{mode!r}: restart it with --logprobs-mode processed_logprobs (TRL's vllm-serve does)")
 
 
+def check_server_context(client, needed: int | None) -> None:
+    """The server's ``max_model_len`` must hold the run's longest prompt + ``max_tokens`` (``needed``): vLLM ends a
+    request at ``max_model_len`` as an ordinary "length" finish, so a shorter one would cut answers silently."""
+    if needed is None:
+        return
+    served = client.get_server_info().get("model_config", {}).get("max_model_len")
+    if not isinstance(served, int):
+        raise ServerDtypeError(f"the vLLM server at {getattr(client, 'base_url', '?')} reports no max_model_len "
+                               f"(got {served!r}): cannot check it holds the run's {needed} tokens")
+    if served < needed:
+        raise ServerDtypeError(f"the vLLM server at {getattr(client, 'base_url', '?')} has max_model_len {served} "
+                               f"but the run needs {needed} (longest prompt + max_tokens): restart it with "
+                               f"--max-model-len {needed} or more")
+
+
 class ServerGeneration(VLLMGeneration):
     """TRL's server-mode generation with the dtype check, timings and the ``EngineGeneration`` bookkeeping
     interface (``engine_dtype``, ``take_seconds``, ``close``) the workbook trainer calls."""
@@ -68,6 +83,7 @@ class ServerGeneration(VLLMGeneration):
             trl_kwargs.pop(colocate_only, None)  # the server owns its engine
         self.rollout_dtype, self.served = dtype, None
         self.seconds = {"generate": 0.0, "sync": 0.0}
+        self.length_hits = [0, 0]
         super().__init__(mode="server", server_base_url=server_base_url, server_timeout=server_timeout, **trl_kwargs)
 
     def _init_vllm(self) -> None:
@@ -83,6 +99,7 @@ class ServerGeneration(VLLMGeneration):
             try:
                 served = check_server_dtype(self.vllm_client, self.rollout_dtype)
                 check_server_logprobs(self.vllm_client)
+                check_server_context(self.vllm_client, getattr(self, "max_model_length", None))
                 verdict = [("ok", served)]
             except ServerDtypeError as exc:
                 verdict = [("error", str(exc))]
@@ -94,6 +111,7 @@ class ServerGeneration(VLLMGeneration):
         self.served = value
         if acc.is_main_process:
             self.vllm_client.init_communicator(device=acc.device)
+        acc.wait_for_everyone()  # TRL's closing barrier (DeepSpeed hangs at initialisation without it)
 
     def sync_weights(self) -> None:
         start = time.perf_counter()
@@ -104,6 +122,15 @@ class ServerGeneration(VLLMGeneration):
         start = time.perf_counter()
         out = super().generate(*args, **kwargs)
         self.seconds["generate"] += time.perf_counter() - start
+        eos = getattr(self.processing_class, "eos_token_id", None)
+        self.length_hits[0] += sum(len(ids) >= self.max_completion_length and (not ids or ids[-1] != eos)
+                                   for ids in out[1])  # reached max_tokens without a stop token
+        self.length_hits[1] += len(out[1])
+        return out
+
+    def take_length_hits(self) -> tuple[int, int]:
+        """(answers that reached ``max_tokens``, answers) on this process since the last call."""
+        out, self.length_hits = tuple(self.length_hits), [0, 0]
         return out
 
     def engine_dtype(self) -> str:

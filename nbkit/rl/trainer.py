@@ -25,7 +25,7 @@ from nbkit import gemm, mismatch, routing
 from nbkit.rl import algorithms, amp
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
-from nbkit.rl.scaling import loss_scaler
+from nbkit.rl.scaling import loss_scaler, step_was_skipped
 from nbkit.rl.server import ServerGeneration
 
 MISMATCH_KEYS = (
@@ -33,6 +33,7 @@ MISMATCH_KEYS = (
     "rollout_actor_probs_pearson_corr", "kl_k1", "kl_k3", "kl_sample_train_v1", "kl_sample_train_v2",
     "chi2_token", "chi2_seq", "seq_kl", "seq_log_ratio/mean", "seq_log_ratio/abs_mean",
     "sampler_learner_prob_diff_max", "sampler_learner_prob_diff_min",
+    "log_ppl_abs_diff", "log_ppl_diff", "ppl_ratio", "ess_token", "ess_seq",
 )
 """Mismatch metrics logged per step (prefixed ``mismatch/``; names as in Oat / verl, see ``nbkit.mismatch``)."""
 
@@ -54,7 +55,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             **({"server_base_url": run.vllm_server_base_url, "server_timeout": run.vllm_server_timeout}
                if run.vllm_mode == "server" else {}),
             processing_class=self.processing_class, gpu_memory_utilization=self.args.vllm_gpu_memory_utilization,
-            max_model_length=self.args.vllm_max_model_length, max_num_seqs=self.args.per_device_train_batch_size,
+            max_model_length=self.args.vllm_max_model_length, enable_sleep_mode=run.vllm_sleep_mode,
+            max_num_seqs=self.args.per_device_train_batch_size * self.args.steps_per_generation,  # a whole rollout
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
             max_completion_length=self.max_completion_length, logprobs=0,
         )
@@ -76,8 +78,20 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self._loss_logps = None
         self._phantom_pending = False  # a fresh batch whose first loss minibatch has π = π_old exactly
 
+    def _build_accelerator_args(self, **kwargs) -> dict:
+        """transformers' accelerator arguments + the run's FP16 loss scaling (``GradScalerKwargs``), which
+        accelerate's own scaler (one GPU, DDP, FSDP2) would otherwise build with torch's defaults."""
+        args = super()._build_accelerator_args(**kwargs)
+        args["kwargs_handlers"] = [*args.get("kwargs_handlers", []),
+                                   amp.scaler_kwargs(self.run.loss_scale_init, self.run.loss_scale_growth_interval)]
+        return args
+
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        if plugin is not None:  # DeepSpeed's own scaler: the run's settings into its config, before prepare()
+            amp.deepspeed_loss_scaling(plugin.deepspeed_config, self.run.loss_scale_init,
+                                       self.run.loss_scale_growth_interval)
         amp.enable_cpu_fp16(self.accelerator, growth_interval=self.run.loss_scale_growth_interval,
                             init_scale=self.run.loss_scale_init)
 
@@ -107,7 +121,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
         if self._routing is not None and routing.is_moe(model):
             return self._routed_logps(model, *args, **kwargs)
-        result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        with fp32_logits(model):  # π in FP32 from the model's (half) logits, whatever the wrapper casts its output to
+            result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         if torch.is_grad_enabled():  # the loss forward: π of the weights that produced this batch
             self._loss_logps = result[0].detach()
         return result
@@ -134,7 +149,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         """TRL's loss; a ``mu_as_old`` preset puts the engine's μ in place of π_old first. Then logs
         ``clip/phantom_fraction`` at the first minibatch after a rollout, where π = π_old in exact arithmetic."""
-        if algorithms.get(self.run.algorithm).mu_as_old:
+        if self.run.algo.mu_as_old:  # the preset's or the run's ``correction``
             inputs = {**inputs, "old_per_token_logps": inputs["sampling_per_token_logps"]}
         self._loss_logps = None
         loss = super()._compute_loss(model, inputs)
@@ -190,7 +205,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             chosen = self._engine_routing(input_ids.size(1) - logits_to_keep, logits_to_keep)
         chosen = chosen.to(torch.long)
         replay = routing.replay(model, chosen) if self.run.router_replay else contextlib.nullcontext()
-        with routing.capture(model) as rec, replay:  # capture first: it sees the trainer's own choice
+        with routing.capture(model) as rec, replay, fp32_logits(model):  # capture first: it sees the trainer's own choice
             result = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
                                                                 *args, **kwargs)
         if torch.is_grad_enabled():
@@ -211,14 +226,29 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         return logps
 
     def _log_is_fractions(self, ratio: torch.Tensor, mask: torch.Tensor) -> None:
-        r = ratio.float().cpu()
-        r = r[mask] if r.shape == mask.shape else r.flatten()
-        cap = self.vllm_importance_sampling_clip_max
-        counts = self.accelerator.reduce(torch.tensor([float((r == 0).sum()), float((r >= cap).sum()), r.numel()],
+        """Shares of the IS weights TRL applied that masked (weight 0) or truncated (at a clip bound, ``*_truncate``
+        modes only) their unit: per token or per sequence as the mode works (``is/*_fraction``), and per
+        completion token whatever the mode (``is/*_token_fraction``, comparable across token and sequence modes)."""
+        full = ratio.float().cpu()
+        full = full.expand(mask.shape) if full.shape != mask.shape else full  # a sequence weight on its tokens
+        lo, hi = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+        truncating = self.vllm_importance_sampling_mode.endswith("truncate")
+
+        def shares(r):
+            cut = (r >= hi) | (r <= lo) if lo is not None else r >= hi
+            return [float((r == 0).sum()), float(cut.sum()) if truncating else 0.0, float(r.numel())]
+
+        unit = ratio.float().cpu()
+        unit = unit[mask] if unit.shape == mask.shape else unit.flatten()
+        counts = self.accelerator.reduce(torch.tensor(shares(unit) + shares(full[mask]),
                                                       device=self.accelerator.device), "sum").cpu()
-        if counts[2] > 0:  # all ranks' token counts: the fractions of the whole step's batch
-            self._metrics["train"]["is/masked_fraction"].append(float(counts[0] / counts[2]))
-            self._metrics["train"]["is/truncated_fraction"].append(float(counts[1] / counts[2]))
+        metrics = self._metrics["train"]
+        if counts[2] > 0:  # all ranks' counts: the fractions of the whole step's batch
+            metrics["is/masked_fraction"].append(float(counts[0] / counts[2]))
+            metrics["is/truncated_fraction"].append(float(counts[1] / counts[2]))
+        if counts[5] > 0:
+            metrics["is/masked_token_fraction"].append(float(counts[3] / counts[5]))
+            metrics["is/truncated_token_fraction"].append(float(counts[4] / counts[5]))
 
     # -- precision and step bookkeeping ---------------------------------------------------------------------
     def loss_scale(self) -> float | None:
@@ -237,6 +267,10 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
                                      f"{record['audit/rollout_dtype']} weights")
         record["loss_scale"] = self.loss_scale()
+        capped, answers = self.accelerator.reduce(torch.tensor(
+            self.vllm_generation.take_length_hits(), dtype=torch.float64, device=self.accelerator.device), "sum").tolist()
+        record["rollout/length_capped"] = int(capped)  # ended at max_tokens: no closing tag, reward 0 for a grader
+        record["rollout/length_capped_fraction"] = capped / answers if answers else 0.0
         seconds = self.vllm_generation.take_seconds()
         record.update({"time/rollout": seconds["generate"], "time/sync": seconds["sync"],
                        "time/mismatch": self._mismatch_seconds,
@@ -244,7 +278,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         if self._needs_pi:
             raise RuntimeError(f"step {self.state.global_step}: a batch ended without its mismatch metrics")
         self._mismatch_seconds = self._score_seconds = 0.0
-        bad = first_non_finite(self.model)
+        bad = next((b for b in gather_object([first_non_finite(self.model)]) if b), None)  # any rank's shard
         if bad is not None:
             raise NonFiniteError(f"step {self.state.global_step}: parameter {bad!r} holds NaN/inf")
         return record
@@ -252,6 +286,27 @@ class PrecisionGRPOTrainer(GRPOTrainer):
     def close(self) -> None:
         self.audit.remove()
         self.vllm_generation.close()
+
+
+@contextlib.contextmanager
+def fp32_logits(model: torch.nn.Module):
+    """While active, ``model``'s forward returns its logits in float32, so TRL's log-softmax (π) runs in FP32.
+
+    FSDP2's ``MixedPrecisionPolicy(output_dtype=...)`` (accelerate sets it to the half format) casts the root
+    module's outputs in a forward hook registered when the model was wrapped; this hook is registered later, so it
+    runs after that cast and the log-probs are never rounded to BF16/FP16 (a BF16 log p ≈ −3 is off by up to
+    0.016). Under autocast the logits are the half ``lm_head`` output either way; only the log-softmax changes."""
+    def upcast(module, inputs, output):
+        logits = getattr(output, "logits", None)
+        if isinstance(logits, torch.Tensor) and logits.dtype in (torch.float16, torch.bfloat16):
+            output.logits = logits.float()
+        return output
+
+    handle = model.register_forward_hook(upcast)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 class StepLogger(TrainerCallback):
@@ -275,9 +330,7 @@ class StepLogger(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kw):
         rec = self.trainer.end_step()
-        # GradScaler lowers its scale exactly when it found inf/NaN gradients and skipped the update. (accelerate's
-        # ``optimizer_step_was_skipped`` misses it: AdamW handles the skip itself, so its step is still called.)
-        rec["skipped_step"] = self.scale_before is not None and rec["loss_scale"] < self.scale_before
+        rec["skipped_step"] = step_was_skipped(self.trainer.accelerator, self.scale_before, rec["loss_scale"])
         rec["time/step"] = time.perf_counter() - self.step_start
         rec["time/update"] = rec["time/step"] - rec["time/rollout"] - rec["time/sync"] - rec["time/mismatch"] - rec["time/score"]
         self.skips_in_row = self.skips_in_row + 1 if rec["skipped_step"] else 0

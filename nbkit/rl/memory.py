@@ -1,0 +1,152 @@
+"""GPU memory of one training process, estimated, and the micro-batch that fits (what ``nbkit plan`` sizes).
+
+    shape = model_shape("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+    fit = fit_micro_batch(shape, share=128, seq_tokens=10_240, kind="multi_gpu", trainers=4, gpu_gib=80)
+    fit.micro_batch, fit.gradient_accumulation_steps, fit.peak_gib
+
+An estimate, stated with its terms, not a measurement (nothing here has run on a GPU). Per training process:
+
+- **states**: weights, gradients and AdamW moments. One GPU / DDP keep FP32 weights, FP32 gradients and two FP32
+  moments (16 bytes per parameter) plus the half copies autocast caches during a forward (2); FSDP2 shards all of
+  it over the trainers; ZeRO-2 keeps the half module weights whole (2) and shards gradients, FP32 masters and
+  moments (14 / trainers); ZeRO-3 shards everything (16 / trainers).
+- **activations** of one micro-batch (TRL pads it to its longest sequence, so a full-length one is budgeted):
+  per token the logits (the half ``lm_head`` output, its FP32 copy for π, the FP32 gradient and log-softmax
+  work space: 14 bytes per vocabulary entry; the largest term for long answers), the checkpointed hidden state
+  of every layer (TRL's default gradient checkpointing) and one layer's recomputed activations.
+- **vLLM** (colocated): its ``gpu_memory_utilization`` share, held during backward unless it sleeps.
+
+Peak = states + activations + vLLM share, or states + max(activations, vLLM share) when the engine sleeps
+between rollouts. The micro-batch is the largest divisor of the process's share whose peak stays within
+``HEADROOM`` of the GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+HEADROOM = 0.9
+"""Share of the GPU's memory the estimate may fill (the rest: CUDA context, allocator fragmentation, NCCL buffers)."""
+LOGIT_BYTES = 14
+"""Bytes per token and vocabulary entry in the loss forward/backward: half logits 2 + FP32 copy 4 + FP32 gradient 4
++ log-softmax work space 4."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The few numbers of a decoder-only transformer that memory depends on."""
+
+    params: int
+    """Parameters."""
+    layers: int
+    """Decoder layers."""
+    hidden: int
+    """Hidden size."""
+    intermediate: int
+    """MLP intermediate size."""
+    vocab: int
+    """Vocabulary size (the logits' width)."""
+    kv_dim: int
+    """Key/value width per layer (key-value heads × head size): the KV cache per token is 2 × layers × kv_dim."""
+    context: int
+    """The model's own context length (``max_position_embeddings``)."""
+
+
+KNOWN_SHAPES = {
+    # from the model's config.json (Qwen2: hidden 1536, 28 layers, 12 heads / 2 KV heads of 128, MLP 8960,
+    # vocabulary 151,936, untied embeddings, 131,072 positions); parameters counted from these as model_shape
+    # counts a local config (biases and norms, 0.1 M, left out)
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": ModelShape(
+        params=1_776_943_104, layers=28, hidden=1536, intermediate=8960, vocab=151_936, kv_dim=256,
+        context=131_072),
+}
+"""Shapes of hub models the profiles name (a plan is printed where the model is not downloaded yet)."""
+
+
+def model_shape(ref: str) -> ModelShape:
+    """The shape of a model the ``KNOWN_SHAPES`` table names, else read from its config (local path or name)."""
+    if ref in KNOWN_SHAPES:
+        return KNOWN_SHAPES[ref]
+    from transformers import AutoConfig
+
+    from nbkit import models
+
+    c = AutoConfig.from_pretrained(models.resolve(ref))
+    heads = c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    kv_dim = getattr(c, "num_key_value_heads", heads) * head_dim
+    per_layer = c.hidden_size * (heads * head_dim) * 2 + c.hidden_size * kv_dim * 2 + 3 * c.hidden_size * c.intermediate_size
+    embeddings = c.vocab_size * c.hidden_size * (1 if getattr(c, "tie_word_embeddings", False) else 2)
+    return ModelShape(params=c.num_hidden_layers * per_layer + embeddings, layers=c.num_hidden_layers,
+                      hidden=c.hidden_size, intermediate=c.intermediate_size, vocab=c.vocab_size, kv_dim=kv_dim,
+                      context=c.max_position_embeddings)
+
+
+def state_bytes(shape: ModelShape, kind: str, trainers: int) -> float:
+    """Weights, gradients and optimiser moments held by one training process under launch ``kind``."""
+    p = shape.params
+    per_kind = {"single_gpu": 18 * p, "multi_gpu": 18 * p, "fsdp2": 18 * p / trainers,
+                "zero2": 2 * p + 14 * p / trainers, "zero3": 16 * p / trainers}
+    if kind not in per_kind:
+        raise ValueError(f"unknown launch kind {kind!r}; choose one of {tuple(per_kind)}")
+    return per_kind[kind]
+
+
+def activation_bytes(shape: ModelShape, sequences: int, seq_tokens: int) -> float:
+    """Loss forward + backward of ``sequences`` padded to ``seq_tokens`` tokens each (gradient checkpointing on)."""
+    per_token = (LOGIT_BYTES * shape.vocab + 2 * shape.hidden * shape.layers
+                 + 2 * (14 * shape.hidden + 4 * shape.intermediate))
+    return sequences * seq_tokens * per_token
+
+
+def kv_cache_bytes(shape: ModelShape, tokens: int) -> float:
+    """vLLM's KV cache for ``tokens`` tokens in a half format."""
+    return 2 * 2 * shape.layers * shape.kv_dim * tokens
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The micro-batch chosen for one training process and its estimated memory (GiB)."""
+
+    micro_batch: int
+    """Sequences per loss forward/backward."""
+    gradient_accumulation_steps: int
+    """Micro-batches per optimiser step (the process's share / ``micro_batch``)."""
+    states_gib: float
+    activations_gib: float
+    vllm_gib: float
+    peak_gib: float
+    gpu_gib: float
+
+    def text(self, seq_tokens: int) -> str:
+        """One comment line for a printed plan."""
+        vllm = f" + colocated vLLM {self.vllm_gib:.1f}" if self.vllm_gib else ""
+        return (f"per training GPU (estimate, nbkit/rl/memory.py): states {self.states_gib:.1f} GiB + "
+                f"activations of {self.micro_batch} × {seq_tokens} tokens {self.activations_gib:.1f}{vllm} -> peak "
+                f"{self.peak_gib:.1f} of {self.gpu_gib:g} GiB; {self.gradient_accumulation_steps} micro-batches per step")
+
+
+def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, trainers: int, gpu_gib: float,
+                    vllm_share: float = 0.0, vllm_sleeps: bool = True) -> Fit:
+    """The largest micro-batch (a divisor of ``share``, the process's completions per step) whose estimated peak
+    stays within ``HEADROOM`` × ``gpu_gib``; ValueError naming the terms when even one sequence does not fit."""
+    states = state_bytes(shape, kind, trainers)
+    vllm = vllm_share * gpu_gib * GIB
+    budget = HEADROOM * gpu_gib * GIB
+
+    def peak(m: int) -> float:
+        act = activation_bytes(shape, m, seq_tokens)
+        return states + (max(act, vllm) if vllm_sleeps else act + vllm)
+
+    fits = [m for m in range(1, share + 1) if share % m == 0 and peak(m) <= budget]
+    if not fits:
+        raise ValueError(
+            f"one sequence of {seq_tokens} tokens does not fit a {gpu_gib:g} GiB GPU: states "
+            f"{states / GIB:.1f} GiB ({kind}, {trainers} trainers) + activations "
+            f"{activation_bytes(shape, 1, seq_tokens) / GIB:.1f} GiB + vLLM {vllm / GIB:.1f} GiB > "
+            f"{HEADROOM:.0%} of the GPU; use a sharded kind (fsdp2, zero2, zero3), more GPUs, shorter max_tokens "
+            f"or a smaller vLLM share")
+    m = max(fits)
+    return Fit(micro_batch=m, gradient_accumulation_steps=share // m, states_gib=states / GIB,
+               activations_gib=activation_bytes(shape, m, seq_tokens) / GIB, vllm_gib=vllm / GIB,
+               peak_gib=peak(m) / GIB, gpu_gib=gpu_gib)
