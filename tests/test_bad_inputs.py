@@ -1,8 +1,11 @@
 """Bad inputs across the public API and the CLI, as data: each fails early, with the stated error type and a
-message that names the bad value (or what to do about it).
+message that names the bad value (or what to do about it), and no model is ever loaded for it.
 
-Every case runs in well under a second: the checks happen before any model is loaded or any sample is drawn.
-A case is (id, call, expected exception type, fragment of the message); ``call`` gets the ``Ctx`` of files below.
+Every case runs in well under a second: the checks happen before any model is loaded or any sample is drawn
+(a model load during a case fails it: ``no_model_loads``). A case is (id, call, expected exception type or
+``EXIT_2``, fragment(s) of the message); ``call`` gets the ``Ctx`` of files below. ``EXIT_2``: a command line that
+returns status 2 and prints one line naming the value on stderr, no traceback. The ``RLConfig`` cases are generated
+from the dataclass's annotations (``field_cases``): a field added tomorrow is covered by the table today.
 """
 import json
 from dataclasses import dataclass
@@ -12,8 +15,11 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from nbkit import arith, dataset, engines, mismatch, models, outputs, runner, tasks
+from nbkit import arith, dataset, engines, fieldcheck, mismatch, models, outputs, plan, runner, tasks
 from nbkit.rl import RLConfig, train
+
+EXIT_2 = 2
+"""A command line's refusal: status 2, one line on stderr naming the value."""
 
 
 @dataclass
@@ -30,6 +36,7 @@ class Ctx:
     not_rows: str  # a JSONL line that is a list, not an object
     no_answers: str  # answers the arith grader cannot read
     users_folder: str  # a folder of someone else's files
+    f: dict  # more files by name (see the fixture)
 
 
 def _jsonl(path: Path, rows) -> str:
@@ -55,7 +62,39 @@ def ctx(tmp_path_factory) -> Ctx:
         not_rows=_jsonl(tmp / "not_rows.jsonl", ['["1+1=", "2"]']),
         no_answers=_jsonl(tmp / "no_answers.jsonl", [{"problem": "1+1=", "answer": "two"}] * 4),
         users_folder=str(users),
+        f=more_files(tmp, good),
     )
+
+
+def more_files(tmp: Path, good: list[dict]) -> dict:
+    """Dataset rows bad after the first, undecodable files, config files and folders of the user's."""
+    f = {}
+    f["row3_no_answer"] = _jsonl(tmp / "row3.jsonl", good[:2] + [{"problem": "1+1="}] + good[3:8])
+    f["row2_null_problem"] = _jsonl(tmp / "row2.jsonl", good[:1] + [{"problem": None, "answer": "2"}] + good[2:8])
+    (tmp / "latin1.jsonl").write_bytes(b'{"problem": "caf\xe9", "answer": "1"}\n')
+    f["latin1"] = str(tmp / "latin1.jsonl")
+    (tmp / "strings.json").write_text(json.dumps(["1+1=", "2+2="]))
+    f["strings_json"] = str(tmp / "strings.json")
+    for name, content in {"not_model": json.dumps({"lr": 1e-4, "steps": 10}), "text_model": "hello"}.items():
+        (tmp / name).mkdir()
+        (tmp / name / "config.json").write_text(content)
+        f[name] = str(tmp / name)
+    configs = {"invalid.yaml": "steps: 4\n  lr: : 1\n", "list.yaml": "- steps\n- 4\n",
+               "seed.yaml": "steps: 4\nseed: -1\n", "unknown.yaml": "stepz: 4\n", "bool.yaml": "lora: maybe\n",
+               "float_steps.yaml": "steps: 2.5\n", "url.yaml": "vllm_server_base_url: 8000\n"}
+    for name, text in configs.items():
+        (tmp / name).write_text(text)
+        f[name] = str(tmp / name)
+    (tmp / "binary.yaml").write_bytes(b"\x00\x01\x02steps")
+    (tmp / "latin1.yaml").write_bytes(b"model: caf\xe9\n")
+    f["binary.yaml"], f["latin1.yaml"] = str(tmp / "binary.yaml"), str(tmp / "latin1.yaml")
+    for kind, names in {"run": ("config.json", "README.md"), "dataset": ("README.md", "card.json"),
+                        "report": ("index.html", "about.html", "mynotes.ipynb"), "doctor": ("doctor.html",)}.items():
+        (tmp / f"decoy-{kind}").mkdir()
+        for name in names:
+            (tmp / f"decoy-{kind}" / name).write_text("the user's")
+        f[f"decoy-{kind}"] = str(tmp / f"decoy-{kind}")
+    return f
 
 
 def rl(c: Ctx, **kw) -> RLConfig:
@@ -74,8 +113,40 @@ def build_into(c: Ctx, out: str):
 class Case:
     id: str
     call: Callable[[Ctx], object]
-    error: type
-    fragment: str
+    error: type | int
+    fragment: str | tuple[str, ...]
+
+
+def field_cases() -> list[Case]:
+    """For every ``RLConfig`` field, from its annotation: values of the wrong type and values just outside its
+    declared range (or the default range of its type), each refused naming the field and the value."""
+    cases = []
+    for name, (base, optional, rng) in fieldcheck.spec(RLConfig).items():
+        wrong = {bool: ["false", "no", 1, 0.0], int: [2.5, "3", True], float: ["0.1", True, float("inf")],
+                 str: [3, b"x", ["a"]]}.get(base, [object()])
+        if not optional:
+            wrong.append(None)
+        for value in wrong:
+            error = ValueError if isinstance(value, float) and base is float else TypeError
+            cases.append(Case(f"field-{name}-{type(value).__name__}-{value!r}"[:80],
+                              lambda c, n=name, v=value: RLConfig(**{n: v}), error, (f"{name} must be", repr(value))))
+        rng = rng or (fieldcheck.DEFAULT_INT if base is int else None)
+        outside = []
+        if base is float:
+            outside.append(float("nan"))
+        if rng is not None and rng.lo is not None:
+            outside.append(rng.lo if rng.lo_open else rng.lo - (1 if base is int else 0.5))
+        if rng is not None and rng.hi is not None:
+            outside.append(rng.hi if rng.hi_open else rng.hi + 1)
+        for value in outside:
+            cases.append(Case(f"field-{name}-range-{value!r}", lambda c, n=name, v=value: RLConfig(**{n: v}),
+                              ValueError, (f"{name} must be", repr(value))))
+    return cases
+
+
+def nbkit(*argv):
+    """The ``nbkit`` command line (what a user types)."""
+    return lambda c: runner.main([a(c) if callable(a) else a for a in argv])
 
 
 LOGP = [np.array([-0.1, -0.2]), np.array([-0.3])]
@@ -175,28 +246,153 @@ CASES = [
          "log π has 2 sequences but log μ has 1"),
     # --- the runner and its CLI
     Case("cli-only-without-value", lambda c: runner.main(["run", "--only"]), SystemExit, "expected at least one argument"),
-    Case("cli-out-empty", lambda c: runner.main(["run", "--profile", "smoke", "--out", ""]), ValueError,
+    Case("cli-out-empty", lambda c: runner.main(["run", "--profile", "smoke", "--out", ""]), EXIT_2,
          "the report folder must be named"),
     Case("runner-out-users-folder", lambda c: runner.run("smoke", Path(c.users_folder)), outputs.OutputFolderError,
          "thesis.tex"),
-    Case("runner-profile", lambda c: runner.main(["run", "--profile", "fast"]), ValueError, "unknown profile 'fast'"),
+    Case("runner-profile", lambda c: runner.main(["run", "--profile", "fast"]), EXIT_2, "unknown profile 'fast'"),
     Case("runner-only-nothing", lambda c: runner.notebooks(["99_nothing"]), ValueError, "no notebook matches"),
     Case("runner-only-blank", lambda c: runner.notebooks([""]), ValueError, "names no notebook"),
     Case("runner-unknown-parameter",
          lambda c: runner.check_parameters(runner.NOTEBOOKS / "03_rl_training.ipynb", {"stepz": 1}), ValueError,
          "no parameter(s) ['stepz']"),
+    # --- RLConfig: strings that must say something
+    Case("rl-model-empty", lambda c: RLConfig(model=""), ValueError, "model must name something, got ''"),
+    Case("rl-dataset-blank", lambda c: RLConfig(dataset="  "), ValueError, "dataset must name something, got '  '"),
+    Case("rl-url-no-scheme", lambda c: RLConfig(vllm_server_base_url="localhost:8000"), ValueError,
+         "vllm_server_base_url must be an http:// or https:// URL, got 'localhost:8000'"),
+    Case("rl-seed-huge", lambda c: RLConfig(seed=2**64), ValueError, "seed must be in [0, 4294967295], got 18446744073709551616"),
+    Case("rl-overwrite-string-false", lambda c: RLConfig(overwrite="false"), TypeError,
+         "overwrite must be True or False (a bool), got 'false'"),
+    Case("rl-resume-string-no", lambda c: RLConfig(resume="no"), TypeError, "resume must be True or False (a bool), got 'no'"),
+    Case("rl-lora-string-yes", lambda c: RLConfig(lora="yes"), TypeError, "lora must be True or False (a bool), got 'yes'"),
+    Case("rl-router-replay-string", lambda c: RLConfig(router_replay="False"), TypeError, "router_replay must be True or False"),
+    Case("rl-output-dir-int", lambda c: RLConfig(output_dir=7), TypeError, "output_dir must be a string, got 7 (int)"),
+    Case("rl-timeout-nan", lambda c: RLConfig(vllm_server_timeout=float("nan")), ValueError,
+         "vllm_server_timeout must be a finite number, got nan"),
+    Case("rl-beta-inf", lambda c: RLConfig(beta=float("inf")), ValueError, "beta must be a finite number, got inf"),
+    # --- problem sources: every row, and the file named
+    Case("train-row-3-without-answer", lambda c: train(rl(c, dataset=c.f["row3_no_answer"])), ValueError,
+         ("row3.jsonl", "row 3 has no column(s) ['answer']")),
+    Case("train-row-2-null-problem", lambda c: train(rl(c, dataset=c.f["row2_null_problem"])), ValueError,
+         ("row2.jsonl", "row 2's 'problem' is None")),
+    Case("train-dataset-not-utf8", lambda c: train(rl(c, dataset=c.f["latin1"])), ValueError,
+         ("latin1.jsonl", "not UTF-8 text (byte")),
+    Case("train-json-list-of-strings", lambda c: train(rl(c, dataset=c.f["strings_json"])), ValueError,
+         ("strings.json", "item 1 of the list is a str")),
+    Case("task-row-3-without-answer", lambda c: tasks.make_task(source=c.f["row3_no_answer"]), ValueError,
+         "row 3 has no column(s) ['answer']"),
+    # --- model folders that are not models
+    Case("model-folder-of-a-run-config", lambda c: models.resolve(c.f["not_model"]), ValueError,
+         ("not_model", "config.json is not a transformers model config", "['lr', 'steps']")),
+    Case("model-folder-config-not-json", lambda c: models.resolve(c.f["text_model"]), ValueError,
+         ("text_model", "config.json is not JSON")),
+    Case("train-model-folder-not-a-model", lambda c: train(rl(c, model=c.f["not_model"])), ValueError,
+         "is not a transformers model config"),
+    # --- folders of the user's named like the workbook's outputs: refused, never "overwrite"
+    Case("train-overwrite-user-config-json", lambda c: train(rl(c, output_dir=c.f["decoy-run"], overwrite=True)),
+         outputs.OutputFolderError, ("README.md, config.json", "no .nbkit-output.json marker")),
+    Case("build-into-user-card-json", lambda c: build_into(c, c.f["decoy-dataset"]), outputs.OutputFolderError,
+         ("README.md, card.json", "no .nbkit-output.json marker")),
+    Case("runner-into-user-index-html", lambda c: runner.run("smoke", Path(c.f["decoy-report"]), only=["00"]),
+         outputs.OutputFolderError, ("about.html, index.html, mynotes.ipynb",)),
+    # --- nbkit plan
+    Case("plan-port-zero", lambda c: plan.make_plan(port=0), ValueError, "--port must be in [1, 65535], got 0"),
+    Case("plan-port-huge", lambda c: plan.make_plan(port=70000), ValueError, "--port must be in [1, 65535], got 70000"),
+    Case("plan-gpus-zero", lambda c: plan.make_plan(gpus=0), ValueError, "--gpus must be in [1, 64], got 0"),
+    Case("plan-gpus-absurd", lambda c: plan.make_plan(gpus=10**6), ValueError, "--gpus must be in [1, 64], got 1000000"),
+    Case("plan-gpus-string", lambda c: plan.make_plan(gpus="8"), TypeError, "--gpus must be an integer, got '8'"),
+    Case("plan-server-gpus-zero", lambda c: plan.make_plan(gpus=8, server_gpus=0), ValueError,
+         "--server-gpus must be in [1, 64], got 0"),
+    Case("plan-server-gpus-colocate", lambda c: plan.make_plan(gpus=8, mode="colocate", server_gpus=2), ValueError,
+         "--server-gpus 2: only server mode has a vLLM server"),
+    Case("cli-plan-port", nbkit("plan", "--port", "0"), SystemExit, "--port must be in [1, 65535], got 0"),
+    Case("cli-plan-server-gpus-zero", nbkit("plan", "--server-gpus", "0"), SystemExit, "--server-gpus must be in [1, 64], got 0"),
+    # --- the command line: one line, status 2, the file and line named
+    Case("cli-config-invalid-yaml", nbkit("train", "--config", lambda c: c.f["invalid.yaml"]), SystemExit,
+         ("invalid.yaml', line 2, column", "is not valid YAML")),
+    Case("cli-config-binary", nbkit("train", "--config", lambda c: c.f["binary.yaml"]), SystemExit,
+         ("binary.yaml' is a binary file",)),
+    Case("cli-config-not-utf8", nbkit("train", "--config", lambda c: c.f["latin1.yaml"]), SystemExit,
+         ("latin1.yaml' is not UTF-8 text",)),
+    Case("cli-config-a-list", nbkit("train", "--config", lambda c: c.f["list.yaml"]), SystemExit,
+         ("list.yaml'", "got a list")),
+    Case("cli-config-seed", nbkit("train", "--config", lambda c: c.f["seed.yaml"]), SystemExit,
+         ("seed.yaml', line 2: seed must be in [0, 4294967295], got -1",)),
+    Case("cli-config-unknown-key", nbkit("train", "--config", lambda c: c.f["unknown.yaml"]), SystemExit,
+         ("unknown.yaml', line 1: unknown key 'stepz'", "did you mean ['steps']")),
+    Case("cli-config-bool", nbkit("train", "--config", lambda c: c.f["bool.yaml"]), SystemExit,
+         ("bool.yaml', line 1: lora: expects true or false, got 'maybe'",)),
+    Case("cli-config-float-steps", nbkit("train", "--config", lambda c: c.f["float_steps.yaml"]), SystemExit,
+         ("float_steps.yaml', line 1: steps: expects an integer, got 2.5",)),
+    Case("cli-config-url-number", nbkit("train", "--config", lambda c: c.f["url.yaml"]), SystemExit,
+         ("url.yaml', line 1: vllm_server_base_url: expects a string, got 8000",)),
+    Case("cli-config-missing", nbkit("train", "--config", "/nonexistent/run.yaml"), SystemExit,
+         "config file '/nonexistent/run.yaml' not found"),
+    Case("cli-train-seed-flag", nbkit("train", "--seed", "-5", "--print-config"), SystemExit,
+         "seed must be in [0, 4294967295], got -5"),
+    Case("cli-train-bool-flag-value", nbkit("train", "--overwrite", "false"), SystemExit, "unrecognized arguments: false"),
+    Case("cli-train-into-users-folder", nbkit("train", "--dataset", lambda c: c.arith, "--train-dtype", "fp32",
+                                              "--output-dir", lambda c: c.users_folder), EXIT_2, "thesis.tex"),
+    Case("cli-train-overwrite-user-run-names", nbkit("train", "--dataset", lambda c: c.arith, "--train-dtype", "fp32",
+                                                     "--output-dir", lambda c: c.f["decoy-run"], "--overwrite"),
+         EXIT_2, ("README.md, config.json",)),
+    Case("cli-train-missing-dataset", nbkit("train", "--dataset", "/nonexistent/d.jsonl", "--train-dtype", "fp32",
+                                            "--output-dir", lambda c: str(c.tmp / "runs" / "r")), EXIT_2,
+         "/nonexistent/d.jsonl"),
+    Case("cli-run-into-user-index", nbkit("run", "--profile", "smoke", "--only", "00", "--out",
+                                          lambda c: c.f["decoy-report"]), EXIT_2, "index.html"),
+    Case("cli-run-unknown-notebook", nbkit("run", "--profile", "smoke", "--only", "99"), EXIT_2, "no notebook matches ['99']"),
+    Case("cli-doctor-into-user-doctor-html", nbkit("doctor", "--model", "tiny-arith", "--engine", "hf", "--out",
+                                                   lambda c: c.f["decoy-doctor"]), EXIT_2, "doctor.html"),
+    Case("cli-doctor-out-empty", nbkit("doctor", "--model", "tiny-arith", "--out", ""), SystemExit,
+         "--out '': name the doctor's report folder"),
+    Case("cli-doctor-seed-negative", nbkit("doctor", "--seed", "-1"), SystemExit, "seed must be >= 0, got -1"),
+    Case("cli-doctor-dtype", nbkit("doctor", "--dtypes", "fp8"), SystemExit, "unknown dtypes ['fp8']"),
+    Case("cli-study-unknown", nbkit("study", "no_such_study"), SystemExit, "unknown study 'no_such_study'"),
 ]
+CASES += field_cases()
 
 
 def test_the_table_is_large_and_its_ids_unique():
-    assert len(CASES) >= 40 and len({c.id for c in CASES}) == len(CASES)
+    assert len(CASES) >= 130 and len({c.id for c in CASES}) == len(CASES)
+
+
+class ModelLoaded(BaseException):
+    """Raised by any model load during a case: no ``except Exception`` (nor the CLI's guard) can swallow it."""
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Every way the workbook loads a model fails the case: transformers' ``from_pretrained`` (which the Auto
+    classes call) and ``nbkit.models.load``; the list records what was attempted."""
+    from transformers import PreTrainedModel
+
+    attempts = []
+
+    def refuse(*args, **kwargs):
+        attempts.append((args, kwargs))
+        raise ModelLoaded(f"a model was loaded: {args[:2]}")
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda cls, *a, **k: refuse(cls, *a, **k)))
+    monkeypatch.setattr(models, "load", refuse)
+    return attempts
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_fails_early_naming_the_value(case, ctx, capsys):
-    with pytest.raises(case.error) as err:
-        case.call(ctx)
-    said = str(err.value) + capsys.readouterr().err  # argparse reports on stderr
-    assert case.fragment in said, said
+def test_bad_input_fails_early_naming_the_value(case, ctx, capsys, no_model_loads):
+    if case.error == EXIT_2:
+        code = case.call(ctx)
+        said = capsys.readouterr().err
+        assert code == 2, f"exit status {code}: {said}"
+        assert len(said.strip().splitlines()) == 1 and "Traceback" not in said, said  # one line, no traceback
+    else:
+        with pytest.raises(case.error) as err:
+            case.call(ctx)
+        said = str(err.value) + capsys.readouterr().err  # argparse reports on stderr
+    assert "Traceback" not in said
+    for fragment in (case.fragment,) if isinstance(case.fragment, str) else case.fragment:
+        assert fragment in said, said
+    assert no_model_loads == []  # refused before any model loaded
     assert not (ctx.tmp / "runs" / "r").exists()  # nothing was written for a refused run
     assert [p.name for p in Path(ctx.users_folder).iterdir()] == ["thesis.tex"]
