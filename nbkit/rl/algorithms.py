@@ -16,6 +16,7 @@ workbook enables for every engine (TRL gates it on ``use_vllm``; see ``nbkit.rl.
 | ``grpo_mu_old_token_tis`` | same + Token-TIS | ``grpo_mu_old`` + ``"token_truncate"``, cap C | clip of π/μ, × min(π_old/μ, C) |
 | ``ppo`` | PPO (critic) | token-mean clipped surrogate on GAE advantages, ``ppo_epochs`` × ``ppo_minibatches`` | no |
 | ``ppo_token_tis`` | PPO + Token-TIS | ``ppo`` + ``"token_truncate"``, cap C | × min(π_old/μ, C) per token |
+| ``grpo_icepop`` | IcePop | Dr.GRPO + ``"token_mask"``, band [low, high] | × π/μ per token, 0 outside [0.5, 5] |
 
 With one optimiser update per batch (the paper's setting) the PPO ratio π/π_old is exactly 1, so ``dr_grpo``'s
 surrogate is plain policy gradient with a group-mean baseline; ``pg_seq_is`` is that policy gradient weighted
@@ -24,10 +25,18 @@ by the (truncated) sequence ratio π/μ, as in the paper.
 The ``*_mu_old`` presets are what asynchronous RL frameworks do: the rollout engine's μ stands in for π_old in the
 clipped ratio, so the π–μ mismatch enters the clip directly and a token nobody has updated yet can be clipped
 ("phantom clipping", logged per step as ``clip/phantom_fraction`` by ``PrecisionGRPOTrainer``).
+
+IcePop (the Ring-1T report's fix for the training–inference mismatch) keeps a token's weight π/μ when it lies in
+[α, β] = [0.5, 5] and masks the token (weight 0) otherwise: TRL's ``token_mask`` mode with ``clip_min`` = α and
+``clip_max`` = β (``RLConfig.icepop_low`` / ``icepop_high``).
+
+``CORRECTIONS`` names the ways μ can enter the loss apart from the loss itself, so a study can cross them with
+any preset: ``RLConfig.correction`` replaces the preset's own (``resolve``), e.g. ``dr_grpo`` + ``icepop``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -66,8 +75,35 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               {"loss_type": "bnpo", "scale_rewards": "none"}, critic=True),
     Algorithm("ppo_token_tis", "PPO × min(π_old/μ, C) per token (Token-TIS)",
               {"loss_type": "bnpo", "scale_rewards": "none"}, "token_truncate", critic=True),
+    Algorithm("grpo_icepop", "Dr.GRPO × π/μ per token, tokens with π/μ outside [low, high] masked (IcePop)",
+              dict(_DR), "token_mask"),
 )}
 """Name → preset."""
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One way μ (the rollout engine's log-probs) enters the loss, independent of the loss itself."""
+
+    name: str
+    """The workbook's name (``RLConfig.correction``)."""
+    summary: str
+    """One line for tables and notebooks."""
+    is_mode: str | None = None
+    """TRL's ``vllm_importance_sampling_mode`` (None: no IS weight)."""
+    mu_as_old: bool = False
+    """μ stands in for π_old in the clipped ratio."""
+
+
+CORRECTIONS: dict[str, Correction] = {c.name: c for c in (
+    Correction("none", "μ does not enter the loss (it only drew the samples)"),
+    Correction("token_tis", "Token-TIS: × min(π/μ, C) per token", "token_truncate"),
+    Correction("seq_tis", "sequence TIS: × min(∏π/μ, C) per sequence", "sequence_truncate"),
+    Correction("seq_mis", "sequence MIS: sequences with ∏π/μ > C masked out", "sequence_mask"),
+    Correction("icepop", "IcePop: × π/μ per token, tokens with π/μ outside [low, high] masked", "token_mask"),
+    Correction("mu_old", "μ as π_old: the mismatch enters the PPO clip (async/decoupled PPO)", mu_as_old=True),
+)}
+"""Name → correction (``RLConfig.correction``; None there keeps the preset's own)."""
 
 
 def get(name: str) -> Algorithm:
@@ -77,11 +113,50 @@ def get(name: str) -> Algorithm:
     return ALGORITHMS[name]
 
 
-def grpo_options(algo: Algorithm, is_cap: float) -> dict:
-    """The ``GRPOConfig`` keyword arguments of ``algo`` with IS cap/threshold ``is_cap``."""
+def resolve(name: str, correction: str | None = None) -> Algorithm:
+    """The preset ``name`` with its μ correction replaced by ``correction`` (a key of ``CORRECTIONS``; None keeps
+    the preset's own). ValueError listing the choices for an unknown name."""
+    algo = get(name)
+    if correction is None:
+        return algo
+    if correction not in CORRECTIONS:
+        raise ValueError(f"unknown correction {correction!r}; choose one of {tuple(CORRECTIONS)} or None (the "
+                         f"preset's own)")
+    c = CORRECTIONS[correction]
+    return replace(algo, is_mode=c.is_mode, mu_as_old=c.mu_as_old)
+
+
+def grpo_options(algo: Algorithm, is_cap: float, band: tuple[float, float] = (0.5, 5.0)) -> dict:
+    """The ``GRPOConfig`` keyword arguments of ``algo`` with IS cap/threshold ``is_cap``; the token mask
+    (IcePop) keeps the weights inside ``band`` = (low, high) instead."""
     opts = dict(algo.trl)
     opts["vllm_importance_sampling_correction"] = algo.is_mode is not None
     if algo.is_mode is not None:
         opts["vllm_importance_sampling_mode"] = algo.is_mode
         opts["vllm_importance_sampling_clip_max"] = is_cap
+        if algo.is_mode == "token_mask":
+            opts["vllm_importance_sampling_clip_min"], opts["vllm_importance_sampling_clip_max"] = band
     return opts
+
+
+def is_weights(log_ratio: "torch.Tensor", mask: "torch.Tensor", mode: str, clip_min: float | None,
+               clip_max: float) -> "torch.Tensor":
+    """The IS weight TRL's ``vllm_importance_sampling_mode`` puts on each token (the workbook's statement of it,
+    which the tests hold TRL's applied weights to): ``log_ratio`` = log π − log μ per token (B, T), ``mask`` the
+    completion tokens. Token modes give (B, T), sequence modes (B, 1) from Σ_t log_ratio; ``*_truncate`` clamps
+    to [clip_min, clip_max], ``*_mask`` keeps the ratio inside [clip_min, clip_max] and sets 0 outside (IcePop
+    for ``token_mask``)."""
+    import torch
+
+    if mode not in IS_MODES:
+        raise ValueError(f"unknown IS mode {mode!r}; choose one of {IS_MODES}")
+    diff = log_ratio * mask
+    ratio = torch.exp(diff.sum(-1, keepdim=True) if mode.startswith("sequence") else diff)
+    if mode.endswith("truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = -math.inf if clip_min is None else clip_min
+    return ratio.masked_fill((ratio < low) | (ratio > clip_max), 0.0)
+
+
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+"""TRL's ``vllm_importance_sampling_mode`` values."""
