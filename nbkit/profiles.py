@@ -36,6 +36,12 @@ PROFILES: dict[str, dict[str, dict]] = {
             "live_samples_per_prompt": 2, "output_dir": ".cache/smoke/04_hunt",
         },
         "05_precision_ablation": {"live_pairs": []},  # the stored study only: seconds
+        "06_dose_response": {  # a 2-format ladder on 4 x 2 answers + one 1-step run per format, judge off
+            "ladder_formats": ["fp32", "mxfp4"], "ladder_n_prompts": 4, "ladder_samples_per_prompt": 2,
+            "ladder_n_boot": 50, "live_formats": ["fp32", "mxfp4"], "live_corrections": ["icepop"], "live_steps": 1,
+            "live_judge_every": 0, "output_dir": ".cache/smoke/06_dose_response",
+            "config_overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+        },
     },
     "cpu": {
         "00_precision_primer": {},
@@ -50,6 +56,8 @@ PROFILES: dict[str, dict[str, dict]] = {
         "04_where_bf16_breaks": {},
         # the stored 4-pair grid (data/results/ablation_tiny_arith) + a live BF16-train/FP32-rollout slice
         "05_precision_ablation": {"live_pairs": [["bf16", "fp32"]], "live_steps": 10},
+        # the stored dose-response study + the offline ladder and a live FP32 / e8m1 pair of 20 steps (a few minutes)
+        "06_dose_response": {},
     },
     "gpu": {
         "03_rl_training": {  # the paper's sanity test: R1-Distill-Qwen-1.5B on its 1,460 MATH problems
@@ -118,6 +126,12 @@ PROFILES["cpu-full"] = {
         "stored_study": "", "live_lengths": ["short", "medium", "long"], "live_lrs": [1e-4, 1e-3],
         "live_algorithms": ["grpo", "pg_seq_is", "grpo_mu_old"], "live_seeds": [0, 1, 2],
         "output_dir": "reports/runs/04_hunt",
+    },
+    "06_dose_response": {  # the whole dose-response grid trained live (what `nbkit study dose_response_tiny_arith` stores)
+        "stored_study": "", "live_formats": ["fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "nvfp4", "mxfp4", "e8m2",
+                                             "e8m1"],
+        "live_seeds": [0, 1, 2, 3, 4], "live_steps": 50, "live_corrections": ["token_tis", "seq_mis", "icepop", "mu_old"],
+        "output_dir": "reports/runs/06_dose_response",
     },
     "05_precision_ablation": {  # the full grid trained live (what `nbkit study ablation_tiny_arith` stores), 3 seeds each
         "stored_study": "", "live_pairs": [["bf16", "bf16"], ["bf16", "fp32"], ["fp16", "fp16"], ["fp32", "fp32"]],

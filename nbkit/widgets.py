@@ -262,3 +262,42 @@ class LossScaleExplorer(_Explorer):
                                   [(k, c["zero"], c["subnormal"], c["normal"], c["inf"], lost[k]) for k, c in counts.items()])
         self.figure = PP.loss_scaling_figure(self.demo)
         self._render(self.out, self.figure)
+
+
+class FormatExplorer(_Explorer):
+    """Pick a rollout format (``nbkit.formats``): the HF engine samples tiny-arith in it now and an FP32 trainer
+    scores the same tokens; see μ against π per token and each sequence's Σ log(π/μ) against its length."""
+
+    def __init__(self, model: str = "tiny-arith", choices: Sequence[str] | None = None, value: str = "mxfp4",
+                 n_prompts: int = 8, samples_per_prompt: int = 2, seed: int = 0):
+        from nbkit import formats
+
+        self.model, self.n_prompts, self.samples, self.seed = model, n_prompts, samples_per_prompt, seed
+        choices = list(choices or formats.FORMATS)
+        self.picker = W.Dropdown(options=choices, value=formats.validate(value), description="format")
+        self.picker.observe(lambda change: self.on_format(change["new"]), names="value")
+        self.summary = W.HTML()
+        self.scatter, self.drift = W.Output(), W.Output()
+        self.result = None
+        """The last ``nbkit.ladder.LadderResult`` (one format)."""
+        self.widget = W.VBox([self.picker, self.summary, W.HBox([self.scatter, self.drift])])
+        self.on_format(self.picker.value)
+
+    def on_format(self, name: str) -> None:
+        """Sample in ``name``, score with FP32 π, redraw (seconds on tiny-arith)."""
+        from nbkit.ladder import LadderConfig, run_ladder
+        from nbkit.plots import mismatch as PM
+
+        self.result = run_ladder(LadderConfig(model=self.model, formats=(name,), n_prompts=self.n_prompts,
+                                              samples_per_prompt=self.samples, n_boot=0, seed=self.seed))
+        m = self.result.metrics[name]
+        self.summary.value = _table(["format", "tokens", "mean |Δ log p| per token", "k1 per token", "sequence KL",
+                                     "quantized GEMMs"],
+                                    [(name, int(m["n_tokens"]), f"{m['token_abs_logp_diff/mean']:.3g}",
+                                      f"{m['kl_k1']:.3g}", f"{m['seq_kl']:.3g}",
+                                      self.result.audits[name]["audit/rollout_format_gemms"])])
+        pairs = self.result.pairs()
+        self._render(self.scatter, PM.token_scatter(pairs).update_layout(
+            title=f"{self.model}: π (FP32) vs μ ({name}) per token", width=520, height=420))
+        self._render(self.drift, PM.seq_log_ratio_vs_length(pairs).update_layout(
+            title=f"Σ log(π/μ) per sequence vs length ({name})", width=520, height=420))

@@ -100,9 +100,11 @@ class GridStudy(Study):
         return not differing_fields(saved, cfg) and last_logged_step(out) >= cfg.steps
 
     def shard_of(self, j: int, n: int) -> int:
-        """The shard of the grid's ``j``-th run: every n-th, shifted by one per group of ``twins`` so that plain
-        dealing does not give each of two shards one variant."""
-        return (j + j // max(1, self.twins)) % n
+        """The shard of the grid's ``j``-th run: every n-th, shifted by one per group of ``twins`` (when runs come
+        in twins) so that plain dealing does not give each of two shards one variant."""
+        if self.twins <= 1:
+            return j % n
+        return (j + j // self.twins) % n
 
     # -- write half ------------------------------------------------------------------------------------------
     def run(self, shard: tuple[int, int] = (0, 1), progress: bool = True, **options) -> dict[str, list[dict]]:

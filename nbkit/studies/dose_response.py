@@ -1,0 +1,302 @@
+"""The rollout-precision dose–response: how much π–μ mismatch does RL training take before it breaks?
+
+The trainer runs in FP32 on tiny-arith's sanity set, so only the rollout engine's precision varies: FP32, FP16,
+BF16, FP8 (E4M3, E5M2), FP4 (MXFP4, NVFP4) and the synthetic ``e8m<k>`` dial (``nbkit.formats``), each with the
+same seeds and settings. The paper's own pairs (BF16/BF16, FP16/FP16) are marked points. The x-axis is the mismatch
+each format *measured* during training (mean per-token |Δ log p| between the FP32 trainer's π and the format's μ);
+the y-axis is the policy's accuracy on a held-out set sampled by an FP32 engine (``nbkit.rl.judge``), so "the
+policy got worse" is told apart from "this format samples worse".
+
+Primary comparison, fixed before any result: held-out (judge) accuracy at the last step, each format without
+correction against FP32 rollouts of the same seed (paired), mean gap over seeds with a 95 % t-interval; a format
+*breaks* when the whole interval lies below −``MARGIN``; it *does no detectable harm* when the interval lies above
+−``MARGIN``; otherwise the run is *inconclusive* at its seeds (the table says which gap it could have detected).
+
+``nbkit study dose_response_tiny_arith run [--shard i/n]`` trains the grid (the primary contrast first, seed by seed, so a
+cut-off study still covers every format), ``... store`` stores the finished runs under ``data/results/``.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+
+from nbkit import schema
+from nbkit.studies.base import GridStudy
+
+STUDY = "dose_response_tiny_arith"
+"""The stored study's folder name under ``data/results``."""
+FORMATS = ("fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "nvfp4", "mxfp4", "e8m2", "e8m1")
+"""The ladder of the primary contrast, ordered by the mismatch measured on tiny-arith in a 1-step probe."""
+PAIRS = (("bf16", "bf16"), ("fp16", "fp16"))
+"""The paper's same-format pairs (train, rollout), marked on the figure (no correction)."""
+CORRECTED = {"formats": ("bf16", "fp8-e5m2", "mxfp4", "e8m2"),
+             "corrections": ("token_tis", "seq_mis", "icepop", "mu_old")}
+"""Where the corrections run (the formats around the break, BF16, FP8): ``nbkit.rl.algorithms.CORRECTIONS``."""
+MARGIN = 0.05
+"""The gap (accuracy) the rule calls a break."""
+REFERENCE = "fp32"
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile (bisection on the CDF, Simpson's rule on the density): the CI's multiplier."""
+    if df < 1 or not 0 < p < 1:
+        raise ValueError(f"need df >= 1 and 0 < p < 1, got df={df!r}, p={p!r}")
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(t: float, n: int = 2000) -> float:  # P(T <= t) for t >= 0
+        h = t / n
+        f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(n + 1)]
+        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+
+    q = abs(p - 0.5) + 0.5
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < q:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
+    return math.copysign((lo + hi) / 2, p - 0.5)
+
+
+def mean_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and its two-sided t-interval (NaN bounds with fewer than 2 values)."""
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, float("nan"), float("nan")
+    half = t_quantile(0.5 + level / 2, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+def detectable_gap(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -> float:
+    """The smallest true paired gap a two-sided ``alpha`` t-test over ``n`` seeds finds with ``power`` when one
+    seed's gap has SD ``sd`` (normal approximation of the non-central t, with the t quantile for the test)."""
+    from statistics import NormalDist
+
+    if n < 2:
+        return float("inf")
+    return (t_quantile(1 - alpha / 2, n - 1) + NormalDist().inv_cdf(power)) * sd / math.sqrt(n)
+
+
+def seeds_needed(sd: float, gap: float = MARGIN, power: float = 0.8, alpha: float = 0.05) -> int:
+    """Seeds a paired t-test needs to detect ``gap`` with ``power`` (smallest n with ``detectable_gap`` ≤ gap)."""
+    n = 2
+    while detectable_gap(sd, n, power, alpha) > gap and n < 10_000:
+        n += 1
+    return n
+
+
+def base_config(**overrides):
+    """One run of the study: FP32 trainer, HF rollout engine, grpo on the tiny-arith sanity set, judged every 10
+    steps on the held-out set (``overrides`` replace any field)."""
+    from nbkit.rl import RLConfig
+
+    kw = dict(model="tiny-arith", dataset="data/tiny_arith_sanity", template="raw", grader="arith", algorithm="grpo",
+              train_dtype="fp32", rollout_engine="hf", steps=50, prompts_per_step=16, samples_per_prompt=8, lr=2e-4,
+              max_tokens=40, seed=0, judge_every=10, output_dir=f"runs/{STUDY}", checkpoint_every=0)
+    kw.update(overrides)
+    return RLConfig(**kw)
+
+
+def final_judge(rows: list[dict]) -> float | None:
+    """The judge's accuracy at the run's last judged step (the primary outcome)."""
+    judged = [r for r in rows if schema.JUDGE_ACCURACY in r]
+    return judged[-1][schema.JUDGE_ACCURACY] if judged else None
+
+
+def _mean_of(rows: list[dict], key: str) -> float | None:
+    xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
+    return statistics.fmean(xs) if xs else None
+
+
+def _window_mean(rows: list[dict], key: str, last: bool, window: int = 5) -> float | None:
+    xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
+    if not xs:
+        return None
+    part = xs[-window:] if last else xs[:window]
+    return statistics.fmean(part)
+
+
+def verdict(lo: float, hi: float, margin: float = MARGIN) -> str:
+    """The pre-registered reading of a gap's 95 % interval."""
+    if lo != lo or hi != hi:
+        return "one seed: no interval"
+    if hi < -margin:
+        return "breaks"
+    if lo > -margin:
+        return "no detectable harm"
+    return "inconclusive"
+
+
+class DoseResponse(GridStudy):
+    """The ladder as a stored study. Options: ``formats`` (primary, no correction), ``seeds``, ``corrected`` (a
+    dict of ``formats`` and ``corrections`` run on ``corrected_seeds``), ``pairs`` ([train, rollout] marked points),
+    ``steps``, ``output_dir`` and ``overrides`` (any ``RLConfig`` field)."""
+
+    name = STUDY
+    title = "Rollout-precision dose–response: the mismatch RL training takes before it breaks"
+    question = ("With an FP32 trainer, how far can the rollout engine's precision fall (FP32 → FP16 → BF16 → FP8 → FP4 "
+                "→ the e8m<k> dial) before the trained policy gets worse, and which correction rescues it? Primary "
+                "comparison, stated before the results: held-out accuracy at the last step (FP32-sampled judge), each "
+                "format without correction against FP32 rollouts of the same seed; mean paired gap over seeds with a "
+                f"95 % t-interval; a format breaks when the whole interval lies below −{MARGIN:g}, does no detectable "
+                f"harm when it lies above −{MARGIN:g}, and is inconclusive otherwise.")
+    statistic = ("judge = accuracy on 256 held-out problems × 4 samples drawn by an FP32 engine at the last step; gap = "
+                 "format − FP32 paired by seed, mean and 95 % t-interval over seeds; detectable = the gap a paired "
+                 "t-test at those seeds finds with 80 % power given the measured SD; mismatch = mean per-token "
+                 "|Δ log p| (π FP32 vs μ) over steps and seeds; training accuracy = last 5-step mean.")
+    notebook = "06_dose_response"
+    output_dir = f"runs/{STUDY}"
+    toy = {"formats": ["fp32", "mxfp4"], "seeds": [0], "steps": 1, "pairs": [],
+           "corrected": {"formats": ["mxfp4"], "corrections": ["icepop"]}, "corrected_seeds": [0],
+           "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0}}
+
+    def defaults(self) -> dict:
+        return {"formats": list(FORMATS), "seeds": [0, 1, 2, 3, 4], "steps": 50,
+                "corrected": {k: list(v) for k, v in CORRECTED.items()}, "corrected_seeds": [0, 1, 2],
+                "pairs": [list(p) for p in PAIRS]}
+
+    def grid(self, formats=FORMATS, seeds=(0, 1, 2, 3, 4), steps: int = 50, corrected: dict | None = None,
+             corrected_seeds=(0, 1, 2), pairs=PAIRS, output_dir: str | None = None,
+             overrides: dict | None = None) -> dict:
+        from nbkit import formats as F
+
+        formats = [F.validate(f) for f in formats]
+        corrected = CORRECTED if corrected is None else corrected
+        base = base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
+        out = {}
+
+        def add(label, **kw):
+            out[label] = replace(base, output_dir=str(base.out / label), **kw)  # (replace re-validates)
+
+        # order = priority (a cut-off study has the primary contrast first): every format without correction, seed
+        # by seed; then the corrections; then the paper's pairs
+        for seed in seeds:
+            for f in formats:
+                add(f"{f}-none-s{seed}", rollout_format=f, seed=seed)
+        for seed in corrected_seeds:
+            for f in corrected.get("formats", ()):
+                for c in corrected.get("corrections", ()):
+                    add(f"{F.validate(f)}-{c}-s{seed}", rollout_format=f, correction=c, seed=seed)
+        for seed in seeds:
+            for train, rollout in pairs:
+                add(f"{train}-train-{rollout}-s{seed}", train_dtype=train, rollout_dtype=rollout, seed=seed)
+        return out
+
+    def coords(self, config: dict) -> dict:
+        fmt = config.get("rollout_format") or config.get("rollout_dtype") or config["train_dtype"]
+        return {"format": fmt, "train": config["train_dtype"], "correction": config.get("correction") or "none",
+                "seed": int(config["seed"])}
+
+    # -- read half --------------------------------------------------------------------------------------------
+    def cells(self, runs, meta) -> dict[tuple[str, str, str], dict[int, list[dict]]]:
+        """``(train, format, correction) → seed → rows``."""
+        out: dict = {}
+        for label, rows in runs.items():
+            m = meta[label]
+            out.setdefault((m["train"], m["format"], m["correction"]), {})[m["seed"]] = rows
+        return out
+
+    def table(self, runs, meta) -> list[dict]:
+        cells = self.cells(runs, meta)
+        ref = cells.get(("fp32", REFERENCE, "none"), {})
+        ref_final = {s: final_judge(r) for s, r in ref.items()}
+        rows = []
+        for (train, fmt, corr), by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
+            finals = {s: final_judge(r) for s, r in by_seed.items()}
+            finals = {s: v for s, v in finals.items() if v is not None}
+            gaps = [finals[s] - ref_final[s] for s in sorted(finals) if ref_final.get(s) is not None]
+            all_rows = [x for r in by_seed.values() for x in r]
+            row = {"train": train, "format": fmt, "correction": corr, "seeds": len(by_seed),
+                   "mismatch |Δ log p|": _mean_of(all_rows, schema.TOKEN_ABS_LOGP_DIFF),
+                   "judge final (mean)": statistics.fmean(finals.values()) if finals else None}
+            if (train, fmt, corr) != ("fp32", REFERENCE, "none") and len(gaps) >= 1:
+                m, lo, hi = mean_ci(gaps)
+                sd = statistics.stdev(gaps) if len(gaps) >= 2 else float("nan")
+                row.update({"gap vs fp32": m, "gap CI low": lo, "gap CI high": hi, "paired seeds": len(gaps),
+                            "detectable gap (80 %)": detectable_gap(sd, len(gaps)) if sd == sd else None,
+                            "verdict": verdict(lo, hi)})
+            else:
+                row.update({"gap vs fp32": None, "gap CI low": None, "gap CI high": None, "paired seeds": 0,
+                            "detectable gap (80 %)": None, "verdict": "reference" if (train, fmt, corr) ==
+                            ("fp32", REFERENCE, "none") else "not judged" if not finals else "no fp32 twin"})
+            growth = [(_window_mean(r, schema.TOKEN_ABS_LOGP_DIFF, True) or 0) /
+                      (_window_mean(r, schema.TOKEN_ABS_LOGP_DIFF, False) or float("nan")) for r in by_seed.values()]
+            row.update({
+                "train accuracy (last 5)": statistics.fmean(_window_mean(r, schema.ACCURACY, True) or 0
+                                                            for r in by_seed.values()),
+                "judge step 0": _mean_of([x for r in by_seed.values() for x in r if x.get(schema.STEP) == 0],
+                                         schema.JUDGE_ACCURACY),
+                "mismatch growth (last/first 5)": statistics.fmean(growth) if growth else None,
+                "IS masked/truncated tokens": _mean_of(all_rows, schema.IS_MASKED_TOKEN_FRACTION)
+                or _mean_of(all_rows, schema.IS_TRUNCATED_TOKEN_FRACTION),
+                "phantom clip": _mean_of(all_rows, schema.PHANTOM_FRACTION),
+                "ESS token": _mean_of(all_rows, "mismatch/ess_token"), "ESS seq": _mean_of(all_rows, "mismatch/ess_seq"),
+                "grad norm": _mean_of(all_rows, schema.GRAD_NORM), "entropy": _mean_of(all_rows, schema.ENTROPY),
+                "s/step": _mean_of(all_rows, schema.TIME_STEP),
+                "format ran (audit)": ", ".join(sorted({str(x.get(schema.AUDIT_ROLLOUT_FORMAT) or
+                                                            x.get(schema.AUDIT_ROLLOUT_DTYPE)) for x in all_rows
+                                                        if schema.ACCURACY in x})),
+            })
+            rows.append(row)
+        return rows
+
+    @staticmethod
+    def _order(key):
+        train, fmt, corr = key
+        ladder = list(FORMATS)
+        return (train != "fp32", ladder.index(fmt) if fmt in ladder else 99, fmt, corr != "none", corr)
+
+    def noise(self, runs, meta) -> dict:
+        """The measured noise the power statement uses: SD of the paired gap (pooled over formats without
+        correction), the gap detectable at the study's seeds and the seeds a 0.05 gap needs."""
+        table = [r for r in self.table(runs, meta) if r["correction"] == "none" and r["paired seeds"] >= 2
+                 and r["train"] == "fp32"]
+        cells = self.cells(runs, meta)
+        ref = {s: final_judge(r) for s, r in cells.get(("fp32", REFERENCE, "none"), {}).items()}
+        variances, n = [], []
+        for r in table:
+            by_seed = cells[(r["train"], r["format"], r["correction"])]
+            gaps = [final_judge(v) - ref[s] for s, v in by_seed.items() if ref.get(s) is not None
+                    and final_judge(v) is not None]
+            if len(gaps) >= 2 and r["verdict"] != "breaks":
+                variances.append(statistics.variance(gaps))
+                n.append(len(gaps))
+        if not variances:
+            return {}
+        sd = statistics.fmean(variances) ** 0.5
+        return {"sd": sd, "cells": len(variances), "seeds": min(n), "detectable": detectable_gap(sd, min(n)),
+                "seeds for 0.05": seeds_needed(sd)}
+
+    def findings(self, runs, meta, rows) -> list[str]:
+        out = []
+        primary = [r for r in rows if r["correction"] == "none" and r["train"] == "fp32" and r["format"] != REFERENCE]
+        for r in primary:
+            if r["gap vs fp32"] is None:
+                continue
+            ci = (f"95 % CI {r['gap CI low']:+.3f} to {r['gap CI high']:+.3f}" if r["gap CI low"] == r["gap CI low"]
+                  else "one seed, no interval")
+            out.append(f"{r['format']} rollouts (mismatch {r['mismatch |Δ log p|']:.2g} per token): held-out accuracy "
+                       f"{r['judge final (mean)']:.3f}, gap to FP32 {r['gap vs fp32']:+.3f} ({ci}, "
+                       f"{r['paired seeds']} seeds): {r['verdict']}.")
+        broken = [r["format"] for r in primary if r["verdict"] == "breaks"]
+        out.append("Formats that break by the rule: " + (", ".join(broken) if broken else "none") +
+                   f" (of {len(primary)} tested; with no true gap the rule's one-sided error is 2.5 % per format).")
+        for r in rows:
+            if r["correction"] != "none" and r["gap vs fp32"] is not None:
+                plain = next((p for p in rows if p["format"] == r["format"] and p["correction"] == "none"
+                              and p["train"] == r["train"]), None)
+                versus = f" (uncorrected {plain['gap vs fp32']:+.3f})" if plain and plain["gap vs fp32"] is not None else ""
+                out.append(f"{r['format']} + {r['correction']}: gap to FP32 {r['gap vs fp32']:+.3f}{versus}, "
+                           f"{r['paired seeds']} seeds: {r['verdict']}.")
+        noise = self.noise(runs, meta)
+        if noise:
+            out.append(f"Noise: one seed's paired gap has SD {noise['sd']:.3f} (pooled over {noise['cells']} formats that "
+                       f"do not break); at {noise['seeds']} seeds the experiment detects a gap of "
+                       f"{noise['detectable']:.3f} with 80 % power; a 0.05 gap needs {noise['seeds for 0.05']} seeds.")
+        return out
+
+    def figure(self, runs, meta):
+        from nbkit.plots.dose_response import dose_response
+
+        return dose_response(self.table(runs, meta))

@@ -1,0 +1,103 @@
+"""The dose–response study (notebook 06): its grid, its pre-registered rule and the statistics behind its verdicts."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nbkit import schema
+from nbkit.studies import dose_response as D
+from nbkit.studies.base import GridStudy
+
+
+@pytest.mark.parametrize("df,expected", [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042)])
+def test_t_quantile_matches_the_printed_table(df, expected):
+    assert D.t_quantile(0.975, df) == pytest.approx(expected, abs=2e-3)
+    assert D.t_quantile(0.025, df) == pytest.approx(-expected, abs=2e-3)
+
+
+def test_mean_ci_is_a_t_interval_and_one_value_has_none():
+    m, lo, hi = D.mean_ci([1.0, 2.0, 3.0])
+    assert m == 2.0 and hi - m == pytest.approx(4.303 * 1.0 / math.sqrt(3), abs=1e-2) and m - lo == pytest.approx(hi - m)
+    m, lo, hi = D.mean_ci([0.5])
+    assert m == 0.5 and math.isnan(lo) and math.isnan(hi)
+
+
+def test_more_seeds_detect_smaller_gaps_and_seeds_needed_reaches_the_gap():
+    gaps = [D.detectable_gap(0.05, n) for n in (2, 3, 5, 10, 30)]
+    assert gaps == sorted(gaps, reverse=True) and gaps[-1] < 0.05 < gaps[0]
+    n = D.seeds_needed(0.05, 0.05)
+    assert D.detectable_gap(0.05, n) <= 0.05 < D.detectable_gap(0.05, n - 1)
+    assert D.detectable_gap(0.05, 1) == math.inf
+
+
+@pytest.mark.parametrize("lo,hi,reading", [(-0.3, -0.1, "breaks"), (-0.04, 0.02, "no detectable harm"),
+                                           (-0.2, 0.01, "inconclusive"), (-0.06, -0.051, "breaks"),
+                                           (float("nan"), float("nan"), "one seed: no interval")])
+def test_the_rule_reads_the_whole_interval_against_the_margin(lo, hi, reading):
+    assert D.verdict(lo, hi) == reading
+
+
+def test_the_grid_puts_the_primary_contrast_first_and_reads_coordinates_from_configs(tmp_path):
+    study = D.DoseResponse()
+    grid = study.grid(formats=["fp32", "bf16", "mxfp4"], seeds=[0, 1], corrected={"formats": ["mxfp4"],
+                      "corrections": ["icepop", "token_tis"]}, corrected_seeds=[0], pairs=[["bf16", "bf16"]],
+                      output_dir=str(tmp_path), overrides={"judge_every": 0})
+    labels = list(grid)
+    assert labels[:6] == ["fp32-none-s0", "bf16-none-s0", "mxfp4-none-s0", "fp32-none-s1", "bf16-none-s1",
+                          "mxfp4-none-s1"]
+    assert labels[6:] == ["mxfp4-icepop-s0", "mxfp4-token_tis-s0", "bf16-train-bf16-s0", "bf16-train-bf16-s1"]
+    cfg = grid["mxfp4-icepop-s0"]
+    assert (cfg.train_dtype, cfg.rollout_format, cfg.correction, cfg.seed) == ("fp32", "mxfp4", "icepop", 0)
+    assert study.coords(cfg.to_dict()) == {"format": "mxfp4", "train": "fp32", "correction": "icepop", "seed": 0}
+    assert study.coords(grid["bf16-train-bf16-s1"].to_dict()) == {"format": "bf16", "train": "bf16",
+                                                                  "correction": "none", "seed": 1}
+    assert len({c.output_dir for c in grid.values()}) == len(grid)
+
+
+def test_an_unknown_format_or_correction_is_refused_naming_the_choices(tmp_path):
+    with pytest.raises(ValueError, match="fp5.*mxfp4"):
+        D.DoseResponse().grid(formats=["fp5"], output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="magic.*icepop"):
+        D.DoseResponse().grid(formats=["fp32"], corrected={"formats": ["bf16"], "corrections": ["magic"]},
+                              output_dir=str(tmp_path))
+
+
+def _run(judge_final: float, mismatch: float, steps: int = 6) -> list[dict]:
+    rows = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.5}]
+    for s in range(1, steps + 1):
+        row = {schema.STEP: s, schema.ACCURACY: 0.6, schema.TOKEN_ABS_LOGP_DIFF: mismatch}
+        if s == steps:
+            row[schema.JUDGE_ACCURACY] = judge_final
+        rows.append(row)
+    return rows
+
+
+def test_the_table_pairs_each_format_with_fp32_by_seed_and_applies_the_rule():
+    finals = {"fp32": [0.80, 0.85, 0.90, 0.82, 0.88], "bf16": [0.81, 0.84, 0.91, 0.83, 0.87],
+              "e8m1": [0.40, 0.50, 0.45, 0.42, 0.47], "mxfp4": [0.80, 0.70, 0.95, 0.60, 0.88]}
+    runs, meta = {}, {}
+    for fmt, xs in finals.items():
+        for seed, x in enumerate(xs):
+            runs[f"{fmt}-{seed}"] = _run(x, {"fp32": 1e-7, "bf16": 1e-3, "mxfp4": 3e-2, "e8m1": 0.4}[fmt])
+            meta[f"{fmt}-{seed}"] = {"format": fmt, "train": "fp32", "correction": "none", "seed": seed}
+    study = D.DoseResponse()
+    rows = {r["format"]: r for r in study.table(runs, meta)}
+    assert [r["format"] for r in study.table(runs, meta)] == ["fp32", "bf16", "mxfp4", "e8m1"]  # ladder order
+    assert rows["fp32"]["verdict"] == "reference"
+    assert rows["e8m1"]["gap vs fp32"] == pytest.approx(-0.402) and rows["e8m1"]["verdict"] == "breaks"
+    assert rows["bf16"]["verdict"] == "no detectable harm"
+    assert rows["mxfp4"]["verdict"] == "inconclusive"
+    assert rows["bf16"]["judge step 0"] == 0.5 and rows["e8m1"]["mismatch |Δ log p|"] == pytest.approx(0.4)
+    text = " ".join(study.findings(runs, meta, study.table(runs, meta)))
+    assert "Formats that break by the rule: e8m1" in text and "SD" in text
+
+
+def test_a_one_process_grid_and_a_two_process_grid_deal_every_run_once():
+    study = D.DoseResponse()
+    assert study.twins == 1
+    shards = [[j for j in range(10) if study.shard_of(j, 2) == i] for i in (0, 1)]
+    assert shards == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+    twin = type("Twin", (GridStudy,), {"twins": 2})()
+    dealt = [[j for j in range(8) if twin.shard_of(j, 2) == i] for i in (0, 1)]
+    assert sorted(dealt[0] + dealt[1]) == list(range(8)) and len(dealt[0]) == len(dealt[1])
