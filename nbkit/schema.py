@@ -53,6 +53,8 @@ AUDIT_ROLLOUT_DTYPE = "audit/rollout_dtype"
 AUDIT_GEMM = "audit/gemm"
 AUDIT_GEMM_ROUTED = "audit/gemm_routed"
 AUDIT_CRITIC_MATMUL_DTYPES = "audit/critic_matmul_dtypes"
+AUDIT_ROLLOUT_FORMAT = "audit/rollout_format"
+AUDIT_ROLLOUT_FORMAT_GEMMS = "audit/rollout_format_gemms"
 # --- time per step, split ------------------------------------------------------------------------------------
 TIME_STEP = "time/step"
 TIME_ROLLOUT = "time/rollout"
@@ -113,6 +115,8 @@ KEYS: dict[str, str] = {
     AUDIT_ROLLOUT_DTYPE: "the dtype the rollout engine really holds", AUDIT_GEMM: "the GEMM policy that ran",
     AUDIT_GEMM_ROUTED: "half GEMMs routed by the fp32-accumulate policy, per format",
     AUDIT_CRITIC_MATMUL_DTYPES: "PPO: dtypes the critic's matmuls produced",
+    AUDIT_ROLLOUT_FORMAT: "the rollout format that ran (nbkit.formats; only when rollout_format is set)",
+    AUDIT_ROLLOUT_FORMAT_GEMMS: "GEMMs the rollout engine ran in that format this step (vLLM: its FP8 weight dtypes)",
     TIME_STEP: "seconds of the whole step", TIME_ROLLOUT: "seconds generating (μ)",
     TIME_SYNC: "seconds syncing weights to the engine", TIME_SCORE: "seconds computing rewards",
     TIME_MISMATCH: "seconds computing mismatch metrics", TIME_UPDATE: "seconds of π forward/backward and the update",

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated
 
-from nbkit import gemm, tasks
+from nbkit import formats, gemm, tasks
 from nbkit.fieldcheck import SEED, at_least, check_fields, positive, unit
 from nbkit.engines import ENGINE_KINDS
 from nbkit.models import DTYPES
@@ -51,6 +51,11 @@ class RLConfig:
     """Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``."""
     rollout_dtype: str | None = None
     """Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16)."""
+    rollout_format: str | None = None
+    """Rollout format of ``nbkit.formats`` beyond a dtype: ``fp8-e4m3``, ``fp8-e4m3-channel``, ``fp8-e5m2``,
+    ``mxfp4``, ``nvfp4``, ``e8m1`` … ``e8m10`` (or a plain fp32/fp16/bf16); None = the rollout dtype as it is. It
+    runs in its base dtype (``rollout_dtype`` must then be None or that dtype) with quantized GEMMs, on the HF
+    engine (vLLM: ``fp8-e4m3`` on CUDA only, as its ``quantization="fp8"``); every step audits that it ran."""
     lora: bool = False
     """Train LoRA adapters (peft) instead of all weights."""
     lora_rank: Annotated[int, at_least(1)] = 8
@@ -173,6 +178,7 @@ class RLConfig:
         if self.judge_every and not self.judge_set.strip():
             raise ValueError(f"judge_every={self.judge_every} needs a judge_set, got {self.judge_set!r}")
         gemm.validate(self.gemm)
+        self._check_rollout_format()
         for name in ("train_dtype",) + (("rollout_dtype",) if self.rollout_dtype is not None else ()):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {tuple(DTYPES)}")
@@ -213,10 +219,25 @@ class RLConfig:
         """The algorithm preset with ``correction`` applied (what the trainer runs)."""
         return algorithms.resolve(self.algorithm, self.correction)
 
+    def _check_rollout_format(self) -> None:
+        """``rollout_format``: a known format, consistent with ``rollout_dtype``, on an engine that can run it."""
+        if self.rollout_format is None:
+            return
+        fmt = formats.get(self.rollout_format)  # an unknown name is refused with the choices listed
+        if self.rollout_dtype is not None and self.rollout_dtype != fmt.base:
+            raise ValueError(f"rollout_format={fmt.name!r} runs in {fmt.base}, but rollout_dtype={self.rollout_dtype!r}; "
+                             f"leave rollout_dtype unset or set it to {fmt.base!r}")
+        if fmt.quantized and self.rollout_engine == "vllm":
+            if self.vllm_mode == "server":
+                raise ValueError(f"rollout_format={fmt.name!r} cannot be checked on a vLLM server; use "
+                                 f"rollout_engine='hf' (or colocated vLLM on CUDA for fp8-e4m3)")
+            formats.vllm_kwargs(fmt)  # refused where vLLM cannot run it, naming the HF engine
+
     @property
     def rollout(self) -> str:
-        """The rollout dtype actually used."""
-        return self.rollout_dtype or self.train_dtype
+        """The rollout dtype actually used (a rollout format's base dtype)."""
+        base = formats.get(self.rollout_format).base if self.rollout_format is not None else None
+        return self.rollout_dtype or base or self.train_dtype
 
     @property
     def out(self) -> Path:

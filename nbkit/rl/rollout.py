@@ -25,8 +25,10 @@ class EngineGeneration(VLLMGeneration):
 
     def __init__(self, *, engine: str, model_ref: str, dtype: str, seed: int, kv_cache_gib: int = 1,
                  hf_batch_size: int = 1024, max_num_batched_tokens: int = 4096, gemm_policy: str = "auto",
-                 **trl_kwargs):
+                 rollout_format: str | None = None, **trl_kwargs):
         self.engine_kind, self.model_ref, self.rollout_dtype, self.seed = engine, model_ref, dtype, seed
+        self.rollout_format = rollout_format
+        """``nbkit.formats`` name the engine runs (None: the plain ``dtype``); audited by ``format_audit``."""
         self.gemm_policy = gemm_policy
         self.kv_cache_gib = kv_cache_gib
         self.hf_batch_size, self.max_num_batched_tokens = hf_batch_size, max_num_batched_tokens
@@ -44,7 +46,8 @@ class EngineGeneration(VLLMGeneration):
         """Build the workbook engine instead of TRL's own ``LLM(...)``."""
         if self.engine_kind == "hf":
             self.engine = HFEngine(self.model_ref, self.rollout_dtype, device=self.accelerator.device,
-                                   batch_size=self.hf_batch_size, progress=False, gemm=self.gemm_policy)
+                                   batch_size=self.hf_batch_size, progress=False, gemm=self.gemm_policy,
+                                   format=self.rollout_format)
         else:
             self._init_vllm_engine()
         # TRL's own closing barrier: without it the processes leave in step with the slowest engine start-up
@@ -64,7 +67,7 @@ class EngineGeneration(VLLMGeneration):
             gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed + acc.process_index,
             kv_cache_gib=self.kv_cache_gib, progress=False, max_model_len=self.max_model_length,
             distributed_executor_backend="external_launcher", max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_batched_tokens=self.max_num_batched_tokens, format=self.rollout_format,
             **({"enable_sleep_mode": True} if self.sleeps else {}),
         )
         self.llm = self.engine.llm
@@ -136,7 +139,8 @@ class EngineGeneration(VLLMGeneration):
             # the worker's tensors (in-process here, so no serialisation flag is needed); never vLLM's own config,
             # which echoes the request and so could not disagree with it
             try:
-                held = {dtype_name(getattr(torch, d.removeprefix("torch."))) for d in self.engine.worker_param_dtypes()}
+                held = {dtype_name(getattr(torch, d.removeprefix("torch."))) for d in self.engine.worker_param_dtypes()
+                        if not d.startswith("torch.float8")}  # FP8 weights: the format audit's evidence
             except RuntimeError as exc:
                 from nbkit.rl.amp import PrecisionError
 
@@ -144,6 +148,18 @@ class EngineGeneration(VLLMGeneration):
         else:
             held = {dtype_name(p.dtype) for p in self.engine.model.parameters()}
         return "+".join(sorted(held))
+
+    def format_audit(self) -> dict:
+        """Audit record of the rollout format since the last call (``nbkit.formats.audit``): the HF engine's count
+        of GEMMs run in it, vLLM's FP8 weights; raises ``PrecisionError`` when the format did not run."""
+        from nbkit import formats
+
+        if self.engine_kind == "hf":
+            counts = self.engine.take_format_gemms()
+        else:
+            fp8 = [d for d in self.engine.worker_param_dtypes() if d.startswith("torch.float8")]
+            counts = {self.rollout_format: len(fp8)} if fp8 else {}
+        return formats.audit(self.rollout_format, counts)
 
     def take_seconds(self) -> dict:
         """Generate and sync time since the last call (then reset)."""

@@ -59,6 +59,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             max_num_seqs=self.args.per_device_train_batch_size * self.args.steps_per_generation,  # a whole rollout
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
             max_completion_length=self.max_completion_length, logprobs=0,
+            **({"rollout_format": run.rollout_format} if run.rollout_format is not None else {}),
         )
         self.use_vllm, self._last_loaded_step = True, -1
         routing.autocast_experts(self.model)  # MoE: experts under autocast (grouped_mm would stay in fp32)
@@ -266,6 +267,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         if record["audit/rollout_dtype"] != self.run.rollout:
             raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
                                      f"{record['audit/rollout_dtype']} weights")
+        if self.run.rollout_format is not None:  # the format's GEMMs ran this step, or the run stops here
+            record.update(self.vllm_generation.format_audit())
         record["loss_scale"] = self.loss_scale()
         capped, answers = self.accelerator.reduce(torch.tensor(
             self.vllm_generation.take_length_hits(), dtype=torch.float64, device=self.accelerator.device), "sum").tolist()

@@ -1,0 +1,139 @@
+"""The rollout-precision ladder: the mismatch each rollout format causes against an FP32 trainer's π.
+
+For one model and a list of ``nbkit.formats`` names, the HF engine samples the same prompts in each format (μ, its
+GEMM count audited), one FP32 teacher-forced forward computes π of those tokens, and ``nbkit.mismatch`` turns each
+pair into metrics with bootstrap CIs over sequences. With the trainer exact, each rung's mismatch is the format's own
+rounding (one side exact): the dose of the dose–response study.
+
+    res = run_ladder(LadderConfig(model="tiny-arith", formats=("fp32", "bf16", "fp8-e4m3", "nvfp4")))
+    res.table()                                  # one row per format, headline metrics with 95 % CIs
+    nbkit.plots.ladder.ladder_figure(res)        # the ladder on a log axis
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nbkit import analysis, formats, gemm, models
+from nbkit.engines import SamplingConfig, make_engine
+from nbkit.mismatch import headline_cis, mismatch_metrics, teacher_forced_logprobs
+
+HEADLINE_KEYS = ("token_abs_logp_diff/mean", "kl_k1", "seq_kl")
+"""The ladder's metrics: per-token mean |log π − log μ|, token KL[μ‖π] (k1), sequence KL (the paper's Fig. 5)."""
+
+
+@dataclass
+class LadderConfig:
+    """One model's ladder of rollout formats against an FP32 trainer."""
+
+    model: str = "tiny-arith"
+    """Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory)."""
+    formats: tuple[str, ...] = formats.LADDER
+    """Rollout formats (``nbkit.formats.FORMATS``), in the order the figure shows them."""
+    prompt_source: str = "auto"
+    """As ``nbkit.analysis.GridConfig.prompt_source`` (``auto``: ``arith`` for tiny-arith, else ``eval/math``)."""
+    n_prompts: int = 32
+    """Number of prompts."""
+    samples_per_prompt: int = 4
+    """Responses sampled per prompt and format."""
+    max_tokens: int = 48
+    """Longest response (tokens)."""
+    temperature: float = 1.0
+    """Sampling temperature (π at the same temperature)."""
+    seed: int = 0
+    """Seed of the prompts, the samplers (the same in every format) and the bootstrap."""
+    batch_size: int = 16
+    """Sequences per teacher-forced π forward."""
+    n_boot: int = 200
+    """Bootstrap resamples (sequences) for each headline CI; 0 = none."""
+    gemm: str = "auto"
+    """``nbkit.gemm`` policy of the GEMMs a format leaves in its base dtype (and of plain fp16/bf16)."""
+    device: str | None = None
+    """Device of the engine and of π; None = CPU."""
+
+    def __post_init__(self) -> None:
+        if not self.formats:
+            raise ValueError("formats is empty; choose from " + repr(tuple(formats.FORMATS)))
+        for name in self.formats:
+            formats.validate(name)
+        gemm.validate(self.gemm)
+        for name in ("n_prompts", "samples_per_prompt", "max_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.n_boot < 0:
+            raise ValueError(f"n_boot must be >= 0, got {self.n_boot!r}")
+
+
+@dataclass
+class LadderResult:
+    """Rollouts, π, metrics and CIs of every format of one ladder."""
+
+    config: LadderConfig
+    """The configuration that produced it."""
+    prompts: list[str]
+    """The prompts as the engine saw them."""
+    rollouts: dict[str, list] = field(default_factory=dict)
+    """Format → rollouts (μ in ``Rollout.logprobs``)."""
+    logp_pi: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """Format → FP32 π per token of that format's rollouts."""
+    metrics: dict[str, dict] = field(default_factory=dict)
+    """Format → ``mismatch_metrics`` of (π, μ)."""
+    cis: dict[str, dict] = field(default_factory=dict)
+    """Format → bootstrap CIs of the ``nbkit.mismatch.HEADLINE`` metrics."""
+    audits: dict[str, dict] = field(default_factory=dict)
+    """Format → ``nbkit.formats.audit`` record (quantized GEMMs counted in the engine)."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Wall time per stage: ``generate/<format>``, ``pi/<format>``."""
+
+    def pairs(self) -> dict[str, tuple]:
+        """Format → (log π, log μ) for ``nbkit.plots.mismatch``."""
+        return {f: (self.logp_pi[f], [np.asarray(r.logprobs, dtype=np.float64) for r in self.rollouts[f]])
+                for f in self.rollouts}
+
+    def table(self):
+        """One row per format: base dtype, tokens, the headline metrics with their 95 % CIs, GEMMs, seconds."""
+        import pandas as pd
+
+        rows = []
+        for f, m in self.metrics.items():
+            row = {"format": f, "base": formats.get(f).base, "n_tokens": int(m["n_tokens"])}
+            for k in HEADLINE_KEYS:
+                row[k] = m[k]
+                ci = self.cis.get(f, {}).get(k)
+                if ci is not None:
+                    row[f"{k} low"], row[f"{k} high"] = ci["low"], ci["high"]
+            row["quantized GEMMs"] = self.audits[f]["audit/rollout_format_gemms"]
+            row["generate s"] = self.seconds.get(f"generate/{f}", np.nan)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def run_ladder(cfg: LadderConfig, progress: bool = False) -> LadderResult:
+    """Sample with the HF engine in each format, audit it, score the tokens with FP32 π, compute the metrics."""
+    model, tok = models.load(cfg.model, "fp32", device=cfg.device)
+    source = cfg.prompt_source if cfg.prompt_source != "auto" else (
+        "arith" if cfg.model == "tiny-arith" else "eval/math")
+    prompts = analysis.load_prompts(source, cfg.n_prompts, tok, cfg.seed)
+    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt,
+                              seed=cfg.seed)
+    res = LadderResult(cfg, prompts)
+    for name in cfg.formats:
+        start = time.perf_counter()
+        engine = make_engine("hf", model, tokenizer=tok, format=name, gemm=cfg.gemm, progress=progress,
+                             device=cfg.device)
+        rollouts = engine.generate(prompts, sampling)
+        res.seconds[f"generate/{name}"] = time.perf_counter() - start
+        res.audits[name] = formats.audit(name, engine.take_format_gemms())  # the format ran, or this fails
+        engine.close()
+        start = time.perf_counter()
+        pi = teacher_forced_logprobs(model, rollouts, dtype="fp32", batch_size=cfg.batch_size,
+                                     temperature=cfg.temperature, progress=progress)
+        res.seconds[f"pi/{name}"] = time.perf_counter() - start
+        mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
+        res.rollouts[name], res.logp_pi[name] = rollouts, pi
+        res.metrics[name] = mismatch_metrics(pi, mu)
+        if cfg.n_boot:
+            res.cis[name] = headline_cis(pi, mu, n_boot=cfg.n_boot, seed=cfg.seed)
+    return res
