@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import arith, formats, models
+from nbkit import arith, formats, ladder, models
 from nbkit.engines import SamplingConfig, make_engine
 from nbkit.formats import E2M1, E4M3, E5M2, e8m
 from nbkit.mismatch import teacher_forced_logprobs
@@ -221,14 +221,14 @@ def test_quantized_linear_rounds_once_to_the_base_dtype():
 @pytest.fixture(scope="module")
 def arith_model():
     model, tok = models.load("tiny-arith")
-    prompts = [p["problem"] for p in arith.make_problems(6, seed=3)]
+    prompts = [p["problem"] for p in arith.make_problems(4, seed=3)]
     return model, tok, prompts
 
 
 def sample(arith_model, **engine_kwargs):
     model, tok, prompts = arith_model
     engine = make_engine("hf", model, tokenizer=tok, progress=False, **engine_kwargs)
-    return engine, engine.generate(prompts, SamplingConfig(max_tokens=32, n=2, seed=5))
+    return engine, engine.generate(prompts, SamplingConfig(max_tokens=24, n=2, seed=5))
 
 
 def test_an_fp32_rollout_format_gives_mu_equal_to_the_fp32_trainers_pi(arith_model):
@@ -258,6 +258,7 @@ def test_a_quantized_format_runs_inside_the_engines_forward_and_is_counted(arith
     assert [r.logprobs for r in rollouts] != [r.logprobs for r in bf16]
 
 
+@pytest.mark.slow
 def test_the_mismatch_grows_down_the_ladder(arith_model):
     """FP8 E4M3 (3 mantissa bits, fine scales) must sit well below the FP4 formats (1 mantissa bit)."""
     def mismatch(name):
@@ -324,7 +325,6 @@ def test_the_audit_fails_a_rollout_whose_requested_format_did_not_run():
     assert formats.audit("bf16", {})["audit/rollout_format"] == "bf16"  # a plain dtype: its own dtype audit
 
 
-@pytest.mark.slow
 def test_an_rl_run_in_a_rollout_format_audits_it_every_step(tmp_path, tiny_random_model, arith_jsonl):
     cfg = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=2, prompts_per_step=2, samples_per_prompt=2,
                    max_tokens=12, output_dir=str(tmp_path / "run"), train_dtype="fp32", rollout_format="fp8-e4m3")
@@ -335,7 +335,6 @@ def test_an_rl_run_in_a_rollout_format_audits_it_every_step(tmp_path, tiny_rando
         assert row["audit/rollout_dtype"] == "bf16"
 
 
-@pytest.mark.slow
 def test_an_rl_run_whose_rollout_format_did_not_run_fails(tmp_path, tiny_random_model, arith_jsonl, monkeypatch):
     import contextlib
 
@@ -348,3 +347,28 @@ def test_an_rl_run_whose_rollout_format_did_not_run_fails(tmp_path, tiny_random_
                    max_tokens=12, output_dir=str(tmp_path / "run"), train_dtype="fp32", rollout_format="mxfp4")
     with pytest.raises(PrecisionError, match="'mxfp4' but no GEMM ran in it"):
         train(cfg, progress=False)
+
+
+# --- the offline ladder -----------------------------------------------------------------------------------
+
+
+def test_the_ladder_measures_each_format_against_the_fp32_trainer():
+    from nbkit.plots.ladder import ladder_figure
+
+    cfg = ladder.LadderConfig(formats=("fp32", "bf16", "mxfp4"), n_prompts=4, samples_per_prompt=2, max_tokens=16,
+                              n_boot=20)
+    res = ladder.run_ladder(cfg)
+    table = res.table()
+    assert list(table["format"]) == ["fp32", "bf16", "mxfp4"]
+    assert list(table["quantized GEMMs"])[0] == 0 and list(table["quantized GEMMs"])[2] > 0
+    diff = dict(zip(table["format"], table["token_abs_logp_diff/mean"]))
+    assert diff["fp32"] < 1e-5 < diff["bf16"] < diff["mxfp4"]  # exact, then the format's rounding
+    for key in ladder.HEADLINE_KEYS:
+        assert (table[f"{key} low"] <= table[key] + 1e-12).all() and (table[key] <= table[f"{key} high"] + 1e-12).all()
+    fig = ladder_figure(table)
+    assert all(fig.layout[f"yaxis{i if i > 1 else ''}"].type == "log" for i in range(1, 4))
+
+
+def test_a_ladder_with_an_unknown_format_is_refused_before_any_model_loads():
+    with pytest.raises(ValueError, match=r"'fp6'.*nvfp4"):
+        ladder.LadderConfig(model="no-such-model", formats=("bf16", "fp6"))
