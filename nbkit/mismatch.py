@@ -102,7 +102,7 @@ def _model_for(model: torch.nn.Module, dtype: str | None) -> torch.nn.Module:
 @torch.no_grad()  # not inference_mode: its tensors bypass the GEMM policy's dispatch mode (nbkit.gemm)
 def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None, batch_size: int = 8,
                             device=None, temperature: float = 1.0, progress: bool | None = None,
-                            gemm: str = "auto") -> list[np.ndarray]:
+                            gemm: str = "auto", top_k: int = 0, top_p: float = 1.0) -> list[np.ndarray]:
     """log π of every generated token of every rollout, by one teacher-forced forward of prompt + response.
 
     ``dtype=None`` runs ``model`` as given (its own weights' dtype, any autocast the caller set).
@@ -113,10 +113,13 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
     (``nbkit.gemm``). Rows are batched by length with right padding and an attention mask, on the model's device
     (or a copy on ``device``); the vocabulary projection runs only from the first response position of a batch
     on (``logits_to_keep``), not over the prompts. Returns float64 arrays, one per rollout (empty for an empty
-    response); a progress bar shows when there are more than 8 batches.
+    response); a progress bar shows when there are more than 8 batches. ``top_k``/``top_p`` score the tokens under
+    the same sampling filter an engine's processed log-probs came from (``nbkit.sampling_filter``); 0 / 1.0 = off.
     """
     from nbkit import gemm as gemm_policies
+    from nbkit import sampling_filter
 
+    sampling_filter.validate(top_k, top_p)
     if not rollouts:
         raise ValueError("no rollouts given")
     if not temperature > 0:
@@ -159,9 +162,10 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
                 logits = net(input_ids=ids.to(device), attention_mask=mask.to(device), **keep).logits
             for row, i in enumerate(batch):
                 p, t = len(rollouts[i].prompt_ids), len(rollouts[i].token_ids)
-                lp = torch.log_softmax(logits[row, p - 1 - first:p + t - 1 - first].float() / temperature, dim=-1)
                 tok = ids[row, p:p + t].to(device)
-                out[i] = lp.gather(-1, tok[:, None])[:, 0].double().cpu().numpy()
+                lp = sampling_filter.token_logprobs(logits[row, p - 1 - first:p + t - 1 - first], tok, temperature,
+                                                    top_k, top_p)
+                out[i] = lp.double().cpu().numpy()
     finally:
         net.train(was_training)
     return out

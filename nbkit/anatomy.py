@@ -1,0 +1,467 @@
+"""The anatomy of π − μ: the mismatch of one model × engine × dtype attributed to its sources.
+
+    res = anatomy.run("tiny-arith", engine="vllm", dtype="fp16")
+    res.table()                 # one row per factor: mean |Δ log p|, k1 and sequence KL with bootstrap CIs
+    waterfall(res)              # the factors, their sum, the interaction and the measured total
+    res.layers                  # hidden-state relative error layer by layer (trainer forward vs FP32)
+
+One set of responses (sampled by the real engine in ``dtype``, or given) is scored under configurations that
+differ in one factor at a time, so every Δ is a difference in log p of the *same* tokens. Two groups:
+
+- **format** (how far the trainer's forward in ``dtype`` is from an exact FP32 forward), each factor switched alone
+  on the FP32 model: ``weights`` (weights rounded to ``dtype``, arithmetic in FP32), ``activations`` (every module's
+  output and every linear layer's input rounded, weights exact), ``lm_head`` (only the vocabulary projection in
+  ``dtype``: rounded operands, FP32 accumulation, rounded logits); total: the real forward in ``dtype``.
+- **implementation** (how the engine's μ differs from the trainer's π, both in ``dtype``), from the trainer's
+  π (one full-sequence forward, batches of ``batch_size``, the run's GEMM policy and attention kernel):
+  ``gemm_kernel`` (``native`` ↔ ``fp32-accumulate``, ``nbkit.gemm``), ``attention_kernel`` (SDPA ↔ eager),
+  then a path to the engine: ``trainer_batch`` (the same sequence alone instead of in its batch; the alone
+  passes use the first ``alone_sequences`` responses),
+  ``kv_cache`` (KV-cache decoding instead of a full forward, alone: ``nbkit.forced``), ``engine_batch`` (decoding
+  in the engine's batch instead of alone: batch invariance) and ``engine`` (the real engine, e.g. vLLM, against
+  the HF decoding of the same batch; zero by construction for the HF engine). Total: π against the real μ.
+
+The LM-head cases (an FP32 head on neither side / the trainer only / the engine only / both) are measured
+between the trainer's forward and the HF decoding of the engine's batch (vLLM has no FP32-head switch here).
+
+Per-token |Δ log p| is not additive: the factors' sum is reported next to the measured total and their difference
+is shown as the interaction (factors can cancel or compound). On an FP32 model every format factor is exactly 0
+and every implementation factor is kernel noise (the tests check both). Per-layer divergence: the relative error
+‖h − h_FP32‖ / ‖h_FP32‖ of every layer's hidden states over the response positions (vLLM exposes none).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nbkit import gemm as gemm_policies
+from nbkit import lm_head, mismatch, models
+
+FORMAT_FACTORS = {
+    "weights": "weights rounded to the format, arithmetic in FP32",
+    "activations": "every activation rounded to the format, weights exact, arithmetic in FP32",
+    "lm_head": "only the LM head in the format (rounded operands and logits)",
+}
+"""Format factors: each switched alone from the exact FP32 forward; their total is the trainer's forward in the format."""
+IMPL_FACTORS = {
+    "gemm_kernel": "the other half-precision GEMM recipe (native ↔ fp32-accumulate)",
+    "attention_kernel": "eager attention instead of SDPA",
+    "trainer_batch": "the sequence scored alone instead of in the trainer's batch",
+    "kv_cache": "KV-cache decoding instead of one full-sequence forward (alone)",
+    "engine_batch": "decoding in the engine's batch instead of alone (batch invariance)",
+    "engine": "the real engine instead of HF decoding of the same batch",
+}
+"""Implementation factors: how μ differs from π when both run in the format."""
+HEAD_CASES = ("none", "trainer", "engine", "both")
+"""Where the LM head runs in FP32 (``nbkit.lm_head.FP32_LM_HEAD``)."""
+METRICS = ("token_abs_logp_diff/mean", "kl_k1", "seq_kl")
+"""What every row reports, each with a bootstrap CI over sequences (``nbkit.mismatch.HEADLINE``)."""
+
+
+@dataclass
+class AnatomyConfig:
+    """One anatomy: which model, engine and format, how many responses."""
+
+    model: str = "tiny-arith"
+    """Model ref for ``nbkit.models`` (built-in name, local directory or hub id)."""
+    engine: str = "auto"
+    """Engine whose μ is dissected: ``hf``, ``vllm`` or ``auto`` (vLLM where installed)."""
+    dtype: str = "bf16"
+    """Format of trainer and engine (``fp32`` gives the noise floor: every factor ≈ 0)."""
+    n_prompts: int = 8
+    """Prompts (``nbkit.analysis.load_prompts``: tiny-arith problems, else the shortest MATH-500 problems)."""
+    samples_per_prompt: int = 2
+    """Responses per prompt."""
+    max_tokens: int = 48
+    """Longest response."""
+    prompt_source: str = "auto"
+    """As ``nbkit.analysis.GridConfig.prompt_source``."""
+    seed: int = 0
+    """Seed of prompts and sampling."""
+    batch_size: int = 8
+    """Sequences per trainer forward (π)."""
+    engine_batch_size: int = 64
+    """Sequences per engine batch (the HF engine's default chunk; the HF decoding of the ``engine`` factor)."""
+    alone_sequences: int = 8
+    """Responses scored one at a time (``trainer_batch``, ``kv_cache``, ``engine_batch``: one engine step per token
+    alone is the slow pass), the first ones of the batch; the other factors use every response."""
+    gemm: str = "auto"
+    """The run's half-precision GEMM policy (trainer and HF engine); ``gemm_kernel`` switches to the other one."""
+    n_boot: int = 200
+    """Bootstrap resamples of every CI (0 = none)."""
+    layers: bool = True
+    """Measure the per-layer divergence of the trainer's forward against FP32."""
+    engine_kwargs: dict = field(default_factory=dict)
+    """Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."""
+
+    def __post_init__(self) -> None:
+        from nbkit.fieldcheck import check_fields
+
+        check_fields(self)
+        models.torch_dtype(self.dtype)
+        gemm_policies.validate(self.gemm)
+        if self.engine not in ("auto", "hf", "vllm"):
+            raise ValueError(f"unknown engine {self.engine!r}; choose one of ('auto', 'hf', 'vllm')")
+        for name in ("n_prompts", "samples_per_prompt", "max_tokens", "batch_size", "engine_batch_size",
+                     "alone_sequences"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+
+    def engine_kind(self) -> str:
+        """The engine actually used (``auto`` resolved)."""
+        from nbkit.engines import vllm_available
+
+        return ("vllm" if vllm_available() else "hf") if self.engine == "auto" else self.engine
+
+
+@dataclass
+class AnatomyResult:
+    """Every factor's pair of log-prob arrays and its metrics."""
+
+    config: AnatomyConfig
+    engine: str
+    """Engine measured (``hf`` | ``vllm``)."""
+    pairs: dict[tuple[str, str], tuple[list, list]] = field(default_factory=dict)
+    """(group, factor) → (log p before the switch, log p after it); ``(group, "total")`` the whole gap."""
+    metrics: dict[tuple[str, str], dict] = field(default_factory=dict)
+    """(group, factor) → ``METRICS`` with ``<metric> CI`` = (low, high)."""
+    heads: dict[str, dict] = field(default_factory=dict)
+    """LM-head case → metrics of trainer forward vs HF decoding of the engine's batch."""
+    layers: list[float] = field(default_factory=list)
+    """Relative hidden-state error of the trainer's forward in the format against FP32, per layer (0 = embeddings)."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Wall time per pass."""
+    gemm_policy: str = ""
+    """The GEMM policy the trainer's π ran under (``auto`` resolved)."""
+    from_fp32: dict[str, dict] = field(default_factory=dict)
+    """``trainer`` / ``engine`` → metrics of π / μ against the exact FP32 forward: which side rounds more (an engine
+    whose μ is closer to FP32 than π is computes with fewer roundings than the trainer's forward in the format)."""
+
+    def factors(self, group: str) -> list[str]:
+        """The factors measured in ``group`` (``format`` | ``implementation``), in order."""
+        return [f for g, f in self.metrics if g == group and f != "total"]
+
+    def total(self, group: str, metric: str = "token_abs_logp_diff/mean") -> float:
+        return self.metrics[(group, "total")][metric]
+
+    def interaction(self, group: str, metric: str = "token_abs_logp_diff/mean") -> float:
+        """Measured total − the factors' sum (|Δ| is not additive: cancellation < 0, compounding > 0)."""
+        return self.total(group, metric) - sum(self.metrics[(group, f)][metric] for f in self.factors(group))
+
+    def table(self):
+        """One row per factor, then the factors' sum, the measured total and the interaction, per group."""
+        import pandas as pd
+
+        rows = []
+        for group, descriptions in (("format", FORMAT_FACTORS), ("implementation", IMPL_FACTORS)):
+            for f in self.factors(group):
+                m = self.metrics[(group, f)]
+                rows.append({"group": group, "factor": f, "switch": descriptions[f],
+                             **{k: m[k] for k in METRICS}, **{f"{k} CI": m.get(f"{k} CI") for k in METRICS}})
+            if (group, "total") not in self.metrics:
+                continue
+            sums = {k: sum(self.metrics[(group, f)][k] for f in self.factors(group)) for k in METRICS}
+            rows.append({"group": group, "factor": "sum of factors", "switch": "", **sums})
+            m = self.metrics[(group, "total")]
+            rows.append({"group": group, "factor": "measured total", "switch": TOTALS[group],
+                         **{k: m[k] for k in METRICS}, **{f"{k} CI": m.get(f"{k} CI") for k in METRICS}})
+            rows.append({"group": group, "factor": "interaction (total − sum)", "switch": "",
+                         **{k: m[k] - sums[k] for k in METRICS}})
+        return pd.DataFrame(rows)
+
+    def head_table(self):
+        """The four LM-head cases: metrics of π (trainer forward) against the HF decoding of the engine's batch."""
+        import pandas as pd
+
+        return pd.DataFrame([{"fp32_lm_head": c, **{k: m[k] for k in METRICS},
+                              **{f"{k} CI": m.get(f"{k} CI") for k in METRICS}} for c, m in self.heads.items()])
+
+    def largest(self, group: str = "implementation", metric: str = "token_abs_logp_diff/mean") -> str:
+        """The factor with the largest ``metric`` in ``group``."""
+        return max(self.factors(group), key=lambda f: self.metrics[(group, f)][metric])
+
+    def to_json(self) -> dict:
+        from dataclasses import asdict
+
+        return {"config": asdict(self.config), "engine": self.engine, "gemm_policy": self.gemm_policy,
+                "metrics": {f"{g}/{f}": m for (g, f), m in self.metrics.items()}, "heads": self.heads,
+                "layers": self.layers, "seconds": self.seconds, "from_fp32": self.from_fp32}
+
+
+TOTALS = {"format": "the trainer's forward in the format against FP32",
+          "implementation": "the trainer's π against the engine's μ, both in the format"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The switches
+
+
+def _round(x, dtype: torch.dtype):
+    return x.to(dtype).to(x.dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def rounded_weights(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of the FP32 ``model`` whose parameters hold values rounded to ``dtype`` (stored in FP32)."""
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in out.parameters():
+            p.copy_(_round(p, dtype))
+    return out
+
+
+@contextlib.contextmanager
+def rounded_activations(model: torch.nn.Module, dtype: torch.dtype):
+    """While active, every leaf module's output and every linear layer's input is rounded to ``dtype`` (values
+    kept in the model's FP32): the activation rounding of a half forward without its weight rounding."""
+    def output(module, inputs, out):
+        if isinstance(out, tuple):
+            return tuple(_round(t, dtype) for t in out)
+        return _round(out, dtype)
+
+    handles = [m.register_forward_hook(output) for m in model.modules() if not list(m.children())]
+    handles += [m.register_forward_pre_hook(lambda m, args: tuple(_round(a, dtype) for a in args))
+                for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    try:
+        yield model
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextlib.contextmanager
+def half_head(model: torch.nn.Module, dtype: torch.dtype):
+    """While active, only the LM head computes in ``dtype``: operands rounded, exact products and FP32
+    accumulation, logits rounded once (the GPU GEMM contract, ``nbkit.gemm``)."""
+    head = lm_head.head_of(model)
+
+    def forward(x):
+        bias = None if head.bias is None else _round(head.bias, dtype)
+        return _round(F.linear(_round(x, dtype), _round(head.weight, dtype), bias), dtype)
+
+    head.forward = forward
+    try:
+        yield model
+    finally:
+        vars(head).pop("forward", None)
+
+
+@contextlib.contextmanager
+def attention(model: torch.nn.Module, implementation: str):
+    """While active, ``model`` uses attention ``implementation`` (``eager`` | ``sdpa``)."""
+    before = model.config._attn_implementation
+    model.set_attn_implementation(implementation)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(before)
+
+
+@torch.no_grad()
+def layer_divergence(reference: torch.nn.Module, test: torch.nn.Module, rollouts, batch_size: int = 8,
+                     gemm: str = "auto") -> list[float]:
+    """‖h_test − h_ref‖ / ‖h_ref‖ per hidden-state layer (0 = embeddings), pooled over response positions."""
+    num = den = None
+    for start in range(0, len(rollouts), batch_size):
+        chunk = rollouts[start:start + batch_size]
+        seqs = [list(r.prompt_ids) + list(r.token_ids) for r in chunk]
+        width = max(map(len, seqs))
+        ids = torch.zeros(len(seqs), width, dtype=torch.long)
+        attn = torch.zeros(len(seqs), width, dtype=torch.long)
+        resp = torch.zeros(len(seqs), width, dtype=torch.bool)
+        for row, (r, s) in enumerate(zip(chunk, seqs)):
+            ids[row, :len(s)], attn[row, :len(s)] = torch.tensor(s), 1
+            resp[row, len(r.prompt_ids):len(s)] = True
+        hs = []
+        for net in (reference, test):
+            with gemm_policies.policy(gemm, net.device):
+                out = net(input_ids=ids.to(net.device), attention_mask=attn.to(net.device), output_hidden_states=True)
+            hs.append([h.float()[resp.to(h.device)] for h in out.hidden_states])
+        n = [float(((t - r) ** 2).sum()) for r, t in zip(*hs)]
+        d = [float((r ** 2).sum()) for r in hs[0]]
+        num = n if num is None else [a + b for a, b in zip(num, n)]
+        den = d if den is None else [a + b for a, b in zip(den, d)]
+    return [float(np.sqrt(a / b)) if b > 0 else float("nan") for a, b in zip(num, den)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The measurement
+
+
+def row_metrics(before, after, n_boot: int = 0, seed: int = 0) -> dict:
+    """``METRICS`` of one switch (before plays π, after plays μ: k1 = mean(log after − log before)), with CIs."""
+    out = {k: float(mismatch.HEADLINE[k](before, after)) for k in METRICS}
+    if n_boot:
+        for k in METRICS:
+            ci = mismatch.bootstrap_ci(k, before, after, n_boot=n_boot, seed=seed)
+            out[f"{k} CI"] = (ci["low"], ci["high"])
+    return out
+
+
+def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
+    """The real engine's responses in ``cfg.dtype`` (μ in ``Rollout.logprobs``)."""
+    from nbkit import analysis
+    from nbkit.engines import SamplingConfig, make_engine
+
+    source = cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
+    prompts = analysis.load_prompts(source, cfg.n_prompts, tokenizer, cfg.seed)
+    sampling = SamplingConfig(max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt, seed=cfg.seed)
+    if kind == "hf":
+        engine = make_engine("hf", half, cfg.dtype, tokenizer=tokenizer, progress=False, gemm=cfg.gemm,
+                             batch_size=cfg.engine_batch_size, **cfg.engine_kwargs)
+    else:
+        engine = make_engine("vllm", cfg.model, cfg.dtype, progress=False, **cfg.engine_kwargs)
+    try:
+        return engine.generate(prompts, sampling)
+    finally:
+        engine.close()
+
+
+def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", rollouts: list | None = None,
+        **settings) -> AnatomyResult:
+    """The anatomy of ``model`` × ``engine`` × ``dtype`` (``settings``: any other ``AnatomyConfig`` field).
+
+    ``rollouts``: responses the engine already sampled in ``dtype`` (e.g. the doctor's), reused as they are; their
+    ``meta['engine']`` must name ``engine``. None samples them here."""
+    from nbkit import forced
+
+    cfg = AnatomyConfig(model=model, engine=engine, dtype=dtype, **settings)
+    kind = cfg.engine_kind()
+    if rollouts is not None:
+        if not rollouts:
+            raise ValueError("rollouts is empty: pass the engine's responses or None to sample them")
+        seen = {r.meta.get("engine", kind) for r in rollouts}
+        if seen != {kind}:
+            raise ValueError(f"rollouts come from engine(s) {sorted(seen)}, not {kind!r}")
+    base, tok = models.load(cfg.model, "fp32")
+    td = models.torch_dtype(cfg.dtype)
+    half = base if cfg.dtype == "fp32" else copy.deepcopy(base).to(td)
+    res = AnatomyResult(cfg, kind, gemm_policy=gemm_policies.resolve(cfg.gemm))
+    clock = time.time()
+
+    def timed(name, fn):
+        start = time.time()
+        out = fn()
+        res.seconds[name] = time.time() - start
+        return out
+
+    if rollouts is None:
+        rollouts = timed("sample", lambda: sample(cfg, kind, half, tok))
+    rollouts = [r for r in rollouts if len(r.token_ids)]  # an empty answer has no token to compare
+    if not rollouts:
+        raise ValueError("no response with at least one token to dissect")
+    mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
+
+    def forward(net, batch_size=cfg.batch_size, policy=cfg.gemm, subset=rollouts):
+        return mismatch.teacher_forced_logprobs(net, subset, batch_size=batch_size, gemm=policy, progress=False)
+
+    def decode(net, batch_size, subset=rollouts):
+        return forced.decode_logprobs(net, tok, subset, batch_size=batch_size, gemm=cfg.gemm)
+
+    # format: the trainer's forward in the format against the exact FP32 one
+    ref = timed("fp32", lambda: forward(base))
+    pi = timed("trainer", lambda: forward(half))
+    passes = {"weights": timed("weights", lambda: forward(rounded_weights(base, td)))}
+    with rounded_activations(base, td):
+        passes["activations"] = timed("activations", lambda: forward(base))
+    with half_head(base, td):
+        passes["lm_head"] = timed("lm_head", lambda: forward(base))
+    for f, lp in passes.items():
+        res.pairs[("format", f)] = (ref, lp)
+    res.pairs[("format", "total")] = (ref, pi)
+
+    # implementation: the trainer's π toward the engine's μ
+    other = "fp32-accumulate" if res.gemm_policy == "native" else "native"
+    res.pairs[("implementation", "gemm_kernel")] = (pi, timed("gemm_kernel", lambda: forward(half, policy=other)))
+    with attention(half, "eager"):
+        res.pairs[("implementation", "attention_kernel")] = (pi, timed("attention_kernel", lambda: forward(half)))
+    few = slice(0, cfg.alone_sequences)  # the alone passes on the first responses (in the engine's order)
+    alone = timed("trainer_alone", lambda: forward(half, batch_size=1, subset=rollouts[few]))
+    decoded_alone = timed("decode_alone", lambda: decode(half, 1, subset=rollouts[few]))
+    decoded = timed("decode_batch", lambda: decode(half, cfg.engine_batch_size))
+    res.pairs[("implementation", "trainer_batch")] = (pi[few], alone)
+    res.pairs[("implementation", "kv_cache")] = (alone, decoded_alone)
+    res.pairs[("implementation", "engine_batch")] = (decoded_alone, decoded[few])
+    res.pairs[("implementation", "engine")] = (decoded, mu)
+    res.pairs[("implementation", "total")] = (pi, mu)
+    res.from_fp32 = {"trainer": row_metrics(ref, pi, cfg.n_boot, cfg.seed),
+                     "engine": row_metrics(ref, mu, cfg.n_boot, cfg.seed)}
+
+    # LM head in FP32 on neither side / the trainer / the engine / both (engine side: HF decoding of its batch)
+    head_weight = lm_head.head_of(base).weight
+    lm_head.install(half, head_weight)
+    try:
+        pi_head = timed("trainer_fp32_head", lambda: forward(half))
+        decoded_head = timed("decode_fp32_head", lambda: decode(half, cfg.engine_batch_size))
+    finally:
+        lm_head.remove(half)
+    cases = {"none": (pi, decoded), "trainer": (pi_head, decoded), "engine": (pi, decoded_head),
+             "both": (pi_head, decoded_head)}
+
+    for key, (before, after) in res.pairs.items():
+        res.metrics[key] = row_metrics(before, after, cfg.n_boot, cfg.seed)
+    res.heads = {c: row_metrics(*pair, cfg.n_boot, cfg.seed) for c, pair in cases.items()}
+    if cfg.layers:
+        res.layers = timed("layers", lambda: layer_divergence(base, half, rollouts, cfg.batch_size, cfg.gemm))
+    res.seconds["total"] = time.time() - clock
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Figures
+
+
+def waterfall(res: AnatomyResult, group: str = "implementation", metric: str = "token_abs_logp_diff/mean"):
+    """Bars stacked factor by factor (each with its bootstrap CI), then the factors' sum, the interaction
+    (measured total − sum) and the measured total, for one group."""
+    import plotly.graph_objects as go
+
+    names = res.factors(group)
+    values = [res.metrics[(group, f)][metric] for f in names]
+    fig = go.Figure()
+    base = np.concatenate([[0.0], np.cumsum(values)[:-1]]) if values else []
+    lows = [res.metrics[(group, f)].get(f"{metric} CI", (v, v))[0] for f, v in zip(names, values)]
+    highs = [res.metrics[(group, f)].get(f"{metric} CI", (v, v))[1] for f, v in zip(names, values)]
+    fig.add_bar(x=names, y=values, base=base, name="factor (alone)", marker_color="#4c78a8",
+                error_y=dict(type="data", symmetric=False, array=[h - v for h, v in zip(highs, values)],
+                             arrayminus=[v - lo for lo, v in zip(lows, values)]))
+    total, summed = res.total(group, metric), float(sum(values))
+    fig.add_bar(x=["sum of factors"], y=[summed], name="sum of factors", marker_color="#9ecae9")
+    inter = total - summed
+    fig.add_bar(x=["interaction"], y=[abs(inter)], base=[min(summed, total)], name="interaction (total − sum)",
+                marker_color="#e45756" if inter < 0 else "#54a24b")
+    lo, hi = res.metrics[(group, "total")].get(f"{metric} CI", (total, total))
+    fig.add_bar(x=["measured total"], y=[total], name="measured total", marker_color="#f58518",
+                error_y=dict(type="data", symmetric=False, array=[hi - total], arrayminus=[total - lo]))
+    fig.update_layout(title=f"{res.config.model} · {res.engine} · {res.config.dtype}: {metric} by source ({group})",
+                      yaxis_title=metric, barmode="overlay", showlegend=True)
+    return fig
+
+
+def layer_figure(res: AnatomyResult):
+    """Relative hidden-state error against FP32, layer by layer (where the gap grows inside the network)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Scatter(x=list(range(len(res.layers))), y=res.layers, mode="lines+markers",
+                               name=res.config.dtype))
+    fig.update_layout(title=f"{res.config.model} in {res.config.dtype}: hidden-state error against FP32 by layer",
+                      xaxis_title="layer (0 = embeddings)", yaxis=dict(type="log", title="‖h − h_FP32‖ / ‖h_FP32‖"))
+    return fig
+
+
+def summary(res: AnatomyResult, metric: str = "token_abs_logp_diff/mean") -> str:
+    """A few printed lines: each group's factors, sum, measured total and interaction."""
+    lines = [f"anatomy of π − μ: {res.config.model}, {res.engine} engine, {res.config.dtype}, GEMM "
+             f"{res.gemm_policy} ({metric})"]
+    for group in ("format", "implementation"):
+        parts = ", ".join(f"{f} {res.metrics[(group, f)][metric]:.3g}" for f in res.factors(group))
+        lines.append(f"  {group}: {parts}; sum {res.total(group, metric) - res.interaction(group, metric):.3g}, "
+                     f"measured {res.total(group, metric):.3g}, interaction {res.interaction(group, metric):+.3g}")
+    lines.append("  distance from FP32: " + ", ".join(f"{side} {m[metric]:.3g}" for side, m in res.from_fp32.items()))
+    lines.append("  LM head in FP32: " + ", ".join(f"{c} {m[metric]:.3g}" for c, m in res.heads.items()))
+    return "\n".join(lines)

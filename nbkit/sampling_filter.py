@@ -1,0 +1,69 @@
+"""Sampling filters on the π side: make the trainer's log-probs comparable with an engine's processed ones.
+
+With temperature, top-k or top-p an engine samples from a *processed* distribution: logits / T, then only the
+kept tokens (the k most likely, the smallest set holding mass p), renormalised over them. An engine reporting
+``processed_logprobs`` (vLLM; the workbook's HF engine with ``logprobs_mode="processed_logprobs"``) gives μ of
+that distribution, so for every sampled token μ_proc = μ_raw / (kept mass). A trainer scoring the same token
+with its unfiltered softmax gets π_raw, and the IS ratio π_raw / μ_proc ≈ kept mass < 1: a bias of the size of
+the mass the filter dropped (a public report: ratio mean 0.896 for a kept mass of 0.895), not a precision effect.
+
+Two ways to compare like with like: (1) apply the same filter to π (``token_logprobs`` here; the teacher-forced
+π of ``nbkit.mismatch`` takes ``top_k``/``top_p``), which is what this module does; (2) ask the engine for
+``raw_logprobs`` and keep π unfiltered (the ratio is then the unfiltered one, still ≈ 1 when π = μ, and the
+filter's effect on the sampled tokens is left to the behaviour policy). The filter uses transformers' own warpers
+in the HF engine's order (temperature, top-k, top-p), so π and the HF engine keep the same tokens. A token the
+engine sampled but π's own filter drops (a borderline token when π ≠ μ) stays kept on the π side, so its log π
+is finite; the other kept tokens are π's own.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def is_filtered(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> bool:
+    """True when the sampled distribution differs from the model's softmax (a processed μ then differs from raw)."""
+    return temperature != 1.0 or top_k > 0 or top_p < 1.0
+
+
+def validate(top_k: int, top_p: float) -> None:
+    """ValueError naming a bad ``top_k`` (an integer ≥ 0, 0 = off) or ``top_p`` (in (0, 1], 1 = off)."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p!r}")
+
+
+def warpers(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
+    """transformers' logits warpers for the filter, in the HF engine's order (``SampledLogprobs.processors``)."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    return ([TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []) + (
+        [TopKLogitsWarper(top_k)] if top_k else []) + ([TopPLogitsWarper(top_p)] if top_p < 1.0 else [])
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
+                   top_p: float = 1.0) -> torch.Tensor:
+    """log p of ``tokens`` (``[n]``) under the processed distribution of ``logits`` (``[n, vocab]``), in float32.
+
+    Without a filter: log_softmax(logits / T). With one: the kept tokens (plus the scored token itself, see the
+    module note) renormalised."""
+    validate(top_k, top_p)
+    scores = logits.float()
+    if not (top_k or top_p < 1.0):
+        return torch.log_softmax(scores / temperature, dim=-1).gather(-1, tokens[:, None])[:, 0]
+    scores = scores / temperature
+    kept = scores.clone()
+    for warp in warpers(1.0, top_k, top_p):  # the temperature is already applied
+        kept = warp(None, kept)
+    keep = torch.isfinite(kept)
+    keep[torch.arange(len(tokens), device=keep.device), tokens] = True  # the sampled token always counts
+    scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.log_softmax(scores, dim=-1).gather(-1, tokens[:, None])[:, 0]
+
+
+def kept_mass(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
+              top_p: float = 1.0) -> torch.Tensor:
+    """Per position, the mass of the kept tokens under the tempered softmax: exp(log p_raw − log p_processed), the
+    factor by which an unfiltered π understates a processed μ (the biased IS ratio's expected value)."""
+    raw = token_logprobs(logits, tokens, temperature)
+    return torch.exp(raw - token_logprobs(logits, tokens, temperature, top_k, top_p))

@@ -1,0 +1,86 @@
+"""The anatomy of π − μ: on an FP32 model every factor is zero (format) or kernel noise (implementation); in a half
+format the format factors are real roundings; the table shows the factors' sum, the total and their interaction;
+teacher-forced decoding reproduces the HF engine's μ bit for bit; an FP32 LM head computes in FP32."""
+import numpy as np
+import pytest
+import torch
+
+from nbkit import anatomy, arith, forced, lm_head, models
+from nbkit.engines import HFEngine, SamplingConfig
+
+NOISE = 1e-5  # FP32 kernel differences (two attention kernels, KV-cache vs full forward): ~1e-8 per token measured
+
+
+@pytest.fixture(scope="module")
+def fp32_anatomy():
+    return anatomy.run("tiny-arith", engine="hf", dtype="fp32", n_prompts=3, samples_per_prompt=2, max_tokens=40,
+                       n_boot=20, alone_sequences=2)
+
+
+def test_every_factor_alone_on_an_fp32_model_is_zero_or_kernel_noise(fp32_anatomy):
+    res = fp32_anatomy
+    for f in anatomy.FORMAT_FACTORS:  # rounding to FP32 changes nothing: exactly zero
+        assert res.metrics[("format", f)]["token_abs_logp_diff/mean"] == 0.0, f
+    assert res.total("format") == 0.0
+    for f in res.factors("implementation"):
+        assert res.metrics[("implementation", f)]["token_abs_logp_diff/mean"] < NOISE, f
+    assert res.total("implementation") < NOISE
+    assert all(m["token_abs_logp_diff/mean"] < NOISE for m in res.heads.values())
+    assert res.layers and max(res.layers) == 0.0
+
+
+def test_table_shows_the_factors_sum_the_total_and_their_interaction(fp32_anatomy):
+    table = fp32_anatomy.table()
+    for group in ("format", "implementation"):
+        rows = table[table.group == group].set_index("factor")
+        col = "token_abs_logp_diff/mean"
+        factors = [f for f in rows.index if f not in ("sum of factors", "measured total", "interaction (total − sum)")]
+        assert rows.loc["sum of factors", col] == pytest.approx(rows.loc[factors, col].sum())
+        assert rows.loc["interaction (total − sum)", col] == pytest.approx(
+            rows.loc["measured total", col] - rows.loc["sum of factors", col])
+    assert set(fp32_anatomy.head_table().fp32_lm_head) == set(anatomy.HEAD_CASES)
+    fig = anatomy.waterfall(fp32_anatomy)
+    assert [t.name for t in fig.data][-1] == "measured total"
+
+
+def test_in_bf16_the_format_factors_are_real_roundings():
+    res = anatomy.run("tiny-arith", engine="hf", dtype="bf16", n_prompts=2, samples_per_prompt=2, max_tokens=40,
+                      n_boot=0, alone_sequences=1, layers=False)
+    for f in anatomy.FORMAT_FACTORS:  # BF16's 8-bit significand: ~1e-4 per token on tiny-arith
+        assert res.metrics[("format", f)]["token_abs_logp_diff/mean"] > 1e-6, f
+    assert res.metrics[("implementation", "engine")]["token_abs_logp_diff/mean"] == 0.0  # HF decoding is the HF engine
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_forced_decoding_reproduces_the_hf_engines_mu_bit_for_bit(dtype):
+    model, tok = models.load("tiny-arith", dtype)
+    engine = HFEngine(model, dtype, tokenizer=tok, progress=False)
+    rollouts = engine.generate([p["problem"] for p in arith.make_problems(3, seed=1)], SamplingConfig(max_tokens=30, n=2))
+    decoded = forced.decode_logprobs(model, tok, rollouts, batch_size=64)
+    for r, lp in zip(rollouts, decoded):
+        np.testing.assert_array_equal(lp, np.asarray(r.logprobs))
+
+
+def test_fp32_lm_head_runs_the_projection_in_fp32_and_is_undone():
+    model, _ = models.load("tiny-arith", "bf16")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    assert model(input_ids=ids).logits.dtype == torch.bfloat16
+    w32 = models.load("tiny-arith", "fp32")[0].get_output_embeddings().weight
+    lm_head.install(model, w32)
+    assert lm_head.installed(model) and model(input_ids=ids).logits.dtype == torch.float32
+    assert lm_head.dtype_of(model) == "fp32"
+    assert set(dict(model.named_parameters())) == set(dict(models.load("tiny-arith", "bf16")[0].named_parameters()))
+    lm_head.remove(model)
+    assert not lm_head.installed(model) and model(input_ids=ids).logits.dtype == torch.bfloat16
+    assert lm_head.sides("trainer") == (True, False) and lm_head.sides("both") == (True, True)
+    with pytest.raises(ValueError, match=r"unknown fp32_lm_head 'head'.*'none', 'trainer', 'engine', 'both'"):
+        lm_head.validate("head")
+
+
+def test_bad_requests_fail_before_any_model_loads():
+    with pytest.raises(ValueError, match="unknown dtype 'fp8'"):
+        anatomy.AnatomyConfig(dtype="fp8")
+    with pytest.raises(ValueError, match="unknown engine 'sglang'"):
+        anatomy.AnatomyConfig(engine="sglang")
+    with pytest.raises(ValueError, match="alone_sequences must be >= 1"):
+        anatomy.AnatomyConfig(alone_sequences=0)
