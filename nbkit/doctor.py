@@ -12,7 +12,13 @@ dtype (``nbkit.analysis.run_grid``, the paper's setting). From the per-token log
   with per-token mean δ and variance v, E[(log R)²] ≈ δ²L² + vL (independent tokens: drift plus a random walk),
   solved for L; the measured sequences check that model at their own lengths;
 - the fraction of tokens a PPO clip with ε = 0.2 would clip if μ served as π_old (r outside [0.8, 1.2]);
-- a recommendation with its reasons, printed and saved with the figures as ``doctor.html`` (+ ``doctor.json``).
+- a recommendation with its reasons, printed and saved with the figures as ``doctor.html`` (+ ``doctor.json``);
+- the lints of the run's setup (``nbkit.lints``: trainer/engine dtypes, a one-sided FP32 head, processed
+  log-probs under a sampling filter, a sequence IS clamp the length will hit, FP16 overflow, loss-scale skips, MoE
+  without routing replay), each with its setting, measured consequence and fix; the setup comes from flags or an
+  ``RLConfig`` file (``--config run.yaml``);
+- with ``--anatomy``, the mismatch by source per dtype (``nbkit.anatomy``: format and implementation factors,
+  the FP32-head cases, per-layer divergence) on the same responses.
 """
 from __future__ import annotations
 
@@ -62,6 +68,8 @@ class DoctorConfig:
     """Seed of prompts and sampling."""
     engine_kwargs: dict = field(default_factory=dict)
     """Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."""
+    anatomy: bool = False
+    """Also dissect each dtype's mismatch by source (``nbkit.anatomy``, on the same responses; slower)."""
 
     def __post_init__(self) -> None:
         from nbkit.fieldcheck import check_fields
@@ -159,6 +167,10 @@ class DoctorResult:
     seconds: float
     pairs: dict = field(default_factory=dict)
     """dtype → (log π, log μ) per sequence, the measurement behind it (for the figures; not saved to JSON)."""
+    findings: list = field(default_factory=list)
+    """``nbkit.lints.Finding`` of the setup (empty: clean)."""
+    anatomies: dict = field(default_factory=dict)
+    """dtype → ``nbkit.anatomy.AnatomyResult`` (``--anatomy``)."""
 
     def text(self) -> str:
         cfg = self.config
@@ -173,32 +185,74 @@ class DoctorResult:
                          f"{100 * g['clip_fraction']:>8.3f} {g['seq_rms/measured']:>11.3g} / {g['seq_rms/predicted']:<10.3g}")
         lines.append(f"verdict: {self.verdict}")
         lines += [f"  - {r}" for r in self.reasons]
+        from nbkit import anatomy
+
+        lines += [anatomy.summary(a) for a in self.anatomies.values()]
+        lines.append(f"setup: {len(self.findings)} finding(s)" if self.findings else "setup: no finding")
+        lines += [f.text() for f in self.findings]
         return "\n".join(lines)
 
     def to_json(self) -> dict:
         return {"config": asdict(self.config), "engine": self.engine, "diagnoses": self.diagnoses,
                 "verdict": self.verdict, "reasons": self.reasons, "max_abs_weight": self.max_abs_weight,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "findings": [asdict(f) for f in self.findings],
+                "anatomy": {d: a.to_json() for d, a in self.anatomies.items()}}
 
 
-def diagnose(cfg: DoctorConfig, progress: bool = False) -> DoctorResult:
+def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorResult:
     """Measure (``nbkit.analysis.run_grid`` once per dtype, engine dtype = training dtype: the diagonal of the
-    notebook's grid, the setting of a real run) and conclude."""
-    from nbkit import analysis, models
+    notebook's grid, the setting of a real run), conclude, and lint ``setup`` (``nbkit.lints.Setup``; None = the
+    default one: FP16 on both sides at ``target_length``)."""
+    from nbkit import analysis, anatomy, lints, models
 
+    setup = setup or lints.Setup(target_length=cfg.target_length)
     start = time.time()
-    pairs, engine = {}, cfg.engine
+    pairs, engine, grids = {}, cfg.engine, {}
     for d in cfg.dtypes:
         grid = analysis.run_grid(analysis.GridConfig(
             model=cfg.model, engine=cfg.engine, engine_dtypes=(d,), train_dtypes=(d,), n_prompts=cfg.n_prompts,
             samples_per_prompt=cfg.samples_per_prompt, max_tokens=cfg.max_tokens, seed=cfg.seed, n_boot=0,
             engine_kwargs=dict(cfg.engine_kwargs)), progress=progress)
-        pairs[d], engine = grid.pairs()[d], grid.engine
+        pairs[d], engine, grids[d] = grid.pairs()[d], grid.engine, grid
     diags = {d: dtype_diagnosis(*pairs[d]) for d in cfg.dtypes}
-    model, _ = models.load(cfg.model, "fp32")
+    model, tok = models.load(cfg.model, "fp32")
     max_abs = max(float(p.detach().abs().max()) for p in model.parameters())
     verdict, reasons = recommend(diags, cfg.target_length, max_abs)
-    return DoctorResult(cfg, engine, diags, verdict, reasons, max_abs, time.time() - start, pairs)
+    anatomies = {d: anatomy.run(cfg.model, engine, d, rollouts=grids[d].rollouts[d], n_boot=200, seed=cfg.seed)
+                 for d in cfg.dtypes if cfg.anatomy}
+    measured = measure_setup(cfg, setup, model, grids, diags, anatomies, max_abs)
+    findings = lints.run(setup, measured, models.resolve(cfg.model))
+    return DoctorResult(cfg, engine, diags, verdict, reasons, max_abs, time.time() - start, pairs, findings, anatomies)
+
+
+def measure_setup(cfg: DoctorConfig, setup, model, grids: dict, diags: dict, anatomies: dict, max_abs: float):
+    """The numbers the lints quote (``nbkit.lints.Measured``), from the doctor's responses: the setup's own
+    engine/trainer pair when it is off the diagonal, the kept mass of its sampling filter, FP16 overflow of an FP32
+    forward, MoE routing."""
+    import torch
+
+    from nbkit import lints, mismatch, models, routing
+
+    m = lints.Measured(max_abs_weight=max_abs, moe=routing.is_moe(model))
+    m.token_abs = {(d, d): g["token_abs_logp_diff/mean"] for d, g in diags.items()}
+    m.token_stats = {d: (g["token_log_ratio/mean"], g["token_log_ratio/var"]) for d, g in diags.items()}
+    m.heads = {d: {c: h["token_abs_logp_diff/mean"] for c, h in a.heads.items()} for d, a in anatomies.items()}
+    engine, _ = lints.engine_dtype(setup, models.resolve(cfg.model))
+    rollouts = next(iter(grids.values())).rollouts[cfg.dtypes[0]]
+    if engine != setup.train_dtype and engine in grids:  # the setup's own pair: π in its dtype on μ's responses
+        pi = mismatch.teacher_forced_logprobs(model, grids[engine].rollouts[engine], dtype=setup.train_dtype)
+        m.token_abs[(engine, setup.train_dtype)] = float(np.mean(np.abs(np.concatenate(pi) - np.concatenate(
+            grids[engine].logp_mu(engine)))))
+    if setup.top_p < 1 or setup.top_k > 0:
+        kw = dict(temperature=setup.temperature)
+        raw = mismatch.teacher_forced_logprobs(model, rollouts, **kw)
+        kept = mismatch.teacher_forced_logprobs(model, rollouts, top_p=setup.top_p, top_k=setup.top_k, **kw)
+        m.kept_mass = float(np.mean(np.exp(np.concatenate(raw) - np.concatenate(kept))))
+    r = rollouts[0]
+    with torch.no_grad():
+        hidden = model(input_ids=torch.tensor([list(r.prompt_ids) + list(r.token_ids)]), output_hidden_states=True)
+    m.max_abs_activation = max(float(h.abs().max()) for h in hidden.hidden_states)
+    return m
 
 
 def crossing_figure(result: DoctorResult):
@@ -237,8 +291,17 @@ def write_html(result: DoctorResult, out: Path) -> Path:
         figures += [plots.token_scatter(pairs), plots.seq_log_ratio_vs_length(pairs),
                     plots.metrics_table({d: {k: v for k, v in g.items() if isinstance(v, float)}
                                          for d, g in result.diagnoses.items()})]
+    from nbkit import anatomy
+
+    for res in result.anatomies.values():
+        figures += [anatomy.waterfall(res, "format"), anatomy.waterfall(res, "implementation"),
+                    anatomy.layer_figure(res)]
     body = "".join(f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figures))
     reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.reasons)
+    findings = "".join(f"<li><b>{html.escape(f.code)}</b>: {html.escape(f.setting)}<br>consequence: "
+                       f"{html.escape(f.consequence)}<br>fix: {html.escape(f.fix)}</li>" for f in result.findings)
+    reasons += (f"</ul><h2>Setup: {len(result.findings)} finding(s)</h2><ul>{findings}" if result.findings
+                else "</ul><h2>Setup: no finding</h2><ul>")
     page = ("<!doctype html><meta charset='utf-8'><title>nbkit doctor</title>"
             "<style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}</style>"
             f"<h1>nbkit doctor: {html.escape(result.config.model)}</h1>"
@@ -248,6 +311,31 @@ def write_html(result: DoctorResult, out: Path) -> Path:
     outputs.write_text(out / "doctor.html", page)
     outputs.write_text(out / "doctor.json", json.dumps(result.to_json(), indent=2, default=float))
     return out / "doctor.html"
+
+
+def setup_from_args(args) -> "lints.Setup":
+    """The ``nbkit.lints.Setup`` of the command line: ``--config``'s RLConfig, then the setup flags over it."""
+    from nbkit import lints
+
+    fields = {"target_length": args.target_length}
+    if args.config:
+        from nbkit.cli_train import read_config_file
+        from nbkit.rl.config import RLConfig
+
+        from dataclasses import asdict as _asdict
+        fields = {**_asdict(lints.Setup.from_rlconfig(RLConfig(**read_config_file(args.config)))), **fields}
+    for name in ("train_dtype", "engine_dtype", "fp32_lm_head", "temperature", "top_p", "top_k", "logprobs_mode",
+                 "is_level", "is_cap"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    if args.engine_dtype is not None:
+        fields["engine_dtype"] = None if args.engine_dtype == "auto" else args.engine_dtype
+        fields["engine_dtype_source"] = "--engine-dtype"
+    fields["pi_filtered"] = args.pi_filtered or fields.get("pi_filtered", False)
+    fields["router_replay"] = args.router_replay or fields.get("router_replay", False)
+    if args.run:
+        fields["skip_rate"] = lints.skip_rate(args.run)
+    return lints.Setup(**fields)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,11 +348,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=defaults[name].default,
                             help=f"(default {defaults[name].default})")
     parser.add_argument("--out", help="report folder (default reports/doctor/<model>)")
+    parser.add_argument("--anatomy", action="store_true", help="also dissect each dtype's mismatch by source (slower)")
+    setup = parser.add_argument_group("the run's setup, linted (defaults: FP16 on both sides, no filter, token IS)")
+    setup.add_argument("--config", help="an RLConfig YAML/JSON file (nbkit train --config): the setup to lint")
+    for flag, kind, what in (("train-dtype", str, "trainer dtype"), ("engine-dtype", str, "engine dtype ('auto': "
+                             "as vLLM 'auto' from the checkpoint)"), ("fp32-lm-head", str, "none|trainer|engine|both"),
+                             ("temperature", float, "sampling temperature"), ("top-p", float, "nucleus mass"),
+                             ("top-k", int, "top-k"), ("logprobs-mode", str, "raw_logprobs|processed_logprobs"),
+                             ("is-level", str, "token|sequence"), ("is-cap", float, "sequence IS cap C"),
+                             ("run", str, "an earlier FP16 run folder: its loss-scale skip rate")):
+        setup.add_argument("--" + flag, type=kind, help=what)
+    setup.add_argument("--pi-filtered", action="store_true", help="π is scored under the same sampling filter")
+    setup.add_argument("--router-replay", action="store_true", help="MoE: the trainer replays the engine's routing")
     args = parser.parse_args(argv)
     try:
         cfg = DoctorConfig(model=args.model, engine=args.engine, dtypes=tuple(args.dtypes), n_prompts=args.n_prompts,
                            samples_per_prompt=args.samples_per_prompt, max_tokens=args.max_tokens,
-                           target_length=args.target_length, seed=args.seed)
+                           target_length=args.target_length, seed=args.seed, anatomy=args.anatomy)
+        run_setup = setup_from_args(args)
         if args.out is not None and not args.out.strip():
             raise ValueError(f"--out {args.out!r}: name the doctor's report folder")
         out = Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name
@@ -276,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     from nbkit import versions
 
     versions.check()  # the vLLM engine's internals are used as tested at the pinned version
-    result = diagnose(cfg, progress=True)
+    result = diagnose(cfg, progress=True, setup=run_setup)
     print(result.text())
     page = write_html(result, out)
     print(f"[nbkit] doctor report: {page}")
