@@ -21,7 +21,7 @@ from nbkit.engines import SamplingConfig, make_engine
 from nbkit.mismatch import headline_cis, mismatch_metrics, teacher_forced_logprobs
 
 HEADLINE_KEYS = ("token_abs_logp_diff/mean", "kl_k1", "seq_kl")
-"""The ladder's metrics: per-token mean |log π − log μ|, token KL[μ‖π] (k1), sequence KL (the paper's Fig. 5)."""
+"""The ladder's metrics: per-token mean |log π − log μ|, token KL[μ‖π] (k1), sequence KL (paper's Fig. 5)."""
 
 
 @dataclass

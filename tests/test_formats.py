@@ -101,7 +101,8 @@ def mx(values, k=32) -> list[float]:
 
 
 def test_mxfp4_block_scale_is_the_power_of_two_below_amax_over_4():
-    # amax 3 → floor(log2 3) = 1 → X = 2^(1-2) = 0.5; 3/X = 6 (exact), 0.3/X = 0.6 → 0.5 → 0.25, 1.1/X = 2.2 → 2 → 1
+    # amax 3 → floor(log2 3) = 1 → X = 2^(1-2) = 0.5; 3/X = 6 (exact),
+    # 0.3/X = 0.6 → 0.5 → 0.25, 1.1/X = 2.2 → 2 → 1
     assert mx([3.0, 0.3, 1.1, -0.8]) == [3.0, 0.25, 1.0, -0.75]
 
 

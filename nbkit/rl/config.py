@@ -225,7 +225,8 @@ class RLConfig:
             return
         fmt = formats.get(self.rollout_format)  # an unknown name is refused with the choices listed
         if self.rollout_dtype is not None and self.rollout_dtype != fmt.base:
-            raise ValueError(f"rollout_format={fmt.name!r} runs in {fmt.base}, but rollout_dtype={self.rollout_dtype!r}; "
+            raise ValueError(f"rollout_format={fmt.name!r} runs in {fmt.base}, but "
+                             f"rollout_dtype={self.rollout_dtype!r}; "
                              f"leave rollout_dtype unset or set it to {fmt.base!r}")
         if fmt.quantized and self.rollout_engine == "vllm":
             if self.vllm_mode == "server":
