@@ -356,7 +356,7 @@ def test_an_rl_run_whose_rollout_format_did_not_run_fails(tmp_path, tiny_random_
 def test_the_ladder_measures_each_format_against_the_fp32_trainer():
     from nbkit.plots.ladder import ladder_figure
 
-    cfg = ladder.LadderConfig(formats=("fp32", "bf16", "mxfp4"), n_prompts=4, samples_per_prompt=2, max_tokens=16,
+    cfg = ladder.LadderConfig(formats=("fp32", "bf16", "mxfp4"), n_prompts=3, samples_per_prompt=2, max_tokens=12,
                               n_boot=20)
     res = ladder.run_ladder(cfg)
     table = res.table()
