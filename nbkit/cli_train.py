@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     from nbkit.rl.run import world
 
     if world()[0] == 0:
-        print(f"[nbkit] {len(result.rows)} steps in {result.seconds:.0f} s, final accuracy "
+        print(f"[nbkit] {result.steps} steps in {result.seconds:.0f} s, final accuracy "
               f"{result.final_accuracy:.3f}; metrics: {result.out / 'metrics.jsonl'}", flush=True)
     return 0
 

@@ -150,3 +150,13 @@ def test_a_run_logs_the_judge_at_step_0_every_k_steps_and_the_last_and_trains_as
                 schema.ENTROPY, schema.PHANTOM_FRACTION):  # the mechanism metrics, every step
         assert all(key in r for r in plain), key
         assert all(schema.known(k) for r in judged for k in r)
+
+
+def test_a_judged_runs_step_0_row_is_not_a_step():
+    from pathlib import Path
+
+    from nbkit.rl.run import RunResult
+
+    rows = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.5}, {schema.STEP: 1, schema.ACCURACY: 1.0}]
+    result = RunResult(Path("run"), rows, 0.0, [])
+    assert result.steps == 1 and result.final_accuracy == 1.0

@@ -34,6 +34,11 @@ class RunResult:
     """(step, message) of every collapse alarm raised in this invocation."""
 
     @property
+    def steps(self) -> int:
+        """Optimiser steps logged (a judged run's step-0 row, the judge before any update, is not a step)."""
+        return sum(r.get("step", 0) >= 1 for r in self.rows)
+
+    @property
     def final_accuracy(self) -> float:
         """Mean training accuracy over the last 5 steps."""
         tail = [r["accuracy"] for r in self.rows if "accuracy" in r][-5:]
@@ -325,7 +330,7 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     result = RunResult(out, log.rows(), time.time() - start, logger.alarms)
     if rank == 0:
         outputs.write_json(out / "summary.json", {
-            "run_id": folder.run_id, "final_accuracy": result.final_accuracy, "steps": sum(r.get("step", 0) >= 1 for r in result.rows),
+            "run_id": folder.run_id, "final_accuracy": result.final_accuracy, "steps": result.steps,
             "last_step": result.rows[-1]["step"] if result.rows else 0, "seconds": result.seconds,
             "alarms": result.alarms, "num_processes": world_size})
     return result
