@@ -7,6 +7,7 @@ whose runs are sampled sequences rather than RL runs, declares its read half her
 from __future__ import annotations
 
 from nbkit import ablation, brevity_study, hunt, lengthlaw, moe_study, ppo_study
+from nbkit.studies import dose_response
 from nbkit.studies.base import Study
 
 
@@ -46,5 +47,6 @@ class _LengthLaw(Study):
 
 
 STUDIES: dict[str, Study] = {s.name: s for s in (ablation.Ablation(), hunt.Hunt(), ppo_study.PPOStudy(),
-                                                 moe_study.MoEStudy(), _LengthLaw(), brevity_study.BrevityStudy())}
+                                                 moe_study.MoEStudy(), _LengthLaw(), brevity_study.BrevityStudy(),
+                                                 dose_response.DoseResponse())}
 """Every stored study a reader can see, in RESULTS.md order."""

@@ -47,7 +47,14 @@ def provenance(study: Study) -> str:
 
 
 def section(study: Study) -> str:
-    """The markdown of one study."""
+    """The markdown of one study (a study not stored yet: its question and the command that makes it)."""
+    from nbkit import results
+
+    if not (results.RESULTS / study.name).is_dir():
+        make = (f"`nbkit study {study.name} run && nbkit study {study.name} store`" if hasattr(study, "grid")
+                else "its module's command")
+        return "\n".join([f"## {study.title}", "", f"**Question.** {study.question}", "",
+                          f"**Not stored yet** (`data/results/{study.name}` is missing): make it with {make}."])
     runs, meta = study.load(), study.stored_meta()
     rows = study.table(runs, meta)
     parts = [f"## {study.title}", "", f"**Question.** {study.question}", "",
