@@ -105,3 +105,17 @@ def test_bad_weights_are_refused():
         mm.effective_sample_size([])
     with pytest.raises(ValueError, match="must be finite"):
         mm.effective_sample_size([0.0, float("nan")])
+
+
+def test_the_diagnostics_are_logged_by_the_trainer_under_schema_names():
+    from nbkit import schema
+    from nbkit.rl.trainer import MISMATCH_KEYS
+
+    for key in ("ess_token", "ess_seq", "ppl_ratio", "log_ppl_diff"):
+        assert key in MISMATCH_KEYS and schema.mismatch_key(key) in schema.KEYS
+    assert (schema.ESS_TOKEN, schema.ESS_SEQ, schema.PPL_RATIO, schema.LOG_PPL_DIFF) == tuple(
+        schema.mismatch_key(k) for k in ("ess_token", "ess_seq", "ppl_ratio", "log_ppl_diff"))
+    for key in (schema.IS_MASKED_TOKEN_FRACTION, schema.IS_TRUNCATED_TOKEN_FRACTION, schema.JUDGE_ACCURACY,
+                schema.JUDGE_RESPONSES, schema.JUDGE_MATMUL_DTYPES, schema.TIME_JUDGE, schema.GRAD_NORM,
+                schema.ENTROPY, schema.PHANTOM_FRACTION):
+        assert key in schema.KEYS, key
