@@ -101,3 +101,12 @@ def test_a_one_process_grid_and_a_two_process_grid_deal_every_run_once():
     twin = type("Twin", (GridStudy,), {"twins": 2})()
     dealt = [[j for j in range(8) if twin.shard_of(j, 2) == i] for i in (0, 1)]
     assert sorted(dealt[0] + dealt[1]) == list(range(8)) and len(dealt[0]) == len(dealt[1])
+
+
+def test_the_outcome_is_the_mean_of_the_last_two_judgments_after_step_0():
+    rows = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.1}, {schema.STEP: 10, schema.JUDGE_ACCURACY: 0.5},
+            {schema.STEP: 20, schema.ACCURACY: 0.9}, {schema.STEP: 40, schema.JUDGE_ACCURACY: 0.7},
+            {schema.STEP: 50, schema.JUDGE_ACCURACY: 0.8}]
+    assert D.final_judge(rows) == pytest.approx(0.75)
+    assert D.final_judge(rows[:1]) is None  # step 0 alone is no outcome
+    assert D.final_judge([{schema.STEP: 3, schema.ACCURACY: 1.0}]) is None

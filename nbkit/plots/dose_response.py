@@ -6,7 +6,7 @@ from plotly.subplots import make_subplots
 
 
 def dose_response(rows: list[dict]):
-    """Left: judge accuracy at the last step (mean over seeds, bars = 95 % CI of the paired gap moved onto the mean)
+    """Left: judge accuracy late in the run (mean of the last two judgments; mean over seeds, bars = 95 % CI of the paired gap moved onto the mean)
     against the measured per-token mismatch, one line per correction, the paper's same-format pairs marked.
     Right: the mechanism per format (IS tokens masked/truncated, ESS per token, mismatch growth over the run)."""
     fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], subplot_titles=(
@@ -38,6 +38,6 @@ def dose_response(rows: list[dict]):
         fig.add_trace(go.Scatter(x=[r["mismatch |Δ log p|"] for r in plain], y=[r.get(name) for r in plain],
                                  mode="lines+markers", name=col, text=[r["format"] for r in plain]), row=1, col=2)
     fig.update_xaxes(type="log", title_text="mean per-token |Δ log p| (π FP32 vs μ), measured in training")
-    fig.update_yaxes(title_text="held-out accuracy, last step (FP32 judge)", row=1, col=1)
+    fig.update_yaxes(title_text="held-out accuracy, late (FP32 judge)", row=1, col=1)
     fig.update_layout(height=460, legend=dict(orientation="h", y=-0.25))
     return fig

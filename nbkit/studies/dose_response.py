@@ -7,7 +7,8 @@ each format *measured* during training (mean per-token |Δ log p| between the FP
 the y-axis is the policy's accuracy on a held-out set sampled by an FP32 engine (``nbkit.rl.judge``), so "the
 policy got worse" is told apart from "this format samples worse".
 
-Primary comparison, fixed before any result: held-out (judge) accuracy at the last step, each format without
+Primary comparison, fixed before any result: held-out (judge) accuracy late in the run (the mean of the last two
+judgments, steps 40 and 50), each format without
 correction against FP32 rollouts of the same seed (paired), mean gap over seeds with a 95 % t-interval; a format
 *breaks* when the whole interval lies below −``MARGIN``; it *does no detectable harm* when the interval lies above
 −``MARGIN``; otherwise the run is *inconclusive* at its seeds (the table says which gap it could have detected).
@@ -98,10 +99,15 @@ def base_config(**overrides):
     return RLConfig(**kw)
 
 
-def final_judge(rows: list[dict]) -> float | None:
-    """The judge's accuracy at the run's last judged step (the primary outcome)."""
-    judged = [r for r in rows if schema.JUDGE_ACCURACY in r]
-    return judged[-1][schema.JUDGE_ACCURACY] if judged else None
+JUDGE_WINDOW = 2
+"""Judgments averaged into the primary outcome: the last two (steps 40 and 50 of a 50-step run judged every 10)."""
+
+
+def final_judge(rows: list[dict], window: int = JUDGE_WINDOW) -> float | None:
+    """The primary outcome: the mean held-out accuracy of the run's last ``window`` judgments after step 0 (two
+    judgments halve the judge's sampling variance; both are late in the run)."""
+    judged = [r[schema.JUDGE_ACCURACY] for r in rows if schema.JUDGE_ACCURACY in r and r.get(schema.STEP, 1) > 0]
+    return statistics.fmean(judged[-window:]) if judged else None
 
 
 def _mean_of(rows: list[dict], key: str) -> float | None:
@@ -137,11 +143,12 @@ class DoseResponse(GridStudy):
     title = "Rollout-precision dose–response: the mismatch RL training takes before it breaks"
     question = ("With an FP32 trainer, how far can the rollout engine's precision fall (FP32 → FP16 → BF16 → FP8 → FP4 "
                 "→ the e8m<k> dial) before the trained policy gets worse, and which correction rescues it? Primary "
-                "comparison, stated before the results: held-out accuracy at the last step (FP32-sampled judge), each "
-                "format without correction against FP32 rollouts of the same seed; mean paired gap over seeds with a "
+                "comparison, stated before the results: held-out accuracy late in the run (FP32-sampled judge, mean of "
+                "the last two judgments), each format without correction against FP32 rollouts of the same seed; mean paired gap over seeds with a "
                 f"95 % t-interval; a format breaks when the whole interval lies below −{MARGIN:g}, does no detectable "
                 f"harm when it lies above −{MARGIN:g}, and is inconclusive otherwise.")
-    statistic = ("judge = accuracy on 256 held-out problems × 4 samples drawn by an FP32 engine at the last step; gap = "
+    statistic = ("judge = accuracy on 351 held-out problems × 1 sample drawn by an FP32 engine, mean of the judgments "
+                 "at steps 40 and 50; gap = "
                  "format − FP32 paired by seed, mean and 95 % t-interval over seeds; detectable = the gap a paired "
                  "t-test at those seeds finds with 80 % power given the measured SD; mismatch = mean per-token "
                  "|Δ log p| (π FP32 vs μ) over steps and seeds; training accuracy = last 5-step mean.")
