@@ -39,7 +39,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.
 
         rollout = (mean(schema.TIME_ROLLOUT) or 0) + (mean(schema.TIME_SYNC) or 0)
         out.append({
-            "train": train_dtype, "rollout": rollout_dtype, "seeds": len(group), "steps": max(len(r) for r in group.values()),
+            "train": train_dtype, "rollout": rollout_dtype, "seeds": len(group), "steps": max(schema.optimiser_steps(r) for r in group.values()),
             f"reached {target:.0%}": f"{sum(x is not None for x in reach)}/{len(reach)}",
             f"steps to {target:.0%} (each)": ", ".join("—" if x is None else str(x) for x in reach),
             "final accuracy (mean)": round(sum(final) / len(final), 3),

@@ -62,7 +62,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> 
 
         kl, acc, ev = col(schema.PPO_APPROX_KL), col("accuracy"), col(schema.VALUE_EXPLAINED_VARIANCE)
         out.append({
-            "run": label, "dtype": dtype, "seed": seed, "steps": len(rows),
+            "run": label, "dtype": dtype, "seed": seed, "steps": schema.optimiser_steps(rows),
             "approx KL (mean)": mean(kl), "approx KL (max)": float(f"{max(kl):.3g}") if kl else None,
             "value loss (first 5 → last 5)": f"{mean(col('value/loss')[:5])} → {mean(col('value/loss')[-5:])}",
             "explained variance (last 5 rollouts)": mean(ev[-tail:]),

@@ -157,6 +157,11 @@ def series(rows: list[dict], key: str) -> list[float]:
             and math.isfinite(r[key])]
 
 
+def optimiser_steps(rows: list[dict]) -> int:
+    """Optimiser steps a run logged: its rows after step 0 (a judged run has a step-0 row of its own)."""
+    return sum(1 for r in rows if r.get(STEP, 1) > 0)
+
+
 def mean(values: list[float]) -> float | None:
     """Mean, or None for no values."""
     return sum(values) / len(values) if values else None

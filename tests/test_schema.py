@@ -10,7 +10,8 @@ from nbkit.studies.catalog import STUDIES
 
 def test_every_key_of_every_stored_run_is_in_the_schema():
     """(Studies of RL runs: their rows have a step; the length law's rows are sequences, see nbkit.lengthlaw.)"""
-    runs = [rows for name in STUDIES for rows in results.load(name).values() if rows and schema.STEP in rows[0]]
+    stored = [name for name in STUDIES if (results.RESULTS / name).is_dir()]  # (tests/test_results_md: all are)
+    runs = [rows for name in stored for rows in results.load(name).values() if rows and schema.STEP in rows[0]]
     assert len(runs) > 100
     unknown = {k for rows in runs for r in rows for k in r if not schema.known(k)}
     assert unknown == set(), f"keys written by runs but not in nbkit.rl.schema: {sorted(unknown)}"
@@ -39,3 +40,10 @@ def test_windowed_statistics():
     assert schema.last_window(rows, "missing") is None
     with pytest.raises(ValueError, match="window must be ≥ 1"):
         schema.window_means([1.0], 0)
+
+
+def test_a_judged_runs_step_0_row_is_not_an_optimiser_step():
+    from nbkit import schema
+
+    rows = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.5}] + [{schema.STEP: s, schema.ACCURACY: 1.0} for s in (1, 2, 3)]
+    assert schema.optimiser_steps(rows) == 3 and schema.optimiser_steps(rows[1:]) == 3

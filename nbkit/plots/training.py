@@ -44,7 +44,7 @@ def step_time_breakdown(runs: dict[str, list[dict]]) -> go.Figure:
     fig = go.Figure()
     for part in parts:
         fig.add_trace(go.Bar(name=part.split("/")[1], x=list(runs),
-                             y=[sum(r.get(part, 0) for r in rows) / max(len(rows), 1) for rows in runs.values()]))
+                             y=[sum(r.get(part, 0) for r in rows) / max(schema.optimiser_steps(rows), 1) for rows in runs.values()]))
     fig.update_layout(barmode="stack", yaxis_title="seconds per step", title="Where a step's time goes")
     return fig
 

@@ -110,7 +110,7 @@ def summary_table(runs: dict[str, list[dict]], target: float = 0.95, window: int
         means = [sum(acc[i - window:i]) / window for i in range(window, len(acc) + 1)] or [float("nan")]
         mism = [r[schema.TOKEN_ABS_LOGP_DIFF] for r in rows if schema.TOKEN_ABS_LOGP_DIFF in r]
         table.append({
-            "run": label, "steps": len(rows), "initial accuracy": round(acc[0], 3) if acc else None,
+            "run": label, "steps": schema.optimiser_steps(rows), "initial accuracy": round(acc[0], 3) if acc else None,
             f"final accuracy ({window}-step mean)": round(means[-1], 3), "best accuracy": round(max(means), 3),
             f"steps to {target:.0%}": steps_to(rows, target, window),
             "mean |Δ log p| (first 5)": _mean(mism[:5]), "mean |Δ log p| (last 5)": _mean(mism[-5:]),

@@ -111,16 +111,7 @@ def final_judge(rows: list[dict], window: int = JUDGE_WINDOW) -> float | None:
 
 
 def _mean_of(rows: list[dict], key: str) -> float | None:
-    xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
-    return statistics.fmean(xs) if xs else None
-
-
-def _window_mean(rows: list[dict], key: str, last: bool, window: int = 5) -> float | None:
-    xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
-    if not xs:
-        return None
-    part = xs[-window:] if last else xs[:window]
-    return statistics.fmean(part)
+    return schema.mean(schema.series(rows, key))
 
 
 def verdict(lo: float, hi: float, margin: float = MARGIN) -> str:
@@ -227,11 +218,11 @@ class DoseResponse(GridStudy):
                 row.update({"gap vs fp32": None, "gap CI low": None, "gap CI high": None, "paired seeds": 0,
                             "detectable gap (80 %)": None, "verdict": "reference" if (train, fmt, corr) ==
                             ("fp32", REFERENCE, "none") else "not judged" if not finals else "no fp32 twin"})
-            growth = [(_window_mean(r, schema.TOKEN_ABS_LOGP_DIFF, True) or 0) /
-                      (_window_mean(r, schema.TOKEN_ABS_LOGP_DIFF, False) or float("nan")) for r in by_seed.values()]
+            growth = [(schema.last_window(r, schema.TOKEN_ABS_LOGP_DIFF) or 0) /
+                      (schema.first_window(r, schema.TOKEN_ABS_LOGP_DIFF) or float("nan")) for r in by_seed.values()]
             row.update({
-                "train accuracy (last 5)": statistics.fmean(_window_mean(r, schema.ACCURACY, True) or 0
-                                                            for r in by_seed.values()),
+                "train accuracy (last 5)": schema.mean([x for r in by_seed.values()
+                                                        if (x := schema.last_window(r, schema.ACCURACY)) is not None]),
                 "judge step 0": _mean_of([x for r in by_seed.values() for x in r if x.get(schema.STEP) == 0],
                                          schema.JUDGE_ACCURACY),
                 "mismatch growth (last/first 5)": statistics.fmean(growth) if growth else None,
