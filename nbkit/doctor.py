@@ -70,6 +70,9 @@ class DoctorConfig:
     """Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."""
     anatomy: bool = False
     """Also dissect each dtype's mismatch by source (``nbkit.anatomy``, on the same responses; slower)."""
+    anatomy_sequences: int = 12
+    """Responses the anatomy dissects (the first ones the engine returned; its ``engine`` factor then also holds
+    the batch difference between the engine's full batch and this one)."""
 
     def __post_init__(self) -> None:
         from nbkit.fieldcheck import check_fields
@@ -81,7 +84,7 @@ class DoctorConfig:
             raise ValueError(f"unknown dtypes {bad or self.dtypes!r}; choose from {tuple(DTYPES)}")
         if self.engine not in ("auto", "hf", "vllm"):
             raise ValueError(f"unknown engine {self.engine!r}; choose one of ('auto', 'hf', 'vllm')")
-        for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length"):
+        for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "anatomy_sequences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
 
@@ -218,8 +221,8 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
     model, tok = models.load(cfg.model, "fp32")
     max_abs = max(float(p.detach().abs().max()) for p in model.parameters())
     verdict, reasons = recommend(diags, cfg.target_length, max_abs)
-    anatomies = {d: anatomy.run(cfg.model, engine, d, rollouts=grids[d].rollouts[d], n_boot=200, seed=cfg.seed)
-                 for d in cfg.dtypes if cfg.anatomy}
+    anatomies = {d: anatomy.run(cfg.model, engine, d, rollouts=grids[d].rollouts[d][:cfg.anatomy_sequences],
+                                n_boot=200, seed=cfg.seed, alone_sequences=4) for d in cfg.dtypes if cfg.anatomy}
     measured = measure_setup(cfg, setup, model, grids, diags, anatomies, max_abs)
     findings = lints.run(setup, measured, models.resolve(cfg.model))
     return DoctorResult(cfg, engine, diags, verdict, reasons, max_abs, time.time() - start, pairs, findings, anatomies)

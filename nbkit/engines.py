@@ -123,13 +123,15 @@ class HFEngine:
     Half-precision GEMMs follow ``gemm`` (``nbkit.gemm``: ``auto`` | ``native`` | ``fp32-accumulate``).
     ``format`` (``nbkit.formats``, e.g. ``fp8-e4m3``, ``nvfp4``, ``e8m3``) runs a rollout format: its base dtype
     (``dtype`` may be omitted, or must equal it) with its GEMMs quantized; ``format_gemms`` counts them.
+    ``fp32_lm_head`` runs the LM head in FP32 with the FP32 weights it was given (``nbkit.lm_head``; the engine side of
+    ``RLConfig.fp32_lm_head``); ``lm_head.dtype_of(engine.model)`` reports the dtype its last forward produced.
     """
 
     name = "hf"
 
     def __init__(self, model, dtype: str | None = None, tokenizer=None, batch_size: int = 64, device=None,
-                 progress: bool = True, gemm: str = "auto", format: str | None = None):
-        from nbkit import formats
+                 progress: bool = True, gemm: str = "auto", format: str | None = None, fp32_lm_head: bool = False):
+        from nbkit import formats, lm_head
         from nbkit import gemm as gemm_policies
         from nbkit import models
 
@@ -147,12 +149,16 @@ class HFEngine:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         if isinstance(model, (str, os.PathLike)):
-            model, tokenizer = models.load(model, dtype, device=device)
+            model, tokenizer = models.load(model, "fp32" if fp32_lm_head else dtype, device=device)
         elif tokenizer is None:
             raise ValueError("pass the tokenizer along with a model object")
-        else:
-            # a cast copy: nn.Module.to is in place and would silently change the caller's (training) model
-            model = copy.deepcopy(model).to(dtype=td) if next(model.parameters()).dtype != td else model
+        # the FP32 head's weight from the FP32 (or the caller's) weights, before any rounding to ``dtype``
+        head32 = lm_head.head_of(model).weight.detach().float().clone() if fp32_lm_head else None
+        # a cast copy: nn.Module.to is in place and would silently change the caller's (training) model
+        model = copy.deepcopy(model).to(dtype=td) if next(model.parameters()).dtype != td else model
+        if head32 is not None:
+            lm_head.install(model, head32)
+        lm_head.watch(model)  # the head's real output dtype, read by the audit (``lm_head.dtype_of``)
         self.model, self.tokenizer = model.eval(), tokenizer
         self.gemm = gemm_policies.resolve(gemm, model.device)
         self.gemm_routed: Counter = Counter()

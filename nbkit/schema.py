@@ -55,6 +55,8 @@ AUDIT_GEMM_ROUTED = "audit/gemm_routed"
 AUDIT_CRITIC_MATMUL_DTYPES = "audit/critic_matmul_dtypes"
 AUDIT_ROLLOUT_FORMAT = "audit/rollout_format"
 AUDIT_ROLLOUT_FORMAT_GEMMS = "audit/rollout_format_gemms"
+AUDIT_TRL_FP32_HEAD = "audit/trl_cast_lm_head_to_fp32"
+AUDIT_ENGINE_HEAD_DTYPE = "audit/engine_lm_head_dtype"
 # --- time per step, split ------------------------------------------------------------------------------------
 TIME_STEP = "time/step"
 TIME_ROLLOUT = "time/rollout"
@@ -117,6 +119,9 @@ KEYS: dict[str, str] = {
     AUDIT_CRITIC_MATMUL_DTYPES: "PPO: dtypes the critic's matmuls produced",
     AUDIT_ROLLOUT_FORMAT: "the rollout format that ran (nbkit.formats; only when rollout_format is set)",
     AUDIT_ROLLOUT_FORMAT_GEMMS: "GEMMs the rollout engine ran in that format this step (vLLM: its FP8 weight dtypes)",
+    AUDIT_TRL_FP32_HEAD: "π's LM head in FP32: TRL's cast_lm_head_to_fp32 as the trainer ran it (RLConfig.fp32_lm_head)",
+    AUDIT_ENGINE_HEAD_DTYPE: "dtype of the logits the HF engine's LM head produced last (fp32 with an engine-side FP32 "
+    "head; n/a for vLLM)",
     TIME_STEP: "seconds of the whole step", TIME_ROLLOUT: "seconds generating (μ)",
     TIME_SYNC: "seconds syncing weights to the engine", TIME_SCORE: "seconds computing rewards",
     TIME_MISMATCH: "seconds computing mismatch metrics", TIME_UPDATE: "seconds of π forward/backward and the update",

@@ -84,3 +84,20 @@ def test_bad_requests_fail_before_any_model_loads():
         anatomy.AnatomyConfig(engine="sglang")
     with pytest.raises(ValueError, match="alone_sequences must be >= 1"):
         anatomy.AnatomyConfig(alone_sequences=0)
+
+
+def test_hf_engine_with_an_fp32_lm_head_samples_from_fp32_logits_of_the_fp32_head_weight():
+    model, tok = models.load("tiny-arith", "fp32")
+    prompts = [p["problem"] for p in arith.make_problems(2, seed=4)]
+    plain = HFEngine(model, "bf16", tokenizer=tok, progress=False)
+    plain.generate(prompts, SamplingConfig(max_tokens=8))
+    assert lm_head.dtype_of(plain.model) == "bf16"
+    engine = HFEngine(model, "bf16", tokenizer=tok, progress=False, fp32_lm_head=True)
+    rollouts = engine.generate(prompts, SamplingConfig(max_tokens=8))
+    assert lm_head.dtype_of(engine.model) == "fp32" and next(engine.model.parameters()).dtype == torch.bfloat16
+    head = engine.model.get_output_embeddings()
+    assert torch.equal(head._nbkit_fp32_weight, model.get_output_embeddings().weight)  # not the bf16-rounded one
+    assert next(model.parameters()).dtype == torch.float32 and not lm_head.installed(model)  # caller's untouched
+    decoded = forced.decode_logprobs(engine.model, tok, rollouts)
+    for r, lp in zip(rollouts, decoded):
+        np.testing.assert_array_equal(lp, np.asarray(r.logprobs))

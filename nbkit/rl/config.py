@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 from nbkit import formats, gemm, tasks
+from nbkit import lm_head
 from nbkit.fieldcheck import SEED, at_least, check_fields, positive, unit
 from nbkit.engines import ENGINE_KINDS
 from nbkit.models import DTYPES
@@ -49,6 +50,10 @@ class RLConfig:
     engine; vLLM keeps its own kernels."""
     rollout_engine: str = "hf"
     """Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``."""
+    fp32_lm_head: str = "none"
+    """Where the LM head (hidden → vocabulary logits) runs in FP32 (``nbkit.lm_head``): ``none``, ``trainer`` (π only,
+    TRL's ``cast_lm_head_to_fp32``), ``engine`` (μ only; the HF engine, vLLM has no such switch here) or ``both``.
+    One side alone can widen the π–μ gap (``nbkit doctor`` flags it); ``nbkit.anatomy`` measures all four."""
     rollout_dtype: str | None = None
     """Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16)."""
     rollout_format: str | None = None
@@ -179,6 +184,10 @@ class RLConfig:
         if self.judge_every and not self.judge_set.strip():
             raise ValueError(f"judge_every={self.judge_every} needs a judge_set, got {self.judge_set!r}")
         gemm.validate(self.gemm)
+        lm_head.validate(self.fp32_lm_head)
+        if lm_head.sides(self.fp32_lm_head)[1] and self.rollout_engine != "hf":
+            raise ValueError(f"fp32_lm_head={self.fp32_lm_head!r} needs an FP32 head in the engine, which only "
+                             f"rollout_engine='hf' provides here, got {self.rollout_engine!r}")
         self._check_rollout_format()
         for name in ("train_dtype",) + (("rollout_dtype",) if self.rollout_dtype is not None else ()):
             if getattr(self, name) not in DTYPES:

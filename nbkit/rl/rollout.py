@@ -16,7 +16,7 @@ import time
 import torch
 from trl.generation.vllm_generation import VLLMGeneration
 
-from nbkit import gemm
+from nbkit import gemm, lm_head
 from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine
 
 
@@ -25,11 +25,13 @@ class EngineGeneration(VLLMGeneration):
 
     def __init__(self, *, engine: str, model_ref: str, dtype: str, seed: int, kv_cache_gib: int = 1,
                  hf_batch_size: int = 1024, max_num_batched_tokens: int = 4096, gemm_policy: str = "auto",
-                 rollout_format: str | None = None, **trl_kwargs):
+                 rollout_format: str | None = None, fp32_lm_head: bool = False, **trl_kwargs):
         self.engine_kind, self.model_ref, self.rollout_dtype, self.seed = engine, model_ref, dtype, seed
         self.rollout_format = rollout_format
         """``nbkit.formats`` name the engine runs (None: the plain ``dtype``); audited by ``format_audit``."""
         self.gemm_policy = gemm_policy
+        self.fp32_lm_head = fp32_lm_head
+        """The HF engine's LM head runs in FP32 (``nbkit.lm_head``), its weight refreshed at every sync."""
         self.kv_cache_gib = kv_cache_gib
         self.hf_batch_size, self.max_num_batched_tokens = hf_batch_size, max_num_batched_tokens
         self.engine = None
@@ -47,7 +49,7 @@ class EngineGeneration(VLLMGeneration):
         if self.engine_kind == "hf":
             self.engine = HFEngine(self.model_ref, self.rollout_dtype, device=self.accelerator.device,
                                    batch_size=self.hf_batch_size, progress=False, gemm=self.gemm_policy,
-                                   format=self.rollout_format)
+                                   format=self.rollout_format, fp32_lm_head=self.fp32_lm_head)
         else:
             self._init_vllm_engine()
         # TRL's own closing barrier: without it the processes leave in step with the slowest engine start-up
@@ -103,8 +105,11 @@ class EngineGeneration(VLLMGeneration):
                 self.llm.reset_prefix_cache()
         else:
             target = dict(self.engine.model.named_parameters())
+            head = lm_head.head_of(self.engine.model).weight
             for name, value in weights:
                 target[name].copy_(value.to(target[name].device))
+                if self.fp32_lm_head and target[name] is head:  # the FP32 head takes the trainer's FP32 weight
+                    lm_head.set_weight(self.engine.model, value)
         self.seconds["sync"] += time.perf_counter() - start
 
     def generate(self, prompts, images=None, num_generations: int = 1, profiler=None):
@@ -130,6 +135,13 @@ class EngineGeneration(VLLMGeneration):
         self.seconds["generate"] += time.perf_counter() - start
         return ([r.prompt_ids for r in rollouts], [r.token_ids for r in rollouts],
                 [[[lp] for lp in r.logprobs] for r in rollouts], None)
+
+    def engine_head_dtype(self) -> str:
+        """The dtype of the logits the engine's LM head produced last (HF engine; ``n/a`` for vLLM, whose head is
+        not observable from here)."""
+        if self.engine_kind != "hf":
+            return "n/a"
+        return lm_head.dtype_of(self.engine.model) or "n/a"
 
     def engine_dtype(self) -> str:
         """The dtype the rollout engine really holds its weights in (asked of the engine, not the config)."""

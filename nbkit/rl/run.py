@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import launch, logs, models, outputs, tasks, versions
+from nbkit import launch, lm_head, logs, models, outputs, tasks, versions
 from nbkit.engines import encode_prompt
 from nbkit.rl import algorithms, judge, runfolder
 from nbkit.rl.config import RLConfig
@@ -211,6 +211,7 @@ def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
         save_strategy="steps" if cfg.checkpoint_every else "no", save_steps=cfg.checkpoint_every or 500,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, vllm_max_model_length=max_model_length,
         vllm_enable_sleep_mode=cfg.vllm_sleep_mode,
+        cast_lm_head_to_fp32=lm_head.sides(cfg.fp32_lm_head)[0],  # π's FP32 head: TRL's own switch (its fused head)
         **algorithms.grpo_options(cfg.algo, cfg.is_cap, (cfg.icepop_low, cfg.icepop_high)),
     ), **ppo_options(cfg)})
 

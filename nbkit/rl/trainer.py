@@ -21,7 +21,7 @@ from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from nbkit import gemm, mismatch, routing
+from nbkit import gemm, lm_head, mismatch, routing
 from nbkit.rl import algorithms, amp
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
@@ -60,6 +60,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
             max_completion_length=self.max_completion_length, logprobs=0,
             **({"rollout_format": run.rollout_format} if run.rollout_format is not None else {}),
+            **({"fp32_lm_head": True} if lm_head.sides(run.fp32_lm_head)[1] else {}),
         )
         self.use_vllm, self._last_loaded_step = True, -1
         routing.autocast_experts(self.model)  # MoE: experts under autocast (grouped_mm would stay in fp32)
@@ -262,6 +263,16 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         scaler = loss_scaler(self.accelerator)
         record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler, gemm_policy=self.gemm_policy,
                                   gemm_counts=self.gemm_mode.take() if self.gemm_mode is not None else None)
+        # π's head: TRL's fused LM head reads lm_head.weight directly (no module to hook); what TRL was told to run
+        record["audit/trl_cast_lm_head_to_fp32"] = bool(self.args.cast_lm_head_to_fp32)
+        if record["audit/trl_cast_lm_head_to_fp32"] != lm_head.sides(self.run.fp32_lm_head)[0]:
+            raise amp.PrecisionError(f"fp32_lm_head={self.run.fp32_lm_head!r} but TRL's cast_lm_head_to_fp32 is "
+                                     f"{self.args.cast_lm_head_to_fp32}")
+        head_dtype = getattr(self.vllm_generation, "engine_head_dtype", None)  # a vLLM server: not observable
+        record["audit/engine_lm_head_dtype"] = head_dtype() if head_dtype is not None else "n/a"
+        if lm_head.sides(self.run.fp32_lm_head)[1] and record["audit/engine_lm_head_dtype"] != "fp32":
+            raise amp.PrecisionError(f"requested an FP32 LM head in the engine but it produced "
+                                     f"{record['audit/engine_lm_head_dtype']} logits")
         record.update(self.param_counts)
         record["audit/rollout_dtype"] = self.vllm_generation.engine_dtype()
         if record["audit/rollout_dtype"] != self.run.rollout:
