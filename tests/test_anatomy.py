@@ -17,6 +17,7 @@ def fp32_anatomy():
                        n_boot=20, alone_sequences=2)
 
 
+@pytest.mark.slow  # a whole anatomy / two engines: > 20 s on 2 shared cores
 def test_every_factor_alone_on_an_fp32_model_is_zero_or_kernel_noise(fp32_anatomy):
     res = fp32_anatomy
     for f in anatomy.FORMAT_FACTORS:  # rounding to FP32 changes nothing: exactly zero
@@ -29,6 +30,7 @@ def test_every_factor_alone_on_an_fp32_model_is_zero_or_kernel_noise(fp32_anatom
     assert res.layers and max(res.layers) == 0.0
 
 
+@pytest.mark.slow  # a whole anatomy / two engines: > 20 s on 2 shared cores
 def test_table_shows_the_factors_sum_the_total_and_their_interaction(fp32_anatomy):
     table = fp32_anatomy.table()
     for group in ("format", "implementation"):
@@ -43,6 +45,7 @@ def test_table_shows_the_factors_sum_the_total_and_their_interaction(fp32_anatom
     assert [t.name for t in fig.data][-1] == "measured total"
 
 
+@pytest.mark.slow  # a whole anatomy / two engines: > 20 s on 2 shared cores
 def test_in_bf16_the_format_factors_are_real_roundings():
     res = anatomy.run("tiny-arith", engine="hf", dtype="bf16", n_prompts=2, samples_per_prompt=2, max_tokens=40,
                       n_boot=0, alone_sequences=1, layers=False)
@@ -86,6 +89,7 @@ def test_bad_requests_fail_before_any_model_loads():
         anatomy.AnatomyConfig(alone_sequences=0)
 
 
+@pytest.mark.slow  # a whole anatomy / two engines: > 20 s on 2 shared cores
 def test_hf_engine_with_an_fp32_lm_head_samples_from_fp32_logits_of_the_fp32_head_weight():
     model, tok = models.load("tiny-arith", "fp32")
     prompts = [p["problem"] for p in arith.make_problems(2, seed=4)]
