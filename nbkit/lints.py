@@ -41,7 +41,8 @@ class Setup:
     logprobs_mode: str = "processed_logprobs"
     """What the engine reports as μ (vLLM's names; the workbook's trainer asks for ``processed_logprobs``)."""
     pi_filtered: bool = False
-    """π is scored under the same sampling filter (``nbkit.sampling_filter``); TRL's trainer does not."""
+    """π is scored under the same sampling filter (``nbkit.sampling_filter``): the workbook's RL trainer does, TRL's
+    own trainer does not."""
     is_level: str = "token"
     """``token``: per-token IS weights; ``sequence``: ∏ π/μ from summed log-ratios (Seq-TIS/MIS, PG-Seq-IS)."""
     is_cap: float = 3.0
@@ -72,14 +73,15 @@ class Setup:
 
     @classmethod
     def from_rlconfig(cls, cfg, target_length: int | None = None) -> "Setup":
-        """The setup of an ``RLConfig`` (the workbook's trainer: processed μ, unfiltered π)."""
+        """The setup of an ``RLConfig`` (the workbook's trainer: processed μ, and π renormalised over the same filter
+        for the IS ratio and the mismatch metrics, ``nbkit.rl.trainer``)."""
         mode = cfg.algo.is_mode or ""
         return cls(train_dtype=cfg.train_dtype, engine_dtype=cfg.rollout,
                    engine_dtype_source="RLConfig.rollout_dtype" if cfg.rollout_dtype else "RLConfig: = train_dtype",
                    fp32_lm_head=getattr(cfg, "fp32_lm_head", "none"), temperature=cfg.temperature, top_p=cfg.top_p,
                    top_k=cfg.top_k, is_level="sequence" if mode.startswith("sequence") else "token",
                    is_cap=cfg.is_cap if mode else 3.0, target_length=target_length or cfg.max_tokens,
-                   router_replay=cfg.router_replay)
+                   router_replay=cfg.router_replay, pi_filtered=True)
 
 
 def engine_dtype(setup: Setup, model_path: str | None = None) -> tuple[str, str]:

@@ -67,3 +67,10 @@ def kept_mass(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1
     factor by which an unfiltered π understates a processed μ (the biased IS ratio's expected value)."""
     raw = token_logprobs(logits, tokens, temperature)
     return torch.exp(raw - token_logprobs(logits, tokens, temperature, top_k, top_p))
+
+
+def log_kept_mass(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
+                  top_p: float = 1.0) -> torch.Tensor:
+    """log ``kept_mass`` (≤ 0) without the round trip through exp: log p_raw − log p_processed. Subtracting it from
+    an unfiltered log π puts π on the filter's renormalised support (what the RL trainer does for its IS ratio)."""
+    return token_logprobs(logits, tokens, temperature) - token_logprobs(logits, tokens, temperature, top_k, top_p)

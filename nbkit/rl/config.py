@@ -109,10 +109,14 @@ class RLConfig:
     vllm_kv_cache_gib: Annotated[int, at_least(1)] = 1
     """CPU vLLM only: RAM for the KV cache."""
     top_p: Annotated[float, unit(lo_open=True)] = 1.0
-    """Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is logged after top-p
-    (``processed_logprobs``), so the IS correction compares π with the distribution actually sampled from."""
+    """Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is the engine's
+    ``processed_logprobs``, renormalised over the kept tokens; for the IS ratio, TRL's ``sampling/*`` metrics and
+    the mismatch metrics the trainer renormalises π over its own kept tokens the same way (one more no-grad
+    forward per batch; ``PrecisionGRPOTrainer._log_kept_mass``), else π/μ would average the kept mass, not 1. The
+    policy-gradient log-probs stay the full softmax, as in TRL and verl; ``sampling/pi_kept_mass/mean`` is logged."""
     top_k: int = 0
-    """Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting)."""
+    """Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting); π is put on the
+    kept tokens for the IS ratio and the mismatch metrics as with ``top_p``."""
     beta: Annotated[float, at_least(0)] = 0.0
     """KL penalty coefficient against a frozen reference model (TRL's ``beta``); 0 = none and no reference
     copy is loaded (the paper and Dr. GRPO use 0)."""

@@ -8,7 +8,8 @@ What it adds, and nothing else:
    sampling metrics run for the HF engine as well as for vLLM;
 3. the π–μ mismatch metrics of ``nbkit.mismatch`` on every batch, the IS ratio's clipped/masked fractions,
    loss scale and skipped steps, step time split into rollout / mismatch / update, all appended to
-   ``metrics.jsonl`` by ``StepLogger``; NaN/inf stop the run with the step and tensor named.
+   ``metrics.jsonl`` by ``StepLogger``; NaN/inf stop the run with the step and tensor named;
+4. π comparable with μ under top-p/top-k sampling (``PrecisionGRPOTrainer._log_kept_mass``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from nbkit import gemm, lm_head, mismatch, routing
+from nbkit import gemm, lm_head, mismatch, routing, sampling_filter
 from nbkit.rl import algorithms, amp
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
@@ -79,6 +80,9 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self._needs_pi = False  # a batch whose π is still to come (from the loss forward)
         self._loss_logps = None
         self._phantom_pending = False  # a fresh batch whose first loss minibatch has π = π_old exactly
+        self.pi_filter = {"top_k": self.top_k or 0, "top_p": 1.0 if self.top_p is None else self.top_p}
+        """The engine's top-k/top-p, replayed on π for the IS ratio and the mismatch metrics (``_log_kept_mass``)."""
+        self._filter_pending = False  # a batch whose π is still to be put on the filter's support
 
     def _build_accelerator_args(self, **kwargs) -> dict:
         """transformers' accelerator arguments + the run's FP16 loss scaling (``GradScalerKwargs``), which
@@ -106,27 +110,101 @@ class PrecisionGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         start = time.perf_counter()
         self._routing = "engine"  # the scoring forwards read the engine's routing of this generation
+        self._filter_pending = sampling_filter.is_filtered(**self.pi_filter)
+        self._pi_log_kept_mass = self._raw_old_logps = None
+        self._filter_seconds = 0.0
         try:
             out = super()._generate_and_score_completions(inputs)
+            if self._filter_pending:  # TRL scored no π_old (no IS correction): the kept mass from a forward of ours
+                self._filter_pending = False
+                ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+                attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+                self._pi_log_kept_mass = self._log_kept_mass(self.model, ids, attn, out["completion_ids"].size(1),
+                                                             batch_size=self.args.per_device_train_batch_size)
         finally:
-            self._routing = None
+            self._routing, self._filter_pending = None, False
         if getattr(self.vllm_generation, "last_routing", None) is not None:
             out["routing"] = self._engine_routing(out["prompt_ids"].size(1), out["completion_ids"].size(1))
-        self._score_seconds += time.perf_counter() - start
+        if self._pi_log_kept_mass is not None:  # rides with its rows through TRL's shuffle and split
+            out["pi_log_kept_mass"] = self._pi_log_kept_mass
+            self._metrics["train"]["sampling/pi_kept_mass/mean"].append(self._mean_kept_mass(out))
+        if self._raw_old_logps is not None:  # π_old of the clip stays TRL's own (unfiltered, like the loss's π)
+            out["old_per_token_logps"] = self._raw_old_logps
+        self._score_seconds += time.perf_counter() - start - self._filter_seconds
         self._phantom_pending = True
         if out.get("old_per_token_logps") is not None:  # TRL's IS correction already computed π: use it
-            self._log_mismatch(out["old_per_token_logps"], out)
+            self._log_mismatch(self._on_filter_support(out["old_per_token_logps"], out), out)
         else:
             self._needs_pi = True
         return out
 
+    @torch.no_grad()
+    def _log_kept_mass(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **_) -> torch.Tensor:
+        """log of the probability mass π's own top-k/top-p filter keeps at each completion position (≤ 0, ``(B, T)``).
+
+        Under top-p/top-k the engine's μ is ``processed_logprobs``: renormalised over the kept tokens. TRL's π (its
+        fused LM head, in the loss and as π_old) is the full-vocabulary log-softmax of logits / T, so π/μ would
+        carry the kept mass (a public report: IS-ratio mean 0.896 for a kept mass of 0.895), not a precision gap.
+        The workbook compares like with like: for TRL's IS ratio and its ``sampling/*`` metrics and for the mismatch
+        metrics, π is log π − this, π's log-softmax renormalised over its kept tokens (``nbkit.sampling_filter``:
+        the HF engine's warpers; the sampled token always counts), as the offline
+        ``mismatch.teacher_forced_logprobs(top_p=, top_k=)`` does; μ as π_old (``mu_old``) is moved the other way,
+        μ + this, onto the loss's full-vocabulary support.
+
+        The policy-gradient log-probs (the loss's π and π_old in the clip) stay unfiltered, as in TRL 1.16 and
+        verl, whose trainers never filter π: the gradient of the renormalised log π would add a term on the kept
+        set's mass (−∇ log K) and change the objective. (NeMo-RL, prime-rl and DeepSeek-V3.2's "keep sampling
+        mask" filter the loss too; the workbook changes one thing only, the comparison.) The cost: one more no-grad
+        forward of the batch (full logits for ``batch_size`` rows at a time), only when top_p < 1 or top_k > 0.
+        The kept set is π's own (the engine does not report its own), so when π ≠ μ a borderline token may be
+        kept on one side only; with π = μ the ratio is 1 up to kernel noise."""
+        start = time.perf_counter()
+        tokens = input_ids[:, -logits_to_keep:]
+        rows = batch_size or input_ids.size(0)
+        parts = []
+        with self._replay(model, input_ids, logits_to_keep):
+            for lo in range(0, input_ids.size(0), rows):
+                with self.accelerator.autocast(), fp32_logits(model):
+                    logits = model(input_ids=input_ids[lo:lo + rows], attention_mask=attention_mask[lo:lo + rows],
+                                   logits_to_keep=logits_to_keep + 1).logits[:, :-1]
+                chunk = tokens[lo:lo + rows]
+                parts.append(sampling_filter.log_kept_mass(
+                    logits.reshape(-1, logits.size(-1)), chunk.reshape(-1), self.temperature,
+                    **self.pi_filter).view(chunk.shape))
+        elapsed = time.perf_counter() - start
+        self._filter_seconds += elapsed
+        self._mismatch_seconds += elapsed
+        return torch.cat(parts).to(torch.float32)
+
+    @staticmethod
+    def _on_filter_support(logp_pi: torch.Tensor, batch: dict) -> torch.Tensor:
+        """π renormalised over the sampling filter's kept tokens (``_log_kept_mass``); as is without a filter."""
+        kept = batch.get("pi_log_kept_mass")
+        return logp_pi if kept is None else logp_pi - kept.to(logp_pi.dtype)
+
+    def _mean_kept_mass(self, batch: dict) -> float:
+        """Mean kept mass over the batch's completion tokens, all processes: what the unfiltered π/μ would average."""
+        mask = batch["completion_mask"].bool()
+        kept = torch.exp(batch["pi_log_kept_mass"].float())[mask]
+        total = self.accelerator.reduce(torch.stack([kept.sum(), torch.tensor(float(kept.numel()), device=kept.device)]),
+                                        "sum")
+        return float(total[0] / total[1]) if total[1] > 0 else float("nan")
+
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
         if self._routing is not None and routing.is_moe(model):
-            return self._routed_logps(model, *args, **kwargs)
-        with fp32_logits(model):  # π in FP32 from the model's (half) logits, whatever the wrapper casts its output to
-            result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-        if torch.is_grad_enabled():  # the loss forward: π of the weights that produced this batch
-            self._loss_logps = result[0].detach()
+            result = self._routed_logps(model, *args, **kwargs)
+        else:
+            with fp32_logits(model):  # π in FP32 from the model's (half) logits, whatever the wrapper casts its output to
+                result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+            if torch.is_grad_enabled():  # the loss forward: π of the weights that produced this batch
+                self._loss_logps = result[0].detach()
+        if self._filter_pending and model is self.model and not torch.is_grad_enabled():
+            # TRL's first scoring forward is π_old, from which it builds the IS ratio right away: hand it π on the
+            # sampling filter's support (``_log_kept_mass``); the raw π_old goes back into the batch afterwards
+            self._filter_pending = False
+            self._raw_old_logps = result[0]
+            self._pi_log_kept_mass = self._log_kept_mass(model, *args, **kwargs)
+            result = (result[0] - self._pi_log_kept_mass.to(result[0].dtype), *result[1:])
         return result
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -144,7 +222,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
                 start = time.perf_counter()
                 logps = self._training_logps(inputs)
                 self._mismatch_seconds += time.perf_counter() - start
-            self._log_mismatch(logps, inputs)
+            self._log_mismatch(self._on_filter_support(logps, inputs), inputs)
         return loss
 
     # -- μ as π_old and phantom clipping -------------------------------------------------------------------
@@ -152,7 +230,9 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         """TRL's loss; a ``mu_as_old`` preset puts the engine's μ in place of π_old first. Then logs
         ``clip/phantom_fraction`` at the first minibatch after a rollout, where π = π_old in exact arithmetic."""
         if self.run.algo.mu_as_old:  # the preset's or the run's ``correction``
-            inputs = {**inputs, "old_per_token_logps": inputs["sampling_per_token_logps"]}
+            mu, kept = inputs["sampling_per_token_logps"], inputs.get("pi_log_kept_mass")
+            # under top-p/top-k, μ moved onto the loss's unfiltered support (+ log kept mass, ``_log_kept_mass``)
+            inputs = {**inputs, "old_per_token_logps": mu if kept is None else mu + kept.to(mu.dtype)}
         self._loss_logps = None
         loss = super()._compute_loss(model, inputs)
         if self._phantom_pending and self._loss_logps is not None:
@@ -199,13 +279,23 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         gen = self.vllm_generation
         return routing.batch_layout(gen.last_routing, gen.last_prompt_lens, prompt_width, completion_width)
 
-    def _routed_logps(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        """π of a MoE batch: logs ``moe/flip_rate`` (trainer's own top-k vs the engine's, per layer, over the
-        batch's real tokens) once per batch, and replays the engine's routing when ``router_replay`` is on."""
+    def _chosen_experts(self, input_ids: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+        """The engine's expert choices for the rows being scored (the whole generation inside TRL's scoring)."""
         chosen = self._routing
         if isinstance(chosen, str):  # scoring inside TRL's generation step: the batch is the whole generation
             chosen = self._engine_routing(input_ids.size(1) - logits_to_keep, logits_to_keep)
-        chosen = chosen.to(torch.long)
+        return chosen.to(torch.long)
+
+    def _replay(self, model, input_ids: torch.Tensor, logits_to_keep: int):
+        """Router replay over a forward of these rows when the run asks for it and routing is known, else nothing."""
+        if not (self.run.router_replay and self._routing is not None and routing.is_moe(model)):
+            return contextlib.nullcontext()
+        return routing.replay(model, self._chosen_experts(input_ids, logits_to_keep))
+
+    def _routed_logps(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        """π of a MoE batch: logs ``moe/flip_rate`` (trainer's own top-k vs the engine's, per layer, over the
+        batch's real tokens) once per batch, and replays the engine's routing when ``router_replay`` is on."""
+        chosen = self._chosen_experts(input_ids, logits_to_keep)
         replay = routing.replay(model, chosen) if self.run.router_replay else contextlib.nullcontext()
         with routing.capture(model) as rec, replay, fp32_logits(model):  # capture first: it sees the trainer's own choice
             result = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
