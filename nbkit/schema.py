@@ -84,6 +84,7 @@ PARAMS_CRITIC_TRAINABLE = "params/critic_trainable"
 # --- answers cut at the length limit -------------------------------------------------------------------------
 LENGTH_CAPPED = "rollout/length_capped"
 LENGTH_CAPPED_FRACTION = "rollout/length_capped_fraction"
+PI_KEPT_MASS = "sampling/pi_kept_mass/mean"
 
 KEYS: dict[str, str] = {
     STEP: "optimiser step (1-based)",
@@ -137,6 +138,7 @@ KEYS: dict[str, str] = {
     PARAMS_CRITIC_TRAINABLE: "PPO: trainable parameters of the critic",
     LENGTH_CAPPED: "the step's answers (all processes) that ended at the length limit, not by a stop token",
     LENGTH_CAPPED_FRACTION: "their share of the step's answers (a grader needing a closing tag scores them 0)",
+    PI_KEPT_MASS: "top-p/top-k runs: mean mass π's filter keeps at the sampled tokens (what an unfiltered π/μ averages)",
 }
 """The workbook's own keys and what each means."""
 
