@@ -46,6 +46,9 @@ SERVER_VLLM = "0.31.0"
 picks flags by vLLM version, and the server's, not this machine's, is the one that reads them."""
 MAX_GPUS = 64
 """The most GPUs ``nbkit plan`` plans for on one node (a larger count is a typo, not a node)."""
+MAX_GPU_GIB = 1024
+"""The most memory one GPU may be given (``--gpu-gib``): the largest accelerators of 2026 hold 288 GB; a larger
+value is a typo or another unit (81920 is an 80 GB card in MiB), not a GPU."""
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 _NOT_RLCONFIG = {"algorithms", "train_dtypes", "seeds", "torch_threads"}
 """Notebook-03 parameters that are not ``RLConfig`` fields (the notebook loops over the first three)."""
@@ -150,7 +153,7 @@ def make_plan(profile: str = "gpu", gpus: int = 8, mode: str | None = None, serv
         raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
     check_value("--gpus", gpus, int, False, Range(1, MAX_GPUS))
     check_value("--port", port, int, False, Range(1, 65535))
-    check_value("--gpu-gib", gpu_gib, float, False, Range(0, None, lo_open=True))
+    check_value("--gpu-gib", gpu_gib, float, False, Range(0, MAX_GPU_GIB, lo_open=True))  # > 0, finite, a GPU's
     check_value("--server-gpus", server_gpus, int, True, Range(1, MAX_GPUS))  # 0 is refused, never replaced
     if mode != "server" and server_gpus is not None:
         raise ValueError(f"--server-gpus {server_gpus}: only server mode has a vLLM server; drop it for --mode {mode}")

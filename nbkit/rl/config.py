@@ -64,7 +64,8 @@ class RLConfig:
     lora: bool = False
     """Train LoRA adapters (peft) instead of all weights."""
     lora_rank: Annotated[int, at_least(1)] = 8
-    """LoRA rank (alpha = 2 × rank, all linear layers)."""
+    """LoRA rank (alpha = 2 × rank, all linear layers). At most the widest adapted layer's min(in, out), usually
+    the hidden size (``nbkit.rl.lora``: read from the model's config, refused before the model loads)."""
     steps: Annotated[int, at_least(1)] = 60
     """Optimiser steps (one rollout batch each)."""
     prompts_per_step: Annotated[int, at_least(1)] = 16

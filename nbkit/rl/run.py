@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nbkit import launch, lm_head, logs, models, outputs, tasks, versions
 from nbkit.engines import encode_prompt
-from nbkit.rl import algorithms, judge, runfolder
+from nbkit.rl import algorithms, judge, lora, runfolder
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
 
@@ -265,6 +265,8 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     """``train`` with the run folder's lock held."""
     rank, world_size = world()
     micro_batch(cfg, world_size)  # fails before anything loads
+    if cfg.lora:
+        lora.check_rank(cfg.lora_rank, cfg.model)  # from the model's config.json, no weights
     launch.check_weight_sync(cfg.train_dtype, cfg.rollout)  # ZeRO syncs half weights: no finer rollout
     launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden
     versions.check()  # names any TRL/transformers/accelerate/vLLM version other than the pinned ones
