@@ -40,6 +40,7 @@ def main(argv=None) -> int:
           f"{args.samples_per_prompt}, ≤ {args.max_tokens} tokens): {wall:.0f} s wall (budget {args.budget:.0f} s: "
           f"{'within' if wall <= args.budget else 'OVER'}); CPU half flags {gemm.half_flags()}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in saved["stages"].items()))
     for d, a in saved["anatomy"].items():
         print(f"  anatomy {d}: " + ", ".join(f"{k} {v:.1f} s" for k, v in a["seconds"].items()))
     return code

@@ -28,6 +28,10 @@ Per-token |Δ log p| is not additive: the factors' sum is reported next to the m
 is shown as the interaction (factors can cancel or compound). On an FP32 model every format factor is exactly 0
 and every implementation factor is kernel noise (the tests check both). Per-layer divergence: the relative error
 ‖h − h_FP32‖ / ‖h_FP32‖ of every layer's hidden states over the response positions (vLLM exposes none).
+
+Passes are shared where a switch leaves the hidden states alone (``forward_heads``, ``forced.decode_heads``): the
+FP32 pass also gives ``lm_head`` and the per-layer reference, the trainer's pass π with an FP32 head and its
+per-layer states, the engine-batch decode both heads.
 """
 from __future__ import annotations
 
@@ -90,7 +94,9 @@ class AnatomyConfig:
     """Sequences per engine batch (the HF engine's default chunk; the HF decoding of the ``engine`` factor)."""
     alone_sequences: int = 8
     """Responses scored one at a time (``trainer_batch``, ``kv_cache``, ``engine_batch``: one engine step per token
-    alone is the slow pass), the first ones of the batch; the other factors use every response."""
+    alone is the slow pass), the first ones of the batch; the other factors use every response, except
+    ``gemm_kernel`` where its switch is to torch's native half GEMM on a CPU without native half instructions (a
+    slow reference kernel there): it uses these responses too."""
     gemm: str = "auto"
     """The run's half-precision GEMM policy (trainer and HF engine); ``gemm_kernel`` switches to the other one."""
     n_boot: int = 200
@@ -234,17 +240,31 @@ def rounded_activations(model: torch.nn.Module, dtype: torch.dtype):
             h.remove()
 
 
+def half_head_fn(head: torch.nn.Linear, dtype: torch.dtype):
+    """The LM head in ``dtype`` as a function of the head's input: rounded operands, exact products and FP32
+    accumulation, logits rounded once (the GPU GEMM contract, ``nbkit.gemm``)."""
+    def forward(x):
+        bias = None if head.bias is None else _round(head.bias, dtype)
+        return _round(F.linear(_round(x, dtype), _round(head.weight, dtype), bias), dtype)
+
+    return forward
+
+
+def fp32_head_fn(weight: torch.Tensor, bias: torch.Tensor | None = None):
+    """``nbkit.lm_head.install``'s FP32 head (``weight``, ``bias`` upcast, autocast off) as a function of its input."""
+    def forward(x):
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+
+    return forward
+
+
 @contextlib.contextmanager
 def half_head(model: torch.nn.Module, dtype: torch.dtype):
     """While active, only the LM head computes in ``dtype``: operands rounded, exact products and FP32
     accumulation, logits rounded once (the GPU GEMM contract, ``nbkit.gemm``)."""
     head = lm_head.head_of(model)
-
-    def forward(x):
-        bias = None if head.bias is None else _round(head.bias, dtype)
-        return _round(F.linear(_round(x, dtype), _round(head.weight, dtype), bias), dtype)
-
-    head.forward = forward
+    head.forward = half_head_fn(head, dtype)
     try:
         yield model
     finally:
@@ -289,6 +309,77 @@ def layer_divergence(reference: torch.nn.Module, test: torch.nn.Module, rollouts
     return [float(np.sqrt(a / b)) if b > 0 else float("nan") for a, b in zip(num, den)]
 
 
+MODEL_HEAD = "model"
+"""``forward_heads``' key of the model's own LM head."""
+
+
+@dataclass
+class Scored:
+    """One teacher-forced pass: log p per head, and every layer's states at the response positions."""
+
+    logp: dict[str, list[np.ndarray]]
+    """Head name (``MODEL_HEAD``: the model's own) → float64 log p per rollout."""
+    states: list[torch.Tensor] | None = None
+    """Per rollout ``(layers + 1, response tokens, hidden)`` float32 on the CPU (0 = embeddings); None if not kept."""
+
+
+@torch.no_grad()  # not inference_mode: the GEMM policy's dispatch mode must see the tensors (nbkit.gemm)
+def forward_heads(net: torch.nn.Module, rollouts, heads: dict | None = None, batch_size: int = 8,
+                  gemm: str = "auto", states: bool = False) -> Scored:
+    """``mismatch.teacher_forced_logprobs(net, rollouts)`` (the same batches and positions: equal results, the tests
+    check it) and, from the same forwards, log p under other LM ``heads`` (name → fn(the head's input) → logits)
+    and with ``states`` every layer's hidden states at the response positions: one pass instead of one per head
+    plus two for ``layer_divergence``."""
+    import inspect
+
+    from nbkit import sampling_filter
+
+    heads = heads or {}
+    seen = {}
+    handle = lm_head.head_of(net).register_forward_pre_hook(lambda module, args: seen.update(x=args[0]))
+    device = next(net.parameters()).device
+    trims = "logits_to_keep" in inspect.signature(net.forward).parameters
+    order = sorted(range(len(rollouts)), key=lambda i: len(rollouts[i].prompt_ids) + len(rollouts[i].token_ids))
+    out = Scored({name: [np.zeros(0)] * len(rollouts) for name in (MODEL_HEAD, *heads)},
+                 [torch.zeros(0)] * len(rollouts) if states else None)
+    was_training = net.training
+    net.eval()
+    try:
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            seqs = [list(rollouts[i].prompt_ids) + list(rollouts[i].token_ids) for i in batch]
+            width = max(map(len, seqs))
+            ids = torch.zeros(len(seqs), width, dtype=torch.long)
+            mask = torch.zeros(len(seqs), width, dtype=torch.long)
+            for row, seq in enumerate(seqs):
+                ids[row, :len(seq)], mask[row, :len(seq)] = torch.tensor(seq), 1
+            first = min(len(rollouts[i].prompt_ids) for i in batch) - 1 if trims else 0
+            keep = {"logits_to_keep": width - first} if trims else {}
+            with gemm_policies.policy(gemm, device):  # logits[:, k] is position first + k
+                res = net(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=states, **keep)
+                logits = {MODEL_HEAD: res.logits, **{name: fn(seen["x"]) for name, fn in heads.items()}}
+            for row, i in enumerate(batch):
+                p, t = len(rollouts[i].prompt_ids), len(rollouts[i].token_ids)
+                tok = ids[row, p:p + t].to(device)
+                for name, lg in logits.items():
+                    lp = sampling_filter.token_logprobs(lg[row, p - 1 - first:p + t - 1 - first], tok)
+                    out.logp[name][i] = lp.double().cpu().numpy()
+                if states:
+                    out.states[i] = torch.stack([h[row, p:p + t].float().cpu() for h in res.hidden_states])
+    finally:
+        handle.remove()
+        net.train(was_training)
+    return out
+
+
+def state_divergence(reference: list[torch.Tensor], test: list[torch.Tensor]) -> list[float]:
+    """``layer_divergence`` from two passes' kept states (``forward_heads(states=True)``): ‖h_test − h_ref‖ /
+    ‖h_ref‖ per layer, pooled over every response position."""
+    num = sum(((t - r) ** 2).sum(dim=(1, 2)).double() for r, t in zip(reference, test))
+    den = sum((r ** 2).sum(dim=(1, 2)).double() for r in reference)
+    return [float(np.sqrt(a / b)) if b > 0 else float("nan") for a, b in zip(num.tolist(), den.tolist())]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The measurement
 
@@ -323,11 +414,12 @@ def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
 
 
 def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", rollouts: list | None = None,
-        **settings) -> AnatomyResult:
+        loaded: tuple | None = None, **settings) -> AnatomyResult:
     """The anatomy of ``model`` × ``engine`` × ``dtype`` (``settings``: any other ``AnatomyConfig`` field).
 
     ``rollouts``: responses the engine already sampled in ``dtype`` (e.g. the doctor's), reused as they are; their
-    ``meta['engine']`` must name ``engine``. None samples them here."""
+    ``meta['engine']`` must name ``engine``. None samples them here. ``loaded``: (the model in FP32, its tokenizer)
+    already loaded by the caller (left as it was), None loads them."""
     from nbkit import forced
 
     cfg = AnatomyConfig(model=model, engine=engine, dtype=dtype, **settings)
@@ -338,7 +430,7 @@ def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", ro
         seen = {r.meta.get("engine", kind) for r in rollouts}
         if seen != {kind}:
             raise ValueError(f"rollouts come from engine(s) {sorted(seen)}, not {kind!r}")
-    base, tok = models.load(cfg.model, "fp32")
+    base, tok = loaded if loaded is not None else models.load(cfg.model, "fp32")
     td = models.torch_dtype(cfg.dtype)
     half = base if cfg.dtype == "fp32" else copy.deepcopy(base).to(td)
     res = AnatomyResult(cfg, kind, gemm_policy=gemm_policies.resolve(cfg.gemm))
@@ -363,27 +455,41 @@ def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", ro
     def decode(net, batch_size, subset=rollouts):
         return forced.decode_logprobs(net, tok, subset, batch_size=batch_size, gemm=cfg.gemm)
 
-    # format: the trainer's forward in the format against the exact FP32 one
-    ref = timed("fp32", lambda: forward(base))
-    pi = timed("trainer", lambda: forward(half))
+    # format: the trainer's forward in the format against the exact FP32 one. One FP32 pass also gives the
+    # ``lm_head`` factor (the same hidden states through the head in the format) and the per-layer reference; one
+    # pass in the format gives π, π with an FP32 head and the per-layer states compared with it.
+    head_weight = lm_head.head_of(base).weight
+    exact = timed("fp32", lambda: forward_heads(base, rollouts, {"lm_head": half_head_fn(lm_head.head_of(base), td)},
+                                                cfg.batch_size, cfg.gemm, states=cfg.layers))
+    fp32_head = fp32_head_fn(head_weight, lm_head.head_of(half).bias)
+    trainer = timed("trainer", lambda: forward_heads(half, rollouts, {"fp32_head": fp32_head}, cfg.batch_size,
+                                                     cfg.gemm, states=cfg.layers))
+    ref, pi, pi_head = exact.logp[MODEL_HEAD], trainer.logp[MODEL_HEAD], trainer.logp["fp32_head"]
     passes = {"weights": timed("weights", lambda: forward(rounded_weights(base, td)))}
     with rounded_activations(base, td):
         passes["activations"] = timed("activations", lambda: forward(base))
-    with half_head(base, td):
-        passes["lm_head"] = timed("lm_head", lambda: forward(base))
+    passes["lm_head"] = exact.logp["lm_head"]
     for f, lp in passes.items():
         res.pairs[("format", f)] = (ref, lp)
     res.pairs[("format", "total")] = (ref, pi)
 
     # implementation: the trainer's π toward the engine's μ
     other = "fp32-accumulate" if res.gemm_policy == "native" else "native"
-    res.pairs[("implementation", "gemm_kernel")] = (pi, timed("gemm_kernel", lambda: forward(half, policy=other)))
+    few = slice(0, cfg.alone_sequences)  # the alone passes on the first responses (in the engine's order)
+    # torch's own half GEMM on a CPU without native half instructions is a slow reference kernel (12-19x FP32):
+    # the switch to it is then measured on the alone subset only, both sides scored in the same batches
+    sampled = other == "native" and cfg.dtype != "fp32" and gemm_policies.resolve("auto") != "native"
+    subset = rollouts[few] if sampled else rollouts
+    res.pairs[("implementation", "gemm_kernel")] = (
+        forward(half, subset=subset) if sampled else pi,
+        timed("gemm_kernel", lambda: forward(half, policy=other, subset=subset)))
     with attention(half, "eager"):
         res.pairs[("implementation", "attention_kernel")] = (pi, timed("attention_kernel", lambda: forward(half)))
-    few = slice(0, cfg.alone_sequences)  # the alone passes on the first responses (in the engine's order)
     alone = timed("trainer_alone", lambda: forward(half, batch_size=1, subset=rollouts[few]))
     decoded_alone = timed("decode_alone", lambda: decode(half, 1, subset=rollouts[few]))
-    decoded = timed("decode_batch", lambda: decode(half, cfg.engine_batch_size))
+    both = timed("decode_batch", lambda: forced.decode_heads(half, tok, rollouts, {"fp32_head": fp32_head},
+                                                              cfg.engine_batch_size, cfg.gemm))
+    decoded, decoded_head = both[forced.MODEL_HEAD], both["fp32_head"]
     res.pairs[("implementation", "trainer_batch")] = (pi[few], alone)
     res.pairs[("implementation", "kv_cache")] = (alone, decoded_alone)
     res.pairs[("implementation", "engine_batch")] = (decoded_alone, decoded[few])
@@ -392,22 +498,16 @@ def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", ro
     res.from_fp32 = {"trainer": row_metrics(ref, pi, cfg.n_boot, cfg.seed),
                      "engine": row_metrics(ref, mu, cfg.n_boot, cfg.seed)}
 
-    # LM head in FP32 on neither side / the trainer / the engine / both (engine side: HF decoding of its batch)
-    head_weight = lm_head.head_of(base).weight
-    lm_head.install(half, head_weight)
-    try:
-        pi_head = timed("trainer_fp32_head", lambda: forward(half))
-        decoded_head = timed("decode_fp32_head", lambda: decode(half, cfg.engine_batch_size))
-    finally:
-        lm_head.remove(half)
+    # LM head in FP32 on neither side / the trainer / the engine / both (engine side: HF decoding of its batch; the
+    # FP32-head log-probs came from the trainer pass and the batch decode above, on the same hidden states)
     cases = {"none": (pi, decoded), "trainer": (pi_head, decoded), "engine": (pi, decoded_head),
              "both": (pi_head, decoded_head)}
 
     for key, (before, after) in res.pairs.items():
         res.metrics[key] = row_metrics(before, after, cfg.n_boot, cfg.seed)
     res.heads = {c: row_metrics(*pair, cfg.n_boot, cfg.seed) for c, pair in cases.items()}
-    if cfg.layers:
-        res.layers = timed("layers", lambda: layer_divergence(base, half, rollouts, cfg.batch_size, cfg.gemm))
+    if cfg.layers:  # the per-layer states of the FP32 and the trainer pass
+        res.layers = state_divergence(exact.states, trainer.states)
     res.seconds["total"] = time.time() - clock
     return res
 

@@ -174,6 +174,9 @@ class DoctorResult:
     """``nbkit.lints.Finding`` of the setup (empty: clean)."""
     anatomies: dict = field(default_factory=dict)
     """dtype → ``nbkit.anatomy.AnatomyResult`` (``--anatomy``)."""
+    stages: dict = field(default_factory=dict)
+    """Wall seconds per stage: ``<dtype>/start`` (engine), ``<dtype>/generate`` (μ), ``<dtype>/forward`` (π),
+    ``load``, ``<dtype>/anatomy``, ``lints`` (where the doctor's time went)."""
 
     def text(self) -> str:
         cfg = self.config
@@ -199,7 +202,7 @@ class DoctorResult:
         return {"config": asdict(self.config), "engine": self.engine, "diagnoses": self.diagnoses,
                 "verdict": self.verdict, "reasons": self.reasons, "max_abs_weight": self.max_abs_weight,
                 "seconds": self.seconds, "findings": [asdict(f) for f in self.findings],
-                "anatomy": {d: a.to_json() for d, a in self.anatomies.items()}}
+                "anatomy": {d: a.to_json() for d, a in self.anatomies.items()}, "stages": self.stages}
 
 
 def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorResult:
@@ -210,22 +213,32 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
 
     setup = setup or lints.Setup(target_length=cfg.target_length)
     start = time.time()
-    pairs, engine, grids = {}, cfg.engine, {}
+    pairs, engine, grids, stages = {}, cfg.engine, {}, {}
     for d in cfg.dtypes:
         grid = analysis.run_grid(analysis.GridConfig(
             model=cfg.model, engine=cfg.engine, engine_dtypes=(d,), train_dtypes=(d,), n_prompts=cfg.n_prompts,
             samples_per_prompt=cfg.samples_per_prompt, max_tokens=cfg.max_tokens, seed=cfg.seed, n_boot=0,
             engine_kwargs=dict(cfg.engine_kwargs)), progress=progress)
         pairs[d], engine, grids[d] = grid.pairs()[d], grid.engine, grid
+        stages.update({f"{d}/{k.split('/')[0]}": v for k, v in grid.seconds.items()})
     diags = {d: dtype_diagnosis(*pairs[d]) for d in cfg.dtypes}
+    clock = time.time()
     model, tok = models.load(cfg.model, "fp32")
+    stages["load"] = time.time() - clock
     max_abs = max(float(p.detach().abs().max()) for p in model.parameters())
     verdict, reasons = recommend(diags, cfg.target_length, max_abs)
-    anatomies = {d: anatomy.run(cfg.model, engine, d, rollouts=grids[d].rollouts[d][:cfg.anatomy_sequences],
-                                n_boot=200, seed=cfg.seed, alone_sequences=4) for d in cfg.dtypes if cfg.anatomy}
+    anatomies = {}
+    for d in cfg.dtypes if cfg.anatomy else ():
+        clock = time.time()
+        anatomies[d] = anatomy.run(cfg.model, engine, d, rollouts=grids[d].rollouts[d][:cfg.anatomy_sequences],
+                                   loaded=(model, tok), n_boot=200, seed=cfg.seed, alone_sequences=4)
+        stages[f"{d}/anatomy"] = time.time() - clock
+    clock = time.time()
     measured = measure_setup(cfg, setup, model, grids, diags, anatomies, max_abs)
     findings = lints.run(setup, measured, models.resolve(cfg.model))
-    return DoctorResult(cfg, engine, diags, verdict, reasons, max_abs, time.time() - start, pairs, findings, anatomies)
+    stages["lints"] = time.time() - clock
+    return DoctorResult(cfg, engine, diags, verdict, reasons, max_abs, time.time() - start, pairs, findings, anatomies,
+                        stages)
 
 
 def measure_setup(cfg: DoctorConfig, setup, model, grids: dict, diags: dict, anatomies: dict, max_abs: float):
