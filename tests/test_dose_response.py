@@ -110,3 +110,22 @@ def test_the_outcome_is_the_mean_of_the_last_two_judgments_after_step_0():
     assert D.final_judge(rows) == pytest.approx(0.75)
     assert D.final_judge(rows[:1]) is None  # step 0 alone is no outcome
     assert D.final_judge([{schema.STEP: 3, schema.ACCURACY: 1.0}]) is None
+
+
+def test_the_stored_study_loads_names_a_real_commit_and_its_table_follows_the_rule():
+    import subprocess
+
+    from nbkit.paths import ROOT
+
+    study = D.DoseResponse()
+    runs, meta = study.load(), study.stored_meta()
+    card = study.card()
+    assert subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{card['commit']}^{{commit}}"]).returncode == 0
+    rows = study.table(runs, meta)
+    primary = {r["format"]: r for r in rows if r["correction"] == "none" and r["train"] == "fp32"}
+    assert primary["fp32"]["verdict"] == "reference" and len(primary) >= 5
+    for r in primary.values():
+        if r["paired seeds"] >= 2:
+            assert r["verdict"] == D.verdict(r["gap CI low"], r["gap CI high"])
+            assert r["gap CI low"] <= r["gap vs fp32"] <= r["gap CI high"]
+    assert all(r["format ran (audit)"] == r["format"] for r in primary.values())  # the format that ran is the one asked
