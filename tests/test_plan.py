@@ -61,6 +61,15 @@ def test_bad_requests_are_refused_with_the_choices(kwargs, message):
         plan.make_plan(**{"profile": "gpu", **kwargs})
 
 
-def test_the_readme_shows_what_plan_prints():
+def test_what_the_readme_says_plan_prints_is_what_it_prints():
+    """The README describes `nbkit plan --profile gpu --gpus 8` instead of pasting it: a vLLM server per precision
+    on 4 GPUs (its dtype, context and processed log-probs), training on the other 4 with the matching accelerate
+    config, each under a memory estimate."""
     readme = (ROOT / "README.md").read_text()
-    assert plan.make_plan("gpu", gpus=8).text().strip() in readme, "README out of date: paste `nbkit plan --gpus 8`"
+    assert "nbkit plan --profile gpu --gpus 8" in readme
+    text = plan.make_plan("gpu", gpus=8).text()
+    assert "CUDA_VISIBLE_DEVICES=4,5,6,7" in text and "vllm serve" in text and "--max-model-len" in text
+    assert "--dtype float16" in text and "--dtype bfloat16" in text and "processed_logprobs" in text
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch" in text
+    assert "configs/accelerate/multi_gpu-fp16.yaml" in text and "configs/accelerate/multi_gpu-bf16.yaml" in text
+    assert "memory.py" in text and "peak" in text
