@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 
 from nbkit import gemm
 
@@ -293,7 +293,7 @@ _aten = torch.ops.aten
 _LINEAR_OPS = frozenset({_aten.mm.default, _aten.addmm.default})
 
 
-class FormatGemm(TorchDispatchMode):
+class FormatGemm(gemm.AttentionRoutingMode):
     """Runs the block's GEMMs in rollout format ``fmt`` inside a real base-dtype forward.
 
     FP8/FP4 schemes: an ``mm``/``addmm`` whose second operand is (the transpose of) one of ``weights`` (data
@@ -312,16 +312,6 @@ class FormatGemm(TorchDispatchMode):
         self._cache: dict = {}
         self._attention = _FormatAttention(self) if self.fmt.all_gemms else (
             gemm._HalfAttention(self.counts) if self.route_half else contextlib.nullcontext())
-
-    def __enter__(self):
-        self._attention.__enter__()
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        try:
-            return super().__exit__(*exc)
-        finally:
-            self._attention.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

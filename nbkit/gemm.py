@@ -112,7 +112,24 @@ def resolve(name: str, device: str | torch.device | None = None) -> str:
     return default_policy(device) if validate(name) == "auto" else name
 
 
-class Fp32AccumulateGemm(TorchDispatchMode):
+class AttentionRoutingMode(TorchDispatchMode):
+    """A dispatch mode that also holds ``self._attention`` (a function mode routing ``scaled_dot_product_attention``,
+    or a null context) entered and left with it, innermost last: the shared plumbing of the GEMM modes."""
+
+    _attention: contextlib.AbstractContextManager
+
+    def __enter__(self):
+        self._attention.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._attention.__exit__(*exc)
+
+
+class Fp32AccumulateGemm(AttentionRoutingMode):
     """Routes every half-precision GEMM through fp32: upcast operands (exact), fp32 GEMM, one rounding.
 
     Ops whose floating operands are not all of one half dtype pass through untouched (fp32 work stays fp32).
@@ -127,16 +144,6 @@ class Fp32AccumulateGemm(TorchDispatchMode):
         super().__init__()
         self.counts: Counter[str] = Counter()
         self._attention = _HalfAttention(self.counts)
-
-    def __enter__(self):
-        self._attention.__enter__()
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        try:
-            return super().__exit__(*exc)
-        finally:
-            self._attention.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
