@@ -290,6 +290,7 @@ def _bare_generation():
     gen = object.__new__(EngineGeneration)
     gen.engine_kind, gen.model_ref, gen.rollout_dtype, gen.seed = "hf", "tiny-arith", "fp32", 0
     gen.hf_batch_size, gen.gemm_policy, gen.enable_sleep_mode, gen.rollout_format = 8, "native", False, None
+    gen.fp32_lm_head = False
     gen.accelerator, gen.seconds, gen.length_hits, gen.asleep, gen._calls = _Barrier(), {"generate": 0.0, "sync": 0.0}, [0, 0], False, 0
     gen.temperature, gen.top_p, gen.top_k, gen.max_completion_length = 1.0, 1.0, 0, 8
     gen.engine = gen.llm = None

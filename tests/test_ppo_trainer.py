@@ -79,7 +79,7 @@ def test_ppo_presets_are_registered_with_a_critic():
 
 
 @pytest.mark.parametrize("field,value,needle", [
-    ("ppo_epochs", 0, "ppo_epochs and ppo_minibatches must be >= 1, got 0"),
+    ("ppo_epochs", 0, "ppo_epochs must be >= 1, got 0"),
     ("ppo_lambda", 1.5, "ppo_lambda must be in [0, 1], got 1.5"),
     ("ppo_gamma", -0.1, "ppo_gamma must be in [0, 1], got -0.1"),
     ("ppo_value_clip", 0.0, "ppo_value_clip must be > 0, got 0.0"),
