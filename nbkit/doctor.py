@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from nbkit import mismatch
+from nbkit.mismatch import crossing_length  # (re-exported: the doctor's length model)
 from nbkit.paths import REPORTS
 
 MASK_CAP = 3.0
@@ -87,16 +88,6 @@ class DoctorConfig:
         for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "anatomy_sequences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-
-
-def crossing_length(delta: float, var: float, threshold: float) -> float:
-    """Smallest L with δ²L² + vL = threshold² (RMS of log R reaches ``threshold``); inf without any mismatch."""
-    a, b, c = delta * delta, var, threshold * threshold
-    if a <= 0 and b <= 0:
-        return math.inf
-    if a <= 0:
-        return c / b
-    return (-b + math.sqrt(b * b + 4 * a * c)) / (2 * a)
 
 
 def dtype_diagnosis(logp_pi, logp_mu, epsilon: float = EPSILON, mask_cap: float = MASK_CAP) -> dict:

@@ -186,7 +186,7 @@ def _share_outside(mean: float, var: float, length: float, threshold: float) -> 
 def lint_sequence_clamp(s: Setup, m: Measured, model_path: str | None = None) -> Finding | None:
     if s.is_level != "sequence":
         return None
-    from nbkit.doctor import crossing_length
+    from nbkit.mismatch import crossing_length
 
     stats = m.token_stats.get(s.train_dtype)
     if stats is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 from typing import Callable, Sequence
 
 import numpy as np
@@ -382,3 +383,14 @@ def headline_cis(logp_pi, logp_mu, n_boot: int = 1000, seed: int = 0, level: flo
     """``bootstrap_ci`` of every ``HEADLINE`` metric, keyed like ``METRICS``."""
     return {k: bootstrap_ci(k, logp_pi, logp_mu, n_boot=n_boot, seed=seed, level=level) for k in HEADLINE}
 
+
+
+def crossing_length(delta: float, var: float, threshold: float) -> float:
+    """Smallest L with δ²L² + vL = threshold² (RMS of log R reaches ``threshold``); inf without any mismatch. The
+    length model of a per-token log-ratio with mean δ and variance v: where a sequence's IS ratio reaches a clamp."""
+    a, b, c = delta * delta, var, threshold * threshold
+    if a <= 0 and b <= 0:
+        return math.inf
+    if a <= 0:
+        return c / b
+    return (-b + math.sqrt(b * b + 4 * a * c)) / (2 * a)
