@@ -73,9 +73,9 @@ def expert_load(model, tokenizer, n: int = 256, seed: int = 12345) -> list[list[
 def build(out: Path = CHECKPOINT, cfg: TinyMoeConfig = TinyMoeConfig()) -> Path:
     """Train with tiny-arith's recipe and save (safetensors, fp32) with the build record and the expert load."""
     tiny_arith.build(out, cfg, builder=build_model, name="tiny-moe-arith")
-    from nbkit import models
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # (not nbkit.models, which builds this module's model)
 
-    model, tokenizer = models.load(out)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
     meta = json.loads((out / "nbkit_build.json").read_text())
     meta.update(architecture="Qwen3MoeForCausalLM",
                 active_parameters=active_parameters(model), expert_load=expert_load(model, tokenizer))
