@@ -129,3 +129,9 @@ def test_the_stored_study_loads_names_a_real_commit_and_its_table_follows_the_ru
             assert r["verdict"] == D.verdict(r["gap CI low"], r["gap CI high"])
             assert r["gap CI low"] <= r["gap vs fp32"] <= r["gap CI high"]
     assert all(r["format ran (audit)"] == r["format"] for r in primary.values())  # the format that ran is the one asked
+
+
+def test_an_inconclusive_interval_below_zero_is_said_to_be_worse_than_fp32():
+    assert "wholly below 0" in D._below_zero({"verdict": "inconclusive", "gap CI high": -0.01})
+    assert D._below_zero({"verdict": "inconclusive", "gap CI high": 0.02}) == ""
+    assert D._below_zero({"verdict": "breaks", "gap CI high": -0.2}) == ""

@@ -114,6 +114,19 @@ def _mean_of(rows: list[dict], key: str) -> float | None:
     return schema.mean(schema.series(rows, key))
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed" + ("" if n == 1 else "s")
+
+
+def _below_zero(row: dict) -> str:
+    """What an inconclusive interval still says when it lies wholly below 0 (worse than FP32, size undecided)."""
+    hi = row.get("gap CI high")
+    if row.get("verdict") == "inconclusive" and hi is not None and hi == hi and hi < 0:
+        return (" by the rule, though its interval lies wholly below 0: worse than FP32, but not surely by more "
+                f"than {MARGIN:g}")
+    return ""
+
+
 def verdict(lo: float, hi: float, margin: float = MARGIN) -> str:
     """The pre-registered reading of a gap's 95 % interval."""
     if lo != lo or hi != hi:
@@ -276,7 +289,7 @@ class DoseResponse(GridStudy):
                   else "one seed, no interval")
             out.append(f"{r['format']} rollouts (mismatch {r['mismatch |Δ log p|']:.2g} per token): held-out accuracy "
                        f"{r['judge final (mean)']:.3f}, gap to FP32 {r['gap vs fp32']:+.3f} ({ci}, "
-                       f"{r['paired seeds']} seeds): {r['verdict']}.")
+                       f"{_seeds(r['paired seeds'])}): {r['verdict']}{_below_zero(r)}.")
         broken = [r["format"] for r in primary if r["verdict"] == "breaks"]
         out.append("Formats that break by the rule: " + (", ".join(broken) if broken else "none") +
                    f" (of {len(primary)} tested; with no true gap the rule's one-sided error is 2.5 % per format).")
@@ -286,7 +299,7 @@ class DoseResponse(GridStudy):
                               and p["train"] == r["train"]), None)
                 versus = f" (uncorrected {plain['gap vs fp32']:+.3f})" if plain and plain["gap vs fp32"] is not None else ""
                 out.append(f"{r['format']} + {r['correction']}: gap to FP32 {r['gap vs fp32']:+.3f}{versus}, "
-                           f"{r['paired seeds']} seeds: {r['verdict']}.")
+                           f"{_seeds(r['paired seeds'])}: {r['verdict']}{_below_zero(r)}.")
         noise = self.noise(runs, meta)
         if noise:
             out.append(f"Noise: one seed's paired gap has SD {noise['sd']:.3f} (pooled over {noise['cells']} formats that "
