@@ -390,19 +390,8 @@ def _dial_attention(rnd, query, key, value, attn_mask=None, dropout_p=0.0, is_ca
                     enable_gqa=False):
     """``nbkit.gemm._attention`` with every rounding to the half format replaced by ``rnd``."""
     dtype = query.dtype
-    if enable_gqa and key.size(-3) != query.size(-3):
-        key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
-        value = value.repeat_interleave(query.size(-3) // value.size(-3), dim=-3)
-    scale = scale if scale is not None else query.size(-1) ** -0.5
-    scores = (rnd(query) @ rnd(key).transpose(-2, -1)) * scale
-    if is_causal:
-        n, m = scores.shape[-2:]
-        causal = torch.ones(n, m, dtype=torch.bool, device=scores.device).tril(m - n)
-        scores = scores.masked_fill(~causal, float("-inf"))
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
-            else scores + attn_mask.float()
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    key, value = gemm.expand_gqa(query, key, value, enable_gqa)
+    probs = gemm.attention_probs(rnd(query), rnd(key), attn_mask, is_causal, scale)
     return rnd(rnd(probs) @ rnd(value)).to(dtype)
 
 

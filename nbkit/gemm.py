@@ -179,14 +179,19 @@ class _HalfAttention(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """Attention with fp32 scores and softmax, P rounded to the half format, P·V a half GEMM."""
-    half = query.dtype
+def expand_gqa(query, key, value, enable_gqa: bool):
+    """Key and value repeated to the query's heads (grouped-query attention), as ``scaled_dot_product_attention``."""
     if enable_gqa and key.size(-3) != query.size(-3):
         key = key.repeat_interleave(query.size(-3) // key.size(-3), dim=-3)
         value = value.repeat_interleave(query.size(-3) // value.size(-3), dim=-3)
-    scale = scale if scale is not None else query.size(-1) ** -0.5
-    scores = (query.float() @ key.float().transpose(-2, -1)) * scale  # exact products, fp32 accumulation
+    return key, value
+
+
+def attention_probs(q, k, attn_mask=None, is_causal: bool = False, scale: float | None = None):
+    """softmax(q·kᵀ·scale + mask) computed from ``q`` and ``k`` as given (the caller rounds or upcasts them): the
+    part the plain-op attentions share. A fully masked row (padding) gives zeros."""
+    scale = scale if scale is not None else q.size(-1) ** -0.5
+    scores = (q @ k.transpose(-2, -1)) * scale
     if is_causal:
         n, m = scores.shape[-2:]
         causal = torch.ones(n, m, dtype=torch.bool, device=scores.device).tril(m - n)
@@ -194,7 +199,14 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
             else scores + attn_mask.float()
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a fully masked row (padding) gives zeros
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
+
+
+def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Attention with fp32 scores and softmax, P rounded to the half format, P·V a half GEMM."""
+    half = query.dtype
+    key, value = expand_gqa(query, key, value, enable_gqa)
+    probs = attention_probs(query.float(), key.float(), attn_mask, is_causal, scale)  # exact products, fp32 sums
     return probs.to(half) @ value  # a half GEMM: routed by the dispatch mode
 
 
