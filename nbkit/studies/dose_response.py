@@ -258,10 +258,11 @@ class DoseResponse(GridStudy):
         ladder = list(FORMATS)
         return (train != "fp32", ladder.index(fmt) if fmt in ladder else 99, fmt, corr != "none", corr)
 
-    def noise(self, runs, meta) -> dict:
+    def noise(self, runs, meta, rows: list[dict] | None = None) -> dict:
         """The measured noise the power statement uses: SD of the paired gap (pooled over formats without
         correction), the gap detectable at the study's seeds and the seeds a 0.05 gap needs."""
-        table = [r for r in self.table(runs, meta) if r["correction"] == "none" and r["paired seeds"] >= 2
+        table = [r for r in (rows if rows is not None else self.table(runs, meta))
+                 if r["correction"] == "none" and r["paired seeds"] >= 2
                  and r["train"] == "fp32"]
         cells = self.cells(runs, meta)
         ref = {s: final_judge(r) for s, r in cells.get(("fp32", REFERENCE, "none"), {}).items()}
@@ -300,7 +301,7 @@ class DoseResponse(GridStudy):
                 versus = f" (uncorrected {plain['gap vs fp32']:+.3f})" if plain and plain["gap vs fp32"] is not None else ""
                 out.append(f"{r['format']} + {r['correction']}: gap to FP32 {r['gap vs fp32']:+.3f}{versus}, "
                            f"{_seeds(r['paired seeds'])}: {r['verdict']}{_below_zero(r)}.")
-        noise = self.noise(runs, meta)
+        noise = self.noise(runs, meta, rows)  # (the table findings was given, not computed again)
         if noise:
             out.append(f"Noise: one seed's paired gap has SD {noise['sd']:.3f} (pooled over {noise['cells']} formats that "
                        f"do not break); at {noise['seeds']} seeds the experiment detects a gap of "
