@@ -77,12 +77,14 @@ def machine() -> dict:
 
 
 def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str, wall_seconds: float,
-          configs: dict | None = None, notes: str = "", root: Path = RESULTS) -> Path:
+          configs: dict | None = None, notes: str = "", root: Path = RESULTS, earlier: list[dict] | None = None) -> Path:
     """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.rl.study.load_runs``) as
     study ``study`` with its provenance card; an existing study of that name is replaced as a whole.
 
     ``command`` is what a reader runs to reproduce it (e.g. ``make report PROFILE=cpu-full``), ``wall_seconds``
-    the study's wall time, ``configs`` any JSON-able description of the runs (e.g. ``label → RLConfig.to_dict()``)."""
+    the study's wall time, ``configs`` any JSON-able description of the runs (e.g. ``label → RLConfig.to_dict()``).
+    ``earlier``: the parts of a study made in several sittings (``parts`` of the earlier card, each with the runs it trained) whose runs ``runs``
+    carries over; the card lists them under ``parts`` with this sitting's, and its wall time is their sum."""
     if not isinstance(runs, dict):
         from nbkit.rl.study import load_runs
 
@@ -107,9 +109,21 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "wall_seconds": round(float(wall_seconds), 1), "runs": sorted(runs),
             "rows": sum(len(r) for r in runs.values()), "notes": notes, "configs": configs or {}}
+    if earlier:
+        carried = {label for p in earlier for label in p["runs"]}
+        card["parts"] = [*earlier, {**parts(card)[0], "runs": sorted(set(runs) - carried)}]
+        card["wall_seconds"] = round(sum(p["wall_seconds"] for p in card["parts"]), 1)
     outputs.write_json(new / CARD, card, indent=1, default=_plain)
     outputs.write_marker(new, "results", study=study)
     return outputs.replace_folder(new, out, "results")
+
+
+def parts(card: dict) -> list[dict]:
+    """The sittings that made a stored study: its ``parts`` (a study stored in several sittings) or the card itself
+    as one part: commit, machine, date, wall time, command and the runs each sitting trained."""
+    if card.get("parts"):
+        return list(card["parts"])
+    return [{k: card.get(k) for k in ("commit", "dirty", "command", "machine", "date", "wall_seconds", "runs")}]
 
 
 def load(study: str, root: Path = RESULTS) -> dict[str, list[dict]]:
@@ -134,13 +148,21 @@ def card(study: str, root: Path = RESULTS) -> dict:
 
 
 def describe(study: str, root: Path = RESULTS) -> str:
-    """One paragraph for a notebook: these numbers are stored, from which commit, machine, date, and how to re-run."""
+    """One paragraph for a notebook: these numbers are stored, from which commit, machine, date, and how to re-run
+    (each sitting of a study stored in several)."""
     c = card(study, root)
-    commit = (c.get("commit") or "unknown")[:10] + (" (with uncommitted changes)" if c.get("dirty") else "")
-    minutes = c.get("wall_seconds", 0) / 60
-    return (f"Stored results `data/results/{study}` ({len(c.get('runs', []))} runs): computed at commit {commit} on "
-            f"{c['machine'].get('cpu')} ({c['machine'].get('cores')} cores) on {c.get('date')}, {minutes:.0f} min wall "
-            f"time, by `{c.get('command')}`. They are not re-computed here; re-run them with that command.")
+    sittings = parts(c)
+
+    def where(p: dict) -> str:
+        commit = (p.get("commit") or "unknown")[:10] + (" (with uncommitted changes)" if p.get("dirty") else "")
+        return (f"at commit {commit} on {(p.get('machine') or {}).get('cpu')} ({(p.get('machine') or {}).get('cores')} "
+                f"cores) on {p.get('date')}, {p.get('wall_seconds', 0) / 60:.0f} min wall time")
+
+    made = (f"computed {where(sittings[0])}" if len(sittings) == 1 else
+            f"computed in {len(sittings)} sittings: " + "; ".join(f"{len(p.get('runs') or [])} runs {where(p)}"
+                                                                  for p in sittings))
+    return (f"Stored results `data/results/{study}` ({len(c.get('runs', []))} runs): {made}, by `{c.get('command')}`. "
+            f"They are not re-computed here; re-run them with that command.")
 
 
 def _plain(x):

@@ -51,6 +51,48 @@ def test_a_study_cut_off_after_one_shard_resumes_without_re_running_it(tmp_path)
     assert {p: p.stat().st_mtime_ns for p in done} == done
 
 
+@pytest.mark.slow
+def test_a_study_continued_in_a_later_sitting_trains_only_what_the_store_lacks(tmp_path):
+    """Sitting 1 stores shard 0/2; its run folders are lost (another machine). Sitting 2 with keep_stored trains
+    only shard 1, and its store keeps both, with a card that names each sitting and the runs it trained."""
+    import shutil
+
+    study = STUDIES["hunt_tiny_long"]
+    root = tmp_path / "results"
+    opts = {**study.toy, "output_dir": str(tmp_path / "runs")}
+    first = study.run((0, 2), progress=False, **opts)
+    study.store(wall_seconds=10.0, command="sitting 1", root=root, **opts)
+    shutil.rmtree(tmp_path / "runs")
+    second = study.run(progress=False, keep_stored=True, root=root, **opts)
+    assert set(second) == set(study.grid(**opts)) - set(first)  # nothing stored is trained again
+    assert not any((tmp_path / "runs" / label).exists() for label in first)
+    study.store(wall_seconds=5.0, command="sitting 2", root=root, keep_stored=True, **opts)
+    assert study.load(root) == {**first, **second}
+    card = study.card(root)
+    assert [p["runs"] for p in results.parts(card)] == [sorted(first), sorted(second)]
+    assert card["wall_seconds"] == 15.0 and "2 sittings" in results.describe(study.name, root)
+    assert study.stored_meta(root).keys() == study.load(root).keys()
+
+
+def test_a_stored_run_of_other_settings_is_not_kept(tmp_path):
+    study = STUDIES["hunt_tiny_long"]
+    root = tmp_path / "results"
+    opts = {**study.toy, "output_dir": str(tmp_path / "runs")}
+    grid = study.grid(**opts)
+    label = next(iter(grid))
+    rows = [{"step": s, "accuracy": 0.5} for s in range(1, grid[label].steps + 1)]
+    results.store(study.name, {label: rows}, command="x", wall_seconds=1.0, root=root,
+                  configs={"runs": {label: grid[label].to_dict()}})
+    assert set(study.stored_runs(grid, root)[0]) == {label}
+    results.store(study.name, {label: rows}, command="x", wall_seconds=1.0, root=root,
+                  configs={"runs": {label: grid[label].to_dict() | {"lr": 0.5}}})
+    assert study.stored_runs(grid, root) == ({}, {})
+    cut_off = [{**r, "step": r["step"] - 1} for r in rows]  # its last step not logged
+    results.store(study.name, {label: cut_off}, command="x", wall_seconds=1.0, root=root,
+                  configs={"runs": {label: grid[label].to_dict()}})
+    assert study.stored_runs(grid, root) == ({}, {})
+
+
 def test_a_finished_run_of_other_settings_is_not_taken_for_this_run(tmp_path):
     import json
 

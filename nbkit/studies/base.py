@@ -107,20 +107,39 @@ class GridStudy(Study):
         return (j + j // self.twins) % n
 
     # -- write half ------------------------------------------------------------------------------------------
-    def run(self, shard: tuple[int, int] = (0, 1), progress: bool = True, **options) -> dict[str, list[dict]]:
+    def run(self, shard: tuple[int, int] = (0, 1), progress: bool = True, keep_stored: bool = False,
+            root: Path = results.RESULTS, **options) -> dict[str, list[dict]]:
         """Train every unfinished run of shard ``i/n`` (an unfinished run restarts from step 0; a finished one is
-        read back); returns ``label → rows`` of the shard's runs."""
+        read back); returns ``label → rows`` of the shard's runs trained or found in their folders.
+        ``keep_stored``: a run the stored study already holds with this very config counts as finished (a study
+        continued in a later sitting, on another machine, trains only what its card lists as missing)."""
         from tqdm.auto import tqdm
 
         from nbkit.rl import train
 
         i, n = _check_shard(shard)
-        todo = {k: c for j, (k, c) in enumerate(self.grid(**options).items()) if self.shard_of(j, n) == i}
+        grid = self.grid(**options)
+        stored = self.stored_runs(grid, root)[1] if keep_stored else {}
+        todo = {k: c for j, (k, c) in enumerate(grid.items()) if self.shard_of(j, n) == i and k not in stored}
         for label, cfg in tqdm(todo.items(), desc=f"{self.name} shard {i}/{n}", disable=not progress):
             if not self.finished(cfg):
                 train(replace(cfg, overwrite=True, resume=False), progress=False)
         runs, _ = self.collect(**options)
         return {k: runs[k] for k in todo if k in runs}
+
+    def stored_runs(self, grid: dict, root: Path = results.RESULTS) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+        """``(label → rows, label → config)`` of the stored study's runs that are runs of ``grid``: same label, the
+        saved config equal in every field that changes the run, and every step logged (empty when nothing is
+        stored)."""
+        from nbkit.rl.runfolder import differing_fields
+
+        if not (results.study_dir(self.name, root) / results.CARD).is_file():
+            return {}, {}
+        saved = self.card(root).get("configs", {}).get("runs", {})
+        rows = self.load(root)
+        keep = [k for k, cfg in grid.items() if k in saved and k in rows and not differing_fields(saved[k], cfg)
+                and max((int(r.get("step", 0)) for r in rows[k]), default=0) >= cfg.steps]
+        return {k: rows[k] for k in keep}, {k: saved[k] for k in keep}
 
     def collect(self, **options) -> tuple[dict[str, list[dict]], dict[str, dict]]:
         """``(label → rows, label → config)`` of the grid's *finished* runs found in their folders."""
@@ -134,15 +153,30 @@ class GridStudy(Study):
                 configs[label] = json.loads((out / "config.json").read_text())
         return runs, configs
 
-    def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **options) -> Path:
+    def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, keep_stored: bool = False,
+              **options) -> Path:
         """Store every finished run of the grid (a partial run is never stored); the card holds each run's config
-        and names the grid's runs that are missing or were cut off."""
+        and names the grid's runs that are missing or were cut off. ``keep_stored``: the stored study's runs of
+        this grid are kept beside the new ones (a run trained again replaces its stored copy), and the card lists
+        every sitting that made them (``results.parts``)."""
         grid = self.grid(**options)
         runs, configs = self.collect(**options)
+        earlier = None
+        if keep_stored:
+            kept, kept_configs = self.stored_runs(grid, root)
+            kept = {k: v for k, v in kept.items() if k not in runs}
+            if kept:
+                earlier = [{**p, "runs": sorted(set(p.get("runs") or []) & set(kept))}
+                           for p in results.parts(self.card(root))]
+                earlier = [p for p in earlier if p["runs"]]
+                runs = {**kept, **runs}
+                configs = {**{k: kept_configs[k] for k in kept}, **configs}
+            runs = {k: runs[k] for k in grid if k in runs}  # the grid's order
+            configs = {k: configs[k] for k in runs}
         if not runs:
             raise ValueError(f"no finished run of {self.name}'s grid under {self.folder(options)}: nothing to store")
         missing = sorted(set(grid) - set(runs))
-        return results.store(self.name, runs, command=command, wall_seconds=wall_seconds, root=root,
+        return results.store(self.name, runs, command=command, wall_seconds=wall_seconds, root=root, earlier=earlier,
                              configs={"grid": {k: v for k, v in options.items()}, "runs": configs},
                              notes=f"{len(missing)} of the grid's {len(grid)} runs not stored (not run or not "
                                    f"finished): {missing}" if missing else "")

@@ -4,6 +4,7 @@
     nbkit study NAME show                         # the stored study's provenance, table and findings
     nbkit study NAME run [--shard i/n] [--set steps=4 --set 'seeds=[0,1]']   # train the unfinished runs
     nbkit study NAME store [--wall-seconds S] [--set ...]                    # finished runs -> data/results/NAME
+    nbkit study NAME run --keep-stored && nbkit study NAME store --keep-stored   # only what the card lists missing
 
 ``--set key=value`` passes an option of the study's grid (a JSON value, or a plain string); ``run`` and ``store``
 must get the same options. A finished run is never re-run, so ``run`` resumes a study cut off half-way, and two
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard", default="0/1", help="run: i/n, this process's share of the grid (default 0/1)")
     p.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the study's grid (repeatable)")
+    p.add_argument("--keep-stored", action="store_true",
+                   help="run: skip the runs the stored study already holds with the same config; store: keep them "
+                        "beside the new ones (a study continued in a later sitting)")
     p.add_argument("--wall-seconds", type=float, default=None,
                    help="store: the study's wall time to record (default: this command's)")
     a = p.parse_args(argv)
@@ -65,12 +69,12 @@ def main(argv: list[str] | None = None) -> int:
             i, n = (int(x) for x in a.shard.split("/"))
         except ValueError:
             p.error(f"--shard {a.shard!r}: expected i/n, e.g. 0/2")
-        runs = study.run((i, n), **options)
+        runs = study.run((i, n), keep_stored=a.keep_stored, **options)
         print(f"{a.name} shard {i}/{n}: {len(runs)} finished runs under {study.folder(options)}")
         return 0
     wall = a.wall_seconds if a.wall_seconds is not None else time.perf_counter() - start
     command = "nbkit study " + a.name + " run" + "".join(f" --set {shlex.quote(o)}" for o in a.options)
-    path = study.store(wall_seconds=wall, command=command, **options)
+    path = study.store(wall_seconds=wall, command=command, keep_stored=a.keep_stored, **options)
     print(f"stored {path}")
     return 0
 
