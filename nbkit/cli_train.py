@@ -5,11 +5,14 @@
     accelerate launch --num_processes 2 -m nbkit.cli_train --config run.yaml
     nbkit train --config run.yaml --print-config           # the resolved config as YAML, nothing loaded
 
-Every ``RLConfig`` field is a flag (``--field-name``; booleans also as ``--no-field-name``) whose help text is the
-docstring under the field in ``nbkit/rl/config.py``, read from the source: one place documents a field. A YAML
-key is a field name (``train_dtype`` or ``train-dtype``). Unknown keys, values of the wrong type and values
-``RLConfig`` rejects stop the command before any model or dataset loads, naming the key and the valid choices.
-A run folder's ``config.json`` is itself a valid ``--config``.
+Every ``RLConfig`` field is a flag (``--field-name`` or ``--field_name``; booleans also as ``--no-field-name``)
+made by ``transformers.HfArgumentParser`` from the dataclass, its help the field's ``metadata["help"]`` in
+``nbkit/rl/config.py``: one place documents a field. The file's values become the parser's defaults (as TRL's
+``TrlParser`` does), so flags override them. A YAML key is a field name (``train_dtype`` or ``train-dtype``).
+Unknown keys, values of the wrong type and values ``RLConfig`` rejects stop the command before any model or
+dataset loads, naming the key and the valid choices. A run folder's ``config.json`` is itself a valid ``--config``.
+On the command line ``null`` (or ``None``) sets an optional field to None; ``none`` stays the string (a choice of
+``correction``).
 """
 from __future__ import annotations
 
@@ -19,46 +22,34 @@ if __name__ == "__main__":  # run as a program (python -m, accelerate launch): c
     _paths.setup_environment()
 
 import argparse
-import ast
 import difflib
-import inspect
 import sys
-import types
-import typing
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from pathlib import Path
 
+from transformers import HfArgumentParser
+
 from nbkit import launch
+from nbkit.fieldcheck import spec
 from nbkit.rl.config import RLConfig
+
+NONE_TEXTS = ("null", "None", "")
+"""A flag's text that sets an optional field to None (``none`` is not one: it is a ``correction``)."""
 
 
 def field_docs(cls=RLConfig) -> dict[str, str]:
-    """Field name → the string literal written right under it in the class body (the TRL-style field doc)."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
+    """Field name → its help, ``metadata["help"]`` where the field is declared (whitespace collapsed)."""
+    return {f.name: " ".join(f.metadata["help"].split()) for f in fields(cls) if "help" in f.metadata}
 
 
 def field_types(cls=RLConfig) -> dict[str, tuple[type, bool]]:
     """Field name → (base type, None allowed) from the annotations (``str | None`` → (str, True))."""
-    hints = typing.get_type_hints(cls)
-    out = {}
-    for f in fields(cls):
-        hint = hints[f.name]
-        args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else ()
-        base = next((a for a in args if a is not type(None)), hint)
-        out[f.name] = (base, type(None) in args)
-    return out
+    return {name: (base, optional) for name, (base, optional, _) in spec(cls).items()}
 
 
 def convert(name: str, value, base: type, optional: bool):
     """``value`` (from a flag's text or a YAML scalar) as the field's type; ValueError naming the key otherwise."""
-    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null", "")):
+    if value is None or (optional and isinstance(value, str) and value in NONE_TEXTS):
         if optional:
             return None
         raise ValueError(f"{name}: None is not allowed (expects {base.__name__})")
@@ -146,28 +137,48 @@ def key_lines(text: str) -> dict[str, int]:
     return {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``nbkit train`` parser: ``--config``, ``--print-config`` and one flag per ``RLConfig`` field."""
-    parser = argparse.ArgumentParser(
-        prog="nbkit train", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+class RLConfigParser(HfArgumentParser):
+    """``transformers.HfArgumentParser`` over a config dataclass, with two narrow changes HF's own flags lack:
+
+    - a bool field is an ``argparse.BooleanOptionalAction`` (``--lora`` / ``--no-lora``, and ``--overwrite false``
+      is refused): HF adds ``--no-x`` only when the default is True, and reads ``--x false`` as a value;
+    - every other flag's text goes through ``convert`` (an error names the field and the value; ``null`` is None
+      for an optional field) instead of HF's bare ``int`` / ``float`` / ``str``.
+
+    HF sets each dataclass field's ``type`` to the resolved hint while it builds the flags; they are put back, so
+    building a parser leaves the dataclass as declared. TRL's ``TrlParser`` is not used: its ``--config`` takes the
+    file's values unchecked (no types, no line numbers, no close match) and exports an ``env`` block.
+    """
+
+    def __init__(self, cls=RLConfig, **kwargs):
+        self._field_types = field_types(cls)  # read by _parse_dataclass_field during HF's __init__
+        declared = {f.name: f.type for f in fields(cls)}
+        try:
+            super().__init__(cls, **kwargs)
+        finally:
+            for f in fields(cls):
+                f.type = declared[f.name]
+
+    def _parse_dataclass_field(self, parser, field):
+        base, optional = self._field_types[field.name]
+        if base is bool:
+            parser.add_argument(*dict.fromkeys([f"--{field.name}", f"--{field.name.replace('_', '-')}"]),
+                                dest=field.name, action=argparse.BooleanOptionalAction, default=field.default,
+                                help=field.metadata.get("help"))
+        else:
+            HfArgumentParser._parse_dataclass_field(parser, field)
+            parser._actions[-1].type = _flag_type(field.name, base, optional)
+        action = parser._actions[-1]
+        action.help = action.help and action.help.replace("%", "%%")  # argparse %-formats help texts
+
+
+def build_parser() -> RLConfigParser:
+    """The ``nbkit train`` parser: ``--config``, ``--print-config``, ``--quiet`` and one flag per ``RLConfig`` field."""
+    parser = RLConfigParser(prog="nbkit train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", metavar="FILE", help="YAML (or JSON) file of RLConfig fields; flags override it")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved config as YAML and exit without loading anything")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    docs, types_ = field_docs(), field_types()
-    group = parser.add_argument_group("RLConfig fields (nbkit/rl/config.py)")
-    for f in fields(RLConfig):
-        base, optional = types_[f.name]
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not MISSING else None
-        help_text = docs.get(f.name, "").replace("%", "%%")
-        if base is bool:
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                               help=f"{help_text} (default: {default})")
-        else:
-            group.add_argument(flag, dest=f.name, metavar=base.__name__.upper(), default=argparse.SUPPRESS,
-                               type=_flag_type(f.name, base, optional), help=f"{help_text} (default: {default})")
     return parser
 
 
@@ -184,22 +195,25 @@ def _flag_type(name: str, base: type, optional: bool):
 def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace]:
     """The ``RLConfig`` of a command line (file, then flags); argparse errors (exit 2) for anything invalid."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    options = {"config", "print_config", "quiet"}
-    values, flags = {}, {k: v for k, v in vars(args).items() if k not in options}
+    pre = argparse.ArgumentParser(add_help=False, prog=parser.prog)
+    pre.add_argument("--config")
+    path = pre.parse_known_args(argv)[0].config
     try:
-        if args.config:
-            values.update(read_config_file(args.config))
-        values.update(flags)
+        from_file = read_config_file(path) if path else {}
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    parser.set_defaults(**from_file)  # the file's values as defaults: flags override them (TrlParser's way)
+    args = parser.parse_args(argv)
+    values = {f.name: getattr(args, f.name) for f in fields(RLConfig)}
+    try:
         try:
             cfg = RLConfig(**values)
         except (ValueError, TypeError) as exc:  # a value from the file: name the file and line
             name = str(exc).split(" ", 1)[0].rstrip(":")
-            if args.config and name in values and name not in flags:
-                lines = key_lines(_config_text(Path(args.config)))
+            if name in from_file and values[name] == from_file[name]:
+                lines = key_lines(_config_text(Path(path)))
                 line = lines.get(name, lines.get(name.replace("_", "-")))
-                raise ValueError(f"config file {args.config!r}" + (f", line {line}" if line else "")
-                                 + f": {exc}") from None
+                raise ValueError(f"config file {path!r}" + (f", line {line}" if line else "") + f": {exc}") from None
             raise
         if not args.print_config:
             launch.check_launch(cfg.train_dtype)  # an accelerate launch that does not fit the run

@@ -114,7 +114,7 @@ def trainer_flags(cfg: RLConfig) -> list[str]:
         if isinstance(value, bool):
             flags.append(flag if value else "--no-" + f.name.replace("_", "-"))
         else:
-            flags += [flag, "none" if value is None else str(value)]
+            flags += [flag, "null" if value is None else str(value)]  # null: None (none is a correction)
     return flags
 
 

@@ -10,22 +10,38 @@ from nbkit import cli_train, runner
 from nbkit.rl import RLConfig
 
 
-def test_every_field_is_a_flag_whose_help_is_the_fields_docstring(capsys):
+def test_every_field_is_a_flag_whose_help_is_the_help_declared_with_the_field(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli_train.main(["--help"])
     assert exit_.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     docs = cli_train.field_docs()
-    assert set(docs) == {f.name for f in dataclasses.fields(RLConfig)}, "a field without a docstring"
+    assert set(docs) == {f.name for f in dataclasses.fields(RLConfig)}, "a field without metadata['help']"
     for name, doc in docs.items():
         assert f"--{name.replace('_', '-')}" in text, name
-        assert " ".join(doc.split()[:6]) in text, f"help of --{name} is not its docstring"
+        assert " ".join(doc.split()[:6]) in text, f"help of --{name} is not its metadata['help']"
 
 
-def test_field_docs_come_from_the_source_not_a_copy():
+def test_field_docs_are_the_metadata_help_declared_with_each_field():
     docs = cli_train.field_docs()
-    assert docs["top_p"].startswith("Nucleus sampling mass")
+    declared = {f.name: f.metadata["help"] for f in dataclasses.fields(RLConfig)}
+    assert docs["top_p"].startswith("Nucleus sampling mass") and docs["top_p"] == " ".join(declared["top_p"].split())
     assert docs["vllm_mode"].startswith("``colocate``")
+
+
+def test_building_the_parser_leaves_rlconfigs_declared_field_types_alone():
+    declared = {f.name: f.type for f in dataclasses.fields(RLConfig)}
+    cli_train.build_parser()  # HfArgumentParser rewrites field.type while it builds the flags
+    assert {f.name: f.type for f in dataclasses.fields(RLConfig)} == declared
+    assert declared["steps"] == "Annotated[int, at_least(1)]" and declared["rollout_dtype"] == "str | None"
+
+
+def test_null_sets_an_optional_field_to_none_but_none_is_the_correction_named_none(tmp_path):
+    cfg, _ = cli_train.resolve(["--algorithm", "grpo_token_tis", "--correction", "none", "--rollout-dtype", "null"])
+    assert cfg.correction == "none" and cfg.algo.is_mode is None and cfg.rollout_dtype is None  # no IS weight
+    original = RLConfig(algorithm="grpo_token_tis", correction="none")
+    (tmp_path / "config.json").write_text(json.dumps(original.to_dict()))
+    assert cli_train.resolve(["--config", str(tmp_path / "config.json")])[0] == original  # replayed as saved
 
 
 def test_yaml_sets_fields_and_flags_override_the_file(tmp_path):
@@ -34,6 +50,7 @@ def test_yaml_sets_fields_and_flags_override_the_file(tmp_path):
     cfg, _ = cli_train.resolve(["--config", str(path), "--steps", "3", "--no-lora", "--top-p", "0.9"])
     assert (cfg.algorithm, cfg.train_dtype, cfg.steps, cfg.lora, cfg.top_p, cfg.rollout_dtype) == (
         "pg_seq_is", "bf16", 3, False, 0.9, None)
+    assert cli_train.resolve(["--config", str(path), "--max_tokens", "9"])[0].max_tokens == 9  # TRL's spelling too
 
 
 def test_a_run_folders_config_json_is_a_valid_config_file(tmp_path):

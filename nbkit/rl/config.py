@@ -2,10 +2,12 @@
 
 Every field is checked by its annotation (type, and the range declared with ``Annotated``) by
 ``nbkit.fieldcheck.check_fields``, first thing in ``__post_init__``: a new field is covered by declaring it.
+Its help is declared with it, TRL's way (``field(default=..., metadata={"help": ...})``): ``nbkit train --help``
+(``transformers.HfArgumentParser``) and ``nbkit.cli_train.field_docs`` read it from there.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -27,159 +29,156 @@ VLLM_MODES = ("colocate", "server")
 class RLConfig:
     """One RL fine-tuning run (the paper's sanity test on CPU by default)."""
 
-    model: str = "tiny-arith"
-    """Model ref for ``nbkit.models`` (built-in name, local directory or hub id)."""
-    dataset: str = "data/tiny_arith_sanity"
-    """Problems: a ``datasets`` folder / parquet / jsonl path or a named source of ``nbkit.tasks``."""
-    template: str = "raw"
-    """Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill_qwen`` for MATH)."""
-    grader: str = "arith"
-    """Reward rule of ``nbkit.tasks.GRADERS`` (``arith``; ``math_verify`` or ``r1_distill`` for MATH; ``auto``)."""
-    reward: str = "correctness"
-    """``correctness``: 1 when the grader accepts the answer, else 0 (the sanity test; logged as ``accuracy`` too).
-    ``brevity``: −(response tokens) / ``max_tokens``, the toy task on which μ-as-π_old training was publicly
-    reported not to converge (the grader still has to read the dataset's answers, but scores nothing)."""
-    algorithm: str = "grpo"
-    """A preset of ``nbkit.rl.algorithms.ALGORITHMS``."""
-    train_dtype: str = "fp16"
-    """Training precision π: fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling)."""
-    gemm: str = "auto"
-    """Half-precision GEMM kernel (``nbkit.gemm``): ``native`` (torch's), ``fp32-accumulate`` (half operands, fp32
-    GEMM, one rounding: the GPU tensor-core contract at fp32 speed on CPUs without native half) or ``auto``
-    (native on CUDA and on CPUs with AVX512-FP16/BF16, fp32-accumulate elsewhere). Applies to training and the HF
-    engine; vLLM keeps its own kernels."""
-    rollout_engine: str = "hf"
-    """Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``."""
-    fp32_lm_head: str = "none"
-    """Where the LM head (hidden → vocabulary logits) runs in FP32 (``nbkit.lm_head``): ``none``, ``trainer`` (π only,
-    TRL's ``cast_lm_head_to_fp32``), ``engine`` (μ only; the HF engine, vLLM has no such switch here) or ``both``.
-    One side alone can widen the π–μ gap (``nbkit doctor`` flags it); ``nbkit.anatomy`` measures all four."""
-    rollout_dtype: str | None = None
-    """Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16)."""
-    rollout_format: str | None = None
-    """Rollout format of ``nbkit.formats`` beyond a dtype: ``fp8-e4m3``, ``fp8-e4m3-channel``, ``fp8-e5m2``,
-    ``mxfp4``, ``nvfp4``, ``e8m1`` … ``e8m10`` (or a plain fp32/fp16/bf16); None = the rollout dtype as it is. It
-    runs in its base dtype (``rollout_dtype`` must then be None or that dtype) with quantized GEMMs, on the HF
-    engine (vLLM: ``fp8-e4m3`` on CUDA only, as its ``quantization="fp8"``); every step audits that it ran."""
-    lora: bool = False
-    """Train LoRA adapters (peft) instead of all weights."""
-    lora_rank: Annotated[int, at_least(1)] = 8
-    """LoRA rank (alpha = 2 × rank, all linear layers). At most the widest adapted layer's min(in, out), usually
-    the hidden size (``nbkit.rl.lora``: read from the model's config, refused before the model loads)."""
-    steps: Annotated[int, at_least(1)] = 60
-    """Optimiser steps (one rollout batch each)."""
-    prompts_per_step: Annotated[int, at_least(1)] = 16
-    """Distinct prompts per step."""
-    samples_per_prompt: Annotated[int, at_least(2)] = 8
-    """Responses per prompt (the GRPO group size; at least 2)."""
-    lr: Annotated[float, positive()] = 1e-4
-    """AdamW learning rate (constant). The paper uses 1e-6 for a 1.5B model; a 1 M model needs far more."""
-    max_tokens: Annotated[int, at_least(1)] = 40
-    """Maximum response length."""
-    temperature: Annotated[float, positive()] = 1.0
-    """Sampling temperature (the paper: 1.0)."""
-    is_cap: Annotated[float, positive()] = 2.0
-    """C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2."""
-    max_grad_norm: Annotated[float, positive()] = 1.0
-    """Gradient clipping (after unscaling in FP16)."""
-    loss_scale_init: Annotated[float, positive()] = 2.0**16
-    """Initial FP16 loss scale (torch's default)."""
-    loss_scale_growth_interval: Annotated[int, at_least(1)] = 400
-    """GradScaler growth interval (VeRL's ShardedGradScaler setting in the paper's code)."""
-    seed: Annotated[int, SEED] = 0
-    """Seeds weights' dropout-free training order, sampling and the dataset shuffle."""
-    output_dir: str = "runs/rl"
-    """Run folder: ``metrics.jsonl``, ``config.json``, checkpoints."""
-    checkpoint_every: int = 0
-    """Save a resumable checkpoint every K steps (0 = none)."""
-    resume: bool = False
-    """Continue the run in ``output_dir`` from its last complete checkpoint (metric rows after it are dropped, not
-    duplicated). Only the same run: the config must equal the run's except ``runfolder.SAFE_TO_CHANGE`` (e.g.
-    ``steps``, to extend it); a finished run with no more steps is left as it is."""
-    overwrite: bool = False
-    """A fresh run into a folder that already holds a run replaces it (its metrics and checkpoints are removed);
-    without it such a run is refused."""
-    collapse_window: Annotated[int, at_least(1)] = 10
-    """Steps compared by the collapse alarm (first window vs latest window)."""
-    collapse_mismatch_factor: Annotated[float, positive()] = 10.0
-    """Alarm when the mean |log π − log μ| of the latest window exceeds the first window's by this factor."""
-    collapse_reward_drop: Annotated[float, positive()] = 0.3
-    """Alarm when the latest window's mean reward falls this far below the best window so far."""
-    max_consecutive_skips: Annotated[int, at_least(1)] = 20
-    """Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover)."""
-    vllm_kv_cache_gib: Annotated[int, at_least(1)] = 1
-    """CPU vLLM only: RAM for the KV cache."""
-    top_p: Annotated[float, unit(lo_open=True)] = 1.0
-    """Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is the engine's
-    ``processed_logprobs``, renormalised over the kept tokens; for the IS ratio, TRL's ``sampling/*`` metrics and
-    the mismatch metrics the trainer renormalises π over its own kept tokens the same way (one more no-grad
-    forward per batch; ``PrecisionGRPOTrainer._log_kept_mass``), else π/μ would average the kept mass, not 1. The
-    policy-gradient log-probs stay the full softmax, as in TRL and verl; ``sampling/pi_kept_mass/mean`` is logged."""
-    top_k: int = 0
-    """Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting); π is put on the
-    kept tokens for the IS ratio and the mismatch metrics as with ``top_p``."""
-    beta: Annotated[float, at_least(0)] = 0.0
-    """KL penalty coefficient against a frozen reference model (TRL's ``beta``); 0 = none and no reference
-    copy is loaded (the paper and Dr. GRPO use 0)."""
-    vllm_gpu_memory_utilization: Annotated[float, unit(lo_open=True)] = 0.3
-    """Colocated vLLM: share of the accelerator's memory vLLM may take for weights and KV cache (the rest stays
-    with the trainer); ignored by the CPU backend, which sizes its cache with ``vllm_kv_cache_gib``."""
-    vllm_max_num_batched_tokens: Annotated[int, at_least(1)] = 4096
-    """Colocated vLLM: tokens the scheduler batches per engine step (larger = faster, more memory)."""
-    hf_engine_batch_size: Annotated[int, at_least(1)] = 1024
-    """HF rollout engine: sequences per ``generate`` call (a step's rollouts larger than this are chunked)."""
-    gradient_accumulation_steps: Annotated[int, at_least(1)] = 1
-    """Micro-batches per optimiser step (TRL's ``gradient_accumulation_steps``): each process's share of the step's
-    batch is split into this many loss forwards/backwards, so a GPU holds the activations of one micro-batch only.
-    The optimiser step, the advantages and the rollout batch are unchanged (it must divide each process's share;
-    ``nbkit plan`` sizes it from tokens per GPU)."""
-    vllm_sleep_mode: bool = False
-    """Colocated vLLM on a GPU: put the engine to sleep (level 1: weights to host memory, KV cache freed) between
-    rollouts, so its memory share is free during the loss backward; woken before each weight sync. The CPU
-    backend ignores it."""
-    vllm_mode: str = "colocate"
-    """``colocate``: the vLLM engine runs inside every training process (as today); ``server``: rollouts come
-    from a running ``trl vllm-serve`` / ``vllm serve`` at ``vllm_server_base_url`` (GPU only: TRL syncs
-    weights over NCCL), whose dtype must equal the rollout dtype or the run stops before training."""
-    vllm_server_base_url: str = "http://localhost:8000"
-    """Server mode: URL of the vLLM server."""
-    vllm_server_timeout: Annotated[float, positive()] = 240.0
-    """Server mode: seconds to wait for the server to answer before failing."""
-    router_replay: bool = False
-    """Mixture-of-experts models: the trainer's forwards use the rollout's top-k expert choices (``nbkit.routing``)
-    instead of routing again, so no token goes through other experts than it was sampled with. Needs the HF
-    rollout engine (the one that reports its routing here); ``moe/flip_rate`` is logged for MoE models either way."""
-    ppo_epochs: Annotated[int, at_least(1)] = 2
-    """PPO presets: passes over each rollout batch (TRL's ``num_iterations``); from the second on π_old ≠ π."""
-    ppo_minibatches: Annotated[int, at_least(1)] = 2
-    """PPO presets: minibatches (optimiser steps) per pass over a rollout batch (TRL's ``steps_per_generation``);
-    a rollout batch thus gives ``ppo_epochs × ppo_minibatches`` of the run's ``steps``."""
-    ppo_gamma: Annotated[float, unit()] = 1.0
-    """PPO presets: GAE discount γ in [0, 1] (Oat: 1)."""
-    ppo_lambda: Annotated[float, unit()] = 1.0
-    """PPO presets: GAE λ in [0, 1] (Oat: 1)."""
-    ppo_value_clip: Annotated[float, positive()] = 0.2
-    """PPO presets: the value loss clips v to v_old ± this (> 0; Oat: 0.2)."""
-    critic_lr: Annotated[float, positive()] = 1e-4
-    """PPO presets: the critic's own AdamW learning rate (> 0)."""
-    correction: str | None = None
-    """How μ enters the loss, independent of the loss (``nbkit.rl.algorithms.CORRECTIONS``): ``none``,
-    ``token_tis`` / ``seq_tis`` (cap ``is_cap``), ``seq_mis`` (threshold ``is_cap``), ``icepop`` (band
-    [``icepop_low``, ``icepop_high``]) or ``mu_old`` (μ as π_old in the clip); None keeps the preset's own."""
-    icepop_low: Annotated[float, positive()] = 0.5
-    """IcePop: tokens whose π/μ is below this are masked (the IcePop report's α = 0.5)."""
-    icepop_high: Annotated[float, positive()] = 5.0
-    """IcePop: tokens whose π/μ is above this are masked (the IcePop report's β = 5)."""
-    judge_every: int = 0
-    """Held-out judge (``nbkit.rl.judge``): every this many steps, and at step 0 (before any update) and the last
-    step, the policy's accuracy on ``judge_set`` sampled by an FP32 HF engine holding a copy of the current
-    weights, logged as ``judge/accuracy`` beside the training accuracy; 0 = off."""
-    judge_set: str = "data/tiny_arith_heldout"
-    """The judge's fixed held-out problems (a path or named source of ``nbkit.tasks``; >= 256 problems, none of
-    them in ``dataset``), graded like the training set (``template``, ``grader``)."""
-    judge_samples: Annotated[int, at_least(1)] = 1
-    """Judge: responses sampled per held-out problem (temperature ``temperature``, no top-p/top-k). One keeps it
-    cheap (tiny-arith's 351 problems: ~2 s on one core) with a sampling standard error ≤ 0.027; 4 halves that."""
+    model: str = field(default="tiny-arith", metadata={"help": (
+        "Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")})
+    dataset: str = field(default="data/tiny_arith_sanity", metadata={"help": (
+        "Problems: a ``datasets`` folder / parquet / jsonl path or a named source of ``nbkit.tasks``.")})
+    template: str = field(default="raw", metadata={"help": (
+        "Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill_qwen`` for "
+        "MATH).")})
+    grader: str = field(default="arith", metadata={"help": (
+        "Reward rule of ``nbkit.tasks.GRADERS`` (``arith``; ``math_verify`` or ``r1_distill`` for MATH; ``auto``).")})
+    reward: str = field(default="correctness", metadata={"help": (
+        "``correctness``: 1 when the grader accepts the answer, else 0 (the sanity test; logged as ``accuracy`` too). "
+        "``brevity``: −(response tokens) / ``max_tokens``, the toy task on which μ-as-π_old training was publicly "
+        "reported not to converge (the grader still has to read the dataset's answers, but scores nothing).")})
+    algorithm: str = field(default="grpo", metadata={"help": "A preset of ``nbkit.rl.algorithms.ALGORITHMS``."})
+    train_dtype: str = field(default="fp16", metadata={"help": (
+        "Training precision π: fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling).")})
+    gemm: str = field(default="auto", metadata={"help": (
+        "Half-precision GEMM kernel (``nbkit.gemm``): ``native`` (torch's), ``fp32-accumulate`` (half operands, fp32 "
+        "GEMM, one rounding: the GPU tensor-core contract at fp32 speed on CPUs without native half) or ``auto`` "
+        "(native on CUDA and on CPUs with AVX512-FP16/BF16, fp32-accumulate elsewhere). Applies to training and the HF "
+        "engine; vLLM keeps its own kernels.")})
+    rollout_engine: str = field(default="hf", metadata={"help": (
+        "Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``.")})
+    fp32_lm_head: str = field(default="none", metadata={"help": (
+        "Where the LM head (hidden → vocabulary logits) runs in FP32 (``nbkit.lm_head``): ``none``, ``trainer`` (π "
+        "only, TRL's ``cast_lm_head_to_fp32``), ``engine`` (μ only; the HF engine, vLLM has no such switch here) or "
+        "``both``. One side alone can widen the π–μ gap (``nbkit doctor`` flags it); ``nbkit.anatomy`` measures all "
+        "four.")})
+    rollout_dtype: str | None = field(default=None, metadata={"help": (
+        "Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16).")})
+    rollout_format: str | None = field(default=None, metadata={"help": (
+        "Rollout format of ``nbkit.formats`` beyond a dtype: ``fp8-e4m3``, ``fp8-e4m3-channel``, ``fp8-e5m2``, "
+        "``mxfp4``, ``nvfp4``, ``e8m1`` … ``e8m10`` (or a plain fp32/fp16/bf16); None = the rollout dtype as it is. It "
+        "runs in its base dtype (``rollout_dtype`` must then be None or that dtype) with quantized GEMMs, on the HF "
+        "engine (vLLM: ``fp8-e4m3`` on CUDA only, as its ``quantization=\"fp8\"``); every step audits that it ran.")})
+    lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft) instead of all weights."})
+    lora_rank: Annotated[int, at_least(1)] = field(default=8, metadata={"help": (
+        "LoRA rank (alpha = 2 × rank, all linear layers). At most the widest adapted layer's min(in, out), usually the "
+        "hidden size (``nbkit.rl.lora``: read from the model's config, refused before the model loads).")})
+    steps: Annotated[int, at_least(1)] = field(default=60, metadata={"help": (
+        "Optimiser steps (one rollout batch each).")})
+    prompts_per_step: Annotated[int, at_least(1)] = field(default=16, metadata={"help": "Distinct prompts per step."})
+    samples_per_prompt: Annotated[int, at_least(2)] = field(default=8, metadata={"help": (
+        "Responses per prompt (the GRPO group size; at least 2).")})
+    lr: Annotated[float, positive()] = field(default=1e-4, metadata={"help": (
+        "AdamW learning rate (constant). The paper uses 1e-6 for a 1.5B model; a 1 M model needs far more.")})
+    max_tokens: Annotated[int, at_least(1)] = field(default=40, metadata={"help": "Maximum response length."})
+    temperature: Annotated[float, positive()] = field(default=1.0, metadata={"help": (
+        "Sampling temperature (the paper: 1.0).")})
+    is_cap: Annotated[float, positive()] = field(default=2.0, metadata={"help": (
+        "C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2.")})
+    max_grad_norm: Annotated[float, positive()] = field(default=1.0, metadata={"help": (
+        "Gradient clipping (after unscaling in FP16).")})
+    loss_scale_init: Annotated[float, positive()] = field(default=2.0**16, metadata={"help": (
+        "Initial FP16 loss scale (torch's default).")})
+    loss_scale_growth_interval: Annotated[int, at_least(1)] = field(default=400, metadata={"help": (
+        "GradScaler growth interval (VeRL's ShardedGradScaler setting in the paper's code).")})
+    seed: Annotated[int, SEED] = field(default=0, metadata={"help": (
+        "Seeds weights' dropout-free training order, sampling and the dataset shuffle.")})
+    output_dir: str = field(default="runs/rl", metadata={"help": (
+        "Run folder: ``metrics.jsonl``, ``config.json``, checkpoints.")})
+    checkpoint_every: int = field(default=0, metadata={"help": "Save a resumable checkpoint every K steps (0 = none)."})
+    resume: bool = field(default=False, metadata={"help": (
+        "Continue the run in ``output_dir`` from its last complete checkpoint (metric rows after it are dropped, not "
+        "duplicated). Only the same run: the config must equal the run's except ``runfolder.SAFE_TO_CHANGE`` (e.g. "
+        "``steps``, to extend it); a finished run with no more steps is left as it is.")})
+    overwrite: bool = field(default=False, metadata={"help": (
+        "A fresh run into a folder that already holds a run replaces it (its metrics and checkpoints are removed); "
+        "without it such a run is refused.")})
+    collapse_window: Annotated[int, at_least(1)] = field(default=10, metadata={"help": (
+        "Steps compared by the collapse alarm (first window vs latest window).")})
+    collapse_mismatch_factor: Annotated[float, positive()] = field(default=10.0, metadata={"help": (
+        "Alarm when the mean |log π − log μ| of the latest window exceeds the first window's by this factor.")})
+    collapse_reward_drop: Annotated[float, positive()] = field(default=0.3, metadata={"help": (
+        "Alarm when the latest window's mean reward falls this far below the best window so far.")})
+    max_consecutive_skips: Annotated[int, at_least(1)] = field(default=20, metadata={"help": (
+        "Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover).")})
+    vllm_kv_cache_gib: Annotated[int, at_least(1)] = field(default=1, metadata={"help": (
+        "CPU vLLM only: RAM for the KV cache.")})
+    top_p: Annotated[float, unit(lo_open=True)] = field(default=1.0, metadata={"help": (
+        "Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is the engine's "
+        "``processed_logprobs``, renormalised over the kept tokens; for the IS ratio, TRL's ``sampling/*`` metrics and "
+        "the mismatch metrics the trainer renormalises π over its own kept tokens the same way (one more no-grad "
+        "forward per batch; ``PrecisionGRPOTrainer._log_kept_mass``), else π/μ would average the kept mass, not 1. The "
+        "policy-gradient log-probs stay the full softmax, as in TRL and verl; ``sampling/pi_kept_mass/mean`` is logged.")})
+    top_k: int = field(default=0, metadata={"help": (
+        "Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting); π is put on the kept"
+        " tokens for the IS ratio and the mismatch metrics as with ``top_p``.")})
+    beta: Annotated[float, at_least(0)] = field(default=0.0, metadata={"help": (
+        "KL penalty coefficient against a frozen reference model (TRL's ``beta``); 0 = none and no reference copy is "
+        "loaded (the paper and Dr. GRPO use 0).")})
+    vllm_gpu_memory_utilization: Annotated[float, unit(lo_open=True)] = field(default=0.3, metadata={"help": (
+        "Colocated vLLM: share of the accelerator's memory vLLM may take for weights and KV cache (the rest stays with "
+        "the trainer); ignored by the CPU backend, which sizes its cache with ``vllm_kv_cache_gib``.")})
+    vllm_max_num_batched_tokens: Annotated[int, at_least(1)] = field(default=4096, metadata={"help": (
+        "Colocated vLLM: tokens the scheduler batches per engine step (larger = faster, more memory).")})
+    hf_engine_batch_size: Annotated[int, at_least(1)] = field(default=1024, metadata={"help": (
+        "HF rollout engine: sequences per ``generate`` call (a step's rollouts larger than this are chunked).")})
+    gradient_accumulation_steps: Annotated[int, at_least(1)] = field(default=1, metadata={"help": (
+        "Micro-batches per optimiser step (TRL's ``gradient_accumulation_steps``): each process's share of the step's "
+        "batch is split into this many loss forwards/backwards, so a GPU holds the activations of one micro-batch only."
+        " The optimiser step, the advantages and the rollout batch are unchanged (it must divide each process's share; "
+        "``nbkit plan`` sizes it from tokens per GPU).")})
+    vllm_sleep_mode: bool = field(default=False, metadata={"help": (
+        "Colocated vLLM on a GPU: put the engine to sleep (level 1: weights to host memory, KV cache freed) between "
+        "rollouts, so its memory share is free during the loss backward; woken before each weight sync. The CPU backend"
+        " ignores it.")})
+    vllm_mode: str = field(default="colocate", metadata={"help": (
+        "``colocate``: the vLLM engine runs inside every training process (as today); ``server``: rollouts come from a "
+        "running ``trl vllm-serve`` / ``vllm serve`` at ``vllm_server_base_url`` (GPU only: TRL syncs weights over "
+        "NCCL), whose dtype must equal the rollout dtype or the run stops before training.")})
+    vllm_server_base_url: str = field(default="http://localhost:8000", metadata={"help": (
+        "Server mode: URL of the vLLM server.")})
+    vllm_server_timeout: Annotated[float, positive()] = field(default=240.0, metadata={"help": (
+        "Server mode: seconds to wait for the server to answer before failing.")})
+    router_replay: bool = field(default=False, metadata={"help": (
+        "Mixture-of-experts models: the trainer's forwards use the rollout's top-k expert choices (``nbkit.routing``) "
+        "instead of routing again, so no token goes through other experts than it was sampled with. Needs the HF "
+        "rollout engine (the one that reports its routing here); ``moe/flip_rate`` is logged for MoE models either way.")})
+    ppo_epochs: Annotated[int, at_least(1)] = field(default=2, metadata={"help": (
+        "PPO presets: passes over each rollout batch (TRL's ``num_iterations``); from the second on π_old ≠ π.")})
+    ppo_minibatches: Annotated[int, at_least(1)] = field(default=2, metadata={"help": (
+        "PPO presets: minibatches (optimiser steps) per pass over a rollout batch (TRL's ``steps_per_generation``); a "
+        "rollout batch thus gives ``ppo_epochs × ppo_minibatches`` of the run's ``steps``.")})
+    ppo_gamma: Annotated[float, unit()] = field(default=1.0, metadata={"help": (
+        "PPO presets: GAE discount γ in [0, 1] (Oat: 1).")})
+    ppo_lambda: Annotated[float, unit()] = field(default=1.0, metadata={"help": (
+        "PPO presets: GAE λ in [0, 1] (Oat: 1).")})
+    ppo_value_clip: Annotated[float, positive()] = field(default=0.2, metadata={"help": (
+        "PPO presets: the value loss clips v to v_old ± this (> 0; Oat: 0.2).")})
+    critic_lr: Annotated[float, positive()] = field(default=1e-4, metadata={"help": (
+        "PPO presets: the critic's own AdamW learning rate (> 0).")})
+    correction: str | None = field(default=None, metadata={"help": (
+        "How μ enters the loss, independent of the loss (``nbkit.rl.algorithms.CORRECTIONS``): ``none``, ``token_tis`` "
+        "/ ``seq_tis`` (cap ``is_cap``), ``seq_mis`` (threshold ``is_cap``), ``icepop`` (band [``icepop_low``, "
+        "``icepop_high``]) or ``mu_old`` (μ as π_old in the clip); None keeps the preset's own.")})
+    icepop_low: Annotated[float, positive()] = field(default=0.5, metadata={"help": (
+        "IcePop: tokens whose π/μ is below this are masked (the IcePop report's α = 0.5).")})
+    icepop_high: Annotated[float, positive()] = field(default=5.0, metadata={"help": (
+        "IcePop: tokens whose π/μ is above this are masked (the IcePop report's β = 5).")})
+    judge_every: int = field(default=0, metadata={"help": (
+        "Held-out judge (``nbkit.rl.judge``): every this many steps, and at step 0 (before any update) and the last "
+        "step, the policy's accuracy on ``judge_set`` sampled by an FP32 HF engine holding a copy of the current "
+        "weights, logged as ``judge/accuracy`` beside the training accuracy; 0 = off.")})
+    judge_set: str = field(default="data/tiny_arith_heldout", metadata={"help": (
+        "The judge's fixed held-out problems (a path or named source of ``nbkit.tasks``; >= 256 problems, none of them "
+        "in ``dataset``), graded like the training set (``template``, ``grader``).")})
+    judge_samples: Annotated[int, at_least(1)] = field(default=1, metadata={"help": (
+        "Judge: responses sampled per held-out problem (temperature ``temperature``, no top-p/top-k). One keeps it "
+        "cheap (tiny-arith's 351 problems: ~2 s on one core) with a sampling standard error ≤ 0.027; 4 halves that.")})
 
     def __post_init__(self) -> None:
         check_fields(self)  # every field's type and declared range, before any value is compared
