@@ -229,14 +229,22 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px
          "gap:2px 14px} dl.prov dt{font-weight:bold} dl.prov dd{margin:0}")
 
 
-def write_index(out_dir: Path, profile: str, results: list, prov: dict | None = None) -> Path:
-    """``index.html``: the run's provenance, then per notebook its headline numbers and key figure (what it
+def write_index(out_dir: Path, profile: str, results: list, prov: dict | None = None,
+                timing: dict | None = None) -> Path:
+    """``index.html``: the run's provenance and its time table (measured against the estimate made before it
+    started, ``timing`` from ``runner.expect``), then per notebook its headline numbers and key figure (what it
     published), status, wall time and links to its full report and log; ``run.json`` keeps the same data."""
+    from nbkit import jobtime
+
     out_dir = Path(out_dir)
     prov = dict(prov or provenance(profile))
     total = sum(r.seconds for r in results)
-    times = ", ".join(f"{r.stem.split('_')[0]} {r.seconds:.0f} s" for r in results)
-    prov_rows = {**prov, "wall time": f"{total:.0f} s in total ({times})"}
+    est = (timing or {}).get("estimate")
+    prov_rows = {**prov, "wall time": f"{total:.0f} s in total" + (f" ({est.describe()})" if est else "")}
+    if timing:
+        here = timing["cpu"]
+        prov_rows["CPU"] = (f"{here['cpu']}, half flags {', '.join(here['cpu_flags']) or 'none'}, gemm auto = "
+                            f"{here['gemm_auto']}; calibration {timing['calibration']['seconds']} s")
     js = out_dir / "plotly.min.js"
     if not js.exists():
         from plotly.offline import get_plotlyjs
@@ -249,10 +257,13 @@ def write_index(out_dir: Path, profile: str, results: list, prov: dict | None = 
         "<h1>FP16 vs BF16: the training–inference mismatch, measured</h1>"
         "<dl class='prov'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>"
                                       for k, v in prov_rows.items()) + "</dl>"
-        f"<p>{toc}</p>" + "".join(_section(out_dir, r) for r in results) + "</body></html>"
+        + _headline_html({"time per notebook (seconds)": jobtime.table(results, est)})
+        + f"<p>{toc}</p>" + "".join(_section(out_dir, r) for r in results) + "</body></html>"
     )
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
-    (out_dir / "run.json").write_text(json.dumps({"provenance": prov, "notebooks": [r.__dict__ for r in results]},
-                                                 indent=2, default=str))
+    extra = {} if not timing else {"cpu": timing["cpu"], "calibration": timing["calibration"],
+                                   "estimate": est.seconds if est else None}
+    (out_dir / "run.json").write_text(json.dumps({"provenance": prov, "notebooks": [r.__dict__ for r in results],
+                                                  **extra}, indent=2, default=str))
     return index

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import report
+from nbkit import jobtime, report
 from nbkit.paths import REPORTS, ROOT
 from nbkit.profiles import PROFILES
 
@@ -156,14 +156,30 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     out_dir = check_out_dir(out_dir)
     outputs.write_marker(out_dir, "report", profile=profile)
     prov = report.provenance(profile)
+    timing = expect([p.stem for p in paths], profile)
     results = []
     for path in paths:
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
         results.append(execute(path, Path(out_dir), params[path.stem]))
         r = results[-1]
         print(f"[nbkit] {r.stem}: {'ok' if r.ok else 'FAILED: ' + r.error} in {r.seconds:.0f} s", flush=True)
-        report.write_index(Path(out_dir), profile, results, prov)  # finished work is never lost
+        report.write_index(Path(out_dir), profile, results, prov, timing)  # finished work is never lost
+    from nbkit.studies.base import markdown_table
+
+    print(markdown_table(jobtime.table(results, timing["estimate"])), flush=True)
     return results
+
+
+def expect(stems: list[str], profile: str) -> dict:
+    """This CPU, a few seconds of calibration and the run's estimate, printed before anything runs (and kept for
+    the findings page's time table)."""
+    here, calibration = jobtime.cpu(), jobtime.calibrate()
+    est = jobtime.estimate(stems, profile, calibration, here)
+    print(f"[nbkit] {here['cpu']}, {here['cores']} cores, half flags {here['cpu_flags'] or 'none'}, "
+          f"gemm auto = {here['gemm_auto']}", flush=True)
+    print(f"[nbkit] {est.describe() if est else f'no stored main-job time for profile {profile!r}: no estimate'}",
+          flush=True)
+    return {"cpu": here, "calibration": calibration, "estimate": est}
 
 
 def main(argv: list[str] | None = None) -> int:

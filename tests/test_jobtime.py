@@ -1,0 +1,89 @@
+"""The main job's estimate: stored per-notebook times of a measured run, scaled by this CPU's calibration; the
+findings page's time table sets the measured times against it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nbkit import jobtime
+from nbkit.runner import NotebookResult
+
+
+def _record(policy: str, date: str, calib: float, **times) -> dict:
+    return {"profile": "cpu", "cpu": f"cpu-{policy}", "cores": 2, "cpu_flags": ["avx2"], "gemm_auto": policy,
+            "calibration": {"seconds": calib}, "commit": "abc", "date": date, "fresh_clone": True, "note": "",
+            "notebooks": times}
+
+
+AVX512 = _record("native", "2026-11-20", 2.0, a=100.0, b=300.0)
+AVX2 = _record("fp32-accumulate", "2026-11-21", 4.0, a=200.0, b=900.0)
+
+
+def test_the_estimate_scales_the_newest_record_of_the_same_gemm_policy_by_the_calibration_ratio():
+    here = {"gemm_auto": "native"}
+    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 3.0}, here, stored=[AVX512, AVX2])
+    assert est.reference is AVX512 and est.same_policy and est.scale == pytest.approx(1.5)
+    assert est.seconds == {"a": pytest.approx(150.0), "b": pytest.approx(450.0)}
+    assert est.total == pytest.approx(600.0) and "~10 min" in est.describe()
+    assert "extrapolation" not in est.describe()
+
+
+def test_without_a_record_of_this_policy_the_estimate_says_it_extrapolates():
+    est = jobtime.estimate(["a", "c"], "cpu", {"seconds": 4.0}, {"gemm_auto": "native"}, stored=[AVX2])
+    assert not est.same_policy and est.unknown == ["c"] and set(est.seconds) == {"a"}
+    assert "extrapolation across kernel families" in est.describe() and "['c']" in est.describe()
+
+
+def test_no_record_of_the_profile_gives_no_estimate():
+    assert jobtime.estimate(["a"], "smoke", {"seconds": 1.0}, {"gemm_auto": "native"}, stored=[AVX512]) is None
+
+
+def test_the_time_table_sets_measured_against_estimated_and_totals_them():
+    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[AVX512])
+    rows = jobtime.table([NotebookResult("a", True, 120.0, {}), NotebookResult("b", False, 150.0, {})], est)
+    assert rows[0] == {"notebook": "a", "ok": True, "measured s": 120, "estimated s": 100, "measured / estimated": 1.2}
+    assert rows[-1] == {"notebook": "total", "ok": False, "measured s": 270, "estimated s": 400,
+                        "measured / estimated": 0.68}
+    assert jobtime.table([NotebookResult("a", True, 5.0, {})], None)[0]["estimated s"] is None
+
+
+def _run_json(folder, ok=True):
+    folder.mkdir()
+    (folder / "run.json").write_text(json.dumps({
+        "provenance": {"profile": "cpu", "commit": "def", "date": "2026-11-24"},
+        "notebooks": [{"stem": "a", "ok": ok, "seconds": 12.34}],
+        "cpu": {"cpu": "X", "cores": 2, "cpu_flags": [], "gemm_auto": "native"},
+        "calibration": {"seconds": 2.5}}))
+
+
+def test_a_finished_report_is_appended_to_the_stored_records(tmp_path):
+    _run_json(tmp_path / "r")
+    store = tmp_path / "main_job.json"
+    rec = jobtime.record(tmp_path / "r", fresh_clone=True, note="idle", path=store)
+    assert rec["notebooks"] == {"a": 12.3} and rec["calibration"] == {"seconds": 2.5} and rec["fresh_clone"]
+    jobtime.record(tmp_path / "r", fresh_clone=False, path=store)
+    assert [r["fresh_clone"] for r in jobtime.records(store)] == [True, False]
+
+
+def test_a_report_with_a_failed_notebook_is_not_a_reference(tmp_path):
+    _run_json(tmp_path / "r", ok=False)
+    with pytest.raises(ValueError, match=r"notebooks \['a'\] failed"):
+        jobtime.record(tmp_path / "r", fresh_clone=True, path=tmp_path / "t.json")
+
+
+def test_the_calibration_times_fp32_and_bf16_passes_under_the_auto_policy():
+    from nbkit import gemm
+
+    c = jobtime.calibrate(passes=1, batch=2, length=8)
+    assert c["policy"] == gemm.resolve("auto") and c["fp32"] > 0 and c["bf16"] > 0
+    assert c["seconds"] == pytest.approx(c["fp32"] + c["bf16"], abs=1e-3)
+
+
+def test_every_stored_record_names_its_cpu_policy_and_a_complete_notebook_list():
+    from nbkit.runner import notebooks
+
+    for rec in jobtime.records():
+        assert rec["gemm_auto"] in ("native", "fp32-accumulate") and rec["cpu"] and rec["calibration"]["seconds"] > 0
+        if rec["profile"] == "cpu":
+            assert set(rec["notebooks"]) <= {p.stem for p in notebooks()}
