@@ -101,10 +101,9 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
     outputs.check_folder(out, "results", "stored-results folder")  # refuse a folder of the user's before writing
     new = outputs.temp_folder_beside(out)
     (new / "runs").mkdir(parents=True)
-    for label, rows in runs.items():
-        with gzip.open(new / "runs" / f"{label}.jsonl.gz", "wt", encoding="utf-8", compresslevel=9) as fh:
-            for row in rows:
-                fh.write(json.dumps(row, default=_plain) + "\n")
+    for label, rows in runs.items():  # mtime=0: the same rows give the same bytes (a re-store changes no file)
+        text = "".join(json.dumps(row, default=_plain) + "\n" for row in rows)
+        (new / "runs" / f"{label}.jsonl.gz").write_bytes(gzip.compress(text.encode("utf-8"), 9, mtime=0))
     card = {"study": study, **git_state(), "command": command, "machine": machine(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "wall_seconds": round(float(wall_seconds), 1), "runs": sorted(runs),

@@ -75,3 +75,14 @@ def test_every_shipped_study_loads_and_names_a_commit_of_this_repository():
         assert all(rows for rows in runs.values()), study
         exists = subprocess.run(["git", "cat-file", "-e", f"{card['commit']}^{{commit}}"], cwd=ROOT)
         assert exists.returncode == 0, f"{study}: commit {card['commit']} is not in this repository"
+
+
+def test_storing_the_same_rows_again_writes_the_same_bytes(tmp_path, monkeypatch):
+    """A study continued in a later sitting re-stores its earlier runs: unchanged runs must not churn the repo."""
+    rows = {"a": [{"step": 1, "x": 0.5}], "b": [{"step": 1, "x": 0.25}]}
+    first = results.store("s", rows, command="c", wall_seconds=1.0, root=tmp_path / "one")
+    monkeypatch.setattr(gzip.time, "time", lambda: 2e9)  # a later sitting (gzip stamps the time unless told not to)
+    second = results.store("s", rows, command="c", wall_seconds=1.0, root=tmp_path / "two")
+    for label in rows:
+        assert (first / "runs" / f"{label}.jsonl.gz").read_bytes() == (second / "runs" / f"{label}.jsonl.gz").read_bytes()
+    assert results.load("s", tmp_path / "two") == rows

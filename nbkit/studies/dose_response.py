@@ -301,11 +301,35 @@ class DoseResponse(GridStudy):
                 versus = f" (uncorrected {plain['gap vs fp32']:+.3f})" if plain and plain["gap vs fp32"] is not None else ""
                 out.append(f"{r['format']} + {r['correction']}: gap to FP32 {r['gap vs fp32']:+.3f}{versus}, "
                            f"{_seeds(r['paired seeds'])}: {r['verdict']}{_below_zero(r)}.")
+        out += self.pair_findings(runs, meta, rows)
         noise = self.noise(runs, meta, rows)  # (the table findings was given, not computed again)
         if noise:
             out.append(f"Noise: one seed's paired gap has SD {noise['sd']:.3f} (pooled over {noise['cells']} formats that "
                        f"do not break); at {noise['seeds']} seeds the experiment detects a gap of "
                        f"{noise['detectable']:.3f} with 80 % power; a 0.05 gap needs {noise['seeds for 0.05']} seeds.")
+        return out
+
+    def pair_findings(self, runs, meta, rows) -> list[str]:
+        """The paper's same-dtype pairs (trainer and rollouts in one dtype): each against the FP32/FP32 reference,
+        and BF16/BF16 against FP16/FP16 paired by seed (the paper's own comparison)."""
+        out = []
+        for r in rows:
+            if r["train"] != "fp32" and r["gap vs fp32"] is not None:
+                out.append(f"The paper's {r['train'].upper()}/{r['format'].upper()} pair (mismatch "
+                           f"{r['mismatch |Δ log p|']:.2g} per token, both sides {r['train']}): gap to FP32/FP32 "
+                           f"{r['gap vs fp32']:+.3f} (95 % CI {r['gap CI low']:+.3f} to {r['gap CI high']:+.3f}, "
+                           f"{_seeds(r['paired seeds'])}): {r['verdict']}{_below_zero(r)}.")
+        cells = self.cells(runs, meta)
+        bf, fp = cells.get(("bf16", "bf16", "none"), {}), cells.get(("fp16", "fp16", "none"), {})
+        gaps = [final_judge(bf[s]) - final_judge(fp[s]) for s in sorted(set(bf) & set(fp))
+                if final_judge(bf[s]) is not None and final_judge(fp[s]) is not None]
+        if len(gaps) >= 2:
+            m, lo, hi = mean_ci(gaps)
+            out.append(f"BF16/BF16 against FP16/FP16, paired by seed: {m:+.3f} (95 % CI {lo:+.3f} to {hi:+.3f}, "
+                       f"{_seeds(len(gaps))}; detectable with 80 % power: "
+                       f"{detectable_gap(statistics.stdev(gaps), len(gaps)):.3f}): "
+                       + ("BF16 is no detectably worse than FP16 (the interval lies above -0.05)" if lo > -MARGIN else
+                          "BF16 is worse than FP16 by more than 0.05" if hi < -MARGIN else "inconclusive") + ".")
         return out
 
     def figure(self, runs, meta):

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from nbkit import results
 from nbkit.paths import ROOT
 from nbkit.studies.base import Study, markdown_table
 from nbkit.studies.catalog import STUDIES
@@ -36,10 +37,18 @@ def provenance(study: Study) -> str:
     flags = m.get("cpu_flags")
     cpu = f"{m.get('cpu')} ({m.get('cores')} cores" + (f"; {', '.join(flags) or 'no AVX512/AMX half-precision flags'}"
                                                       if flags is not None else "; CPU flags not recorded") + ")"
-    commit = (c.get("commit") or "unknown")[:10] + (" with uncommitted changes" if c.get("dirty") else "")
     now = study.reproduce(c)
-    line = (f"{len(c.get('runs', []))} runs, commit `{commit}`, {cpu}, {str(c.get('date', '?'))[:10]}, "
-            f"{c.get('wall_seconds', 0) / 60:.0f} min wall; made by `{c.get('command')}`"
+    sittings = results.parts(c)
+
+    def where(p: dict) -> str:
+        commit = (p.get("commit") or "unknown")[:10] + (" with uncommitted changes" if p.get("dirty") else "")
+        cpu_p = cpu if p.get("machine") == m else f"{(p.get('machine') or {}).get('cpu')}"
+        return (f"commit `{commit}`, {cpu_p}, {str(p.get('date', '?'))[:10]}, "
+                f"{(p.get('wall_seconds') or 0) / 60:.0f} min wall")
+
+    made = (where(sittings[0]) if len(sittings) == 1 else f"in {len(sittings)} sittings: " + "; ".join(
+        f"{len(p.get('runs') or [])} runs at {where(p)}" for p in sittings))
+    line = (f"{len(c.get('runs', []))} runs, {made}; made by `{c.get('command')}`"
             + (f"; today: `{now}`." if now and now != c.get("command") else "."))
     if "not stored" in str(c.get("notes", "")):
         line += " " + str(c["notes"]).split(":")[0] + "."
