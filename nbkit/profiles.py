@@ -51,8 +51,10 @@ PROFILES: dict[str, dict[str, dict]] = {
         # leaves the shipped data/tiny_arith_sanity (which notebook 03 trains on) untouched; a rebuild reproduced it
         "01_build_dataset": {"out_dir": "reports/datasets/tiny_arith_sanity"},
         "02_mismatch_analysis": {},  # the notebook's defaults: smollm2-135m (vLLM) + tiny-arith, ~6.5 min here
-        # the notebook's defaults (grpo FP16/BF16 on tiny-arith, 3 seeds each, 100 steps, 16x8); make report regenerates them
-        "03_rl_training": {"overwrite": True},
+        # grpo FP16/BF16 on tiny-arith, 3 seeds each, 16x8, vLLM rollouts (the engine's own kernels: the mismatch is
+        # the point): 50 steps, where the stored 100-step runs (data/results/ablation_tiny_arith) have risen from
+        # ~0.65 to ~0.9-0.95, so the bar is 0.9 here (cpu-full: the notebook's 100 steps and 0.95); PPO 20 steps
+        "03_rl_training": {"overwrite": True, "steps": 50, "target_accuracy": 0.9, "ppo_steps": 20},
         # the stored hunt grid (data/results/hunt_tiny_long) + a live slice: short responses, lr 1e-3, grpo and
         # grpo_mu_old, FP16/BF16, one seed (about a minute)
         "04_where_bf16_breaks": {},
