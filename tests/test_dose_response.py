@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from nbkit import schema
+from nbkit import results, schema
 from nbkit.studies import dose_response as D
 from nbkit.studies.base import GridStudy
 
@@ -42,11 +42,13 @@ def test_the_grid_puts_the_primary_contrast_first_and_reads_coordinates_from_con
     study = D.DoseResponse()
     grid = study.grid(formats=["fp32", "bf16", "mxfp4"], seeds=[0, 1], corrected={"formats": ["mxfp4"],
                       "corrections": ["icepop", "token_tis"]}, corrected_seeds=[0], pairs=[["bf16", "bf16"]],
-                      output_dir=str(tmp_path), overrides={"judge_every": 0})
+                      output_dir=str(tmp_path), overrides={"judge_every": 0},
+                      more_seeds={"formats": ["fp32", "mxfp4"], "seeds": [1, 2]})
     labels = list(grid)
     assert labels[:6] == ["fp32-none-s0", "bf16-none-s0", "mxfp4-none-s0", "fp32-none-s1", "bf16-none-s1",
                           "mxfp4-none-s1"]
-    assert labels[6:] == ["mxfp4-icepop-s0", "mxfp4-token_tis-s0", "bf16-train-bf16-s0", "bf16-train-bf16-s1"]
+    assert labels[6:] == ["mxfp4-icepop-s0", "mxfp4-token_tis-s0", "bf16-train-bf16-s0", "bf16-train-bf16-s1",
+                          "fp32-none-s2", "mxfp4-none-s2"]  # the added seeds last, a seed already there not twice
     cfg = grid["mxfp4-icepop-s0"]
     assert (cfg.train_dtype, cfg.rollout_format, cfg.correction, cfg.seed) == ("fp32", "mxfp4", "icepop", 0)
     assert study.coords(cfg.to_dict()) == {"format": "mxfp4", "train": "fp32", "correction": "icepop", "seed": 0}
@@ -120,7 +122,9 @@ def test_the_stored_study_loads_names_a_real_commit_and_its_table_follows_the_ru
     study = D.DoseResponse()
     runs, meta = study.load(), study.stored_meta()
     card = study.card()
-    assert subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{card['commit']}^{{commit}}"]).returncode == 0
+    for part in results.parts(card):  # every sitting that trained stored runs names a commit of this repository
+        assert subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{part['commit']}^{{commit}}"]).returncode == 0
+    assert sorted(r for p in results.parts(card) for r in p["runs"]) == sorted(card["runs"])
     rows = study.table(runs, meta)
     primary = {r["format"]: r for r in rows if r["correction"] == "none" and r["train"] == "fp32"}
     assert primary["fp32"]["verdict"] == "reference" and len(primary) >= 5
