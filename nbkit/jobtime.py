@@ -139,22 +139,6 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
     return rec
 
 
-def table(results: list, est: Estimate | None) -> list[dict]:
-    """Per notebook: measured seconds, the estimate and their ratio (the findings page's time table)."""
-    rows = []
-    for r in results:
-        guess = est.seconds.get(r.stem) if est else None
-        rows.append({"notebook": r.stem, "ok": r.ok, "measured s": round(r.seconds),
-                     "estimated s": None if guess is None else round(guess),
-                     "measured / estimated": None if not guess else round(r.seconds / guess, 2)})
-    total = sum(r.seconds for r in results)
-    guess = sum(est.seconds.get(r.stem, 0) for r in results) if est else 0
-    rows.append({"notebook": "total", "ok": all(r.ok for r in results), "measured s": round(total),
-                 "estimated s": round(guess) if guess else None,
-                 "measured / estimated": round(total / guess, 2) if guess else None})
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nbkit.jobtime", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd")
@@ -168,13 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "record":
         print(json.dumps(record(Path(a.report_dir), fresh_clone=a.fresh_clone, note=a.note), indent=1))
         return 0
+    from nbkit.paths import ROOT
     from nbkit.profiles import PROFILES
-    from nbkit.runner import notebooks
 
     profile = getattr(a, "profile", "cpu")
     if profile not in PROFILES:
         p.error(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
-    est = estimate([n.stem for n in notebooks()], profile, calibrate(), cpu())
+    stems = [n.stem for n in sorted((ROOT / "notebooks").glob("*.ipynb"))]  # what the runner runs, in its order
+    est = estimate(stems, profile, calibrate(), cpu())
     print(est.describe() if est else f"no stored measurement of profile {profile!r} in {TIMINGS}: no estimate")
     return 0
 

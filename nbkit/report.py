@@ -229,13 +229,28 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px
          "gap:2px 14px} dl.prov dt{font-weight:bold} dl.prov dd{margin:0}")
 
 
+def time_table(results: list, est) -> list[dict]:
+    """Per notebook: measured seconds, the estimate made before the run (``nbkit.jobtime.Estimate`` or None) and
+    their ratio: the findings page's time table."""
+    rows = []
+    for r in results:
+        guess = est.seconds.get(r.stem) if est else None
+        rows.append({"notebook": r.stem, "ok": r.ok, "measured s": round(r.seconds),
+                     "estimated s": None if guess is None else round(guess),
+                     "measured / estimated": None if not guess else round(r.seconds / guess, 2)})
+    total = sum(r.seconds for r in results)
+    guess = sum(est.seconds.get(r.stem, 0) for r in results) if est else 0
+    rows.append({"notebook": "total", "ok": all(r.ok for r in results), "measured s": round(total),
+                 "estimated s": round(guess) if guess else None,
+                 "measured / estimated": round(total / guess, 2) if guess else None})
+    return rows
+
+
 def write_index(out_dir: Path, profile: str, results: list, prov: dict | None = None,
                 timing: dict | None = None) -> Path:
     """``index.html``: the run's provenance and its time table (measured against the estimate made before it
     started, ``timing`` from ``runner.expect``), then per notebook its headline numbers and key figure (what it
     published), status, wall time and links to its full report and log; ``run.json`` keeps the same data."""
-    from nbkit import jobtime
-
     out_dir = Path(out_dir)
     prov = dict(prov or provenance(profile))
     total = sum(r.seconds for r in results)
@@ -257,7 +272,7 @@ def write_index(out_dir: Path, profile: str, results: list, prov: dict | None = 
         "<h1>FP16 vs BF16: the training–inference mismatch, measured</h1>"
         "<dl class='prov'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>"
                                       for k, v in prov_rows.items()) + "</dl>"
-        + _headline_html({"time per notebook (seconds)": jobtime.table(results, est)})
+        + _headline_html({"time per notebook (seconds)": time_table(results, est)})
         + f"<p>{toc}</p>" + "".join(_section(out_dir, r) for r in results) + "</body></html>"
     )
     index = out_dir / "index.html"

@@ -166,7 +166,7 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
         report.write_index(Path(out_dir), profile, results, prov, timing)  # finished work is never lost
     from nbkit.studies.base import markdown_table
 
-    print(markdown_table(jobtime.table(results, timing["estimate"])), flush=True)
+    print(markdown_table(report.time_table(results, timing["estimate"])), flush=True)
     return results
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nbkit import jobtime
+from nbkit import jobtime, report
 from nbkit.runner import NotebookResult
 
 
@@ -41,11 +41,11 @@ def test_no_record_of_the_profile_gives_no_estimate():
 
 def test_the_time_table_sets_measured_against_estimated_and_totals_them():
     est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[AVX512])
-    rows = jobtime.table([NotebookResult("a", True, 120.0, {}), NotebookResult("b", False, 150.0, {})], est)
+    rows = report.time_table([NotebookResult("a", True, 120.0, {}), NotebookResult("b", False, 150.0, {})], est)
     assert rows[0] == {"notebook": "a", "ok": True, "measured s": 120, "estimated s": 100, "measured / estimated": 1.2}
     assert rows[-1] == {"notebook": "total", "ok": False, "measured s": 270, "estimated s": 400,
                         "measured / estimated": 0.68}
-    assert jobtime.table([NotebookResult("a", True, 5.0, {})], None)[0]["estimated s"] is None
+    assert report.time_table([NotebookResult("a", True, 5.0, {})], None)[0]["estimated s"] is None
 
 
 def _run_json(folder, ok=True):
