@@ -51,7 +51,7 @@ test: venv
 	NBKIT_REQUIRE_VLLM=$(if $(strip $(VLLM_SPEC)),1,0) NBKIT_STRICT_VERSIONS=1 $(PY) -m pytest
 
 report: venv
-	$(PY) -m nbkit.runner run --profile $(PROFILE) --out $(OUT)
+	$(PY) -m nbkit.workbook.runner run --profile $(PROFILE) --out $(OUT)
 
 bench: venv
 	$(PY) benchmarks/bench_engines.py

@@ -26,7 +26,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--budget", type=float, default=360.0, help="seconds the issue allows")
     args = p.parse_args(argv)
-    from nbkit import doctor, gemm, paths
+    from nbkit import gemm, paths
+    from nbkit.offline import doctor
 
     paths.setup_environment()
     out = Path(tempfile.mkdtemp(prefix="bench_doctor_")) / "report"

@@ -36,7 +36,7 @@ def parse_args(argv=None):
 
 def prompts_for(model: str, n: int, tokenizer, seed: int) -> list[str]:
     """tiny-arith problems, or the shortest MATH-500 problems in the model's chat template."""
-    from nbkit.analysis import load_prompts
+    from nbkit.offline.analysis import load_prompts
 
     return load_prompts("arith" if model == "tiny-arith" else "eval/math", n, tokenizer, seed=seed)
 

@@ -38,8 +38,8 @@ def main(argv=None) -> None:
     import torch
 
     from nbkit import formats, gemm, models
-    from nbkit.analysis import load_prompts
     from nbkit.engines import SamplingConfig, make_engine
+    from nbkit.offline.analysis import load_prompts
 
     for name in args.formats:
         formats.validate(name)

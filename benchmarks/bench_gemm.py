@@ -111,9 +111,10 @@ def bench_rl(steps: int) -> None:
 
 
 def bench_pi(repeats: int) -> None:
-    from nbkit import analysis, models
+    from nbkit import models
     from nbkit.engines import Rollout, encode_prompt
     from nbkit.mismatch import teacher_forced_logprobs
+    from nbkit.offline import analysis
 
     model, tok = models.load("smollm2-135m", "fp32")
     prompts = analysis.load_prompts("eval/math", 16, tok, seed=0, shortest=True, chat_template=True,

@@ -55,8 +55,8 @@ def header() -> str:
 def rollout_rates(model: str, engine_name: str, dtypes, prompts: int, max_tokens: int) -> dict[str, dict]:
     """dtype → {tok/s, tokens, seconds, startup} for one engine."""
     from nbkit import models
-    from nbkit.analysis import load_prompts
     from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine
+    from nbkit.offline.analysis import load_prompts
 
     out = {}
     for dtype in dtypes:

@@ -39,8 +39,8 @@ def onednn_half_support() -> dict[str, bool | None]:
 def rollout_rate(model: str, engine: str, dtype: str, n_prompts: int, samples: int, max_tokens: int) -> dict:
     """Tokens per second of one engine in one dtype (after a warm-up call), and its start-up seconds."""
     from nbkit import models
-    from nbkit.analysis import load_prompts
     from nbkit.engines import SamplingConfig, make_engine
+    from nbkit.offline.analysis import load_prompts
 
     net, tok = models.load(model, dtype)
     prompts = load_prompts("arith" if model.startswith("tiny") else "eval/math", n_prompts, tok, seed=0)

@@ -8,7 +8,7 @@ started for a static report (``NBKIT_REPORT_DIR`` set) draws text progress bars.
 """
 import os as _os
 
-if _os.environ.get("NBKIT_REPORT_DIR"):  # executed by the runner into a static report (nbkit.report)
+if _os.environ.get("NBKIT_REPORT_DIR"):  # executed by the runner into a static report (nbkit.workbook.report)
     from nbkit import logs as _logs
 
     _logs.static_progress_bars()

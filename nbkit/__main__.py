@@ -1,7 +1,7 @@
-"""``python -m nbkit``: the ``nbkit`` command (``nbkit.runner.main``)."""
+"""``python -m nbkit``: the ``nbkit`` command (``nbkit.workbook.runner.main``)."""
 import sys
 
-from nbkit.runner import main
+from nbkit.workbook.runner import main
 
 if __name__ == "__main__":
     sys.exit(main())

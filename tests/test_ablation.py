@@ -2,10 +2,10 @@
 rollout engine built in another dtype than requested stops the run."""
 import pytest
 
-from nbkit import ablation
 from nbkit.rl import RLConfig, study
 from nbkit.rl import rollout as rollout_mod
 from nbkit.rl.amp import PrecisionError
+from nbkit.studies import ablation
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
-"""Specification of ``nbkit.analysis``: prompts, per-model configs, and the engine dtype × training dtype grid."""
+"""Specification of ``nbkit.offline.analysis``: prompts, per-model configs, and the engine dtype × training dtype grid."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from nbkit import analysis
+from nbkit.offline import analysis
 
 
 def test_configs_for_applies_common_settings_then_per_model_overrides():

@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import anatomy, arith, forced, lm_head, models
+from nbkit import forced, lm_head, models
 from nbkit.engines import HFEngine, SamplingConfig
+from nbkit.offline import anatomy
+from nbkit.tasks import arith
 
 NOISE = 1e-5  # FP32 kernel differences (two attention kernels, KV-cache vs full forward): ~1e-8 per token measured
 

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import anatomy, arith, forced, lm_head, mismatch, models
+from nbkit import forced, lm_head, mismatch, models
 from nbkit.engines import HFEngine, SamplingConfig
+from nbkit.offline import anatomy
+from nbkit.tasks import arith
 
 
 @pytest.fixture(scope="module")

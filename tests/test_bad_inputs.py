@@ -15,8 +15,11 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from nbkit import arith, dataset, engines, fieldcheck, mismatch, models, outputs, plan, runner, tasks
+from nbkit import engines, fieldcheck, mismatch, models, outputs, tasks
+from nbkit.cli import plan
 from nbkit.rl import RLConfig, train
+from nbkit.tasks import arith, dataset
+from nbkit.workbook import runner
 
 EXIT_2 = 2
 """A command line's refusal: status 2, one line on stderr naming the value."""

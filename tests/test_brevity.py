@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbkit import brevity_study
+from nbkit.studies import brevity
 
 
 def _rows(lengths: list[float], mismatch: float) -> list[dict]:
@@ -20,8 +20,8 @@ def meta_of(runs: dict) -> dict:
     for label in runs:
         _, *tag, seed = label.split("-")
         train, rollout = tag[0], (tag[1][:-1] if len(tag) > 1 else tag[0])
-        out[label] = brevity_study.BrevityStudy().coords(
-            brevity_study.config(train, rollout, int(seed[1:]), Path("/tmp/brevity")).to_dict())
+        out[label] = brevity.BrevityStudy().coords(
+            brevity.config(train, rollout, int(seed[1:]), Path("/tmp/brevity")).to_dict())
     return out
 
 
@@ -29,7 +29,7 @@ def test_the_table_reports_per_pair_when_each_seed_converged_or_a_dash():
     runs = {"brevity-fp16-s0": _rows([128, 90, 20, 10, 8, 6], 0.005),
             "brevity-fp16-s1": _rows([128, 120, 110, 100, 90, 80], 0.005),
             "brevity-bf16-s0": _rows([128, 128, 128, 128, 128, 128], 0.04)}
-    rows = brevity_study.table(runs, meta_of(runs))
+    rows = brevity.table(runs, meta_of(runs))
     assert [(r["train"], r["rollout"]) for r in rows] == [("fp16", "fp16"), ("bf16", "bf16")]
     fp16, bf16 = rows
     assert fp16["converged (≤ 10% of max) at step"] == "5, —"  # steps 3-5: (20 + 10 + 8) / 3 = 12.7 ≤ 12.8
@@ -38,7 +38,7 @@ def test_the_table_reports_per_pair_when_each_seed_converged_or_a_dash():
 
 
 def test_each_run_is_the_toy_task_on_smollm2_with_mu_as_pi_old():
-    cfg = brevity_study.config("fp32", "bf16", 2, Path("/tmp/brevity"))
+    cfg = brevity.config("fp32", "bf16", 2, Path("/tmp/brevity"))
     assert (cfg.model, cfg.reward, cfg.algorithm, cfg.rollout_engine, cfg.lora) == (
         "smollm2-135m", "brevity", "grpo_mu_old", "vllm", True)
     assert (cfg.train_dtype, cfg.rollout) == ("fp32", "bf16")
@@ -57,6 +57,6 @@ def test_the_brevity_figure_has_one_curve_per_pair_averaged_over_seeds():
 
 
 def test_the_grid_names_exactly_the_pairs_and_seeds_asked_for():
-    grid = brevity_study.BrevityStudy().grid(pairs=[["fp32", "bf16"], ["fp16", "fp16"]], seeds=[1], steps=3)
+    grid = brevity.BrevityStudy().grid(pairs=[["fp32", "bf16"], ["fp16", "fp16"]], seeds=[1], steps=3)
     assert sorted(grid) == ["brevity-fp16-s1", "brevity-fp32-bf16r-s1"]
     assert {c.steps for c in grid.values()} == {3}

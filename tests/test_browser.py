@@ -25,8 +25,8 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 
-from nbkit import runner
 from nbkit.paths import cache_env
+from nbkit.workbook import runner
 
 CHROMIUM = os.environ.get("NBKIT_CHROMIUM", "/usr/bin/chromium")
 """The browser binary (override with ``NBKIT_CHROMIUM``)."""

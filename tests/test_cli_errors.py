@@ -4,7 +4,8 @@ import json
 import subprocess
 import sys
 
-from nbkit import cli_train, outputs
+from nbkit import outputs
+from nbkit.cli import train as cli_train
 from nbkit.paths import ROOT
 from nbkit.rl import RLConfig, runfolder
 

@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from nbkit import cli_train, runner
+from nbkit.cli import train as cli_train
 from nbkit.rl import RLConfig
+from nbkit.workbook import runner
 
 
 def test_every_field_is_a_flag_whose_help_is_the_help_declared_with_the_field(capsys):

@@ -1,13 +1,12 @@
-"""Specification of nbkit.dataset: pass rates through any engine, resume after a kill, window, card."""
+"""Specification of nbkit.tasks.dataset: pass rates through any engine, resume after a kill, window, card."""
 import json
 
 import datasets
 import pyarrow.parquet as pq
 import pytest
 
-from nbkit import dataset as ds
 from nbkit.engines import Rollout
-from nbkit.tasks import Task, TaskConfig, make_task
+from nbkit.tasks import Task, TaskConfig, dataset as ds, make_task
 
 N = 10
 

@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from nbkit import doctor, runner
+from nbkit.offline import doctor
+from nbkit.workbook import runner
 
 
 def test_crossing_length_solves_drift_plus_random_walk():

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import arith, models
+from nbkit import models
+from nbkit.tasks import arith
 from nbkit.engines import (FINISH_REASONS, HFEngine, SamplingConfig, VLLMEngine, make_engine,
                            vllm_available)
 from nbkit.mismatch import teacher_forced_logprobs

@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import arith, formats, ladder, models
+from nbkit import formats, models
 from nbkit.engines import SamplingConfig, make_engine
 from nbkit.formats import E2M1, E4M3, E5M2, e8m
 from nbkit.mismatch import teacher_forced_logprobs
+from nbkit.offline import ladder
 from nbkit.rl import RLConfig, train
 from nbkit.rl.amp import PrecisionError
+from nbkit.tasks import arith
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

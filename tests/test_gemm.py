@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import analysis, arith, gemm, models
+from nbkit import gemm, models
+from nbkit.offline import analysis
 from nbkit.rl import RLConfig, train
 from nbkit.rl.amp import PrecisionAudit, PrecisionError
+from nbkit.tasks import arith
 
 HALVES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 UNIT = {"fp16": 2.0**-11, "bf16": 2.0**-8}

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nbkit import cli_train, engines, launch, plan, versions
+from nbkit import engines, versions
+from nbkit.cli import launch, plan, train as cli_train
 from nbkit.paths import ROOT
 from nbkit.rl import RLConfig, amp, memory
 from nbkit.rl.monitor import first_non_finite
@@ -99,7 +100,7 @@ def test_plan_commands_fit_the_gpu_they_name(gpus):
     assert len(trainers) == 4
     for i in trainers:
         argv = shlex.split(lines[i])
-        cfg, _ = cli_train.resolve(argv[argv.index("nbkit.cli_train") + 1:])
+        cfg, _ = cli_train.resolve(argv[argv.index("nbkit.cli.train") + 1:])
         processes = int(argv[argv.index("--num_processes") + 1])
         share = cfg.prompts_per_step * cfg.samples_per_prompt // processes
         micro = micro_batch(cfg, processes)

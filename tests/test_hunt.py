@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbkit import hunt
+from nbkit.studies import hunt
 
 
 def _rows(acc: list[float], mismatch: float = 1e-4, growth: float = 1.0, alarm_at: int | None = None) -> list[dict]:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from nbkit import jobtime, report
-from nbkit.runner import NotebookResult
+from nbkit.workbook import jobtime, report
+from nbkit.workbook.runner import NotebookResult
 
 
 def _record(policy: str, date: str, calib: float, **times) -> dict:
@@ -81,7 +81,7 @@ def test_the_calibration_times_fp32_and_bf16_passes_under_the_auto_policy():
 
 
 def test_every_stored_record_names_its_cpu_policy_and_a_complete_notebook_list():
-    from nbkit.runner import notebooks
+    from nbkit.workbook.runner import notebooks
 
     for rec in jobtime.records():
         assert rec["gemm_auto"] in ("native", "fp32-accumulate") and rec["cpu"] and rec["calibration"]["seconds"] > 0

@@ -11,8 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nbkit import engines, heldout, models, paths, schema, tasks
+from nbkit import engines, models, paths, schema, tasks
 from nbkit.rl import RLConfig, amp, judge, train
+from nbkit.tasks import heldout
 
 JUDGE_SET = "data/tiny_arith_heldout"
 TRAIN_SET = "data/tiny_arith_sanity"

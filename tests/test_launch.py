@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from nbkit import launch
+from nbkit.cli import launch
 from nbkit.rl import RLConfig, train
 
 ALL = [(k, p) for k in launch.KINDS for p in launch.PRECISIONS]

@@ -3,7 +3,7 @@ was planted; the slope agrees with −1,000 × the per-token k1 KL when the bias
 import numpy as np
 import pytest
 
-from nbkit import lengthlaw
+from nbkit.offline import lengthlaw
 
 
 def _sequences(bias_per_token, n=400, noise=0.05, seed=0):

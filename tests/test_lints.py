@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from nbkit import lints
-from nbkit.lints import Measured, Setup
+from nbkit.offline import lints
+from nbkit.offline.lints import Measured, Setup
 
 MEASURED = Measured(token_abs={("bf16", "fp16"): 2e-3, ("fp16", "fp16"): 2e-4},
                     token_stats={"fp16": (-1e-4, 1e-4), "bf16": (-2e-3, 4e-3)},
@@ -87,7 +87,7 @@ def test_bad_setups_are_refused_naming_the_value():
 def test_the_setup_of_an_rlconfig_file_with_flags_over_it(tmp_path):
     from argparse import Namespace
 
-    from nbkit import doctor
+    from nbkit.offline import doctor
 
     (tmp_path / "run.yaml").write_text("train_dtype: bf16\nrollout_dtype: fp16\ntop_p: 0.9\nalgorithm: pg_seq_is\n"
                                        "is_cap: 2.0\n")

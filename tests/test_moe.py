@@ -8,10 +8,12 @@ import json
 import pytest
 import torch
 
-from nbkit import arith, models, routing, tiny_arith, tiny_moe
+from nbkit import models, routing
 from nbkit.engines import HFEngine, SamplingConfig
 from nbkit.rl import RLConfig, train
 from nbkit.rl.amp import PrecisionAudit
+from nbkit.tasks import arith
+from nbkit.toymodels import tiny_arith, tiny_moe
 
 CFG = tiny_moe.TinyMoeConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, num_experts=4,
                              top_k=2, moe_intermediate_size=32, seed=1)
@@ -178,7 +180,7 @@ def test_rl_on_a_moe_logs_flip_rate_and_replay_zeroes_nothing_else(tmp_path, moe
 
 
 def test_offline_flip_analysis_splits_the_mismatch_by_flip(moe_dir):
-    from nbkit import moe_analysis
+    from nbkit.offline import moe_analysis
 
     res = moe_analysis.run(moe_analysis.MoeConfig(model=moe_dir, n_prompts=6, samples_per_prompt=2, max_tokens=10))
     assert res.flips["fp32"]["engine_vs_trainer"] == [0.0, 0.0]  # same weights, same dtype: no flip here

@@ -27,7 +27,7 @@ def launch(out, *extra) -> subprocess.CompletedProcess:
     launcher; without CUDA it runs gloo on CPU)."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(free_port()), "-m", "nbkit.cli_train", *RUN, "--output-dir", str(out), *extra]
+           "--main_process_port", str(free_port()), "-m", "nbkit.cli.train", *RUN, "--output-dir", str(out), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nbkit import runner
-from nbkit.profiles import PROFILES
+from nbkit.workbook import runner
+from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOKS = runner.notebooks()
 
@@ -42,7 +42,7 @@ def test_every_profile_names_only_parameters_the_notebook_declares(path: Path):
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes_with_smoke_parameters(path: Path, smoke_report):
-    assert path.stem in PROFILES["smoke"], f"add a 'smoke' entry for {path.stem} in nbkit/profiles.py"
+    assert path.stem in PROFILES["smoke"], f"add a 'smoke' entry for {path.stem} in nbkit/workbook/profiles.py"
     out, results = smoke_report  # one run of the whole workbook per session (tests/conftest.py)
     result = results[path.stem]
     assert result.ok, f"{path.name} failed: {result.error}"
@@ -55,7 +55,7 @@ def test_notebook_executes_with_smoke_parameters(path: Path, smoke_report):
 def test_notebook_publishes_its_headline_for_the_findings_page(path: Path, smoke_report):
     out, _ = smoke_report
     summary = out / f"{path.stem}.summary.json"
-    assert summary.exists(), f"{path.name} does not call nbkit.report.publish(...)"
+    assert summary.exists(), f"{path.name} does not call nbkit.workbook.report.publish(...)"
     data = json.loads(summary.read_text())
     assert data["notebook"] == path.stem and data["headline"]
     assert data["figure"] and (out / data["figure"]).exists(), f"{path.name} publishes no key figure"

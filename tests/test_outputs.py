@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from nbkit import dataset as ds
 from nbkit import outputs
+from nbkit.tasks import dataset as ds
 from test_dataset import FakeEngine, arith_task, cfg, planned
 
 

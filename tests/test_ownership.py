@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from nbkit import dataset, doctor, outputs, results, runner, tasks
+from nbkit import outputs, results, tasks
+from nbkit.offline import doctor
 from nbkit.rl import RLConfig, runfolder, train
+from nbkit.tasks import dataset
+from nbkit.workbook import runner
 
 USER_FILES = {
     "config.json": '{"lr": 1, "note": "my experiment settings"}\n',

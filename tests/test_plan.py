@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from nbkit import cli_train, launch, plan
+from nbkit.cli import launch, plan, train as cli_train
 from nbkit.paths import ROOT
 
 
@@ -20,7 +20,7 @@ def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate
     expected = plan.run_configs("gpu")
     assert len(trainers) == len(expected) == 4  # grpo and pg_seq_is, in FP16 and BF16
     for argv, want in zip(trainers, expected):
-        i = argv.index("nbkit.cli_train")
+        i = argv.index("nbkit.cli.train")
         cfg, _ = cli_train.resolve(argv[i + 1:])
         assert (cfg.model, cfg.algorithm, cfg.train_dtype, cfg.steps, cfg.lr, cfg.max_tokens) == (
             want.model, want.algorithm, want.train_dtype, want.steps, want.lr, want.max_tokens)

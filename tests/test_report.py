@@ -9,8 +9,9 @@ import nbformat
 import plotly.graph_objects as go
 import pytest
 
-from nbkit import logs, report, runner
+from nbkit import logs
 from nbkit.rl import study
+from nbkit.workbook import report, runner
 
 
 @pytest.fixture
@@ -68,7 +69,7 @@ def test_provenance_names_commit_machine_and_date():
 
 def test_the_runner_hands_the_kernel_its_report_folder_and_clears_stale_findings(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "from nbkit import report\nreport.publish({'answer': 42})\nraise ValueError('boom')")])
+        "from nbkit.workbook import report\nreport.publish({'answer': 42})\nraise ValueError('boom')")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     source = tmp_path / "src" / "07_demo.ipynb"
     source.parent.mkdir()
@@ -104,7 +105,7 @@ def test_report_html_keeps_one_line_per_progress_bar_and_widget_fallbacks(tmp_pa
 
 
 def test_widget_fallback_says_how_to_go_live_and_draws_the_default_figure(as_runner):
-    from nbkit.widgets import LossScaleExplorer
+    from nbkit.workbook.widgets import LossScaleExplorer
 
     bundle = LossScaleExplorer()._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle

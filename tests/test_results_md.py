@@ -5,10 +5,9 @@ import copy
 
 import pytest
 
-from nbkit import hunt, results
-from nbkit.studies import markdown_table
+from nbkit import results
+from nbkit.studies import hunt, markdown_table, results_md
 from nbkit.studies.catalog import STUDIES
-from nbkit.studies import results_md
 
 
 def test_results_md_is_up_to_date():

@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from nbkit import tiny_arith
 from nbkit.engines import vllm_available
 from nbkit.rl import ALGORITHMS, RLConfig, train
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
+from nbkit.toymodels import tiny_arith
 
 MISMATCH = "mismatch/token_abs_logp_diff/mean"
 

@@ -3,9 +3,10 @@ import json
 
 import pytest
 
-from nbkit import arith, tiny_arith
 from nbkit.rl import RLConfig, train
 from nbkit.rl.run import grpo_config
+from nbkit.tasks import arith
+from nbkit.toymodels import tiny_arith
 
 
 def test_sampling_kl_and_vllm_memory_fields_reach_trls_config(tmp_path):

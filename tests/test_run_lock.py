@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from nbkit import locks, runner
+from nbkit import locks
 from nbkit.rl import RLConfig, runfolder, train
+from nbkit.workbook import runner
 
 HOLDER = ("import sys, time; from nbkit import locks; "  # runfolder.hold's rank-0 lock, without importing torch
           "lock = locks.FolderLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")

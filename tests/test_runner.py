@@ -1,7 +1,7 @@
 """The runner: profiles are validated before anything runs, and the index links every executed notebook."""
 import pytest
 
-from nbkit import report, runner
+from nbkit.workbook import report, runner
 
 
 def test_unknown_profile_is_rejected_with_the_choices():

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import arith, mismatch, models, sampling_filter
+from nbkit import mismatch, models, sampling_filter
 from nbkit.engines import HFEngine, SamplingConfig
+from nbkit.tasks import arith
 
 
 def test_filtered_logprobs_renormalise_over_the_kept_tokens():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from nbkit import tiny_arith, tiny_long
+from nbkit.toymodels import tiny_arith, tiny_long
 
 
 def test_tiny_arith_sft_runs_its_steps_and_logs_a_finite_falling_loss():

@@ -4,7 +4,7 @@ import json
 import datasets
 import pytest
 
-from nbkit import arith
+from nbkit.tasks import arith
 from nbkit.tasks import (GRADERS, TEMPLATES, Task, TaskConfig, load_problems, make_task, normalize_answer,
                          parse_reference)
 

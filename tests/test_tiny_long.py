@@ -10,8 +10,10 @@ import json
 import pytest
 import torch
 
-from nbkit import long_arith, models, tasks, tiny_arith, tiny_long
-from nbkit.long_arith import LongArithConfig
+from nbkit import models, tasks
+from nbkit.tasks import long_arith
+from nbkit.tasks.long_arith import LongArithConfig
+from nbkit.toymodels import tiny_arith, tiny_long
 
 NOMINAL = {"short": 100, "medium": 300, "long": 800}
 
@@ -119,9 +121,10 @@ def test_greedy_answers_of_the_shipped_model_reach_the_regime_length(tiny_long_m
 
 @pytest.mark.parametrize("regime", sorted(long_arith.REGIMES))
 def test_each_regime_has_a_perfectible_set_of_tiny_long(regime):
-    from nbkit import dataset, tiny_long_study
+    from nbkit.studies import tiny_long_regimes
+    from nbkit.tasks import dataset
 
-    path = tiny_long.CHECKPOINT.parent.parent / tiny_long_study.set_name(regime)
+    path = tiny_long.CHECKPOINT.parent.parent / tiny_long_regimes.set_name(regime)
     card = dataset.load_card(path)
     assert card["model"] == "tiny-long" and card["task"]["source"] == "long_arith"
     assert card["task"]["long_arith"]["steps"] == long_arith.REGIMES[regime]

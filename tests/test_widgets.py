@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from nbkit import precision as P
-from nbkit.widgets import BitExplorer, GridExplorer, LossScaleExplorer, RatioExplorer
+from nbkit.workbook import primer as P
+from nbkit.workbook.widgets import BitExplorer, GridExplorer, LossScaleExplorer, RatioExplorer
 
 
 def shown_bits(explorer: BitExplorer, fmt: str) -> str:

@@ -44,7 +44,7 @@ def ablation_curves(runs: dict[str, list[dict]], meta: dict[str, dict], smooth: 
 
 
 def cost_bars(table: list[dict]) -> go.Figure:
-    """Seconds per step split into rollout and update per pair (rows of ``nbkit.ablation.table``)."""
+    """Seconds per step split into rollout and update per pair (rows of ``nbkit.studies.ablation.table``)."""
     names = [f"{r['train']}/{r['rollout']}" for r in table]
     fig = go.Figure([go.Bar(name="rollout (generate + sync)", x=names, y=[r["s/step rollout"] for r in table]),
                      go.Bar(name="update", x=names, y=[r["s/step update"] for r in table]),

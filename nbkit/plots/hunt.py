@@ -17,9 +17,9 @@ PANELS = (
 
 
 def phase_map(rows: list[dict], metric: str = "gap (bf16 − fp16)", title: str | None = None) -> go.Figure:
-    """Heatmap of ``metric`` (a column of ``nbkit.hunt.phase_map``): lengths down, (lr, algorithm) across; the gap
-    is coloured on a scale centred on 0 and each cell is annotated with its value and its verdict."""
-    from nbkit.long_arith import REGIMES  # tiny-long's length regimes, shortest first (the hunt's LENGTHS)
+    """Heatmap of ``metric`` (a column of ``nbkit.studies.hunt.phase_map``): lengths down, (lr, algorithm) across; the
+    gap is coloured on a scale centred on 0 and each cell is annotated with its value and its verdict."""
+    from nbkit.tasks.long_arith import REGIMES  # tiny-long's length regimes, shortest first (the hunt's LENGTHS)
 
     ys = [x for x in REGIMES if any(r["length"] == x for r in rows)]
     xs = sorted({(r["lr"], r["algorithm"]) for r in rows})
@@ -78,7 +78,7 @@ def cell_curves(runs: dict[str, list[dict]], meta: dict[str, dict], cell: dict, 
 
 
 def brevity_curves(runs: dict[str, list[dict]], meta: dict[str, dict], smooth: int = 1) -> go.Figure:
-    """The brevity toy task (``nbkit.brevity_study``): length, reward, mismatch and phantom clipping against step,
+    """The brevity toy task (``nbkit.studies.brevity``): length, reward, mismatch and phantom clipping against step,
     one colour per (train, rollout) pair, mean over seeds (``meta``: each run's coordinates)."""
     def pair(name):
         return f"{meta[name]['train']} train / {meta[name]['rollout']} rollout"

@@ -1,6 +1,6 @@
 """The rollout-precision ladder as a figure: one panel per headline metric, formats along x, log-scale y.
 
-Takes the table of ``nbkit.ladder.LadderResult.table()`` (plain data). Error bars are the bootstrap 95 % CIs.
+Takes the table of ``nbkit.offline.ladder.LadderResult.table()`` (plain data). Error bars are the bootstrap 95 % CIs.
 A log axis cannot show a value ≤ 0 (an unbiased KL estimate of a tiny mismatch can come out negative): such a point
 is left out and named under its panel, never clipped to a made-up positive value; a point whose lower CI bound is
 ≤ 0 is drawn hollow, with no lower bar.
@@ -11,8 +11,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from nbkit.ladder import HEADLINE_KEYS
 from nbkit.mismatch import METRICS
+from nbkit.offline.ladder import HEADLINE_KEYS
 
 TITLES = {"token_abs_logp_diff/mean": "per-token mean |Δ log p|", "kl_k1": "token KL[μ‖π] (k1)",
           "seq_kl": "sequence KL[μ‖π]"}

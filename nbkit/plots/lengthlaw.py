@@ -8,8 +8,8 @@ from plotly.colors import qualitative
 
 
 def seq_log_ratio_vs_length(runs: dict[str, list[dict]], laws: dict | None = None) -> go.Figure:
-    """Scatter of per-sequence rows (``nbkit.lengthlaw.measure``) with each label's least-squares line."""
-    from nbkit import lengthlaw
+    """Scatter of per-sequence rows (``nbkit.offline.lengthlaw.measure``) with each label's least-squares line."""
+    from nbkit.offline import lengthlaw
 
     laws = laws or lengthlaw.laws(runs, n_boot=200)
     fig = go.Figure()

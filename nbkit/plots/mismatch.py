@@ -93,7 +93,7 @@ def ratio_bar(metrics: Mapping[str, Mapping[str, float]], keys: Sequence[str] = 
 
 
 def ratio_ci_bar(ratios, num: str = "bf16", den: str = "fp16") -> go.Figure:
-    """The BF16/FP16 ratios of ``nbkit.analysis.ratio_table`` with their CIs as error bars, one colour per model
+    """The BF16/FP16 ratios of ``nbkit.offline.analysis.ratio_table`` with their CIs as error bars, one colour per model
     (log y axis; 1 = no difference): the offline analysis in one picture."""
     col = f"{num}/{den}"
     fig = go.Figure()

@@ -3,7 +3,7 @@
 Every field is checked by its annotation (type, and the range declared with ``Annotated``) by
 ``nbkit.fieldcheck.check_fields``, first thing in ``__post_init__``: a new field is covered by declaring it.
 Its help is declared with it, TRL's way (``field(default=..., metadata={"help": ...})``): ``nbkit train --help``
-(``transformers.HfArgumentParser``) and ``nbkit.cli_train.field_docs`` read it from there.
+(``transformers.HfArgumentParser``) and ``nbkit.cli.train.field_docs`` read it from there.
 """
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated
 
+import nbkit.rl.algorithms as algorithms
 from nbkit import formats, gemm, tasks
 from nbkit import lm_head
-from nbkit.fieldcheck import SEED, at_least, check_fields, positive, unit
 from nbkit.engines import ENGINE_KINDS
+from nbkit.fieldcheck import SEED, at_least, check_fields, positive, unit
 from nbkit.models import DTYPES
 from nbkit.paths import ROOT
-from nbkit.rl import algorithms
 
 REWARDS = ("correctness", "brevity")
 """What a response is rewarded for (``RLConfig.reward``)."""
@@ -55,7 +55,7 @@ class RLConfig:
     fp32_lm_head: str = field(default="none", metadata={"help": (
         "Where the LM head (hidden → vocabulary logits) runs in FP32 (``nbkit.lm_head``): ``none``, ``trainer`` (π "
         "only, TRL's ``cast_lm_head_to_fp32``), ``engine`` (μ only; the HF engine, vLLM has no such switch here) or "
-        "``both``. One side alone can widen the π–μ gap (``nbkit doctor`` flags it); ``nbkit.anatomy`` measures all "
+        "``both``. One side alone can widen the π–μ gap (``nbkit doctor`` flags it); ``nbkit.offline.anatomy`` measures all "
         "four.")})
     rollout_dtype: str | None = field(default=None, metadata={"help": (
         "Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16).")})

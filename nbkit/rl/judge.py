@@ -26,8 +26,8 @@ import time
 import torch
 from transformers import TrainerCallback
 
+import nbkit.rl.amp as amp
 from nbkit import schema, tasks
-from nbkit.rl import amp
 
 MIN_PROBLEMS = 256
 """Fewest held-out problems a judge accepts (fewer would make its accuracy too noisy to compare runs)."""

@@ -68,7 +68,7 @@ def model_config(ref: str):
 
 def _builtin_skeleton_config(ref: str):
     """The config a built-in tiny model is built with (its builder on the meta device: nothing is trained)."""
-    from nbkit import tiny_arith, tiny_long, tiny_moe
+    from nbkit.toymodels import tiny_arith, tiny_long, tiny_moe
 
     build = {"tiny-arith": lambda: tiny_arith.build_model(tiny_arith.TinyArithConfig()),
              "tiny-long": lambda: tiny_long.build_model(tiny_long.TinyLongConfig()),

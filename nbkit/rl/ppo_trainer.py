@@ -18,7 +18,8 @@ import os
 
 import torch
 
-from nbkit.rl import amp, gae
+import nbkit.rl.amp as amp
+import nbkit.rl.gae as gae
 from nbkit.rl.critic import Critic, critic_step, make_scaler
 from nbkit.rl.trainer import PrecisionGRPOTrainer
 

@@ -13,9 +13,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import launch, lm_head, logs, models, outputs, tasks, versions
+import nbkit.rl.algorithms as algorithms
+import nbkit.rl.judge as judge
+import nbkit.rl.lora as lora
+import nbkit.rl.runfolder as runfolder
+from nbkit import lm_head, logs, models, outputs, tasks, versions
+from nbkit.cli import launch
 from nbkit.engines import encode_prompt
-from nbkit.rl import algorithms, judge, lora, runfolder
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import nbkit.rl.runfolder as runfolder
 from nbkit import schema
-from nbkit.rl import runfolder
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import MetricsLog
 from nbkit.rl.run import RunResult, train
@@ -155,7 +155,7 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def headline(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.95, window: int = 5) -> dict:
-    """The findings page's headline (``nbkit.report.publish``): the sanity-test outcome per run, a table of the
+    """The findings page's headline (``nbkit.workbook.report.publish``): the sanity-test outcome per run, a table of the
     main numbers, collapse alarms and the precision audit's verdict."""
     table = summary_table(runs, target, window)
     reach = f"steps to {target:.0%}"

@@ -22,8 +22,9 @@ from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+import nbkit.rl.algorithms as algorithms
+import nbkit.rl.amp as amp
 from nbkit import gemm, lm_head, mismatch, routing, sampling_filter
-from nbkit.rl import algorithms, amp
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
 from nbkit.rl.scaling import loss_scaler, step_was_skipped

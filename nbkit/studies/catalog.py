@@ -1,13 +1,13 @@
 """The registry of stored studies, in RESULTS.md order: each study's question, statistic, table and findings.
 
-A study made of RL runs is a ``GridStudy`` defined next to its grid (``nbkit.hunt.Hunt``, ...); the length law,
+A study made of RL runs is a ``GridStudy`` defined next to its grid (``nbkit.studies.hunt.Hunt``, ...); the length law,
 whose runs are sampled sequences rather than RL runs, declares its read half here. RESULTS.md, the notebooks and
 ``nbkit study`` read every study through this registry, so they agree by construction.
 """
 from __future__ import annotations
 
-from nbkit import ablation, brevity_study, hunt, lengthlaw, moe_study, ppo_study
-from nbkit.studies import dose_response
+from nbkit.offline import lengthlaw
+from nbkit.studies import ablation, brevity, dose_response, hunt, moe, ppo
 from nbkit.studies.base import Study
 
 
@@ -19,6 +19,13 @@ class _LengthLaw(Study):
     statistic = ("least-squares slope of each sequence's Σ log(π/μ) against its length, per 1k tokens; per-token k1 "
                  "and sequence KL; 95 % bootstrap CIs over sequences (2,000 resamples, seed 0).")
     notebook = "02_mismatch_analysis"
+
+    def reproduce(self, card: dict) -> str:
+        """The card's command with the module named as it is today (a card keeps the command as it was run)."""
+        words = card.get("command", "").split(" ", 3)
+        if words[:2] == ["python", "-m"] and len(words) > 2:
+            words[2] = lengthlaw.__name__
+        return " ".join(words)
 
     def table(self, runs, meta):
         keep = ("run", "sequences", "mean length", "slope per 1k tokens", "slope CI", "paper slope", "k1 per token",
@@ -46,7 +53,7 @@ class _LengthLaw(Study):
         return out
 
 
-STUDIES: dict[str, Study] = {s.name: s for s in (ablation.Ablation(), hunt.Hunt(), ppo_study.PPOStudy(),
-                                                 moe_study.MoEStudy(), _LengthLaw(), brevity_study.BrevityStudy(),
+STUDIES: dict[str, Study] = {s.name: s for s in (ablation.Ablation(), hunt.Hunt(), ppo.PPOStudy(),
+                                                 moe.MoEStudy(), _LengthLaw(), brevity.BrevityStudy(),
                                                  dose_response.DoseResponse())}
 """Every stored study a reader can see, in RESULTS.md order."""

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(section(study))
         return 0
     if not isinstance(study, GridStudy):
-        p.error(f"{a.name} is not a grid of RL runs: reproduce it with its card's command: `{study.card()['command']}`")
+        p.error(f"{a.name} is not a grid of RL runs: reproduce it with `{study.reproduce(study.card())}`")
     options = parse_options(a.options)
     start = time.perf_counter()
     if a.action == "run":
@@ -83,6 +83,6 @@ if __name__ == "__main__":
     from nbkit import paths as _paths
 
     _paths.setup_environment()
-    from nbkit.commands import guarded
+    from nbkit.cli.commands import guarded
 
     sys.exit(guarded(main, prog="nbkit study"))

@@ -2,7 +2,7 @@
 
     nbkit train --algorithm pg_seq_is --train-dtype fp16 --steps 40
     nbkit train --config run.yaml --steps 10               # the file, then the flags
-    accelerate launch --num_processes 2 -m nbkit.cli_train --config run.yaml
+    accelerate launch --num_processes 2 -m nbkit.cli.train --config run.yaml
     nbkit train --config run.yaml --print-config           # the resolved config as YAML, nothing loaded
 
 Every ``RLConfig`` field is a flag (``--field-name`` or ``--field_name``; booleans also as ``--no-field-name``)
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from nbkit import launch
+from nbkit.cli import launch
 from nbkit.fieldcheck import spec
 from nbkit.rl.config import RLConfig
 
@@ -241,6 +241,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from nbkit.commands import guarded
+    from nbkit.cli.commands import guarded
 
     sys.exit(guarded(main, prog="nbkit train"))

@@ -1,5 +1,9 @@
 """Problems, prompt templates and rewards: what the policy is asked and how its answers are scored.
 
+The ``nbkit.tasks`` package holds each task's problems (``arith``, ``long_arith``), the perfectible-set
+builder (``dataset``) and the RL judge's held-out sets (``heldout``); this module is the registry that
+makes a ``Task`` of a source, a template and a grader.
+
 A ``Task`` bundles three choices that the RL notebooks and the dataset builder share:
 
 - a **source** of problems (dicts with ``problem`` and ``answer``): the ``tiny-arith`` model's synthetic
@@ -9,7 +13,7 @@ A ``Task`` bundles three choices that the RL notebooks and the dataset builder s
 - a **grader** that turns (response, reference answer) into a 0/1 reward (``GRADERS``).
 
 Math answers are checked with math-verify (``math_verify.parse``/``verify``), the checker Oat and the paper's
-repository (sail-sg/Precision-RL) use; ``arith`` answers with ``nbkit.arith.is_correct``.
+repository (sail-sg/Precision-RL) use; ``arith`` answers with ``nbkit.tasks.arith.is_correct``.
 
     task = make_task(TaskConfig(source="eval/math", template="qwen_math"))
     prompts = [task.prompt(p) for p in task.problems]
@@ -25,9 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nbkit import arith, long_arith, paths
-from nbkit.arith import ArithConfig
-from nbkit.long_arith import LongArithConfig
+from nbkit import paths
+from nbkit.tasks import arith, long_arith
+from nbkit.tasks.arith import ArithConfig
+from nbkit.tasks.long_arith import LongArithConfig
 
 # ----------------------------------------------------------------------------------------------------------
 # Prompt templates (names and texts as in Oat / sail-sg/Precision-RL's ``TEMPLATE_FACTORY`` where they exist)
@@ -184,7 +189,7 @@ GRADERS: dict[str, Grader] = {
     g.name: g
     for g in (
         Grader("arith", arith.extract_answer, arith.is_correct, _arith_answer_ok,
-               "nbkit.arith: the integer after the last '|' equals the sum."),
+               "nbkit.tasks.arith: the integer after the last '|' equals the sum."),
         Grader("math_verify", _extract_math, math_verify_correct, lambda a: bool(parse_reference(a)),
                "math-verify on the whole response (\\boxed{} preferred), equivalence up to sympy; several "
                "boxes are read as one set answer, so hedging (\\boxed{3} ... \\boxed{7}) is not rewarded."),

@@ -15,8 +15,8 @@ from typing import Sequence
 import ipywidgets as W
 import numpy as np
 
-from nbkit import precision as P
 from nbkit.plots import precision as PP
+from nbkit.workbook import primer as P
 
 FIELD_STYLES = {"sign": "danger", "exponent": "success", "mantissa": "info"}
 """Button style of each bit field: sign red, exponent green, mantissa blue."""
@@ -73,7 +73,7 @@ class _Explorer:
 
     def static_html(self) -> str:
         """How to get the live widget, then its current state as static HTML (controls as text, figures drawn)."""
-        from nbkit import report
+        from nbkit.workbook import report
 
         where = report.target()
         notebook = f"notebooks/{where[1]}.ipynb" if where else "this notebook"
@@ -279,13 +279,13 @@ class FormatExplorer(_Explorer):
         self.summary = W.HTML()
         self.scatter, self.drift = W.Output(), W.Output()
         self.result = None
-        """The last ``nbkit.ladder.LadderResult`` (one format)."""
+        """The last ``nbkit.offline.ladder.LadderResult`` (one format)."""
         self.widget = W.VBox([self.picker, self.summary, W.HBox([self.scatter, self.drift])])
         self.on_format(self.picker.value)
 
     def on_format(self, name: str) -> None:
         """Sample in ``name``, score with FP32 π, redraw (seconds on tiny-arith)."""
-        from nbkit.ladder import LadderConfig, run_ladder
+        from nbkit.offline.ladder import LadderConfig, run_ladder
         from nbkit.plots import mismatch as PM
 
         self.result = run_ladder(LadderConfig(model=self.model, formats=(name,), n_prompts=self.n_prompts,

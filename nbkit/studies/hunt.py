@@ -19,11 +19,12 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import long_arith, schema
+from nbkit import schema
 from nbkit.studies.base import GridStudy
+from nbkit.tasks import long_arith
 
 LENGTHS: tuple[str, ...] = tuple(long_arith.REGIMES)
-"""tiny-long's length regimes (``nbkit.long_arith.REGIMES``: ~100, ~300 and ~800 response tokens)."""
+"""tiny-long's length regimes (``nbkit.tasks.long_arith.REGIMES``: ~100, ~300 and ~800 response tokens)."""
 LRS: tuple[float, ...] = (1e-4, 1e-3)
 """Learning rates: tiny-long's RL default and 10× it (the stored grid; 3e-4 between them fits a longer budget)."""
 ALGORITHMS: tuple[str, ...] = ("grpo", "pg_seq_is", "grpo_mu_old")
@@ -90,7 +91,7 @@ def label(length: str, lr: float, algorithm: str, dtype: str, seed: int) -> str:
 
 def configs(hc: HuntConfig) -> dict:
     """``label → RLConfig`` of every run, shortest responses first (all validated before any run starts)."""
-    from nbkit import tiny_long_study
+    from nbkit.studies import tiny_long_regimes
 
     out = {}
     for length in hc.lengths:
@@ -99,7 +100,7 @@ def configs(hc: HuntConfig) -> dict:
                 for seed in hc.seeds:
                     for dtype in hc.dtypes:
                         name = label(length, lr, algorithm, dtype, seed)
-                        out[name] = tiny_long_study.rl_config(
+                        out[name] = tiny_long_regimes.rl_config(
                             length, dtype, seed, hc.steps, hc.engine, output_dir=str(Path(hc.output_dir) / name),
                             algorithm=algorithm, lr=lr, prompts_per_step=hc.prompts_per_step,
                             samples_per_prompt=hc.samples_per_prompt, checkpoint_every=0)
@@ -331,9 +332,9 @@ class Hunt(GridStudy):
         return dict(configs.get("grid") or configs.get("hunt") or {})  # "hunt": cards stored before nbkit study
 
     def coords(self, config: dict) -> dict:
-        from nbkit import tiny_long_study
+        from nbkit.studies import tiny_long_regimes
 
-        regime = {f"data/{tiny_long_study.set_name(r)}": r for r in long_arith.REGIMES}.get(config["dataset"])
+        regime = {f"data/{tiny_long_regimes.set_name(r)}": r for r in long_arith.REGIMES}.get(config["dataset"])
         if regime is None:
             raise ValueError(f"{config['dataset']!r} is not one of tiny-long's perfectible sets: not a hunt run")
         return {"length": regime, "lr": float(config["lr"]), "algorithm": config["algorithm"],

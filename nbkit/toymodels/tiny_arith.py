@@ -1,12 +1,12 @@
 """The ``tiny-arith`` model: a 1 M-parameter Qwen2 trained by the workbook itself to add with a scratchpad.
 
 Why it exists: no model can be downloaded here, and the paper's sanity test needs a model that solves a task
-*sometimes*. Supervised fine-tuning (SFT, fp32, seeded) on ``nbkit.arith`` problems, stopped early, leaves a
+*sometimes*. Supervised fine-tuning (SFT, fp32, seeded) on ``nbkit.tasks.arith`` problems, stopped early, leaves a
 model right on part of the columns part of the time, so pass rates over 40 samples spread out.
 
 ``build()`` regenerates the shipped checkpoint in ``data/models/tiny-arith`` deterministically::
 
-    python -m nbkit.tiny_arith            # ~2 minutes on 2 CPU cores
+    python -m nbkit.toymodels.tiny_arith            # ~2 minutes on 2 CPU cores
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from nbkit import arith
 from nbkit.paths import DATA
+from nbkit.tasks import arith
 
 CHECKPOINT = DATA / "models" / "tiny-arith"
 
@@ -63,7 +63,7 @@ def build_tokenizer():
 
 def build_model(cfg: TinyArithConfig, max_positions: int = 128):
     """A freshly initialised Qwen2 of the configured size with ``max_positions`` positions (seeded); ``cfg`` is any
-    config with tiny-arith's size fields (``nbkit.tiny_long`` passes its own, with room for long chains)."""
+    config with tiny-arith's size fields (``nbkit.toymodels.tiny_long`` passes its own, with room for long chains)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(cfg.seed)
@@ -107,8 +107,8 @@ def sft_step(model, opt, sched, ids, mask, labels) -> float:
 def train(cfg: TinyArithConfig = TinyArithConfig(), progress: bool = True, builder=None, name: str = "tiny-arith"):
     """SFT in fp32 from scratch; returns (model, tokenizer, log) with the loss of every step.
 
-    ``builder(cfg)`` makes the fresh model (default ``build_model``: the dense Qwen2); ``nbkit.tiny_moe`` passes its
-    Qwen3-MoE builder so both models share this one recipe.
+    ``builder(cfg)`` makes the fresh model (default ``build_model``: the dense Qwen2); ``nbkit.toymodels.tiny_moe``
+    passes its Qwen3-MoE builder so both models share this one recipe.
     """
     torch.manual_seed(cfg.seed)
     tokenizer, model = build_tokenizer(), (builder or build_model)(cfg)

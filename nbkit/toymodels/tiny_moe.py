@@ -2,13 +2,13 @@
 
 Why it exists: routing flips (the rollout engine and the trainer picking different top-k experts for the same
 token) only exist in mixture-of-experts models, and none can be downloaded here. This model has tiny-arith's
-width, depth, heads, vocabulary, SFT problems, steps, batch, learning rate and seed (``nbkit.tiny_arith.train``
-runs both); each MLP is replaced by 8 experts of width 256 of which a token uses 2, so the *active* MLP width
-(2 × 256) equals the dense model's 512: the same active size, ~3× the total parameters.
+width, depth, heads, vocabulary, SFT problems, steps, batch, learning rate and seed
+(``nbkit.toymodels.tiny_arith.train`` runs both); each MLP is replaced by 8 experts of width 256 of which a token uses
+2, so the *active* MLP width (2 × 256) equals the dense model's 512: the same active size, ~3× the total parameters.
 
 No load-balancing loss is added (tiny-arith's recipe has none); ``nbkit_build.json`` records the expert load.
 
-    python -m nbkit.tiny_moe             # ~5 minutes on 2 CPU cores
+    python -m nbkit.toymodels.tiny_moe             # ~5 minutes on 2 CPU cores
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from nbkit import arith, tiny_arith
 from nbkit.paths import DATA
+from nbkit.tasks import arith
+from nbkit.toymodels import tiny_arith
 
 CHECKPOINT = DATA / "models" / "tiny-moe-arith"
 

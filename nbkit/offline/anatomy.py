@@ -79,13 +79,13 @@ class AnatomyConfig:
     dtype: str = "bf16"
     """Format of trainer and engine (``fp32`` gives the noise floor: every factor ≈ 0)."""
     n_prompts: int = 8
-    """Prompts (``nbkit.analysis.load_prompts``: tiny-arith problems, else the shortest MATH-500 problems)."""
+    """Prompts (``nbkit.offline.analysis.load_prompts``: tiny-arith problems, else the shortest MATH-500 problems)."""
     samples_per_prompt: int = 2
     """Responses per prompt."""
     max_tokens: int = 48
     """Longest response."""
     prompt_source: str = "auto"
-    """As ``nbkit.analysis.GridConfig.prompt_source``."""
+    """As ``nbkit.offline.analysis.GridConfig.prompt_source``."""
     seed: int = 0
     """Seed of prompts and sampling."""
     batch_size: int = 8
@@ -396,8 +396,8 @@ def row_metrics(before, after, n_boot: int = 0, seed: int = 0) -> dict:
 
 def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
     """The real engine's responses in ``cfg.dtype`` (μ in ``Rollout.logprobs``)."""
-    from nbkit import analysis
     from nbkit.engines import SamplingConfig, make_engine
+    from nbkit.offline import analysis
 
     source = cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
     prompts = analysis.load_prompts(source, cfg.n_prompts, tokenizer, cfg.seed)

@@ -1,5 +1,5 @@
-"""The ``nbkit`` subcommands that live outside ``nbkit.runner``: name → (module with ``main(argv)``, help), and how
-every command line reports a refusal: one line naming the value, exit status 2, no traceback unless ``--debug``."""
+"""The ``nbkit`` subcommands that live outside ``nbkit.workbook.runner``: name → (module with ``main(argv)``, help), and
+how every command line reports a refusal: one line naming the value, exit status 2, no traceback unless ``--debug``."""
 from __future__ import annotations
 
 import importlib
@@ -7,9 +7,9 @@ import os
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("nbkit.cli_train", "one RL run from flags and/or a YAML file (every RLConfig field is a flag)"),
-    "doctor": ("nbkit.doctor", "measure a model's π–μ mismatch per dtype and say whether to train it in FP16"),
-    "plan": ("nbkit.plan", "print the exact vLLM-server and trainer commands for a GPU node"),
+    "train": ("nbkit.cli.train", "one RL run from flags and/or a YAML file (every RLConfig field is a flag)"),
+    "doctor": ("nbkit.offline.doctor", "measure a model's π–μ mismatch per dtype and say whether to train it in FP16"),
+    "plan": ("nbkit.cli.plan", "print the exact vLLM-server and trainer commands for a GPU node"),
     "study": ("nbkit.studies.cli", "run, store or show a study (a grid of runs stored under data/results)"),
 }
 

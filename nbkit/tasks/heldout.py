@@ -3,16 +3,18 @@
 ``build_tiny_arith`` makes ``data/tiny_arith_heldout``, the judge set of the tiny-arith sanity test: additions
 drawn with another seed than every problem the model has seen (its SFT problems, which the training pool
 ``tiny_arith_sanity`` was drawn from too), kept by the same rule as the training set (pass rate over 40 FP32
-samples in [0.2, 0.8], ``nbkit.dataset.build``), so held-out accuracy measures the trained skill on problems of
+samples in [0.2, 0.8], ``nbkit.tasks.dataset.build``), so held-out accuracy measures the trained skill on problems of
 the training set's difficulty, and none of them was ever trained on::
 
-    python -m nbkit.heldout            # ~2-4 minutes on 2 CPU cores
+    python -m nbkit.tasks.heldout            # ~2-4 minutes on 2 CPU cores
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
-from nbkit import arith, dataset, paths, tasks, tiny_arith
+from nbkit import paths, tasks
+from nbkit.tasks import arith, dataset
+from nbkit.toymodels import tiny_arith
 
 JUDGE_SEED = 1
 """Seed of the held-out pool's generator and sampler (the model's SFT and the training pool use seed 0)."""

@@ -1,10 +1,10 @@
 """tiny-long's perfectible sets, its FP16/BF16 sanity test and the cost of an RL step per length regime.
 
-    python -m nbkit.tiny_long_study sets      # data/tiny_long_{short,medium,long}: the notebook 01 recipe per regime
-    python -m nbkit.tiny_long_study timing    # seconds per RL step per regime (HF engine; --engine vllm)
-    python -m nbkit.tiny_long_study sanity    # GRPO FP16 vs BF16 at one regime, stored as tiny_long_sanity
+    python -m nbkit.studies.tiny_long_regimes sets      # data/tiny_long_{short,medium,long}: the notebook 01 recipe per regime
+    python -m nbkit.studies.tiny_long_regimes timing    # seconds per RL step per regime (HF engine; --engine vllm)
+    python -m nbkit.studies.tiny_long_regimes sanity    # GRPO FP16 vs BF16 at one regime, stored as tiny_long_sanity
 
-Each set is built by ``nbkit.dataset.build`` (sample N times per problem with tiny-long in fp32, keep the problems
+Each set is built by ``nbkit.tasks.dataset.build`` (sample N times per problem with tiny-long in fp32, keep the problems
 solved in [lo, hi]) on ``long_arith`` problems of one regime; its rows carry a ``steps`` column (the length knob).
 """
 from __future__ import annotations
@@ -15,8 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from nbkit import dataset, long_arith, results, schema, tasks
-from nbkit.long_arith import LongArithConfig
+from nbkit import results, schema, tasks
+from nbkit.tasks import dataset, long_arith
+from nbkit.tasks.long_arith import LongArithConfig
 
 MODEL = "tiny-long"
 SANITY_STUDY = "tiny_long_sanity"
@@ -91,7 +92,7 @@ def sanity(regime: str = "short", seeds=(0,), steps: int = 30, engine: str = "hf
                 runs[label], configs[label] = train(cfg, progress=False).rows, cfg.to_dict()
     wall = time.perf_counter() - start
     if store:
-        results.store(SANITY_STUDY, runs, command=f"python -m nbkit.tiny_long_study sanity --regime {regime} "
+        results.store(SANITY_STUDY, runs, command=f"python -m nbkit.studies.tiny_long_regimes sanity --regime {regime} "
                       f"--seeds {' '.join(map(str, seeds))} --steps {steps}", wall_seconds=wall, configs=configs)
     return runs
 

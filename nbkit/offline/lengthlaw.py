@@ -130,9 +130,10 @@ def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prom
     labels ``<dtype>-cast`` / ``<dtype>-autocast`` and one row per sequence (length, Σ log π − log μ, Σ |…|)."""
     import torch
 
-    from nbkit import analysis, gemm as gemm_policies, models
+    from nbkit import gemm as gemm_policies, models
     from nbkit.engines import SamplingConfig, make_engine, vllm_available
     from nbkit.mismatch import teacher_forced_logprobs
+    from nbkit.offline import analysis
 
     for d in dtypes:
         models.torch_dtype(d)  # validated before anything loads
@@ -181,14 +182,14 @@ def laws(runs: dict[str, list[dict]], n_boot: int = 2000, seed: int = 0) -> dict
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m nbkit.lengthlaw``: measure the long version and store it under ``data/results``."""
+    """``python -m nbkit.offline.lengthlaw``: measure the long version and store it under ``data/results``."""
     import argparse
     import json
     import sys
 
     from nbkit import results
 
-    p = argparse.ArgumentParser(prog="python -m nbkit.lengthlaw", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m nbkit.offline.lengthlaw", description=__doc__)
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp32"])
     p.add_argument("--n-prompts", type=int, default=12)
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
                    engine_kwargs=a.engine_kwargs)
     for row in table(laws(runs)):
         print(row, flush=True)
-    results.store(a.study, runs, command="python -m nbkit.lengthlaw " + " ".join(sys.argv[1:] if argv is None else argv),
+    results.store(a.study, runs, command="python -m nbkit.offline.lengthlaw " + " ".join(sys.argv[1:] if argv is None else argv),
                   wall_seconds=time.time() - start, configs=vars(a))
 
 

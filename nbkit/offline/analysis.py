@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import arith, gemm, models, paths
+from nbkit import gemm, models, paths
 from nbkit.engines import SamplingConfig, make_engine, vllm_available
 from nbkit.mismatch import headline_cis, mismatch_metrics, relative_prob_error, teacher_forced_logprobs
+from nbkit.tasks import arith
 
 SHORT_ANSWER = "\nGive a short answer."
 """Appended to math problems for chat models: short responses with varied lengths (some stop early), so the
@@ -304,8 +305,8 @@ def summary(results, ratios) -> str:
 
 
 def headline(results, ratios) -> dict:
-    """The findings page's headline (``nbkit.report.publish``): per model its setting, each BF16/FP16 ratio with
-    its CI, and the length slopes of the sequence log-ratio."""
+    """The findings page's headline (``nbkit.workbook.report.publish``): per model its setting, each BF16/FP16 ratio
+    with its CI, and the length slopes of the sequence log-ratio."""
     out = {}
     for res in results:
         m = res.config.model

@@ -7,8 +7,8 @@ FP32 and in BF16 under ``gemm="auto"`` (the policy the notebooks run), timed her
 calibration. A record from a CPU with the same GEMM policy (``native`` vs ``fp32-accumulate``) is preferred; when
 there is none the estimate says it extrapolates across kernel families.
 
-    python -m nbkit.jobtime                      # the estimate for this CPU and profile cpu
-    python -m nbkit.jobtime record reports       # append a finished report's measured times to the stored records
+    python -m nbkit.workbook.jobtime                      # the estimate for this CPU and profile cpu
+    python -m nbkit.workbook.jobtime record reports       # append a finished report's measured times to the stored records
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
     if failed:
         raise ValueError(f"{report_dir}: notebooks {failed} failed; only a complete run is a reference")
     if "calibration" not in run:
-        raise ValueError(f"{report_dir}/run.json has no calibration (made before nbkit.jobtime existed)")
+        raise ValueError(f"{report_dir}/run.json has no calibration (made before nbkit.workbook.jobtime existed)")
     rec = {"profile": prov["profile"], **run["cpu"], "calibration": run["calibration"], "commit": prov["commit"],
            "date": prov["date"], "fresh_clone": fresh_clone, "note": note,
            "notebooks": {n["stem"]: round(n["seconds"], 1) for n in run["notebooks"]}}
@@ -140,7 +140,7 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nbkit.jobtime", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nbkit.workbook.jobtime", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd")
     e = sub.add_parser("estimate", help="the estimate for this CPU (the default)")
     e.add_argument("--profile", default="cpu")
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(record(Path(a.report_dir), fresh_clone=a.fresh_clone, note=a.note), indent=1))
         return 0
     from nbkit.paths import ROOT
-    from nbkit.profiles import PROFILES
+    from nbkit.workbook.profiles import PROFILES
 
     profile = getattr(a, "profile", "cpu")
     if profile not in PROFILES:

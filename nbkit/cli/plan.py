@@ -9,7 +9,8 @@ Server mode runs one ``vllm serve`` per precision, with exactly the flags TRL's 
 (``trl.scripts.vllm_serve.build_command``), ``--dtype`` set to the rollout dtype; the trainer refuses a server in
 another dtype. Each trainer command is ``accelerate launch`` with the matching config of ``configs/accelerate``
 and ``nbkit train`` with every setting spelled out as a flag (nothing read from elsewhere). The profile's RL
-settings are those of notebook ``03_rl_training`` in ``nbkit.profiles``; the commands run from the project root.
+settings are those of notebook ``03_rl_training`` in ``nbkit.workbook.profiles``; the commands run from the project
+root.
 
 Sizes fit the named GPU (``--gpu-gib``, 80 by default: an A100/H100 80GB): the vLLM context is the longest
 prompt allowed (``PROMPT_BUDGET``) + ``max_tokens``, and ``gradient_accumulation_steps`` is chosen from tokens
@@ -29,12 +30,12 @@ import shlex
 import sys
 from dataclasses import dataclass, fields
 
-from nbkit import launch
+from nbkit.cli import launch
 from nbkit.fieldcheck import Range, check_value
-from nbkit.profiles import PROFILES
 from nbkit.rl.config import RLConfig
 from nbkit.rl.run import per_device_batch
 from nbkit.rl.study import run_label
+from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOK = "03_rl_training"
 MODES = ("server", "colocate")
@@ -181,7 +182,7 @@ def make_plan(profile: str = "gpu", gpus: int = 8, mode: str | None = None, serv
     for dtype in dict.fromkeys(c.train_dtype for c in configs):
         runs = [c for c in configs if c.train_dtype == dtype]
         accel = ["accelerate", "launch", "--config_file", str(launch.config_path(kind, dtype).relative_to(launch.ROOT)),
-                 "--num_processes", str(trainers), "-m", "nbkit.cli_train"]
+                 "--num_processes", str(trainers), "-m", "nbkit.cli.train"]
         if mode == "server":
             steps.append((f"{dtype.upper()}: the vLLM server (keep it running for the {dtype.upper()} runs; stop it after)",
                           [f"CUDA_VISIBLE_DEVICES={server_devices} VLLM_SERVER_DEV_MODE=1 "
@@ -249,6 +250,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from nbkit.commands import guarded
+    from nbkit.cli.commands import guarded
 
     sys.exit(guarded(main, prog="nbkit plan"))

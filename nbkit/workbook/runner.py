@@ -6,7 +6,7 @@
 
 Each notebook becomes ``<out>/<stem>.ipynb`` (executed) and ``<out>/<stem>.html``, with ``<stem>.log`` (engine
 start-up output) and ``<stem>.summary.json`` (what it published); ``<out>/index.html`` is the findings page built
-from those by ``nbkit.report``. A failing notebook does not stop the others; the command then exits 1.
+from those by ``nbkit.workbook.report``. A failing notebook does not stop the others; the command then exits 1.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit import jobtime, report
 from nbkit.paths import REPORTS, ROOT
-from nbkit.profiles import PROFILES
+from nbkit.workbook import jobtime, report
+from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL = "nbkit"
@@ -73,7 +73,7 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
     """Run one notebook with papermill and export its HTML; never raises for a notebook's own error (a parameter
     the notebook does not have is the caller's: ValueError before anything runs).
 
-    The kernel inherits ``NBKIT_REPORT_DIR`` / ``NBKIT_NOTEBOOK`` (see ``nbkit.report``), so the notebook's
+    The kernel inherits ``NBKIT_REPORT_DIR`` / ``NBKIT_NOTEBOOK`` (see ``nbkit.workbook.report``), so the notebook's
     ``publish`` call and engine logs land in ``out_dir``; files of an earlier run of this notebook are removed first.
     """
     import papermill
@@ -185,14 +185,14 @@ def expect(stems: list[str], profile: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """The ``nbkit`` command (and ``python -m nbkit``): a refusal is one line and exit status 2 (``--debug``: the
     traceback too)."""
-    from nbkit.commands import guarded
+    from nbkit.cli.commands import guarded
 
     return guarded(_main, argv)
 
 
 def _main(argv: list[str]) -> int:
     from nbkit import paths
-    from nbkit.commands import COMMANDS, dispatch
+    from nbkit.cli.commands import COMMANDS, dispatch
 
     paths.setup_environment()  # an entry point: caches inside the project, hub offline (a user's own setting wins)
 

@@ -286,7 +286,7 @@ def render_card(card: dict) -> str:
 
 A "perfectible" problem set (the sanity test of "Defeating the Training-Inference Mismatch via FP16"):
 problems whose pass rate over {card['n_samples']} samples of `{card['model']}` ({card['engine']} engine,
-{card['dtype']}) lies in [{card['window'][0]}, {card['window'][1]}]. Built by `nbkit.dataset.build`
+{card['dtype']}) lies in [{card['window'][0]}, {card['window'][1]}]. Built by `nbkit.tasks.dataset.build`
 (notebook `notebooks/01_build_dataset.ipynb`) on {card['created']} in {card['time_seconds']:.0f} s.
 
 - source: `{card['task']['source']}`, template `{card['task']['template']}`, grader `{card['task']['grader']}`

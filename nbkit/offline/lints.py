@@ -123,9 +123,9 @@ class Measured:
     token_abs: dict[tuple[str, str], float] = field(default_factory=dict)
     """(engine dtype, trainer dtype) → mean |Δ log p| per token."""
     token_stats: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """Dtype (both sides) → (mean, variance) of the per-token log-ratio: the length model of ``nbkit.doctor``."""
+    """Dtype (both sides) → (mean, variance) of the per-token log-ratio: the length model of ``nbkit.offline.doctor``."""
     heads: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Dtype → LM-head case → mean |Δ log p| (``nbkit.anatomy``)."""
+    """Dtype → LM-head case → mean |Δ log p| (``nbkit.offline.anatomy``)."""
     kept_mass: float | None = None
     """Mean kept mass of the sampling filter on the sampled tokens (the biased IS ratio's mean)."""
     max_abs_weight: float | None = None

@@ -116,7 +116,7 @@ PROFILES: dict[str, dict[str, dict]] = {
 
 PROFILES["cpu-full"] = {
     **PROFILES["cpu"],
-    "02_mismatch_analysis": {  # + the long length law live (what python -m nbkit.lengthlaw stores): 1,024 tokens
+    "02_mismatch_analysis": {  # + the long length law live (what python -m nbkit.offline.lengthlaw stores): 1,024 tokens
         "lengthlaw_model": "smollm2-135m", "lengthlaw_engine": "auto", "lengthlaw_prompt_source": "eval/math",
         "lengthlaw_dtypes": ["bf16", "fp16", "fp32"], "lengthlaw_n_prompts": 12, "lengthlaw_samples_per_prompt": 2,
         "lengthlaw_max_tokens": 1024,
