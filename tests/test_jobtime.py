@@ -35,6 +35,14 @@ def test_without_a_record_of_this_policy_the_estimate_says_it_extrapolates():
     assert "extrapolation across kernel families" in est.describe() and "['c']" in est.describe()
 
 
+def test_notebooks_whose_parameters_changed_since_the_record_are_named():
+    rec = {**AVX512, "parameters": {"a": {"steps": 100}, "b": {}}}
+    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[rec],
+                           parameters={"a": {"steps": 50}, "b": {}})
+    assert est.changed == ["a"] and "parameters changed since for ['a']" in est.describe()
+    assert jobtime.estimate(["a"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[rec]).changed == []
+
+
 def test_no_record_of_the_profile_gives_no_estimate():
     assert jobtime.estimate(["a"], "smoke", {"seconds": 1.0}, {"gemm_auto": "native"}, stored=[AVX512]) is None
 
@@ -52,7 +60,7 @@ def _run_json(folder, ok=True):
     folder.mkdir()
     (folder / "run.json").write_text(json.dumps({
         "provenance": {"profile": "cpu", "commit": "def", "date": "2026-11-24"},
-        "notebooks": [{"stem": "a", "ok": ok, "seconds": 12.34}],
+        "notebooks": [{"stem": "a", "ok": ok, "seconds": 12.34, "parameters": {"steps": 3}}],
         "cpu": {"cpu": "X", "cores": 2, "cpu_flags": [], "gemm_auto": "native"},
         "calibration": {"seconds": 2.5}}))
 
@@ -62,6 +70,7 @@ def test_a_finished_report_is_appended_to_the_stored_records(tmp_path):
     store = tmp_path / "main_job.json"
     rec = jobtime.record(tmp_path / "r", fresh_clone=True, note="idle", path=store)
     assert rec["notebooks"] == {"a": 12.3} and rec["calibration"] == {"seconds": 2.5} and rec["fresh_clone"]
+    assert rec["parameters"] == {"a": {"steps": 3}}
     jobtime.record(tmp_path / "r", fresh_clone=False, path=store)
     assert [r["fresh_clone"] for r in jobtime.records(store)] == [True, False]
 

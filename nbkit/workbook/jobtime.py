@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbkit.paths import DATA
@@ -85,6 +85,8 @@ class Estimate:
     """Whether the reference CPU ran the same GEMM policy (``auto``) as this one."""
     unknown: list[str]
     """Notebooks of this run that the reference has no time for."""
+    changed: list[str] = field(default_factory=list)
+    """Notebooks whose parameters differ from the reference run's (their estimate is for the old parameters)."""
 
     @property
     def total(self) -> float:
@@ -100,13 +102,16 @@ class Estimate:
                      "expect a larger error")
         if self.unknown:
             line += f"; no reference time for {self.unknown}"
+        if self.changed:
+            line += f"; parameters changed since for {self.changed} (their times are the old parameters')"
         return line
 
 
 def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
-             stored: list[dict] | None = None) -> Estimate | None:
+             stored: list[dict] | None = None, parameters: dict[str, dict] | None = None) -> Estimate | None:
     """The estimate for ``stems`` of ``profile`` on this CPU (``here``: ``cpu()``) from the newest stored record of
-    that profile, preferring one made under the same GEMM policy; None when no record of the profile exists."""
+    that profile, preferring one made under the same GEMM policy; None when no record of the profile exists.
+    ``parameters`` (stem → what papermill injects) names the notebooks whose parameters changed since the record."""
     pool = [r for r in (records() if stored is None else stored) if r["profile"] == profile]
     if not pool:
         return None
@@ -114,8 +119,9 @@ def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
     ref = max(same or pool, key=lambda r: r["date"])
     scale = calibration["seconds"] / ref["calibration"]["seconds"]
     seconds = {s: ref["notebooks"][s] * scale for s in stems if s in ref["notebooks"]}
-    return Estimate(seconds, scale, ref, bool(same),
-                    [s for s in stems if s not in ref["notebooks"]])
+    before = ref.get("parameters", {})
+    changed = [s for s in stems if parameters is not None and s in before and before[s] != parameters.get(s)]
+    return Estimate(seconds, scale, ref, bool(same), [s for s in stems if s not in ref["notebooks"]], changed)
 
 
 def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = TIMINGS) -> dict:
@@ -130,7 +136,8 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
         raise ValueError(f"{report_dir}/run.json has no calibration (made before nbkit.workbook.jobtime existed)")
     rec = {"profile": prov["profile"], **run["cpu"], "calibration": run["calibration"], "commit": prov["commit"],
            "date": prov["date"], "fresh_clone": fresh_clone, "note": note,
-           "notebooks": {n["stem"]: round(n["seconds"], 1) for n in run["notebooks"]}}
+           "notebooks": {n["stem"]: round(n["seconds"], 1) for n in run["notebooks"]},
+           "parameters": {n["stem"]: n["parameters"] for n in run["notebooks"]}}
     rows = records(path)
     rows.append(rec)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if profile not in PROFILES:
         p.error(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
     stems = [n.stem for n in sorted((ROOT / "notebooks").glob("*.ipynb"))]  # what the runner runs, in its order
-    est = estimate(stems, profile, calibrate(), cpu())
+    est = estimate(stems, profile, calibrate(), cpu(), parameters={s: dict(PROFILES[profile].get(s, {})) for s in stems})
     print(est.describe() if est else f"no stored measurement of profile {profile!r} in {TIMINGS}: no estimate")
     return 0
 

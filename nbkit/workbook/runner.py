@@ -156,7 +156,7 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     out_dir = check_out_dir(out_dir)
     outputs.write_marker(out_dir, "report", profile=profile)
     prov = report.provenance(profile)
-    timing = expect([p.stem for p in paths], profile)
+    timing = expect([p.stem for p in paths], profile, params)
     results = []
     for path in paths:
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
@@ -170,11 +170,11 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     return results
 
 
-def expect(stems: list[str], profile: str) -> dict:
+def expect(stems: list[str], profile: str, parameters: dict[str, dict] | None = None) -> dict:
     """This CPU, a few seconds of calibration and the run's estimate, printed before anything runs (and kept for
     the findings page's time table)."""
     here, calibration = jobtime.cpu(), jobtime.calibrate()
-    est = jobtime.estimate(stems, profile, calibration, here)
+    est = jobtime.estimate(stems, profile, calibration, here, parameters=parameters)
     print(f"[nbkit] {here['cpu']}, {here['cores']} cores, half flags {here['cpu_flags'] or 'none'}, "
           f"gemm auto = {here['gemm_auto']}", flush=True)
     print(f"[nbkit] {est.describe() if est else f'no stored main-job time for profile {profile!r}: no estimate'}",
