@@ -59,7 +59,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         # ~0.65 to ~0.9-0.95, so the bar is 0.9 here (cpu-full: the notebook's 100 steps and 0.95); PPO 20 steps
         "03_rl_training": {"overwrite": True, "steps": 50, "target_accuracy": 0.9, "ppo_steps": 20},
         # the stored hunt grid (data/results/hunt_tiny_long) + a live slice: short responses, lr 1e-3, grpo and
-        # grpo_mu_old, FP16/BF16, one seed (about a minute)
+        # grpo_mu_old, FP16/BF16, one seed
         "04_where_bf16_breaks": {"live_steps": 8},  # the live slice's lesson (lr 1e-3 wrecks a run at once) needs 8 steps
         # the stored 4-pair grid (data/results/ablation_tiny_arith) + a live BF16-train/FP32-rollout slice
         "05_precision_ablation": {"live_pairs": [["bf16", "fp32"]], "live_steps": 10},
