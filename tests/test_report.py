@@ -172,3 +172,18 @@ def test_a_nested_quiet_block_still_announces_in_the_notebook(tmp_path, capfd):
             print("engine chatter")
     out, _ = capfd.readouterr()
     assert "vLLM engine (fp16) started in" in out and "trainer started in" in out and "chatter" not in out
+
+
+def test_every_notebook_says_where_its_live_numbers_ran():
+    """Right after the parameters, each notebook shows the CPU, its half flags and the GEMM policy of this run."""
+    import nbformat
+
+    from nbkit.paths import ROOT
+    from nbkit.workbook import report
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        at = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
+        assert "computed_here()" in cells[at + 1].source, path.name
+    note = report.computed_here().data
+    assert "half flags" in note and "gemm=" in note and "cores" in note

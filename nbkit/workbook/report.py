@@ -121,6 +121,21 @@ def export_html(executed: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------------------
 # Provenance and the findings page
 
+def computed_here():
+    """A notebook's note of where its live numbers ran: CPU, cores, half-precision flags, the GEMM policy ``auto``
+    chose and the accelerator if any (stored numbers name their own CPU on their cards). A Markdown object, so the
+    notebook shows it in JupyterLab and in the report alike."""
+    from IPython.display import Markdown
+
+    from nbkit import results
+
+    m = results.machine()
+    gpu = f"; GPU {m['cuda']}" if m.get("cuda") else "; no GPU"
+    return Markdown(f"*Numbers computed live in this notebook ran on {m['cpu']} ({m['cores']} cores; half flags "
+                    f"{', '.join(m['cpu_flags']) or 'none'}; `gemm=\"auto\"` = `{m['gemm_auto']}`{gpu}), torch "
+                    f"{m['torch']}. Stored numbers name their own machine on their cards.*")
+
+
 def provenance(profile: str, started: float | None = None) -> dict[str, str]:
     """Where and from what a run came: commit, profile, machine, date, library versions."""
     return {"profile": profile, "commit": _commit(), "machine": _machine(),
