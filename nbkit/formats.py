@@ -41,7 +41,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from nbkit import gemm
+from nbkit import gemm, schema
 
 # ---------------------------------------------------------------------------------------------------------
 # Element formats: round to nearest even on a minifloat grid
@@ -439,7 +439,7 @@ def audit(requested: str, counts: Counter | dict) -> dict:
         raise PrecisionError(f"requested rollout format {fmt.name!r} but GEMMs ran in {others} (counts {counts})")
     if fmt.quantized and not counts.get(fmt.name):
         raise PrecisionError(f"requested rollout format {fmt.name!r} but no GEMM ran in it (counts {counts})")
-    return {"audit/rollout_format": fmt.name, "audit/rollout_format_gemms": counts.get(fmt.name, 0)}
+    return {schema.AUDIT_ROLLOUT_FORMAT: fmt.name, schema.AUDIT_ROLLOUT_FORMAT_GEMMS: counts.get(fmt.name, 0)}
 
 
 VLLM_QUANTIZATION = {"fp8-e4m3": "fp8"}

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from nbkit import schema
 from nbkit.models import DTYPES
 
 TRAIN_DTYPES = DTYPES
@@ -32,8 +33,8 @@ TRAIN_DTYPES = DTYPES
 METRICS = {
     "n_sequences": "number of sequences",
     "n_tokens": "number of generated tokens (all sequences)",
-    "token_abs_logp_diff/mean": "mean over tokens of |log π − log μ|",
-    "token_abs_logp_diff/max": "max over tokens of |log π − log μ|",
+    schema.METRIC_TOKEN_ABS_LOGP_DIFF: "mean over tokens of |log π − log μ|",
+    schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX: "max over tokens of |log π − log μ|",
     "token_abs_logp_diff/p50": "median over tokens of |log π − log μ|",
     "token_abs_logp_diff/p90": "90th percentile over tokens of |log π − log μ|",
     "token_abs_logp_diff/p99": "99th percentile over tokens of |log π − log μ|",
@@ -79,8 +80,8 @@ ALIASES = {
     "rollout_corr/log_ppl_abs_diff": "log_ppl_abs_diff",
     "rollout_corr/log_ppl_diff": "log_ppl_diff",
     "rollout_corr/ppl_ratio": "ppl_ratio",
-    "sampling/sampling_logp_difference/mean": "token_abs_logp_diff/mean",
-    "sampling/sampling_logp_difference/max": "token_abs_logp_diff/max",
+    "sampling/sampling_logp_difference/mean": schema.METRIC_TOKEN_ABS_LOGP_DIFF,
+    "sampling/sampling_logp_difference/max": schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX,
 }
 """Names Oat, verl and TRL log for the same quantities: alias → key of ``METRICS``."""
 
@@ -237,7 +238,7 @@ def fit_slope(lengths, log_ratios) -> tuple[float, float]:
 def token_abs_logp_diff(logp_pi, logp_mu) -> dict[str, float]:
     """|log π − log μ| over all tokens: mean, max and the 50/90/99th percentiles."""
     d = np.abs(token_log_ratio(logp_pi, logp_mu))
-    out = {"token_abs_logp_diff/mean": float(d.mean()), "token_abs_logp_diff/max": float(d.max())}
+    out = {schema.METRIC_TOKEN_ABS_LOGP_DIFF: float(d.mean()), schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX: float(d.max())}
     for q in (50, 90, 99):
         out[f"token_abs_logp_diff/p{q}"] = float(np.percentile(d, q))
     return out
@@ -347,7 +348,7 @@ def mismatch_metrics(logp_pi, logp_mu, aliases: bool = True) -> dict[str, float]
 # Uncertainty: bootstrap over sequences
 
 HEADLINE: dict[str, Callable] = {
-    "token_abs_logp_diff/mean": lambda pi, mu: token_abs_logp_diff(pi, mu)["token_abs_logp_diff/mean"],
+    schema.METRIC_TOKEN_ABS_LOGP_DIFF: lambda pi, mu: token_abs_logp_diff(pi, mu)[schema.METRIC_TOKEN_ABS_LOGP_DIFF],
     "kl_k1": lambda pi, mu: kl_estimators(pi, mu)["kl_k1"],
     "kl_k3": lambda pi, mu: kl_estimators(pi, mu)["kl_k3"],
     "seq_kl": lambda pi, mu: -seq_log_ratio(pi, mu)[0].mean(),

@@ -2,7 +2,8 @@
 
 A row is one optimiser step. Its keys come from three places: the workbook (this module's constants, each with its
 meaning in ``KEYS``), TRL and transformers (``TRL_KEYS`` and the families in ``FAMILIES``, logged as TRL names
-them), and the mismatch metrics (``mismatch/<key>`` for each key of ``nbkit.mismatch.METRICS`` or ``ALIASES``).
+them), and the mismatch metrics (``mismatch/<key>`` for each key of ``nbkit.mismatch.METRICS`` or ``ALIASES``;
+the headline metric's own names, as ``nbkit.mismatch`` returns them, are ``METRIC_*``).
 Studies, plots and notebooks use the constants, never string literals, so a renamed key breaks loudly in one place.
 """
 from __future__ import annotations
@@ -21,8 +22,13 @@ REWARD = "reward"
 ACCURACY = "accuracy"
 ALARM = "alarm"
 # --- the π–μ mismatch, per step ------------------------------------------------------------------------------
-TOKEN_ABS_LOGP_DIFF = mismatch_key("token_abs_logp_diff/mean")
-TOKEN_ABS_LOGP_DIFF_MAX = mismatch_key("token_abs_logp_diff/max")
+METRIC_TOKEN_ABS_LOGP_DIFF = "token_abs_logp_diff/mean"
+"""The headline mismatch as ``nbkit.mismatch`` names it (a key of its ``METRICS``, where its meaning is; offline
+analyses, the doctor and the ladder read it under this name); a row holds it as ``TOKEN_ABS_LOGP_DIFF``."""
+METRIC_TOKEN_ABS_LOGP_DIFF_MAX = "token_abs_logp_diff/max"
+"""Its max over tokens as ``nbkit.mismatch`` names it; a row holds it as ``TOKEN_ABS_LOGP_DIFF_MAX``."""
+TOKEN_ABS_LOGP_DIFF = mismatch_key(METRIC_TOKEN_ABS_LOGP_DIFF)
+TOKEN_ABS_LOGP_DIFF_MAX = mismatch_key(METRIC_TOKEN_ABS_LOGP_DIFF_MAX)
 KL_K1 = mismatch_key("kl_k1")
 KL_K3 = mismatch_key("kl_k3")
 SEQ_KL = mismatch_key("seq_kl")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import gemm, models, paths
+from nbkit import gemm, models, paths, schema
 from nbkit.engines import SamplingConfig, make_engine, vllm_available
 from nbkit.mismatch import headline_cis, mismatch_metrics, relative_prob_error, teacher_forced_logprobs
 from nbkit.tasks import arith
@@ -130,8 +130,8 @@ class GridResult:
             out.setdefault(e, {})[t] = m.get(metric, float("nan"))
         return out
 
-    def table(self, keys=("n_tokens", "token_abs_logp_diff/mean", "token_abs_logp_diff/max", "kl_k1", "kl_k3",
-                          "seq_kl", "seq_log_ratio/abs_mean", "seq_log_ratio_slope/per_1k_tokens",
+    def table(self, keys=("n_tokens", schema.METRIC_TOKEN_ABS_LOGP_DIFF, schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX,
+                          "kl_k1", "kl_k3", "seq_kl", "seq_log_ratio/abs_mean", "seq_log_ratio_slope/per_1k_tokens",
                           "rollout_actor_probs_pearson_corr", "rel_prob_err/mean")):
         """Tidy pandas table: one row per cell, the chosen metrics as columns, with the headline CIs."""
         import pandas as pd
@@ -296,7 +296,7 @@ def summary(results, ratios) -> str:
                      f"{res.config.samples_per_prompt} samples, tokens per dtype {n}):")
         for e, slope in slopes(res).items():
             m = res.metrics[(e, e)]
-            lines.append(f"  {e}: mean |Δlog p| {m['token_abs_logp_diff/mean']:.3g}, seq KL {m['seq_kl']:.3g}, "
+            lines.append(f"  {e}: mean |Δlog p| {m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}, seq KL {m['seq_kl']:.3g}, "
                          f"slope {slope:+.3g} per 1k tokens")
         for _, row in ratios[ratios["model"] == res.config.model].iterrows():
             lines.append(f"  BF16/FP16 {row['metric']}: {row['bf16/fp16']:.3g} "

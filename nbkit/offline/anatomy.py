@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from nbkit import gemm as gemm_policies
-from nbkit import lm_head, mismatch, models
+from nbkit import lm_head, mismatch, models, schema
 
 FORMAT_FACTORS = {
     "weights": "weights rounded to the format, arithmetic in FP32",
@@ -64,7 +64,7 @@ IMPL_FACTORS = {
 """Implementation factors: how μ differs from π when both run in the format."""
 HEAD_CASES = ("none", "trainer", "engine", "both")
 """Where the LM head runs in FP32 (``nbkit.lm_head.FP32_LM_HEAD``)."""
-METRICS = ("token_abs_logp_diff/mean", "kl_k1", "seq_kl")
+METRICS = (schema.METRIC_TOKEN_ABS_LOGP_DIFF, "kl_k1", "seq_kl")
 """What every row reports, each with a bootstrap CI over sequences (``nbkit.mismatch.HEADLINE``)."""
 
 
@@ -153,10 +153,10 @@ class AnatomyResult:
         """The factors measured in ``group`` (``format`` | ``implementation``), in order."""
         return [f for g, f in self.metrics if g == group and f != "total"]
 
-    def total(self, group: str, metric: str = "token_abs_logp_diff/mean") -> float:
+    def total(self, group: str, metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF) -> float:
         return self.metrics[(group, "total")][metric]
 
-    def interaction(self, group: str, metric: str = "token_abs_logp_diff/mean") -> float:
+    def interaction(self, group: str, metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF) -> float:
         """Measured total − the factors' sum (|Δ| is not additive: cancellation < 0, compounding > 0)."""
         return self.total(group, metric) - sum(self.metrics[(group, f)][metric] for f in self.factors(group))
 
@@ -188,7 +188,7 @@ class AnatomyResult:
         return pd.DataFrame([{"fp32_lm_head": c, **{k: m[k] for k in METRICS},
                               **{f"{k} CI": m.get(f"{k} CI") for k in METRICS}} for c, m in self.heads.items()])
 
-    def largest(self, group: str = "implementation", metric: str = "token_abs_logp_diff/mean") -> str:
+    def largest(self, group: str = "implementation", metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF) -> str:
         """The factor with the largest ``metric`` in ``group``."""
         return max(self.factors(group), key=lambda f: self.metrics[(group, f)][metric])
 
@@ -516,7 +516,7 @@ def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", ro
 # Figures
 
 
-def waterfall(res: AnatomyResult, group: str = "implementation", metric: str = "token_abs_logp_diff/mean"):
+def waterfall(res: AnatomyResult, group: str = "implementation", metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF):
     """Bars stacked factor by factor (each with its bootstrap CI), then the factors' sum, the interaction
     (measured total − sum) and the measured total, for one group."""
     import plotly.graph_objects as go
@@ -554,7 +554,7 @@ def layer_figure(res: AnatomyResult):
     return fig
 
 
-def summary(res: AnatomyResult, metric: str = "token_abs_logp_diff/mean") -> str:
+def summary(res: AnatomyResult, metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF) -> str:
     """A few printed lines: each group's factors, sum, measured total and interaction."""
     lines = [f"anatomy of π − μ: {res.config.model}, {res.engine} engine, {res.config.dtype}, GEMM "
              f"{res.gemm_policy} ({metric})"]

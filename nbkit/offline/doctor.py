@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nbkit import mismatch
+from nbkit import mismatch, schema
 from nbkit.mismatch import crossing_length  # (re-exported: the doctor's length model)
 from nbkit.paths import REPORTS
 
@@ -101,7 +101,8 @@ def dtype_diagnosis(logp_pi, logp_mu, epsilon: float = EPSILON, mask_cap: float 
     r = np.exp(lr)
     predicted_rms = math.sqrt(float(np.mean(delta * delta * lengths ** 2 + var * lengths)))
     return {
-        "token_abs_logp_diff/mean": m["token_abs_logp_diff/mean"], "token_abs_logp_diff/max": m["token_abs_logp_diff/max"],
+        schema.METRIC_TOKEN_ABS_LOGP_DIFF: m[schema.METRIC_TOKEN_ABS_LOGP_DIFF],
+        schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX: m[schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX],
         "kl_k3": m["kl_k3"], "seq_kl": m["seq_kl"], "seq_log_ratio/abs_mean": m["seq_log_ratio/abs_mean"],
         "n_tokens": int(lr.size), "n_sequences": int(seq.size), "mean_length": float(lengths.mean()),
         "token_log_ratio/mean": delta, "token_log_ratio/var": var,
@@ -127,9 +128,9 @@ def recommend(diags: dict[str, dict], target_length: int, max_abs_weight: float)
     if "bf16" not in diags or "fp16" not in diags:
         return "no verdict", [f"measure both bf16 and fp16 to compare (measured: {sorted(diags)})"]
     b, f = diags["bf16"], diags["fp16"]
-    ratio = b["token_abs_logp_diff/mean"] / max(f["token_abs_logp_diff/mean"], 1e-300)
-    reasons.append(f"BF16's per-token mismatch (mean |Δlog p| {b['token_abs_logp_diff/mean']:.3g}) is {ratio:.3g}× "
-                   f"FP16's ({f['token_abs_logp_diff/mean']:.3g})")
+    ratio = b[schema.METRIC_TOKEN_ABS_LOGP_DIFF] / max(f[schema.METRIC_TOKEN_ABS_LOGP_DIFF], 1e-300)
+    reasons.append(f"BF16's per-token mismatch (mean |Δlog p| {b[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}) is "
+                   f"{ratio:.3g}× FP16's ({f[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g})")
     reasons.append(f"the sequence log-ratio is expected to reach TRL's mask log {MASK_CAP:g} at ~{b['length_to_mask']:.3g} "
                    f"tokens in BF16 and ~{f['length_to_mask']:.3g} in FP16 (target {target_length}); the clip range "
                    f"log {1 + EPSILON:g} at ~{b['length_to_clip']:.3g} and ~{f['length_to_clip']:.3g}")
@@ -177,7 +178,7 @@ class DoctorResult:
                 f"{'clip %':>8} {'RMS logR measured/model':>24}")
         lines.append(head)
         for d, g in self.diagnoses.items():
-            lines.append(f"{d:>6} {g['token_abs_logp_diff/mean']:>10.3g} {g['kl_k3']:>10.3g} "
+            lines.append(f"{d:>6} {g[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:>10.3g} {g['kl_k3']:>10.3g} "
                          f"{g['seq_log_ratio/abs_mean']:>10.3g} {g['length_to_mask']:>9.3g} {g['length_to_clip']:>9.3g} "
                          f"{100 * g['clip_fraction']:>8.3f} {g['seq_rms/measured']:>11.3g} / {g['seq_rms/predicted']:<10.3g}")
         lines.append(f"verdict: {self.verdict}")
@@ -243,9 +244,9 @@ def measure_setup(cfg: DoctorConfig, setup, model, grids: dict, diags: dict, ana
     from nbkit.offline import lints
 
     m = lints.Measured(max_abs_weight=max_abs, moe=routing.is_moe(model))
-    m.token_abs = {(d, d): g["token_abs_logp_diff/mean"] for d, g in diags.items()}
+    m.token_abs = {(d, d): g[schema.METRIC_TOKEN_ABS_LOGP_DIFF] for d, g in diags.items()}
     m.token_stats = {d: (g["token_log_ratio/mean"], g["token_log_ratio/var"]) for d, g in diags.items()}
-    m.heads = {d: {c: h["token_abs_logp_diff/mean"] for c, h in a.heads.items()} for d, a in anatomies.items()}
+    m.heads = {d: {c: h[schema.METRIC_TOKEN_ABS_LOGP_DIFF] for c, h in a.heads.items()} for d, a in anatomies.items()}
     engine, _ = lints.engine_dtype(setup, models.resolve(cfg.model))
     rollouts = next(iter(grids.values())).rollouts[cfg.dtypes[0]]
     if engine != setup.train_dtype and engine in grids:  # the setup's own pair: π in its dtype on μ's responses

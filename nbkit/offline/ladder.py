@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import formats, gemm, models
+from nbkit import formats, gemm, models, schema
 from nbkit.engines import SamplingConfig, make_engine
 from nbkit.mismatch import headline_cis, mismatch_metrics, teacher_forced_logprobs
 from nbkit.offline import analysis
 
-HEADLINE_KEYS = ("token_abs_logp_diff/mean", "kl_k1", "seq_kl")
+HEADLINE_KEYS = (schema.METRIC_TOKEN_ABS_LOGP_DIFF, "kl_k1", "seq_kl")
 """The ladder's metrics: per-token mean |log π − log μ|, token KL[μ‖π] (k1), sequence KL (paper's Fig. 5)."""
 
 
@@ -105,7 +105,7 @@ class LadderResult:
                 ci = self.cis.get(f, {}).get(k)
                 if ci is not None:
                     row[f"{k} low"], row[f"{k} high"] = ci["low"], ci["high"]
-            row["quantized GEMMs"] = self.audits[f]["audit/rollout_format_gemms"]
+            row["quantized GEMMs"] = self.audits[f][schema.AUDIT_ROLLOUT_FORMAT_GEMMS]
             row["generate s"] = self.seconds.get(f"generate/{f}", np.nan)
             rows.append(row)
         return pd.DataFrame(rows)

@@ -11,10 +11,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from nbkit import schema
 from nbkit.mismatch import METRICS
 from nbkit.offline.ladder import HEADLINE_KEYS
 
-TITLES = {"token_abs_logp_diff/mean": "per-token mean |Δ log p|", "kl_k1": "token KL[μ‖π] (k1)",
+TITLES = {schema.METRIC_TOKEN_ABS_LOGP_DIFF: "per-token mean |Δ log p|", "kl_k1": "token KL[μ‖π] (k1)",
           "seq_kl": "sequence KL[μ‖π]"}
 """Panel titles of the headline metrics."""
 

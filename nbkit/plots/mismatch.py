@@ -10,10 +10,11 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from nbkit import schema
 from nbkit.mismatch import METRICS, fit_slope, seq_log_ratio, token_log_ratio
 
-RATIO_KEYS = ("token_abs_logp_diff/mean", "token_abs_logp_diff/max", "rollout_probs_diff_mean", "kl_k1",
-              "kl_k3", "chi2_token", "seq_kl", "seq_log_ratio/abs_mean")
+RATIO_KEYS = (schema.METRIC_TOKEN_ABS_LOGP_DIFF, schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX, "rollout_probs_diff_mean",
+              "kl_k1", "kl_k3", "chi2_token", "seq_kl", "seq_log_ratio/abs_mean")
 """Metrics compared as BF16/FP16 ratios by default (all ≥ 0 or sign-stable and growing with the mismatch)."""
 
 COLORS = {"fp32": "#4C78A8", "bf16": "#E45756", "fp16": "#54A24B"}
@@ -123,7 +124,7 @@ def metrics_table(metrics: Mapping[str, Mapping[str, float]], keys: Sequence[str
     return fig
 
 
-def grid_heatmap(grid: Mapping[str, Mapping[str, float]], metric: str = "token_abs_logp_diff/mean",
+def grid_heatmap(grid: Mapping[str, Mapping[str, float]], metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF,
                  log_color: bool = True) -> go.Figure:
     """Heatmap of one metric over engine dtype (rows, ``grid`` keys) × training dtype (columns, inner keys).
 

@@ -15,6 +15,7 @@ from collections import Counter
 
 import torch
 
+from nbkit import schema
 from nbkit.models import dtype_name
 
 
@@ -124,9 +125,9 @@ class PrecisionAudit:
         the ``fp32-accumulate`` policy needs its GEMMs to have gone through it, in the requested format)."""
         ran = dict(counts)
         routed = dict(gemm_counts or {})
-        record = {"audit/matmul_dtypes": ran, "audit/requested": requested,
-                  "audit/scaler_enabled": bool(scaler is not None and scaler.is_enabled()),
-                  "audit/gemm": gemm_policy, "audit/gemm_routed": routed}
+        record = {schema.AUDIT_MATMUL_DTYPES: ran, schema.AUDIT_REQUESTED: requested,
+                  schema.AUDIT_SCALER_ENABLED: bool(scaler is not None and scaler.is_enabled()),
+                  schema.AUDIT_GEMM: gemm_policy, schema.AUDIT_GEMM_ROUTED: routed}
         if gemm_policy == "fp32-accumulate" and requested in ("fp16", "bf16"):
             if not routed.get(requested):
                 raise PrecisionError(f"requested the fp32-accumulate GEMM policy for {requested} training but no "
@@ -139,7 +140,7 @@ class PrecisionAudit:
         if wrong:
             raise PrecisionError(f"requested {requested} training but linear layers ran in {wrong} "
                                  f"(all counts {ran})")
-        if requested == "fp16" and not record["audit/scaler_enabled"]:
+        if requested == "fp16" and not record[schema.AUDIT_SCALER_ENABLED]:
             raise PrecisionError("requested fp16 training but no live GradScaler is attached")
         return record
 

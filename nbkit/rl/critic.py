@@ -12,6 +12,8 @@ import copy
 import torch
 from torch import nn
 
+from nbkit import schema
+
 
 class Critic(nn.Module):
     """A causal LM's backbone (copied from the policy) plus a scalar value head per token."""
@@ -47,4 +49,5 @@ def critic_step(critic: Critic, optimizer: torch.optim.Optimizer, scaler: torch.
     norm = torch.nn.utils.clip_grad_norm_(critic.parameters(), max_grad_norm)
     scaler.step(optimizer)
     scaler.update()
-    return {"value/grad_norm": float(norm), "value/loss_scale": float(scaler.get_scale()) if scaler.is_enabled() else 1.0}
+    return {schema.VALUE_GRAD_NORM: float(norm),
+            schema.VALUE_LOSS_SCALE: float(scaler.get_scale()) if scaler.is_enabled() else 1.0}

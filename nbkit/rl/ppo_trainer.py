@@ -20,6 +20,7 @@ import torch
 
 import nbkit.rl.amp as amp
 import nbkit.rl.gae as gae
+from nbkit import schema
 from nbkit.rl.critic import Critic, critic_step, make_scaler
 from nbkit.rl.trainer import PrecisionGRPOTrainer
 
@@ -42,8 +43,8 @@ class PPOTrainer(PrecisionGRPOTrainer):
         self.critic_scaler = make_scaler(device, run.train_dtype, init_scale=run.loss_scale_init,
                                          growth_interval=run.loss_scale_growth_interval)
         self.critic_audit = amp.PrecisionAudit(self.critic)
-        self.param_counts["params/critic_trainable"] = sum(p.numel() for p in self.critic.parameters()
-                                                           if p.requires_grad)
+        self.param_counts[schema.PARAMS_CRITIC_TRAINABLE] = sum(p.numel() for p in self.critic.parameters()
+                                                                if p.requires_grad)
         self._rewards = None
 
     def _autocast(self):
@@ -82,10 +83,10 @@ class PPOTrainer(PrecisionGRPOTrainer):
             advantages = ((advantages - a.mean()) / (a.std() + 1e-8)) * mask
         out["advantages"], out["old_values"], out["returns"] = advantages, values, returns
         metrics = self._metrics["train"]
-        metrics["value/mean"].append(float(gae.masked_mean(values, mask)))
+        metrics[schema.VALUE_MEAN].append(float(gae.masked_mean(values, mask)))
         ev = float(gae.explained_variance(values, returns, mask))
         if ev == ev:  # NaN when every return is equal (nothing to explain)
-            metrics["value/explained_variance"].append(ev)
+            metrics[schema.VALUE_EXPLAINED_VARIANCE].append(ev)
         return out
 
     # -- loss: TRL's clipped surrogate on per-token advantages + the critic's step ---------------------------
@@ -95,13 +96,13 @@ class PPOTrainer(PrecisionGRPOTrainer):
         metrics = self._metrics["train"]
         old = inputs.get("old_per_token_logps")
         if self._loss_logps is not None and old is not None:
-            metrics["ppo/approx_kl"].append(float(gae.approx_kl(self._loss_logps.float(), old.float(), mask)))
-            metrics["ppo/clip_fraction"].append(
+            metrics[schema.PPO_APPROX_KL].append(float(gae.approx_kl(self._loss_logps.float(), old.float(), mask)))
+            metrics[schema.PPO_CLIP_FRACTION].append(
                 float(gae.clip_fraction(self._loss_logps.float(), old.float(), mask, self.epsilon_low)))
         values = self._values(inputs)
         vloss = gae.value_loss(values, inputs["old_values"], inputs["returns"], mask, clip=self.run.ppo_value_clip)
         step = critic_step(self.critic, self.critic_optimizer, self.critic_scaler, vloss, self.args.max_grad_norm)
-        metrics["value/loss"].append(float(vloss.detach()))
+        metrics[schema.VALUE_LOSS].append(float(vloss.detach()))
         for key, value in step.items():
             metrics[key].append(value)
         return loss
@@ -113,8 +114,8 @@ class PPOTrainer(PrecisionGRPOTrainer):
         if counts:  # a step without a loss forward (none today) has nothing to audit
             # the GEMM routing counts are shared by policy and critic and were checked by the policy's audit
             critic = self.critic_audit.check(self.run.train_dtype, counts, self.critic_scaler)
-            record["audit/critic_matmul_dtypes"] = critic["audit/matmul_dtypes"]
-        record["value/scaler_enabled"] = self.critic_scaler.is_enabled()
+            record[schema.AUDIT_CRITIC_MATMUL_DTYPES] = critic[schema.AUDIT_MATMUL_DTYPES]
+        record[schema.VALUE_SCALER_ENABLED] = self.critic_scaler.is_enabled()
         return record
 
     def close(self) -> None:

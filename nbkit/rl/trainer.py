@@ -24,16 +24,16 @@ from trl import GRPOTrainer
 
 import nbkit.rl.algorithms as algorithms
 import nbkit.rl.amp as amp
-from nbkit import gemm, lm_head, mismatch, routing, sampling_filter
+from nbkit import gemm, lm_head, mismatch, routing, sampling_filter, schema
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
 from nbkit.rl.scaling import loss_scaler, step_was_skipped
 from nbkit.rl.server import ServerGeneration
 
 MISMATCH_KEYS = (
-    "token_abs_logp_diff/mean", "token_abs_logp_diff/max", "rollout_probs_diff_max", "rollout_probs_diff_mean",
-    "rollout_actor_probs_pearson_corr", "kl_k1", "kl_k3", "kl_sample_train_v1", "kl_sample_train_v2",
-    "chi2_token", "chi2_seq", "seq_kl", "seq_log_ratio/mean", "seq_log_ratio/abs_mean",
+    schema.METRIC_TOKEN_ABS_LOGP_DIFF, schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX, "rollout_probs_diff_max",
+    "rollout_probs_diff_mean", "rollout_actor_probs_pearson_corr", "kl_k1", "kl_k3", "kl_sample_train_v1",
+    "kl_sample_train_v2", "chi2_token", "chi2_seq", "seq_kl", "seq_log_ratio/mean", "seq_log_ratio/abs_mean",
     "sampler_learner_prob_diff_max", "sampler_learner_prob_diff_min",
     "log_ppl_abs_diff", "log_ppl_diff", "ppl_ratio", "ess_token", "ess_seq",
 )
@@ -73,8 +73,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self.audit = amp.PrecisionAudit(self.model)
         self._routing = None  # MoE: the rollout's routing of the batch being scored / trained on
         self.param_counts = {  # fixed once TRL has wrapped the model (peft freezes all but the adapters)
-            "params/trainable": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
-            "params/total": sum(p.numel() for p in self.model.parameters()),
+            schema.PARAMS_TRAINABLE: sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+            schema.PARAMS_TOTAL: sum(p.numel() for p in self.model.parameters()),
         }
         self._mismatch_seconds = 0.0
         self._score_seconds = 0.0
@@ -128,7 +128,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             out["routing"] = self._engine_routing(out["prompt_ids"].size(1), out["completion_ids"].size(1))
         if self._pi_log_kept_mass is not None:  # rides with its rows through TRL's shuffle and split
             out["pi_log_kept_mass"] = self._pi_log_kept_mass
-            self._metrics["train"]["sampling/pi_kept_mass/mean"].append(self._mean_kept_mass(out))
+            self._metrics["train"][schema.PI_KEPT_MASS].append(self._mean_kept_mass(out))
         if self._raw_old_logps is not None:  # π_old of the clip stays TRL's own (unfiltered, like the loss's π)
             out["old_per_token_logps"] = self._raw_old_logps
         self._score_seconds += time.perf_counter() - start - self._filter_seconds
@@ -255,7 +255,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         clipped = ((ratio < 1 - self.epsilon_low) & (adv < 0)) | ((ratio > 1 + self.epsilon_high) & (adv > 0))
         counts = self.accelerator.reduce(torch.stack([(clipped & mask).sum().float(), mask.sum().float()]), "sum")
         if counts[1] > 0:
-            self._metrics["train"]["clip/phantom_fraction"].append(float(counts[0] / counts[1]))
+            self._metrics["train"][schema.PHANTOM_FRACTION].append(float(counts[0] / counts[1]))
 
     def _log_mismatch(self, logp_pi: torch.Tensor, batch: dict) -> None:
         """Mismatch metrics of ``batch`` (its μ and mask) against the trainer's π (``nbkit.mismatch``)."""
@@ -269,7 +269,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         metrics = mismatch.mismatch_metrics(pis, mus)
         for key in MISMATCH_KEYS:
             if key in metrics and np.isfinite(metrics[key]):
-                self._metrics["train"][f"mismatch/{key}"].append(float(metrics[key]))
+                self._metrics["train"][schema.mismatch_key(key)].append(float(metrics[key]))
         if batch.get("importance_sampling_ratio") is not None:
             self._log_is_fractions(batch["importance_sampling_ratio"], mask)
         self._mismatch_seconds += time.perf_counter() - start
@@ -304,7 +304,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         if torch.is_grad_enabled():
             own = rec.choices(along="batch")
             rates = routing.flip_rates(own, chosen, attention_mask.bool().cpu())
-            self._metrics["train"]["moe/flip_rate"].append(float(np.mean(rates)))
+            self._metrics["train"][schema.MOE_FLIP_RATE].append(float(np.mean(rates)))
             for layer, rate in enumerate(rates):
                 self._metrics["train"][f"moe/flip_rate/layer{layer}"].append(rate)
             self._loss_logps = result[0].detach()
@@ -337,11 +337,11 @@ class PrecisionGRPOTrainer(GRPOTrainer):
                                                       device=self.accelerator.device), "sum").cpu()
         metrics = self._metrics["train"]
         if counts[2] > 0:  # all ranks' counts: the fractions of the whole step's batch
-            metrics["is/masked_fraction"].append(float(counts[0] / counts[2]))
-            metrics["is/truncated_fraction"].append(float(counts[1] / counts[2]))
+            metrics[schema.IS_MASKED_FRACTION].append(float(counts[0] / counts[2]))
+            metrics[schema.IS_TRUNCATED_FRACTION].append(float(counts[1] / counts[2]))
         if counts[5] > 0:
-            metrics["is/masked_token_fraction"].append(float(counts[3] / counts[5]))
-            metrics["is/truncated_token_fraction"].append(float(counts[4] / counts[5]))
+            metrics[schema.IS_MASKED_TOKEN_FRACTION].append(float(counts[3] / counts[5]))
+            metrics[schema.IS_TRUNCATED_TOKEN_FRACTION].append(float(counts[4] / counts[5]))
 
     # -- precision and step bookkeeping ---------------------------------------------------------------------
     def loss_scale(self) -> float | None:
@@ -355,31 +355,31 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler, gemm_policy=self.gemm_policy,
                                   gemm_counts=self.gemm_mode.take() if self.gemm_mode is not None else None)
         # π's head: TRL's fused LM head reads lm_head.weight directly (no module to hook); what TRL was told to run
-        record["audit/trl_cast_lm_head_to_fp32"] = bool(self.args.cast_lm_head_to_fp32)
-        if record["audit/trl_cast_lm_head_to_fp32"] != lm_head.sides(self.run.fp32_lm_head)[0]:
+        record[schema.AUDIT_TRL_FP32_HEAD] = bool(self.args.cast_lm_head_to_fp32)
+        if record[schema.AUDIT_TRL_FP32_HEAD] != lm_head.sides(self.run.fp32_lm_head)[0]:
             raise amp.PrecisionError(f"fp32_lm_head={self.run.fp32_lm_head!r} but TRL's cast_lm_head_to_fp32 is "
                                      f"{self.args.cast_lm_head_to_fp32}")
         head_dtype = getattr(self.vllm_generation, "engine_head_dtype", None)  # a vLLM server: not observable
-        record["audit/engine_lm_head_dtype"] = head_dtype() if head_dtype is not None else "n/a"
-        if lm_head.sides(self.run.fp32_lm_head)[1] and record["audit/engine_lm_head_dtype"] != "fp32":
+        record[schema.AUDIT_ENGINE_HEAD_DTYPE] = head_dtype() if head_dtype is not None else "n/a"
+        if lm_head.sides(self.run.fp32_lm_head)[1] and record[schema.AUDIT_ENGINE_HEAD_DTYPE] != "fp32":
             raise amp.PrecisionError(f"requested an FP32 LM head in the engine but it produced "
-                                     f"{record['audit/engine_lm_head_dtype']} logits")
+                                     f"{record[schema.AUDIT_ENGINE_HEAD_DTYPE]} logits")
         record.update(self.param_counts)
-        record["audit/rollout_dtype"] = self.vllm_generation.engine_dtype()
-        if record["audit/rollout_dtype"] != self.run.rollout:
+        record[schema.AUDIT_ROLLOUT_DTYPE] = self.vllm_generation.engine_dtype()
+        if record[schema.AUDIT_ROLLOUT_DTYPE] != self.run.rollout:
             raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
-                                     f"{record['audit/rollout_dtype']} weights")
+                                     f"{record[schema.AUDIT_ROLLOUT_DTYPE]} weights")
         if self.run.rollout_format is not None:  # the format's GEMMs ran this step, or the run stops here
             record.update(self.vllm_generation.format_audit())
         record["loss_scale"] = self.loss_scale()
         capped, answers = self.accelerator.reduce(torch.tensor(
             self.vllm_generation.take_length_hits(), dtype=torch.float64, device=self.accelerator.device), "sum").tolist()
-        record["rollout/length_capped"] = int(capped)  # ended at max_tokens: no closing tag, reward 0 for a grader
-        record["rollout/length_capped_fraction"] = capped / answers if answers else 0.0
+        record[schema.LENGTH_CAPPED] = int(capped)  # ended at max_tokens: no closing tag, reward 0 for a grader
+        record[schema.LENGTH_CAPPED_FRACTION] = capped / answers if answers else 0.0
         seconds = self.vllm_generation.take_seconds()
-        record.update({"time/rollout": seconds["generate"], "time/sync": seconds["sync"],
-                       "time/mismatch": self._mismatch_seconds,
-                       "time/score": self._score_seconds - seconds["generate"] - seconds["sync"]})
+        record.update({schema.TIME_ROLLOUT: seconds["generate"], schema.TIME_SYNC: seconds["sync"],
+                       schema.TIME_MISMATCH: self._mismatch_seconds,
+                       schema.TIME_SCORE: self._score_seconds - seconds["generate"] - seconds["sync"]})
         if self._needs_pi:
             raise RuntimeError(f"step {self.state.global_step}: a batch ended without its mismatch metrics")
         self._mismatch_seconds = self._score_seconds = 0.0
@@ -436,8 +436,9 @@ class StepLogger(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         rec = self.trainer.end_step()
         rec["skipped_step"] = step_was_skipped(self.trainer.accelerator, self.scale_before, rec["loss_scale"])
-        rec["time/step"] = time.perf_counter() - self.step_start
-        rec["time/update"] = rec["time/step"] - rec["time/rollout"] - rec["time/sync"] - rec["time/mismatch"] - rec["time/score"]
+        rec[schema.TIME_STEP] = time.perf_counter() - self.step_start
+        rec[schema.TIME_UPDATE] = (rec[schema.TIME_STEP] - rec[schema.TIME_ROLLOUT] - rec[schema.TIME_SYNC]
+                                   - rec[schema.TIME_MISMATCH] - rec[schema.TIME_SCORE])
         self.skips_in_row = self.skips_in_row + 1 if rec["skipped_step"] else 0
         self.skipped_total += rec["skipped_step"]
         rec["skipped_steps_total"] = self.skipped_total
@@ -473,11 +474,11 @@ class StepLogger(TrainerCallback):
         calls = list(self.reward_tally or ())
         if self.reward_tally is not None:
             self.reward_tally.clear()
-        own = {"rank": acc.process_index, "audit/matmul_dtypes": rec["audit/matmul_dtypes"],
+        own = {"rank": acc.process_index, schema.AUDIT_MATMUL_DTYPES: rec[schema.AUDIT_MATMUL_DTYPES],
                "reward_sum": sum(c[0] for c in calls), "reward_count": sum(c[1] for c in calls)}
         if self.rank_log is not None:
             self.rank_log.append({"step": step, **own})
         ranks = gather_object([own])
-        return {"ranks/audit_matmul_dtypes": [r["audit/matmul_dtypes"] for r in ranks],
-                "ranks/reward_sum": [r["reward_sum"] for r in ranks],
-                "ranks/reward_count": [r["reward_count"] for r in ranks]}
+        return {schema.RANKS_AUDIT_MATMUL_DTYPES: [r[schema.AUDIT_MATMUL_DTYPES] for r in ranks],
+                schema.RANKS_REWARD_SUM: [r["reward_sum"] for r in ranks],
+                schema.RANKS_REWARD_COUNT: [r["reward_count"] for r in ranks]}

@@ -64,7 +64,8 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> 
         out.append({
             "run": label, "dtype": dtype, "seed": seed, "steps": schema.optimiser_steps(rows),
             "approx KL (mean)": mean(kl), "approx KL (max)": float(f"{max(kl):.3g}") if kl else None,
-            "value loss (first 5 → last 5)": f"{mean(col('value/loss')[:5])} → {mean(col('value/loss')[-5:])}",
+            "value loss (first 5 → last 5)":
+                f"{mean(col(schema.VALUE_LOSS)[:5])} → {mean(col(schema.VALUE_LOSS)[-5:])}",
             "explained variance (last 5 rollouts)": mean(ev[-tail:]),
             "accuracy (first → last 5 rollouts)": f"{mean(acc[:tail])} → {mean(acc[-tail:])}",
             "clip fraction (mean)": mean(col(schema.PPO_CLIP_FRACTION)),

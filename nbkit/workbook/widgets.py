@@ -15,6 +15,7 @@ from typing import Sequence
 import ipywidgets as W
 import numpy as np
 
+from nbkit import schema
 from nbkit.plots import precision as PP
 from nbkit.workbook import primer as P
 
@@ -293,9 +294,9 @@ class FormatExplorer(_Explorer):
         m = self.result.metrics[name]
         self.summary.value = _table(["format", "tokens", "mean |Δ log p| per token", "k1 per token", "sequence KL",
                                      "quantized GEMMs"],
-                                    [(name, int(m["n_tokens"]), f"{m['token_abs_logp_diff/mean']:.3g}",
+                                    [(name, int(m["n_tokens"]), f"{m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}",
                                       f"{m['kl_k1']:.3g}", f"{m['seq_kl']:.3g}",
-                                      self.result.audits[name]["audit/rollout_format_gemms"])])
+                                      self.result.audits[name][schema.AUDIT_ROLLOUT_FORMAT_GEMMS])])
         pairs = self.result.pairs()
         self._render(self.scatter, PM.token_scatter(pairs).update_layout(
             title=f"{self.model}: π (FP32) vs μ ({name}) per token", width=520, height=420))
