@@ -26,7 +26,7 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from nbkit.paths import CACHE, ROOT
-from nbkit.workbook import report
+from nbkit.paths import report_target
 
 _files: dict[Path, object] = {}
 _visible: list = []
@@ -35,7 +35,7 @@ _visible: list = []
 
 def log_path() -> Path:
     """Where chatter goes: the report folder's ``<stem>.log`` under the runner, else ``.cache/logs/session.log``."""
-    where = report.target()
+    where = report_target()
     return where[0] / f"{where[1]}.log" if where else CACHE / "logs" / "session.log"
 
 

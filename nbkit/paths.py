@@ -20,6 +20,18 @@ CACHE = Path(os.environ.get("NBKIT_CACHE", ROOT / ".cache"))
 REPORTS = ROOT / "reports"
 """Executed notebooks and their HTML (git-ignored)."""
 
+REPORT_DIR_ENV = "NBKIT_REPORT_DIR"
+"""Environment variable naming the report folder of the notebook being run (set by the runner)."""
+NOTEBOOK_ENV = "NBKIT_NOTEBOOK"
+"""Environment variable naming the stem of the notebook being run (set by the runner)."""
+
+
+def report_target() -> tuple[Path, str] | None:
+    """``(report folder, notebook stem)`` when the runner executes this kernel, else None (interactive use): where a
+    notebook's findings (``nbkit.workbook.report``) and its library chatter (``nbkit.logs``) go."""
+    folder, stem = os.environ.get(REPORT_DIR_ENV), os.environ.get(NOTEBOOK_ENV)
+    return (Path(folder), stem) if folder and stem else None
+
 
 def cache_env(cache: Path = CACHE) -> dict[str, str]:
     """The environment variables that keep tool caches inside ``cache`` (defaults only, never overrides)."""

@@ -186,4 +186,4 @@ def test_every_notebook_says_where_its_live_numbers_ran():
         at = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
         assert "computed_here()" in cells[at + 1].source, path.name
     note = report.computed_here().data
-    assert "half flags" in note and "gemm=" in note and "cores" in note
+    assert "half flags" in note and "gemm=" in note and "CPUs" in note

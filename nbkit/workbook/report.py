@@ -22,20 +22,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from nbkit.paths import ROOT
-
-REPORT_DIR_ENV = "NBKIT_REPORT_DIR"
-"""Environment variable naming the report folder of the notebook being run (set by the runner)."""
-NOTEBOOK_ENV = "NBKIT_NOTEBOOK"
-"""Environment variable naming the stem of the notebook being run (set by the runner)."""
+from nbkit.paths import NOTEBOOK_ENV, REPORT_DIR_ENV, ROOT, report_target  # noqa: F401  (the runner sets both)
 
 Scalar = (str, int, float, bool, type(None))
-
-
-def target() -> tuple[Path, str] | None:
-    """``(report folder, notebook stem)`` when the runner executes this kernel, else None (interactive use)."""
-    folder, stem = os.environ.get(REPORT_DIR_ENV), os.environ.get(NOTEBOOK_ENV)
-    return (Path(folder), stem) if folder and stem else None
 
 
 def publish(headline: dict, figure=None) -> Path | None:
@@ -45,7 +34,7 @@ def publish(headline: dict, figure=None) -> Path | None:
     Writes ``<stem>.summary.json`` (and ``<stem>.figure.json``) into the runner's report folder and returns the
     summary's path; returns None without writing when the notebook is not run by the runner."""
     _check_headline(headline)
-    where = target()
+    where = report_target()
     if where is None:
         return None
     folder, stem = where
@@ -125,15 +114,15 @@ def computed_here():
     """A notebook's note of where its live numbers ran: CPU, cores, half-precision flags, the GEMM policy ``auto``
     chose and the accelerator if any (stored numbers name their own CPU on their cards). A Markdown object, so the
     notebook shows it in JupyterLab and in the report alike."""
+    import torch
     from IPython.display import Markdown
 
-    from nbkit import results
+    from nbkit import gemm
 
-    m = results.machine()
-    gpu = f"; GPU {m['cuda']}" if m.get("cuda") else "; no GPU"
-    return Markdown(f"*Numbers computed live in this notebook ran on {m['cpu']} ({m['cores']} cores; half flags "
-                    f"{', '.join(m['cpu_flags']) or 'none'}; `gemm=\"auto\"` = `{m['gemm_auto']}`{gpu}), torch "
-                    f"{m['torch']}. Stored numbers name their own machine on their cards.*")
+    flags = ", ".join(gemm.half_flags()) or "none"
+    return Markdown(f"*Numbers computed live in this notebook ran on {_machine()} (half flags {flags}; "
+                    f"`gemm=\"auto\"` = `{gemm.resolve('auto')}`), torch {torch.__version__}. Stored numbers name "
+                    "their own machine on their cards.*")
 
 
 def provenance(profile: str, started: float | None = None) -> dict[str, str]:

@@ -74,9 +74,9 @@ class _Explorer:
 
     def static_html(self) -> str:
         """How to get the live widget, then its current state as static HTML (controls as text, figures drawn)."""
-        from nbkit.workbook import report
+        from nbkit.paths import report_target
 
-        where = report.target()
+        where = report_target()
         notebook = f"notebooks/{where[1]}.ipynb" if where else "this notebook"
         return (f"<p class='nbkit-live-hint'><b>Live widget</b> ({type(self).__name__}): run <code>make lab</code> "
                 f"and open <code>{notebook}</code> to move its controls; below, its default state.</p>"
