@@ -16,6 +16,12 @@ def mismatch_key(name: str) -> str:
     return f"mismatch/{name}"
 
 
+def moe_flip_rate_key(layer: int) -> str:
+    """The row key of one MoE layer's routing flip rate (``3`` → ``moe/flip_rate/layer3``; all layers:
+    ``MOE_FLIP_RATE``)."""
+    return f"{MOE_FLIP_RATE}/layer{layer}"
+
+
 # --- the step and its outcome --------------------------------------------------------------------------------
 STEP = "step"
 REWARD = "reward"

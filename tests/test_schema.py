@@ -47,3 +47,10 @@ def test_a_judged_runs_step_0_row_is_not_an_optimiser_step():
 
     rows = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.5}] + [{schema.STEP: s, schema.ACCURACY: 1.0} for s in (1, 2, 3)]
     assert schema.optimiser_steps(rows) == 3 and schema.optimiser_steps(rows[1:]) == 3
+
+
+def test_a_moe_layers_flip_rate_key_is_in_the_flip_rate_family():
+    from nbkit import schema
+
+    assert schema.moe_flip_rate_key(3) == "moe/flip_rate/layer3"
+    assert schema.moe_flip_rate_key(0).startswith(tuple(schema.FAMILIES))

@@ -306,7 +306,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             rates = routing.flip_rates(own, chosen, attention_mask.bool().cpu())
             self._metrics["train"][schema.MOE_FLIP_RATE].append(float(np.mean(rates)))
             for layer, rate in enumerate(rates):
-                self._metrics["train"][f"moe/flip_rate/layer{layer}"].append(rate)
+                self._metrics["train"][schema.moe_flip_rate_key(layer)].append(rate)
             self._loss_logps = result[0].detach()
         return result
 
