@@ -110,10 +110,14 @@ def _read_json(path: Path) -> dict | None:
 
 
 def last_logged_step(out: Path) -> int:
-    """The step of the last metrics row (0 when none)."""
+    """The step of the last metrics row in run folder ``out`` (0 when none)."""
     from nbkit.rl.monitor import MetricsLog
 
-    rows = MetricsLog.read(out / "metrics.jsonl")
+    return last_step(MetricsLog.read(out / "metrics.jsonl"))
+
+
+def last_step(rows: list[dict]) -> int:
+    """The step of the last of ``rows`` (0 when none): a run folder's log or a stored run alike."""
     return max((int(r.get("step", 0)) for r in rows), default=0)
 
 

@@ -131,14 +131,14 @@ class GridStudy(Study):
         """``(label → rows, label → config)`` of the stored study's runs that are runs of ``grid``: same label, the
         saved config equal in every field that changes the run, and every step logged (empty when nothing is
         stored)."""
-        from nbkit.rl.runfolder import differing_fields
+        from nbkit.rl.runfolder import differing_fields, last_step
 
         if not (results.study_dir(self.name, root) / results.CARD).is_file():
             return {}, {}
         saved = self.card(root).get("configs", {}).get("runs", {})
         rows = self.load(root)
         keep = [k for k, cfg in grid.items() if k in saved and k in rows and not differing_fields(saved[k], cfg)
-                and max((int(r.get("step", 0)) for r in rows[k]), default=0) >= cfg.steps]
+                and last_step(rows[k]) >= cfg.steps]
         return {k: rows[k] for k in keep}, {k: saved[k] for k in keep}
 
     def collect(self, **options) -> tuple[dict[str, list[dict]], dict[str, dict]]:

@@ -339,8 +339,9 @@ class DoseResponse(GridStudy):
             out.append(f"BF16/BF16 against FP16/FP16, paired by seed: {m:+.3f} (95 % CI {lo:+.3f} to {hi:+.3f}, "
                        f"{_seeds(len(gaps))}; detectable with 80 % power: "
                        f"{detectable_gap(statistics.stdev(gaps), len(gaps)):.3f}): "
-                       + ("BF16 is no detectably worse than FP16 (the interval lies above -0.05)" if lo > -MARGIN else
-                          "BF16 is worse than FP16 by more than 0.05" if hi < -MARGIN else "inconclusive") + ".")
+                       + {"no detectable harm": "BF16 is no detectably worse than FP16 (the interval lies above -0.05)",
+                          "breaks": "BF16 is worse than FP16 by more than 0.05",
+                          "inconclusive": "inconclusive"}[verdict(lo, hi)] + ".")  # the study's one rule
         return out
 
     def figure(self, runs, meta):
