@@ -17,7 +17,7 @@ import pytest
 
 from nbkit import engines, fieldcheck, mismatch, models, outputs, tasks
 from nbkit.cli import plan
-from nbkit.rl import RLConfig, train
+from nbkit.rl import RLConfig, config_from, train
 from nbkit.tasks import arith, dataset
 from nbkit.workbook import runner
 
@@ -266,6 +266,12 @@ CASES = [
     Case("runner-unknown-parameter",
          lambda c: runner.check_parameters(runner.NOTEBOOKS / "03_rl_training.ipynb", {"stepz": 1}), ValueError,
          "no parameter(s) ['stepz']"),
+    Case("runner-unknown-config-override",
+         lambda c: runner.check_parameters(runner.NOTEBOOKS / "03_rl_training.ipynb",
+                                           {"config_overrides": {"stepz": 1}}), ValueError,
+         "config_overrides ['stepz'] are no RLConfig fields"),
+    Case("rl-config-from-unknown", lambda c: config_from({"stepz": 1, "steps": 2}), ValueError,
+         "['stepz'] is not an RLConfig field"),
     # --- RLConfig: strings that must say something
     Case("rl-model-empty", lambda c: RLConfig(model=""), ValueError, "model must name something, got ''"),
     Case("rl-dataset-blank", lambda c: RLConfig(dataset="  "), ValueError, "dataset must name something, got '  '"),

@@ -275,3 +275,15 @@ def test_the_brevity_reward_is_minus_the_response_length_and_is_not_logged_as_ac
         assert "accuracy" not in row
         assert row["reward"] == pytest.approx(-row["completions/mean_length"] / 12, rel=1e-5)
         assert -1 <= row["reward"] < 0
+
+
+def test_the_sanity_run_falls_back_to_hf_rollouts_where_vllm_is_missing_and_says_so(monkeypatch, capsys):
+    from nbkit import engines
+    from nbkit.rl.config import SANITY_RUN, config_from, runnable_here
+
+    cfg = config_from({"steps": 3})
+    assert (cfg.rollout_engine, cfg.steps, cfg.lr) == ("vllm", 3, SANITY_RUN["lr"])
+    monkeypatch.setattr(engines, "vllm_available", lambda: True)
+    assert runnable_here(cfg) is cfg
+    monkeypatch.setattr(engines, "vllm_available", lambda: False)
+    assert runnable_here(cfg).rollout_engine == "hf" and "fall back to the HF engine" in capsys.readouterr().out

@@ -38,8 +38,39 @@ def test_every_profile_parameter_exists_in_its_notebook():
 
 
 def test_a_parameter_the_notebook_does_not_have_is_refused_before_anything_runs(tmp_path):
-    with pytest.raises(ValueError, match=r"no parameter\(s\) \['stepz'\].*'steps'"):
+    with pytest.raises(ValueError, match=r"no parameter\(s\) \['stepz'\].*'seeds'"):
         runner.check_parameters(runner.NOTEBOOKS / "03_rl_training.ipynb", {"stepz": 3})
+
+
+def test_a_profile_holds_only_what_differs_from_the_notebooks_defaults():
+    """profiles.py says each setting once: a value equal to the notebook's own default is a restatement."""
+    for profile, entries in runner.PROFILES.items():
+        for stem, parameters in entries.items():
+            defaults = runner.notebook_defaults(runner.NOTEBOOKS / f"{stem}.ipynb")
+            same = {k: v for k, v in parameters.items() if k in defaults and defaults[k] == v}
+            assert not same, f"profile {profile}, {stem} restates the notebook's defaults {same}"
+
+
+def test_notebook_03s_config_overrides_hold_only_what_differs_from_the_sanity_run():
+    from nbkit.rl.config import config_from
+
+    base = config_from({})
+    for profile, entries in runner.PROFILES.items():
+        overrides = entries.get("03_rl_training", {}).get("config_overrides", {})
+        same = {k: v for k, v in overrides.items() if getattr(base, k) == v}
+        assert not same, f"profile {profile} restates nbkit.rl.SANITY_RUN / RLConfig defaults {same}"
+
+
+def test_a_notebooks_defaults_are_read_as_values_and_a_non_literal_is_named(tmp_path):
+    import nbformat
+
+    defaults = runner.notebook_defaults(runner.NOTEBOOKS / "03_rl_training.ipynb")
+    assert defaults["train_dtypes"] == ["fp16", "bf16"] and defaults["config_overrides"] == {}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("steps = 2 ** 4  # =", metadata={"tags": ["parameters"]})])
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    assert runner.notebook_parameters(tmp_path / "x.ipynb") == {"steps"}  # names still read for the refusal check
+    with pytest.raises(ValueError, match=r"parameter steps = 2 \*\* 4 is not a literal"):
+        runner.notebook_defaults(tmp_path / "x.ipynb")
 
 
 def test_the_makefile_exports_exactly_the_cache_environment_of_nbkit_paths():

@@ -9,7 +9,8 @@ Server mode runs one ``vllm serve`` per precision, with exactly the flags TRL's 
 (``trl.scripts.vllm_serve.build_command``), ``--dtype`` set to the rollout dtype; the trainer refuses a server in
 another dtype. Each trainer command is ``accelerate launch`` with the matching config of ``configs/accelerate``
 and ``nbkit train`` with every setting spelled out as a flag (nothing read from elsewhere). The profile's RL
-settings are those of notebook ``03_rl_training`` in ``nbkit.workbook.profiles``; the commands run from the project
+settings are those notebook ``03_rl_training`` builds (``nbkit.rl.SANITY_RUN`` with the profile's
+``config_overrides`` of ``nbkit.workbook.profiles``); the commands run from the project
 root.
 
 Sizes fit the named GPU (``--gpu-gib``, 80 by default: an A100/H100 80GB): the vLLM context is the longest
@@ -32,7 +33,7 @@ from dataclasses import dataclass, fields
 
 from nbkit.cli import launch
 from nbkit.fieldcheck import Range, check_value
-from nbkit.rl.config import RLConfig
+from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.run import per_device_batch
 from nbkit.rl.study import run_label
 from nbkit.workbook.profiles import PROFILES
@@ -51,10 +52,6 @@ MAX_GPU_GIB = 1024
 """The most memory one GPU may be given (``--gpu-gib``): the largest accelerators of 2026 hold 288 GB; a larger
 value is a typo or another unit (81920 is an 80 GB card in MiB), not a GPU."""
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-_NOT_RLCONFIG = {"algorithms", "train_dtypes", "seeds", "torch_threads"}
-"""Notebook-03 parameters that are not ``RLConfig`` fields (the notebook loops over the first three)."""
-_PPO_PREFIX = "ppo_"
-"""Notebook-03 parameters of its PPO section (``ppo_steps``, ``ppo_critic_lr``...): that run is not one of the plan's."""
 
 
 @dataclass
@@ -92,14 +89,10 @@ def run_configs(profile: str) -> list[RLConfig]:
         raise ValueError(f"profile {profile!r} sets no RL algorithms for {NOTEBOOK}; profiles that do: "
                          f"{[p for p, v in PROFILES.items() if 'algorithms' in v.get(NOTEBOOK, {})]}")
     algorithms, dtypes = params["algorithms"], params.get("train_dtypes", ["fp16", "bf16"])
-    base = {k: v for k, v in params.items()
-            if k not in _NOT_RLCONFIG and k != "output_dir" and not k.startswith(_PPO_PREFIX)}
-    unknown = set(base) - {f.name for f in fields(RLConfig)}
-    if unknown:
-        raise ValueError(f"profile {profile!r} {NOTEBOOK} parameters that are not RLConfig fields: {sorted(unknown)}")
+    base = config_from(params.get("config_overrides", {}))  # the notebook's own recipe, as it builds it
     seeds = params.get("seeds") or [None]
-    return [RLConfig(**base, algorithm=a, train_dtype=d, seed=RLConfig.seed if s is None else s,
-                     output_dir=f"runs/{profile}/{run_label(a, d, s)}")
+    return [dataclasses.replace(base, algorithm=a, train_dtype=d, seed=base.seed if s is None else s,
+                                output_dir=f"runs/{profile}/{run_label(a, d, s)}")
             for d in dtypes for a in algorithms for s in seeds]
 
 

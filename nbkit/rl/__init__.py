@@ -9,7 +9,7 @@ server instead, dtype-checked), ``trainer`` (the narrow ``GRPOTrainer`` subclass
 ``run`` (the entry point; ``nbkit train`` is its command line).
 """
 from nbkit.rl.algorithms import ALGORITHMS
-from nbkit.rl.config import RLConfig
+from nbkit.rl.config import SANITY_RUN, RLConfig, config_from, runnable_here
 from nbkit.rl.run import RunResult, train
 
-__all__ = ["ALGORITHMS", "RLConfig", "RunResult", "train"]
+__all__ = ["ALGORITHMS", "SANITY_RUN", "RLConfig", "RunResult", "config_from", "runnable_here", "train"]

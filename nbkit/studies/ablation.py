@@ -91,16 +91,12 @@ def findings(rows: list[dict], target: float = 0.95, reference: tuple[str, str] 
 
 
 def base_config(**overrides):
-    """Notebook 03's default run (tiny-arith sanity set, grpo, vLLM rollouts), with ``overrides``."""
-    from nbkit.engines import vllm_available
-    from nbkit.rl import RLConfig
+    """Notebook 03's sanity run (``SANITY_RUN``: tiny-arith, grpo, vLLM rollouts where installed), with
+    ``overrides``."""
+    from nbkit.rl.config import config_from, runnable_here
 
-    kw = dict(model="tiny-arith", dataset="data/tiny_arith_sanity", template="raw", grader="arith", algorithm="grpo",
-              train_dtype="bf16", rollout_engine="vllm" if vllm_available() else "hf", steps=100,
-              prompts_per_step=16, samples_per_prompt=8, lr=2e-4, max_tokens=40, seed=0,
-              output_dir="reports/runs/05_precision_ablation", checkpoint_every=0, overwrite=True)
-    kw.update(overrides)
-    return RLConfig(**kw)
+    return runnable_here(config_from({"train_dtype": "bf16", "output_dir": "reports/runs/05_precision_ablation",
+                                      "checkpoint_every": 0, "overwrite": True, **overrides}))
 
 
 class Ablation(GridStudy):

@@ -93,14 +93,11 @@ def seeds_needed(sd: float, gap: float = MARGIN, power: float = 0.8, alpha: floa
 
 def base_config(**overrides):
     """One run of the study: FP32 trainer, HF rollout engine, grpo on the tiny-arith sanity set, judged every 10
-    steps on the held-out set (``overrides`` replace any field)."""
-    from nbkit.rl import RLConfig
+    steps on the held-out set: ``SANITY_RUN`` with these changes (``overrides`` replace any field)."""
+    from nbkit.rl.config import config_from
 
-    kw = dict(model="tiny-arith", dataset="data/tiny_arith_sanity", template="raw", grader="arith", algorithm="grpo",
-              train_dtype="fp32", rollout_engine="hf", steps=50, prompts_per_step=16, samples_per_prompt=8, lr=2e-4,
-              max_tokens=40, seed=0, judge_every=10, output_dir=f"runs/{STUDY}", checkpoint_every=0)
-    kw.update(overrides)
-    return RLConfig(**kw)
+    return config_from({"train_dtype": "fp32", "rollout_engine": "hf", "steps": 50, "judge_every": 10,
+                        "output_dir": f"runs/{STUDY}", "checkpoint_every": 0, **overrides})
 
 
 JUDGE_WINDOW = 2

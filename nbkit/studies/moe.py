@@ -33,14 +33,13 @@ STUDY = "moe_tiny_arith"
 
 
 def base_config(variant: str, steps: int, out: Path):
-    """Notebook 03's recipe for ``variant`` (HF rollouts), into ``out/<variant>``."""
-    from nbkit.rl import RLConfig
+    """Notebook 03's sanity run (``SANITY_RUN``) for ``variant`` (HF rollouts), into ``out/<variant>``."""
+    from nbkit.rl.config import config_from
 
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {tuple(VARIANTS)}")
-    return RLConfig(**VARIANTS[variant], template="raw", grader="arith", algorithm="grpo", rollout_engine="hf",
-                    steps=steps, prompts_per_step=16, samples_per_prompt=8, lr=2e-4, max_tokens=40,
-                    checkpoint_every=0, output_dir=str(out / variant), overwrite=True)
+    return config_from({**VARIANTS[variant], "rollout_engine": "hf", "steps": steps, "checkpoint_every": 0,
+                        "output_dir": str(out / variant), "overwrite": True})
 
 
 def summary(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:

@@ -17,16 +17,18 @@ OUTPUT_DIR = "reports/runs/ppo_tiny_arith"
 """Where the study's run folders go."""
 
 
-def base_config(**overrides):
-    """The study's PPO run on the tiny-arith sanity set (16 prompts × 8 samples, 2 epochs × 2 minibatches)."""
-    from nbkit.rl import RLConfig
+SHARED_WITH_GRPO = ("model", "dataset", "template", "grader", "lr", "prompts_per_step", "samples_per_prompt",
+                    "max_tokens")
+"""The fields notebook 03's PPO slice takes from its GRPO runs: the same task, sizes and learning rate."""
 
-    kw = dict(model="tiny-arith", dataset="data/tiny_arith_sanity", template="raw", grader="arith", algorithm="ppo",
-              train_dtype="bf16", rollout_engine="hf", steps=100, prompts_per_step=16, samples_per_prompt=8,
-              lr=2e-4, critic_lr=2e-4, max_tokens=40, seed=0, output_dir=OUTPUT_DIR, checkpoint_every=0,
-              overwrite=True)
-    kw.update(overrides)
-    return RLConfig(**kw)
+
+def base_config(**overrides):
+    """The study's PPO run on the tiny-arith sanity set (``SANITY_RUN``'s task and lr, HF rollouts, 2 epochs × 2
+    minibatches), with ``overrides``."""
+    from nbkit.rl.config import config_from
+
+    return config_from({"algorithm": "ppo", "train_dtype": "bf16", "rollout_engine": "hf", "critic_lr": 2e-4,
+                        "output_dir": OUTPUT_DIR, "checkpoint_every": 0, "overwrite": True, **overrides})
 
 
 PANELS = (

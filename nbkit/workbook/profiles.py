@@ -19,25 +19,24 @@ PROFILES: dict[str, dict[str, dict]] = {
             "name": "tiny_arith_smoke", "out_dir": ".cache/smoke/tiny_arith_smoke",
         },
         "02_mismatch_analysis": {  # tiny-arith only, HF engine, 8 prompts x 2 samples: well under a minute
-            "models": ["tiny-arith"], "engine": "hf", "n_prompts": 8, "samples_per_prompt": 2, "max_tokens": 40,
+            "models": ["tiny-arith"], "engine": "hf", "n_prompts": 8, "max_tokens": 40,
             "n_boot": 100, "model_overrides": {},
             "moe_n_prompts": 8, "moe_samples_per_prompt": 2,  # routing flips on tiny-moe-arith: a few seconds
-            "lengthlaw_model": "tiny-arith", "lengthlaw_engine": "hf", "lengthlaw_prompt_source": "arith",
-            "lengthlaw_n_prompts": 4, "lengthlaw_max_tokens": 40,  # length law: the stored run + seconds live
+            "lengthlaw_n_prompts": 4,  # length law: the stored run + seconds live (tiny-arith, HF, 40 tokens)
             "anatomy_engine": "hf", "anatomy_dtypes": ["fp16"], "anatomy_n_prompts": 2,  # the anatomy: seconds
             "anatomy_max_tokens": 16, "anatomy_alone_sequences": 1, "anatomy_n_boot": 20,
         },
         "03_rl_training": {  # 2 steps of one FP16/BF16 pair on 2 prompts x 2 samples with the HF engine
-            "algorithms": ["pg_seq_is"], "steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2,
-            "rollout_engine": "hf", "checkpoint_every": 0, "output_dir": ".cache/smoke/03_rl_training", "seeds": [0],
-            "overwrite": True,  # every smoke run replaces the previous one
+            "algorithms": ["pg_seq_is"], "seeds": [0], "output_dir": ".cache/smoke/03_rl_training",
+            "config_overrides": {"steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2, "rollout_engine": "hf",
+                                 "checkpoint_every": 0, "overwrite": True},  # every smoke run replaces the last one
             "ppo_steps": 4, "ppo_output_dir": ".cache/smoke/03_ppo",  # PPO: one rollout batch (2 epochs x 2 minibatches)
         },
         "04_where_bf16_breaks": {  # the stored grid + one 1-step FP16/BF16 twin on tiny-long's short regime
             "live_lrs": [1e-4], "live_algorithms": ["grpo_mu_old"], "live_steps": 1, "live_prompts_per_step": 2,
             "live_samples_per_prompt": 2, "output_dir": ".cache/smoke/04_hunt",
         },
-        "05_precision_ablation": {"live_pairs": []},  # the stored study only: seconds
+        "05_precision_ablation": {},  # the stored study only: seconds
         "06_dose_response": {  # a 2-format ladder on 4 x 2 answers + one 1-step run per format, judge off
             "ladder_formats": ["fp32", "mxfp4"], "ladder_n_prompts": 4, "ladder_samples_per_prompt": 2,
             "ladder_n_boot": 50, "live_formats": ["fp32", "mxfp4"], "live_corrections": ["icepop"], "live_steps": 1,
@@ -57,26 +56,28 @@ PROFILES: dict[str, dict[str, dict]] = {
         # grpo FP16/BF16 on tiny-arith, 3 seeds each, 16x8, vLLM rollouts (the engine's own kernels: the mismatch is
         # the point): 50 steps, where the stored 100-step runs (data/results/ablation_tiny_arith) have risen from
         # ~0.65 to ~0.9-0.95, so the bar is 0.9 here (cpu-full: the notebook's 100 steps and 0.95); PPO 20 steps
-        "03_rl_training": {"overwrite": True, "steps": 50, "target_accuracy": 0.9, "ppo_steps": 20},
+        "03_rl_training": {"config_overrides": {"steps": 50, "overwrite": True}, "target_accuracy": 0.9, "ppo_steps": 20},
         # the stored hunt grid (data/results/hunt_tiny_long) + a live slice: short responses, lr 1e-3, grpo and
         # grpo_mu_old, FP16/BF16, one seed
         "04_where_bf16_breaks": {"live_steps": 8},  # the live slice's lesson (lr 1e-3 wrecks a run at once) needs 8 steps
         # the stored 4-pair grid (data/results/ablation_tiny_arith) + a live BF16-train/FP32-rollout slice
-        "05_precision_ablation": {"live_pairs": [["bf16", "fp32"]], "live_steps": 10},
+        "05_precision_ablation": {"live_pairs": [["bf16", "fp32"]]},
         # the stored dose-response study + the offline ladder and a live FP32 / e8m1 pair of 20 steps (a few minutes)
         "06_dose_response": {},
     },
     "gpu": {
         "03_rl_training": {  # the paper's sanity test: R1-Distill-Qwen-1.5B on its 1,460 MATH problems
-            "model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "dataset": "sanity_math_1460",
-            "template": "r1_distill_qwen", "grader": "r1_distill", "algorithms": ["grpo", "pg_seq_is"],
-            "train_dtypes": ["fp16", "bf16"], "rollout_engine": "vllm", "steps": 1000, "prompts_per_step": 64,
-            "samples_per_prompt": 8, "lr": 1e-6, "max_tokens": 8192, "checkpoint_every": 50, "torch_threads": 0,
+            "algorithms": ["grpo", "pg_seq_is"], "torch_threads": 0,
             "seeds": [0],  # one seed per GPU-day; add seeds before comparing precisions
-            # one 80 GB GPU in the notebook's kernel: vLLM colocated (30 %, asleep during the update) and one
-            # sequence of up to 10,240 tokens per micro-batch, 512 per step (nbkit.rl.memory: peak ~54 of 80 GiB);
-            # `nbkit plan` re-sizes the micro-batches for its own GPU count
-            "gradient_accumulation_steps": 512, "vllm_sleep_mode": True,
+            "config_overrides": {
+                "model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "dataset": "sanity_math_1460",
+                "template": "r1_distill_qwen", "grader": "r1_distill", "steps": 1000, "prompts_per_step": 64,
+                "lr": 1e-6, "max_tokens": 8192, "checkpoint_every": 50,
+                # one 80 GB GPU in the notebook's kernel: vLLM colocated (30 %, asleep during the update) and one
+                # sequence of up to 10,240 tokens per micro-batch, 512 per step (nbkit.rl.memory: peak ~54 of 80
+                # GiB); `nbkit plan` re-sizes the micro-batches for its own GPU count
+                "gradient_accumulation_steps": 512, "vllm_sleep_mode": True,
+            },
             # PPO with a critic in the paper's setting (vLLM rollouts), no stored CPU study next to it
             "ppo_steps": 1000, "ppo_rollout_engine": "vllm", "ppo_critic_lr": 1e-5, "ppo_stored": "",
             "ppo_output_dir": "runs/gpu/03_ppo",
@@ -89,7 +90,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         },
         "05_precision_ablation": {  # the paper's ablation grid on its sanity test, one seed per GPU-day
             "stored_study": "", "live_pairs": [["bf16", "bf16"], ["bf16", "fp32"], ["fp16", "fp16"], ["fp32", "fp32"]],
-            "live_steps": 1000, "live_prompts_per_step": 64, "live_samples_per_prompt": 8, "live_seeds": [0],
+            "live_steps": 1000, "live_prompts_per_step": 64,  # one seed, 8 samples per prompt: the defaults
             "output_dir": "runs/gpu/05_precision_ablation",
             "config_overrides": {"model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "dataset": "sanity_math_1460",
                                  "template": "r1_distill_qwen", "grader": "r1_distill", "lr": 1e-6, "max_tokens": 8192,
@@ -99,8 +100,8 @@ PROFILES: dict[str, dict[str, dict]] = {
         "01_build_dataset": {  # the paper's recipe: R1-Distill-Qwen-1.5B, 40 samples, [0.2, 0.8], on MATH-500
             "model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "engine": "vllm", "dtype": "bf16",
             "engine_kwargs": {"max_model_len": 10240, "gpu_memory_utilization": 0.85, "enforce_eager": False},
-            "source": "eval/math", "template": "r1_distill_qwen", "pool_size": 0, "n_samples": 40,
-            "lo": 0.2, "hi": 0.8, "max_tokens": 8192, "temperature": 1.0, "top_p": 1.0, "batch_prompts": 128,
+            "source": "eval/math", "template": "r1_distill_qwen", "pool_size": 0,  # N, window, sampling: defaults
+            "max_tokens": 8192, "batch_prompts": 128,
             "name": "math500_r1_distill_sanity",
         },
         "02_mismatch_analysis": {  # the paper's Fig. 5 setting: R1-Distill-Qwen-1.5B, vLLM, MATH-500, long responses
@@ -121,8 +122,7 @@ PROFILES["cpu-full"] = {
     **PROFILES["cpu"],
     "02_mismatch_analysis": {  # + the long length law live (what python -m nbkit.offline.lengthlaw stores): 1,024 tokens
         "lengthlaw_model": "smollm2-135m", "lengthlaw_engine": "auto", "lengthlaw_prompt_source": "eval/math",
-        "lengthlaw_dtypes": ["bf16", "fp16", "fp32"], "lengthlaw_n_prompts": 12, "lengthlaw_samples_per_prompt": 2,
-        "lengthlaw_max_tokens": 1024,
+        "lengthlaw_dtypes": ["bf16", "fp16", "fp32"], "lengthlaw_n_prompts": 12, "lengthlaw_max_tokens": 1024,
     },
     "03_rl_training": {  # every algorithm in both precisions, 3 seeds each, same budget per run as the cpu pair
         "algorithms": ["grpo", "dr_grpo", "grpo_token_tis", "grpo_seq_mis", "gspo", "pg_seq_is"],

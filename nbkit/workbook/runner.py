@@ -110,29 +110,59 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
     return NotebookResult(path.stem, not error, seconds, parameters, error)
 
 
-def notebook_parameters(path: Path) -> set[str]:
-    """The names the notebook's ``parameters`` cell assigns (read with ``ast``: papermill's own inspection
-    misreads lines whose comment holds an ``=``)."""
+def _parameter_assignments(path: Path) -> list[tuple[str, object]]:
+    """``(name, value expression)`` of each assignment in the notebook's ``parameters`` cell (read with ``ast``:
+    papermill's own inspection misreads lines whose comment holds an ``=``)."""
     import ast
 
     import nbformat
 
     cells = [c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
     if not cells:
-        return set()
-    tree = ast.parse(cells[0].source)
-    targets = [t for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-               for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
-    return {t.id for t in targets if isinstance(t, ast.Name)}
+        return []
+    return [(target.id, node.value) for node in ast.parse(cells[0].source).body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)]
+
+
+def notebook_parameters(path: Path) -> set[str]:
+    """The names the notebook's ``parameters`` cell assigns."""
+    return {name for name, _ in _parameter_assignments(path)}
+
+
+def notebook_defaults(path: Path) -> dict:
+    """The notebook's ``parameters`` cell as ``name → default value``; a value that is no literal is refused
+    (a profile is compared with these values: ``nbkit.workbook.profiles`` holds only what differs)."""
+    import ast
+
+    out = {}
+    for name, value in _parameter_assignments(path):
+        try:
+            out[name] = ast.literal_eval(value)
+        except ValueError:
+            raise ValueError(f"notebook {path.stem}: parameter {name} = {ast.unparse(value)} is not a literal; "
+                             f"write its value") from None
+    return out
 
 
 def check_parameters(path: Path, parameters: dict) -> None:
     """Every parameter names a variable of the notebook's ``parameters`` cell (papermill would only warn and
-    run the notebook with its own value, marked ok)."""
+    run the notebook with its own value, marked ok), and every key of ``config_overrides`` an ``RLConfig`` field."""
     known = notebook_parameters(path)
     unknown = sorted(set(parameters) - set(known))
     if unknown:
         raise ValueError(f"notebook {path.stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
+    if "config_overrides" in parameters:  # RLConfig fields, in every notebook that has them
+        from dataclasses import fields
+
+        from nbkit.rl.config import RLConfig
+
+        fields_ = {f.name for f in fields(RLConfig)}
+        unknown = sorted(set(parameters["config_overrides"]) - fields_)
+        if unknown:
+            raise ValueError(f"notebook {path.stem}: config_overrides {unknown} are no RLConfig fields; the fields: "
+                             f"{sorted(fields_)}")
 
 
 def check_out_dir(out_dir) -> Path:
