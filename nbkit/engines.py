@@ -35,21 +35,17 @@ FINISH_REASONS = ("stop", "length")
 class SamplingConfig:
     """Sampling parameters, explicit so that two engines can be asked for the same thing."""
 
-    temperature: float = 1.0
-    """Softmax temperature; 1.0 samples from the model's own distribution (the paper's setting)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass; 1.0 = off."""
-    top_k: int = 0
-    """Keep only the k most likely tokens; 0 = off."""
-    max_tokens: int = 64
-    """Maximum number of generated tokens per response."""
-    n: int = 1
-    """Responses per prompt."""
-    seed: int = 0
-    """Seed of the sampler (same seed + same engine + same dtype = same samples)."""
-    logprobs_mode: str = "raw_logprobs"
-    """``raw_logprobs``: μ = log_softmax(logits); ``processed_logprobs``: μ after temperature/top-k/top-p,
-    i.e. the distribution actually sampled from (vLLM's names). Identical at temperature 1 without top-k/p."""
+    temperature: float = field(default=1.0, metadata={"help": (
+        "Softmax temperature; 1.0 samples from the model's own distribution (the paper's setting).")})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass; 1.0 = off."})
+    top_k: int = field(default=0, metadata={"help": "Keep only the k most likely tokens; 0 = off."})
+    max_tokens: int = field(default=64, metadata={"help": "Maximum number of generated tokens per response."})
+    n: int = field(default=1, metadata={"help": "Responses per prompt."})
+    seed: int = field(default=0, metadata={"help": (
+        "Seed of the sampler (same seed + same engine + same dtype = same samples).")})
+    logprobs_mode: str = field(default="raw_logprobs", metadata={"help": (
+        "``raw_logprobs``: μ = log_softmax(logits); ``processed_logprobs``: μ after temperature/top-k/top-p, i.e. "
+        "the distribution actually sampled from (vLLM's names). Identical at temperature 1 without top-k/p.")})
 
     def __post_init__(self) -> None:
         for name in ("top_k", "max_tokens", "n", "seed"):

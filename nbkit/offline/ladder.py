@@ -29,30 +29,25 @@ HEADLINE_KEYS = (schema.METRIC_TOKEN_ABS_LOGP_DIFF, "kl_k1", "seq_kl")
 class LadderConfig:
     """One model's ladder of rollout formats against an FP32 trainer."""
 
-    model: str = "tiny-arith"
-    """Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory)."""
-    formats: tuple[str, ...] = formats.LADDER
-    """Rollout formats (``nbkit.formats.FORMATS``), in the order the figure shows them."""
-    prompt_source: str = "auto"
-    """As ``nbkit.offline.analysis.GridConfig.prompt_source`` (``auto``: ``arith`` for tiny-arith, else ``eval/math``)."""
-    n_prompts: int = 32
-    """Number of prompts."""
-    samples_per_prompt: int = 4
-    """Responses sampled per prompt and format."""
-    max_tokens: int = 48
-    """Longest response (tokens)."""
-    temperature: float = 1.0
-    """Sampling temperature (π at the same temperature)."""
-    seed: int = 0
-    """Seed of the prompts, the samplers (the same in every format) and the bootstrap."""
-    batch_size: int = 16
-    """Sequences per teacher-forced π forward."""
-    n_boot: int = 200
-    """Bootstrap resamples (sequences) for each headline CI; 0 = none."""
-    gemm: str = "auto"
-    """``nbkit.gemm`` policy of the GEMMs a format leaves in its base dtype (and of plain fp16/bf16)."""
-    device: str | None = None
-    """Device of the engine and of π; None = CPU."""
+    model: str = field(default="tiny-arith", metadata={"help": (
+        "Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory).")})
+    formats: tuple[str, ...] = field(default=formats.LADDER, metadata={"help": (
+        "Rollout formats (``nbkit.formats.FORMATS``), in the order the figure shows them.")})
+    prompt_source: str = field(default="auto", metadata={"help": (
+        "As ``nbkit.offline.analysis.GridConfig.prompt_source`` (``auto``: ``arith`` for tiny-arith, else "
+        "``eval/math``).")})
+    n_prompts: int = field(default=32, metadata={"help": "Number of prompts."})
+    samples_per_prompt: int = field(default=4, metadata={"help": "Responses sampled per prompt and format."})
+    max_tokens: int = field(default=48, metadata={"help": "Longest response (tokens)."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (π at the same temperature)."})
+    seed: int = field(default=0, metadata={"help": (
+        "Seed of the prompts, the samplers (the same in every format) and the bootstrap.")})
+    batch_size: int = field(default=16, metadata={"help": "Sequences per teacher-forced π forward."})
+    n_boot: int = field(default=200, metadata={"help": (
+        "Bootstrap resamples (sequences) for each headline CI; 0 = none.")})
+    gemm: str = field(default="auto", metadata={"help": (
+        "``nbkit.gemm`` policy of the GEMMs a format leaves in its base dtype (and of plain fp16/bf16).")})
+    device: str | None = field(default=None, metadata={"help": "Device of the engine and of π; None = CPU."})
 
     def __post_init__(self) -> None:
         if not self.formats:

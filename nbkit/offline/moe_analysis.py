@@ -31,20 +31,16 @@ from nbkit.engines import HFEngine, SamplingConfig
 class MoeConfig:
     """What the routing-flip analysis samples."""
 
-    model: str = "tiny-moe-arith"
-    """A mixture-of-experts model ref for ``nbkit.models.load``."""
-    dtypes: tuple = ("fp32", "bf16", "fp16")
-    """Engine = trainer dtypes compared (FP32 is also the reference routing)."""
-    n_prompts: int = 32
-    """tiny-arith problems (``nbkit.offline.analysis.load_prompts('arith', ...)``)."""
-    samples_per_prompt: int = 4
-    """Responses per prompt."""
-    max_tokens: int = 40
-    """Longest response."""
-    seed: int = 0
-    """Prompt choice and sampler seed."""
-    gemm: str = "auto"
-    """Half GEMM kernel of both sides (``nbkit.gemm``)."""
+    model: str = field(default="tiny-moe-arith", metadata={"help": (
+        "A mixture-of-experts model ref for ``nbkit.models.load``.")})
+    dtypes: tuple = field(default=("fp32", "bf16", "fp16"), metadata={"help": (
+        "Engine = trainer dtypes compared (FP32 is also the reference routing).")})
+    n_prompts: int = field(default=32, metadata={"help": (
+        "tiny-arith problems (``nbkit.offline.analysis.load_prompts('arith', ...)``).")})
+    samples_per_prompt: int = field(default=4, metadata={"help": "Responses per prompt."})
+    max_tokens: int = field(default=40, metadata={"help": "Longest response."})
+    seed: int = field(default=0, metadata={"help": "Prompt choice and sampler seed."})
+    gemm: str = field(default="auto", metadata={"help": "Half GEMM kernel of both sides (``nbkit.gemm``)."})
 
     def __post_init__(self) -> None:
         for d in self.dtypes:

@@ -16,7 +16,7 @@ coordinates come from its config (``Hunt.coords``), never from its folder name.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbkit import schema
@@ -40,26 +40,19 @@ GAP_MARGIN = 0.05
 class HuntConfig:
     """The grid and the budget of each cell's run (all cells share it)."""
 
-    lengths: tuple[str, ...] = LENGTHS
-    """Length regimes of tiny-long (``short``, ``medium``, ``long``)."""
-    lrs: tuple[float, ...] = LRS
-    """Learning rates."""
-    algorithms: tuple[str, ...] = ALGORITHMS
-    """RL presets (``nbkit.rl`` names)."""
-    dtypes: tuple[str, ...] = DTYPES
-    """Precisions; must hold both fp16 and bf16 (every BF16 result is reported next to its FP16 twin)."""
-    seeds: tuple[int, ...] = (0, 1, 2)
-    """Seeds of every cell."""
-    steps: int = 16
-    """Optimiser steps per run."""
-    prompts_per_step: int = 4
-    """Distinct prompts per step."""
-    samples_per_prompt: int = 4
-    """Group size."""
-    engine: str = "hf"
-    """Rollout engine (``hf`` or ``vllm``)."""
-    output_dir: str = "runs/hunt"
-    """Parent folder of the cells' run folders (kept, so a cut-off grid resumes)."""
+    lengths: tuple[str, ...] = field(default=LENGTHS, metadata={"help": (
+        "Length regimes of tiny-long (``short``, ``medium``, ``long``).")})
+    lrs: tuple[float, ...] = field(default=LRS, metadata={"help": "Learning rates."})
+    algorithms: tuple[str, ...] = field(default=ALGORITHMS, metadata={"help": "RL presets (``nbkit.rl`` names)."})
+    dtypes: tuple[str, ...] = field(default=DTYPES, metadata={"help": (
+        "Precisions; must hold both fp16 and bf16 (every BF16 result is reported next to its FP16 twin).")})
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "Seeds of every cell."})
+    steps: int = field(default=16, metadata={"help": "Optimiser steps per run."})
+    prompts_per_step: int = field(default=4, metadata={"help": "Distinct prompts per step."})
+    samples_per_prompt: int = field(default=4, metadata={"help": "Group size."})
+    engine: str = field(default="hf", metadata={"help": "Rollout engine (``hf`` or ``vllm``)."})
+    output_dir: str = field(default="runs/hunt", metadata={"help": (
+        "Parent folder of the cells' run folders (kept, so a cut-off grid resumes).")})
 
     def __post_init__(self) -> None:
         from nbkit.rl.algorithms import ALGORITHMS as PRESETS

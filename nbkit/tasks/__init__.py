@@ -224,28 +224,26 @@ NAMED_SOURCES = {
 class TaskConfig:
     """Which problems, which prompt, which reward."""
 
-    source: str = "arith"
-    """``arith``, a ``NAMED_SOURCES`` key, or a path (``save_to_disk`` folder, ``.parquet``, ``.jsonl``, ``.json``);
-    relative paths are resolved against the project root."""
-    split: str | None = None
-    """Split of a ``DatasetDict`` folder (default: ``train`` if present, else the only split)."""
-    problem_key: str = "problem"
-    """Column holding the problem text."""
-    answer_key: str = "answer"
-    """Column holding the reference answer (a MATH ``solution`` with its ``\\boxed{}`` works too)."""
-    template: str = "raw"
-    """Prompt template, a key of ``TEMPLATES``."""
-    grader: str = "auto"
-    """Reward rule, a key of ``GRADERS``; ``auto`` picks with ``default_grader``."""
-    pool_size: int = 0
-    """Number of problems to take (a seeded random subset of a file source; the count generated for
-    ``arith``); 0 = all (``arith`` needs a positive count)."""
-    seed: int = 0
-    """Seed of the arith generator and of the subset choice."""
-    arith: ArithConfig = field(default_factory=ArithConfig)
-    """Difficulty knobs of ``arith`` problems (digits, scratchpad)."""
-    long_arith: LongArithConfig = field(default_factory=LongArithConfig)
-    """Length knob of ``long_arith`` problems (``steps`` 1..80; ``LongArithConfig.regime("long")``): tiny-long's task."""
+    source: str = field(default="arith", metadata={"help": (
+        "``arith``, a ``NAMED_SOURCES`` key, or a path (``save_to_disk`` folder, ``.parquet``, ``.jsonl``, "
+        "``.json``); relative paths are resolved against the project root.")})
+    split: str | None = field(default=None, metadata={"help": (
+        "Split of a ``DatasetDict`` folder (default: ``train`` if present, else the only split).")})
+    problem_key: str = field(default="problem", metadata={"help": "Column holding the problem text."})
+    answer_key: str = field(default="answer", metadata={"help": (
+        "Column holding the reference answer (a MATH ``solution`` with its ``\\boxed{}`` works too).")})
+    template: str = field(default="raw", metadata={"help": "Prompt template, a key of ``TEMPLATES``."})
+    grader: str = field(default="auto", metadata={"help": (
+        "Reward rule, a key of ``GRADERS``; ``auto`` picks with ``default_grader``.")})
+    pool_size: int = field(default=0, metadata={"help": (
+        "Number of problems to take (a seeded random subset of a file source; the count generated for ``arith``); "
+        "0 = all (``arith`` needs a positive count).")})
+    seed: int = field(default=0, metadata={"help": "Seed of the arith generator and of the subset choice."})
+    arith: ArithConfig = field(default_factory=ArithConfig, metadata={"help": (
+        "Difficulty knobs of ``arith`` problems (digits, scratchpad).")})
+    long_arith: LongArithConfig = field(default_factory=LongArithConfig, metadata={"help": (
+        "Length knob of ``long_arith`` problems (``steps`` 1..80; ``LongArithConfig.regime(\"long\")``): "
+        "tiny-long's task.")})
 
     def __post_init__(self) -> None:
         if self.template not in TEMPLATES:

@@ -12,7 +12,7 @@ paper's "perfectible" sanity set needs (problems solved sometimes, neither never
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>")
 CHARS = tuple("0123456789+-*=,| ")
@@ -31,10 +31,9 @@ def vocabulary() -> dict[str, int]:
 class ArithConfig:
     """Difficulty knobs of the arithmetic problems."""
 
-    digits: int = 3
-    """Digits per operand (operands are zero-padded to this width)."""
-    scratchpad: bool = True
-    """Answer with the column scratchpad before ``|`` (False: answer only, much harder for a tiny model)."""
+    digits: int = field(default=3, metadata={"help": "Digits per operand (operands are zero-padded to this width)."})
+    scratchpad: bool = field(default=True, metadata={"help": (
+        "Answer with the column scratchpad before ``|`` (False: answer only, much harder for a tiny model).")})
 
     def __post_init__(self) -> None:
         if not 1 <= self.digits <= 9:

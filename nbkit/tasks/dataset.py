@@ -42,39 +42,36 @@ EXAMPLE_CHARS = 1500
 class BuildConfig:
     """How pass rates are estimated and which problems are kept."""
 
-    name: str = "tiny_arith_sanity"
-    """Output folder name: the dataset goes to ``data/<name>/`` unless ``out_dir`` is set."""
-    out_dir: str = ""
-    """Where to write instead of ``data/<name>/`` (relative paths from the project root); "" = default. The folder
-    must be new, empty or an earlier dataset of the workbook (``nbkit.outputs``): nothing else is overwritten."""
-    model: str = "tiny-arith"
-    """Model ref for ``nbkit.models.load`` / the engine: ``tiny-arith``, ``smollm2-135m``, a local HF path."""
-    engine: str = "hf"
-    """Rollout engine kind for ``nbkit.engines.make_engine``: ``hf`` or ``vllm``."""
-    dtype: str = "fp32"
-    """Engine dtype (``fp32``, ``bf16``, ``fp16``): pass rates are a property of model AND precision."""
-    engine_kwargs: dict = field(default_factory=dict)
-    """Extra keyword arguments for ``make_engine`` (e.g. vLLM's memory settings)."""
-    n_samples: int = 40
-    """N: responses sampled per problem (the paper: 40)."""
-    lo: float = 0.2
-    """Lowest pass rate kept (inclusive; the paper: 0.2)."""
-    hi: float = 0.8
-    """Highest pass rate kept (inclusive; the paper: 0.8)."""
-    seed: int = 0
-    """Sampler seed (mixed with each batch's first problem)."""
-    max_tokens: int = 48
-    """Maximum response length; a truncated response usually has no answer and counts as wrong."""
-    temperature: float = 1.0
-    """Sampling temperature (1.0: the model's own distribution, as in RL rollouts)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (1.0 = off, as in the paper's rollouts)."""
-    batch_prompts: int = 64
-    """Problems per engine call (each call generates ``batch_prompts * n_samples`` responses)."""
-    cache_dir: str = ""
-    """Root of the pass-rate caches; "" = ``.cache/pass_rates`` of the project."""
-    resume: bool = True
-    """Reuse cached pass rates (False: delete this configuration's cache first and sample everything)."""
+    name: str = field(default="tiny_arith_sanity", metadata={"help": (
+        "Output folder name: the dataset goes to ``data/<name>/`` unless ``out_dir`` is set.")})
+    out_dir: str = field(default="", metadata={"help": (
+        "Where to write instead of ``data/<name>/`` (relative paths from the project root); \"\" = default. The "
+        "folder must be new, empty or an earlier dataset of the workbook (``nbkit.outputs``): nothing else is "
+        "overwritten.")})
+    model: str = field(default="tiny-arith", metadata={"help": (
+        "Model ref for ``nbkit.models.load`` / the engine: ``tiny-arith``, ``smollm2-135m``, a local HF path.")})
+    engine: str = field(default="hf", metadata={"help": (
+        "Rollout engine kind for ``nbkit.engines.make_engine``: ``hf`` or ``vllm``.")})
+    dtype: str = field(default="fp32", metadata={"help": (
+        "Engine dtype (``fp32``, ``bf16``, ``fp16``): pass rates are a property of model AND precision.")})
+    engine_kwargs: dict = field(default_factory=dict, metadata={"help": (
+        "Extra keyword arguments for ``make_engine`` (e.g. vLLM's memory settings).")})
+    n_samples: int = field(default=40, metadata={"help": "N: responses sampled per problem (the paper: 40)."})
+    lo: float = field(default=0.2, metadata={"help": "Lowest pass rate kept (inclusive; the paper: 0.2)."})
+    hi: float = field(default=0.8, metadata={"help": "Highest pass rate kept (inclusive; the paper: 0.8)."})
+    seed: int = field(default=0, metadata={"help": "Sampler seed (mixed with each batch's first problem)."})
+    max_tokens: int = field(default=48, metadata={"help": (
+        "Maximum response length; a truncated response usually has no answer and counts as wrong.")})
+    temperature: float = field(default=1.0, metadata={"help": (
+        "Sampling temperature (1.0: the model's own distribution, as in RL rollouts).")})
+    top_p: float = field(default=1.0, metadata={"help": (
+        "Nucleus sampling mass (1.0 = off, as in the paper's rollouts).")})
+    batch_prompts: int = field(default=64, metadata={"help": (
+        "Problems per engine call (each call generates ``batch_prompts * n_samples`` responses).")})
+    cache_dir: str = field(default="", metadata={"help": (
+        "Root of the pass-rate caches; \"\" = ``.cache/pass_rates`` of the project.")})
+    resume: bool = field(default=True, metadata={"help": (
+        "Reuse cached pass rates (False: delete this configuration's cache first and sample everything).")})
 
     def __post_init__(self) -> None:
         for name in ("n_samples", "batch_prompts", "max_tokens", "seed"):

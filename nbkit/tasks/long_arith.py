@@ -19,7 +19,7 @@ integer after the last ``|`` equals the reference).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_STEPS = 90
 """Largest ``steps``: 90 steps at width 2 are 994 response tokens (the count-down writes 2 digits)."""
@@ -33,10 +33,10 @@ REGIMES: dict[str, int] = {"short": 9, "medium": 27, "long": 72}
 class LongArithConfig:
     """The length knob and the register width of the chain-of-additions task."""
 
-    steps: int = REGIMES["medium"]
-    """Additions in the chain (1..MAX_STEPS): the response has ``step_tokens * steps + width + 2`` tokens."""
-    width: int = 2
-    """Digits of the register and of the addend (sums wrap modulo 10^width)."""
+    steps: int = field(default=REGIMES["medium"], metadata={"help": (
+        "Additions in the chain (1..MAX_STEPS): the response has ``step_tokens * steps + width + 2`` tokens.")})
+    width: int = field(default=2, metadata={"help": (
+        "Digits of the register and of the addend (sums wrap modulo 10^width).")})
 
     def __post_init__(self) -> None:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
