@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import forced, lm_head, models
+from nbkit import forced, lm_head, models, schema
 from nbkit.engines import HFEngine, SamplingConfig
 from nbkit.offline import anatomy
 from nbkit.tasks import arith
@@ -107,3 +107,26 @@ def test_hf_engine_with_an_fp32_lm_head_samples_from_fp32_logits_of_the_fp32_hea
     decoded = forced.decode_logprobs(engine.model, tok, rollouts)
     for r, lp in zip(rollouts, decoded):
         np.testing.assert_array_equal(lp, np.asarray(r.logprobs))
+
+
+def _result(dtype: str, total: float, ci: tuple[float, float]) -> anatomy.AnatomyResult:
+    token = schema.METRIC_TOKEN_ABS_LOGP_DIFF
+    res = anatomy.AnatomyResult(config=anatomy.AnatomyConfig(dtype=dtype), engine="hf", gemm_policy="native")
+    res.metrics[("implementation", "engine")] = {token: total * 0.9}
+    res.metrics[("implementation", "gemm_kernel")] = {token: total * 0.1}
+    res.metrics[("implementation", "total")] = {token: total, f"{token} CI": ci}
+    res.heads = {"none": {token: total}}
+    return res
+
+
+@pytest.mark.parametrize("bf16, fp16, verdict", [
+    ((6e-4, (4e-4, 9e-4)), (1e-4, (0.5e-4, 2e-4)), "as in the paper"),
+    ((1e-4, (0.5e-4, 2e-4)), (6e-4, (4e-4, 9e-4)), "the inversion, on this CPU"),
+    ((6e-4, (3.8e-4, 8.9e-4)), (3e-4, (0.8e-4, 6.5e-4)), "cannot be told apart"),
+])
+def test_the_anatomys_sentence_is_generated_from_the_numbers_and_calls_an_order_only_when_the_cis_are_apart(
+        bf16, fp16, verdict):
+    text = anatomy.compare({"bf16": _result("bf16", *bf16), "fp16": _result("fp16", *fp16)})
+    assert verdict in text
+    assert f"π − μ {bf16[0]:.2g} (95 % CI {bf16[1][0]:.2g}–{bf16[1][1]:.2g})" in text
+    assert "largest implementation factor `engine`" in text

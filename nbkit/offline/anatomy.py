@@ -561,3 +561,36 @@ def summary(res: AnatomyResult, metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF)
     lines.append("  distance from FP32: " + ", ".join(f"{side} {m[metric]:.3g}" for side, m in res.from_fp32.items()))
     lines.append("  LM head in FP32: " + ", ".join(f"{c} {m[metric]:.3g}" for c, m in res.heads.items()))
     return "\n".join(lines)
+
+
+def compare(results: dict[str, AnatomyResult], metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF) -> str:
+    """This run's reading of its anatomies, as markdown generated from the numbers (``dtype → result``): each
+    format's π − μ with its CI, whether FP16 sits further from π than BF16 (only when the CIs are apart), the
+    largest implementation factor, and the LM-head cases."""
+    def value(m: dict) -> str:
+        ci = m.get(f"{metric} CI")
+        return f"{m[metric]:.2g}" + (f" (95 % CI {ci[0]:.2g}–{ci[1]:.2g})" if ci else "")
+
+    if not results:
+        return "_no anatomy in this run_"
+    first = next(iter(results.values()))
+    name = "mean |log π − log μ| per token" if metric == schema.METRIC_TOKEN_ABS_LOGP_DIFF else metric
+    lines = [f"**This run** ({first.config.model}, {first.engine} engine, GEMM {first.gemm_policy}; {name}, "
+             f"CIs by bootstrap over sequences):"]
+    for dtype, res in results.items():
+        total = res.metrics[("implementation", "total")]
+        big = res.largest("implementation", metric)
+        lines.append(f"- {dtype}: π − μ {value(total)}; largest implementation factor `{big}` "
+                     f"{res.metrics[('implementation', big)][metric]:.2g}; LM head in FP32: "
+                     + ", ".join(f"{c} {m[metric]:.2g}" for c, m in res.heads.items()) + ".")
+    if {"bf16", "fp16"} <= set(results):
+        bf, fp = (results[d].metrics[("implementation", "total")] for d in ("bf16", "fp16"))
+        cb, cf = bf.get(f"{metric} CI"), fp.get(f"{metric} CI")
+        if cb and cf and cf[0] > cb[1]:
+            verdict = "FP16's μ is further from π than BF16's (CIs apart): the inversion, on this CPU"
+        elif cb and cf and cb[0] > cf[1]:
+            verdict = "BF16's μ is further from π than FP16's (CIs apart), as in the paper"
+        else:
+            verdict = "the two cannot be told apart at this size (CIs overlap or were not computed)"
+        lines.append(f"- BF16 against FP16: {verdict}.")
+    return "\n".join(lines)
