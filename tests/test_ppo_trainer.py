@@ -101,3 +101,22 @@ def test_ppo_token_tis_weights_the_loss_by_the_engines_mu_on_the_same_batch(tmp_
     assert tis["reward"] == plain["reward"] and tis["value/loss"] == plain["value/loss"]  # the same batch, same critic
     assert "is/truncated_fraction" not in plain and tis["is/truncated_fraction"] > 0  # π_old/μ reached C = 1.002
     assert tis["loss"] != plain["loss"]  # μ entered the policy loss
+
+
+def test_resume_works_where_accelerate_names_the_cpu_cpu_0(tmp_path, monkeypatch):
+    """Distributed CPU runs (accelerate's MULTI_CPU) put the process on device ``cpu:0``, a location torch.load's
+    ``map_location`` refuses; the critic's checkpoint still loads."""
+    from accelerate.state import AcceleratorState
+
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cpu:0")
+    AcceleratorState._reset_state(True)  # accelerate reads the device once per process
+    try:
+        train(ppo(tmp_path, "cut", train_dtype="fp32", steps=4, checkpoint_every=4), progress=False)
+        from accelerate import PartialState
+        assert str(PartialState().device) == "cpu:0"
+        resumed = train(ppo(tmp_path, "cut", train_dtype="fp32", steps=8, checkpoint_every=4, resume=True),
+                        progress=False).rows
+        assert [r["step"] for r in resumed] == list(range(1, 9))
+    finally:
+        monkeypatch.delenv("ACCELERATE_TORCH_DEVICE")
+        AcceleratorState._reset_state(True)

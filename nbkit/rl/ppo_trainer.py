@@ -135,7 +135,9 @@ class PPOTrainer(PrecisionGRPOTrainer):
             path = os.path.join(checkpoint, CRITIC_FILE)
             if not os.path.exists(path):
                 raise FileNotFoundError(f"PPO checkpoint {checkpoint} has no {CRITIC_FILE}: the critic cannot resume")
-            self.load_critic_state(torch.load(path, map_location=self.accelerator.device, weights_only=True))
+            device = self.accelerator.device  # torch.load refuses "cpu:0", which accelerate can report on CPU
+            self.load_critic_state(torch.load(path, map_location="cpu" if device.type == "cpu" else device,
+                                              weights_only=True))
 
     def critic_state(self) -> dict:
         """Weights, optimizer and scaler of the critic (what a checkpoint keeps)."""
