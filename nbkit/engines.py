@@ -300,6 +300,36 @@ def _stop_ids(model, tokenizer) -> set[int]:
     return ids
 
 
+def vllm_gemm_policy(gemm: str, dtype: str) -> str:
+    """The GEMM policy a vLLM engine runs (``nbkit.gemm``'s ``auto`` resolved for this device): ``fp32-accumulate``
+    only for half dtypes on a CPU without native half GEMMs (``nbkit.vllm_gemm``), else ``native`` (vLLM's own
+    kernels; CUDA's tensor cores already follow the contract)."""
+    from nbkit import gemm as gemm_policies
+
+    policy = gemm_policies.resolve(gemm)
+    if policy == "fp32-accumulate" and torch.cuda.is_available():
+        if gemm == "auto":
+            return "native"
+        raise ValueError("gemm='fp32-accumulate' applies to vLLM-CPU only; CUDA's half GEMMs already accumulate in "
+                         "fp32 and round once: use gemm='auto' or 'native'")
+    return "native" if dtype == "fp32" else policy
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """``values`` set in ``os.environ`` while the block runs (vLLM's spawned processes inherit them), then restored."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class VLLMEngine:
     """Rollouts with vLLM in an explicit ``dtype`` (never vLLM's "auto", which silently picks BF16 for fp32
     checkpoints on some set-ups); μ from ``SamplingParams(logprobs=0)``.
@@ -308,7 +338,10 @@ class VLLMEngine:
     ``logprobs_mode`` is an engine-level choice in vLLM, fixed here at construction. ``max_model_len=None``
     takes the model's own context length capped at 2048 (``default_max_model_len``); a request whose prompt +
     ``max_tokens`` exceeds it is refused (vLLM would end it at ``max_model_len`` as an ordinary "length" finish).
-    ``enforce_eager=None``: eager on CPU, CUDA graphs on GPUs (``default_enforce_eager``).
+    ``enforce_eager=None``: eager on CPU, CUDA graphs on GPUs (``default_enforce_eager``). ``gemm`` (``nbkit.gemm``'s
+    policies) decides the half linear layers' kernel on CPUs: ``auto`` gives them the tensor-core contract
+    (``nbkit.vllm_gemm``) where the CPU has no native half GEMMs, as the trainer's π gets it; ``native`` keeps
+    vLLM's own choice. ``self.gemm`` (and each rollout's ``meta["gemm"]``) names what ran.
     """
 
     name = "vllm"
@@ -316,8 +349,8 @@ class VLLMEngine:
     def __init__(self, model: str | os.PathLike, dtype: str | None = None, logprobs_mode: str = "raw_logprobs",
                  max_model_len: int | None = None, gpu_memory_utilization: float = 0.3, seed: int = 0,
                  kv_cache_gib: int = 2, enforce_eager: bool | None = None, progress: bool = True,
-                 format: str | None = None, **llm_kwargs):
-        from nbkit import formats, models
+                 format: str | None = None, gemm: str = "auto", **llm_kwargs):
+        from nbkit import formats, models, vllm_gemm
 
         models.torch_dtype(dtype or "fp32")  # validate before the slow start-up
         self.format = formats.get(format or dtype or "fp32")  # a quantized one: vLLM's own (FP8 on CUDA) or refused
@@ -329,10 +362,16 @@ class VLLMEngine:
             raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose one of {LOGPROBS_MODES}")
         LLM = require_vllm()
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # CPU backend: RAM for the KV cache
+        self.gemm = vllm_gemm_policy(gemm, dtype)
+        if self.gemm == vllm_gemm.FP32_ACCUMULATE and not vllm_gemm.installed():
+            raise RuntimeError("gemm='fp32-accumulate' for vLLM needs the project's vLLM plugin, which is registered "
+                               "when the project is installed: pip install --no-deps -e . (make venv does it); or pass "
+                               "gemm='native' for vLLM's own half kernels")
         self.dtype, self.logprobs_mode, self.progress = dtype, logprobs_mode, progress
         self.path = models.resolve(model)
         self.max_model_len = max_model_len or default_max_model_len(self.path)
-        with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"):  # start-up chatter to the log file
+        with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"), \
+                _environment({vllm_gemm.ENV: self.gemm}):  # the plugin reads it as vLLM's processes load layers
             self.llm = LLM(
                 model=self.path, dtype=str(DTYPES[dtype]).removeprefix("torch."), seed=seed,
                 max_model_len=self.max_model_len,
@@ -365,7 +404,7 @@ class VLLMEngine:
         texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
         from nbkit import gemm
 
-        with gemm.suspended():  # vLLM keeps its own kernels, whatever GEMM policy the caller runs under
+        with gemm.suspended():  # no torch-level policy inside vLLM: its half layers follow self.gemm (vllm_gemm)
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids], params,
                                         use_tqdm=self.progress and len(prompt_ids) > 8)
         rollouts = []
@@ -377,7 +416,7 @@ class VLLMEngine:
                     prompt_index=i, prompt=prompt, prompt_ids=list(ids), token_ids=tokens,
                     text=self.tokenizer.decode(tokens, skip_special_tokens=True), logprobs=mu,
                     finish_reason="stop" if comp.finish_reason == "stop" else "length",
-                    meta={"engine": self.name, "dtype": self.dtype},
+                    meta={"engine": self.name, "dtype": self.dtype, "gemm": self.gemm},
                 ))
         return rollouts
 
@@ -397,6 +436,18 @@ class VLLMEngine:
             raise RuntimeError("inspecting the worker needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 in the environment "
                                "before the engine is built") from exc
         return sorted({d for worker in per_worker for d in worker})
+
+    def linear_kernels(self) -> dict[str, int]:
+        """How many of the worker's layers run each linear kernel (``nbkit.vllm_gemm.kernels``; asked of the running
+        worker, which needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` as ``worker_param_dtypes`` does)."""
+        from nbkit import vllm_gemm
+
+        try:
+            per_worker = self.llm.collective_rpc(vllm_gemm.kernels)
+        except TypeError as exc:
+            raise RuntimeError("inspecting the worker needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 in the environment "
+                               "before the engine is built") from exc
+        return dict(sum((Counter(w) for w in per_worker), Counter()))
 
     def close(self) -> None:
         """Shut the engine down, drop it, and free the device cache (``release_memory``)."""

@@ -145,7 +145,7 @@ def vllm_runs():
         try:
             out[dt] = dict(rollouts=engine.generate(PROMPTS, SAMPLING), again=engine.generate(PROMPTS, SAMPLING),
                            model_dtype=engine.model_dtype(), worker=engine.worker_param_dtypes(),
-                           tokenizer=engine.tokenizer)
+                           tokenizer=engine.tokenizer, gemm=engine.gemm, kernels=engine.linear_kernels())
         finally:
             engine.close()
     return out
@@ -183,6 +183,52 @@ def test_vllm_low_precision_mismatch_is_nonzero_and_fp16_is_smaller(vllm_runs, f
     assert bf16.size > 500 and fp16.size > 500
     assert fp16.mean() > 1e-5 and bf16.mean() > 1e-5
     assert fp16.mean() < bf16.mean(), (fp16.mean(), bf16.mean())
+
+
+@pytest.fixture(scope="module")
+def vllm_fp16_other_gemm(vllm_runs):
+    """An FP16 engine under the GEMM policy ``auto`` did not pick on this CPU (so both run on every CPU)."""
+    policy = "native" if vllm_runs["fp16"]["gemm"] == "fp32-accumulate" else "fp32-accumulate"
+    engine = VLLMEngine("tiny-arith", "fp16", kv_cache_gib=1, gemm=policy)
+    try:
+        return dict(rollouts=engine.generate(PROMPTS, SAMPLING), worker=engine.worker_param_dtypes(),
+                    gemm=engine.gemm, kernels=engine.linear_kernels())
+    finally:
+        engine.close()
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_vllm_half_layers_follow_the_gemm_policy_and_stay_a_real_fp16_engine(vllm_runs, vllm_fp16_other_gemm,
+                                                                              fp32_model):
+    """Under fp32-accumulate every linear layer runs the tensor-core contract (nbkit.vllm_gemm), under native none
+    does; either way the worker holds FP16 weights and its μ is an FP16 engine's: off FP32 by more than kernel noise
+    and by less than BF16's engine."""
+    from nbkit import vllm_gemm
+
+    bf16 = abs_diff_vs_fp32(fp32_model[0], vllm_runs["bf16"]["rollouts"]).mean()
+    runs = [vllm_runs["fp16"], vllm_fp16_other_gemm]
+    assert sorted(r["gemm"] for r in runs) == ["fp32-accumulate", "native"]
+    for run in runs:
+        if run["gemm"] == "fp32-accumulate":
+            assert set(run["kernels"]) == {vllm_gemm.KIND} and run["kernels"][vllm_gemm.KIND] >= 4, run["kernels"]
+        else:
+            assert vllm_gemm.KIND not in run["kernels"], run["kernels"]
+        assert run["worker"] == ["torch.float16"]
+        assert {r.meta["gemm"] for r in run["rollouts"]} == {run["gemm"]}
+        d = abs_diff_vs_fp32(fp32_model[0], run["rollouts"])
+        assert 1e-5 < d.mean() < bf16, (run["gemm"], d.mean(), bf16)
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_vllm_fp32_and_cuda_engines_name_the_policy_they_run():
+    from nbkit.engines import vllm_gemm_policy
+
+    assert vllm_gemm_policy("fp32-accumulate", "fp32") == "native"  # no half GEMM to route
+    assert vllm_gemm_policy("fp32-accumulate", "bf16") == "fp32-accumulate"
+    with pytest.raises(ValueError, match="unknown gemm policy 'tensor'"):
+        vllm_gemm_policy("tensor", "bf16")
 
 
 def test_vllm_engine_rejects_a_bad_dtype_before_starting():

@@ -75,7 +75,8 @@ class GridConfig:
     device: str | None = field(default=None, metadata={"help": (
         "Device of the training forward (and of the HF engine), e.g. ``cuda``; None = CPU.")})
     gemm: str = field(default="auto", metadata={"help": (
-        "Half-precision GEMM policy of the π forward and the HF engine (``nbkit.gemm``); vLLM keeps its kernels.")})
+        "Half-precision GEMM policy of the π forward and the engines (``nbkit.gemm``; vLLM-CPU's half linear "
+        "layers through ``nbkit.vllm_gemm``).")})
 
     def __post_init__(self) -> None:
         gemm.validate(self.gemm)
@@ -230,7 +231,7 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
         engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, gemm=cfg.gemm,
                              **cfg.engine_kwargs)
     else:
-        engine = make_engine("vllm", cfg.model, dtype, **cfg.engine_kwargs)
+        engine = make_engine("vllm", cfg.model, dtype, gemm=cfg.gemm, **cfg.engine_kwargs)
     seconds[f"start/{dtype}"] = time.time() - start
     try:
         start = time.time()

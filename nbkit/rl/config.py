@@ -48,8 +48,8 @@ class RLConfig:
     gemm: str = field(default="auto", metadata={"help": (
         "Half-precision GEMM kernel (``nbkit.gemm``): ``native`` (torch's), ``fp32-accumulate`` (half operands, fp32 "
         "GEMM, one rounding: the GPU tensor-core contract at fp32 speed on CPUs without native half) or ``auto`` "
-        "(native on CUDA and on CPUs with AVX512-FP16/BF16, fp32-accumulate elsewhere). Applies to training and the HF "
-        "engine; vLLM keeps its own kernels.")})
+        "(native on CUDA and on CPUs with AVX512-FP16/BF16, fp32-accumulate elsewhere). Applies to training and both engines "
+        "(vLLM-CPU's half linear layers through ``nbkit.vllm_gemm``; on CUDA vLLM keeps its own kernels).")})
     rollout_engine: str = field(default="hf", metadata={"help": (
         "Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``.")})
     fp32_lm_head: str = field(default="none", metadata={"help": (

@@ -69,7 +69,7 @@ class EngineGeneration(VLLMGeneration):
             gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed + acc.process_index,
             kv_cache_gib=self.kv_cache_gib, progress=False, max_model_len=self.max_model_length,
             distributed_executor_backend="external_launcher", max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens, format=self.rollout_format,
+            max_num_batched_tokens=self.max_num_batched_tokens, format=self.rollout_format, gemm=self.gemm_policy,
             **({"enable_sleep_mode": True} if self.sleeps else {}),
         )
         self.llm = self.engine.llm
@@ -99,7 +99,7 @@ class EngineGeneration(VLLMGeneration):
         self._wake()
         weights = self._iter_named_params()
         if self.engine_kind == "vllm":
-            with gemm.suspended():  # vLLM keeps its own kernels: no workbook GEMM policy inside it
+            with gemm.suspended():  # no torch-level policy inside vLLM: its half layers follow its own gemm setting
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
                                                                   "is_checkpoint_format": True})
                 self.llm.reset_prefix_cache()
