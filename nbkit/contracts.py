@@ -1,4 +1,5 @@
-"""Every private name of TRL, transformers and accelerate that the workbook overrides, calls or mutates, in one list.
+"""Every private name of TRL, transformers, accelerate and vLLM that the workbook overrides, calls or mutates, in one
+list.
 
 ``nbkit.rl`` subclasses TRL's ``GRPOTrainer`` and ``VLLMGeneration`` narrowly: its overrides hook into private
 methods, and its FP16 policy gives accelerate's ``Accelerator`` a ``GradScaler`` on CPU. ``PRIVATE_NAMES`` names
@@ -21,11 +22,12 @@ class Contact:
     """One private name the workbook relies on."""
 
     owner: str
-    """``module:Class`` of the library object."""
+    """``module:Class`` of the library object (``module`` alone for a ``function``)."""
     name: str
     """The attribute or method."""
     kind: str
-    """``method`` (must exist on the class) or ``instance`` (must be assigned as ``self.<name>`` in ``where``)."""
+    """``method`` (must exist on the class), ``instance`` (must be assigned as ``self.<name>`` in ``where``) or
+    ``function`` (a callable of the module ``owner``)."""
     use: str
     """How the workbook uses it (for the failure message)."""
     where: str = "__init__"
@@ -59,6 +61,10 @@ PRIVATE_NAMES: tuple[Contact, ...] = (
             "read by prepare_optimizer: the optimizer wrapper takes the scaler at prepare time", "prepare_optimizer"),
     Contact("accelerate:Accelerator", "scaler", "instance",
             "read by backward(): the loss is scaled by accelerator.scaler", "backward"),
+    Contact("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", "function",
+            "wrapped by nbkit.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs"),
+    Contact("vllm._custom_ops", "create_onednn_mm", "function", "called by nbkit.vllm_gemm: oneDNN's FP32 matmul"),
+    Contact("vllm._custom_ops", "onednn_mm", "function", "called by nbkit.vllm_gemm on each half layer's call"),
 )
 """The contact points, one per (object, name, use)."""
 
@@ -83,6 +89,15 @@ def broken(contacts: tuple[Contact, ...] = PRIVATE_NAMES) -> list[str]:
     """One sentence per contact point that no longer holds in the installed libraries (empty when all hold)."""
     out = []
     for c in contacts:
+        if c.kind == "function":
+            try:
+                ok = callable(getattr(importlib.import_module(c.owner), c.name, None))
+            except ImportError as exc:
+                out.append(f"{c.owner} cannot be imported ({exc}); used for {c.name}: {c.use}")
+                continue
+            if not ok:
+                out.append(f"{c.owner}.{c.name} is gone; the workbook: {c.use}")
+            continue
         try:
             cls = resolve(c.owner)
         except (ImportError, AttributeError) as exc:

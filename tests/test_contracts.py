@@ -142,6 +142,17 @@ def test_a_private_method_that_disappears_is_named(monkeypatch):
     assert len(found) == 1 and "trl:GRPOTrainer._compute_loss is gone" in found[0] and "phantom" in found[0]
 
 
+def test_a_vllm_function_the_plugin_wraps_that_disappears_is_named(monkeypatch):
+    from vllm.model_executor.layers import utils
+
+    from nbkit import contracts
+
+    monkeypatch.delattr(utils, "dispatch_cpu_unquantized_gemm")
+    found = contracts.broken()
+    assert found == ["vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm is gone; the workbook: wrapped "
+                     "by nbkit.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs"]
+
+
 def test_an_instance_attribute_the_library_stops_setting_is_named(monkeypatch):
     from accelerate import Accelerator
 

@@ -220,15 +220,20 @@ def test_vllm_half_layers_follow_the_gemm_policy_and_stay_a_real_fp16_engine(vll
         assert 1e-5 < d.mean() < bf16, (run["gemm"], d.mean(), bf16)
 
 
-@pytest.mark.vllm
-@needs_vllm
-def test_vllm_fp32_and_cuda_engines_name_the_policy_they_run():
+def test_a_vllm_engines_gemm_policy_routes_half_layers_on_cpus_only(monkeypatch):
+    from nbkit import gemm
     from nbkit.engines import vllm_gemm_policy
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert vllm_gemm_policy("fp32-accumulate", "fp32") == "native"  # no half GEMM to route
     assert vllm_gemm_policy("fp32-accumulate", "bf16") == "fp32-accumulate"
+    assert vllm_gemm_policy("auto", "fp16") == gemm.default_policy("cpu")
     with pytest.raises(ValueError, match="unknown gemm policy 'tensor'"):
         vllm_gemm_policy("tensor", "bf16")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # CUDA's tensor cores already follow the contract
+    assert vllm_gemm_policy("auto", "bf16") == "native"
+    with pytest.raises(ValueError, match="applies to vLLM-CPU only"):
+        vllm_gemm_policy("fp32-accumulate", "bf16")
 
 
 def test_vllm_engine_rejects_a_bad_dtype_before_starting():
