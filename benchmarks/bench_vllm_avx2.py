@@ -107,30 +107,15 @@ def parse_args(argv=None):
 def _worker_facts(worker) -> dict:
     import torch
 
+    from nbkit import vllm_gemm
+
     model = worker.model_runner.model
     libs = sorted({line.split("/")[-1].strip() for line in open("/proc/self/maps") if "vllm/_C" in line})
-    kinds, isas = {}, set()
-    for name, mod in model.named_modules():
-        if hasattr(mod, "cpu_linear"):
-            kind = getattr(mod, "cpu_linear_kind", None) or _linear_kind(mod.cpu_linear)
-            kinds[kind] = kinds.get(kind, 0) + 1
-        if hasattr(mod, "isa"):
-            isas.add(str(mod.isa))
-    return {"kernel_libs": libs, "attention_isa": sorted(isas), "linear_kernels": kinds,
+    isas = {str(mod.isa) for mod in model.modules() if hasattr(mod, "isa")}
+    return {"kernel_libs": libs, "attention_isa": sorted(isas), "linear_kernels": vllm_gemm.kernels(worker),
             "weight_dtypes": sorted({str(p.dtype) for p in model.parameters() if p.dim() >= 2}),
             "torch_threads": torch.get_num_threads(), "aten_capability": torch.backends.cpu.get_cpu_capability(),
             "affinity": sorted(os.sched_getaffinity(0))}
-
-
-def _linear_kind(fn) -> str:
-    if fn is __import__("torch").nn.functional.linear:
-        return "torch F.linear"
-    names = set(getattr(getattr(fn, "__code__", None), "co_names", ()))
-    for key, label in (("onednn_mm", "oneDNN onednn_mm"), ("weight_packed_linear_cpu", "SGL weight_packed_linear"),
-                       ("linear", "torch F.linear"), ("zentorch_linear_unary", "zentorch")):
-        if key in names:
-            return label
-    return repr(fn)
 
 
 def _profile_start(worker) -> None:

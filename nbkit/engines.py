@@ -315,21 +315,6 @@ def vllm_gemm_policy(gemm: str, dtype: str) -> str:
     return "native" if dtype == "fp32" else policy
 
 
-@contextlib.contextmanager
-def _environment(values: dict[str, str]):
-    """``values`` set in ``os.environ`` while the block runs (vLLM's spawned processes inherit them), then restored."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 class VLLMEngine:
     """Rollouts with vLLM in an explicit ``dtype`` (never vLLM's "auto", which silently picks BF16 for fp32
     checkpoints on some set-ups); μ from ``SamplingParams(logprobs=0)``.
@@ -350,7 +335,7 @@ class VLLMEngine:
                  max_model_len: int | None = None, gpu_memory_utilization: float = 0.3, seed: int = 0,
                  kv_cache_gib: int = 2, enforce_eager: bool | None = None, progress: bool = True,
                  format: str | None = None, gemm: str = "auto", **llm_kwargs):
-        from nbkit import formats, models, vllm_gemm
+        from nbkit import formats, models, paths, vllm_gemm
 
         models.torch_dtype(dtype or "fp32")  # validate before the slow start-up
         self.format = formats.get(format or dtype or "fp32")  # a quantized one: vLLM's own (FP8 on CUDA) or refused
@@ -371,7 +356,7 @@ class VLLMEngine:
         self.path = models.resolve(model)
         self.max_model_len = max_model_len or default_max_model_len(self.path)
         with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"), \
-                _environment({vllm_gemm.ENV: self.gemm}):  # the plugin reads it as vLLM's processes load layers
+                paths.environment({vllm_gemm.ENV: self.gemm}):  # the plugin reads it as vLLM's processes load layers
             self.llm = LLM(
                 model=self.path, dtype=str(DTYPES[dtype]).removeprefix("torch."), seed=seed,
                 max_model_len=self.max_model_len,
@@ -430,24 +415,23 @@ class VLLMEngine:
         ``model_dtype`` only reports vLLM's configuration; this inspects the tensors. Sending a function to the
         engine process needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` set before the engine starts.
         """
-        try:
-            per_worker = self.llm.collective_rpc(_param_dtypes)
-        except TypeError as exc:
-            raise RuntimeError("inspecting the worker needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 in the environment "
-                               "before the engine is built") from exc
-        return sorted({d for worker in per_worker for d in worker})
+        return sorted({d for worker in self._ask_workers(_param_dtypes) for d in worker})
 
     def linear_kernels(self) -> dict[str, int]:
         """How many of the worker's layers run each linear kernel (``nbkit.vllm_gemm.kernels``; asked of the running
-        worker, which needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` as ``worker_param_dtypes`` does)."""
+        worker as ``worker_param_dtypes`` is)."""
         from nbkit import vllm_gemm
 
+        return dict(sum((Counter(w) for w in self._ask_workers(vllm_gemm.kernels)), Counter()))
+
+    def _ask_workers(self, fn) -> list:
+        """``fn(worker)`` run in each worker process (vLLM's ``collective_rpc``): sending a function needs
+        ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` set before the engine starts."""
         try:
-            per_worker = self.llm.collective_rpc(vllm_gemm.kernels)
+            return self.llm.collective_rpc(fn)
         except TypeError as exc:
             raise RuntimeError("inspecting the worker needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 in the environment "
                                "before the engine is built") from exc
-        return dict(sum((Counter(w) for w in per_worker), Counter()))
 
     def close(self) -> None:
         """Shut the engine down, drop it, and free the device cache (``release_memory``)."""

@@ -5,6 +5,7 @@ Nothing is written to HOME: Jupyter, IPython, matplotlib, HF, torch-inductor and
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -58,6 +59,22 @@ def cache_env(cache: Path = CACHE) -> dict[str, str]:
         "WANDB_MODE": "disabled",
         "TOKENIZERS_PARALLELISM": "false",
     }
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+    """``values`` set in ``os.environ`` while the block runs (child processes started in it inherit them), then
+    each variable restored or removed."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def setup_environment() -> None:

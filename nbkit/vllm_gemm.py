@@ -67,9 +67,26 @@ def wrap(original):
 
 def kernels(worker) -> dict[str, int]:
     """Runs inside a vLLM worker: how many of its model's layers run each linear kernel (``KIND`` for this plugin's,
-    ``vllm`` for vLLM's own choice)."""
-    return dict(Counter(getattr(m, "cpu_linear_kind", "vllm") for m in worker.model_runner.model.modules()
-                        if hasattr(m, "cpu_linear")))
+    ``vllm …`` naming vLLM's own choice)."""
+    return dict(Counter(getattr(m, "cpu_linear_kind", None) or vllm_kind(m.cpu_linear)
+                        for m in worker.model_runner.model.modules() if hasattr(m, "cpu_linear")))
+
+
+def vllm_kind(linear) -> str:
+    """Which of its kernels vLLM's CPU dispatch gave a layer, read from the ``cpu_linear`` it set: oneDNN
+    (``onednn_mm``), the AMX small-weight kernel (SGL), or torch's ``F.linear`` (its fallback where oneDNN has no
+    kernel for the dtype, e.g. BF16/FP16 on AVX2)."""
+    import torch
+
+    if linear is torch.nn.functional.linear:
+        return "vllm torch F.linear"
+    names = set(getattr(getattr(linear, "__code__", None), "co_names", ()))
+    for key, label in (("onednn_mm", "vllm oneDNN onednn_mm"),
+                       ("weight_packed_linear_cpu", "vllm SGL weight_packed_linear"),
+                       ("linear", "vllm torch F.linear"), ("zentorch_linear_unary", "vllm zentorch")):
+        if key in names:
+            return label
+    return "vllm other"
 
 
 def installed() -> bool:

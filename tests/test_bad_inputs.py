@@ -269,7 +269,7 @@ CASES = [
     Case("runner-unknown-config-override",
          lambda c: runner.check_parameters(runner.NOTEBOOKS / "03_rl_training.ipynb",
                                            {"config_overrides": {"stepz": 1}}), ValueError,
-         "config_overrides ['stepz'] are no RLConfig fields"),
+         "notebook 03_rl_training: config_overrides ['stepz'] is not an RLConfig field"),
     Case("rl-config-from-unknown", lambda c: config_from({"stepz": 1, "steps": 2}), ValueError,
          "['stepz'] is not an RLConfig field"),
     # --- RLConfig: strings that must say something

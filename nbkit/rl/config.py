@@ -271,17 +271,23 @@ the mismatch is about; lr 2e-4 because 4e-4 and up degraded tiny-arith; 100 step
 0.9–0.95; a checkpoint every 20 steps so that a killed run resumes. The grid studies of that run start here too."""
 
 
-def config_from(overrides: dict, base: dict | None = None) -> RLConfig:
-    """``RLConfig`` from ``base`` (default ``SANITY_RUN``) updated with ``overrides`` (a notebook's
-    ``config_overrides``); a key that is no ``RLConfig`` field is refused, naming the fields."""
+def check_field_names(names) -> None:
+    """Refuse names that are no ``RLConfig`` field (a notebook's ``config_overrides``, a study's ``overrides``),
+    naming the fields."""
     from dataclasses import fields
 
     known = {f.name for f in fields(RLConfig)}
-    unknown = sorted(set(overrides) - known)
+    unknown = sorted(set(names) - known)
     if unknown:
         raise ValueError(f"{unknown} {'is not an RLConfig field' if len(unknown) == 1 else 'are not RLConfig fields'}; "
                          f"the fields: {sorted(known)}")
-    return RLConfig(**{**(SANITY_RUN if base is None else base), **overrides})
+
+
+def config_from(overrides: dict) -> RLConfig:
+    """``RLConfig`` from ``SANITY_RUN`` updated with ``overrides`` (a notebook's ``config_overrides``); a key that is
+    no ``RLConfig`` field is refused, naming the fields."""
+    check_field_names(overrides)
+    return RLConfig(**{**SANITY_RUN, **overrides})
 
 
 def runnable_here(cfg: RLConfig) -> RLConfig:

@@ -11,14 +11,13 @@ from those by ``nbkit.workbook.report``. A failing notebook does not stop the ot
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbkit.paths import REPORTS, ROOT
+from nbkit.paths import REPORTS, ROOT, environment
 from nbkit.workbook import jobtime, report
 from nbkit.workbook.profiles import PROFILES
 
@@ -84,26 +83,18 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
     for stale in report.stale_files(out_dir, path.stem):
         stale.unlink(missing_ok=True)
     target = out_dir / path.name
-    env = {report.REPORT_DIR_ENV: str(out_dir), report.NOTEBOOK_ENV: path.stem}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     start = time.time()
     error = ""
     try:
-        papermill.execute_notebook(
-            str(path), str(target), parameters=parameters, kernel_name=kernel_name(), cwd=str(ROOT),
-            progress_bar=progress, report_mode=False,
-        )
+        with environment({report.REPORT_DIR_ENV: str(out_dir), report.NOTEBOOK_ENV: path.stem}):
+            papermill.execute_notebook(
+                str(path), str(target), parameters=parameters, kernel_name=kernel_name(), cwd=str(ROOT),
+                progress_bar=progress, report_mode=False,
+            )
     except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
         error = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
         if not isinstance(exc, papermill.PapermillExecutionError):
             traceback.print_exc()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
     seconds = time.time() - start
     if target.exists():
         report.export_html(target)
@@ -154,15 +145,12 @@ def check_parameters(path: Path, parameters: dict) -> None:
     if unknown:
         raise ValueError(f"notebook {path.stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
     if "config_overrides" in parameters:  # RLConfig fields, in every notebook that has them
-        from dataclasses import fields
+        from nbkit.rl.config import check_field_names
 
-        from nbkit.rl.config import RLConfig
-
-        fields_ = {f.name for f in fields(RLConfig)}
-        unknown = sorted(set(parameters["config_overrides"]) - fields_)
-        if unknown:
-            raise ValueError(f"notebook {path.stem}: config_overrides {unknown} are no RLConfig fields; the fields: "
-                             f"{sorted(fields_)}")
+        try:
+            check_field_names(parameters["config_overrides"])
+        except ValueError as exc:
+            raise ValueError(f"notebook {path.stem}: config_overrides {exc}") from None
 
 
 def check_out_dir(out_dir) -> Path:
