@@ -13,6 +13,7 @@ there is none the estimate says it extrapolates across kernel families.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -41,7 +42,7 @@ def calibrate(passes: int = 7, batch: int = 16, length: int = 48) -> dict:
         times = []
         for i in range(passes + 1):
             start = time.perf_counter()
-            with gemm.policy("auto") if dtype != "fp32" else _null():
+            with gemm.policy("auto") if dtype != "fp32" else contextlib.nullcontext():
                 loss = m(input_ids=ids, labels=ids).loss
                 loss.backward()
             m.zero_grad(set_to_none=True)
@@ -52,15 +53,9 @@ def calibrate(passes: int = 7, batch: int = 16, length: int = 48) -> dict:
     return out
 
 
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
-
-
 def cpu() -> dict:
     """This CPU: model name, cores, the half-precision flags and the GEMM policy ``auto`` picks."""
-    from nbkit import gemm, results
+    from nbkit import results
 
     m = results.machine()
     return {"cpu": m["cpu"], "cores": m["cores"], "cpu_flags": m["cpu_flags"], "gemm_auto": m["gemm_auto"]}
@@ -158,14 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "record":
         print(json.dumps(record(Path(a.report_dir), fresh_clone=a.fresh_clone, note=a.note), indent=1))
         return 0
-    from nbkit.paths import ROOT
-    from nbkit.workbook.profiles import PROFILES
+    from nbkit.workbook import runner  # its notebooks, in its order, with its parameters
 
     profile = getattr(a, "profile", "cpu")
-    if profile not in PROFILES:
-        p.error(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
-    stems = [n.stem for n in sorted((ROOT / "notebooks").glob("*.ipynb"))]  # what the runner runs, in its order
-    est = estimate(stems, profile, calibrate(), cpu(), parameters={s: dict(PROFILES[profile].get(s, {})) for s in stems})
+    stems = [n.stem for n in runner.notebooks()]
+    try:
+        parameters = {s: runner.parameters_for(profile, s) for s in stems}
+    except ValueError as exc:  # an unknown profile, named with the choices
+        p.error(str(exc))
+    est = estimate(stems, profile, calibrate(), cpu(), parameters=parameters)
     print(est.describe() if est else f"no stored measurement of profile {profile!r} in {TIMINGS}: no estimate")
     return 0
 
