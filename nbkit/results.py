@@ -53,7 +53,8 @@ def git_state(root: Path = ROOT) -> dict:
 
 
 def machine() -> dict:
-    """What ran the study: CPU model, cores, RAM, OS, Python, torch and the accelerator if any."""
+    """What ran the study: CPU model, cores, RAM, OS, Python, torch and the accelerator if any, with the half
+    flags, the GEMM policy ``auto`` picks and any kernel caps in force (``gemm.kernel_caps``: an emulated ISA)."""
     import torch
 
     cpu = platform.processor() or platform.machine()
@@ -71,6 +72,7 @@ def machine() -> dict:
     from nbkit import gemm
 
     return {"cpu": cpu, "cpu_flags": gemm.half_flags(), "gemm_auto": gemm.resolve("auto"),
+            "kernel_caps": gemm.kernel_caps(),
             "cores": os.cpu_count(), "ram_gib": ram_gib, "os": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}

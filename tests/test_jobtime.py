@@ -35,6 +35,27 @@ def test_without_a_record_of_this_policy_the_estimate_says_it_extrapolates():
     assert "extrapolation across kernel families" in est.describe() and "['c']" in est.describe()
 
 
+def test_a_record_made_on_a_cpu_running_its_own_kernels_is_preferred_to_a_newer_emulation():
+    emulated = {**_record("fp32-accumulate", "2026-11-25", 2.0, a=150.0, b=600.0),
+                "kernel_caps": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+    here = {"gemm_auto": "fp32-accumulate"}
+    assert jobtime.estimate(["a"], "cpu", {"seconds": 4.0}, here, stored=[AVX2, emulated]).reference is AVX2
+    est = jobtime.estimate(["a"], "cpu", {"seconds": 4.0}, here, stored=[AVX512, emulated])
+    assert est.reference is emulated and est.same_policy
+    assert "kernels capped by ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2: an emulation" in est.describe()
+    assert "emulation" not in jobtime.describe_cpu(AVX2)
+
+
+def test_this_cpu_names_the_kernel_caps_in_force(monkeypatch):
+    for key in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+        monkeypatch.delenv(key, raising=False)
+    assert jobtime.cpu()["kernel_caps"] == {}
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    here = jobtime.cpu()
+    assert here["kernel_caps"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"} and here["gemm_auto"] == "fp32-accumulate"
+    assert "an emulation" in jobtime.describe_cpu(here)
+
+
 def test_notebooks_whose_parameters_changed_since_the_record_are_named():
     rec = {**AVX512, "parameters": {"a": {"steps": 100}, "b": {}}}
     est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[rec],

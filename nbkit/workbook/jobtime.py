@@ -54,11 +54,20 @@ def calibrate(passes: int = 7, batch: int = 16, length: int = 48) -> dict:
 
 
 def cpu() -> dict:
-    """This CPU: model name, cores, the half-precision flags and the GEMM policy ``auto`` picks."""
+    """This CPU: model name, cores, the half-precision flags, the GEMM policy ``auto`` picks and the kernel caps in
+    force (non-empty when an ISA is emulated, e.g. AVX2 on an AVX512 CPU by ``benchmarks/avx2.py``)."""
     from nbkit import results
 
     m = results.machine()
-    return {"cpu": m["cpu"], "cores": m["cores"], "cpu_flags": m["cpu_flags"], "gemm_auto": m["gemm_auto"]}
+    return {k: m[k] for k in ("cpu", "cores", "cpu_flags", "gemm_auto", "kernel_caps")}
+
+
+def describe_cpu(here: dict) -> str:
+    """One line naming a CPU record (``cpu()``, or a stored record): model, flags, policy, and any emulation."""
+    caps = here.get("kernel_caps") or {}
+    return (f"{here['cpu']} ({', '.join(here['cpu_flags']) or 'no half flags'}; gemm auto = {here['gemm_auto']}"
+            + (f"; kernels capped by {', '.join(f'{k}={v}' for k, v in caps.items())}: an emulation" if caps else "")
+            + ")")
 
 
 def records(path: Path = TIMINGS) -> list[dict]:
@@ -89,9 +98,8 @@ class Estimate:
 
     def describe(self) -> str:
         r = self.reference
-        line = (f"estimate ~{self.total / 60:.0f} min: the notebooks' times measured on {r['cpu']} "
-                f"({', '.join(r['cpu_flags']) or 'no half flags'}; gemm auto = {r['gemm_auto']}) at {r['commit']} on "
-                f"{r['date']}, scaled x{self.scale:.2f} by this CPU's calibration")
+        line = (f"estimate ~{self.total / 60:.0f} min: the notebooks' times measured on {describe_cpu(r)} at "
+                f"{r['commit']} on {r['date']}, scaled x{self.scale:.2f} by this CPU's calibration")
         if not self.same_policy:
             line += (" -- that CPU ran another GEMM policy than this one: an extrapolation across kernel families, "
                      "expect a larger error")
@@ -105,13 +113,14 @@ class Estimate:
 def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
              stored: list[dict] | None = None, parameters: dict[str, dict] | None = None) -> Estimate | None:
     """The estimate for ``stems`` of ``profile`` on this CPU (``here``: ``cpu()``) from the newest stored record of
-    that profile, preferring one made under the same GEMM policy; None when no record of the profile exists.
+    that profile, preferring one made under the same GEMM policy, and among those one made on a CPU running its
+    own kernels over an emulation; None when no record of the profile exists.
     ``parameters`` (stem → what papermill injects) names the notebooks whose parameters changed since the record."""
     pool = [r for r in (records() if stored is None else stored) if r["profile"] == profile]
     if not pool:
         return None
     same = [r for r in pool if r["gemm_auto"] == here["gemm_auto"]]
-    ref = max(same or pool, key=lambda r: r["date"])
+    ref = max(same or pool, key=lambda r: (not r.get("kernel_caps"), r["date"]))
     scale = calibration["seconds"] / ref["calibration"]["seconds"]
     seconds = {s: ref["notebooks"][s] * scale for s in stems if s in ref["notebooks"]}
     before = ref.get("parameters", {})

@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from nbkit.paths import NOTEBOOK_ENV, REPORT_DIR_ENV, ROOT, report_target  # noqa: F401  (the runner sets both)
+from nbkit.workbook import jobtime
 
 Scalar = (str, int, float, bool, type(None))
 
@@ -262,8 +263,7 @@ def write_index(out_dir: Path, profile: str, results: list, prov: dict | None = 
     prov_rows = {**prov, "wall time": f"{total:.0f} s in total" + (f" ({est.describe()})" if est else "")}
     if timing:
         here = timing["cpu"]
-        prov_rows["CPU"] = (f"{here['cpu']}, half flags {', '.join(here['cpu_flags']) or 'none'}, gemm auto = "
-                            f"{here['gemm_auto']}; calibration {timing['calibration']['seconds']} s")
+        prov_rows["CPU"] = f"{jobtime.describe_cpu(here)}; calibration {timing['calibration']['seconds']} s"
     js = out_dir / "plotly.min.js"
     if not js.exists():
         from plotly.offline import get_plotlyjs

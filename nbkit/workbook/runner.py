@@ -193,8 +193,7 @@ def expect(stems: list[str], profile: str, parameters: dict[str, dict] | None = 
     the findings page's time table)."""
     here, calibration = jobtime.cpu(), jobtime.calibrate()
     est = jobtime.estimate(stems, profile, calibration, here, parameters=parameters)
-    print(f"[nbkit] {here['cpu']}, {here['cores']} cores, half flags {here['cpu_flags'] or 'none'}, "
-          f"gemm auto = {here['gemm_auto']}", flush=True)
+    print(f"[nbkit] {jobtime.describe_cpu(here)}, {here['cores']} cores", flush=True)
     print(f"[nbkit] {est.describe() if est else f'no stored main-job time for profile {profile!r}: no estimate'}",
           flush=True)
     return {"cpu": here, "calibration": calibration, "estimate": est}
