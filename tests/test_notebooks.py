@@ -39,6 +39,18 @@ def test_every_profile_names_only_parameters_the_notebook_declares(path: Path):
         assert not unknown, f"profile {profile!r} passes {sorted(unknown)} that {path.name} does not declare"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_papermill_reads_every_parameter_with_its_help(path: Path):
+    """``papermill --help-notebook`` (``inspect_notebook``) lists each parameter; a line it cannot parse (an ``=``
+    inside the comment trips its regex) would be left out with only a log warning."""
+    import papermill
+
+    seen = papermill.inspect_notebook(str(path))
+    assert set(seen) == runner.notebook_parameters(path)
+    assert all(p["help"] for p in seen.values()), f"{path.name}: parameters without a comment: " \
+        f"{sorted(n for n, p in seen.items() if not p['help'])}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes_with_smoke_parameters(path: Path, smoke_report):
