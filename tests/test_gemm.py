@@ -288,6 +288,7 @@ def test_rl_training_runs_and_audits_the_fp32_accumulate_policy(dtype, tmp_path,
         assert set(row["audit/gemm_routed"]) == {dtype} and row["audit/gemm_routed"][dtype] > 0
         assert set(row["audit/matmul_dtypes"]) == {dtype}  # linear outputs are still half tensors
         assert row["audit/rollout_dtype"] == dtype and math.isfinite(row["mismatch/token_abs_logp_diff/mean"])
+        assert row["audit/rollout_gemm"] == "hf fp32-accumulate"  # the HF engine's GEMMs under the same policy
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from nbkit import gemm
 from nbkit.engines import vllm_available
 from nbkit.rl import ALGORITHMS, RLConfig, train
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
@@ -129,6 +130,7 @@ def test_a_bf16_vllm_rollout_really_runs_in_bf16(tmp_path, arith_jsonl):
                 rollout_engine="vllm", steps=1, prompts_per_step=4, samples_per_prompt=2, max_tokens=40)
     row = train(cfg, progress=False).rows[0]
     assert row["audit/rollout_dtype"] == "bf16" and set(row["audit/matmul_dtypes"]) == {"fp32"}
+    assert row["audit/rollout_gemm"] == f"vllm {gemm.resolve('auto')}"  # the engine's half GEMMs follow auto too
     assert row[MISMATCH] > 1e-4  # a BF16 engine against an FP32 trainer cannot agree to fp32 precision
 
 

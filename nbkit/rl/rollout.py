@@ -143,6 +143,11 @@ class EngineGeneration(VLLMGeneration):
             return "n/a"
         return lm_head.dtype_of(self.engine.model) or "n/a"
 
+    def engine_gemm(self) -> str:
+        """The engine and the GEMM policy its half layers ran, as the engine resolved ``gemm_policy`` (e.g.
+        ``vllm fp32-accumulate``: vLLM under ``nbkit.vllm_gemm``'s tensor-core contract; ``hf native``)."""
+        return f"{self.engine_kind} {self.engine.gemm}"
+
     def engine_dtype(self) -> str:
         """The dtype the rollout engine really holds its weights in (asked of the engine, not the config)."""
         from nbkit.models import dtype_name

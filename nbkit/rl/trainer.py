@@ -365,6 +365,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             raise amp.PrecisionError(f"requested an FP32 LM head in the engine but it produced "
                                      f"{record[schema.AUDIT_ENGINE_HEAD_DTYPE]} logits")
         record.update(self.param_counts)
+        engine_gemm = getattr(self.vllm_generation, "engine_gemm", None)  # a vLLM server: not observable
+        record[schema.AUDIT_ROLLOUT_GEMM] = engine_gemm() if engine_gemm is not None else "n/a"
         record[schema.AUDIT_ROLLOUT_DTYPE] = self.vllm_generation.engine_dtype()
         if record[schema.AUDIT_ROLLOUT_DTYPE] != self.run.rollout:
             raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
