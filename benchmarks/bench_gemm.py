@@ -15,8 +15,8 @@ Targets (issue "FP16 and BF16 at FP32 speed on CPU"): training step ≤ 1.3× FP
     .venv/bin/python benchmarks/bench_gemm.py --skip rl pi                 # GEMMs and the micro step only
     .venv/bin/python benchmarks/bench_gemm.py --isa avx2                   # as on an AVX2-only CPU (see below)
 
-``--isa avx2`` re-runs the benchmark with torch's and oneDNN's kernels capped at AVX2 (``ATEN_CPU_CAPABILITY``,
-``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``): what a CPU without AVX512-FP16/BF16 runs.
+``--isa avx2`` re-runs the benchmark under ``benchmarks/avx2.py``, the benchmarks' AVX2 emulation (torch's, oneDNN's
+and MKL's kernels capped at AVX2): what a CPU without AVX512-FP16/BF16 runs.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import time
 
 import torch
 
+import avx2  # benchmarks/avx2.py: the AVX2 emulation (this folder is on sys.path when this file runs)
 from nbkit import gemm
 
 POLICIES = ("native", "fp32-accumulate")
@@ -141,10 +142,8 @@ def main() -> None:
     p.add_argument("--isa", choices=["native", "avx2"], default="native",
                    help="avx2: cap torch/oneDNN/MKL kernels at AVX2 (emulates a CPU without native half)")
     args = p.parse_args()
-    if args.isa == "avx2" and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":
-        env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-               "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
-        sys.exit(subprocess.call([sys.executable, *sys.argv], env=env))
+    if args.isa == "avx2" and os.environ.get("BENCH_EMULATE_AVX2") != "1":
+        sys.exit(subprocess.call([sys.executable, *sys.argv], env=avx2.environment()))
     if args.threads:
         torch.set_num_threads(args.threads)
     CELLS[:] = [c for c in CELLS if c[0] == "fp32" or c[1] in args.policies]
