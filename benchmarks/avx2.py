@@ -11,7 +11,8 @@ It sets, for the command and every process it starts:
 
 What it cannot emulate: torch's C++ code still reads the real CPUID in places (e.g. its ``mkldnn_bf16_device_check``),
 the caches, clock and memory bandwidth stay this machine's, and the AVX2 code runs on a core that also has AVX512
-units. An emulation is not an AVX2 CPU; a result made under it says so.
+units. An emulation is not an AVX2 CPU; a result made under it says so. The run's ``sitecustomize`` is this one: another
+on the path (a distribution's, say) is not loaded in it.
 
     .venv/bin/python benchmarks/avx2.py make report OUT=reports-avx2     # the main job, emulated
     .venv/bin/python benchmarks/avx2.py .venv/bin/python -m nbkit.workbook.jobtime
@@ -50,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
-    return subprocess.call(argv, env=environment())
+    try:
+        return subprocess.call(argv, env=environment())
+    except FileNotFoundError:
+        print(f"benchmarks/avx2.py: no command {argv[0]!r} (give the command to run emulated, e.g. make report)",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

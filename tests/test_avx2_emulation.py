@@ -40,3 +40,9 @@ def test_leaving_the_emulation_removes_every_part_of_it():
     off = avx2.environment(on, isa="native")
     assert off == {"PYTHONPATH": "/elsewhere", "KEEP": "1"}
     assert probe()["caps"] == {}
+
+
+def test_a_command_that_does_not_exist_is_named():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "avx2.py"), "no-such-command"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "no command 'no-such-command'" in out.stderr
