@@ -310,11 +310,14 @@ class FormatGemm(gemm.AttentionRoutingMode):
         self.route_half = gemm.validate(half_gemm) == "fp32-accumulate"
         self.counts: Counter[str] = Counter()
         self._cache: dict = {}
-        self._attention = _FormatAttention(self) if self.fmt.all_gemms else (
-            gemm._HalfAttention(self.counts) if self.route_half else contextlib.nullcontext())
+        self._attention = _FormatAttention(self) if self.fmt.all_gemms else contextlib.nullcontext()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in gemm.FLASH_OPS and self.route_half and not self.fmt.all_gemms:
+            out = gemm.route_attention(func, args, kwargs, self.counts)
+            if out is not NotImplemented:
+                return out
         if func not in gemm.GEMM_OPS:
             return func(*args, **kwargs)
         base = gemm._half_dtype(args) if not self.fmt.all_gemms else _float_dtype(args)
@@ -378,8 +381,8 @@ class _FormatAttention(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention and not kwargs.get("dropout_p", 0.0) \
-                and (len(args) < 4 or not args[3]):
+        if func is torch.nn.functional.scaled_dot_product_attention \
+                and not gemm.sdpa_arguments(*args, **kwargs)["dropout_p"]:
             self.owner.counts[f"sdpa/{self.owner.fmt.name}"] += 1
             with _disable_current_modes():
                 return _dial_attention(self.owner.fmt.element.round, *args, **kwargs)

@@ -124,7 +124,7 @@ def resolve(name: str, device: str | torch.device | None = None) -> str:
 
 class AttentionRoutingMode(TorchDispatchMode):
     """A dispatch mode that also holds ``self._attention`` (a function mode routing ``scaled_dot_product_attention``,
-    or a null context) entered and left with it, innermost last: the shared plumbing of the GEMM modes."""
+    or a null context) entered and left with it, innermost last: the plumbing of ``nbkit.formats``' dial."""
 
     _attention: contextlib.AbstractContextManager
 
@@ -139,21 +139,20 @@ class AttentionRoutingMode(TorchDispatchMode):
             self._attention.__exit__(*exc)
 
 
-class Fp32AccumulateGemm(AttentionRoutingMode):
+class Fp32AccumulateGemm(TorchDispatchMode):
     """Routes every half-precision GEMM through fp32: upcast operands (exact), fp32 GEMM, one rounding.
 
     Ops whose floating operands are not all of one half dtype pass through untouched (fp32 work stays fp32).
-    Half-precision ``scaled_dot_product_attention`` (whose fused CPU kernel has its own slow half GEMMs) becomes
-    the flash-attention recipe in plain ops: scores Q·Kᵀ accumulated and kept in fp32, softmax in fp32, P rounded
-    to half, P·V through the routed GEMM (fp32 accumulation, one rounding to half); autograd differentiates it.
-    ``counts`` tallies the GEMMs (per half format) and attentions (``sdpa/<format>``) routed: the evidence the
-    precision audit reads.
+    Half-precision attention (the fused CPU kernel has its own half GEMMs, 5–9× slower than fp32 on AVX2) becomes
+    the flash-attention recipe, forward and backward (``route_attention``). Both act at the dispatch level, below
+    autocast and autograd, so a training forward under autocast, the recomputation of a gradient-checkpointed
+    layer in backward and the backward itself all take the same path. ``counts`` tallies the GEMMs (per half
+    format) and attentions (``sdpa/<format>``, forward calls) routed: the evidence the precision audit reads.
     """
 
     def __init__(self):
         super().__init__()
         self.counts: Counter[str] = Counter()
-        self._attention = _HalfAttention(self.counts)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -163,6 +162,10 @@ class Fp32AccumulateGemm(AttentionRoutingMode):
                 self.counts[HALF[half]] += 1
                 up = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
                 return func(*up, **kwargs).to(half)
+        if func in FLASH_OPS:
+            out = route_attention(func, args, kwargs, self.counts)
+            if out is not NotImplemented:
+                return out
         return func(*args, **kwargs)
 
     def take(self) -> Counter:
@@ -171,22 +174,62 @@ class Fp32AccumulateGemm(AttentionRoutingMode):
         return out
 
 
-class _HalfAttention(TorchFunctionMode):
-    """``F.scaled_dot_product_attention`` on half tensors as fp32 scores + fp32 softmax + half P·V (see above)."""
+_FLASH_CPU = _aten._scaled_dot_product_flash_attention_for_cpu.default
+_FLASH_CPU_BACKWARD = _aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+FLASH_OPS = frozenset({_FLASH_CPU, _FLASH_CPU_BACKWARD})
+"""The fused attention kernels ``route_attention`` replaces (what ``scaled_dot_product_attention`` calls on CPU)."""
 
-    def __init__(self, counts: Counter):
-        super().__init__()
-        self.counts = counts
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention:
-            q = args[0] if args else kwargs.get("query")
-            if isinstance(q, torch.Tensor) and q.dtype in HALF and not kwargs.get("dropout_p", 0.0) \
-                    and (len(args) < 4 or not args[3]):
-                self.counts[f"sdpa/{HALF[q.dtype]}"] += 1
-                return _attention(*args, **kwargs)
-        return func(*args, **kwargs)
+def route_attention(func, args, kwargs, counts: Counter):
+    """One of ``FLASH_OPS`` on half tensors as the flash-attention recipe, or ``NotImplemented`` (other dtypes,
+    dropout): forward = scores Q·Kᵀ from half operands accumulated and kept in fp32, fp32 softmax (and its
+    log-sum-exp, which autograd saves for backward), P rounded to half, P·V accumulated in fp32 and rounded once;
+    backward = P recomputed in fp32 from the saved log-sum-exp, dV = Pᵀ·dO, dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) in
+    fp32, dS rounded to half (as GPU flash kernels feed it to their dQ/dK GEMMs), dQ = dS·K, dK = dSᵀ·Q, every
+    product accumulated in fp32 and each gradient rounded once to half."""
+    backward = func is _FLASH_CPU_BACKWARD
+    call = _flash_backward_arguments(*args, **kwargs) if backward else _flash_arguments(*args, **kwargs)
+    half = call["query"].dtype
+    if half not in HALF or call["dropout_p"]:
+        return NotImplemented
+    q, k, v = call["query"], call["key"], call["value"]
+    groups = q.size(-3) // k.size(-3)  # grouped-query attention: the kernel takes K and V with fewer heads
+    kx, vx = expand_gqa(q, k, v, groups > 1)
+    scale = call["scale"] if call["scale"] is not None else q.size(-1) ** -0.5
+    scores = attention_scores(q.float(), kx.float(), call["attn_mask"], call["is_causal"], scale)
+    if not backward:
+        counts[f"sdpa/{HALF[half]}"] += 1
+        lse = torch.logsumexp(scores, dim=-1)
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a fully masked row (padding) gives zeros
+        return (probs.to(half).float() @ vx.float()).to(half), lse
+    grad, out = call["grad_out"].float(), call["out"].float()
+    probs = torch.exp(scores - call["logsumexp"].unsqueeze(-1)).nan_to_num(0.0)
+    dv = probs.to(half).float().transpose(-2, -1) @ grad
+    ds = probs * (grad @ vx.float().transpose(-2, -1) - (grad * out).sum(-1, keepdim=True))
+    ds = ds.to(half).float()
+    dq = (ds @ kx.float()) * scale
+    dk = (ds.transpose(-2, -1) @ q.float()) * scale
+    if groups > 1:  # each key/value head's gradient sums over the query heads that shared it
+        dk, dv = (t.unflatten(-3, (k.size(-3), groups)).sum(-3) for t in (dk, dv))
+    return dq.to(half), dk.to(half), dv.to(half)
+
+
+def _flash_arguments(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None) -> dict:
+    return dict(query=query, key=key, value=value, dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_mask,
+                scale=scale)
+
+
+def _flash_backward_arguments(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None,
+                              scale=None) -> dict:
+    return dict(grad_out=grad_out, query=query, key=key, value=value, out=out, logsumexp=logsumexp,
+                dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_mask, scale=scale)
+
+
+def sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   enable_gqa=False) -> dict:
+    """``scaled_dot_product_attention``'s arguments by name, however the caller passed them."""
+    return dict(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                scale=scale, enable_gqa=enable_gqa)
 
 
 def expand_gqa(query, key, value, enable_gqa: bool):
@@ -197,9 +240,9 @@ def expand_gqa(query, key, value, enable_gqa: bool):
     return key, value
 
 
-def attention_probs(q, k, attn_mask=None, is_causal: bool = False, scale: float | None = None):
-    """softmax(q·kᵀ·scale + mask) computed from ``q`` and ``k`` as given (the caller rounds or upcasts them): the
-    part the plain-op attentions share. A fully masked row (padding) gives zeros."""
+def attention_scores(q, k, attn_mask=None, is_causal: bool = False, scale: float | None = None):
+    """q·kᵀ·scale with the causal and attention masks applied (−inf where masked), from ``q`` and ``k`` as given
+    (the caller rounds or upcasts them)."""
     scale = scale if scale is not None else q.size(-1) ** -0.5
     scores = (q @ k.transpose(-2, -1)) * scale
     if is_causal:
@@ -209,15 +252,13 @@ def attention_probs(q, k, attn_mask=None, is_causal: bool = False, scale: float 
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
             else scores + attn_mask.float()
-    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return scores
 
 
-def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """Attention with fp32 scores and softmax, P rounded to the half format, P·V a half GEMM."""
-    half = query.dtype
-    key, value = expand_gqa(query, key, value, enable_gqa)
-    probs = attention_probs(query.float(), key.float(), attn_mask, is_causal, scale)  # exact products, fp32 sums
-    return probs.to(half) @ value  # a half GEMM: routed by the dispatch mode
+def attention_probs(q, k, attn_mask=None, is_causal: bool = False, scale: float | None = None):
+    """softmax(q·kᵀ·scale + mask) (``attention_scores``): the part the plain-op attentions share. A fully masked
+    row (padding) gives zeros."""
+    return torch.softmax(attention_scores(q, k, attn_mask, is_causal, scale), dim=-1).nan_to_num(0.0)
 
 
 def _half_dtype(args) -> torch.dtype | None:

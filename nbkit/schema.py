@@ -131,7 +131,7 @@ KEYS: dict[str, str] = {
     AUDIT_ROLLOUT_DTYPE: "the dtype the rollout engine really holds",
     AUDIT_ROLLOUT_GEMM: "the rollout engine and the GEMM policy its half layers ran (e.g. 'vllm fp32-accumulate')",
     AUDIT_GEMM: "the GEMM policy that ran",
-    AUDIT_GEMM_ROUTED: "half GEMMs routed by the fp32-accumulate policy, per format",
+    AUDIT_GEMM_ROUTED: "half GEMMs (per format) and attentions (sdpa/<format>) routed by the fp32-accumulate policy",
     AUDIT_CRITIC_MATMUL_DTYPES: "PPO: dtypes the critic's matmuls produced",
     AUDIT_ROLLOUT_FORMAT: "the rollout format that ran (nbkit.formats; only when rollout_format is set)",
     AUDIT_ROLLOUT_FORMAT_GEMMS: "GEMMs the rollout engine ran in that format this step (vLLM: its FP8 weight dtypes)",

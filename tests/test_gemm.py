@@ -131,12 +131,49 @@ def test_half_attention_is_routed_and_as_accurate_as_the_fused_kernel(fmt, maski
     with gemm.policy("fp32-accumulate") as mode:
         routed = sdpa(q, k, v, enable_gqa=True, **kw)
         routed.float().sum().backward()
-    assert routed.dtype == dt and mode.counts[f"sdpa/{fmt}"] == 1 and mode.counts[fmt] >= 1
+    assert routed.dtype == dt and mode.counts == {f"sdpa/{fmt}": 1}  # forward and backward: the fused kernel's
     ok = exact.isfinite()
     assert routed[ok].isfinite().all()
     err = {name: (out.double() - exact)[ok].abs().mean().item() for name, out in (("native", native), ("routed", routed))}
     assert err["routed"] <= 1.5 * err["native"], err
     assert ((q.grad.float() - grad_native.float()).norm() / grad_native.float().norm()).item() <= 2 * UNIT[fmt]
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_attention_under_autocast_is_routed_in_autocasts_format(fmt):
+    """A training forward (autocast over fp32 weights) calls attention on fp32 tensors and autocast casts it to
+    half: the policy routes it in that format (the fused kernel's own half GEMMs made its backward 9× slower on
+    AVX2), exactly as it routes half tensors; fp32 attention without autocast stays fp32 and untouched."""
+    dt = HALVES[fmt]
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 4, 30, 32, generator=g) for _ in range(3))
+    mask = torch.ones(30, 30, dtype=torch.bool).tril()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    with gemm.policy("fp32-accumulate") as mode:
+        with torch.autocast("cpu", dtype=dt):
+            autocast = sdpa(q, k, v, mask)  # the mask passed positionally, as torch allows
+        counted = mode.take()
+        cast = sdpa(q.to(dt), k.to(dt), v.to(dt), attn_mask=mask)
+        plain = sdpa(q, k, v, attn_mask=mask)
+    assert counted == {f"sdpa/{fmt}": 1} and mode.counts == {f"sdpa/{fmt}": 1}
+    assert autocast.dtype == dt and torch.equal(autocast, cast)
+    assert plain.dtype == torch.float32 and torch.equal(plain, sdpa(q, k, v, attn_mask=mask))
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_a_gradient_checkpointed_step_recomputes_attention_the_same_way(fmt):
+    """TRL trains with gradient checkpointing: each layer's forward runs again in backward, where only dispatch
+    modes are still active. The routed attention must be the one recomputed (else torch raises a CheckpointError
+    for the differing saved tensors) and the gradients must equal those of a step without checkpointing."""
+    model, tok = models.load("tiny-arith", "fp32")
+    ids = _arith_batch(tok, 8, seed=6)
+    n_layers = model.config.num_hidden_layers
+    plain = _train_step(model, ids, HALVES[fmt], "fp32-accumulate")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    checkpointed = _train_step(model, ids, HALVES[fmt], "fp32-accumulate")
+    assert plain[4][f"sdpa/{fmt}"] == n_layers and checkpointed[4][f"sdpa/{fmt}"] == 2 * n_layers  # + recomputed
+    assert plain[0] == checkpointed[0] and torch.equal(plain[1], checkpointed[1])
 
 
 def test_the_policy_refuses_inference_mode_where_it_would_silently_not_route():
@@ -239,7 +276,7 @@ def test_one_training_step_agrees_between_the_two_kernels(fmt):
     dt = HALVES[fmt]
     loss_n, grad_n, *_ = _train_step(model, ids, dt, "native")
     loss_a, grad_a, _, _, routed = _train_step(model, ids, dt, "fp32-accumulate")
-    assert routed[fmt] > 0 and set(routed) == {fmt}
+    assert routed[fmt] > 0 and set(routed) == {fmt, f"sdpa/{fmt}"}  # attention too, though autocast casts it
     assert abs(loss_a - loss_n) / abs(loss_n) <= UNIT[fmt] / 16
     rel = ((grad_a - grad_n).norm() / grad_n.norm()).item()
     assert rel <= 2 * UNIT[fmt]
@@ -271,6 +308,10 @@ def test_audit_fails_a_half_run_whose_policy_routed_nothing():
     assert record["audit/gemm"] == "fp32-accumulate" and record["audit/gemm_routed"] == {"bf16": 30}
     with pytest.raises(PrecisionError, match="no bf16 GEMM ran through it"):
         audit.check("bf16", counts, gemm_policy="fp32-accumulate", gemm_counts={})
+    assert audit.check("bf16", counts, gemm_policy="fp32-accumulate",
+                       gemm_counts={"bf16": 30, "sdpa/bf16": 2})["audit/gemm_routed"]["sdpa/bf16"] == 2
+    with pytest.raises(PrecisionError, match="GEMMs ran in"):
+        audit.check("bf16", counts, gemm_policy="fp32-accumulate", gemm_counts={"bf16": 30, "sdpa/fp16": 2})
     with pytest.raises(PrecisionError, match="GEMMs ran in"):
         audit.check("bf16", counts, gemm_policy="fp32-accumulate", gemm_counts={"bf16": 3, "fp16": 3})
     assert audit.check("fp32", {"fp32": 10}, gemm_policy="fp32-accumulate", gemm_counts={})["audit/gemm_routed"] == {}
@@ -285,7 +326,7 @@ def test_rl_training_runs_and_audits_the_fp32_accumulate_policy(dtype, tmp_path,
     assert len(rows) == 2
     for row in rows:
         assert row["audit/gemm"] == "fp32-accumulate"
-        assert set(row["audit/gemm_routed"]) == {dtype} and row["audit/gemm_routed"][dtype] > 0
+        assert set(row["audit/gemm_routed"]) == {dtype, f"sdpa/{dtype}"} and row["audit/gemm_routed"][dtype] > 0
         assert set(row["audit/matmul_dtypes"]) == {dtype}  # linear outputs are still half tensors
         assert row["audit/rollout_dtype"] == dtype and math.isfinite(row["mismatch/token_abs_logp_diff/mean"])
         assert row["audit/rollout_gemm"] == "hf fp32-accumulate"  # the HF engine's GEMMs under the same policy

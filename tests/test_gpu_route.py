@@ -123,6 +123,13 @@ def test_one_sequence_that_cannot_fit_is_refused_with_the_terms():
     assert sharded.states_gib < 10 and sharded.micro_batch >= 2
 
 
+def test_without_gradient_checkpointing_the_estimate_keeps_every_layers_activations():
+    shape = memory.model_shape("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+    on, off = (memory.fit_micro_batch(shape, 128, 10_240, "zero3", 4, 80, checkpointing=c) for c in (True, False))
+    per_sequence = {c: memory.activation_bytes(shape, 1, 10_240, checkpointing=c) for c in (True, False)}
+    assert per_sequence[False] > per_sequence[True] and off.micro_batch < on.micro_batch
+
+
 # -- FP16 loss scaling on every launch kind ----------------------------------------------------------------------
 
 

@@ -41,3 +41,20 @@ def test_a_run_with_a_kl_penalty_top_p_and_small_engine_batches_trains(tmp_path)
     row = result.rows[0]
     assert "kl" in row  # TRL logs the KL to the reference model only when beta > 0
     assert row["audit/rollout_dtype"] == "bf16" and row["ranks/reward_count"] == [4]
+
+
+def test_gradient_checkpointing_is_trls_default_and_can_be_turned_off(tmp_path):
+    assert grpo_config(RLConfig(output_dir=str(tmp_path))).gradient_checkpointing is True
+    assert grpo_config(RLConfig(gradient_checkpointing=False, output_dir=str(tmp_path))).gradient_checkpointing is False
+
+
+@pytest.mark.slow
+def test_gradient_checkpointing_changes_the_time_not_the_numbers(tmp_path, arith_jsonl):
+    """Two FP16 steps under fp32-accumulate (the AVX2 CPU's policy: attention routed, recomputed in backward) with
+    and without checkpointing: the same losses, gradient norms and mismatch, to the bit."""
+    runs = {on: train(RLConfig(dataset=arith_jsonl, steps=2, prompts_per_step=2, samples_per_prompt=2, max_tokens=20,
+                               train_dtype="fp16", gemm="fp32-accumulate", gradient_checkpointing=on,
+                               output_dir=str(tmp_path / str(on))), progress=False).rows for on in (True, False)}
+    keys = ("loss", "grad_norm", "mismatch/token_abs_logp_diff/mean", "reward")
+    assert [[row[k] for k in keys] for row in runs[True]] == [[row[k] for k in keys] for row in runs[False]]
+    assert all(row["audit/gemm_routed"]["sdpa/fp16"] > 0 for rows in runs.values() for row in rows)

@@ -132,7 +132,7 @@ class PrecisionAudit:
             if not routed.get(requested):
                 raise PrecisionError(f"requested the fp32-accumulate GEMM policy for {requested} training but no "
                                      f"{requested} GEMM ran through it this step (routed: {routed})")
-            if set(routed) - {requested}:
+            if set(routed) - {requested, f"sdpa/{requested}"}:  # GEMMs and attentions, all in the request
                 raise PrecisionError(f"requested {requested} training but GEMMs ran in {routed}")
         if not ran:
             raise PrecisionError("no linear layer ran in the training model during this step")

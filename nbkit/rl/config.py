@@ -82,6 +82,10 @@ class RLConfig:
         "C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2.")})
     max_grad_norm: Annotated[float, positive()] = field(default=1.0, metadata={"help": (
         "Gradient clipping (after unscaling in FP16).")})
+    gradient_checkpointing: bool = field(default=True, metadata={"help": (
+        "Recompute each layer's forward during backward instead of keeping its activations (TRL's default): memory "
+        "for time, the same numbers either way. Off keeps every layer's activations (``nbkit plan`` budgets them) and "
+        "skips one forward per update: worth it for small models, e.g. the CPU study's.")})
     loss_scale_init: Annotated[float, positive()] = field(default=2.0**16, metadata={"help": (
         "Initial FP16 loss scale (torch's default).")})
     loss_scale_growth_interval: Annotated[int, at_least(1)] = field(default=400, metadata={"help": (

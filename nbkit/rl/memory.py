@@ -13,7 +13,8 @@ An estimate, stated with its terms, not a measurement (nothing here has run on a
 - **activations** of one micro-batch (TRL pads it to its longest sequence, so a full-length one is budgeted):
   per token the logits (the half ``lm_head`` output, its FP32 copy for π, the FP32 gradient and log-softmax
   work space: 14 bytes per vocabulary entry; the largest term for long answers), the checkpointed hidden state
-  of every layer (TRL's default gradient checkpointing) and one layer's recomputed activations.
+  of every layer (TRL's default gradient checkpointing) and one layer's recomputed activations; without
+  checkpointing, every layer's activations.
 - **vLLM** (colocated): its ``gpu_memory_utilization`` share, held during backward unless it sleeps.
 
 Peak = states + activations + vLLM share, or states + max(activations, vLLM share) when the engine sleeps
@@ -92,11 +93,12 @@ def state_bytes(shape: ModelShape, kind: str, trainers: int) -> float:
     return per_kind[kind]
 
 
-def activation_bytes(shape: ModelShape, sequences: int, seq_tokens: int) -> float:
-    """Loss forward + backward of ``sequences`` padded to ``seq_tokens`` tokens each (gradient checkpointing on)."""
-    per_token = (LOGIT_BYTES * shape.vocab + 2 * shape.hidden * shape.layers
-                 + 2 * (14 * shape.hidden + 4 * shape.intermediate))
-    return sequences * seq_tokens * per_token
+def activation_bytes(shape: ModelShape, sequences: int, seq_tokens: int, checkpointing: bool = True) -> float:
+    """Loss forward + backward of ``sequences`` padded to ``seq_tokens`` tokens each: with gradient checkpointing
+    each layer keeps its input hidden state and one layer's activations are live at a time; without, all are."""
+    layer = 2 * (14 * shape.hidden + 4 * shape.intermediate)
+    kept = 2 * shape.hidden * shape.layers + layer if checkpointing else layer * shape.layers
+    return sequences * seq_tokens * (LOGIT_BYTES * shape.vocab + kept)
 
 
 def kv_cache_bytes(shape: ModelShape, tokens: int) -> float:
@@ -127,7 +129,7 @@ class Fit:
 
 
 def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, trainers: int, gpu_gib: float,
-                    vllm_share: float = 0.0, vllm_sleeps: bool = True) -> Fit:
+                    vllm_share: float = 0.0, vllm_sleeps: bool = True, checkpointing: bool = True) -> Fit:
     """The largest micro-batch (a divisor of ``share``, the process's completions per step) whose estimated peak
     stays within ``HEADROOM`` × ``gpu_gib``; ValueError naming the terms when even one sequence does not fit."""
     states = state_bytes(shape, kind, trainers)
@@ -135,7 +137,7 @@ def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, t
     budget = HEADROOM * gpu_gib * GIB
 
     def peak(m: int) -> float:
-        act = activation_bytes(shape, m, seq_tokens)
+        act = activation_bytes(shape, m, seq_tokens, checkpointing)
         return states + (max(act, vllm) if vllm_sleeps else act + vllm)
 
     fits = [m for m in range(1, share + 1) if share % m == 0 and peak(m) <= budget]
@@ -143,10 +145,10 @@ def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, t
         raise ValueError(
             f"one sequence of {seq_tokens} tokens does not fit a {gpu_gib:g} GiB GPU: states "
             f"{states / GIB:.1f} GiB ({kind}, {trainers} trainers) + activations "
-            f"{activation_bytes(shape, 1, seq_tokens) / GIB:.1f} GiB + vLLM {vllm / GIB:.1f} GiB > "
+            f"{activation_bytes(shape, 1, seq_tokens, checkpointing) / GIB:.1f} GiB + vLLM {vllm / GIB:.1f} GiB > "
             f"{HEADROOM:.0%} of the GPU; use a sharded kind (fsdp2, zero2, zero3), more GPUs, shorter max_tokens "
             f"or a smaller vLLM share")
     m = max(fits)
     return Fit(micro_batch=m, gradient_accumulation_steps=share // m, states_gib=states / GIB,
-               activations_gib=activation_bytes(shape, m, seq_tokens) / GIB, vllm_gib=vllm / GIB,
+               activations_gib=activation_bytes(shape, m, seq_tokens, checkpointing) / GIB, vllm_gib=vllm / GIB,
                peak_gib=peak(m) / GIB, gpu_gib=gpu_gib)

@@ -214,7 +214,7 @@ def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
         logging_steps=1, report_to="none", disable_tqdm=False, use_cpu=not _has_accelerator(),
         save_strategy="steps" if cfg.checkpoint_every else "no", save_steps=cfg.checkpoint_every or 500,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, vllm_max_model_length=max_model_length,
-        vllm_enable_sleep_mode=cfg.vllm_sleep_mode,
+        vllm_enable_sleep_mode=cfg.vllm_sleep_mode, gradient_checkpointing=cfg.gradient_checkpointing,
         cast_lm_head_to_fp32=lm_head.sides(cfg.fp32_lm_head)[0],  # π's FP32 head: TRL's own switch (its fused head)
         **algorithms.grpo_options(cfg.algo, cfg.is_cap, (cfg.icepop_low, cfg.icepop_high)),
     ), **ppo_options(cfg)})
