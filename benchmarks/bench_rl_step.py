@@ -6,6 +6,7 @@ share of the step. The first step (engine warm-up) is left out of the means.
 
     .venv/bin/python benchmarks/bench_rl_step.py                       # grpo + pg_seq_is, fp16 + bf16, vllm
     .venv/bin/python benchmarks/bench_rl_step.py --engines hf --steps 4 --dtypes fp32
+    .venv/bin/python benchmarks/bench_rl_step.py --algorithms grpo --dtypes fp32 fp16 bf16 --checkpointing on off
 """
 from __future__ import annotations
 
@@ -22,10 +23,13 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
+    p.add_argument("--checkpointing", nargs="+", choices=("on", "off"), default=["on"],
+                   help="gradient checkpointing of the update (RLConfig.gradient_checkpointing; TRL's default: on)")
     args = p.parse_args()
 
     import torch
 
+    from nbkit import gemm
     from nbkit.engines import vllm_available
     from nbkit.rl import RLConfig, train
 
@@ -33,20 +37,24 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     engines = [e for e in args.engines if e != "vllm" or vllm_available()]
     parts = ("rollout", "sync", "score", "mismatch", "update")
-    print(f"{'run':32} {'step s':>7} " + " ".join(f"{x:>9}" for x in parts) + f" {'mismatch %':>10}")
+    print(f"CPU flags {gemm.half_flags()}, gemm auto = {gemm.resolve('auto')}"
+          + (f", kernels capped by {gemm.kernel_caps()} (an emulation)" if gemm.kernel_caps() else ""))
+    print(f"{'run':40} {'step s':>7} " + " ".join(f"{x:>9}" for x in parts) + f" {'mismatch %':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for engine in engines:
             for algo in args.algorithms:
-                for dtype in args.dtypes:
-                    cfg = RLConfig(algorithm=algo, train_dtype=dtype, rollout_engine=engine, steps=args.steps,
-                                   prompts_per_step=args.prompts, samples_per_prompt=args.samples,
-                                   output_dir=f"{tmp}/{engine}-{algo}-{dtype}")
-                    rows = train(cfg, progress=False).rows[1:]
-                    mean = {x: sum(r[f"time/{x}"] for r in rows) / len(rows) for x in parts}
-                    step = sum(r["time/step"] for r in rows) / len(rows)
-                    print(f"{engine + '/' + algo + '/' + dtype:32} {step:7.2f} "
-                          + " ".join(f"{mean[x]:9.3f}" for x in parts) + f" {100 * mean['mismatch'] / step:9.2f}%",
-                          flush=True)
+                for ckpt in args.checkpointing:
+                    for dtype in args.dtypes:
+                        cfg = RLConfig(algorithm=algo, train_dtype=dtype, rollout_engine=engine, steps=args.steps,
+                                       prompts_per_step=args.prompts, samples_per_prompt=args.samples,
+                                       gradient_checkpointing=ckpt == "on",
+                                       output_dir=f"{tmp}/{engine}-{algo}-{ckpt}-{dtype}")
+                        rows = train(cfg, progress=False).rows[1:]
+                        mean = {x: sum(r[f"time/{x}"] for r in rows) / len(rows) for x in parts}
+                        step = sum(r["time/step"] for r in rows) / len(rows)
+                        name = f"{engine}/{algo}/ckpt-{ckpt}/{dtype}"
+                        print(f"{name:40} {step:7.2f} " + " ".join(f"{mean[x]:9.3f}" for x in parts)
+                              + f" {100 * mean['mismatch'] / step:9.2f}%", flush=True)
 
 
 if __name__ == "__main__":

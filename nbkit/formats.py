@@ -391,7 +391,7 @@ class _FormatAttention(TorchFunctionMode):
 
 def _dial_attention(rnd, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                     enable_gqa=False):
-    """``nbkit.gemm._attention`` with every rounding to the half format replaced by ``rnd``."""
+    """The forward of ``nbkit.gemm.route_attention`` with every rounding to the half format replaced by ``rnd``."""
     dtype = query.dtype
     key, value = gemm.expand_gqa(query, key, value, enable_gqa)
     probs = gemm.attention_probs(rnd(query), rnd(key), attn_mask, is_causal, scale)

@@ -78,6 +78,8 @@ def test_a_server_reporting_raw_logprobs_is_refused(monkeypatch):
 def test_a_matching_server_is_used_and_reported_as_the_engine_dtype(monkeypatch):
     gen = _generation(monkeypatch, "torch.float16", "fp16")
     assert gen.engine_dtype() == "fp16" and gen.vllm_client.communicator == "cuda:0"
+    # what the trainer's audit cannot see on a server is said to be unknown, not left out
+    assert (gen.engine_head_dtype(), gen.engine_gemm()) == ("n/a", "vllm n/a")
 
 
 def test_server_mode_is_configured_with_the_vllm_engine_only():

@@ -75,7 +75,8 @@ def check_server_context(client, needed: int | None) -> None:
 
 class ServerGeneration(VLLMGeneration):
     """TRL's server-mode generation with the dtype check, timings and the ``EngineGeneration`` bookkeeping
-    interface (``engine_dtype``, ``take_seconds``, ``close``) the workbook trainer calls."""
+    interface (``engine_dtype``, ``engine_head_dtype``, ``engine_gemm``, ``take_seconds``, ``close``) the workbook
+    trainer calls."""
 
     def __init__(self, *, dtype: str, server_base_url: str, server_timeout: float = 240.0, **trl_kwargs):
         for colocate_only in ("engine", "model_ref", "seed", "kv_cache_gib", "gemm_policy", "hf_batch_size",
@@ -136,6 +137,14 @@ class ServerGeneration(VLLMGeneration):
     def engine_dtype(self) -> str:
         """The dtype the server reported at start-up (checked equal to the request then)."""
         return self.served
+
+    def engine_head_dtype(self) -> str:
+        """``n/a``: the server's LM head is not observable from the trainer."""
+        return "n/a"
+
+    def engine_gemm(self) -> str:
+        """``vllm n/a``: the server's kernels are its own and not observable from the trainer."""
+        return "vllm n/a"
 
     def take_seconds(self) -> dict:
         """Generate and sync time since the last call (then reset)."""

@@ -359,14 +359,12 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         if record[schema.AUDIT_TRL_FP32_HEAD] != lm_head.sides(self.run.fp32_lm_head)[0]:
             raise amp.PrecisionError(f"fp32_lm_head={self.run.fp32_lm_head!r} but TRL's cast_lm_head_to_fp32 is "
                                      f"{self.args.cast_lm_head_to_fp32}")
-        head_dtype = getattr(self.vllm_generation, "engine_head_dtype", None)  # a vLLM server: not observable
-        record[schema.AUDIT_ENGINE_HEAD_DTYPE] = head_dtype() if head_dtype is not None else "n/a"
+        record[schema.AUDIT_ENGINE_HEAD_DTYPE] = self.vllm_generation.engine_head_dtype()
         if lm_head.sides(self.run.fp32_lm_head)[1] and record[schema.AUDIT_ENGINE_HEAD_DTYPE] != "fp32":
             raise amp.PrecisionError(f"requested an FP32 LM head in the engine but it produced "
                                      f"{record[schema.AUDIT_ENGINE_HEAD_DTYPE]} logits")
         record.update(self.param_counts)
-        engine_gemm = getattr(self.vllm_generation, "engine_gemm", None)  # a vLLM server: not observable
-        record[schema.AUDIT_ROLLOUT_GEMM] = engine_gemm() if engine_gemm is not None else "n/a"
+        record[schema.AUDIT_ROLLOUT_GEMM] = self.vllm_generation.engine_gemm()
         record[schema.AUDIT_ROLLOUT_DTYPE] = self.vllm_generation.engine_dtype()
         if record[schema.AUDIT_ROLLOUT_DTYPE] != self.run.rollout:
             raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
