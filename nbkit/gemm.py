@@ -14,7 +14,8 @@ elements, as two GPU kernels do).
 Policies (``GEMM_POLICIES``):
 
 - ``native``: torch's own kernels (what CUDA runs: tensor cores already follow the contract);
-- ``fp32-accumulate``: half operands → fp32 GEMM → result rounded once to the operands' half format;
+- ``fp32-accumulate``: half operands → fp32 GEMM → result rounded once to the operands' half format; half
+  attention as flash attention computes it (fp32 scores and softmax, half P, fp32-accumulated products);
 - ``auto`` resolves to ``native`` where the device has native half GEMMs (CUDA; CPUs with AVX512-FP16 and
   BF16 instructions, e.g. Sapphire Rapids) and to ``fp32-accumulate`` elsewhere (e.g. AVX2-only CPUs), so the
   same code is fast everywhere and FP16 and BF16 always share one kind of kernel (``default_policy``).
@@ -23,7 +24,7 @@ Usage::
 
     with gemm.policy("fp32-accumulate") as mode:   # forward, backward, generate ...
         loss = model(**batch).loss; loss.backward()
-    mode.counts                                     # Counter({"fp16": 24}): GEMMs that ran through the policy
+    mode.counts                                     # Counter({"fp16": 24, "sdpa/fp16": 2}): what ran through it
 """
 from __future__ import annotations
 
@@ -33,7 +34,6 @@ import os
 from collections import Counter
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nbkit.models import DTYPES
