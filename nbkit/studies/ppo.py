@@ -18,8 +18,9 @@ OUTPUT_DIR = "reports/runs/ppo_tiny_arith"
 
 
 SHARED_WITH_GRPO = ("model", "dataset", "template", "grader", "lr", "prompts_per_step", "samples_per_prompt",
-                    "max_tokens")
-"""The fields notebook 03's PPO slice takes from its GRPO runs: the same task, sizes and learning rate."""
+                    "max_tokens", "gradient_checkpointing")
+"""The fields notebook 03's PPO slice takes from its GRPO runs: the same task, sizes and learning rate (and the
+same memory-for-time choice, which changes no number)."""
 
 
 def base_config(**overrides):
