@@ -113,7 +113,7 @@ def test_half_attention_is_routed_and_as_accurate_as_the_fused_kernel(fmt, maski
     """SDPA on half tensors (grouped-query, SmolLM2's 9 query / 3 key-value heads) under fp32-accumulate: fp32
     scores and softmax, half P·V, and the flash backward. Against float64, with a random upstream gradient: output
     mean error 1.15× the fused kernel's; gradients of Q, K and V 0.7–1.1× the fused kernel's error, all within
-    0.9u (u = unit roundoff), measured here."""
+    0.9u of float64 and 1.2u of the fused kernel's gradients (u = unit roundoff), measured here."""
     dt = HALVES[fmt]
     g = torch.Generator().manual_seed(1)
     q = torch.randn(2, 9, 50, 64, generator=g).to(dt)
@@ -145,6 +145,7 @@ def test_half_attention_is_routed_and_as_accurate_as_the_fused_kernel(fmt, maski
     for name, e, n, r in zip("QKV", grad_exact, grad_native, grad_routed):
         err_native, err_routed = ((n - e).norm() / e.norm()).item(), ((r - e).norm() / e.norm()).item()
         assert err_routed <= 1.25 * err_native and err_routed <= 2 * UNIT[fmt], (name, err_native, err_routed)
+        assert ((r - n).norm() / n.norm()).item() <= 2 * UNIT[fmt], name  # two kernels, within two roundings
 
 
 @pytest.mark.parametrize("fmt", ["fp16", "bf16"])
