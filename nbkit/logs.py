@@ -16,12 +16,12 @@ import): a widget bar cannot render in a static report, a text bar's last state 
 """
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import sys
 import time
 import warnings
+import weakref
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -40,11 +40,13 @@ def log_path() -> Path:
 
 
 def _open(path: Path):
-    """One append handle per log file for the life of the process (handlers made inside ``quiet`` keep it)."""
+    """One append handle per log file for the life of the process. Handlers made inside ``quiet`` keep it, and
+    vLLM's log through it while the interpreter exits (its engine shuts down from a ``weakref.finalize``). At exit
+    finalisers run newest first, so closing the handle from one made now lets every engine started later log first."""
     if path not in _files or _files[path].closed:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _files[path] = open(path, "a", buffering=1, encoding="utf-8")
-        atexit.register(_files[path].close)
+        _files[path] = handle = open(path, "a", buffering=1, encoding="utf-8")
+        weakref.finalize(handle, handle.close)
     return _files[path]
 
 

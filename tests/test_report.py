@@ -174,6 +174,24 @@ def test_a_nested_quiet_block_still_announces_in_the_notebook(tmp_path, capfd):
     assert "vLLM engine (fp16) started in" in out and "trainer started in" in out and "chatter" not in out
 
 
+def test_a_logger_made_inside_quiet_can_still_log_while_the_process_exits(tmp_path):
+    """vLLM's logger is set up inside the engine's quiet block and logs its shutdown from a finaliser at exit:
+    that line goes to the log, not a "Logging error" traceback on the terminal."""
+    import subprocess
+
+    log = tmp_path / "x.log"
+    code = ("import logging, sys, weakref\n"
+            "weakref.finalize(logging, print)  # an earlier finaliser, as importing vLLM makes\n"
+            "from nbkit import logs\n"
+            f"with logs.quiet('engine', path={str(log)!r}):\n"
+            "    logging.getLogger('engine').addHandler(logging.StreamHandler(sys.stderr))\n"
+            "    engine = logging.getLogger('engine')\n"
+            "    weakref.finalize(engine, engine.warning, 'shutting the engine down')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Logging error" not in done.stderr and "closed file" not in done.stderr
+    assert "shutting the engine down" in log.read_text()
+
+
 def test_every_notebook_says_where_its_live_numbers_ran():
     """Right after the parameters, each notebook shows the CPU, its half flags and the GEMM policy of this run."""
     import nbformat
