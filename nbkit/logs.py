@@ -16,6 +16,7 @@ import): a widget bar cannot render in a static report, a text bar's last state 
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -46,8 +47,16 @@ def _open(path: Path):
     if path not in _files or _files[path].closed:
         path.parent.mkdir(parents=True, exist_ok=True)
         _files[path] = handle = open(path, "a", buffering=1, encoding="utf-8")
-        weakref.finalize(handle, handle.close)
+        weakref.finalize(handle, _close, handle)
     return _files[path]
+
+
+def _close(handle) -> None:
+    """Close a log handle at exit; handlers still holding it (a daemon thread may log after this) write nowhere."""
+    for h in _handlers():
+        if getattr(h, "stream", None) is handle:
+            h.setStream(io.StringIO())
+    handle.close()
 
 
 def matters(w: warnings.WarningMessage) -> bool:
@@ -59,10 +68,14 @@ def matters(w: warnings.WarningMessage) -> bool:
     return own or issubclass(w.category, RuntimeWarning)
 
 
-def _stream_handlers() -> list[logging.StreamHandler]:
+def _handlers() -> set[logging.Handler]:
     loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
                                        if isinstance(lg, logging.Logger)]
-    return [h for lg in loggers for h in lg.handlers
+    return {h for lg in loggers for h in lg.handlers}
+
+
+def _stream_handlers() -> list[logging.StreamHandler]:
+    return [h for h in _handlers()
             if type(h) is logging.StreamHandler and h.stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)]
 
 
