@@ -63,7 +63,7 @@ def rollout_rates(model: str, engine_name: str, dtypes, prompts: int, max_tokens
             net, tok = models.load(model, dtype)
             engine = HFEngine(net, dtype, tokenizer=tok, batch_size=prompts, progress=False)
         else:
-            engine = VLLMEngine(model, dtype, kv_cache_gib=2, progress=False)
+            engine = VLLMEngine(model, dtype, progress=False)
             tok = engine.tokenizer
         startup = time.perf_counter() - start
         try:

@@ -46,8 +46,7 @@ def rollout_rate(model: str, engine: str, dtype: str, n_prompts: int, samples: i
     prompts = load_prompts("arith" if model.startswith("tiny") else "eval/math", n_prompts, tok, seed=0)
     start = time.perf_counter()
     eng = make_engine(engine, net if engine == "hf" else model, dtype,
-                      **({"tokenizer": tok, "progress": False} if engine == "hf" else {"kv_cache_gib": 2,
-                                                                                       "progress": False}))
+                      **({"tokenizer": tok, "progress": False} if engine == "hf" else {"progress": False}))
     startup = time.perf_counter() - start
     try:
         eng.generate(prompts[:2], SamplingConfig(max_tokens=8, seed=0))

@@ -152,7 +152,7 @@ def child(args, isa: str, dtype: str, gemm: str) -> dict:
     from nbkit.offline.analysis import load_prompts
 
     start = time.perf_counter()
-    engine = VLLMEngine(args.model, dtype, kv_cache_gib=2, progress=False, gemm=gemm)
+    engine = VLLMEngine(args.model, dtype, progress=False, gemm=gemm)
     startup = time.perf_counter() - start
     try:
         facts = engine.llm.collective_rpc(_worker_facts)[0]

@@ -326,14 +326,16 @@ class VLLMEngine:
     ``enforce_eager=None``: eager on CPU, CUDA graphs on GPUs (``default_enforce_eager``). ``gemm`` (``nbkit.gemm``'s
     policies) decides the half linear layers' kernel on CPUs: ``auto`` gives them the tensor-core contract
     (``nbkit.vllm_gemm``) where the CPU has no native half GEMMs, as the trainer's π gets it; ``native`` keeps
-    vLLM's own choice. ``self.gemm`` (and each rollout's ``meta["gemm"]``) names what ran.
+    vLLM's own choice. ``self.gemm`` (and each rollout's ``meta["gemm"]``) names what ran. ``kv_cache_gib``:
+    vLLM-CPU's KV cache (None: sized to ``max_num_seqs`` full-length sequences, at most 2 GiB,
+    ``cpu_kv_cache_bytes``); GPUs size theirs with ``gpu_memory_utilization``.
     """
 
     name = "vllm"
 
     def __init__(self, model: str | os.PathLike, dtype: str | None = None, logprobs_mode: str = "raw_logprobs",
                  max_model_len: int | None = None, gpu_memory_utilization: float = 0.3, seed: int = 0,
-                 kv_cache_gib: int = 2, enforce_eager: bool | None = None, progress: bool = True,
+                 kv_cache_gib: float | None = None, enforce_eager: bool | None = None, progress: bool = True,
                  format: str | None = None, gemm: str = "auto", **llm_kwargs):
         from nbkit import formats, models, paths, vllm_gemm
 
@@ -345,8 +347,10 @@ class VLLMEngine:
         llm_kwargs.update(formats.vllm_kwargs(self.format))
         if logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose one of {LOGPROBS_MODES}")
+        if kv_cache_gib is not None and not kv_cache_gib > 0:
+            raise ValueError(f"kv_cache_gib must be a positive number of GiB or None (sized to the engine), "
+                             f"got {kv_cache_gib!r}")
         LLM = require_vllm()
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # CPU backend: RAM for the KV cache
         self.gemm = vllm_gemm_policy(gemm, dtype)
         if self.gemm == vllm_gemm.FP32_ACCUMULATE and not vllm_gemm.installed():
             raise RuntimeError("gemm='fp32-accumulate' for vLLM needs the project's vLLM plugin, which is registered "
@@ -355,6 +359,11 @@ class VLLMEngine:
         self.dtype, self.logprobs_mode, self.progress = dtype, logprobs_mode, progress
         self.path = models.resolve(model)
         self.max_model_len = max_model_len or default_max_model_len(self.path)
+        if not torch.cuda.is_available():  # on GPUs gpu_memory_utilization sizes the cache, as vLLM does
+            llm_kwargs.setdefault("kv_cache_memory_bytes", cpu_kv_cache_bytes(
+                self.path, self.max_model_len, dtype, llm_kwargs.get("max_num_seqs"), kv_cache_gib))
+        self.kv_cache_bytes = llm_kwargs.get("kv_cache_memory_bytes")
+        """The KV cache asked of vLLM in bytes (None: vLLM's own sizing, as on GPUs)."""
         with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"), \
                 paths.environment({vllm_gemm.ENV: self.gemm}):  # the plugin reads it as vLLM's processes load layers
             self.llm = LLM(
@@ -465,6 +474,33 @@ def check_fits(max_model_len: int, prompt_ids: Sequence[list[int]], max_tokens: 
 def default_enforce_eager() -> bool:
     """Eager mode on CPU (vLLM-CPU's graph capture costs start-up time for nothing here); CUDA graphs on GPUs."""
     return not torch.cuda.is_available()
+
+
+CPU_MAX_NUM_SEQS = 256
+"""vLLM-CPU's default ``max_num_seqs`` for the ``LLM`` class: the most sequences its scheduler runs at once."""
+
+
+def cpu_kv_cache_bytes(path: str, max_model_len: int, dtype: str, max_num_seqs: int | None = None,
+                       gib: float | None = None, cap_gib: float = 2) -> int:
+    """vLLM-CPU's KV cache in bytes: ``gib`` GiB if given; else room for ``max_num_seqs`` sequences of
+    ``max_model_len`` tokens (the most the scheduler holds at once, so no request ever waits for cache space and the
+    batches are the ones an unbounded cache would give), with a quarter spare, at most ``cap_gib``. vLLM-CPU touches
+    its whole cache at start-up (seconds per GiB on a 2-core CPU), which a 1 M-parameter model's 128-token
+    sequences would otherwise pay for 2 GiB they never use. A config whose KV shape cannot be read gets the cap."""
+    if gib is not None:
+        return int(gib * 2**30)
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.from_pretrained(path)
+        cfg = getattr(cfg, "text_config", None) or cfg
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        per_token = cfg.num_hidden_layers * 2 * kv_heads * head_dim * DTYPES[dtype].itemsize
+    except (AttributeError, OSError, TypeError, ValueError):
+        return int(cap_gib * 2**30)
+    tokens = (max_num_seqs or CPU_MAX_NUM_SEQS) * -(-max_model_len // 128) * 128  # whole 128-token blocks (vLLM-CPU)
+    return min(int(cap_gib * 2**30), -(-int(1.25 * tokens * per_token) // 2**20) * 2**20)
 
 
 def default_max_model_len(path: str, cap: int = 2048) -> int:

