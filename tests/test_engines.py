@@ -13,11 +13,12 @@ import os
 import numpy as np
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from nbkit import models
 from nbkit.tasks import arith
 from nbkit.engines import (FINISH_REASONS, HFEngine, SamplingConfig, VLLMEngine, cpu_kv_cache_bytes, make_engine,
-                           vllm_available)
+                           vllm_available, vllm_sized_for)
 from nbkit.mismatch import teacher_forced_logprobs
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -141,13 +142,15 @@ def vllm_runs():
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # lets the test ask the worker for its dtypes
     out = {}
     for dt in DTYPES:
-        engine = VLLMEngine("tiny-arith", dt)
+        sized = vllm_sized_for(AutoTokenizer.from_pretrained(models.resolve("tiny-arith")), PROMPTS, SAMPLING) if dt == "fp16" else {}
+        engine = VLLMEngine("tiny-arith", dt, **sized)  # FP16: an engine sized for this one batch
         vllm = engine.llm.llm_engine.vllm_config  # what the engine core reported back: its KV blocks
         try:
             out[dt] = dict(rollouts=engine.generate(PROMPTS, SAMPLING), again=engine.generate(PROMPTS, SAMPLING),
                            model_dtype=engine.model_dtype(), worker=engine.worker_param_dtypes(),
                            tokenizer=engine.tokenizer, gemm=engine.gemm, kernels=engine.linear_kernels(),
                            kv_cache_bytes=engine.kv_cache_bytes, max_num_seqs=vllm.scheduler_config.max_num_seqs,
+                           max_model_len=engine.max_model_len,
                            kv_blocks=vllm.cache_config.num_gpu_blocks, block_size=vllm.cache_config.block_size)
         finally:
             engine.close()
@@ -195,9 +198,23 @@ def test_a_kv_cache_sized_to_the_engine_holds_every_sequence_its_scheduler_runs_
     tiny-arith instead of gigabytes); by vLLM's own count that is still a full-length sequence for every slot of the
     scheduler, so no request ever waits for cache and the batches are those of a larger cache."""
     for dt, run in vllm_runs.items():
-        assert run["kv_cache_bytes"] == cpu_kv_cache_bytes(models.resolve("tiny-arith"), 128, dt) < 2**30, dt
-        blocks_per_sequence = -(-128 // run["block_size"])
+        assert run["kv_cache_bytes"] == cpu_kv_cache_bytes(models.resolve("tiny-arith"), run["max_model_len"], dt,
+                                                           run["max_num_seqs"]) < 2**30, dt
+        blocks_per_sequence = -(-run["max_model_len"] // run["block_size"])
         assert run["kv_blocks"] >= run["max_num_seqs"] * blocks_per_sequence, (dt, run["kv_blocks"])
+    # sized for one batch of 24 prompts x 2: a slot and a full-length context for each of its 48 sequences
+    longest = max(len(r.prompt_ids) + SAMPLING.max_tokens for r in vllm_runs["fp16"]["rollouts"])
+    assert (vllm_runs["fp16"]["max_num_seqs"], vllm_runs["fp16"]["max_model_len"]) == (48, longest)
+    assert vllm_runs["fp16"]["kv_cache_bytes"] < vllm_runs["bf16"]["kv_cache_bytes"] / 2
+
+
+def test_an_engine_sized_for_a_batch_runs_it_all_at_once_up_to_vllms_default_slots():
+    tok = AutoTokenizer.from_pretrained(models.resolve("tiny-arith"))
+    prompts = [p["problem"] for p in arith.make_problems(200, seed=1)]
+    small = vllm_sized_for(tok, prompts[:10], SamplingConfig(n=4, max_tokens=30))
+    assert small == {"max_num_seqs": 40, "max_model_len": max(len(tok.encode(p, add_special_tokens=False))
+                                                               for p in prompts[:10]) + 30}
+    assert "max_num_seqs" not in vllm_sized_for(tok, prompts, SamplingConfig(n=2, max_tokens=30))  # 400: the default
 
 
 def test_the_cpu_kv_cache_holds_every_sequence_the_scheduler_runs_at_once_and_no_more_than_the_cap(tmp_path):

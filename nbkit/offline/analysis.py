@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nbkit import gemm, models, paths, schema
-from nbkit.engines import SamplingConfig, make_engine, vllm_available
+from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
 from nbkit.mismatch import headline_cis, mismatch_metrics, relative_prob_error, teacher_forced_logprobs
 from nbkit.tasks import arith
 
@@ -231,7 +231,8 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
         engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, gemm=cfg.gemm,
                              **cfg.engine_kwargs)
     else:
-        engine = make_engine("vllm", cfg.model, dtype, gemm=cfg.gemm, **cfg.engine_kwargs)
+        engine = make_engine("vllm", cfg.model, dtype, gemm=cfg.gemm,
+                             **{**vllm_sized_for(tok, prompts, sampling), **cfg.engine_kwargs})
     seconds[f"start/{dtype}"] = time.time() - start
     try:
         start = time.time()

@@ -393,7 +393,7 @@ def row_metrics(before, after, n_boot: int = 0, seed: int = 0) -> dict:
 
 def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
     """The real engine's responses in ``cfg.dtype`` (μ in ``Rollout.logprobs``)."""
-    from nbkit.engines import SamplingConfig, make_engine
+    from nbkit.engines import SamplingConfig, make_engine, vllm_sized_for
     from nbkit.offline import analysis
 
     source = cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
@@ -403,7 +403,8 @@ def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
         engine = make_engine("hf", half, cfg.dtype, tokenizer=tokenizer, progress=False, gemm=cfg.gemm,
                              batch_size=cfg.engine_batch_size, **cfg.engine_kwargs)
     else:
-        engine = make_engine("vllm", cfg.model, cfg.dtype, progress=False, gemm=cfg.gemm, **cfg.engine_kwargs)
+        engine = make_engine("vllm", cfg.model, cfg.dtype, progress=False, gemm=cfg.gemm,
+                             **{**vllm_sized_for(tokenizer, prompts, sampling), **cfg.engine_kwargs})
     try:
         return engine.generate(prompts, sampling)
     finally:

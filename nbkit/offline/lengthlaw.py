@@ -131,7 +131,7 @@ def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prom
     import torch
 
     from nbkit import gemm as gemm_policies, models
-    from nbkit.engines import SamplingConfig, make_engine, vllm_available
+    from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
     from nbkit.mismatch import teacher_forced_logprobs
     from nbkit.offline import analysis
 
@@ -146,8 +146,8 @@ def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prom
     out: dict[str, list[dict]] = {}
     for d in dtypes:
         cast = base if d == "fp32" else copy.deepcopy(base).to(models.torch_dtype(d))
-        eng = make_engine(kind, cast if kind == "hf" else model, d, gemm=gemm,
-                          **({"tokenizer": tok} if kind == "hf" else {}), **(engine_kwargs or {}))
+        own = {"tokenizer": tok} if kind == "hf" else vllm_sized_for(tok, prompts, sampling)
+        eng = make_engine(kind, cast if kind == "hf" else model, d, gemm=gemm, **{**own, **(engine_kwargs or {})})
         try:
             start = time.time()
             rollouts = [r for r in eng.generate(prompts, sampling) if len(r.token_ids)]
