@@ -93,3 +93,19 @@ def test_the_help_is_the_former_docstring_word_for_word():
         'Root of the pass-rate caches; "" = ``.cache/pass_rates`` of the project.')
     assert help_of[SamplingConfig]["top_p"] == "Nucleus sampling mass; 1.0 = off."
     assert help_of[DoctorConfig]["target_length"].startswith("Response length the training run will reach")
+
+
+def test_nbkit_doctor_help_gives_each_config_flag_its_fields_own_help(capsys):
+    """``nbkit doctor``'s flags for ``DoctorConfig`` fields show the field's help and default (not a hand-written
+    line), and every field but the dict of engine arguments has one."""
+    from nbkit.offline import doctor
+
+    with pytest.raises(SystemExit):
+        doctor.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for f in dataclasses.fields(DoctorConfig):
+        if f.name == "engine_kwargs":
+            continue
+        assert "--" + f.name.replace("_", "-") in text, f.name
+        assert " ".join(f.metadata["help"].replace("``", "").split()[:6]) in text, f.name
+    assert "(default: bf16 fp16)" in text and "(default: 12)" in text

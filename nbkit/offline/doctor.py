@@ -347,15 +347,24 @@ def setup_from_args(args) -> "lints.Setup":
 
 def main(argv: list[str] | None = None) -> int:
     defaults = DoctorConfig.__dataclass_fields__
+
+    def config_flag(name: str, **kwargs) -> None:
+        """A flag for a ``DoctorConfig`` field, its help text the field's own (with its default)."""
+        text = defaults[name].metadata["help"].replace("``", "").replace("%", "%%")
+        default = defaults[name].default
+        shown = " ".join(default) if isinstance(default, tuple) else default
+        parser.add_argument("--" + name.replace("_", "-"), default=list(default) if isinstance(default, tuple)
+                            else default, help=text if isinstance(default, bool) else f"{text} (default: {shown})",
+                            **kwargs)
+
     parser = argparse.ArgumentParser(prog="nbkit doctor", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=defaults["model"].default, help="model ref (built-in name, folder, hub id)")
-    parser.add_argument("--engine", default="auto", choices=("auto", "hf", "vllm"), help="rollout engine")
-    parser.add_argument("--dtypes", nargs="+", default=list(defaults["dtypes"].default), help="dtypes to compare")
-    for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "seed"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, default=defaults[name].default,
-                            help=f"(default {defaults[name].default})")
+    config_flag("model")
+    config_flag("engine", choices=("auto", "hf", "vllm"))
+    config_flag("dtypes", nargs="+")
+    for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "seed", "anatomy_sequences"):
+        config_flag(name, type=int)
     parser.add_argument("--out", help="report folder (default reports/doctor/<model>)")
-    parser.add_argument("--anatomy", action="store_true", help="also dissect each dtype's mismatch by source (slower)")
+    config_flag("anatomy", action="store_true")
     setup = parser.add_argument_group("the run's setup, linted (defaults: FP16 on both sides, no filter, token IS)")
     setup.add_argument("--config", help="an RLConfig YAML/JSON file (nbkit train --config): the setup to lint")
     for flag, kind, what in (("train-dtype", str, "trainer dtype"), ("engine-dtype", str, "engine dtype ('auto': "
@@ -371,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = DoctorConfig(model=args.model, engine=args.engine, dtypes=tuple(args.dtypes), n_prompts=args.n_prompts,
                            samples_per_prompt=args.samples_per_prompt, max_tokens=args.max_tokens,
-                           target_length=args.target_length, seed=args.seed, anatomy=args.anatomy)
+                           target_length=args.target_length, seed=args.seed, anatomy=args.anatomy,
+                           anatomy_sequences=args.anatomy_sequences)
         run_setup = setup_from_args(args)
         if args.out is not None and not args.out.strip():
             raise ValueError(f"--out {args.out!r}: name the doctor's report folder")
