@@ -364,8 +364,10 @@ class VLLMEngine:
                 self.path, self.max_model_len, dtype, llm_kwargs.get("max_num_seqs"), kv_cache_gib))
         self.kv_cache_bytes = llm_kwargs.get("kv_cache_memory_bytes")
         """The KV cache asked of vLLM in bytes (None: vLLM's own sizing, as on GPUs)."""
-        with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"), \
-                paths.environment({vllm_gemm.ENV: self.gemm}):  # the plugin reads it as vLLM's processes load layers
+        env = {vllm_gemm.ENV: self.gemm}  # the plugin reads it as vLLM's processes load layers
+        if not torch.cuda.is_available():
+            env.update(cpu_process_layout(llm_kwargs))
+        with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"), paths.environment(env):
             self.llm = LLM(
                 model=self.path, dtype=str(DTYPES[dtype]).removeprefix("torch."), seed=seed,
                 max_model_len=self.max_model_len,
@@ -474,6 +476,22 @@ def check_fits(max_model_len: int, prompt_ids: Sequence[list[int]], max_tokens: 
 def default_enforce_eager() -> bool:
     """Eager mode on CPU (vLLM-CPU's graph capture costs start-up time for nothing here); CUDA graphs on GPUs."""
     return not torch.cuda.is_available()
+
+
+def cpu_process_layout(llm_kwargs: dict) -> dict[str, str]:
+    """Lay a vLLM-CPU engine out (``VLLMEngine`` on CPUs, unless ``llm_kwargs`` names an executor): the model
+    worker in a process of its own (vLLM's ``mp`` executor: its OpenMP threads bound there, its seeding there), the
+    engine core, which only schedules, in the caller's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` while it
+    starts). vLLM's default layout spawns one more process, which imports torch and vLLM again (~5 s of every
+    start-up on a 2-core CPU). Named executors are left alone: the RL trainer's colocated engine runs
+    ``external_launcher``, in the trainer's process, as TRL runs it.
+
+    The layout is explicit because the default one depends on the process's past: vLLM sets
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` for good once an ``external_launcher`` engine has started (any RL run with
+    vLLM rollouts), after which a default engine runs its worker in the caller's process and reseeds the caller's
+    ``torch``, ``random`` and ``numpy`` generators with the engine's seed. Returns the environment to start it in."""
+    llm_kwargs.setdefault("distributed_executor_backend", "mp")
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if llm_kwargs["distributed_executor_backend"] == "mp" else {}
 
 
 CPU_MAX_NUM_SEQS = 256

@@ -217,6 +217,40 @@ def test_an_engine_sized_for_a_batch_runs_it_all_at_once_up_to_vllms_default_slo
     assert "max_num_seqs" not in vllm_sized_for(tok, prompts, SamplingConfig(n=2, max_tokens=30))  # 400: the default
 
 
+@pytest.mark.vllm
+@needs_vllm
+def test_a_vllm_engine_started_after_an_rl_run_keeps_its_worker_and_its_seeding_out_of_the_callers_process():
+    """vLLM leaves ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` behind once the RL trainer's colocated engine has started;
+    a default engine would then run its worker in the caller's process and reseed the caller's generators. On CPUs
+    the engine names its layout (``cpu_process_layout``): worker in its own process, caller's state untouched."""
+    import subprocess
+    import sys
+
+    if torch.cuda.is_available():
+        pytest.skip("the layout is vLLM-CPU's")
+    code = """
+import os, random
+import numpy as np, torch
+from nbkit.engines import VLLMEngine
+def main():
+    torch.manual_seed(123); random.seed(123); np.random.seed(123)
+    expected = (torch.rand(1).item(), random.random(), np.random.rand())
+    torch.manual_seed(123); random.seed(123); np.random.seed(123)
+    engine = VLLMEngine("tiny-arith", "bf16", progress=False, seed=0)
+    try:
+        workers = engine.llm.collective_rpc(lambda worker: os.getpid())
+    finally:
+        engine.close()
+    print("RESULT", (torch.rand(1).item(), random.random(), np.random.rand()) == expected, os.getpid() in workers)
+if __name__ == "__main__":
+    main()
+"""
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    assert result == ["RESULT True False"], done.stderr[-2000:]
+
+
 def test_the_cpu_kv_cache_holds_every_sequence_the_scheduler_runs_at_once_and_no_more_than_the_cap(tmp_path):
     path = models.resolve("tiny-arith")  # 4 layers x 2 (K, V) x 4 KV heads x 32 dims
     per_token = {"fp32": 4 * 2 * 4 * 32 * 4, "bf16": 4 * 2 * 4 * 32 * 2}
