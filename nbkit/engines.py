@@ -328,7 +328,9 @@ class VLLMEngine:
     (``nbkit.vllm_gemm``) where the CPU has no native half GEMMs, as the trainer's π gets it; ``native`` keeps
     vLLM's own choice. ``self.gemm`` (and each rollout's ``meta["gemm"]``) names what ran. ``kv_cache_gib``:
     vLLM-CPU's KV cache (None: sized to ``max_num_seqs`` full-length sequences, at most 2 GiB,
-    ``cpu_kv_cache_bytes``); GPUs size theirs with ``gpu_memory_utilization``.
+    ``cpu_kv_cache_bytes``); GPUs size theirs with ``gpu_memory_utilization``. On CPUs the worker runs in a process
+    of its own and the engine core in the caller's, unless ``distributed_executor_backend`` is given
+    (``cpu_process_layout``).
     """
 
     name = "vllm"
@@ -482,8 +484,10 @@ def cpu_process_layout(llm_kwargs: dict) -> dict[str, str]:
     """Lay a vLLM-CPU engine out (``VLLMEngine`` on CPUs, unless ``llm_kwargs`` names an executor): the model
     worker in a process of its own (vLLM's ``mp`` executor: its OpenMP threads bound there, its seeding there), the
     engine core, which only schedules, in the caller's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` while it
-    starts). vLLM's default layout spawns one more process, which imports torch and vLLM again (~5 s of every
-    start-up on a 2-core CPU). Named executors are left alone: the RL trainer's colocated engine runs
+    starts). vLLM's default layout spawns one more process, which imports torch and vLLM again, and feeds requests to
+    a core that is already stepping, so its first batches (and half-precision numerics) depend on timing; the
+    in-process core has the whole batch before its first step (``benchmarks/bench_vllm_startup.py`` measures both
+    layouts). Named executors are left alone: the RL trainer's colocated engine runs
     ``external_launcher``, in the trainer's process, as TRL runs it.
 
     The layout is explicit because the default one depends on the process's past: vLLM sets
@@ -503,8 +507,8 @@ def cpu_kv_cache_bytes(path: str, max_model_len: int, dtype: str, max_num_seqs: 
     """vLLM-CPU's KV cache in bytes: ``gib`` GiB if given; else room for ``max_num_seqs`` sequences of
     ``max_model_len`` tokens (the most the scheduler holds at once, so no request ever waits for cache space and the
     batches are the ones an unbounded cache would give), with a quarter spare, at most ``cap_gib``. vLLM-CPU touches
-    its whole cache at start-up (seconds per GiB on a 2-core CPU), which a 1 M-parameter model's 128-token
-    sequences would otherwise pay for 2 GiB they never use. A config whose KV shape cannot be read gets the cap."""
+    its whole cache at start-up, which a 1 M-parameter model's 128-token sequences would otherwise pay for 2 GiB they
+    never use (``benchmarks/bench_vllm_startup.py``). A config whose KV shape cannot be read gets the cap."""
     if gib is not None:
         return int(gib * 2**30)
     from transformers import AutoConfig
@@ -525,7 +529,8 @@ def vllm_sized_for(tokenizer, prompts: Sequence[str], sampling: SamplingConfig) 
     """``VLLMEngine`` arguments for an engine that serves one known batch: a context of its longest prompt +
     ``max_tokens`` and, below vLLM-CPU's default of 256, one scheduler slot per sequence.
     Every sequence still runs at once, so the batches are a default engine's; the KV cache is the job's size
-    (``cpu_kv_cache_bytes``): a 135 M-parameter model's engine started 14 s sooner on a 2-core Xeon (34 → 20 s)."""
+    (``cpu_kv_cache_bytes``), and a 135 M-parameter model's engine no longer allocates 2 GiB at start-up. A batch
+    longer than the model's own context is refused by vLLM at start-up, as an explicit ``max_model_len`` is."""
     longest = max(len(encode_prompt(tokenizer, p)) for p in prompts) + sampling.max_tokens
     sequences = len(prompts) * sampling.n
     return {"max_model_len": longest, **({"max_num_seqs": sequences} if sequences < CPU_MAX_NUM_SEQS else {})}
