@@ -361,14 +361,13 @@ class VLLMEngine:
         self.dtype, self.logprobs_mode, self.progress = dtype, logprobs_mode, progress
         self.path = models.resolve(model)
         self.max_model_len = max_model_len or default_max_model_len(self.path)
+        env = {vllm_gemm.ENV: self.gemm}  # the plugin reads it as vLLM's processes load layers
         if not torch.cuda.is_available():  # on GPUs gpu_memory_utilization sizes the cache, as vLLM does
             llm_kwargs.setdefault("kv_cache_memory_bytes", cpu_kv_cache_bytes(
                 self.path, self.max_model_len, dtype, llm_kwargs.get("max_num_seqs"), kv_cache_gib))
+            env.update(cpu_process_layout(llm_kwargs))
         self.kv_cache_bytes = llm_kwargs.get("kv_cache_memory_bytes")
         """The KV cache asked of vLLM in bytes (None: vLLM's own sizing, as on GPUs)."""
-        env = {vllm_gemm.ENV: self.gemm}  # the plugin reads it as vLLM's processes load layers
-        if not torch.cuda.is_available():
-            env.update(cpu_process_layout(llm_kwargs))
         with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"), paths.environment(env):
             self.llm = LLM(
                 model=self.path, dtype=str(DTYPES[dtype]).removeprefix("torch."), seed=seed,
