@@ -69,3 +69,39 @@ def test_ratio_table_matches_the_metrics_and_brackets_the_estimate(grid):
     assert 0 < row["CI low"] < row["CI high"]
     assert np.isfinite(table["bf16/fp16"]).any()
     assert "BF16/FP16" in analysis.summary([grid], table)
+
+
+class _Planted:
+    """A grid result with planted per-token log π − log μ: BF16 biased by 0.01 nats per token, FP16 unbiased."""
+
+    engine = "planted"
+    config = analysis.GridConfig(model="planted")
+
+    def pairs(self):
+        rng = np.random.default_rng(0)
+        cell = lambda bias: ([rng.normal(-bias, 0.05, 30) for _ in range(64)], [np.zeros(30)] * 64)  # noqa: E731
+        return {"bf16": cell(0.01), "fp16": cell(0.0)}
+
+
+def test_a_ratio_is_given_only_where_fp16s_own_ci_lies_above_zero():
+    table = analysis.ratio_table([_Planted()], n_boot=300).set_index("metric")
+    token = table.loc["token |Δlog p| (mean)"]  # |Δ| > 0 in both cells: an ordinary ratio with its CI
+    assert token["reading"] == "ratio" and token["CI low"] <= token["bf16/fp16"] <= token["CI high"]
+    k1 = table.loc["sequence KL[μ‖π] (k1)"]  # FP16's k1 is noise around 0: no ratio, BF16's low over FP16's high
+    assert k1["fp16 CI"][0] < 0 < k1["fp16 CI"][1] and k1["bf16 CI"][0] > 0
+    assert k1["reading"] == "lower bound" and np.isnan(k1["bf16/fp16"]) and np.isnan(k1["CI low"])
+    assert k1["lower bound"] == pytest.approx(k1["bf16 CI"][0] / k1["fp16 CI"][1])
+    assert k1["finding"].startswith("≥ ") and "cannot be told from 0" in k1["finding"]
+
+
+def test_the_ratio_figure_draws_ratios_and_bounds_and_names_the_metrics_without_either():
+    from nbkit.plots.mismatch import ratio_ci_bar
+
+    table = analysis.ratio_table([_Planted()], n_boot=200)
+    table.loc[table["metric"] == "sequence KL[μ‖π] (Σ k3)", "reading"] = "undefined"  # as when both CIs cover 0
+    bars = ratio_ci_bar(table)
+    (trace,) = bars.data
+    assert "sequence KL[μ‖π] (Σ k3)" not in trace.x
+    k1 = list(trace.x).index("sequence KL[μ‖π] (k1)")
+    assert trace.text[k1].startswith("≥ ") and trace.marker.pattern.shape[k1] == "/"
+    assert "planted: sequence KL[μ‖π] (Σ k3)" in bars.layout.annotations[0].text

@@ -40,8 +40,20 @@ def test_a_slope_that_is_not_minus_k1_is_reported_as_such():
 def test_bf16_over_fp16_sequence_kl_ratio():
     laws = {"bf16": lengthlaw.fit(_sequences(1e-3, noise=0.005), n_boot=50),
             "fp16": lengthlaw.fit(_sequences(1e-4, noise=0.005), n_boot=50)}
-    assert lengthlaw.seq_kl_ratio(laws) == pytest.approx(10, rel=0.2)
+    reading = lengthlaw.seq_kl_ratio(laws)
+    assert reading.kind == "ratio" and reading.value == pytest.approx(10, rel=0.2)
+    assert reading.sentence.startswith(f"{reading.value:.3g}×")
     assert lengthlaw.seq_kl_ratio({"bf16": laws["bf16"]}) is None
+
+
+def test_a_sequence_kl_ratio_over_an_fp16_kl_that_covers_zero_is_a_lower_bound_only():
+    laws = {"bf16": lengthlaw.fit(_sequences(1e-3, noise=0.005), n_boot=200),
+            "fp16": lengthlaw.fit(_sequences(0.0, noise=0.005), n_boot=200)}
+    assert laws["fp16"].seq_kl_ci[0] < 0 < laws["fp16"].seq_kl_ci[1]
+    reading = lengthlaw.seq_kl_ratio(laws)
+    assert reading.kind == "lower bound"
+    assert reading.value == pytest.approx(laws["bf16"].seq_kl_ci[0] / laws["fp16"].seq_kl_ci[1])
+    assert "cannot be told from 0" in reading.sentence
     assert [r["run"] for r in lengthlaw.table(laws)] == ["bf16", "fp16"]
 
 

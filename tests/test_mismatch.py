@@ -272,3 +272,16 @@ def test_figures_build_from_plain_data():
     assert pm.metrics_table(metrics).data[0].header.values[-1] == "bf16/fp16"
     grid = {e: {t: metrics["bf16"]["kl_k1"] for t in ("fp32", "bf16", "fp16")} for e in ("bf16", "fp16")}
     assert np.asarray(pm.grid_heatmap(grid, "kl_k1").data[0].z).shape == (2, 3)
+
+
+def test_a_ratio_of_two_estimates_is_read_only_where_the_denominator_lies_above_zero():
+    ratio = mm.read_ratio(10.0, (8.0, 12.0), 2.0, (1.0, 3.0), ratio_ci=(3.0, 9.0))
+    assert (ratio.kind, ratio.value, ratio.low, ratio.high) == ("ratio", 5.0, 3.0, 9.0)
+    assert ratio.sentence == "5× (95% CI 3–9)"
+    bound = mm.read_ratio(10.0, (8.0, 12.0), 0.5, (-1.0, 2.0), ratio_ci=(-50.0, 80.0))  # the bootstrap CI is ignored
+    assert (bound.kind, bound.value, bound.low, bound.high) == ("lower bound", 4.0, 4.0, math.inf)
+    assert "FP16 0.5 (95% CI -1 to 2)" in bound.sentence
+    for num_ci, den_ci, why in [((-1.0, 2.0), (-1.0, 2.0), "neither estimate lies above 0"),
+                                ((8.0, 12.0), (-2.0, -0.1), "FP16's CI does not lie above 0")]:
+        none = mm.read_ratio(0.3, num_ci, -0.5, den_ci, names=("BF16", "FP16"))
+        assert none.kind == "undefined" and math.isnan(none.value) and why in none.sentence

@@ -21,7 +21,8 @@ import numpy as np
 
 from nbkit import gemm, models, paths, schema
 from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
-from nbkit.mismatch import headline_cis, mismatch_metrics, relative_prob_error, teacher_forced_logprobs
+from nbkit.mismatch import (headline_cis, mismatch_metrics, read_ratio, relative_prob_error,
+                            teacher_forced_logprobs)
 from nbkit.tasks import arith
 
 SHORT_ANSWER = "\nGive a short answer."
@@ -245,8 +246,12 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
 
 def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 1000, level: float = 0.95,
                 seed: int = 0):
-    """BF16/FP16 ratios of the ``RATIOS`` metrics on the diagonal cells (engine = training dtype), per model,
-    with percentile bootstrap CIs (sequences resampled independently in the two cells)."""
+    """BF16/FP16 ratios of the ``RATIOS`` metrics on the diagonal cells (engine = training dtype), per model:
+    each cell's estimate with its percentile bootstrap CI (sequences resampled independently in the two cells)
+    and what the pair can say (``nbkit.mismatch.read_ratio``). ``{num}/{den}`` and its ``CI low``/``CI high`` are
+    the ratio where ``den``'s CI lies above 0, else NaN: the signed k1 KL of a small sample often covers 0, where a
+    ratio's bootstrap runs through ±∞. ``reading`` is ``ratio``, ``lower bound`` (``lower bound`` holds it) or
+    ``undefined``; ``finding`` says it in words."""
     import pandas as pd
 
     rows = []
@@ -256,25 +261,36 @@ def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 100
             continue
         for name, fn in RATIOS.items():
             a, b = fn(*pairs[num]), fn(*pairs[den])
-            low, high = _ratio_ci(fn, pairs[num], pairs[den], n_boot, level, seed)
-            rows.append({"model": res.config.model, "engine": res.engine, "metric": name, num: a, den: b,
-                         f"{num}/{den}": a / b if b else np.nan, "CI low": low, "CI high": high})
+            a_b, b_b = _bootstrap_pair(fn, pairs[num], pairs[den], n_boot, seed)
+            a_ci, b_ci, r_ci = _percentiles(a_b, level), _percentiles(b_b, level), _percentiles(a_b / b_b, level)
+            read = read_ratio(a, a_ci, b, b_ci, r_ci, names=(num.upper(), den.upper()), level=level)
+            ratio = read.kind == "ratio"
+            rows.append({"model": res.config.model, "engine": res.engine, "metric": name,
+                         num: a, f"{num} CI": a_ci, den: b, f"{den} CI": b_ci,
+                         f"{num}/{den}": read.value if ratio else np.nan,
+                         "CI low": read.low if ratio else np.nan, "CI high": read.high if ratio else np.nan,
+                         "reading": read.kind, "lower bound": read.value if read.kind == "lower bound" else np.nan,
+                         "finding": read.sentence})
     return pd.DataFrame(rows)
 
 
-def _ratio_ci(fn, num_pair, den_pair, n_boot, level, seed) -> tuple[float, float]:
-    """Percentile bootstrap CI of fn(num) / fn(den), resampling sequences of each cell with replacement."""
+def _bootstrap_pair(fn, num_pair, den_pair, n_boot, seed) -> tuple[np.ndarray, np.ndarray]:
+    """``n_boot`` bootstrap values of fn on each cell, resampling each cell's sequences with replacement."""
     rng = np.random.default_rng(seed)
-    stats = []
-    for _ in range(n_boot):
-        vals = []
-        for pi, mu in (num_pair, den_pair):
+    out = np.full((2, n_boot), np.nan)
+    for k in range(n_boot):
+        for j, (pi, mu) in enumerate((num_pair, den_pair)):
             idx = rng.integers(0, len(pi), len(pi))
-            vals.append(fn([pi[i] for i in idx], [mu[i] for i in idx]))
-        stats.append(vals[0] / vals[1] if vals[1] else np.nan)
-    if not stats:
+            out[j, k] = fn([pi[i] for i in idx], [mu[i] for i in idx])
+    return out[0], out[1]
+
+
+def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
+    """The central ``level`` percentile interval of the finite ``values`` (NaNs if there are none)."""
+    values = values[np.isfinite(values)]
+    if not len(values):
         return float("nan"), float("nan")
-    low, high = np.nanpercentile(stats, [50 * (1 - level), 50 * (1 + level)])
+    low, high = np.percentile(values, [50 * (1 - level), 50 * (1 + level)])
     return float(low), float(high)
 
 
@@ -296,22 +312,21 @@ def summary(results, ratios) -> str:
             lines.append(f"  {e}: mean |Δlog p| {m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}, seq KL {m['seq_kl']:.3g}, "
                          f"slope {slope:+.3g} per 1k tokens")
         for _, row in ratios[ratios["model"] == res.config.model].iterrows():
-            lines.append(f"  BF16/FP16 {row['metric']}: {row['bf16/fp16']:.3g} "
-                         f"(95% CI {row['CI low']:.3g}–{row['CI high']:.3g})")
+            lines.append(f"  BF16/FP16 {row['metric']}: {row['finding']}")
     return "\n".join(lines)
 
 
 def headline(results, ratios) -> dict:
-    """The findings page's headline (``nbkit.workbook.report.publish``): per model its setting, each BF16/FP16 ratio
-    with its CI, and the length slopes of the sequence log-ratio."""
+    """The findings page's headline (``nbkit.workbook.report.publish``): per model its setting, each BF16/FP16
+    reading (a ratio with its CI, a lower bound, or why there is none), and the length slopes of the sequence
+    log-ratio."""
     out = {}
     for res in results:
         m = res.config.model
         out[f"{m}: setting"] = (f"{res.engine} engine, {len(res.prompts)} prompts × {res.config.samples_per_prompt} "
                                 f"samples, ≤ {res.config.max_tokens} tokens")
         for _, row in ratios[ratios["model"] == m].iterrows():
-            out[f"{m}: BF16/FP16 {row['metric']}"] = (f"{row['bf16/fp16']:.3g}× (95% CI {row['CI low']:.3g}–"
-                                                     f"{row['CI high']:.3g})")
+            out[f"{m}: BF16/FP16 {row['metric']}"] = row["finding"]
         out[f"{m}: slope of sequence log(π/μ) vs length, per 1k tokens"] = ", ".join(
             f"{e.upper()} {s:+.3g}" for e, s in slopes(res).items())
     return out

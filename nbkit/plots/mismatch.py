@@ -94,18 +94,30 @@ def ratio_bar(metrics: Mapping[str, Mapping[str, float]], keys: Sequence[str] = 
 
 
 def ratio_ci_bar(ratios, num: str = "bf16", den: str = "fp16") -> go.Figure:
-    """The BF16/FP16 ratios of ``nbkit.offline.analysis.ratio_table`` with their CIs as error bars, one colour per model
-    (log y axis; 1 = no difference): the offline analysis in one picture."""
+    """The BF16/FP16 readings of ``nbkit.offline.analysis.ratio_table``, one colour per model (log y axis; 1 = no
+    difference): ratios with their CIs as error bars, lower bounds as hatched bars marked "≥", and the metrics
+    with no ratio (``den``'s CI not above 0) named under the plot: the offline analysis in one picture."""
     col = f"{num}/{den}"
     fig = go.Figure()
+    missing = []
     for model, rows in ratios.groupby("model", sort=False):
-        fig.add_trace(go.Bar(x=list(rows["metric"]), y=list(rows[col]), name=model,
-                             text=[f"{r:.3g}×" for r in rows[col]], textposition="outside",
-                             error_y=dict(type="data", symmetric=False, array=list(rows["CI high"] - rows[col]),
-                                          arrayminus=list(rows[col] - rows["CI low"]))))
+        shown = rows[rows["reading"] != "undefined"]
+        missing += [f"{model}: {m}" for m in rows.loc[rows["reading"] == "undefined", "metric"]]
+        bound = shown["reading"] == "lower bound"
+        y = shown[col].where(~bound, shown["lower bound"])
+        fig.add_trace(go.Bar(
+            x=list(shown["metric"]), y=list(y), name=model, textposition="outside",
+            text=[("≥ " if b else "") + f"{v:.3g}×" for v, b in zip(y, bound)],
+            marker_pattern_shape=["/" if b else "" for b in bound],
+            error_y=dict(type="data", symmetric=False, array=list((shown["CI high"] - y).fillna(0)),
+                         arrayminus=list((y - shown["CI low"]).fillna(0)))))
     fig.add_hline(y=1.0, line_dash="dash", line_color="black")
+    if missing:
+        fig.add_annotation(text=f"no ratio ({den.upper()}'s CI does not lie above 0): " + "; ".join(missing), showarrow=False,
+                           xref="paper", yref="paper", x=0, y=-0.3, xanchor="left", align="left")
     fig.update_layout(title=f"Mismatch ratio {num.upper()} / {den.upper()} with 95% CIs (engine and training in "
-                            "the same dtype)", yaxis=dict(type="log", title="ratio"), barmode="group")
+                            "the same dtype; hatched: lower bound only)", yaxis=dict(type="log", title="ratio"),
+                      barmode="group", margin=dict(b=140 if missing else 80))
     return fig
 
 

@@ -39,14 +39,7 @@ class _LengthLaw(Study):
             bf, fp = laws.get(f"bf16 · {recipe} π"), laws.get(f"fp16 · {recipe} π")
             if bf is None or fp is None:
                 continue
-            if fp.seq_kl_ci[0] > 0:
-                ratio = f"the BF16/FP16 sequence-KL ratio is {bf.seq_kl / fp.seq_kl:.1f}"
-            elif bf.seq_kl_ci[0] > 0:
-                ratio = ("FP16's sequence KL cannot be told from 0 (its CI covers 0), so the BF16/FP16 ratio has a "
-                         f"lower bound only: BF16's lower CI bound over FP16's upper one, "
-                         f"{bf.seq_kl_ci[0] / fp.seq_kl_ci[1]:.1f}")
-            else:
-                ratio = "neither sequence KL is separated from 0 (both CIs cover 0)"
+            ratio = f"BF16/FP16 sequence KL: {lengthlaw.seq_kl_ratio({'bf16': bf, 'fp16': fp}).sentence}"
             out.append(f"π by {recipe}: BF16 slope {bf.slope:.3g} per 1k tokens (CI {bf.slope_ci[0]:.3g} to "
                        f"{bf.slope_ci[1]:.3g}; slope ≈ −1000·k1: {bf.slope_matches_k1}), FP16 {fp.slope:.3g} (CI "
                        f"{fp.slope_ci[0]:.3g} to {fp.slope_ci[1]:.3g}); {ratio}.")
