@@ -113,8 +113,8 @@ def ratio_ci_bar(ratios, num: str = "bf16", den: str = "fp16") -> go.Figure:
                          arrayminus=list((y - shown["CI low"]).fillna(0)))))
     fig.add_hline(y=1.0, line_dash="dash", line_color="black")
     if missing:
-        fig.add_annotation(text=f"no ratio ({den.upper()}'s CI does not lie above 0): " + "; ".join(missing), showarrow=False,
-                           xref="paper", yref="paper", x=0, y=-0.3, xanchor="left", align="left")
+        fig.add_annotation(text=f"no ratio ({den.upper()}'s CI does not lie above 0): " + "; ".join(missing),
+                           showarrow=False, xref="paper", yref="paper", x=0, y=-0.3, xanchor="left", align="left")
     fig.update_layout(title=f"Mismatch ratio {num.upper()} / {den.upper()} with 95% CIs (engine and training in "
                             "the same dtype; hatched: lower bound only)", yaxis=dict(type="log", title="ratio"),
                       barmode="group", margin=dict(b=140 if missing else 80))
