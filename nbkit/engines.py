@@ -220,7 +220,7 @@ class HFEngine:
                 prompt_index=i, prompt=prompt, prompt_ids=p_ids, token_ids=tokens[:n],
                 text=self.tokenizer.decode(tokens[:n], skip_special_tokens=True),
                 logprobs=picked[row, :n].double().tolist(), finish_reason=reason,
-                meta={"engine": self.name, "dtype": self.dtype, "format": self.format.name},
+                meta={"engine": self.name, "dtype": self.dtype, "format": self.format.name, "gemm": self.gemm},
                 routing=None if chosen is None else routing.pad_to(chosen[row, width - len(p_ids):width + n - 1],
                                                                    len(p_ids) + n),
             ))

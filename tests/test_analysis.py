@@ -1,6 +1,8 @@
 """Specification of ``nbkit.offline.analysis``: prompts, per-model configs, and the engine dtype × training dtype grid."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -105,3 +107,16 @@ def test_the_ratio_figure_draws_ratios_and_bounds_and_names_the_metrics_without_
     k1 = list(trace.x).index("sequence KL[μ‖π] (k1)")
     assert trace.text[k1].startswith("≥ ") and trace.marker.pattern.shape[k1] == "/"
     assert "planted: sequence KL[μ‖π] (Σ k3)" in bars.layout.annotations[0].text
+
+
+def test_the_setting_says_when_the_hf_engine_ran_the_trainers_own_recipe():
+    """Under ``fp32-accumulate`` HF generate and the π forward share one recipe: μ = π up to FP32 roundings, in any
+    format, so the grid compares no engine with the trainer, and its setting line says so."""
+    cfg = analysis.GridConfig(model="tiny-arith", engine="hf", engine_dtypes=("bf16",), train_dtypes=("bf16",),
+                              n_prompts=4, samples_per_prompt=2, max_tokens=16, n_boot=0, gemm="fp32-accumulate")
+    shared = analysis.run_grid(cfg, progress=False)
+    assert "GEMM fp32-accumulate" in shared.setting() and "by construction" in shared.setting()
+    assert shared.metrics[("bf16", "bf16")]["token_abs_logp_diff/mean"] < 1e-4  # what "by construction" means
+    native = analysis.run_grid(dataclasses.replace(cfg, gemm="native"), progress=False)
+    assert "GEMM native" in native.setting() and "by construction" not in native.setting()
+    assert "by construction" in analysis.summary([shared], analysis.ratio_table([shared], n_boot=0))

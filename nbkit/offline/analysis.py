@@ -114,6 +114,19 @@ class GridResult:
         """μ per token of the rollouts of ``engine_dtype``."""
         return [np.asarray(r.logprobs, dtype=np.float64) for r in self.rollouts[engine_dtype]]
 
+    def setting(self) -> str:
+        """What was sampled and by what: engine, its GEMM recipe, prompts, samples, length. Says so when the HF engine
+        ran the trainer's own ``fp32-accumulate`` recipe, where μ equals π up to FP32 roundings by construction and
+        the grid compares no engine with the trainer (a rollout engine has kernels of its own, as vLLM has)."""
+        recipes = sorted({r.meta.get("gemm", "?") for rs in self.rollouts.values() for r in rs[:1]} - {"?"})
+        text = (f"{self.engine} engine" + (f" (GEMM {', '.join(recipes)})" if recipes else "") +
+                f", {len(self.prompts)} prompts × {self.config.samples_per_prompt} samples, ≤ {self.config.max_tokens}"
+                " tokens")
+        if self.engine == "hf" and "fp32-accumulate" in recipes:
+            text += ("; the HF engine ran the trainer's own fp32-accumulate recipe, so its μ equals π up to FP32 "
+                     "roundings by construction: no engine is compared with the trainer here (use vLLM)")
+        return text
+
     def pairs(self, train_dtype: str | None = None) -> dict[str, tuple]:
         """Engine dtype → (log π, log μ); π in the same dtype as the engine (the paper's setting), or in
         ``train_dtype`` for every engine."""
@@ -271,7 +284,9 @@ def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 100
                          "CI low": read.low if ratio else np.nan, "CI high": read.high if ratio else np.nan,
                          "reading": read.kind, "lower bound": read.value if read.kind == "lower bound" else np.nan,
                          "finding": read.sentence})
-    return pd.DataFrame(rows)
+    columns = ["model", "engine", "metric", num, f"{num} CI", den, f"{den} CI", f"{num}/{den}", "CI low", "CI high",
+               "reading", "lower bound", "finding"]
+    return pd.DataFrame(rows, columns=columns)  # the columns also when no model has both dtypes
 
 
 def _bootstrap_pair(fn, num_pair, den_pair, n_boot, seed) -> tuple[np.ndarray, np.ndarray]:
@@ -305,8 +320,7 @@ def summary(results, ratios) -> str:
     lines = []
     for res in results:
         n = {e: int(res.metrics[(e, e)]["n_tokens"]) for e in res.rollouts if (e, e) in res.metrics}
-        lines.append(f"{res.config.model} ({res.engine} engine, {len(res.prompts)} prompts × "
-                     f"{res.config.samples_per_prompt} samples, tokens per dtype {n}):")
+        lines.append(f"{res.config.model} ({res.setting()}; tokens per dtype {n}):")
         for e, slope in slopes(res).items():
             m = res.metrics[(e, e)]
             lines.append(f"  {e}: mean |Δlog p| {m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}, seq KL {m['seq_kl']:.3g}, "
@@ -323,8 +337,7 @@ def headline(results, ratios) -> dict:
     out = {}
     for res in results:
         m = res.config.model
-        out[f"{m}: setting"] = (f"{res.engine} engine, {len(res.prompts)} prompts × {res.config.samples_per_prompt} "
-                                f"samples, ≤ {res.config.max_tokens} tokens")
+        out[f"{m}: setting"] = res.setting()
         for _, row in ratios[ratios["model"] == m].iterrows():
             out[f"{m}: BF16/FP16 {row['metric']}"] = row["finding"]
         out[f"{m}: slope of sequence log(π/μ) vs length, per 1k tokens"] = ", ".join(

@@ -50,7 +50,8 @@ PROFILES: dict[str, dict[str, dict]] = {
         # leaves the shipped data/tiny_arith_sanity (which notebook 03 trains on) untouched; a rebuild reproduced it
         # (500 problems instead of 1,000 keeps the main job within its budget; the shipped set used the 1,000)
         "01_build_dataset": {"out_dir": "reports/datasets/tiny_arith_sanity", "pool_size": 500},
-        # the notebook's defaults (smollm2-135m through vLLM + tiny-arith), SmolLM2 on 8 prompts x 2 instead of 12 x 2:
+        # the notebook's defaults (smollm2-135m and tiny-arith, both through vLLM: HF generate would share the trainer's
+        # recipe on fp32-accumulate CPUs, benchmarks/bench_grid_engine.py), SmolLM2 on 8 prompts x 2 instead of 12 x 2:
         # its nine teacher-forced π passes and three engine start-ups are most of the main job's offline time
         "02_mismatch_analysis": {"n_prompts": 8},
         # grpo FP16/BF16 on tiny-arith, 3 seeds each, 16x8, vLLM rollouts (the engine's own kernels: the mismatch is
