@@ -72,7 +72,8 @@ def test_hf_rollouts_are_well_formed(hf_runs):
     for dt, (engine, rollouts) in hf_runs.items():
         check_well_formed(rollouts, engine.tokenizer)
         assert {p.dtype for p in engine.model.parameters()} == {models.torch_dtype(dt)}
-        assert all(r.meta == {"engine": "hf", "dtype": dt, "format": dt} for r in rollouts)
+        assert all(r.meta == {"engine": "hf", "dtype": dt, "format": dt, "gemm": engine.gemm} for r in rollouts)
+        assert engine.gemm in ("native", "fp32-accumulate")  # the recipe that ran, never "auto"
     assert any(r.finish_reason == "stop" for r in hf_runs["fp32"][1])  # the model does finish its answers
 
 
