@@ -64,6 +64,27 @@ def test_notebooks_whose_parameters_changed_since_the_record_are_named():
     assert jobtime.estimate(["a"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[rec]).changed == []
 
 
+def test_a_notebook_default_changed_since_the_record_is_named_too():
+    """The profile injects the same parameters as before, but the notebook's own default changed: a record that kept
+    the notebook's defaults tells it (an older record without them is compared on the injected parameters only)."""
+    rec = {**AVX512, "parameters": {"a": {}, "b": {}},
+           "effective_parameters": {"a": {"engine": "hf", "n": 4}, "b": {"n": 1}}}
+    now = {"a": {"engine": "auto", "n": 4}, "b": {"n": 1}}
+    args = (["a", "b"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"})
+    assert jobtime.estimate(*args, stored=[rec], parameters={"a": {}, "b": {}}, effective=now).changed == ["a"]
+    old = {k: v for k, v in rec.items() if k != "effective_parameters"}
+    assert jobtime.estimate(*args, stored=[old], parameters={"a": {}, "b": {}}, effective=now).changed == []
+
+
+def test_the_effective_parameters_are_the_notebooks_defaults_with_the_injected_ones_over_them():
+    from nbkit.workbook import runner
+
+    path = runner.notebooks(["02"])[0]
+    defaults = runner.notebook_defaults(path)
+    got = runner.effective_parameters(path, {"n_prompts": 3})
+    assert got == {**defaults, "n_prompts": 3} and defaults["n_prompts"] != 3
+
+
 def test_no_record_of_the_profile_gives_no_estimate():
     assert jobtime.estimate(["a"], "smoke", {"seconds": 1.0}, {"gemm_auto": "native"}, stored=[AVX512]) is None
 
@@ -91,7 +112,7 @@ def test_a_finished_report_is_appended_to_the_stored_records(tmp_path):
     store = tmp_path / "main_job.json"
     rec = jobtime.record(tmp_path / "r", fresh_clone=True, note="idle", path=store)
     assert rec["notebooks"] == {"a": 12.3} and rec["calibration"] == {"seconds": 2.5} and rec["fresh_clone"]
-    assert rec["parameters"] == {"a": {"steps": 3}}
+    assert rec["parameters"] == {"a": {"steps": 3}} and "effective_parameters" not in rec  # a report without defaults
     jobtime.record(tmp_path / "r", fresh_clone=False, path=store)
     assert [r["fresh_clone"] for r in jobtime.records(store)] == [True, False]
 
@@ -117,3 +138,14 @@ def test_every_stored_record_names_its_cpu_policy_and_a_complete_notebook_list()
         assert rec["gemm_auto"] in ("native", "fp32-accumulate") and rec["cpu"] and rec["calibration"]["seconds"] > 0
         if rec["profile"] == "cpu":
             assert set(rec["notebooks"]) <= {p.stem for p in notebooks()}
+
+
+def test_a_report_that_kept_the_notebooks_defaults_is_recorded_with_its_effective_parameters(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "run.json").write_text(json.dumps({
+        "provenance": {"profile": "cpu", "commit": "def", "date": "2026-11-25"},
+        "notebooks": [{"stem": "a", "ok": True, "seconds": 1.0, "parameters": {"steps": 3},
+                       "defaults": {"lr": 0.1}}],
+        "cpu": {"cpu": "X", "cores": 2, "cpu_flags": [], "gemm_auto": "native"}, "calibration": {"seconds": 2.5}}))
+    rec = jobtime.record(tmp_path / "r", fresh_clone=True, path=tmp_path / "t.json")
+    assert rec["effective_parameters"] == {"a": {"lr": 0.1, "steps": 3}}

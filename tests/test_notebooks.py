@@ -60,6 +60,9 @@ def test_notebook_executes_with_smoke_parameters(path: Path, smoke_report):
     assert result.ok, f"{path.name} failed: {result.error}"
     html = (out / f"{path.stem}.html").read_text()
     assert "Traceback" not in html and len(html) > 10_000
+    # what it ran with is kept for the next estimate: the notebook's own defaults of what the profile left alone
+    assert not set(result.defaults) & set(result.parameters)
+    assert {**result.defaults, **result.parameters} == runner.effective_parameters(path, result.parameters)
 
 
 @pytest.mark.slow

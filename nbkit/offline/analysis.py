@@ -29,6 +29,10 @@ SHORT_ANSWER = "\nGive a short answer."
 """Appended to math problems for chat models: short responses with varied lengths (some stop early), so the
 length slope has a spread of lengths to fit and generation stays cheap on a CPU."""
 
+SHARED_RECIPE = ("the HF engine ran the trainer's own fp32-accumulate recipe, so its μ equals π up to FP32 roundings "
+                 "by construction: no rollout engine is compared with the trainer here (use vLLM)")
+"""The warning of a grid whose HF engine shared the trainer's recipe (``GridResult.shares_trainer_recipe``)."""
+
 RATIOS = {
     "token |Δlog p| (mean)": lambda pi, mu: float(np.mean(np.abs(np.concatenate(pi) - np.concatenate(mu)))),
     "sequence |log π/μ| (mean)": lambda pi, mu: float(np.mean([abs((a - b).sum()) for a, b in zip(pi, mu)])),
@@ -114,17 +118,26 @@ class GridResult:
         """μ per token of the rollouts of ``engine_dtype``."""
         return [np.asarray(r.logprobs, dtype=np.float64) for r in self.rollouts[engine_dtype]]
 
+    @property
+    def recipes(self) -> list[str]:
+        """The GEMM recipes the engine ran (``Rollout.meta["gemm"]``; ``native`` or ``fp32-accumulate``)."""
+        return sorted({r.meta.get("gemm", "?") for rs in self.rollouts.values() for r in rs[:1]} - {"?"})
+
+    @property
+    def shares_trainer_recipe(self) -> bool:
+        """Whether the HF engine ran the trainer's own ``fp32-accumulate`` recipe: its μ then equals π up to FP32
+        roundings by construction, in any format, and the grid compares no rollout engine with the trainer (a rollout
+        engine has kernels of its own, as vLLM has; ``benchmarks/bench_grid_engine.py``)."""
+        return self.engine == "hf" and "fp32-accumulate" in self.recipes
+
     def setting(self) -> str:
-        """What was sampled and by what: engine, its GEMM recipe, prompts, samples, length. Says so when the HF engine
-        ran the trainer's own ``fp32-accumulate`` recipe, where μ equals π up to FP32 roundings by construction and
-        the grid compares no engine with the trainer (a rollout engine has kernels of its own, as vLLM has)."""
-        recipes = sorted({r.meta.get("gemm", "?") for rs in self.rollouts.values() for r in rs[:1]} - {"?"})
-        text = (f"{self.engine} engine" + (f" (GEMM {', '.join(recipes)})" if recipes else "") +
+        """What was sampled and by what: engine, its GEMM recipe, prompts, samples, length, and a warning when
+        ``shares_trainer_recipe``."""
+        text = (f"{self.engine} engine" + (f" (GEMM {', '.join(self.recipes)})" if self.recipes else "") +
                 f", {len(self.prompts)} prompts × {self.config.samples_per_prompt} samples, ≤ {self.config.max_tokens}"
                 " tokens")
-        if self.engine == "hf" and "fp32-accumulate" in recipes:
-            text += ("; the HF engine ran the trainer's own fp32-accumulate recipe, so its μ equals π up to FP32 "
-                     "roundings by construction: no engine is compared with the trainer here (use vLLM)")
+        if self.shares_trainer_recipe:
+            text += ("; " + SHARED_RECIPE)
         return text
 
     def pairs(self, train_dtype: str | None = None) -> dict[str, tuple]:
@@ -245,7 +258,7 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
         engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, gemm=cfg.gemm,
                              **cfg.engine_kwargs)
     else:
-        engine = make_engine("vllm", cfg.model, dtype, gemm=cfg.gemm,
+        engine = make_engine("vllm", cfg.model, dtype, gemm=cfg.gemm, progress=progress,
                              **{**vllm_sized_for(tok, prompts, sampling), **cfg.engine_kwargs})
     seconds[f"start/{dtype}"] = time.time() - start
     try:

@@ -217,6 +217,8 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
     stages["load"] = time.time() - clock
     max_abs = max(float(p.detach().abs().max()) for p in model.parameters())
     verdict, reasons = recommend(diags, cfg.target_length, max_abs)
+    if any(g.shares_trainer_recipe for g in grids.values()):  # the verdict would rest on no engine at all
+        reasons.insert(0, f"caution: {analysis.SHARED_RECIPE} (--engine vllm)")
     anatomies = {}
     for d in cfg.dtypes if cfg.anatomy else ():
         clock = time.time()

@@ -111,11 +111,14 @@ class Estimate:
 
 
 def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
-             stored: list[dict] | None = None, parameters: dict[str, dict] | None = None) -> Estimate | None:
+             stored: list[dict] | None = None, parameters: dict[str, dict] | None = None,
+             effective: dict[str, dict] | None = None) -> Estimate | None:
     """The estimate for ``stems`` of ``profile`` on this CPU (``here``: ``cpu()``) from the newest stored record of
     that profile, preferring one made under the same GEMM policy, and among those one made on a CPU running its
     own kernels over an emulation; None when no record of the profile exists.
-    ``parameters`` (stem → what papermill injects) names the notebooks whose parameters changed since the record."""
+    ``parameters`` (stem → what papermill injects) names the notebooks whose parameters changed since the record;
+    ``effective`` (stem → the notebook's defaults with those injected, ``runner.effective_parameters``) also catches
+    a changed default, against a record that kept its own."""
     pool = [r for r in (records() if stored is None else stored) if r["profile"] == profile]
     if not pool:
         return None
@@ -123,8 +126,10 @@ def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
     ref = max(same or pool, key=lambda r: (not r.get("kernel_caps"), r["date"]))
     scale = calibration["seconds"] / ref["calibration"]["seconds"]
     seconds = {s: ref["notebooks"][s] * scale for s in stems if s in ref["notebooks"]}
-    before = ref.get("parameters", {})
-    changed = [s for s in stems if parameters is not None and s in before and before[s] != parameters.get(s)]
+    before, now = ref.get("parameters", {}), parameters
+    if effective is not None and ref.get("effective_parameters"):
+        before, now = ref["effective_parameters"], effective
+    changed = [s for s in stems if now is not None and s in before and before[s] != now.get(s)]
     return Estimate(seconds, scale, ref, bool(same), [s for s in stems if s not in ref["notebooks"]], changed)
 
 
@@ -142,6 +147,8 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
            "date": prov["date"], "fresh_clone": fresh_clone, "note": note,
            "notebooks": {n["stem"]: round(n["seconds"], 1) for n in run["notebooks"]},
            "parameters": {n["stem"]: n["parameters"] for n in run["notebooks"]}}
+    if all("defaults" in n for n in run["notebooks"]):  # reports made since the runner kept the notebooks' defaults
+        rec["effective_parameters"] = {n["stem"]: {**n["defaults"], **n["parameters"]} for n in run["notebooks"]}
     rows = records(path)
     rows.append(rec)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         parameters = {s: runner.parameters_for(profile, s) for s in stems}
     except ValueError as exc:  # an unknown profile, named with the choices
         p.error(str(exc))
-    est = estimate(stems, profile, calibrate(), cpu(), parameters=parameters)
+    effective = {n.stem: runner.effective_parameters(n, parameters[n.stem]) for n in runner.notebooks()}
+    est = estimate(stems, profile, calibrate(), cpu(), parameters=parameters, effective=effective)
     print(est.describe() if est else f"no stored measurement of profile {profile!r} in {TIMINGS}: no estimate")
     return 0
 

@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbkit.paths import REPORTS, ROOT, environment
@@ -40,6 +40,9 @@ class NotebookResult:
     """Parameters papermill injected."""
     error: str = ""
     """The last line of the error, for the index."""
+    defaults: dict = field(default_factory=dict)
+    """The notebook's own values of the parameters papermill did not inject: with ``parameters``, everything it ran
+    with (``effective_parameters``), so a later change of a notebook's default is told from the record."""
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:
@@ -98,7 +101,13 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
     seconds = time.time() - start
     if target.exists():
         report.export_html(target)
-    return NotebookResult(path.stem, not error, seconds, parameters, error)
+    defaults = {k: v for k, v in notebook_defaults(path).items() if k not in parameters}
+    return NotebookResult(path.stem, not error, seconds, parameters, error, defaults)
+
+
+def effective_parameters(path: Path, parameters: dict) -> dict:
+    """What notebook ``path`` runs with when papermill injects ``parameters``: its defaults, overridden."""
+    return {**notebook_defaults(path), **parameters}
 
 
 def _parameter_assignments(path: Path) -> list[tuple[str, object]]:
@@ -174,7 +183,8 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     out_dir = check_out_dir(out_dir)
     outputs.write_marker(out_dir, "report", profile=profile)
     prov = report.provenance(profile)
-    timing = expect([p.stem for p in paths], profile, params)
+    timing = expect([p.stem for p in paths], profile, params,
+                    {p.stem: effective_parameters(p, params[p.stem]) for p in paths})
     results = []
     for path in paths:
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
@@ -188,11 +198,12 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     return results
 
 
-def expect(stems: list[str], profile: str, parameters: dict[str, dict] | None = None) -> dict:
+def expect(stems: list[str], profile: str, parameters: dict[str, dict] | None = None,
+           effective: dict[str, dict] | None = None) -> dict:
     """This CPU, a few seconds of calibration and the run's estimate, printed before anything runs (and kept for
     the findings page's time table)."""
     here, calibration = jobtime.cpu(), jobtime.calibrate()
-    est = jobtime.estimate(stems, profile, calibration, here, parameters=parameters)
+    est = jobtime.estimate(stems, profile, calibration, here, parameters=parameters, effective=effective)
     print(f"[nbkit] {jobtime.describe_cpu(here)}, {here['cores']} cores", flush=True)
     print(f"[nbkit] {est.describe() if est else f'no stored main-job time for profile {profile!r}: no estimate'}",
           flush=True)
