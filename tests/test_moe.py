@@ -189,5 +189,18 @@ def test_offline_flip_analysis_splits_the_mismatch_by_flip(moe_dir):
         assert 0.0 <= s["flipped_share_of_tokens"] <= s["upstream_flipped_share_of_tokens"] <= 1.0
         assert s["flipped_tokens"] <= s["tokens"]
     assert "MoE flip rate engine vs trainer (bf16)" in res.headline()
+    from nbkit import gemm  # the setting names the engine's recipe, and says when it was the trainer's own
+
+    assert res.gemm == gemm.resolve("auto") and f"GEMM {res.gemm}" in res.headline()["MoE setting"]
+    assert ("recipe's floor" in res.setting()) == (res.gemm == "fp32-accumulate")
     with pytest.raises(ValueError, match="no mixture-of-experts"):
         moe_analysis.run(moe_analysis.MoeConfig(model="tiny-arith", n_prompts=1, samples_per_prompt=1))
+
+
+def test_the_flip_analysis_says_when_its_engine_ran_the_trainers_own_recipe():
+    from nbkit.offline import moe_analysis
+
+    cfg = moe_analysis.MoeConfig()
+    shared = moe_analysis.MoeResult(cfg, gemm="fp32-accumulate").setting()
+    assert shared.startswith("hf engine (GEMM fp32-accumulate)") and "recipe's floor" in shared
+    assert "floor" not in moe_analysis.MoeResult(cfg, gemm="native").setting()

@@ -60,6 +60,18 @@ class MoeResult:
     split: dict = field(default_factory=dict)
     """``split[dtype]`` → token counts and mean |Δ log p| with and without a flip, share of mismatch carried."""
     seconds: float = 0.0
+    gemm: str = ""
+    """The GEMM recipe the HF engine's half dtypes ran (``native`` or ``fp32-accumulate``)."""
+
+    def setting(self) -> str:
+        """The engine and its recipe; where it is the trainer's own ``fp32-accumulate`` one the engine-vs-trainer
+        comparisons hold no engine of its own (``nbkit.offline.analysis.GridResult.shares_trainer_recipe``)."""
+        cfg = self.config
+        text = f"hf engine (GEMM {self.gemm or 'n/a'}), {cfg.n_prompts} prompts × {cfg.samples_per_prompt} samples"
+        if self.gemm == "fp32-accumulate":
+            text += ("; the HF engine ran the trainer's own fp32-accumulate recipe, so engine-vs-trainer flips and "
+                     "mismatch are that recipe's floor, not an engine's; trainer-vs-FP32 flips are the format's")
+        return text
 
     def table(self) -> list[dict]:
         """One row per dtype × comparison: mean and per-layer flip rates."""
@@ -72,7 +84,7 @@ class MoeResult:
 
     def headline(self) -> dict:
         """Scalars for the findings page."""
-        out = {}
+        out = {"MoE setting": self.setting()}
         for d, comps in self.flips.items():
             out[f"MoE flip rate engine vs trainer ({d})"] = round(float(np.mean(comps["engine_vs_trainer"])), 5)
             out[f"MoE flip rate trainer vs FP32 ({d})"] = round(float(np.mean(comps["trainer_vs_fp32"])), 5)
@@ -125,6 +137,8 @@ def run(cfg: MoeConfig = MoeConfig(), progress: bool = False) -> MoeResult:
     res = MoeResult(cfg)
     for d in cfg.dtypes:
         engine = HFEngine(base, d, tokenizer=tok, progress=progress, gemm=cfg.gemm)
+        if d != "fp32":
+            res.gemm = engine.gemm
         rollouts = [r for r in engine.generate(prompts, sampling) if len(r)]
         trainer = engine.model  # the same cast weights, full teacher-forced forward (as the trainer runs it)
         from nbkit import gemm
