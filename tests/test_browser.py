@@ -125,6 +125,9 @@ def test_findings_page_shows_every_notebook_with_its_figure_and_working_links(sm
     for label in ("commit", "machine", "date", "wall time"):
         assert label in text
     assert "published no headline" not in text and "FAILED" not in text
+    # long findings wrap and wide tables scroll inside their cell: the page itself never scrolls sideways
+    width = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert width[0] <= width[1], f"index.html is {width[0]} px wide in a {width[1]} px window"
     parser = _Links()
     parser.feed(index.read_text())
     local = [h for h in parser.hrefs if not urlparse(h).scheme]

@@ -183,7 +183,8 @@ def _headline_html(headline: dict) -> str:
             inner = ("<table class='inner'><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in cols) + "</tr>"
                      + "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>" for r in value)
                      + "</table>")
-            rows.append(f"<tr><th colspan='2'>{html.escape(key)}</th></tr><tr><td colspan='2'>{inner}</td></tr>")
+            rows.append(f"<tr><th colspan='2'>{html.escape(key)}</th></tr>"
+                        f"<tr><td colspan='2'><div class='wide'>{inner}</div></td></tr>")  # a wide table scrolls
         else:
             rows.append(f"<tr><th>{html.escape(key)}</th><td>{_fmt(value)}</td></tr>")
     return f"<table class='headline'>{''.join(rows)}</table>"
@@ -228,8 +229,9 @@ def _section(out_dir: Path, r) -> str:
 
 STYLE = ("body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em}"
          "th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}"
-         "table.headline>tbody>tr>th{width:40%;font-weight:normal;color:#333}"
-         "table.inner th{font-weight:bold} .meta{color:#555} .failed{color:#b00;font-weight:bold}"
+         "table.headline{width:100%;table-layout:fixed} table.headline>tbody>tr>td{overflow-wrap:anywhere}"
+         "table.headline>tbody>tr>th{width:40%;font-weight:normal;color:#333} div.wide{overflow-x:auto}"
+         "table.inner th{font-weight:bold} table.inner th,table.inner td{overflow-wrap:normal} .meta{color:#555} .failed{color:#b00;font-weight:bold}"
          "section{margin:2.5em 0;border-top:2px solid #eee} dl.prov{display:grid;grid-template-columns:max-content auto;"
          "gap:2px 14px} dl.prov dt{font-weight:bold} dl.prov dd{margin:0}")
 
