@@ -94,9 +94,14 @@ def test_findings_compare_every_pair_with_bf16_and_say_when_the_seeds_cannot_sep
             "grpo-bf16-fp32r-s0": _rows([0.5] * 6 + [1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
             "grpo-fp16-s0": _rows([0.5] * 16, 1.0, 1.0, ("fp16", "fp16")),
             "grpo-fp32-s0": _rows([1.0] * 16, 1.0, 1.0, ("fp32", "fp32"))}
-    said = {s.split(" vs ")[0]: s for s in ablation.findings(ablation.table(runs, meta_of(runs)))}
+    lines = ablation.findings(ablation.table(runs, meta_of(runs)))
+    said = {s.split(" vs ")[0]: s for s in lines[:-1]}
     assert set(said) == {"bf16 train / fp32 rollout", "fp16 train / fp16 rollout", "fp32 train / fp32 rollout"}
     assert "step time 2.00×" in said["bf16 train / fp32 rollout"] and "ranges overlap" in said["bf16 train / fp32 rollout"]
+    # what the overlap could have shown: bf16/bf16's seeds reached 95 % at steps 9 and 5 (SD 2.83, the only pair
+    # with two), so (t(0.975, 2) + z(0.8)) x 2.83 x sqrt(2/2) = (4.30 + 0.84) x 2.83 = 14.6 steps
+    assert lines[-1].startswith("What an overlap can rule out:") and "pooled seed SD of 2.83 steps" in lines[-1]
+    assert "80% power only from 14.6 steps up" in lines[-1]
     assert "no seed reached it" in said["fp16 train / fp16 rollout"]
     assert "ranges separated" in said["fp32 train / fp32 rollout"]  # 5 against 9-13
     with pytest.raises(ValueError, match="reference pair"):

@@ -72,6 +72,7 @@ def findings(rows: list[dict], target: float = 0.95, reference: tuple[str, str] 
         return f"{a / b:.2f}×" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "n/a"
 
     ref_steps, _ = steps(ref)
+    resolution = _resolution([steps(r)[0] for r in rows])
     out = []
     for pair, r in by_pair.items():
         if pair == reference:
@@ -87,7 +88,30 @@ def findings(rows: list[dict], target: float = 0.95, reference: tuple[str, str] 
             reach += f"; {missed} of {r['seeds']} seeds never reached it"
         out.append(f"{pair[0]} train / {pair[1]} rollout vs {reference[0]}/{reference[1]} ({r['seeds']} seeds): "
                    f"mismatch |Δ log p| {ratio(r, 'mean |Δ log p|')}, step time {ratio(r, 's/step total')}, {reach}.")
+    if resolution and any("ranges overlap" in line for line in out):
+        out.append(f"What an overlap can rule out: {resolution}.")
     return out
+
+
+def _resolution(reached: list[list[int]], power: float = 0.8, alpha: float = 0.05) -> str:
+    """What an overlap can rule out: the smallest difference in steps-to-target between two pairs that a two-sided
+    ``alpha`` two-sample t-test over the grid's seeds finds with ``power``, with the seed SD pooled over the pairs
+    (each pair's seeds that reached the target); "" with fewer than two such seeds in every pair."""
+    import math
+    import statistics
+    from statistics import NormalDist
+
+    from nbkit.studies.dose_response import t_quantile
+
+    spread = [(len(s) - 1, statistics.variance(s)) for s in reached if len(s) >= 2]
+    if not spread:
+        return ""
+    df = sum(d for d, _ in spread)
+    sd = math.sqrt(sum(d * v for d, v in spread) / df)
+    n = min(len(s) for s in reached if len(s) >= 2)
+    gap = (t_quantile(1 - alpha / 2, 2 * n - 2) + NormalDist().inv_cdf(power)) * sd * math.sqrt(2 / n)
+    return (f"with {n} seeds a pair and a pooled seed SD of {sd:.3g} steps to the target, a two-sample t-test "
+            f"({alpha:.0%} two-sided) finds a difference with {power:.0%} power only from {gap:.3g} steps up")
 
 
 def base_config(**overrides):
