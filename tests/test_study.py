@@ -39,6 +39,25 @@ def test_seed_summary_gives_mean_range_and_how_many_seeds_passed():
     assert bf16["final accuracy [min, max]"] == [0.5, 0.9] and bf16["final accuracy (mean)"] == pytest.approx(0.7)
 
 
+def test_the_primary_comparison_gives_the_fp16_minus_bf16_difference_with_its_ci_and_what_it_could_detect():
+    # FP16 reaches 95 % at steps 10, 12, 14; BF16 at 20, 22, 24: difference −10, pooled SD 2, SE 2·sqrt(2/3) = 1.633,
+    # t(0.975, 4) = 2.776: CI −10 ± 4.53
+    acc = {"fp16": (6, 8, 10), "bf16": (16, 18, 20)}
+    runs = {f"grpo-{d}-s{i}": _rows([0.5] * k + [1.0] * 10) for d, ks in acc.items() for i, k in enumerate(ks)}
+    meta = {k: study.coords({"algorithm": "grpo", "train_dtype": k.split("-")[1], "seed": int(k[-1])}) for k in runs}
+    table = study.summary_table(runs, target=0.95, window=5)
+    (line,) = study.precision_comparison(table, meta, target=0.95)
+    assert line.startswith("grpo: FP16 − BF16 steps to 95% -10 (95% CI -14.5 to -5.47;")
+    assert "FP16 reached it sooner" in line
+    # the same seeds with BF16 as fast: the CI covers 0 and the sentence says what the seeds could have found
+    runs.update({f"grpo-bf16-s{i}": _rows([0.5] * k + [1.0] * 10) for i, k in enumerate((8, 6, 10))})
+    (line,) = study.precision_comparison(study.summary_table(runs, target=0.95, window=5), meta, target=0.95)
+    assert "no difference shown" in line and "80% power only from 5.91 steps up" in line  # (2.776 + 0.842) x 1.633
+    assert "primary comparison (FP16 − BF16 steps to target)" in study.headline(runs, meta, target=0.95)
+    one = {k: v for k, v in runs.items() if not k.endswith(("s1", "s2"))}  # one seed each: no CI
+    assert "too few seeds" in study.precision_comparison(study.summary_table(one, 0.95), meta, 0.95)[0]
+
+
 def test_run_grid_refuses_repeated_or_empty_seed_lists(tmp_path):
     base = RLConfig(output_dir=str(tmp_path))
     for bad in ([], [1, 1]):

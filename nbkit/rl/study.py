@@ -150,6 +150,49 @@ def seed_summary(table: list[dict], meta: dict[str, dict], target: float = 0.95,
     return out
 
 
+def precision_comparison(table: list[dict], meta: dict[str, dict], target: float = 0.95, a: str = "fp16",
+                         b: str = "bf16", power: float = 0.8, alpha: float = 0.05) -> list[str]:
+    """Notebook 03's primary comparison, one sentence per algorithm run in both precisions: steps to ``target`` of
+    ``a`` minus ``b``, over the seeds that reached it, with the two-sample t CI (pooled SD) and, where the CI covers
+    0, the smallest difference those seeds find with ``power``. Seeds that never reach the target are counted, not
+    given a step; fewer than two reaching seeds on a side give no CI."""
+    import math
+    import statistics
+    from statistics import NormalDist
+
+    from nbkit.studies.dose_response import t_quantile
+
+    reach = f"steps to {target:.0%}"
+    steps: dict[tuple[str, str], list] = {}
+    for row in table:
+        m = meta[row["run"]]
+        steps.setdefault((m["algorithm"], m["dtype"]), []).append(row[reach])
+    out = []
+    for algorithm in dict.fromkeys(alg for alg, _ in steps):
+        if (algorithm, a) not in steps or (algorithm, b) not in steps:
+            continue
+        xs, ys = ([v for v in steps[(algorithm, d)] if v is not None] for d in (a, b))
+        counts = (f"{a.upper()} {len(xs)} of {len(steps[(algorithm, a)])} seeds reached {target:.0%}, "
+                  f"{b.upper()} {len(ys)} of {len(steps[(algorithm, b)])}")
+        if len(xs) < 2 or len(ys) < 2:
+            out.append(f"{algorithm}: {counts}; too few seeds reached it on a side for a CI of the difference.")
+            continue
+        df = len(xs) + len(ys) - 2
+        sd = math.sqrt(((len(xs) - 1) * statistics.variance(xs) + (len(ys) - 1) * statistics.variance(ys)) / df)
+        se = sd * math.sqrt(1 / len(xs) + 1 / len(ys))
+        diff, half = statistics.fmean(xs) - statistics.fmean(ys), t_quantile(1 - alpha / 2, df) * se
+        text = (f"{algorithm}: {a.upper()} − {b.upper()} {reach} {diff:+.3g} ({1 - alpha:.0%} CI {diff - half:+.3g} "
+                f"to {diff + half:+.3g}; {counts}, means {statistics.fmean(xs):.3g} and {statistics.fmean(ys):.3g}); ")
+        if diff - half <= 0 <= diff + half:
+            found = (t_quantile(1 - alpha / 2, df) + NormalDist().inv_cdf(power)) * se
+            text += (f"no difference shown: the CI covers 0, and these seeds find a difference with {power:.0%} power "
+                     f"only from {found:.3g} steps up.")
+        else:
+            text += f"{(a if diff < 0 else b).upper()} reached it sooner."
+        out.append(text)
+    return out
+
+
 def _mean(xs: list[float]) -> float | None:
     return float(f"{sum(xs) / len(xs):.3g}") if xs else None
 
@@ -165,7 +208,9 @@ def headline(runs: dict[str, list[dict]], meta: dict[str, dict], target: float =
             "mean |Δ log p| (first 5)", "mean |Δ log p| (last 5)", "skipped steps", "minutes", "alarms")
     seeds = [{k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in r.items()}
              for r in seed_summary(table, meta, target, window)]  # lists as text: the page shows scalars
+    primary = precision_comparison(table, meta, target)
     return {f"sanity test (training accuracy ≥ {target:.0%})": outcome,
+            **({"primary comparison (FP16 − BF16 steps to target)": " ".join(primary)} if primary else {}),
             "over seeds (mean and range per algorithm and precision)": seeds,
             "runs": [{k: r[k] for k in keys} for r in table],
             "collapse alarms": sum(r["alarms"] for r in table),
