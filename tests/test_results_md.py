@@ -69,7 +69,12 @@ def test_false_flag_rate_falls_as_the_margin_grows_against_the_noise():
         hunt.false_flag_rate(0.0, 3)
 
 
-def test_seeds_needed_for_a_paired_test_match_the_normal_formula():
-    # (1.96 + 0.8416)^2 * (0.06 / 0.05)^2 = 11.3 -> 12 seeds; the "≈ 11 seeds" at SE 0.06
-    assert hunt._seeds_for(0.06, 0.05) == 12
-    assert hunt._seeds_for(0.01, 0.05) == 2
+def test_the_hunts_seeds_needed_use_the_paired_t_tests_own_quantiles():
+    # the normal formula, (1.96 + 0.8416)^2 * (0.06 / 0.05)^2 = 11.3 -> 12 seeds, is short of what the t-test it names
+    # needs: (t(0.975, 13) + 0.8416) * 0.06 / sqrt(14) = 0.0481 <= 0.05, while 13 seeds give 0.0503
+    from nbkit.studies.dose_response import detectable_gap, seeds_needed
+
+    assert seeds_needed(0.06, 0.05) == 14
+    assert detectable_gap(0.06, 14) <= 0.05 < detectable_gap(0.06, 13)
+    assert seeds_needed(0.01, 0.05) == 3  # two seeds leave one degree of freedom: t(0.975, 1) = 12.7
+

@@ -275,6 +275,8 @@ def chance_caveat(runs: dict[str, list[dict]], meta: dict[str, dict], margin: fl
         return "Too few seeds per cell to estimate how often chance alone would flag one."
     import statistics
 
+    from nbkit.studies.dose_response import seeds_needed  # the paired t-test's own quantiles, not the normal's
+
     sd = statistics.fmean(statistics.variance(g) for g in gaps.values()) ** 0.5
     n_seeds = min(len(g) for g in gaps.values())
     p = false_flag_rate(sd, n_seeds, margin)
@@ -283,15 +285,7 @@ def chance_caveat(runs: dict[str, list[dict]], meta: dict[str, dict], margin: fl
             f"noise and no true gap, the rule flags a cell with probability {p:.1%}, so among {k} cells the chance of "
             f"at least one flag is {1 - (1 - p) ** k:.0%}. A single flagged cell is what chance predicts, not "
             f"evidence; a true gap of {margin:g} at this noise needs about "
-            f"{_seeds_for(sd, margin)} seeds per cell to be seen with 80 % power (two-sided 5 % paired t-test).")
-
-
-def _seeds_for(sd: float, gap: float, power: float = 0.8, alpha: float = 0.05) -> int:
-    """Seeds for a paired test to detect ``gap`` with ``power`` when a seed's paired difference has SD ``sd``."""
-    from statistics import NormalDist
-
-    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
-    return max(2, int(-(-((z * sd / gap) ** 2) // 1)))
+            f"{seeds_needed(sd, margin)} seeds per cell to be seen with 80 % power (two-sided 5 % paired t-test).")
 
 
 class Hunt(GridStudy):
