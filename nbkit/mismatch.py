@@ -408,8 +408,14 @@ def read_ratio(num: float, num_ci: tuple[float, float], den: float, den_ci: tupl
                ratio_ci: tuple[float, float] | None = None, names: tuple[str, str] = ("BF16", "FP16"),
                level: float = 0.95) -> RatioReading:
     """Read ``num / den`` from the two estimates and their CIs (``ratio_ci``: a bootstrap CI of the ratio itself,
-    quoted only when ``den``'s CI lies above 0). The one rule of every BF16/FP16 ratio the workbook prints."""
+    quoted only when ``den``'s CI lies above 0). The one rule of every BF16/FP16 ratio the workbook prints. NaN CIs
+    (no bootstrap asked for) leave the point estimates, and the reading says no CI was computed."""
     pct = f"{100 * level:g}%"
+    if math.isnan(num_ci[0]) or math.isnan(den_ci[0]):  # no CIs (no bootstrap): the point estimates alone
+        if den > 0:
+            return RatioReading("ratio", num / den, math.nan, math.nan, f"{num / den:.3g}× (no CI computed)")
+        return RatioReading("undefined", math.nan, math.nan, math.nan,
+                            f"no ratio: {names[1]}'s estimate {den:.3g} is not above 0 (no CI computed)")
     cis = (f"{names[0]} {num:.3g} ({pct} CI {num_ci[0]:.3g} to {num_ci[1]:.3g}), {names[1]} {den:.3g} "
            f"({pct} CI {den_ci[0]:.3g} to {den_ci[1]:.3g})")
     if den_ci[0] > 0:

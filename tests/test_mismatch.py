@@ -285,3 +285,6 @@ def test_a_ratio_of_two_estimates_is_read_only_where_the_denominator_lies_above_
                                 ((8.0, 12.0), (-2.0, -0.1), "FP16's CI does not lie above 0")]:
         none = mm.read_ratio(0.3, num_ci, -0.5, den_ci, names=("BF16", "FP16"))
         assert none.kind == "undefined" and math.isnan(none.value) and why in none.sentence
+    bare = mm.read_ratio(10.0, (math.nan, math.nan), 2.0, (math.nan, math.nan))  # n_boot=0: no CIs to read
+    assert (bare.kind, bare.value) == ("ratio", 5.0) and bare.sentence == "5× (no CI computed)"
+    assert mm.read_ratio(1.0, (math.nan,) * 2, -0.1, (math.nan,) * 2).kind == "undefined"
