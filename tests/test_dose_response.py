@@ -1,34 +1,13 @@
-"""The dose–response study (notebook 06): its grid, its pre-registered rule and the statistics behind its verdicts."""
+"""The dose–response study (notebook 06): its grid, its pre-registered rule and its verdicts (the statistics
+behind them: tests/test_stats.py)."""
 from __future__ import annotations
 
-import math
 
 import pytest
 
 from nbkit import results, schema
 from nbkit.studies import dose_response as D
 from nbkit.studies.base import GridStudy
-
-
-@pytest.mark.parametrize("df,expected", [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042)])
-def test_t_quantile_matches_the_printed_table(df, expected):
-    assert D.t_quantile(0.975, df) == pytest.approx(expected, abs=2e-3)
-    assert D.t_quantile(0.025, df) == pytest.approx(-expected, abs=2e-3)
-
-
-def test_mean_ci_is_a_t_interval_and_one_value_has_none():
-    m, lo, hi = D.mean_ci([1.0, 2.0, 3.0])
-    assert m == 2.0 and hi - m == pytest.approx(4.303 * 1.0 / math.sqrt(3), abs=1e-2) and m - lo == pytest.approx(hi - m)
-    m, lo, hi = D.mean_ci([0.5])
-    assert m == 0.5 and math.isnan(lo) and math.isnan(hi)
-
-
-def test_more_seeds_detect_smaller_gaps_and_seeds_needed_reaches_the_gap():
-    gaps = [D.detectable_gap(0.05, n) for n in (2, 3, 5, 10, 30)]
-    assert gaps == sorted(gaps, reverse=True) and gaps[-1] < 0.05 < gaps[0]
-    n = D.seeds_needed(0.05, 0.05)
-    assert D.detectable_gap(0.05, n) <= 0.05 < D.detectable_gap(0.05, n - 1)
-    assert D.detectable_gap(0.05, 1) == math.inf
 
 
 @pytest.mark.parametrize("lo,hi,reading", [(-0.3, -0.1, "breaks"), (-0.04, 0.02, "no detectable harm"),

@@ -158,9 +158,8 @@ def precision_comparison(table: list[dict], meta: dict[str, dict], target: float
     given a step; fewer than two reaching seeds on a side give no CI."""
     import math
     import statistics
-    from statistics import NormalDist
 
-    from nbkit.studies.dose_response import t_quantile
+    from nbkit import stats
 
     reach = f"steps to {target:.0%}"
     steps: dict[tuple[str, str], list] = {}
@@ -177,14 +176,13 @@ def precision_comparison(table: list[dict], meta: dict[str, dict], target: float
         if len(xs) < 2 or len(ys) < 2:
             out.append(f"{algorithm}: {counts}; too few seeds reached it on a side for a CI of the difference.")
             continue
-        df = len(xs) + len(ys) - 2
-        sd = math.sqrt(((len(xs) - 1) * statistics.variance(xs) + (len(ys) - 1) * statistics.variance(ys)) / df)
+        sd, df = stats.pooled_sd([xs, ys])
         se = sd * math.sqrt(1 / len(xs) + 1 / len(ys))
-        diff, half = statistics.fmean(xs) - statistics.fmean(ys), t_quantile(1 - alpha / 2, df) * se
+        diff, half = statistics.fmean(xs) - statistics.fmean(ys), stats.t_quantile(1 - alpha / 2, df) * se
         text = (f"{algorithm}: {a.upper()} − {b.upper()} {reach} {diff:+.3g} ({1 - alpha:.0%} CI {diff - half:+.3g} "
                 f"to {diff + half:+.3g}; {counts}, means {statistics.fmean(xs):.3g} and {statistics.fmean(ys):.3g}); ")
         if diff - half <= 0 <= diff + half:
-            found = (t_quantile(1 - alpha / 2, df) + NormalDist().inv_cdf(power)) * se
+            found = stats.detectable_difference(se, df, power, alpha)
             text += (f"no difference shown: the CI covers 0, and these seeds find a difference with {power:.0%} power "
                      f"only from {found:.3g} steps up.")
         else:

@@ -98,18 +98,14 @@ def _resolution(reached: list[list[int]], power: float = 0.8, alpha: float = 0.0
     ``alpha`` two-sample t-test over the grid's seeds finds with ``power``, with the seed SD pooled over the pairs
     (each pair's seeds that reached the target); "" with fewer than two such seeds in every pair."""
     import math
-    import statistics
-    from statistics import NormalDist
 
-    from nbkit.studies.dose_response import t_quantile
+    from nbkit import stats
 
-    spread = [(len(s) - 1, statistics.variance(s)) for s in reached if len(s) >= 2]
-    if not spread:
+    sd, df = stats.pooled_sd(reached)
+    if not df:
         return ""
-    df = sum(d for d, _ in spread)
-    sd = math.sqrt(sum(d * v for d, v in spread) / df)
     n = min(len(s) for s in reached if len(s) >= 2)
-    gap = (t_quantile(1 - alpha / 2, 2 * n - 2) + NormalDist().inv_cdf(power)) * sd * math.sqrt(2 / n)
+    gap = stats.detectable_difference(sd * math.sqrt(2 / n), 2 * n - 2, power, alpha)
     return (f"with {n} seeds a pair and a pooled seed SD of {sd:.3g} steps to the target, a two-sample t-test "
             f"({alpha:.0%} two-sided) finds a difference with {power:.0%} power only from {gap:.3g} steps up")
 

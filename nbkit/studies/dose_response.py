@@ -18,11 +18,11 @@ cut-off study still covers every format), ``... store`` stores the finished runs
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import replace
 
 from nbkit import schema
+from nbkit.stats import detectable_gap, mean_ci, seeds_needed
 from nbkit.studies.base import GridStudy
 
 STUDY = "dose_response_tiny_arith"
@@ -41,54 +41,6 @@ seeds' verdicts, which the findings say (a sequential look inflates the rule's e
 MARGIN = 0.05
 """The gap (accuracy) the rule calls a break."""
 REFERENCE = "fp32"
-
-
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile (bisection on the CDF, Simpson's rule on the density): the CI's multiplier."""
-    if df < 1 or not 0 < p < 1:
-        raise ValueError(f"need df >= 1 and 0 < p < 1, got df={df!r}, p={p!r}")
-    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
-
-    def cdf(t: float, n: int = 2000) -> float:  # P(T <= t) for t >= 0
-        h = t / n
-        f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(n + 1)]
-        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
-
-    q = abs(p - 0.5) + 0.5
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < q:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
-    return math.copysign((lo + hi) / 2, p - 0.5)
-
-
-def mean_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and its two-sided t-interval (NaN bounds with fewer than 2 values)."""
-    m = statistics.fmean(xs)
-    if len(xs) < 2:
-        return m, float("nan"), float("nan")
-    half = t_quantile(0.5 + level / 2, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
-    return m, m - half, m + half
-
-
-def detectable_gap(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -> float:
-    """The smallest true paired gap a two-sided ``alpha`` t-test over ``n`` seeds finds with ``power`` when one
-    seed's gap has SD ``sd`` (normal approximation of the non-central t, with the t quantile for the test)."""
-    from statistics import NormalDist
-
-    if n < 2:
-        return float("inf")
-    return (t_quantile(1 - alpha / 2, n - 1) + NormalDist().inv_cdf(power)) * sd / math.sqrt(n)
-
-
-def seeds_needed(sd: float, gap: float = MARGIN, power: float = 0.8, alpha: float = 0.05) -> int:
-    """Seeds a paired t-test needs to detect ``gap`` with ``power`` (smallest n with ``detectable_gap`` ≤ gap)."""
-    n = 2
-    while detectable_gap(sd, n, power, alpha) > gap and n < 10_000:
-        n += 1
-    return n
 
 
 def base_config(**overrides):
@@ -286,7 +238,7 @@ class DoseResponse(GridStudy):
             return {}
         sd = statistics.fmean(variances) ** 0.5
         return {"sd": sd, "cells": len(variances), "seeds": min(n), "detectable": detectable_gap(sd, min(n)),
-                "seeds for 0.05": seeds_needed(sd)}
+                "seeds for 0.05": seeds_needed(sd, MARGIN)}
 
     def findings(self, runs, meta, rows) -> list[str]:
         out = []

@@ -275,7 +275,7 @@ def chance_caveat(runs: dict[str, list[dict]], meta: dict[str, dict], margin: fl
         return "Too few seeds per cell to estimate how often chance alone would flag one."
     import statistics
 
-    from nbkit.studies.dose_response import seeds_needed  # the paired t-test's own quantiles, not the normal's
+    from nbkit.stats import seeds_needed  # the paired t-test's own quantiles, not the normal's
 
     sd = statistics.fmean(statistics.variance(g) for g in gaps.values()) ** 0.5
     n_seeds = min(len(g) for g in gaps.values())
