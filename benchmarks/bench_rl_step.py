@@ -29,16 +29,15 @@ def main() -> None:
 
     import torch
 
-    from nbkit import gemm
     from nbkit.engines import vllm_available
     from nbkit.rl import RLConfig, train
+    from nbkit.workbook import jobtime
 
     if args.threads:
         torch.set_num_threads(args.threads)
     engines = [e for e in args.engines if e != "vllm" or vllm_available()]
     parts = ("rollout", "sync", "score", "mismatch", "update")
-    print(f"CPU flags {gemm.half_flags()}, gemm auto = {gemm.resolve('auto')}"
-          + (f", kernels capped by {gemm.kernel_caps()} (an emulation)" if gemm.kernel_caps() else ""))
+    print(jobtime.cpu_header())
     print(f"{'run':40} {'step s':>7} " + " ".join(f"{x:>9}" for x in parts) + f" {'mismatch %':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for engine in engines:

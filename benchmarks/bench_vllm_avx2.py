@@ -44,6 +44,8 @@ bound to 1 core / 1 thread by vLLM's auto binding, load ~1.5 from another engine
 idle cores otherwise, 8 prompts x 2 x <= 96, --isa avx2: fp32 21.0 s | bf16 native 39.8 s (1.90x), fp32-accumulate
 21.1 s (1.01x) | fp16 native 43.6 s (2.08x), fp32-accumulate 21.2 s (1.01x); 122 of 122 linear layers on the
 plugin's kernel, weights bf16 / fp16.)
+The EPYC's workload through the plugin, same Xeon, 25 Nov 2026, idle cores, 12 prompts x 2 x <= 96, --isa avx2:
+fp32 19.0 s (1,726 tokens) | bf16 17.4 s (0.92x) | fp16 18.8 s (0.99x); the EPYC of issue 24 took 18.7 s in FP32.
 
 Does the contract take the engine's mismatch away? No (``--model tiny-arith --prompts 32 --n 4 --max-tokens 40
 --mismatch``, one sample of 128 responses, no CI): mean |log π − log μ| against the trainer's teacher-forced π in the
@@ -211,6 +213,9 @@ def main(argv=None) -> None:
         isa, dtype, gemm = args.child.split(":")
         print("RESULT " + json.dumps(child(args, isa, dtype, gemm)), flush=True)
         return
+    from nbkit.workbook import jobtime
+
+    print(jobtime.cpu_header() + " (each configuration's process names its own kernels below)")
     print(f"{args.model}, vLLM-CPU, {args.prompts} prompts x {args.n} samples x <= {args.max_tokens} "
           f"tokens; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')}", flush=True)
     results = []

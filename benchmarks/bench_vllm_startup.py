@@ -88,10 +88,9 @@ def main(argv=None) -> None:
         model, setting = args.child.split("|")
         print("RESULT " + json.dumps(child(args, model, setting)), flush=True)
         return
-    from nbkit import gemm
+    from nbkit.workbook import jobtime
 
-    print(f"CPU flags {gemm.half_flags()}, gemm auto = {gemm.resolve('auto')}, kernel caps {gemm.kernel_caps()}; "
-          f"{args.dtype}, {args.prompts} prompts x {args.n} x <= {args.max_tokens} tokens, "
+    print(f"{jobtime.cpu_header()}; {args.dtype}, {args.prompts} prompts x {args.n} x <= {args.max_tokens} tokens, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}", flush=True)
     print(f"{'model':14} {'setting':20} {'KV MiB':>7} {'start s':>8} {'x before':>8} {'generate s':>10}  "
           f"repeats alike")

@@ -56,6 +56,25 @@ def test_this_cpu_names_the_kernel_caps_in_force(monkeypatch):
     assert "an emulation" in jobtime.describe_cpu(here)
 
 
+def test_the_benchmark_header_names_the_cpu_model_its_cores_and_how_busy_they_are(monkeypatch):
+    monkeypatch.setattr(jobtime, "cpu", lambda: {"cpu": "Some CPU 9000", "cores": 2, "cpu_flags": ["avx2"],
+                                                 "gemm_auto": "fp32-accumulate", "kernel_caps": {}})
+    monkeypatch.setattr("os.getloadavg", lambda: (1.25, 1.0, 1.0))
+    line = jobtime.cpu_header()
+    assert line.startswith("CPU: Some CPU 9000 (avx2; gemm auto = fp32-accumulate), 2 cores;")
+    assert "torch threads" in line and line.endswith("load average 1.25")
+
+
+def test_every_benchmark_prints_the_cpu_header():
+    """A measurement says which CPU it ran on: each benchmark script prints ``jobtime.cpu_header()``."""
+    from pathlib import Path
+
+    scripts = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("bench_*.py"))
+    assert scripts
+    silent = [p.name for p in scripts if "jobtime.cpu_header()" not in p.read_text()]
+    assert silent == []
+
+
 def test_notebooks_whose_parameters_changed_since_the_record_are_named():
     rec = {**AVX512, "parameters": {"a": {"steps": 100}, "b": {}}}
     est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[rec],

@@ -70,6 +70,18 @@ def describe_cpu(here: dict) -> str:
             + ")")
 
 
+def cpu_header() -> str:
+    """The line every benchmark prints first: this CPU (``describe_cpu``), its cores, torch's threads and the load
+    average, so that a measurement always says what it ran on and how busy the cores were."""
+    import os
+
+    import torch
+
+    here = cpu()
+    return (f"CPU: {describe_cpu(here)}, {here['cores']} cores; torch threads {torch.get_num_threads()}; "
+            f"load average {os.getloadavg()[0]:.2f}")
+
+
 def records(path: Path = TIMINGS) -> list[dict]:
     """The stored main-job measurements ([] when none)."""
     return json.loads(Path(path).read_text()) if Path(path).is_file() else []
