@@ -37,3 +37,27 @@ def test_a_runs_saved_config_never_replays_overwrite_or_resume(tmp_path, arith_j
     replayed, _ = cli_train.resolve(["--config", str(old)])
     assert replayed.overwrite is False and replayed.resume is False
     assert cli_train.resolve(["--config", str(old), "--overwrite"])[0].overwrite  # only the command line says so
+
+
+def test_an_unknown_flag_is_refused_with_the_close_flags_before_any_work():
+    """argparse names no alternative; every nbkit command names the flags close to an unknown one (a subcommand's
+    own flags included), and says nothing when none is close."""
+    cases = {("train", "--dtype", "fp16"): "for --dtype did you mean --train_dtype or --rollout_dtype?",
+             ("doctor", "--modle", "tiny-arith"): "for --modle did you mean --model?",
+             ("run", "--outt", "x"): "for --outt did you mean --out?",
+             ("--debg", "list"): "for --debg did you mean --debug?"}
+    for argv, hint in cases.items():
+        done = nbkit(*argv)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, argv
+        assert hint in done.stderr.strip().splitlines()[-1], (argv, done.stderr)
+    far = nbkit("train", "--zzzzzz")
+    assert far.returncode == 2 and far.stderr.strip().endswith("unrecognized arguments: --zzzzzz")
+
+
+def test_the_close_flags_are_named_once_each_by_their_first_long_spelling():
+    from nbkit.cli.commands import unknown_arguments
+
+    flags = {"--train_dtype": "--train_dtype", "--train-dtype": "--train_dtype", "--steps": "--steps"}
+    assert unknown_arguments(["--trian_dtype", "bf16"], flags) == (
+        "unrecognized arguments: --trian_dtype bf16 (for --trian_dtype did you mean --train_dtype?)")
+    assert unknown_arguments(["extra"], flags) == "unrecognized arguments: extra"

@@ -2,6 +2,8 @@
 how every command line reports a refusal: one line naming the value, exit status 2, no traceback unless ``--debug``."""
 from __future__ import annotations
 
+import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -44,3 +46,39 @@ def guarded(main, argv: list[str] | None = None, prog: str = "nbkit") -> int:
         text = " ".join(str(exc).split()) or type(exc).__name__
         print(f"{prog}: error: {text} (--debug shows the traceback)", file=sys.stderr, flush=True)
         return 2
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose error for an unknown flag names the close ones (``--dtype fp16`` → "did you
+    mean --train_dtype?"), as a config file's unknown key already does; argparse's own message names none. The flags
+    of a chosen subcommand count too."""
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(unknown_arguments(extras, self._known_flags(namespace)))
+        return namespace
+
+    def _known_flags(self, namespace) -> dict[str, str]:
+        """Every long flag this parser (and the subcommand chosen in ``namespace``) takes → its first spelling."""
+        parsers = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += [action.choices[name] for name in [getattr(namespace, action.dest, None)]
+                            if name in action.choices]
+        return {flag: next(f for f in action.option_strings if f.startswith("--"))
+                for parser in parsers for flag, action in parser._option_string_actions.items()
+                if flag.startswith("--") and flag != "--help"}
+
+
+def unknown_arguments(extras: list[str], flags: dict[str, str]) -> str:
+    """argparse's "unrecognized arguments" text, with the close flags for each unknown ``--flag`` (``flags``: every
+    spelling → the one to suggest)."""
+    hints = []
+    for token in extras:
+        if token.startswith("--"):
+            close = difflib.get_close_matches(token.split("=", 1)[0], list(flags), n=4, cutoff=0.6)
+            named = list(dict.fromkeys(flags[c] for c in close))
+            if named:
+                hints.append(f"for {token.split('=', 1)[0]} did you mean {' or '.join(named)}?")
+    return f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")

@@ -24,7 +24,6 @@ if __name__ == "__main__":  # run as a program (python -m, accelerate launch): c
 
     _paths.setup_environment()
 
-import argparse
 import contextlib
 import dataclasses
 import shlex
@@ -32,6 +31,7 @@ import sys
 from dataclasses import dataclass, fields
 
 from nbkit.cli import launch
+from nbkit.cli.commands import Parser
 from nbkit.fieldcheck import Range, check_value
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.run import per_device_batch
@@ -226,7 +226,7 @@ def _drop(flags: list[str], names: tuple[str, ...]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nbkit plan", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="nbkit plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="gpu", help=f"a profile with RL runs, one of {tuple(PROFILES)}")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs on the node")
     parser.add_argument("--mode", choices=MODES, help="vLLM as a server or colocated (default: server, colocated on 1 GPU)")

@@ -30,6 +30,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from nbkit.cli import launch
+from nbkit.cli.commands import Parser
 from nbkit.fieldcheck import spec
 from nbkit.rl.config import RLConfig
 
@@ -137,7 +138,7 @@ def key_lines(text: str) -> dict[str, int]:
     return {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
 
 
-class RLConfigParser(HfArgumentParser):
+class RLConfigParser(Parser, HfArgumentParser):
     """``transformers.HfArgumentParser`` over a config dataclass, with two narrow changes HF's own flags lack:
 
     - a bool field is an ``argparse.BooleanOptionalAction`` (``--lora`` / ``--no-lora``, and ``--overwrite false``

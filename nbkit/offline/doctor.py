@@ -22,7 +22,6 @@ dtype (``nbkit.offline.analysis.run_grid``, the paper's setting). From the per-t
 """
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import math
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from nbkit import mismatch, schema
+from nbkit.cli.commands import Parser
 from nbkit.mismatch import crossing_length  # (re-exported: the doctor's length model)
 from nbkit.paths import REPORTS
 
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                             else default, help=text if isinstance(default, bool) else f"{text} (default: {shown})",
                             **kwargs)
 
-    parser = argparse.ArgumentParser(prog="nbkit doctor", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="nbkit doctor", description=__doc__.split("\n\n")[0])
     config_flag("model")
     config_flag("engine", choices=("auto", "hf", "vllm"))
     config_flag("dtypes", nargs="+")

@@ -12,11 +12,12 @@ shards (``--shard 0/2``, ``--shard 1/2``) split it between two processes.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
 import time
+
+from nbkit.cli.commands import Parser
 
 
 def parse_options(pairs: list[str]) -> dict:
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from nbkit.studies.catalog import STUDIES
     from nbkit.studies.results_md import section
 
-    p = argparse.ArgumentParser(prog="nbkit study", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="nbkit study", description=__doc__.split("\n\n")[0])
     p.add_argument("name", nargs="?", help=f"one of {sorted(STUDIES)}")
     p.add_argument("action", nargs="?", choices=("show", "run", "store"), default="show")
     p.add_argument("--shard", default="0/1", help="run: i/n, this process's share of the grid (default 0/1)")

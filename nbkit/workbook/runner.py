@@ -10,7 +10,6 @@ from those by ``nbkit.workbook.report``. A failing notebook does not stop the ot
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 import traceback
@@ -220,14 +219,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from nbkit import paths
-    from nbkit.cli.commands import COMMANDS, dispatch
+    from nbkit.cli.commands import COMMANDS, Parser, dispatch
 
     paths.setup_environment()  # an entry point: caches inside the project, hub offline (a user's own setting wins)
 
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in COMMANDS:  # train, doctor, plan: their own modules and parsers
         return dispatch(argv[0], argv[1:])
-    parser = argparse.ArgumentParser(prog="nbkit", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="nbkit", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
