@@ -70,11 +70,16 @@ def environment(values: dict[str, str]):
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore(saved)
+
+
+def restore(saved: dict[str, str | None]) -> None:
+    """Put back variables saved as ``{name: os.environ.get(name)}``: each set to its value, or removed if None."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def setup_environment() -> None:

@@ -302,6 +302,7 @@ def _bare_generation():
     gen.accelerator, gen.seconds, gen.length_hits, gen.asleep, gen._calls = _Barrier(), {"generate": 0.0, "sync": 0.0}, [0, 0], False, 0
     gen.temperature, gen.top_p, gen.top_k, gen.max_completion_length = 1.0, 1.0, 0, 8
     gen.engine = gen.llm = None
+    gen._launch_env = {}
     return gen
 
 

@@ -5,6 +5,7 @@ runs that need a learning signal use the shipped ``tiny-arith`` model.
 """
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -132,6 +133,36 @@ def test_a_bf16_vllm_rollout_really_runs_in_bf16(tmp_path, arith_jsonl):
     assert row["audit/rollout_dtype"] == "bf16" and set(row["audit/matmul_dtypes"]) == {"fp32"}
     assert row["audit/rollout_gemm"] == f"vllm {gemm.resolve('auto')}"  # the engine's half GEMMs follow auto too
     assert row[MISMATCH] > 1e-4  # a BF16 engine against an FP32 trainer cannot agree to fp32 precision
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_vllm
+def test_a_run_after_a_vllm_run_in_the_same_process_trains_as_the_first_did_not_as_ddp(tmp_path, arith_jsonl,
+                                                                                      monkeypatch):
+    """A colocated vLLM engine starts from torch.distributed's launch variables (RANK, WORLD_SIZE, ...). They are the
+    run's: once it ends the process has the ones it had, so the next run in a notebook kernel or a study is not taken
+    for a one-process DDP launch (before, it trained DDP-wrapped, with accelerate resetting OMP threads)."""
+    from nbkit.rl import trainer as rl_trainer
+    from nbkit.rl.rollout import LAUNCH_ENV
+
+    for key in LAUNCH_ENV:
+        monkeypatch.delenv(key, raising=False)
+    wrappers = []
+    real_train = rl_trainer.PrecisionGRPOTrainer.train
+
+    def spy(self, *args, **kwargs):
+        try:
+            return real_train(self, *args, **kwargs)
+        finally:
+            wrappers.append(type(self.model_wrapped).__name__)
+
+    monkeypatch.setattr(rl_trainer.PrecisionGRPOTrainer, "train", spy)
+    for i, engine in enumerate(("vllm", "hf")):
+        train(smoke(tmp_path / str(i), "tiny-arith", arith_jsonl, rollout_engine=engine, steps=1,
+                    prompts_per_step=2, samples_per_prompt=2, max_tokens=12), progress=False)
+        assert [k for k in LAUNCH_ENV if k in os.environ] == [], f"after the {engine} run"
+    assert len(wrappers) == 2 and wrappers[0] == wrappers[1] != "DistributedDataParallel"
 
 
 @pytest.mark.slow

@@ -16,8 +16,14 @@ import time
 import torch
 from trl.generation.vllm_generation import VLLMGeneration
 
-from nbkit import gemm, lm_head
+from nbkit import gemm, lm_head, paths
 from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine
+
+LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""The torch.distributed variables a colocated vLLM engine starts from (``external_launcher``, as TRL sets them).
+They belong to the run, not to the process: left set after a run in one process (a notebook kernel, a study, the
+tests), they made accelerate take the next run for a one-process DDP launch (``MULTI_CPU``: the model wrapped in
+DDP, OMP threads reset to 2); ``close`` puts back what was there before."""
 
 
 class EngineGeneration(VLLMGeneration):
@@ -42,6 +48,8 @@ class EngineGeneration(VLLMGeneration):
         """(answers that ended at the length limit, answers) since the last ``take_length_hits``."""
         self.asleep = False
         self._calls = 0
+        self._launch_env: dict[str, str | None] = {}
+        """``LAUNCH_ENV`` as it was before the vLLM engine set it, put back by ``close``."""
         super().__init__(mode="colocate", **trl_kwargs)
 
     def _init_vllm(self) -> None:
@@ -61,6 +69,7 @@ class EngineGeneration(VLLMGeneration):
         from trl.trainer.utils import ensure_master_addr_port
 
         acc = self.accelerator
+        self._launch_env = {k: os.environ.get(k) for k in LAUNCH_ENV}
         os.environ.update(RANK=str(acc.process_index), LOCAL_RANK=str(acc.local_process_index),
                           WORLD_SIZE=str(acc.num_processes))
         ensure_master_addr_port()
@@ -196,4 +205,6 @@ class EngineGeneration(VLLMGeneration):
         if self.engine is not None:
             self.engine.close()
         self.engine = self.llm = None
+        paths.restore(self._launch_env)
+        self._launch_env = {}
         release_memory()
