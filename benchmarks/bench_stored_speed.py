@@ -31,9 +31,7 @@ run is one data point, not an interval.
 from __future__ import annotations
 
 import argparse
-import gzip
 import io
-import json
 import os
 import statistics
 import subprocess
@@ -57,12 +55,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def stored_rows(study: Path, label: str) -> list[dict]:
-    path = study / "runs" / f"{label}.jsonl.gz"
-    with gzip.open(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def unpack(commit: str, into: Path) -> None:
     """The tree of ``commit`` (read from this repository) written out under ``into``."""
     tar = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True, capture_output=True).stdout
@@ -79,21 +71,22 @@ def rerun(tree: Path, config: dict, steps: int, out: Path, isa: str) -> list[dic
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"the re-run failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-    metrics = next(out.glob("*/metrics.jsonl"))
-    return [r for r in map(json.loads, metrics.read_text().splitlines()) if "step_time" in r]
+    from nbkit.rl.study import load_runs
+
+    (rows,) = load_runs(out).values()
+    return [r for r in rows if "step_time" in r]
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    from nbkit.paths import DATA
+    from nbkit import results
     from nbkit.workbook import jobtime
 
-    study = DATA / "results" / args.study
-    card = json.loads((study / "provenance.json").read_text())
+    card = results.card(args.study)
     if not card["command"].startswith(SUPPORTED):
         raise SystemExit(f"--study {args.study!r} was made by {card['command']!r}; supported: studies made by "
                          f"{SUPPORTED!r} (e.g. ppo_tiny_arith)")
-    configs = card["configs"]["runs"]
+    configs, stored = card["configs"]["runs"], results.load(args.study)
     labels = args.runs or sorted(configs)
     unknown = sorted(set(labels) - set(configs))
     if unknown:
@@ -110,7 +103,7 @@ def main(argv=None) -> None:
         tree = Path(tmp) / "tree"
         unpack(card["commit"], tree)
         for label in labels:
-            old = stored_rows(study, label)[: args.steps]
+            old = stored[label][: args.steps]
             new = rerun(tree, configs[label], args.steps, Path(tmp) / label, args.isa)
             same = len(new) == len(old) and all(a.get("reward") == b.get("reward") for a, b in zip(old, new))
             t_old, t_new = [r["step_time"] for r in old], [r["step_time"] for r in new]
