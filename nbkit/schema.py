@@ -167,6 +167,16 @@ FAMILIES: tuple[str, ...] = ("mismatch/", "clip_ratio/", "completions/", "reward
 MoE flip rates per layer)."""
 
 
+TIMING_KEYS: tuple[str, ...] = ("step_time",)
+"""TRL's own wall-clock keys; with the ``time/`` family, the columns that measure the machine, not the run."""
+
+
+def timing(key: str) -> bool:
+    """True for a column measuring wall time (``time/*``, TRL's ``step_time``): the columns that may differ between
+    two runs of one config on one CPU, e.g. one run alone and one beside another (``nbkit.pool``)."""
+    return key.startswith("time/") or key in TIMING_KEYS
+
+
 def known(key: str) -> bool:
     """True for a key this schema accounts for (the workbook's, TRL's, or a member of a family)."""
     return key in KEYS or key in TRL_KEYS or key.startswith(FAMILIES)

@@ -108,22 +108,24 @@ class GridStudy(Study):
 
     # -- write half ------------------------------------------------------------------------------------------
     def run(self, shard: tuple[int, int] = (0, 1), progress: bool = True, keep_stored: bool = False,
-            root: Path = results.RESULTS, **options) -> dict[str, list[dict]]:
+            root: Path = results.RESULTS, threads: int = 1, workers: int | None = None,
+            **options) -> dict[str, list[dict]]:
         """Train every unfinished run of shard ``i/n`` (an unfinished run restarts from step 0; a finished one is
         read back); returns ``label → rows`` of the shard's runs trained or found in their folders.
         ``keep_stored``: a run the stored study already holds with this very config counts as finished (a study
-        continued in a later sitting, on another machine, trains only what its card lists as missing)."""
-        from tqdm.auto import tqdm
-
-        from nbkit.rl import train
+        continued in a later sitting, on another machine, trains only what its card lists as missing).
+        ``threads`` / ``workers``: how runs share the cores (``nbkit.rl.study.train_all``; the rows do not depend on
+        ``workers``)."""
+        from nbkit.rl import study
 
         i, n = _check_shard(shard)
         grid = self.grid(**options)
         stored = self.stored_runs(grid, root)[1] if keep_stored else {}
         todo = {k: c for j, (k, c) in enumerate(grid.items()) if self.shard_of(j, n) == i and k not in stored}
-        for label, cfg in tqdm(todo.items(), desc=f"{self.name} shard {i}/{n}", disable=not progress):
-            if not self.finished(cfg):
-                train(replace(cfg, overwrite=True, resume=False), progress=False)
+        fresh = {k: replace(c, overwrite=True, resume=False) for k, c in todo.items() if not self.finished(c)}
+        if fresh:
+            print(f"[nbkit] {self.name} shard {i}/{n}: {len(fresh)} of {len(todo)} run(s) to train", flush=True)
+            study.train_all(fresh, progress=progress, threads=threads, workers=workers)
         runs, _ = self.collect(**options)
         return {k: runs[k] for k in todo if k in runs}
 
@@ -206,10 +208,11 @@ class GridStudy(Study):
                        if k != "output_dir" and plain.get(k, object()) != v)
         return f"nbkit study {self.name} run{sets} && nbkit study {self.name} store{sets}"
 
-    def live(self, shard: tuple[int, int] = (0, 1), progress: bool = True, **options):
+    def live(self, shard: tuple[int, int] = (0, 1), progress: bool = True, threads: int = 1,
+             workers: int | None = None, **options):
         """Train (or read back) the grid now: ``(label → rows, label → coordinates)`` and the seconds it took."""
         start = time.perf_counter()
-        runs = self.run(shard, progress, **options)
+        runs = self.run(shard, progress, threads=threads, workers=workers, **options)
         _, configs = self.collect(**options)
         return runs, self.meta({k: configs[k] for k in runs}), time.perf_counter() - start
 

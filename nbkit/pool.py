@@ -1,0 +1,278 @@
+"""Independent jobs on the cores this process may use: each in a fresh Python process pinned to its own cores.
+
+A grid of RL runs (notebook 03's seeds and dtypes, a stored study's shard) or of offline cells is a list of
+independent jobs. On a 2-core machine one small-model job keeps about one core busy (an RL step alternates
+between the trainer and its rollout engine), so two jobs at once use both. ``run`` places them:
+
+- **which cores**: those of ``os.sched_getaffinity(0)`` (what this process may use, not what the machine has);
+- **how many at once** (``workers``): an explicit argument, else ``NBKIT_WORKERS`` (a shared machine's limit),
+  else ``cores // threads``, never more than the jobs; ``0`` runs the jobs one after another in this process
+  (tracebacks and debuggers as usual, the behaviour before pools);
+- **threads per job** (``threads``): a property of the job, not of the machine. A job's numbers may depend on
+  its thread count (a GEMM split another way rounds another way), never on how many jobs share the machine: every
+  job runs in its own process pinned to ``threads`` cores with ``threads`` OpenMP threads, whether it runs alone or
+  beside another, so a grid run two at a time gives the rows it gives one at a time.
+
+A job is ``Job(target="module:function", kwargs=...)``; its return value comes back pickled. Its output goes to a
+log file; a failed job raises ``JobFailed`` naming it with the tail of its log, after the jobs already running
+have finished (finished work is never thrown away); Ctrl-C stops every child and re-raises.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORKERS_ENV = "NBKIT_WORKERS"
+"""Environment variable capping the jobs run at once (``0``: in this process, one after another)."""
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+"""The thread-count variables set in every child (read once, when its numerical libraries start)."""
+CHILD_CLEARED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "VLLM_CPU_OMP_THREADS_BIND")
+"""Variables a child must not inherit: a launch of the parent's (each child is a launch of its own, on its own
+port) and a core binding that names the parent's cores."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How ``run`` lays jobs out on this process's cores."""
+
+    workers: int
+    """Jobs at once (0: in this process, one after another)."""
+    threads: int
+    """Threads (and cores) each job gets."""
+    slots: tuple[tuple[int, ...], ...]
+    """The cores of each worker slot (disjoint when the cores suffice, shared round-robin when not)."""
+
+    def describe(self) -> str:
+        if self.workers == 0:
+            return f"in this process, one job after another ({self.threads} thread(s))"
+        cores = "; ".join(",".join(map(str, s)) for s in self.slots)
+        return f"{self.workers} job(s) at once, {self.threads} thread(s) each, cores {cores}"
+
+
+def free_cores() -> list[int]:
+    """The cores this process may run on (its affinity mask; every core where the OS has no such mask)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def limit_from_env() -> int | None:
+    """``NBKIT_WORKERS`` as an integer ≥ 0 (None when unset); anything else is refused naming the value."""
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise ValueError(f"{WORKERS_ENV}={raw!r}: expected a whole number >= 0 (0: in this process, one job after "
+                         f"another; 1: one child at a time; unset: as many as the cores allow)")
+    return int(raw)
+
+
+def place(jobs: int, threads: int = 1, workers: int | None = None, cores: list[int] | None = None) -> Placement:
+    """The placement of ``jobs`` jobs of ``threads`` threads on ``cores`` (default ``free_cores()``): ``workers``
+    (else ``NBKIT_WORKERS``, else as many as the cores hold) at once, never more than the jobs."""
+    if not (isinstance(threads, int) and threads >= 1):
+        raise ValueError(f"threads must be a whole number >= 1, got {threads!r}")
+    if workers is not None and not (isinstance(workers, int) and workers >= 0):
+        raise ValueError(f"workers must be a whole number >= 0 (0: in this process) or None, got {workers!r}")
+    cores = list(cores) if cores is not None else free_cores()
+    limit = workers if workers is not None else limit_from_env()
+    if limit == 0 or jobs <= 0:
+        return Placement(0, threads, ())
+    n = max(1, min(jobs, len(cores) // threads or 1, limit if limit is not None else jobs))
+    need = n * threads
+    pool = [cores[i % len(cores)] for i in range(need)]  # wraps only when the cores cannot give each slot its own
+    return Placement(n, threads, tuple(tuple(pool[i * threads:(i + 1) * threads]) for i in range(n)))
+
+
+@dataclass
+class Job:
+    """One unit of work: ``target`` (``"module:function"``) called with ``kwargs`` (picklable) in a child."""
+
+    target: str
+    """``"package.module:function"``; the function's return value must pickle."""
+    kwargs: dict = field(default_factory=dict)
+    """Keyword arguments of the call."""
+    units: int = 1
+    """Its size in progress units (e.g. optimiser steps)."""
+    poll: Callable[[], int] | None = None
+    """Called in the parent about once a second: units done so far (e.g. rows in its metrics log)."""
+
+
+class JobFailed(RuntimeError):
+    """A job's process ended with an error; the message names the job and shows the end of its log."""
+
+
+def call(target: str, kwargs: dict):
+    """Import ``target`` (``"module:function"``) and call it with ``kwargs``."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+def run(jobs: dict[str, Job], threads: int = 1, workers: int | None = None, progress: bool = True,
+        desc: str = "jobs", on_done: Callable[[str, object], None] | None = None) -> dict[str, object]:
+    """Run every job (``label → Job``) under ``place(len(jobs), threads, workers)``; returns ``label → value`` in
+    ``jobs``' order. ``on_done(label, value)`` is called as each job finishes (e.g. to print its outcome)."""
+    placement = place(len(jobs), threads, workers)
+    if placement.workers == 0:
+        out = {}
+        for label, job in jobs.items():
+            out[label] = call(job.target, job.kwargs)
+            if on_done:
+                on_done(label, out[label])
+        return out
+    return _Pool(jobs, placement, progress, desc, on_done).run()
+
+
+class _Pool:
+    """The children of one ``run``: start, watch, collect, stop."""
+
+    def __init__(self, jobs, placement: Placement, progress: bool, desc: str, on_done):
+        self.jobs, self.placement, self.on_done = jobs, placement, on_done
+        self.progress, self.desc = progress, desc
+        self.tmp = Path(tempfile.mkdtemp(prefix="nbkit-pool-"))
+        self.running: dict[str, tuple[subprocess.Popen, int, object]] = {}  # label -> (process, slot, log file)
+        self.results: dict[str, object] = {}
+        self.failed: list[str] = []
+        self.specs: dict[str, Path] = {}  # label -> its spec file (the log and result sit beside it)
+
+    def run(self) -> dict[str, object]:
+        from tqdm.auto import tqdm
+
+        todo = list(self.jobs)
+        free = list(range(self.placement.workers))
+        total = sum(j.units for j in self.jobs.values())
+        bar = tqdm(total=total, desc=self.desc, disable=not self.progress, unit="step" if total > len(todo) else "job")
+        done_units: dict[str, int] = {}
+        shown: list[str] = []
+        try:
+            while todo or self.running:
+                while todo and free and not self.failed:
+                    self._start(todo.pop(0), free.pop(0))
+                time.sleep(0.5)
+                for label in list(self.running):
+                    proc, slot, log = self.running[label]
+                    if proc.poll() is None:
+                        continue
+                    log.close()
+                    del self.running[label]
+                    free.append(slot)
+                    self._collect(label, proc.returncode)
+                    done_units[label] = self.jobs[label].units if label in self.results else done_units.get(label, 0)
+                for label in self.running:
+                    poll = self.jobs[label].poll
+                    if poll is not None:
+                        try:
+                            done_units[label] = min(self.jobs[label].units, int(poll()))
+                        except (OSError, ValueError):
+                            pass
+                now = sum(done_units.values())
+                if now != bar.n or shown != list(self.running):
+                    shown = list(self.running)
+                    bar.set_postfix_str(", ".join(shown), refresh=False)
+                    bar.update(now - bar.n)
+                if self.failed and not self.running:
+                    break
+        except BaseException:
+            self._stop_all()
+            raise
+        finally:
+            bar.close()
+        if not self.failed:
+            shutil.rmtree(self.tmp, ignore_errors=True)  # a failure keeps its log for the message to name
+        else:
+            raise JobFailed("; ".join(self._failure(label) for label in self.failed)
+                            + (f" ({len(self.results)} job(s) that finished are kept)" if self.results else ""))
+        return {label: self.results[label] for label in self.jobs}
+
+    def _start(self, label: str, slot: int) -> None:
+        job = self.jobs[label]
+        spec = self.tmp / f"{len(self.specs)}.spec"
+        result = spec.with_suffix(".result")
+        spec.write_bytes(pickle.dumps({"target": job.target, "kwargs": job.kwargs, "result": str(result),
+                                       "cores": list(self.placement.slots[slot])}))
+        env = {k: v for k, v in os.environ.items() if k not in CHILD_CLEARED}
+        env.update({k: str(self.placement.threads) for k in THREAD_ENV})
+        env.update({WORKERS_ENV: "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+                    "PYTHONUNBUFFERED": "1"})
+        log = open(spec.with_suffix(".log"), "w")  # noqa: SIM115 - closed when the child ends
+        proc = subprocess.Popen([sys.executable, "-m", "nbkit.pool", str(spec)], stdout=log, stderr=subprocess.STDOUT,
+                                env=env, cwd=os.getcwd(), start_new_session=True)
+        self.running[label] = (proc, slot, log)
+        self.specs[label] = spec
+
+    def _collect(self, label: str, code: int) -> None:
+        spec = self.specs[label]
+        result = spec.with_suffix(".result")
+        if code == 0 and result.is_file():
+            self.results[label] = pickle.loads(result.read_bytes())
+            if self.on_done:
+                self.on_done(label, self.results[label])
+        else:
+            self.failed.append(label)
+
+    def _failure(self, label: str) -> str:
+        log = self.specs[label].with_suffix(".log")
+        tail = log.read_text(errors="replace").strip().splitlines()[-25:] if log.is_file() else []
+        return f"job {label!r} failed (log {log}):\n" + "\n".join(tail)
+
+    def _stop_all(self) -> None:
+        for proc, _, log in self.running.values():
+            with _quietly():
+                os.killpg(proc.pid, signal.SIGINT)  # a run stops as on Ctrl-C: checkpoints stay resumable
+        deadline = time.time() + 20
+        for proc, _, log in self.running.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                with _quietly():
+                    os.killpg(proc.pid, signal.SIGKILL)
+            log.close()
+        self.running.clear()
+
+
+class _quietly:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return exc[0] is not None and issubclass(exc[0], (ProcessLookupError, PermissionError))
+
+
+def _free_port() -> int:
+    """A TCP port free on localhost now (each child's own torch.distributed rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(spec_path: str) -> int:
+    """A child's whole life: pin to its cores, cap its threads, call the target, pickle the value."""
+    spec = pickle.loads(Path(spec_path).read_bytes())
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, spec["cores"])
+    from nbkit import paths
+
+    paths.setup_environment()
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    value = call(spec["target"], spec["kwargs"])
+    tmp = Path(spec["result"]).with_suffix(".partial")
+    tmp.write_bytes(pickle.dumps(value))
+    tmp.replace(spec["result"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1]))

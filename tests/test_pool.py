@@ -1,0 +1,102 @@
+"""Independent jobs on the free cores (``nbkit.pool``): placement from the affinity mask and an explicit limit, each
+child on the cores and threads it was given, the same rows however many run at once, failures named."""
+import os
+
+import pytest
+
+from nbkit import pool, schema
+from nbkit.rl import RLConfig, study
+
+
+def test_one_free_core_means_one_job_at_a_time_on_one_thread():
+    placement = pool.place(jobs=6, threads=1, cores=[3])
+    assert (placement.workers, placement.threads, placement.slots) == (1, 1, ((3,),))
+
+
+def test_two_free_cores_hold_two_one_thread_jobs_on_disjoint_cores():
+    placement = pool.place(jobs=6, threads=1, cores=[0, 1])
+    assert placement.workers == 2 and placement.slots == ((0,), (1,))
+    assert pool.place(jobs=1, threads=1, cores=[0, 1]).workers == 1  # never more workers than jobs
+    assert pool.place(jobs=4, threads=2, cores=[0, 1]).slots == ((0, 1),)  # a 2-thread job takes both cores
+
+
+def test_an_explicit_limit_wins_over_the_environment_and_the_cores(monkeypatch):
+    monkeypatch.setenv(pool.WORKERS_ENV, "1")
+    assert pool.place(jobs=4, cores=[0, 1]).workers == 1  # the shared machine's limit
+    assert pool.place(jobs=4, cores=[0, 1], workers=2).workers == 2  # the caller's explicit choice
+    assert pool.place(jobs=4, cores=[0, 1], workers=0).workers == 0  # in this process
+    monkeypatch.setenv(pool.WORKERS_ENV, "0")
+    assert pool.place(jobs=4, cores=[0, 1]).describe().startswith("in this process")
+
+
+@pytest.mark.parametrize("bad", ["two", "-1", "1.5"])
+def test_a_bad_worker_limit_is_refused_naming_the_value(monkeypatch, bad):
+    monkeypatch.setenv(pool.WORKERS_ENV, bad)
+    with pytest.raises(ValueError, match=rf"NBKIT_WORKERS={bad!r}.*whole number"):
+        pool.place(jobs=2)
+
+
+@pytest.mark.parametrize("kwargs, message", [({"threads": 0}, "threads must be"), ({"workers": -1}, "workers must")])
+def test_bad_placement_arguments_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        pool.place(jobs=2, **kwargs)
+
+
+def where_am_i() -> dict:
+    """A job that reports the cores and threads its process was given."""
+    import torch
+
+    return {"cores": sorted(os.sched_getaffinity(0)), "torch_threads": torch.get_num_threads(),
+            "omp": os.environ.get("OMP_NUM_THREADS"), "workers_env": os.environ.get(pool.WORKERS_ENV),
+            "pid": os.getpid()}
+
+
+def fail_loudly(message: str):
+    raise RuntimeError(message)
+
+
+@pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
+def test_each_child_runs_on_the_cores_and_threads_it_was_given():
+    jobs = {f"j{i}": pool.Job("tests.test_pool:where_am_i") for i in range(2)}
+    got = pool.run(jobs, threads=1, workers=2, progress=False)
+    placement = pool.place(2, 1, 2)
+    assert sorted(tuple(g["cores"]) for g in got.values()) == sorted(placement.slots)
+    assert all(g["torch_threads"] == 1 and g["omp"] == "1" for g in got.values())
+    assert all(g["workers_env"] == "0" for g in got.values())  # a child never starts a pool of its own
+    assert len({g["pid"] for g in got.values()}) == 2 and os.getpid() not in {g["pid"] for g in got.values()}
+
+
+def test_a_failed_job_is_named_with_its_log_and_the_finished_ones_are_returned_first():
+    done = []
+    jobs = {"fine": pool.Job("tests.test_pool:where_am_i"),
+            "broken": pool.Job("tests.test_pool:fail_loudly", {"message": "the planted failure"})}
+    with pytest.raises(pool.JobFailed, match=r"(?s)job 'broken' failed.*the planted failure"):
+        pool.run(jobs, workers=1, progress=False, on_done=lambda label, value: done.append(label))
+    assert done == ["fine"]  # it ran first and was handed over before the failure was raised
+
+
+def test_in_this_process_calls_the_target_here():
+    got = pool.run({"here": pool.Job("tests.test_pool:where_am_i")}, workers=0, progress=False)
+    assert got["here"]["pid"] == os.getpid()
+
+
+def _science(rows: list[dict]) -> list[dict]:
+    """A run's rows without the columns that measure wall time."""
+    return [{k: v for k, v in r.items() if not schema.timing(k)} for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
+def test_a_grid_run_two_at_a_time_gives_the_rows_it_gives_one_at_a_time(tmp_path, tiny_random_model, arith_jsonl):
+    def grid(folder, workers):
+        base = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=2, prompts_per_step=2,
+                        samples_per_prompt=2, max_tokens=8, rollout_engine="hf", checkpoint_every=0,
+                        output_dir=str(folder))
+        study.run_grid(base, ["grpo"], ["fp32", "bf16"], progress=False, threads=1, workers=workers)
+        return study.load_runs(folder)
+
+    together, alone = grid(tmp_path / "two", 2), grid(tmp_path / "one", 1)
+    assert sorted(together) == sorted(alone) == ["grpo-bf16", "grpo-fp32"]
+    for label in together:
+        assert len(together[label]) == len(alone[label]) == 2
+        assert _science(together[label]) == _science(alone[label]), label
