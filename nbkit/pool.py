@@ -7,7 +7,8 @@ between the trainer and its rollout engine), so two jobs at once use both. ``run
 - **which cores**: those of ``os.sched_getaffinity(0)`` (what this process may use, not what the machine has);
 - **how many at once** (``workers``): an explicit argument, else ``NBKIT_WORKERS`` (a shared machine's limit),
   else ``cores // threads``, never more than the jobs; ``0`` runs the jobs one after another in this process
-  (tracebacks and debuggers as usual, the behaviour before pools);
+  (tracebacks and debuggers as usual, the behaviour before pools), the default where torch sees a GPU (jobs
+  sized for one GPU would share it);
 - **threads per job** (``threads``): a property of the job, not of the machine. A job's numbers may depend on
   its thread count (a GEMM split another way rounds another way), never on how many jobs share the machine: every
   job runs in its own process pinned to ``threads`` cores with ``threads`` OpenMP threads, whether it runs alone or
@@ -87,6 +88,8 @@ def place(jobs: int, threads: int = 1, workers: int | None = None, cores: list[i
         raise ValueError(f"workers must be a whole number >= 0 (0: in this process) or None, got {workers!r}")
     cores = list(cores) if cores is not None else free_cores()
     limit = workers if workers is not None else limit_from_env()
+    if limit is None and _has_gpu():  # jobs sized for one GPU each would share it: one at a time, in this process
+        limit = 0
     if limit == 0 or jobs <= 0:
         return Placement(0, threads, ())
     n = max(1, min(jobs, len(cores) // threads or 1, limit if limit is not None else jobs))
@@ -247,6 +250,12 @@ class _quietly:
 
     def __exit__(self, *exc):
         return exc[0] is not None and issubclass(exc[0], (ProcessLookupError, PermissionError))
+
+
+def _has_gpu() -> bool:
+    """Whether torch sees a CUDA device (without importing torch when nothing has imported it yet)."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available())
 
 
 def _free_port() -> int:

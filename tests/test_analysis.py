@@ -120,3 +120,19 @@ def test_the_setting_says_when_the_hf_engine_ran_the_trainers_own_recipe():
     native = analysis.run_grid(dataclasses.replace(cfg, gemm="native"), progress=False)
     assert "GEMM native" in native.setting() and "by construction" not in native.setting()
     assert "by construction" in analysis.summary([shared], analysis.ratio_table([shared], n_boot=0))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(__import__("nbkit.pool").pool.free_cores()) < 2, reason="needs two free cores")
+def test_grids_split_by_engine_dtype_give_the_cells_of_one_grid_however_many_run_at_once():
+    cfg = analysis.GridConfig(model="tiny-arith", engine="hf", n_prompts=4, samples_per_prompt=2, max_tokens=16,
+                              n_boot=10, engine_dtypes=("fp32", "bf16"), train_dtypes=("fp32", "bf16"))
+    (together,), (alone,) = (analysis.run_grids([cfg], progress=False, workers=w) for w in (2, 1))
+    assert together.config == alone.config == cfg  # the merged result names the whole grid, not one job's part
+    assert list(together.rollouts) == ["fp32", "bf16"] and set(together.metrics) == {
+        (e, t) for e in cfg.engine_dtypes for t in cfg.train_dtypes}
+    np.testing.assert_equal(together.metrics, alone.metrics)  # bit for bit (NaN where both are NaN)
+    np.testing.assert_equal(together.cis, alone.cis)
+    for e in cfg.engine_dtypes:
+        assert [r.token_ids for r in together.rollouts[e]] == [r.token_ids for r in alone.rollouts[e]]
+    assert "rel_prob_err/mean" in together.metrics[("bf16", "bf16")]  # against FP32 π, computed inside the job

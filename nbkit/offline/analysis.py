@@ -251,6 +251,38 @@ def run_grid(cfg: GridConfig, progress: bool = True, vllm_log_level: str = "ERRO
     return res
 
 
+def run_grids(configs: list[GridConfig], progress: bool = True, threads: int = 1,
+              workers: int | None = None) -> list[GridResult]:
+    """``run_grid`` of every config, one job per (model, engine dtype) through ``nbkit.pool``: as many at once as
+    the free cores hold (``workers``, else ``NBKIT_WORKERS``), each in its own process on ``threads`` cores. A
+    job samples its engine dtype and computes π in every training dtype of its config on those rollouts, so the
+    cells are those of one ``run_grid`` call; ``workers=0`` runs the configs one after another in this process."""
+    from dataclasses import replace
+
+    from nbkit import pool
+
+    for cfg in configs:
+        for dt in (*cfg.engine_dtypes, *cfg.train_dtypes):
+            models.torch_dtype(dt)  # validate before any job starts
+    if pool.place(len(configs), threads, workers).workers == 0:
+        return [run_grid(cfg, progress=progress) for cfg in configs]
+    jobs = {f"{i}:{cfg.model}:{e}": pool.Job("nbkit.offline.analysis:run_grid",
+                                             {"cfg": replace(cfg, engine_dtypes=(e,)), "progress": False})
+            for i, cfg in enumerate(configs) for e in cfg.engine_dtypes}
+    parts = pool.run(jobs, threads, workers, progress=progress, desc="offline grid cells")
+    out = []
+    for i, cfg in enumerate(configs):
+        merged = None
+        for e in cfg.engine_dtypes:
+            part = parts[f"{i}:{cfg.model}:{e}"]
+            if merged is None:
+                merged = GridResult(cfg, part.engine, part.prompts)
+            for name in ("rollouts", "logp_pi", "metrics", "cis", "seconds"):
+                getattr(merged, name).update(getattr(part, name))
+        out.append(merged)
+    return out
+
+
 def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) -> list:
     """Rollouts of one engine dtype; a vLLM engine is started for them and closed afterwards."""
     start = time.time()

@@ -89,12 +89,8 @@ def grid_configs(base: RLConfig, algorithms: list[str], dtypes: list[str], seeds
 def train_all(configs: dict[str, RLConfig], progress: bool = True, threads: int = 1,
               workers: int | None = None) -> dict[str, RunResult]:
     """Train every run of ``label → RLConfig`` through ``nbkit.pool`` (see ``run_grid``); ``label → RunResult``.
-    With a GPU the runs train one after another in this process unless ``workers`` says otherwise: two runs on one
-    GPU share its memory, which the memory estimate (``nbkit.rl.memory``) gives to one run."""
-    import torch
-
-    if workers is None and torch.cuda.is_available():
-        workers = 0
+    With a GPU the runs train one after another in this process unless ``workers`` says otherwise
+    (``nbkit.pool.place``): two runs on one GPU would share the memory ``nbkit.rl.memory`` gives to one."""
     placement = pool.place(len(configs), threads, workers)
     if placement.workers == 0:  # in this process: each run shows its own progress bar
         results = {}
