@@ -23,6 +23,18 @@ from nbkit import paths
 
 paths.setup_environment()  # the suite is an entry point: caches inside the project before any HF library loads
 
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+"""``gw0``, ``gw1``, ... when pytest-xdist runs the suite in several processes (``make test``), else None."""
+PER_WORKER_CACHES = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "IPYTHONDIR", "XDG_CACHE_HOME",
+                     "MPLCONFIGDIR")
+"""Tool caches written while a test runs: each xdist worker gets its own (``.cache/xdist/<worker>/``). Derived
+artefacts that are written once under a lock (the converted SmolLM2) stay shared; run folders, reports and
+datasets of tests live in each test's own ``tmp_path``; ports are chosen free by each process."""
+if XDIST_WORKER:
+    for _key in PER_WORKER_CACHES:
+        os.environ[_key] = str(paths.CACHE / "xdist" / XDIST_WORKER / _key.lower())
+os.environ.setdefault("NBKIT_WORKERS", "0")  # the suite's workers share the cores: a test's grid trains in-process
+
 from nbkit.tasks import arith  # noqa: E402
 from nbkit.toymodels import tiny_arith  # noqa: E402
 from nbkit.workbook import runner  # noqa: E402
@@ -51,6 +63,14 @@ def pytest_configure(config):
             raise pytest.UsageError(f"NBKIT_REQUIRE_VLLM=1 (make test with VLLM_SPEC set) but vLLM does not "
                                     f"import: {error}. Reinstall with `make clean-venv venv`, or run "
                                     f"`make test VLLM_SPEC=` on a machine without vLLM.")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``) every test that reads the smoke run shares one worker, so the
+    workbook executes once per suite, not once per worker."""
+    for item in items:
+        if "smoke_report" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("smoke_report"))
 
 
 @pytest.fixture(scope="session")
