@@ -217,10 +217,7 @@ def sized(cfg: RLConfig, kind: str, trainers: int, gpu_gib: float, colocated: bo
     (``nbkit.rl.memory``), and that fit."""
     from nbkit.rl import memory
 
-    fit = memory.fit_micro_batch(
-        memory.model_shape(cfg.model), per_device_batch(cfg, trainers), cfg.max_tokens + PROMPT_BUDGET, kind, trainers,
-        gpu_gib, vllm_share=cfg.vllm_gpu_memory_utilization if colocated else 0.0, vllm_sleeps=cfg.vllm_sleep_mode,
-        checkpointing=cfg.gradient_checkpointing)
+    fit = memory.fit_run(cfg, trainers, gpu_gib, kind, colocated, PROMPT_BUDGET)
     return dataclasses.replace(cfg, gradient_accumulation_steps=fit.gradient_accumulation_steps,
                                vllm_sleep_mode=cfg.vllm_sleep_mode and colocated), fit
 
