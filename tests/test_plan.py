@@ -16,7 +16,7 @@ def commands(text: str) -> list[list[str]]:
 @pytest.mark.parametrize("mode", plan.MODES)
 def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate_config(mode):
     printed = plan.make_plan("gpu", gpus=8, mode=mode).text()
-    trainers = [c for c in commands(printed) if "accelerate" in c]
+    trainers = [c for c in commands(printed) if ".venv/bin/accelerate" in c]
     expected = plan.run_configs("gpu")
     assert len(trainers) == len(expected) == 4  # grpo and pg_seq_is, in FP16 and BF16
     for argv, want in zip(trainers, expected):
@@ -39,6 +39,7 @@ def test_each_precision_gets_a_server_in_that_dtype_with_trls_flags():
     assert [s[s.index("--dtype") + 1] for s in servers] == ["float16", "bfloat16"]
     for s in servers:
         assert s[0].startswith("CUDA_VISIBLE_DEVICES=4,5,6,7") and s[1] == "VLLM_SERVER_DEV_MODE=1"
+        assert s[2:5] == ["HF_HOME=.cache/hf", "HF_HUB_OFFLINE=0", ".venv/bin/vllm"]  # online, the venv's vLLM
         assert s[s.index("--logprobs-mode") + 1] == "processed_logprobs"  # what TRL's IS correction needs
         assert "--weight-transfer-config" in s and s[s.index("--tensor-parallel-size") + 1] == "4"
 
@@ -70,6 +71,28 @@ def test_what_the_readme_says_plan_prints_is_what_it_prints():
     text = plan.make_plan("gpu", gpus=8).text()
     assert "CUDA_VISIBLE_DEVICES=4,5,6,7" in text and "vllm serve" in text and "--max-model-len" in text
     assert "--dtype float16" in text and "--dtype bfloat16" in text and "processed_logprobs" in text
-    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch" in text
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 HF_HUB_OFFLINE=0 .venv/bin/accelerate launch" in text
     assert "configs/accelerate/multi_gpu-fp16.yaml" in text and "configs/accelerate/multi_gpu-bf16.yaml" in text
     assert "memory.py" in text and "peak" in text
+
+
+def test_the_commands_run_as_printed_on_a_fresh_node():
+    """Install first, then the model into the project's cache, then servers and trainers: every executable the
+    venv's, and every command that names the hub model online (the workbook's entry points default offline)."""
+    steps = plan.make_plan("gpu", gpus=8).steps
+    assert steps[0] == (steps[0][0], [f"make venv TORCH_SPEC={plan.GPU_VLLM_SPEC} VLLM_SPEC="])
+    model = plan.run_configs("gpu")[0].model
+    assert steps[1][1] == [f"HF_HOME=.cache/hf HF_HUB_OFFLINE=0 .venv/bin/hf download {model}"]
+    for title, lines in steps[2:]:
+        for argv in commands("\n".join(lines)):
+            exe = next(a for a in argv if "=" not in a)
+            assert exe.startswith(".venv/bin/"), (title, exe)
+            assert model in argv and "HF_HUB_OFFLINE=0" in argv[:argv.index(exe)]
+    from nbkit import paths
+
+    assert paths.cache_env()["HF_HUB_OFFLINE"] == "1"  # why the flag is needed: the entry points' default
+
+
+def test_a_local_model_needs_no_download_and_stays_offline(tmp_path):
+    assert plan.is_hub_model("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+    assert not plan.is_hub_model(str(tmp_path)) and not plan.is_hub_model("tiny-arith")

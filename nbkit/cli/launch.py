@@ -129,3 +129,17 @@ def check_weight_sync(train_dtype: str, rollout_dtype: str, env=None) -> None:
                          f"rollout would sample from {train_dtype}-rounded weights: use multi_gpu or fsdp2 "
                          f"(FP32 weights, autocast / param casts) for this train {train_dtype} / rollout fp32 run, "
                          f"or set rollout_dtype to {train_dtype!r}")
+
+
+def check_lora(lora: bool, train_dtype: str, env=None) -> None:
+    """Refuse LoRA under a half-precision DeepSpeed launch. DeepSpeed's fp16/bf16 modes hold the module's weights in
+    the half format, and frozen weights get no FP32 master (only trained ones have one, inside its optimiser). At
+    every weight sync to vLLM TRL merges the adapters into the base weights and unmerges them after: each
+    merge/unmerge rounds the frozen base to half again, so the base drifts step by step, a change the run never
+    trained. DDP, one GPU and FSDP2 keep FP32 base weights in the module."""
+    env = os.environ if env is None else env
+    if lora and str(env.get("ACCELERATE_USE_DEEPSPEED", "")).lower() == "true" and train_dtype in PRECISIONS:
+        raise ValueError(f"lora=True under a DeepSpeed {train_dtype} launch: TRL merges the adapters into the "
+                         f"{train_dtype} base weights and unmerges them at every sync to vLLM, and DeepSpeed keeps "
+                         f"no FP32 copy of frozen weights, so the base drifts by a {train_dtype} rounding per sync; "
+                         f"use multi_gpu or fsdp2 (FP32 base weights) for LoRA, or train all weights under ZeRO")

@@ -16,6 +16,12 @@ root.
 Sizes fit the named GPU (``--gpu-gib``, 80 by default: an A100/H100 80GB): the vLLM context is the longest
 prompt allowed (``PROMPT_BUDGET``) + ``max_tokens``, and ``gradient_accumulation_steps`` is chosen from tokens
 per GPU by the memory estimate of ``nbkit.rl.memory``, printed above each trainer command.
+
+The commands run as printed on a fresh node, from the project root: the first step installs the venv (``make venv``
+with the GPU vLLM, ``GPU_VLLM_SPEC``; it installs and nothing else), the second downloads the model into the
+project's cache, and every executable is the venv's (``.venv/bin/...``). The workbook's entry points default to
+``HF_HUB_OFFLINE=1`` (``nbkit.paths``), so a command that names a hub model carries ``HF_HUB_OFFLINE=0``, and the
+tools that are not the workbook's (``hf``, ``vllm``) get the project's ``HF_HOME``, so all read one cache.
 """
 from __future__ import annotations
 
@@ -43,9 +49,14 @@ MODES = ("server", "colocate")
 PROMPT_BUDGET = 2048
 """Prompt tokens a plan allows for: the server's ``--max-model-len`` is this + ``max_tokens``, and the memory
 estimate pads every sequence to it (a run whose longest prompt is longer stops at start-up, naming the length)."""
-SERVER_VLLM = "0.31.0"
-"""The vLLM version the printed server command is for (the newest TRL 1.16 supports): TRL's ``build_command``
-picks flags by vLLM version, and the server's, not this machine's, is the one that reads them."""
+SERVER_VLLM = "0.32.0"
+"""The vLLM version the printed server command is for (the ``vllm`` extra's pin in ``pyproject.toml``, whose
+declared requirements ``requirements/vllm-metadata`` keeps): TRL's ``build_command`` picks flags by vLLM version,
+and the server's, not this machine's, is the one that reads them."""
+GPU_VLLM_SPEC = f"vllm=={SERVER_VLLM}"
+"""What ``make venv`` installs first on a GPU node (``TORCH_SPEC``): vLLM with the CUDA torch it pins."""
+VENV_BIN = ".venv/bin"
+"""The project venv's executables, relative to the project root (the Makefile's ``VENV``)."""
 MAX_GPUS = 64
 """The most GPUs ``nbkit plan`` plans for on one node (a larger count is a typo, not a node)."""
 MAX_GPU_GIB = 1024
@@ -120,7 +131,7 @@ def server_command(cfg: RLConfig, tensor_parallel: int, port: int) -> list[str]:
                            dtype=_VLLM_DTYPES[cfg.rollout], max_model_len=cfg.max_tokens + PROMPT_BUDGET)
     with server_vllm_version(SERVER_VLLM):
         command = build_command(args)
-    return ["vllm", *command[command.index("serve"):]]
+    return [f"{VENV_BIN}/vllm", *command[command.index("serve"):]]
 
 
 @contextlib.contextmanager
@@ -172,14 +183,21 @@ def make_plan(profile: str = "gpu", gpus: int = 8, mode: str | None = None, serv
     train_devices = ",".join(map(str, range(trainers)))
     server_devices = ",".join(map(str, range(trainers, gpus)))
     steps = []
+    steps.append(("install (once): the venv, vLLM first with its CUDA torch (`make venv` installs, runs nothing)",
+                  [f"make venv TORCH_SPEC={GPU_VLLM_SPEC} VLLM_SPEC="]))
+    hub = dict.fromkeys(c.model for c in configs if is_hub_model(c.model))
+    if hub:
+        steps.append(("download the model into the project's cache (once)",
+                      [shlex.join([*_hub_env(), f"{VENV_BIN}/hf", "download", m]) for m in hub]))
     for dtype in dict.fromkeys(c.train_dtype for c in configs):
         runs = [c for c in configs if c.train_dtype == dtype]
-        accel = ["accelerate", "launch", "--config_file", str(launch.config_path(kind, dtype).relative_to(launch.ROOT)),
+        online = _hub_env(workbook=True) if is_hub_model(runs[0].model) else []
+        accel = [*online, f"{VENV_BIN}/accelerate", "launch", "--config_file", str(launch.config_path(kind, dtype).relative_to(launch.ROOT)),
                  "--num_processes", str(trainers), "-m", "nbkit.cli.train"]
         if mode == "server":
             steps.append((f"{dtype.upper()}: the vLLM server (keep it running for the {dtype.upper()} runs; stop it after)",
                           [f"CUDA_VISIBLE_DEVICES={server_devices} VLLM_SERVER_DEV_MODE=1 "
-                           + shlex.join(server_command(runs[0], server_gpus, port))]))
+                           + shlex.join([*_hub_env(), *server_command(runs[0], server_gpus, port)])]))
             extra = ["--rollout-engine", "vllm", "--vllm-mode", "server",
                      "--vllm-server-base-url", f"http://localhost:{port}"]
         else:
@@ -199,12 +217,29 @@ def sized(cfg: RLConfig, kind: str, trainers: int, gpu_gib: float, colocated: bo
     (``nbkit.rl.memory``), and that fit."""
     from nbkit.rl import memory
 
-    fit = memory.fit_micro_batch(
-        memory.model_shape(cfg.model), per_device_batch(cfg, trainers), cfg.max_tokens + PROMPT_BUDGET, kind, trainers,
-        gpu_gib, vllm_share=cfg.vllm_gpu_memory_utilization if colocated else 0.0, vllm_sleeps=cfg.vllm_sleep_mode,
-        checkpointing=cfg.gradient_checkpointing)
+    fit = memory.fit_run(cfg, trainers, gpu_gib, kind, colocated, PROMPT_BUDGET)
     return dataclasses.replace(cfg, gradient_accumulation_steps=fit.gradient_accumulation_steps,
                                vllm_sleep_mode=cfg.vllm_sleep_mode and colocated), fit
+
+
+def is_hub_model(ref: str) -> bool:
+    """True for a hub id (``owner/name`` that is no local folder): its first use downloads it."""
+    from pathlib import Path
+
+    return "/" in ref and not Path(ref).exists()
+
+
+def _hub_env(workbook: bool = False) -> list[str]:
+    """``HF_HUB_OFFLINE=0`` (the workbook's entry points default to 1), and for a tool that is not the workbook's
+    the project's ``HF_HOME`` (the workbook sets it itself), relative to the project root the commands run from."""
+    from nbkit import paths
+
+    if workbook:
+        return ["HF_HUB_OFFLINE=0"]
+    home = paths.cache_env()["HF_HOME"]
+    with contextlib.suppress(ValueError):
+        home = str(paths.Path(home).relative_to(paths.ROOT))
+    return [f"HF_HOME={home}", "HF_HUB_OFFLINE=0"]
 
 
 def _default_server_gpus(gpus: int, total: int) -> int:

@@ -218,6 +218,7 @@ def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace
             raise
         if not args.print_config:
             launch.check_launch(cfg.train_dtype)  # an accelerate launch that does not fit the run
+            launch.check_lora(cfg.lora, cfg.train_dtype)  # LoRA under half-precision ZeRO: refused, with the reason
     except (ValueError, TypeError, FileNotFoundError) as exc:
         parser.error(str(exc))
     return cfg, args

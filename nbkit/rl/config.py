@@ -23,6 +23,8 @@ REWARDS = ("correctness", "brevity")
 """What a response is rewarded for (``RLConfig.reward``)."""
 VLLM_MODES = ("colocate", "server")
 """Where vLLM runs: inside the training processes, or as a separate server (TRL's two modes)."""
+REPORT_TO = ("none", "trackio", "tensorboard", "wandb")
+"""Trackers a run can report to besides ``metrics.jsonl`` (``RLConfig.report_to``; transformers' integrations)."""
 
 
 @dataclass
@@ -95,6 +97,14 @@ class RLConfig:
     output_dir: str = field(default="runs/rl", metadata={"help": (
         "Run folder: ``metrics.jsonl``, ``config.json``, checkpoints.")})
     checkpoint_every: int = field(default=0, metadata={"help": "Save a resumable checkpoint every K steps (0 = none)."})
+    save_total_limit: Annotated[int, at_least(1)] = field(default=2, metadata={"help": (
+        "Checkpoints kept in ``output_dir`` (transformers' ``save_total_limit``: the oldest removed after each save). "
+        "A DDP checkpoint of a 1.5B model with AdamW is about 21 GB; every 50 of 1,000 steps unlimited, about 430 GB "
+        "per run.")})
+    report_to: str = field(default="none", metadata={"help": (
+        "Where TRL also reports the run (transformers' ``report_to``): none, trackio (a local dashboard), "
+        "tensorboard or wandb; the workbook's own metrics (mismatch, audit, loss scale) go there too. "
+        "``metrics.jsonl`` is written either way.")})
     resume: bool = field(default=False, metadata={"help": (
         "Continue the run in ``output_dir`` from its last complete checkpoint (metric rows after it are dropped, not "
         "duplicated). Only the same run: the config must equal the run's except ``runfolder.SAFE_TO_CHANGE`` (e.g. "
@@ -207,6 +217,8 @@ class RLConfig:
             raise ValueError(f"unknown grader {self.grader!r}; choose one of {sorted(tasks.GRADERS)} or 'auto'")
         if self.reward not in REWARDS:
             raise ValueError(f"unknown reward {self.reward!r}; choose one of {REWARDS}")
+        if self.report_to not in REPORT_TO:
+            raise ValueError(f"unknown report_to {self.report_to!r}; choose one of {REPORT_TO}")
         if self.vllm_mode not in VLLM_MODES:
             raise ValueError(f"unknown vllm_mode {self.vllm_mode!r}; choose one of {VLLM_MODES}")
         if self.vllm_mode == "server" and self.rollout_engine != "vllm":

@@ -10,11 +10,17 @@ An estimate, stated with its terms, not a measurement (nothing here has run on a
   moments (16 bytes per parameter) plus the half copies autocast caches during a forward (2); FSDP2 shards all of
   it over the trainers; ZeRO-2 keeps the half module weights whole (2) and shards gradients, FP32 masters and
   moments (14 / trainers); ZeRO-3 shards everything (16 / trainers).
+- **critic** (PPO): a copy of the policy's backbone with a value head (``nbkit.rl.critic``), trained with its own
+  AdamW: the same bytes per parameter as the policy under the same launch kind, for the backbone's parameters
+  (the policy's less its untied ``lm_head``); about 24 GiB for the 1.5B model under DDP.
 - **activations** of one micro-batch (TRL pads it to its longest sequence, so a full-length one is budgeted):
-  per token the logits (the half ``lm_head`` output, its FP32 copy for π, the FP32 gradient and log-softmax
-  work space: 14 bytes per vocabulary entry; the largest term for long answers), the checkpointed hidden state
-  of every layer (TRL's default gradient checkpointing) and one layer's recomputed activations; without
-  checkpointing, every layer's activations.
+  the checkpointed hidden state of every layer (TRL's default gradient checkpointing) and one layer's recomputed
+  activations (without checkpointing, every layer's), and π's head. TRL 1.16 computes π with its fused, chunked
+  head (``add_fused_lm_head``: tiles of 4,096 tokens × 32,768 vocabulary entries), which never builds the full
+  logits: per token it keeps the FP32 hidden state for backward and its FP32 gradient (8 bytes per hidden unit),
+  plus one FP32 ``lm_head`` gradient buffer and one tile. Full logits (14 bytes per token and vocabulary entry:
+  half output, FP32 copy, FP32 gradient, log-softmax work space) are what a plain ``.logits`` forward with
+  gradient would cost (``fused_head=False``).
 - **vLLM** (colocated): its ``gpu_memory_utilization`` share, held during backward unless it sleeps.
 
 Peak = states + activations + vLLM share, or states + max(activations, vLLM share) when the engine sleeps
@@ -29,8 +35,10 @@ GIB = 2**30
 HEADROOM = 0.9
 """Share of the GPU's memory the estimate may fill (the rest: CUDA context, allocator fragmentation, NCCL buffers)."""
 LOGIT_BYTES = 14
-"""Bytes per token and vocabulary entry in the loss forward/backward: half logits 2 + FP32 copy 4 + FP32 gradient 4
-+ log-softmax work space 4."""
+"""Bytes per token and vocabulary entry in a full-logit loss forward/backward: half logits 2 + FP32 copy 4 + FP32
+gradient 4 + log-softmax work space 4 (not TRL 1.16's path: see ``head_bytes``)."""
+HEAD_TILE = (4096, 32768)
+"""TRL's chunked log-prob kernel's tile (tokens × vocabulary entries: ``TOKEN_CHUNK_SIZE``, the chunk size)."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,18 @@ def model_shape(ref: str) -> ModelShape:
                       context=c.max_position_embeddings)
 
 
-def state_bytes(shape: ModelShape, kind: str, trainers: int) -> float:
-    """Weights, gradients and optimiser moments held by one training process under launch ``kind``."""
+def critic_params(shape: ModelShape) -> int:
+    """Parameters of PPO's critic: the policy's backbone (its parameters less the untied ``lm_head``) + a value head."""
+    return shape.params - shape.vocab * shape.hidden + shape.hidden + 1
+
+
+def state_bytes(shape: ModelShape, kind: str, trainers: int, critic: bool = False) -> float:
+    """Weights, gradients and optimiser moments held by one training process under launch ``kind`` (with PPO's
+    critic and its AdamW state when ``critic``)."""
+    if critic:
+        backbone = ModelShape(critic_params(shape), shape.layers, shape.hidden, shape.intermediate, shape.vocab,
+                              shape.kv_dim, shape.context)
+        return state_bytes(shape, kind, trainers) + state_bytes(backbone, kind, trainers)
     p = shape.params
     per_kind = {"single_gpu": 18 * p, "multi_gpu": 18 * p, "fsdp2": 18 * p / trainers,
                 "zero2": 2 * p + 14 * p / trainers, "zero3": 16 * p / trainers}
@@ -93,12 +111,25 @@ def state_bytes(shape: ModelShape, kind: str, trainers: int) -> float:
     return per_kind[kind]
 
 
-def activation_bytes(shape: ModelShape, sequences: int, seq_tokens: int, checkpointing: bool = True) -> float:
+def head_bytes(shape: ModelShape, tokens: int, fused: bool = True) -> float:
+    """π's head in the loss forward + backward of ``tokens`` tokens: TRL's fused chunked kernel (per token the FP32
+    hidden state saved for backward and its FP32 gradient, 16 bytes of per-token statistics; one FP32 ``lm_head``
+    gradient buffer and one tile of half products and FP32 work), or full logits when not ``fused``."""
+    if not fused:
+        return tokens * LOGIT_BYTES * shape.vocab
+    rows, cols = HEAD_TILE
+    return tokens * (8 * shape.hidden + 16) + 4 * shape.vocab * shape.hidden + min(tokens, rows) * cols * 6
+
+
+def activation_bytes(shape: ModelShape, sequences: int, seq_tokens: int, checkpointing: bool = True,
+                     fused_head: bool = True, value_bytes: int = 2) -> float:
     """Loss forward + backward of ``sequences`` padded to ``seq_tokens`` tokens each: with gradient checkpointing
-    each layer keeps its input hidden state and one layer's activations are live at a time; without, all are."""
-    layer = 2 * (14 * shape.hidden + 4 * shape.intermediate)
-    kept = 2 * shape.hidden * shape.layers + layer if checkpointing else layer * shape.layers
-    return sequences * seq_tokens * (LOGIT_BYTES * shape.vocab + kept)
+    each layer keeps its input hidden state and one layer's activations are live at a time; without, all are;
+    plus π's head (``head_bytes``). ``value_bytes``: 2 for FP16/BF16 training, 4 for FP32."""
+    layer = value_bytes * (14 * shape.hidden + 4 * shape.intermediate)
+    kept = value_bytes * shape.hidden * shape.layers + layer if checkpointing else layer * shape.layers
+    tokens = sequences * seq_tokens
+    return tokens * kept + head_bytes(shape, tokens, fused_head)
 
 
 def kv_cache_bytes(shape: ModelShape, tokens: int) -> float:
@@ -129,15 +160,21 @@ class Fit:
 
 
 def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, trainers: int, gpu_gib: float,
-                    vllm_share: float = 0.0, vllm_sleeps: bool = True, checkpointing: bool = True) -> Fit:
-    """The largest micro-batch (a divisor of ``share``, the process's completions per step) whose estimated peak
-    stays within ``HEADROOM`` × ``gpu_gib``; ValueError naming the terms when even one sequence does not fit."""
-    states = state_bytes(shape, kind, trainers)
+                    vllm_share: float = 0.0, vllm_sleeps: bool = True, checkpointing: bool = True,
+                    critic: bool = False, minibatches: int = 1, value_bytes: int = 2) -> Fit:
+    """The largest micro-batch (a divisor of ``share`` / ``minibatches``: the process's completions per optimiser
+    step) whose estimated peak stays within ``HEADROOM`` × ``gpu_gib``; ValueError naming the terms when even one
+    sequence does not fit. ``critic``: PPO's critic and its optimiser are held too (its forward and backward run
+    after the policy's, on the same micro-batch, so its activations are not added to the policy's)."""
+    if share % minibatches:
+        raise ValueError(f"{share} completions per process do not split into {minibatches} minibatches")
+    share //= minibatches
+    states = state_bytes(shape, kind, trainers, critic)
     vllm = vllm_share * gpu_gib * GIB
     budget = HEADROOM * gpu_gib * GIB
 
     def peak(m: int) -> float:
-        act = activation_bytes(shape, m, seq_tokens, checkpointing)
+        act = activation_bytes(shape, m, seq_tokens, checkpointing, value_bytes=value_bytes)
         return states + (max(act, vllm) if vllm_sleeps else act + vllm)
 
     fits = [m for m in range(1, share + 1) if share % m == 0 and peak(m) <= budget]
@@ -145,10 +182,26 @@ def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, t
         raise ValueError(
             f"one sequence of {seq_tokens} tokens does not fit a {gpu_gib:g} GiB GPU: states "
             f"{states / GIB:.1f} GiB ({kind}, {trainers} trainers) + activations "
-            f"{activation_bytes(shape, 1, seq_tokens, checkpointing) / GIB:.1f} GiB + vLLM {vllm / GIB:.1f} GiB > "
+            f"{activation_bytes(shape, 1, seq_tokens, checkpointing, value_bytes=value_bytes) / GIB:.1f} GiB + vLLM "
+            f"{vllm / GIB:.1f} GiB > "
             f"{HEADROOM:.0%} of the GPU; use a sharded kind (fsdp2, zero2, zero3), more GPUs, shorter max_tokens "
             f"or a smaller vLLM share")
     m = max(fits)
     return Fit(micro_batch=m, gradient_accumulation_steps=share // m, states_gib=states / GIB,
-               activations_gib=activation_bytes(shape, m, seq_tokens, checkpointing) / GIB, vllm_gib=vllm / GIB,
+               activations_gib=activation_bytes(shape, m, seq_tokens, checkpointing, value_bytes=value_bytes) / GIB,
+               vllm_gib=vllm / GIB,
                peak_gib=peak(m) / GIB, gpu_gib=gpu_gib)
+
+
+def fit_run(cfg, trainers: int, gpu_gib: float, kind: str, colocated: bool, prompt_tokens: int) -> Fit:
+    """``fit_micro_batch`` for an ``RLConfig`` run on ``trainers`` processes: its model, share of the batch, sequence
+    length (``prompt_tokens`` + ``max_tokens``), vLLM share when colocated, PPO's critic and minibatches."""
+    from nbkit.rl import algorithms
+    from nbkit.rl.run import per_device_batch
+
+    ppo = algorithms.get(cfg.algorithm).critic
+    return fit_micro_batch(model_shape(cfg.model), per_device_batch(cfg, trainers), cfg.max_tokens + prompt_tokens,
+                           kind, trainers, gpu_gib, vllm_share=cfg.vllm_gpu_memory_utilization if colocated else 0.0,
+                           vllm_sleeps=cfg.vllm_sleep_mode, checkpointing=cfg.gradient_checkpointing, critic=ppo,
+                           minibatches=cfg.ppo_minibatches if ppo else 1,
+                           value_bytes=4 if cfg.train_dtype == "fp32" else 2)

@@ -211,8 +211,9 @@ def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
         num_generations=cfg.samples_per_prompt, max_completion_length=cfg.max_tokens,
         temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, beta=cfg.beta, num_iterations=1,
         bf16=cfg.train_dtype == "bf16", fp16=cfg.train_dtype == "fp16",
-        logging_steps=1, report_to="none", disable_tqdm=False, use_cpu=not _has_accelerator(),
+        logging_steps=1, report_to=cfg.report_to, disable_tqdm=False, use_cpu=not _has_accelerator(),
         save_strategy="steps" if cfg.checkpoint_every else "no", save_steps=cfg.checkpoint_every or 500,
+        save_total_limit=cfg.save_total_limit,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, vllm_max_model_length=max_model_length,
         vllm_enable_sleep_mode=cfg.vllm_sleep_mode, gradient_checkpointing=cfg.gradient_checkpointing,
         cast_lm_head_to_fp32=lm_head.sides(cfg.fp32_lm_head)[0],  # π's FP32 head: TRL's own switch (its fused head)
@@ -273,6 +274,7 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
         lora.check_rank(cfg.lora_rank, cfg.model)  # from the model's config.json, no weights
     launch.check_weight_sync(cfg.train_dtype, cfg.rollout)  # ZeRO syncs half weights: no finer rollout
     launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden
+    launch.check_lora(cfg.lora, cfg.train_dtype)  # ZeRO: merges would round the frozen half base at every sync
     versions.check()  # names any TRL/transformers/accelerate/vLLM version other than the pinned ones
     import datasets
     from peft import LoraConfig

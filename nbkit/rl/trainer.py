@@ -24,6 +24,7 @@ from trl import GRPOTrainer
 
 import nbkit.rl.algorithms as algorithms
 import nbkit.rl.amp as amp
+import nbkit.rl.fsdp as fsdp
 from nbkit import gemm, lm_head, mismatch, routing, sampling_filter, schema
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
@@ -101,6 +102,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
                                        self.run.loss_scale_growth_interval)
         amp.enable_cpu_fp16(self.accelerator, growth_interval=self.run.loss_scale_growth_interval,
                             init_scale=self.run.loss_scale_init)
+        fsdp.fp32_reduce_and_outputs(self.accelerator)  # FSDP2: π (TRL's fused-head log_probs) never cast to half
 
     def training_step(self, *args, **kwargs):
         """One forward + backward (and TRL's rollout + scoring) under the run's GEMM policy; vLLM suspends it."""
@@ -400,7 +402,9 @@ def fp32_logits(model: torch.nn.Module):
     FSDP2's ``MixedPrecisionPolicy(output_dtype=...)`` (accelerate sets it to the half format) casts the root
     module's outputs in a forward hook registered when the model was wrapped; this hook is registered later, so it
     runs after that cast and the log-probs are never rounded to BF16/FP16 (a BF16 log p ≈ −3 is off by up to
-    0.016). Under autocast the logits are the half ``lm_head`` output either way; only the log-softmax changes."""
+    0.016). Under autocast the logits are the half ``lm_head`` output either way; only the log-softmax changes.
+    It reaches ``.logits`` only (the kept-mass forward); TRL's fused head returns ``log_probs``, which FSDP2 would
+    already have rounded: that path is kept in FP32 by FSDP2's policy itself (``nbkit.rl.fsdp``)."""
     def upcast(module, inputs, output):
         logits = getattr(output, "logits", None)
         if isinstance(logits, torch.Tensor) and logits.dtype in (torch.float16, torch.bfloat16):

@@ -85,6 +85,10 @@ PROFILES: dict[str, dict[str, dict]] = {
             # PPO with a critic in the paper's setting (vLLM rollouts), no stored CPU study next to it
             "ppo_steps": 1000, "ppo_rollout_engine": "vllm", "ppo_critic_lr": 1e-5, "ppo_stored": "",
             "ppo_output_dir": "runs/gpu/03_ppo",
+            # the critic and its AdamW state add ~26 GiB (nbkit.rl.memory): vLLM gets 15 % and sleeps during the
+            # update, 4 sequences per micro-batch (peak ~68 of 80 GiB; nbkit.rl.gpu_budget)
+            "ppo_overrides": {"gradient_accumulation_steps": 64, "vllm_gpu_memory_utilization": 0.15,
+                              "vllm_sleep_mode": True},
         },
         "04_where_bf16_breaks": {  # the hunt grid live with vLLM rollouts and longer runs (tiny-long on one GPU)
             "stored_study": "", "live_lengths": ["short", "medium", "long"], "live_lrs": [1e-4, 3e-4, 1e-3],
@@ -98,7 +102,11 @@ PROFILES: dict[str, dict[str, dict]] = {
             "output_dir": "runs/gpu/05_precision_ablation",
             "config_overrides": {"model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "dataset": "sanity_math_1460",
                                  "template": "r1_distill_qwen", "grader": "r1_distill", "lr": 1e-6, "max_tokens": 8192,
-                                 "checkpoint_every": 50},
+                                 "checkpoint_every": 50,
+                                 # 8 sequences of up to 10,240 tokens per micro-batch (the FP32 pair's activations
+                                 # are twice BF16's), vLLM asleep during the update: peak ~63 of 80 GiB
+                                 # (nbkit.rl.gpu_budget)
+                                 "gradient_accumulation_steps": 64, "vllm_sleep_mode": True},
         },
         "00_precision_primer": {},
         "01_build_dataset": {  # the paper's recipe: R1-Distill-Qwen-1.5B, 40 samples, [0.2, 0.8], on MATH-500

