@@ -94,21 +94,20 @@ def record_lines(card: dict) -> list[str]:
     verdicts it moved. Empty for a card with none of these fields."""
     out = []
     rule, start = card.get("rule") or {}, training_start(card)
-    begun = (f"the first run began {_short(card['training_started']['time'])} at commit "
-             f"`{str(card['training_started'].get('commit', '?'))[:7]}`"
-             + (f" ({card['training_started']['evidence']})" if card["training_started"].get("evidence") else "")
-             if start else "")
+    began = card.get("training_started") or {}
+    begun = (f"{_short(began['time'])}, at commit `{str(began.get('commit', '?'))[:7]}`"
+             + (f"; {began['evidence']}" if began.get("evidence") else "")) if start else ""
     if rule:
         head = f"The rule as first committed (`{str(rule.get('commit', '?'))[:7]}`, {_short(rule['time'])}: {rule['what']})"
         if rule_fixed_before_results(card):
-            out.append(f"{head} precedes the first run's start ({begun}): fixed before the results.")
+            out.append(f"{head} precedes the first run's start ({begun}): that rule was fixed before the results.")
         elif start:
             out.append(f"{head} is dated after the first run's start ({begun}): the card cannot show it was fixed "
                        "in advance.")
         else:
             out.append(f"{head}; the card names no training start, so it cannot show the rule came first.")
     elif start:
-        out.append(f"The card names no committed rule; {begun}.")
+        out.append(f"The card names no committed rule; the first run began {begun}.")
     for a in read(card):
         after = before_training(card, a.time)
         if after is None:
@@ -117,9 +116,9 @@ def record_lines(card: dict) -> list[str]:
             when = "before training began"
         else:
             minutes = (_time(a.time, "time") - start).total_seconds() / 60
-            when = f"after training began ({minutes:,.0f} min after the first run started)"
+            when = f"after training began: {minutes:,.0f} min after the first run started"
         moved = ("verdicts moved: " + "; ".join(a.verdicts_moved)) if a.verdicts_moved else "no verdict moved"
-        out.append(f"Amendment ({when}; commit `{a.commit[:7]}`, {_short(a.time)}): {a.what} Why: {a.why} "
+        out.append(f"Amendment, commit `{a.commit[:7]}`, {_short(a.time)}, {when}. {a.what} Why: {a.why} "
                    f"{moved[0].upper() + moved[1:]}.")
     return out
 

@@ -61,6 +61,39 @@ PAIR_CONTRAST = "bf16/bf16 − fp16/fp16"
 """The family's name of the paper's own comparison (BF16/BF16 against FP16/FP16, paired by seed)."""
 
 
+RULE_RECORD = {"what": "the held-out accuracy at the last judged step, each format against FP32 on the same seed, 95 % "
+                       "t-interval of the mean paired gap against −0.05",
+               "commit": "8e330504616b470ffc3581fa7e4d90fa2d036497", "time": "2026-11-24T20:44:14+00:00"}
+"""The rule as first committed (the study's first commit)."""
+TRAINING_STARTED = {
+    "time": "2026-11-24T21:03:23+00:00", "commit": "45fd0fb9a3aec50b2e57239bded2d9ccdb934cad",
+    "evidence": "the study's first stored sitting (commit 2309504) is dated 21:47:03 UTC with 2,620 s of wall time, "
+                "so its first run began by 21:03:23; the code it trained, 45fd0fb, was committed at 21:03:02"}
+"""When the first run began, and how that is known."""
+AMENDMENTS = (
+    {"key": "outcome", "commit": "baa750fa08aedd1500eec54108951a371f89c10a", "time": "2026-11-24T21:09:19+00:00",
+     "what": "The primary outcome changed from the held-out accuracy at the last judgment (step 50) to the mean of "
+             "the last two judgments (steps 40 and 50).",
+     "why": "The judge samples each of the 351 held-out problems once, so two judgments halve its sampling variance "
+            "(the commit's reason). The commit says the change came before any contrast was read; the card cannot "
+            "show that: the first sitting had been training for about six minutes."},
+    {"key": "seeds", "commit": "698570e2f4f9ce20db9520b711c1fd535ea4b1ab", "time": "2026-11-24T23:44:25+00:00",
+     "what": "Seeds 5 and 6 were added for FP32, NVFP4, MXFP4 and e8m2 (no correction), after their first five seeds "
+             "had been stored and read: a second, sequential look (trained at e366061).",
+     "why": "Five seeds had left NVFP4, MXFP4 and e8m2 inconclusive, and the noise measured then (pooled over "
+            "formats) said a 0.05 gap needed more seeds."},
+    {"key": "reanalysis", "commit": "49495a35b65bfeb6d621d99fe4e4a22388cd760d", "time": "2026-11-25T19:25:37+00:00",
+     "what": "Issue 36's re-analysis: a cell with fewer than 5 paired seeds reports its direction only; the claims are "
+             "also read family-wise (Holm); the intervals shown are bounded in (−1, 1); each cell's own SD replaces "
+             "the pooled one; the x-axis is the mismatch at step 0 instead of the run average.",
+     "why": "A reviewer's reading: 2-df SDs are no basis for a claim, ten unadjusted claims at the margin carry a "
+            "large family-wise error, an accuracy difference cannot lie below −1, the pooled SD mixed 0.02 with 0.07, "
+            "and the run average is moved by the run's own fate."},
+)
+"""The changes made after training began (``nbkit.studies.amendments``); ``verdicts_moved`` is computed from the
+stored runs (``DoseResponse.moves``), the commits' times from git."""
+
+
 def base_config(**overrides):
     """One run of the study: FP32 trainer, HF rollout engine, grpo on the tiny-arith sanity set, judged every 10
     steps on the held-out set: ``SANITY_RUN`` with these changes (``overrides`` replace any field)."""
@@ -344,6 +377,55 @@ class DoseResponse(GridStudy):
             out.append({k.replace(" (5 seeds)", " (seeds 0–4)"): v for k, v in row.items()})
         return out
 
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``amendment key → the verdicts it moved`` ("cell: before → after"), computed from the runs: the outcome
+        change (last judgment → mean of the last two, every stored seed, the rule as it stood: a verdict from two
+        seeds up); the added seeds (first look → every seed, amended outcome); the re-analysis (the rule as it stood
+        → direction only below five seeds, and the family-wise (Holm) reading of the claims)."""
+        cells = self.cells(runs, meta)
+        ref = cells.get(("fp32", REFERENCE, "none"), {})
+
+        def plain(g):  # the rule as it stood before the re-analysis
+            if len(g) < 2:
+                return "one seed: no interval"
+            _, lo, hi = mean_ci(g)
+            return NI.verdict(lo, hi)
+
+        out = {"outcome": [], "seeds": [], "reanalysis": []}
+        holm = self.holm(runs, meta)
+        for key, by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
+            if key == ("fp32", REFERENCE, "none"):
+                continue
+            name = _name(key)
+            a, b = (plain(list(self.gaps(by_seed, ref, w).values())) for w in (ORIGINAL_WINDOW, JUDGE_WINDOW))
+            if a != b:
+                out["outcome"].append(f"{name}: {a} → {b}")
+            if set(by_seed) - set(FIRST_LOOK):
+                first = plain(list(self.gaps(by_seed, ref, JUDGE_WINDOW, set(FIRST_LOOK)).values()))
+                if first != b:
+                    out["seeds"].append(f"{name}: {first} → {b}")
+            now = self.cell_verdict(list(self.gaps(by_seed, ref).values()))
+            if now != b:
+                out["reanalysis"].append(f"{name}: {b} → {now.split(' (')[0]}")
+            if holm.get(name, b) != b:
+                out["reanalysis"].append(f"{name}, family-wise (Holm): {b} → {holm[name]}")
+        cont = list(self.gaps(cells.get(("bf16", "bf16", "none"), {}), cells.get(("fp16", "fp16", "none"), {})).values())
+        if PAIR_CONTRAST in holm and holm[PAIR_CONTRAST] != plain(cont):
+            out["reanalysis"].append(f"{PAIR_CONTRAST}, family-wise (Holm): {plain(cont)} → {holm[PAIR_CONTRAST]}")
+        return out
+
+    def record(self, root=None) -> None:
+        """Write the rule, the training start and ``AMENDMENTS`` (with the verdicts each moved, computed now) onto the
+        stored card."""
+        from nbkit import results
+        from nbkit.studies import amendments as A
+
+        root = root or results.RESULTS
+        moved = self.moves(self.load(root), self.meta(self.card(root)["configs"]["runs"]))
+        for a in AMENDMENTS:
+            A.amend(self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"],
+                                           moved[a["key"]]), root, rule=RULE_RECORD, training_started=TRAINING_STARTED)
+
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
         return [("The outcome as first committed (last judgment) and as amended (mean of the last two), at the first "
                  "look (seeds 0–4) and the second (seeds 5–6 added after the first look; a sequential look, not a "
@@ -357,6 +439,8 @@ class DoseResponse(GridStudy):
         fam = self.family(runs, meta)
         spec = [(statistics.stdev(g), len(g)) for g in fam.values() if statistics.stdev(g) > 0]
         out = {"cells": len(spec), "by_gap": {}}
+        if not spec:
+            return out
         for gap in TRUE_GAPS:
             out["by_gap"][gap] = {adj: NI.familywise(spec, gap, adjust=adj, sims=SIMS) for adj in ("none", "holm")}
         second = sorted(_name(k) for k, by_seed in self.cells(runs, meta).items()
