@@ -63,7 +63,8 @@ def p_value(gaps: list[float], margin: float = RULE.margin) -> float:
     if len(gaps) < 2:
         return float("nan")
     sd = stdev(gaps)
-    t = (fmean(gaps) + margin) / (sd / math.sqrt(len(gaps))) if sd > 0 else math.copysign(math.inf, fmean(gaps) + margin)
+    d = fmean(gaps) + margin
+    t = d / (sd / math.sqrt(len(gaps))) if sd > 0 else math.copysign(math.inf, d)
     return t_two_sided(t, len(gaps) - 1)
 
 

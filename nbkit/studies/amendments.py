@@ -98,7 +98,8 @@ def record_lines(card: dict) -> list[str]:
     begun = (f"{_short(began['time'])}, at commit `{str(began.get('commit', '?'))[:7]}`"
              + (f"; {began['evidence']}" if began.get("evidence") else "")) if start else ""
     if rule:
-        head = f"The rule as first committed (`{str(rule.get('commit', '?'))[:7]}`, {_short(rule['time'])}: {rule['what']})"
+        head = (f"The rule as first committed (`{str(rule.get('commit', '?'))[:7]}`, {_short(rule['time'])}: "
+                f"{rule['what']})")
         if rule_fixed_before_results(card):
             out.append(f"{head} precedes the first run's start ({begun}): that rule was fixed before the results.")
         elif start:

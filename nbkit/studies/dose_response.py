@@ -309,7 +309,8 @@ class DoseResponse(GridStudy):
                     "verdict, original outcome": self.cell_verdict(original) if original else "—",
                     "breaks detectable at (80 %)": NI.break_detectable(sd, len(gaps)) if judged else None,
                     "P(no harm | gap 0)": NI.rates(0.0, sd, len(gaps))[NI.NO_HARM] if judged else None,
-                    f"P(breaks | gap {BREAK_GAP:+g})": NI.rates(BREAK_GAP, sd, len(gaps))[NI.BREAKS] if judged else None})
+                    f"P(breaks | gap {BREAK_GAP:+g})":
+                        NI.rates(BREAK_GAP, sd, len(gaps))[NI.BREAKS] if judged else None})
             else:
                 row.update({"gap vs fp32": None, "gap CI low": None, "gap CI high": None, "paired seeds": 0,
                             "gap SD (own)": None, "verdict": "reference" if (train, fmt, corr) ==
@@ -360,8 +361,8 @@ class DoseResponse(GridStudy):
             m, lo, hi = bounded_mean_ci(g)
             v = self.cell_verdict(g)
             other = NI.verdict(lo, hi) if len(g) >= NI.RULE.min_seeds else v
-            return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] {v}" + (f" (by the rule's t-interval; the bounded interval: {other})"
-                                                             if other != v else "")
+            note = f" (by the rule's t-interval; the bounded interval: {other})" if other != v else ""
+            return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] {v}{note}"
 
         for key, by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
             if key[2] != "none" or key == ("fp32", REFERENCE, "none"):
@@ -409,7 +410,8 @@ class DoseResponse(GridStudy):
                 out["reanalysis"].append(f"{name}: {b} → {now.split(' (')[0]}")
             if holm.get(name, b) != b:
                 out["reanalysis"].append(f"{name}, family-wise (Holm): {b} → {holm[name]}")
-        cont = list(self.gaps(cells.get(("bf16", "bf16", "none"), {}), cells.get(("fp16", "fp16", "none"), {})).values())
+        bf, fp = cells.get(("bf16", "bf16", "none"), {}), cells.get(("fp16", "fp16", "none"), {})
+        cont = list(self.gaps(bf, fp).values())
         if PAIR_CONTRAST in holm and holm[PAIR_CONTRAST] != plain(cont):
             out["reanalysis"].append(f"{PAIR_CONTRAST}, family-wise (Holm): {plain(cont)} → {holm[PAIR_CONTRAST]}")
         return out
@@ -470,7 +472,9 @@ class DoseResponse(GridStudy):
             out.append(f"{r['format']} rollouts (dose: mismatch {r['dose: mismatch at step 0']:.2g} per token at step "
                        f"0; {r['mismatch, run mean (mechanism)']:.2g} averaged over the run): held-out accuracy "
                        f"{r['judge final (mean)']:.3f}, gap to FP32 {r['gap vs fp32']:+.3f} ({ci}, "
-                       f"{_seeds(r['paired seeds'])}, own SD {r['gap SD (own)']:.3f}): {r['verdict']}"
+                       f"{_seeds(r['paired seeds'])}"
+                       + (f", own SD {r['gap SD (own)']:.3f}" if r["paired seeds"] >= 2 else "")
+                       + f"): {r['verdict']}"
                        f"{_below_zero(r)}{extra}.")
         broken = [r["format"] for r in primary if r["verdict"] == NI.BREAKS]
         out.append("Formats that break by the rule: " + (", ".join(broken) if broken else "none") +
@@ -576,7 +580,8 @@ class DoseResponse(GridStudy):
                            f"Holm: {r['verdict (Holm)']}; under the outcome as first committed: "
                            f"{r['verdict, original outcome']}.")
         cells = self.cells(runs, meta)
-        gaps = list(self.gaps(cells.get(("bf16", "bf16", "none"), {}), cells.get(("fp16", "fp16", "none"), {})).values())
+        bf, fp = cells.get(("bf16", "bf16", "none"), {}), cells.get(("fp16", "fp16", "none"), {})
+        gaps = list(self.gaps(bf, fp).values())
         if len(gaps) >= 2:
             m, lo, hi = bounded_mean_ci(gaps)
             v = self.cell_verdict(gaps)
