@@ -20,7 +20,13 @@ dtype, as in ``nbkit.gemm``) and change only what the GEMMs see:
   nearest even with IEEE subnormals and overflow to inf: every GEMM (linear layers, LM head and both attention
   products) takes operands rounded to e8m<k> and rounds its result to e8m<k>. For k ≤ 7 the rest of the forward is
   BF16 (so ``e8m7`` *is* BF16 with the ``fp32-accumulate`` kernel, bit for bit); for k ≥ 8 no such dtype exists
-  and the rest runs in FP32 (``e8m10`` has FP16's mantissa with BF16's range).
+  and the rest runs in FP32 (``e8m10`` has FP16's mantissa with BF16's range). So the dial rounds *three* things
+  where FP8/FP4 round one: the linear layers' operands, every GEMM's output, and both attention products (Q·Kᵀ's
+  operands, P and V, P·V's result); on tiny-arith e8m2 sits far above FP8 E5M2 though both keep 2 mantissa bits.
+- ``e8m1-linear`` … ``e8m10-linear``: the like-for-like variant, rounded only where FP8/FP4 are: the operands of
+  every linear layer but the LM head, exact products, FP32 accumulation and one rounding of the result to the
+  base dtype; the LM head, attention and every other op as the base dtype's own (no per-token or per-tensor scale:
+  8 exponent bits need none). Its mismatch against the full dial's is what rounding outputs and attention costs.
 
 Every quantized GEMM is computed the way the hardware does it: operands quantized with their scales, exact
 products (E4M3×E4M3, E2M1×E4M3-scaled and e8m<k>×e8m<k> products all fit FP32's 24-bit significand), FP32
@@ -176,7 +182,8 @@ class RolloutFormat:
     base: str
     """The forward's dtype (``nbkit.models.DTYPES``): weights, activations and every non-GEMM op."""
     scheme: str = "none"
-    """``none`` (the base dtype's own GEMMs), ``fp8``, ``mxfp4``, ``nvfp4`` or ``e8m`` (the mantissa dial)."""
+    """``none`` (the base dtype's own GEMMs), ``fp8``, ``mxfp4``, ``nvfp4``, ``e8m`` (the mantissa dial: every
+    GEMM's operands and output and attention) or ``e8m-linear`` (the dial on linear operands only, as FP8/FP4)."""
     element: Minifloat | None = None
     """The operands' element format (E4M3, E5M2, E2M1 or e8m<k>); None for ``none``."""
     weight_scale: str = "tensor"
@@ -214,7 +221,12 @@ def _registry() -> dict[str, RolloutFormat]:
     }
     for k in DIAL:
         out[f"e8m{k}"] = RolloutFormat(f"e8m{k}", "bf16" if k <= 7 else "fp32", "e8m", e8m(k),
-                                       description=f"every GEMM in e8m{k} (BF16's exponent, {k} mantissa bits)")
+                                       description=f"every GEMM in e8m{k} (BF16's exponent, {k} mantissa bits): "
+                                                   "operands, outputs and attention")
+    for k in DIAL:
+        out[f"e8m{k}-linear"] = RolloutFormat(
+            f"e8m{k}-linear", "bf16" if k <= 7 else "fp32", "e8m-linear", e8m(k),
+            description=f"e8m{k} linear operands only (as FP8/FP4: no LM head, outputs or attention)")
     return out
 
 
@@ -256,7 +268,7 @@ def quantize_operand(x: torch.Tensor, fmt: str | RolloutFormat, role: str) -> tu
         return mxfp4_quantize(x), one
     if fmt.scheme == "nvfp4":
         return nvfp4_quantize(x)
-    if fmt.scheme == "e8m":
+    if fmt.scheme in ("e8m", "e8m-linear"):
         return fmt.element.round(x), one
     raise ValueError(f"rollout format {fmt.name!r} quantizes nothing")
 
@@ -269,7 +281,8 @@ def quantized_linear(a: torch.Tensor, w: torch.Tensor | None, fmt: str | Rollout
 
     Operands quantized with their scales, exact products and FP32 accumulation (one FP32 GEMM of the exactly
     representable quantized values), outer scales and bias applied in FP32, one rounding to ``out_dtype``
-    (default: ``a``'s dtype). ``e8m<k>`` rounds the result to e8m<k> first (exact in the base dtype).
+    (default: ``a``'s dtype). ``e8m<k>`` rounds the result to e8m<k> first (exact in the base dtype);
+    ``e8m<k>-linear`` does not (its result is rounded once, to ``out_dtype``, as FP8/FP4's).
     """
     fmt = get(fmt)
     out_dtype = out_dtype or a.dtype

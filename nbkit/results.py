@@ -79,14 +79,17 @@ def machine() -> dict:
 
 
 def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str, wall_seconds: float,
-          configs: dict | None = None, notes: str = "", root: Path = RESULTS, earlier: list[dict] | None = None) -> Path:
+          configs: dict | None = None, notes: str = "", root: Path = RESULTS, earlier: list[dict] | None = None,
+          record: dict | None = None) -> Path:
     """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.rl.study.load_runs``) as
     study ``study`` with its provenance card; an existing study of that name is replaced as a whole.
 
     ``command`` is what a reader runs to reproduce it (e.g. ``make report PROFILE=cpu-full``), ``wall_seconds``
     the study's wall time, ``configs`` any JSON-able description of the runs (e.g. ``label → RLConfig.to_dict()``).
     ``earlier``: the parts of a study made in several sittings (``parts`` of the earlier card, each with the runs it trained) whose runs ``runs``
-    carries over; the card lists them under ``parts`` with this sitting's, and its wall time is their sum."""
+    carries over; the card lists them under ``parts`` with this sitting's, and its wall time is their sum.
+    ``record``: fields of the study's record kept on the card as they are (``nbkit.studies.amendments``: the rule,
+    the training start and the amendments of a study continued in a later sitting)."""
     if not isinstance(runs, dict):
         from nbkit.rl.study import load_runs
 
@@ -109,7 +112,7 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
     card = {"study": study, **git_state(), "command": command, "machine": machine(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "wall_seconds": round(float(wall_seconds), 1), "runs": sorted(runs),
-            "rows": sum(len(r) for r in runs.values()), "notes": notes, "configs": configs or {}}
+            "rows": sum(len(r) for r in runs.values()), "notes": notes, "configs": configs or {}, **(record or {})}
     if earlier:
         carried = {label for p in earlier for label in p["runs"]}
         card["parts"] = [*earlier, {**parts(card)[0], "runs": sorted(set(runs) - carried)}]

@@ -1,17 +1,21 @@
-"""Small-sample statistics the studies' findings share: Student's t quantile, a mean's t-interval, the pooled SD of
-groups, and what a t-test can detect (the difference it finds with a given power, the seeds a gap needs).
+"""Small-sample statistics the studies' findings share: Student's t quantile and two-sided tail, a mean's t-interval
+(and its bounded version for differences of accuracies), the pooled SD of groups, and what a t-test can detect (the
+difference it finds with a given power, the seeds a gap needs).
 
 Hand-written because scipy is not a dependency; ``tests/test_stats.py`` checks the quantiles against printed tables.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from statistics import NormalDist
 
 
+@functools.lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile (bisection on the CDF, Simpson's rule on the density): the CI's multiplier."""
+    """Student's t quantile (bisection on the CDF, Simpson's rule on the density): the CI's multiplier (cached: the
+    simulations ask for the same few quantiles thousands of times)."""
     if df < 1 or not 0 < p < 1:
         raise ValueError(f"need df >= 1 and 0 < p < 1, got df={df!r}, p={p!r}")
     c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
@@ -31,6 +35,33 @@ def t_quantile(p: float, df: int) -> float:
     return math.copysign((lo + hi) / 2, p - 0.5)
 
 
+def t_two_sided(t, df: int):
+    """P(|T| ≥ |t|) for Student's T with integer ``df`` (a float or a numpy array of ``t``): the finite sums of
+    Abramowitz & Stegun 26.7.3–4 on θ = atan(|t| / √df), exact and vectorised (the simulations call it a million
+    times)."""
+    import numpy as np
+
+    if int(df) != df or df < 1:
+        raise ValueError(f"t_two_sided needs an integer df >= 1, got {df!r}")
+    df = int(df)
+    theta = np.arctan(np.abs(np.asarray(t, dtype=float)) / math.sqrt(df))
+    c2 = np.cos(theta) ** 2
+    if df % 2:  # odd: 2/π [θ + sin θ cos θ (1 + 2/3 cos²θ + (2·4)/(3·5) cos⁴θ + …)], df − 2 powers in all
+        term, total = np.ones_like(theta), np.zeros_like(theta)
+        for j in range(1, (df - 1) // 2 + 1):
+            total = total + term
+            term = term * c2 * (2 * j) / (2 * j + 1)
+        inside = 2 / math.pi * (theta + (np.sin(theta) * np.cos(theta) * total if df > 1 else 0))
+    else:  # even: sin θ (1 + 1/2 cos²θ + (1·3)/(2·4) cos⁴θ + …)
+        term, total = np.ones_like(theta), np.zeros_like(theta)
+        for j in range(1, df // 2 + 1):
+            total = total + term
+            term = term * c2 * (2 * j - 1) / (2 * j)
+        inside = np.sin(theta) * total
+    out = np.clip(1 - inside, 0.0, 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
 def mean_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
     """Mean and its two-sided t-interval (NaN bounds with fewer than 2 values)."""
     m = statistics.fmean(xs)
@@ -38,6 +69,24 @@ def mean_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
         return m, float("nan"), float("nan")
     half = t_quantile(0.5 + level / 2, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
     return m, m - half, m + half
+
+
+def bounded_mean_ci(xs: list[float], level: float = 0.95, bound: float = 1.0) -> tuple[float, float, float]:
+    """Mean and a two-sided interval that stays inside (−``bound``, ``bound``): the t-interval on Fisher's scale
+    z = atanh(x / bound) (standard error by the delta method, SE / (1 − m²)), mapped back with tanh. For a mean
+    difference of two accuracies (each in [0, 1]) the interval never leaves (−1, 1), where the plain t-interval of a
+    large gap on few seeds can reach below −1; for small gaps it equals the t-interval to first order. NaN bounds
+    with fewer than 2 values; a mean at ±``bound`` gives the degenerate interval at it."""
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, float("nan"), float("nan")
+    r = m / bound
+    if abs(r) >= 1:
+        return m, m, m
+    se = statistics.stdev(xs) / math.sqrt(len(xs)) / bound
+    half = t_quantile(0.5 + level / 2, len(xs) - 1) * se / (1 - r * r)
+    z = math.atanh(r)
+    return m, bound * math.tanh(z - half), bound * math.tanh(z + half)
 
 
 def detectable_difference(se: float, df: int, power: float = 0.8, alpha: float = 0.05) -> float:

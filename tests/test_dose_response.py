@@ -1,11 +1,13 @@
-"""The dose–response study (notebook 06): its grid, its pre-registered rule and its verdicts (the statistics
-behind them: tests/test_stats.py)."""
+"""The dose–response study (notebook 06): its grid, its rule, the amendments on its card and its verdicts (the
+statistics behind them: tests/test_stats.py, tests/test_noninferiority.py)."""
 from __future__ import annotations
 
+import statistics
 
 import pytest
 
 from nbkit import results, schema
+from nbkit.stats import mean_ci
 from nbkit.studies import dose_response as D
 from nbkit.studies.base import GridStudy
 
@@ -69,9 +71,25 @@ def test_the_table_pairs_each_format_with_fp32_by_seed_and_applies_the_rule():
     assert rows["e8m1"]["gap vs fp32"] == pytest.approx(-0.402) and rows["e8m1"]["verdict"] == "breaks"
     assert rows["bf16"]["verdict"] == "no detectable harm"
     assert rows["mxfp4"]["verdict"] == "inconclusive"
-    assert rows["bf16"]["judge step 0"] == 0.5 and rows["e8m1"]["mismatch |Δ log p|"] == pytest.approx(0.4)
+    assert rows["bf16"]["judge step 0"] == 0.5 and rows["e8m1"]["mismatch, run mean (mechanism)"] == pytest.approx(0.4)
+    assert rows["e8m1"]["dose: mismatch at step 0"] == pytest.approx(0.4)
+    assert rows["mxfp4"]["gap SD (own)"] == pytest.approx(statistics.stdev([0.0, -0.15, 0.05, -0.22, 0.0]))
     text = " ".join(study.findings(runs, meta, study.table(runs, meta)))
-    assert "Formats that break by the rule: e8m1" in text and "SD" in text
+    assert "Formats that break by the rule: e8m1" in text and "own SD" in text
+    assert "2.5 % per format" not in text  # the old, false error-rate sentence
+
+
+def test_a_cell_under_five_seeds_gets_its_direction_only():
+    assert D.DoseResponse.cell_verdict([0.01, 0.02, 0.015]).startswith("direction only: not worse")
+    assert D.DoseResponse.cell_verdict([-0.3, -0.2, -0.25, -0.3]).startswith("direction only: worse")
+    assert D.DoseResponse.cell_verdict([-0.3, -0.2, -0.25, -0.3, -0.28]) == "breaks"
+
+
+def test_the_dose_is_the_first_optimiser_steps_mismatch_not_the_run_average():
+    rows = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.5}] + [
+        {schema.STEP: s, schema.TOKEN_ABS_LOGP_DIFF: 0.1 * s} for s in range(1, 6)]
+    assert D.step0_mismatch(rows) == pytest.approx(0.1)
+    assert D.step0_mismatch(rows[:1]) is None
 
 
 def test_a_one_process_grid_and_a_two_process_grid_deal_every_run_once():
@@ -107,10 +125,14 @@ def test_the_stored_study_loads_names_a_real_commit_and_its_table_follows_the_ru
     rows = study.table(runs, meta)
     primary = {r["format"]: r for r in rows if r["correction"] == "none" and r["train"] == "fp32"}
     assert primary["fp32"]["verdict"] == "reference" and len(primary) >= 5
-    for r in primary.values():
+    cells = study.cells(runs, meta)
+    for r in rows:
         if r["paired seeds"] >= 2:
-            assert r["verdict"] == D.verdict(r["gap CI low"], r["gap CI high"])
-            assert r["gap CI low"] <= r["gap vs fp32"] <= r["gap CI high"]
+            gaps = list(study.gaps(cells[(r["train"], r["format"], r["correction"])], cells[("fp32", "fp32", "none")])
+                        .values())
+            _, lo, hi = mean_ci(gaps)  # the verdict reads the rule's t-interval; fewer than 5 seeds: direction only
+            assert r["verdict"] == (D.verdict(lo, hi) if len(gaps) >= 5 else D.DoseResponse.cell_verdict(gaps))
+            assert -1 < r["gap CI low"] <= r["gap vs fp32"] <= r["gap CI high"] < 1
     assert all(r["format ran (audit)"] == r["format"] for r in primary.values())  # the format that ran is the one asked
 
 
@@ -118,3 +140,25 @@ def test_an_inconclusive_interval_below_zero_is_said_to_be_worse_than_fp32():
     assert "wholly below 0" in D._below_zero({"verdict": "inconclusive", "gap CI high": -0.01})
     assert D._below_zero({"verdict": "inconclusive", "gap CI high": 0.02}) == ""
     assert D._below_zero({"verdict": "breaks", "gap CI high": -0.2}) == ""
+
+
+def test_the_stored_card_records_each_amendment_with_the_verdicts_the_runs_say_it_moved():
+    """The card's amendments name real commits at their real times, and each list of moved verdicts is what the
+    stored runs give now (the card cannot say a change moved nothing when it did)."""
+    import subprocess
+
+    from nbkit.paths import ROOT
+    from nbkit.studies import amendments as A
+
+    study = D.DoseResponse()
+    card = study.card()
+    moved = study.moves(study.load(), study.stored_meta())
+    recorded = A.read(card)
+    assert [a.what for a in recorded] == [a["what"] for a in D.AMENDMENTS]
+    for a, spec in zip(recorded, D.AMENDMENTS):
+        assert a.verdicts_moved == moved[spec["key"]]
+        when = subprocess.run(["git", "-C", str(ROOT), "show", "-s", "--format=%cI", a.commit], capture_output=True,
+                              text=True).stdout.strip()
+        assert when == a.time and A.before_training(card, a.time) is False  # every one came after training began
+    assert "fp8-e5m2: inconclusive → no detectable harm" in moved["outcome"] and moved["seeds"] == []
+    assert A.rule_fixed_before_results(card)  # 8e33050 (20:44) precedes the first run (21:03); baa750f (21:09) not

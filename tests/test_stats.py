@@ -40,3 +40,22 @@ def test_the_pooled_sd_weights_each_group_by_its_degrees_of_freedom_and_skips_si
 def test_the_paired_detectable_gap_is_the_detectable_difference_of_its_standard_error():
     assert stats.detectable_gap(0.05, 5) == pytest.approx(stats.detectable_difference(0.05 / math.sqrt(5), 4))
     assert stats.detectable_difference(1.0, 4) == pytest.approx(2.776 + 0.8416, abs=2e-3)
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 6, 9, 30])
+def test_the_two_sided_t_tail_is_the_quantiles_inverse(df):
+    assert stats.t_two_sided(stats.t_quantile(0.975, df), df) == pytest.approx(0.05, abs=1e-6)
+    assert stats.t_two_sided(0.0, df) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="integer df"):
+        stats.t_two_sided(1.0, 2.5)
+
+
+def test_a_bounded_interval_of_a_gap_next_to_minus_one_stays_inside_minus_one_to_one():
+    gaps = [-0.98, -0.55, -0.95]  # three seeds, a gap next to -1: the plain t-interval reaches below -1
+    m, lo, hi = stats.mean_ci(gaps)
+    assert lo < -1
+    bm, blo, bhi = stats.bounded_mean_ci(gaps)
+    assert bm == m and -1 < blo < bm < bhi < 1
+    small = [0.01, -0.02, 0.005, -0.01, 0.0]  # small gaps: the same interval as the t-interval, to first order
+    assert stats.bounded_mean_ci(small)[1:] == pytest.approx(stats.mean_ci(small)[1:], abs=2e-4)
+    assert math.isnan(stats.bounded_mean_ci([0.1])[1])

@@ -55,6 +55,11 @@ class Study:
         """Plain sentences computed from the runs and the table (no number typed by hand)."""
         return []
 
+    def page_tables(self, runs: dict[str, list[dict]], meta: dict[str, dict],
+                    rows: list[dict]) -> list[tuple[str, list[dict]]]:
+        """Further ``(caption, rows)`` tables the page shows under the main one (none by default)."""
+        return []
+
     def figure(self, runs: dict[str, list[dict]], meta: dict[str, dict]):
         """The study's key figure (plotly), or None."""
         return None
@@ -163,7 +168,7 @@ class GridStudy(Study):
         every sitting that made them (``results.parts``)."""
         grid = self.grid(**options)
         runs, configs = self.collect(**options)
-        earlier = None
+        earlier, record = None, None
         if keep_stored:
             kept, kept_configs = self.stored_runs(grid, root)
             kept = {k: v for k, v in kept.items() if k not in runs}
@@ -171,6 +176,9 @@ class GridStudy(Study):
                 earlier = [{**p, "runs": sorted(set(p.get("runs") or []) & set(kept))}
                            for p in results.parts(self.card(root))]
                 earlier = [p for p in earlier if p["runs"]]
+                from nbkit.studies.amendments import RECORD_KEYS
+
+                record = {k: v for k, v in self.card(root).items() if k in RECORD_KEYS}  # the rule's record stays
                 runs = {**kept, **runs}
                 configs = {**{k: kept_configs[k] for k in kept}, **configs}
             runs = {k: runs[k] for k in grid if k in runs}  # the grid's order
@@ -179,6 +187,7 @@ class GridStudy(Study):
             raise ValueError(f"no finished run of {self.name}'s grid under {self.folder(options)}: nothing to store")
         missing = sorted(set(grid) - set(runs))
         return results.store(self.name, runs, command=command, wall_seconds=wall_seconds, root=root, earlier=earlier,
+                             record=record,
                              configs={"grid": {k: v for k, v in options.items()}, "runs": configs},
                              notes=f"{len(missing)} of the grid's {len(grid)} runs not stored (not run or not "
                                    f"finished): {missing}" if missing else "")

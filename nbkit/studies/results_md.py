@@ -30,9 +30,9 @@ re-run that command to reproduce it. Results of the main job (`make report`) are
 """
 
 
-def provenance(study: Study) -> str:
-    """One line from the study's card: commit, machine, date, wall time, command, runs."""
-    c = study.card()
+def provenance(study: Study, card: dict | None = None) -> str:
+    """One line from the study's card (default: the stored one): commit, machine, date, wall time, command, runs."""
+    c = study.card() if card is None else card
     m = c.get("machine", {})
     flags = m.get("cpu_flags")
     cpu = f"{m.get('cpu')} ({m.get('cores')} cores" + (f"; {', '.join(flags) or 'no AVX512/AMX half-precision flags'}"
@@ -64,12 +64,25 @@ def section(study: Study) -> str:
                 else "its module's command")
         return "\n".join([f"## {study.title}", "", f"**Question.** {study.question}", "",
                           f"**Not stored yet** (`data/results/{study.name}` is missing): make it with {make}."])
-    runs, meta = study.load(), study.stored_meta()
+    return stored_section(study, study.load(), study.stored_meta(), study.card())
+
+
+def stored_section(study: Study, runs: dict[str, list[dict]], meta: dict[str, dict], card: dict) -> str:
+    """The markdown of a stored study from its runs, their coordinates and its card: question, provenance, the
+    rule's record (``nbkit.studies.amendments``: what the card proves was fixed before training, each amendment
+    after), statistic, tables, findings."""
+    from nbkit.studies.amendments import record_lines
+
     rows = study.table(runs, meta)
     parts = [f"## {study.title}", "", f"**Question.** {study.question}", "",
              f"**Stored** in `data/results/{study.name}`" + (f", drawn by notebook `{study.notebook}`" if study.notebook
-                                                              else "") + f": {provenance(study)}", "",
-             f"**Statistic.** {study.statistic}", "", markdown_table(rows)]
+                                                              else "") + f": {provenance(study, card)}", ""]
+    record = record_lines(card)
+    if record:
+        parts += ["**The rule on the record** (from the card):", ""] + [f"- {s}" for s in record] + [""]
+    parts += [f"**Statistic.** {study.statistic}", "", markdown_table(rows)]
+    for caption, table in study.page_tables(runs, meta, rows):
+        parts += ["", f"**{caption}.**", "", markdown_table(table)]
     findings = study.findings(runs, meta, rows)
     if findings:
         parts += ["", "**Findings** (computed from the table):", ""] + [f"- {s}" for s in findings]

@@ -1,0 +1,142 @@
+"""Changes to a study's rule after its training began, on the record: what the card proves about pre-registration.
+
+A stored study's card (``nbkit.results``) may hold
+
+- ``rule``: the primary rule as first committed: ``{"what", "commit", "time"}``;
+- ``training_started``: when its first run began: ``{"time", "commit", "evidence"}`` (the evidence says how the
+  time was read, e.g. from the first stored sitting's date minus its wall time);
+- ``amendments``: each change made after that: ``{"what", "when": {"commit", "time"}, "why", "verdicts_moved"}``.
+
+A page may say a rule was "fixed before the results" only when the card proves it: the rule's commit time precedes
+the first run's start. An amendment is reported as made after training began (with how long after), never as fixed
+before the results. ``record_lines`` writes those sentences; ``amend`` adds an amendment to a stored card.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbkit import outputs, results
+
+RECORD_KEYS = ("rule", "training_started", "amendments")
+"""Card fields a later sitting of the same study carries over (``GridStudy.store(keep_stored=True)``)."""
+
+
+@dataclass(frozen=True)
+class Amendment:
+    """One change to a study's rule or grid after its training began."""
+
+    what: str
+    """The change, in one sentence (the rule before and after)."""
+    commit: str
+    """The commit that made it."""
+    time: str
+    """That commit's time (ISO 8601 with zone)."""
+    why: str
+    """The reason given for it."""
+    verdicts_moved: list[str] = field(default_factory=list)
+    """Each verdict the change moved ("cell: before → after"); empty when none did."""
+
+    def to_card(self) -> dict:
+        return {"what": self.what, "when": {"commit": self.commit, "time": self.time}, "why": self.why,
+                "verdicts_moved": list(self.verdicts_moved)}
+
+
+def _time(text: str, where: str) -> _dt.datetime:
+    try:
+        t = _dt.datetime.fromisoformat(str(text))
+    except ValueError:
+        raise ValueError(f"{where}: {text!r} is not an ISO 8601 time (e.g. 2026-11-24T21:09:19+00:00)") from None
+    if t.tzinfo is None:
+        raise ValueError(f"{where}: {text!r} has no time zone; write it with one (+00:00)")
+    return t
+
+
+def read(card: dict) -> list[Amendment]:
+    """The card's amendments (a clear error naming the first malformed one)."""
+    out = []
+    for i, a in enumerate(card.get("amendments") or []):
+        missing = [k for k in ("what", "when", "why", "verdicts_moved") if k not in a] + \
+            [f"when.{k}" for k in ("commit", "time") if k not in (a.get("when") or {})]
+        if missing:
+            raise ValueError(f"amendment {i} on the card of {card.get('study')!r} lacks {missing}; each needs what, "
+                             "when (commit, time), why and verdicts_moved")
+        _time(a["when"]["time"], f"amendment {i}'s time")
+        out.append(Amendment(a["what"], a["when"]["commit"], a["when"]["time"], a["why"], list(a["verdicts_moved"])))
+    return out
+
+
+def training_start(card: dict) -> _dt.datetime | None:
+    """When the study's first run began, if the card says."""
+    t = (card.get("training_started") or {}).get("time")
+    return _time(t, "training_started.time") if t else None
+
+
+def before_training(card: dict, time: str) -> bool | None:
+    """Whether ``time`` precedes the first run's start (None: the card names no start, so it proves nothing)."""
+    start = training_start(card)
+    return None if start is None else _time(time, "time") < start
+
+
+def rule_fixed_before_results(card: dict) -> bool:
+    """True only when the card proves it: its rule's commit time precedes the first run's start."""
+    rule = card.get("rule") or {}
+    return bool(rule.get("time")) and before_training(card, rule["time"]) is True
+
+
+def _short(t: str) -> str:
+    return _time(t, "time").astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def record_lines(card: dict) -> list[str]:
+    """Sentences for a page: what the card proves about the rule, then each amendment with when, why and the
+    verdicts it moved. Empty for a card with none of these fields."""
+    out = []
+    rule, start = card.get("rule") or {}, training_start(card)
+    began = card.get("training_started") or {}
+    begun = (f"{_short(began['time'])}, at commit `{str(began.get('commit', '?'))[:7]}`"
+             + (f"; {began['evidence']}" if began.get("evidence") else "")) if start else ""
+    if rule:
+        head = (f"The rule as first committed (`{str(rule.get('commit', '?'))[:7]}`, {_short(rule['time'])}: "
+                f"{rule['what']})")
+        if rule_fixed_before_results(card):
+            out.append(f"{head} precedes the first run's start ({begun}): that rule was fixed before the results.")
+        elif start:
+            out.append(f"{head} is dated after the first run's start ({begun}): the card cannot show it was fixed "
+                       "in advance.")
+        else:
+            out.append(f"{head}; the card names no training start, so it cannot show the rule came first.")
+    elif start:
+        out.append(f"The card names no committed rule; the first run began {begun}.")
+    for a in read(card):
+        after = before_training(card, a.time)
+        if after is None:
+            when = "at a time the card cannot place against the training (no start recorded)"
+        elif after:
+            when = "before training began"
+        else:
+            minutes = (_time(a.time, "time") - start).total_seconds() / 60
+            when = f"after training began: {minutes:,.0f} min after the first run started"
+        moved = ("verdicts moved: " + "; ".join(a.verdicts_moved)) if a.verdicts_moved else "no verdict moved"
+        out.append(f"Amendment, commit `{a.commit[:7]}`, {_short(a.time)}, {when}. {a.what} Why: {a.why} "
+                   f"{moved[0].upper() + moved[1:]}.")
+    return out
+
+
+def amend(study: str, amendment: Amendment, root: Path = results.RESULTS, **record) -> Path:
+    """Add ``amendment`` to a stored study's card (one with the same ``what`` is replaced, not repeated);
+    ``record``: ``rule`` and ``training_started`` set beside it. Returns the card's path."""
+    bad = set(record) - {"rule", "training_started"}
+    if bad:
+        raise ValueError(f"unknown card record fields {sorted(bad)}; choose 'rule' or 'training_started'")
+    path = results.study_dir(study, root) / results.CARD
+    card = results.card(study, root)
+    _time(amendment.time, "amendment time")
+    for key, value in record.items():
+        _time(value["time"], f"{key}.time")
+        card[key] = value
+    kept = [a for a in card.get("amendments") or [] if a.get("what") != amendment.what]
+    card["amendments"] = [*kept, amendment.to_card()]
+    outputs.write_json(path, card, indent=1)
+    return path

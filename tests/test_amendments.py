@@ -1,0 +1,90 @@
+"""A study card's record of its rule (``nbkit.studies.amendments``): the page says "fixed before the results" only
+when the card proves it, and shows an amended outcome beside the original one."""
+from __future__ import annotations
+
+import pytest
+
+from nbkit import schema
+from nbkit.studies import amendments as A
+from nbkit.studies import dose_response as D
+from nbkit.studies.results_md import stored_section
+
+START = "2026-01-01T10:00:00+00:00"
+
+
+def _run(j40: float, j50: float) -> list[dict]:
+    rows = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.5}]
+    for s in range(1, 51):
+        row = {schema.STEP: s, schema.ACCURACY: 0.6, schema.TOKEN_ABS_LOGP_DIFF: 0.01}
+        if s in (40, 50):
+            row[schema.JUDGE_ACCURACY] = j40 if s == 40 else j50
+        rows.append(row)
+    return rows
+
+
+def _study():
+    """Five seeds where the last judgment alone leaves bf16 inconclusive and the mean of the last two does not."""
+    ref = {s: _run(0.80, 0.80) for s in range(5)}
+    bf16 = {s: _run(0.80 + d, 0.80 - d) for s, d in enumerate([0.0, 0.06, -0.06, 0.05, -0.05])}
+    runs, meta = {}, {}
+    for fmt, cells in (("fp32", ref), ("bf16", bf16)):
+        for s, rows in cells.items():
+            runs[f"{fmt}-none-s{s}"] = rows
+            meta[f"{fmt}-none-s{s}"] = {"format": fmt, "train": "fp32", "correction": "none", "seed": s}
+    return D.DoseResponse(), runs, meta
+
+
+def _card(rule_time: str | None, start: str | None = START) -> dict:
+    card = {"study": D.STUDY, "commit": "a" * 40, "dirty": False, "command": "nbkit study x run", "machine": {},
+            "date": "2026-01-01T12:00:00+00:00", "wall_seconds": 60.0, "runs": [], "configs": {},
+            "amendments": [A.Amendment("The outcome became the mean of the last two judgments.", "b" * 40,
+                                       "2026-01-01T10:06:00+00:00", "two judgments halve the judge's variance",
+                                       ["bf16: inconclusive → no detectable harm"]).to_card()]}
+    if rule_time:
+        card["rule"] = {"what": "the last judgment", "commit": "c" * 40, "time": rule_time}
+    if start:
+        card["training_started"] = {"time": start, "commit": "d" * 40, "evidence": "a test"}
+    return card
+
+
+def test_a_post_start_amendment_is_shown_beside_the_original_outcome_and_never_as_fixed_before_the_results():
+    study, runs, meta = _study()
+    page = stored_section(study, runs, meta, _card(rule_time="2026-01-01T11:00:00+00:00"))  # rule after the start
+    assert "before the results" not in page
+    assert "after training began: 6 min after the first run started" in page
+    assert "the card cannot show it was fixed in advance" in page
+    # both outcomes side by side: the last judgment leaves bf16 inconclusive, the mean of the last two does not
+    looks = {r["format"]: r for r in study.looks(runs, meta)}["bf16"]
+    assert looks["original outcome · first look (seeds 0–4)"].endswith("inconclusive")
+    assert looks["amended outcome · first look (seeds 0–4)"].endswith("no detectable harm")
+    assert "original outcome · first look" in page and "amended outcome · first look" in page
+    assert "under the outcome as first committed (last judgment): inconclusive" in page
+
+
+def test_only_a_rule_committed_before_the_first_run_is_called_fixed_before_the_results():
+    study, runs, meta = _study()
+    page = stored_section(study, runs, meta, _card(rule_time="2026-01-01T09:00:00+00:00"))
+    lines = [line for line in page.splitlines() if "before the results" in line]
+    assert len(lines) == 1 and lines[0].startswith("- The rule as first committed")  # the rule, not the amendment
+    assert "before the results" not in stored_section(study, runs, meta, _card("2026-01-01T09:00:00+00:00", None))
+    assert not A.rule_fixed_before_results(_card(None))
+
+
+def test_a_malformed_amendment_or_time_is_refused_naming_what_is_missing():
+    with pytest.raises(ValueError, match=r"lacks \['why', 'when.time'\]"):
+        A.read({"study": "x", "amendments": [{"what": "w", "when": {"commit": "c"}, "verdicts_moved": []}]})
+    with pytest.raises(ValueError, match="no time zone"):
+        A.before_training({"training_started": {"time": START}}, "2026-01-01T10:00:00")
+
+
+def test_amend_writes_the_record_onto_a_stored_card_and_replaces_an_amendment_of_the_same_what(tmp_path):
+    from nbkit import results
+
+    results.store("toy", {"r": [{"step": 1}]}, command="make toy", wall_seconds=1.0, root=tmp_path)
+    a = A.Amendment("w", "e" * 40, "2026-01-01T10:06:00+00:00", "because", [])
+    A.amend("toy", a, tmp_path, training_started={"time": START, "commit": "d" * 40})
+    A.amend("toy", A.Amendment("w", "e" * 40, "2026-01-01T10:06:00+00:00", "because", ["x: a → b"]), tmp_path)
+    card = results.card("toy", tmp_path)
+    assert [x.verdicts_moved for x in A.read(card)] == [["x: a → b"]] and card["training_started"]["time"] == START
+    with pytest.raises(ValueError, match="unknown card record fields"):
+        A.amend("toy", a, tmp_path, start=START)

@@ -1,0 +1,60 @@
+"""The e8m<k> dial described as it is and split (``nbkit.formats``): ``e8m<k>`` rounds every GEMM's operands and
+output and both attention products; ``e8m<k>-linear`` rounds only the linear layers' operands, as FP8/FP4 do."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from nbkit import formats, models
+from nbkit.tasks import arith
+
+
+def test_the_linear_only_variant_rounds_operands_but_not_the_result():
+    g = torch.Generator().manual_seed(0)
+    a, w = torch.randn(8, 64, generator=g), torch.randn(16, 64, generator=g)
+    lin = formats.quantized_linear(a, w, "e8m2-linear", out_dtype=torch.float32)
+    exact_of_rounded = formats.e8m(2).round(a) @ formats.e8m(2).round(w).T
+    assert torch.allclose(lin, exact_of_rounded, rtol=1e-6, atol=1e-6)
+    full = formats.quantized_linear(a, w, "e8m2", out_dtype=torch.float32)
+    assert torch.equal(full, formats.e8m(2).round(exact_of_rounded)) and not torch.equal(full, lin)
+    fmt = formats.get("e8m2-linear")
+    assert (fmt.base, fmt.scheme, fmt.all_gemms, fmt.quantized) == ("bf16", "e8m-linear", False, True)
+    assert formats.get("e8m9-linear").base == "fp32"
+
+
+def _mismatch(name: str, model, ids: torch.Tensor, mask: torch.Tensor) -> tuple[float, dict]:
+    """Mean per-token |log p_fp32 − log p_format| of each next real token of a fixed batch (padding excluded)."""
+    import copy
+
+    with torch.no_grad():
+        ref = torch.log_softmax(model(ids, attention_mask=mask).logits.float(), -1)
+        low = copy.deepcopy(model).to(torch.bfloat16 if formats.get(name).base == "bf16" else torch.float32)
+        with formats.policy(name, model=low) as mode:
+            out = torch.log_softmax(low(ids, attention_mask=mask).logits.float(), -1)
+    picked = ids[:, 1:].unsqueeze(-1)
+    diff = (ref[:, :-1].gather(-1, picked) - out[:, :-1].gather(-1, picked)).abs().squeeze(-1)
+    real = mask[:, 1:].bool()
+    return float(diff[real].mean()), dict(mode.counts)
+
+
+@pytest.fixture(scope="module")
+def fixed_batch():
+    model, tok = models.load("tiny-arith")
+    model = model.float().eval()
+    texts = [p["problem"] + " " + str(p.get("answer", "")) for p in arith.make_problems(16, seed=11)]
+    enc = tok(texts, return_tensors="pt", padding=True)
+    return model, enc["input_ids"], enc["attention_mask"]
+
+
+def test_linear_operands_alone_cost_less_mismatch_than_the_full_dial_on_a_fixed_batch(fixed_batch):
+    model, ids, mask = fixed_batch
+    linear, linear_counts = _mismatch("e8m2-linear", model, ids, mask)
+    full, full_counts = _mismatch("e8m2", model, ids, mask)
+    bf16, _ = _mismatch("bf16", model, ids, mask)
+    assert 0 < linear < full  # rounding outputs and attention adds mismatch on top of the operands
+    assert bf16 < linear  # 2 mantissa bits on the operands are coarser than BF16's 7 everywhere
+    n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules()) - 1  # the LM head stays in the base dtype
+    assert linear_counts["e8m2-linear"] == n_linear and "sdpa/e8m2" not in linear_counts  # attention: base dtype
+    assert full_counts["e8m2"] > n_linear and full_counts["sdpa/e8m2"] > 0
+    assert np.isfinite([linear, full]).all()
