@@ -168,3 +168,58 @@ def test_a_report_that_kept_the_notebooks_defaults_is_recorded_with_its_effectiv
         "cpu": {"cpu": "X", "cores": 2, "cpu_flags": [], "gemm_auto": "native"}, "calibration": {"seconds": 2.5}}))
     rec = jobtime.record(tmp_path / "r", fresh_clone=True, path=tmp_path / "t.json")
     assert rec["effective_parameters"] == {"a": {"lr": 0.1, "steps": 3}}
+
+
+EPYC = {"cpu": "AMD EPYC", "cpu_flags": ["avx2"], "gemm_auto": "fp32-accumulate", "kernel_caps": {}}
+
+
+def _epyc_report(date: str, calib: float, measured: dict, estimated: dict | None, params: dict) -> dict:
+    rec = {**_record("fp32-accumulate", date, calib, **measured), **EPYC, "parameters": params}
+    if estimated is not None:
+        rec["estimated"] = estimated
+    return rec
+
+
+def test_a_second_report_on_the_same_kind_of_cpu_is_estimated_from_the_first_one():
+    first = _epyc_report("2026-11-22", 4.0, {"a": 400.0, "b": 1800.0}, {"a": 200.0, "b": 900.0}, {"a": {}, "b": {}})
+    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 4.4}, EPYC, stored=[AVX2, first],
+                           parameters={"a": {}, "b": {}})
+    assert est.own is first and est.learned == {"a": "own", "b": "own"}
+    assert est.seconds == {"a": pytest.approx(440.0), "b": pytest.approx(1980.0)}  # its own times x calibration 1.1
+    assert "learned on this kind of CPU: 2 notebook(s) from its own report" in est.describe()
+
+
+def test_a_notebook_whose_parameters_changed_is_corrected_by_the_ratio_that_cpu_measured():
+    first = _epyc_report("2026-11-22", 4.0, {"a": 400.0, "b": 1800.0}, {"a": 200.0, "b": 900.0},
+                         {"a": {}, "b": {"steps": 50}})
+    newer = {**_record("fp32-accumulate", "2026-11-23", 4.0, a=200.0, b=900.0),
+             "parameters": {"a": {}, "b": {"steps": 100}}}  # another CPU's report, already with today's parameters
+    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 4.0}, EPYC, stored=[first, newer],
+                           parameters={"a": {}, "b": {"steps": 100}})
+    assert est.reference is newer and est.learned == {"a": "own", "b": "ratio"}
+    # b: the reference's 900 s (calibration ratio 1) x the 1800 / 900 this CPU measured against its estimate
+    assert est.seconds["b"] == pytest.approx(1800.0)
+    alone = jobtime.estimate(["b"], "cpu", {"seconds": 4.0}, EPYC, stored=[first], parameters={"b": {"steps": 100}})
+    assert alone.reference is first and alone.learned == {} and alone.changed == ["b"]  # never corrected twice
+    assert alone.seconds["b"] == pytest.approx(1800.0)
+    assert "1 corrected by the measured / estimated ratios" in est.describe()
+
+
+def test_another_kind_of_cpu_or_a_report_without_its_estimate_teaches_nothing():
+    other = {**EPYC, "cpu": "Another CPU"}
+    first = _epyc_report("2026-11-22", 4.0, {"a": 400.0}, None, {"a": {"x": 1}})
+    est = jobtime.estimate(["a"], "cpu", {"seconds": 4.0}, other, stored=[AVX2, first], parameters={"a": {}})
+    assert est.learned == {} and est.own is None and est.seconds["a"] == pytest.approx(400.0)  # newest same policy
+    est = jobtime.estimate(["a"], "cpu", {"seconds": 4.0}, EPYC, stored=[AVX2, first], parameters={"a": {}})
+    assert est.learned == {} and est.seconds["a"] == pytest.approx(400.0)  # changed parameters, no estimate kept
+    emulated = {**EPYC, "kernel_caps": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
+    assert not jobtime.same_cpu(EPYC, emulated) and jobtime.same_cpu(EPYC, dict(EPYC))
+
+
+def test_a_recorded_report_keeps_the_estimate_printed_before_it_and_the_ratio(tmp_path):
+    run = {"provenance": {"profile": "cpu", "commit": "abc", "date": "2026-11-25"},
+           "notebooks": [{"stem": "a", "ok": True, "seconds": 300.0, "parameters": {}}],
+           "cpu": {**EPYC, "cores": 2}, "calibration": {"seconds": 4.0}, "estimate": {"a": 200.0}}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    rec = jobtime.record(tmp_path, fresh_clone=True, path=tmp_path / "timings.json")
+    assert rec["estimated"] == {"a": 200.0} and rec["measured_over_estimated"] == {"a": 1.5}

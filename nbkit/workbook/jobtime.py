@@ -103,6 +103,12 @@ class Estimate:
     """Notebooks of this run that the reference has no time for."""
     changed: list[str] = field(default_factory=list)
     """Notebooks whose parameters differ from the reference run's (their estimate is for the old parameters)."""
+    learned: dict[str, str] = field(default_factory=dict)
+    """Notebook → where its estimate was learned on a CPU of this very kind (``same_cpu``): ``"own"`` (that CPU's
+    measured time, scaled by the calibration ratio) or ``"ratio"`` (the reference's time × that CPU's measured /
+    estimated of its last report); notebooks left out are the plain calibration-scaled reference."""
+    own: dict | None = None
+    """The newest record made on a CPU of this kind (None: no report has run on one yet)."""
 
     @property
     def total(self) -> float:
@@ -119,6 +125,13 @@ class Estimate:
             line += f"; no reference time for {self.unknown}"
         if self.changed:
             line += f"; parameters changed since for {self.changed} (their times are the old parameters')"
+        own = [s for s, how in self.learned.items() if how == "own"]
+        ratio = [s for s, how in self.learned.items() if how == "ratio"]
+        if own:
+            line += (f"; learned on this kind of CPU: {len(own)} notebook(s) from its own report at "
+                     f"{self.own['commit']} on {self.own['date']}")
+        if ratio:
+            line += f"; {len(ratio)} corrected by the measured / estimated ratios of that report"
         return line
 
 
@@ -142,7 +155,48 @@ def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
     if effective is not None and ref.get("effective_parameters"):
         before, now = ref["effective_parameters"], effective
     changed = [s for s in stems if now is not None and s in before and before[s] != now.get(s)]
-    return Estimate(seconds, scale, ref, bool(same), [s for s in stems if s not in ref["notebooks"]], changed)
+    est = Estimate(seconds, scale, ref, bool(same), [s for s in stems if s not in ref["notebooks"]], changed)
+    return learn(est, pool, calibration, here, parameters, effective)
+
+
+def same_cpu(a: dict, b: dict) -> bool:
+    """Whether two CPU records (``cpu()``, stored records) are one kind of CPU: the same model name, half-precision
+    flags, GEMM policy and kernel caps (an emulation is its own kind)."""
+    return (a.get("cpu") is not None and all(a.get(k) == b.get(k) for k in ("cpu", "cpu_flags", "gemm_auto"))
+            and (a.get("kernel_caps") or {}) == (b.get("kernel_caps") or {}))
+
+
+def learn(est: Estimate, pool: list[dict], calibration: dict, here: dict, parameters: dict[str, dict] | None = None,
+          effective: dict[str, dict] | None = None) -> Estimate:
+    """The estimate corrected by what the reports made on this kind of CPU (``same_cpu``) measured; per notebook:
+
+    1. ``own``: the newest such report ran this notebook with today's parameters — its measured time, scaled by
+       the calibration ratio (the same kind of CPU: ~1);
+    2. ``ratio``: it ran the notebook with other parameters but kept the estimate printed before it, and the
+       reference is another CPU's — the reference's calibration-scaled time × that report's measured / estimated
+       (what the calibration missed about this CPU, e.g. its caches and memory, or an emulation's clock);
+    3. otherwise the reference's calibration-scaled time, as before.
+    A CPU's second report is thus estimated from its first, not from another CPU's."""
+    mine = [r for r in pool if same_cpu(r, here)]
+    if not mine:
+        return est
+    own = max(mine, key=lambda r: r["date"])
+    est.own = own
+    scale = calibration["seconds"] / own["calibration"]["seconds"]
+    before, now = own.get("parameters", {}), parameters
+    if effective is not None and own.get("effective_parameters"):
+        before, now = own["effective_parameters"], effective
+    guessed = own.get("estimated") or {}
+    for stem in list(est.seconds) + est.unknown:
+        same_params = now is None or (stem in before and before[stem] == now.get(stem))
+        if stem in own["notebooks"] and same_params:
+            est.seconds[stem], est.learned[stem] = own["notebooks"][stem] * scale, "own"
+        elif (stem in est.seconds and guessed.get(stem) and stem in own["notebooks"]
+              and not same_cpu(est.reference, here)):  # the reference is another CPU's: correct it once
+            est.seconds[stem] *= own["notebooks"][stem] / guessed[stem]
+            est.learned[stem] = "ratio"
+    est.unknown = [s for s in est.unknown if s not in est.seconds]
+    return est
 
 
 def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = TIMINGS) -> dict:
@@ -161,6 +215,10 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
            "parameters": {n["stem"]: n["parameters"] for n in run["notebooks"]}}
     if all("defaults" in n for n in run["notebooks"]):  # reports made since the runner kept the notebooks' defaults
         rec["effective_parameters"] = {n["stem"]: {**n["defaults"], **n["parameters"]} for n in run["notebooks"]}
+    if run.get("estimate"):  # what was printed before it ran: the next estimate on this kind of CPU learns from it
+        rec["estimated"] = {k: round(v, 1) for k, v in run["estimate"].items()}
+        rec["measured_over_estimated"] = {k: round(rec["notebooks"][k] / v, 3) for k, v in run["estimate"].items()
+                                          if k in rec["notebooks"] and v}
     rows = records(path)
     rows.append(rec)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
