@@ -8,6 +8,12 @@ from nbkit import pool, schema
 from nbkit.rl import RLConfig, study
 
 
+@pytest.fixture(autouse=True)
+def no_worker_limit(monkeypatch):
+    """The suite itself sets ``NBKIT_WORKERS=0`` (tests/conftest.py); these tests start from an unset limit."""
+    monkeypatch.delenv(pool.WORKERS_ENV, raising=False)
+
+
 def test_one_free_core_means_one_job_at_a_time_on_one_thread():
     placement = pool.place(jobs=6, threads=1, cores=[3])
     assert (placement.workers, placement.threads, placement.slots) == (1, 1, ((3,),))
