@@ -266,8 +266,9 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
         folder, named_split = NAMED_SOURCES[source]
         path, split = paths.DATA / folder, split or named_split
     else:
-        path = Path(source).expanduser()
-        path = path if path.is_absolute() else paths.ROOT / path
+        path = Path(source).expanduser().absolute()  # a relative path from the current directory, as a shell's;
+        if not path.exists() and not Path(source).expanduser().is_absolute() and (paths.ROOT / source).exists():
+            path = paths.ROOT / source  # else the project's own (the default data/tiny_arith_sanity from anywhere)
     if not path.exists():
         raise FileNotFoundError(f"problem source {source!r} not found (looked at {path}); "
                                 f"named sources: arith, long_arith, {', '.join(NAMED_SOURCES)}")
