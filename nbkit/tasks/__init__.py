@@ -352,7 +352,8 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
     missing = [k for k in (cfg.problem_key, cfg.answer_key) if k not in columns]
     if missing:
         raise ValueError(f"problem source {cfg.source!r} has no column(s) {missing}; available columns: "
-                         f"{columns} (set problem_key= / answer_key=)")
+                         f"{columns}: name them {cfg.problem_key!r} and {cfg.answer_key!r} in the file (nbkit train "
+                         f"reads those names; from Python, TaskConfig's problem_key and answer_key name others)")
     check_rows(cfg, rows)
     order = list(range(len(rows)))
     if cfg.pool_size and cfg.pool_size < len(rows):
