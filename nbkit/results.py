@@ -85,7 +85,8 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
           configs: dict | None = None, notes: str = "", root: Path = RESULTS, earlier: list[dict] | None = None,
           keep_old: bool = False) -> Path:
     """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.rl.study.load_runs``) as
-    study ``study`` with its provenance card; an existing study of that name is replaced as a whole.
+    study ``study`` with its provenance card; an existing study of that name is replaced as a whole (its folder
+    must hold only what its marker lists: ``outputs.check_replace``; ``GridStudy.store`` decides whether to).
 
     ``command`` is what a reader runs to reproduce it (e.g. ``make report PROFILE=cpu-full``), ``wall_seconds``
     the study's wall time, ``configs`` any JSON-able description of the runs (e.g. ``label → RLConfig.to_dict()``).

@@ -395,9 +395,9 @@ CASES = [
          "is not writable"),
     Case("cli-doctor-out-read-only", nbkit("doctor", "--model", "tiny-arith", "--engine", "hf", "--out",
                                            "/proc/nbkit-no-such/doc"), EXIT_2, "is not writable"),
-    Case("cli-train-output-under-a-file", nbkit("train", "--dataset", lambda c: c.arith, "--train-dtype", "fp32",
-                                                "--output-dir", lambda c: str(Path(c.users_folder) / "thesis.tex" / "r")),
-         EXIT_2, "is not a folder"),
+    Case("cli-train-output-under-a-file",
+         nbkit("train", "--dataset", lambda c: c.arith, "--train-dtype", "fp32",
+               "--output-dir", lambda c: str(Path(c.users_folder) / "thesis.tex" / "r")), EXIT_2, "is not a folder"),
     Case("store-name-too-long", lambda c: outputs.check_replace(c.tmp / ("s" * 250), "results"),
          outputs.OutputFolderError, "is 250 bytes long"),
 ]

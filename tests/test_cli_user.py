@@ -61,7 +61,7 @@ def test_ctrl_c_during_nbkit_run_leaves_a_notebook_named_partial_and_the_finding
     stem = runner.notebooks(["00"])[0].stem
     assert (out / f"{stem}.partial.ipynb").exists() and not (out / f"{stem}.ipynb").exists()
     page = (out / "index.html").read_text()
-    assert f"interrupted (Ctrl-C)" in page and f"{stem}.partial.ipynb" in page
+    assert "interrupted (Ctrl-C)" in page and f"{stem}.partial.ipynb" in page
     assert "interrupted (Ctrl-C)" in capsys.readouterr().err
 
 

@@ -233,7 +233,8 @@ def interrupted(cfg: RLConfig) -> str:
         return (f"\nnbkit train: interrupted at step {done}; last checkpoint {complete[-1].name}; resume with "
                 f"`nbkit train ... --resume` (the same flags, --resume instead of --overwrite)")
     return (f"\nnbkit train: interrupted at step {done}; no checkpoint to resume from (checkpoint_every="
-            f"{cfg.checkpoint_every}): start it again with --overwrite, or set --checkpoint-every K to make it resumable")
+            f"{cfg.checkpoint_every}): start it again with --overwrite, or set --checkpoint-every K to make it "
+            f"resumable")
 
 
 def main(argv: list[str] | None = None) -> int:

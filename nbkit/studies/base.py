@@ -234,7 +234,8 @@ class GridStudy(Study):
         stored_grid = self.grid_options(card)
         now = json.loads(json.dumps(options, default=str))
         fields = [f"{k} (stored: {json.dumps(stored_grid.get(k))}, now: {json.dumps(now.get(k))})"
-                  for k in sorted(set(stored_grid) | set(now)) if k != "output_dir" and stored_grid.get(k) != now.get(k)]
+                  for k in sorted(set(stored_grid) | set(now))
+                  if k != "output_dir" and stored_grid.get(k) != now.get(k)]
         stored_configs = card.get("configs", {}).get("runs", {})
         stored_rows = self.load(root)
 
@@ -243,9 +244,9 @@ class GridStudy(Study):
                 k: v for k, v in b.items() if k not in SAFE_TO_CHANGE}
 
         plain = json.loads(json.dumps(runs, default=results._plain))
+        plain_configs = json.loads(json.dumps(configs, default=str))
         changed = sorted(k for k in set(runs) & set(stored_rows)
-                         if stored_rows[k] != plain[k] or not same_config(stored_configs.get(k, {}),
-                                                                        json.loads(json.dumps(configs[k], default=str))))
+                         if stored_rows[k] != plain[k] or not same_config(stored_configs.get(k, {}), plain_configs[k]))
         if not fields and set(runs) == set(stored_rows) and not changed:
             return ""
         parts = [f"{len(stored_rows)} stored runs -> {len(runs)}"]

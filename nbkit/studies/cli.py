@@ -9,8 +9,9 @@
 ``--set key=value`` passes an option of the study's grid (a JSON value, or a plain string; an unknown key is refused
 naming the grid's options); ``run`` and ``store`` must get the same options. ``run`` never replaces a run of another
 setting without ``--overwrite``; ``store`` never replaces a stored study of other runs or another grid without
-``--replace`` (the old one is then kept beside as ``data/results/NAME.replaced-<date>``). A finished run is never re-run, so ``run`` resumes a study cut off half-way, and two
-shards (``--shard 0/2``, ``--shard 1/2``) split it between two processes.
+``--replace`` (the old one is then kept beside as ``data/results/NAME.replaced-<date>``). A finished run is never
+re-run, so ``run`` resumes a study cut off half-way, and two shards (``--shard 0/2``, ``--shard 1/2``)
+split it between two processes.
 """
 from __future__ import annotations
 
