@@ -149,7 +149,7 @@ class GridStudy(Study):
                 raise FileExistsError(
                     f"study {self.name}: {len(others)} run folder(s) hold a run of another setting, which this grid "
                     f"would replace: {' | '.join(others[:3])}{' | ...' if len(others) > 3 else ''}; pass --overwrite "
-                    f"to replace them (keeps nothing), or --set output_dir=<another folder>")
+                    f"(overwrite=True) to replace them, keeping nothing, or --set output_dir=<another folder>")
         for label, cfg in tqdm(todo.items(), desc=f"{self.name} shard {i}/{n}", disable=not progress):
             if not self.finished(cfg):
                 train(replace(cfg, overwrite=True, resume=False), progress=False)
