@@ -155,6 +155,23 @@ def check_replace(folder: str | Path, kind: str, what: str = "output folder", le
     return out
 
 
+def check_listed(folder: str | Path, kind: str, what: str = "output folder", files_only: bool = False) -> str:
+    """``check_folder``, and for a folder whose marker lists its files (``files``), nothing else in it: the rule of a
+    writer that adds files to its folder (a report, the doctor) rather than replacing it. ``files_only``: folders in
+    it are let be (the writer never deletes a folder: a report folder holds the doctor's and the runs' folders).
+    Reads only."""
+    status = check_folder(folder, kind, what)
+    folder = Path(folder).expanduser()
+    if status == "own" and isinstance((read_marker(folder) or {}).get("files"), list):
+        extra = [n for n in foreign_entries(folder) if not (files_only and (folder / n).is_dir())]
+        if extra:
+            raise OutputFolderError(f"{what} {str(folder)!r} is a workbook {kind} output, but it also holds "
+                                    f"{', '.join(extra[:5] + (['...'] if len(extra) > 5 else []))}, which the "
+                                    f"workbook did not write (its {MARKER} does not list them): move them out of it, "
+                                    f"or choose another folder")
+    return status
+
+
 def resolve_link(path: str | Path) -> Path:
     """``path`` with a symlink (at any level) followed: the folder a write really goes to."""
     path = Path(path).expanduser()

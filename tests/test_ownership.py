@@ -225,3 +225,22 @@ def test_a_marked_folder_holding_the_users_files_is_refused_and_left_byte_for_by
     assert "NOTES.md" in said and "README.md" in said and "which the workbook did not write" in said, said
     assert "Traceback" not in said
     assert snapshot(folder) == before
+
+
+@pytest.mark.parametrize("entry", ["nbkit-doctor", "nbkit-run", "runner-run"])
+def test_a_report_or_doctor_folder_listing_its_files_refuses_a_users_file_added_to_it(entry, tmp_path, arith_jsonl,
+                                                                                      capsys):
+    folder = tmp_path / "work" / "mine"
+    kind = "doctor" if "doctor" in entry else "report"
+    outputs.write_marker(folder, kind, files=["doctor.html"] if kind == "doctor" else ["index.html"])
+    (folder / ("doctor.html" if kind == "doctor" else "index.html")).write_text("the workbook's\n")
+    (folder / "NOTES.md").write_text("mine\n")
+    before = snapshot(folder)
+    try:
+        ENTRY_POINTS[entry](folder, arith_jsonl)
+    except outputs.OutputFolderError as exc:
+        said = str(exc)
+    else:
+        said = capsys.readouterr().err
+    assert "NOTES.md, which the workbook did not write" in said and "Traceback" not in said, said
+    assert snapshot(folder) == before

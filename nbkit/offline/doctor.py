@@ -298,7 +298,7 @@ def write_html(result: DoctorResult, out: Path) -> Path:
     from nbkit import outputs
     from nbkit.plots import mismatch as plots
 
-    outputs.check_folder(out, KIND, "doctor folder")  # new, empty or an earlier doctor report: never a user's
+    outputs.check_listed(out, KIND, "doctor folder")  # new, empty or an earlier doctor report: never a user's
     figures = [crossing_figure(result)]
     if result.pairs:
         pairs = result.pairs
@@ -326,7 +326,8 @@ def write_html(result: DoctorResult, out: Path) -> Path:
                                           for k, v in prov.items()) + "</dl>"
             f"<h2>Verdict: {html.escape(result.verdict)}</h2><ul>{reasons}</ul>"
             f"<pre>{html.escape(result.text())}</pre>{body}")
-    outputs.write_marker(out, KIND, model=result.config.model)
+    listed = (outputs.read_marker(out) or {}).get("files") or []
+    outputs.write_marker(out, KIND, model=result.config.model, files=sorted({*listed, "doctor.html", "doctor.json"}))
     outputs.write_text(out / "doctor.html", page)
     outputs.write_text(out / "doctor.json", json.dumps({"provenance": prov, **result.to_json()}, indent=2,
                                                        default=float))
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name
         from nbkit import outputs
 
-        outputs.check_folder(out, KIND, "doctor folder")  # before any model loads or sample is drawn
+        outputs.check_listed(out, KIND, "doctor folder")  # before any model loads or sample is drawn
     except ValueError as exc:
         parser.error(str(exc))
     from nbkit import versions

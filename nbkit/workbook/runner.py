@@ -192,7 +192,7 @@ def check_out_dir(out_dir) -> Path:
 
     if not str(out_dir).strip():
         raise ValueError(f"the report folder must be named, got {str(out_dir)!r}")
-    outputs.check_folder(out_dir, "report", "report folder")
+    outputs.check_listed(out_dir, "report", "report folder", files_only=True)
     return Path(out_dir)
 
 
@@ -205,7 +205,7 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     for path in paths:
         check_parameters(path, params[path.stem])
     out_dir = check_out_dir(out_dir)
-    outputs.write_marker(out_dir, "report", profile=profile)
+    outputs.write_marker(out_dir, "report", profile=profile, files=True)  # what is there passed check_out_dir
     prov = report.provenance(profile)
     timing = expect([p.stem for p in paths], profile, params,
                     {p.stem: effective_parameters(p, params[p.stem]) for p in paths})
@@ -225,6 +225,8 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
         r = results[-1]
         print(f"[nbkit] {r.stem}: {'ok' if r.ok else 'FAILED: ' + r.error} in {r.seconds:.0f} s", flush=True)
         report.write_index(Path(out_dir), profile, results, prov, timing)  # finished work is never lost
+        outputs.record_files(Path(out_dir), [p.name for p in Path(out_dir).iterdir()
+                                             if p.name != outputs.MARKER and not p.name.startswith(".nbkit-lock")])
     from nbkit.studies.base import markdown_table
 
     print(markdown_table(report.time_table(results, timing["estimate"])), flush=True)
