@@ -167,3 +167,33 @@ def test_the_commands_nbkit_plan_prints_never_replace_a_run_when_re_run():
     for profile in ("smoke", "gpu", "cpu-full"):
         commands = [c for _, cs in plan.make_plan(profile=profile).steps for c in cs]
         assert commands and not any("--overwrite" in c for c in commands), profile
+
+
+@pytest.mark.slow
+def test_a_real_sigint_during_nbkit_train_ends_in_one_line_and_the_run_resumes(tmp_path, arith_jsonl):
+    """The real thing: ``python -m nbkit train`` on tiny-arith, SIGINT once three steps are logged."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from nbkit.paths import ROOT
+
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "nbkit", "train", "--dataset", arith_jsonl, "--train-dtype", "fp32", "--steps", "400",
+            "--prompts-per-step", "2", "--samples-per-prompt", "2", "--max-tokens", "8", "--checkpoint-every", "2",
+            "--output-dir", str(out), "--quiet"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if runfolder.last_logged_step(out) >= 3:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("nbkit train: interrupted at step "), err
+    assert "; last checkpoint checkpoint-" in last and "resume with `nbkit train ... --resume`" in last
