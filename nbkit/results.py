@@ -129,9 +129,14 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
     return out
 
 
+REPLACED = ".replaced-"
+"""In the name of a study kept by ``store(keep_old=True)`` (``<study>.replaced-<date>``): not a stored study of the
+catalog, a copy kept until the user deletes it."""
+
+
 def replaced_name(out: Path) -> Path:
     """Where a replaced study is kept: ``<study>.replaced-<YYYY-MM-DD>`` beside it (``-2``, ``-3``, ... when taken)."""
-    base = out.with_name(f"{out.name}.replaced-{_dt.date.today().isoformat()}")
+    base = out.with_name(f"{out.name}{REPLACED}{_dt.date.today().isoformat()}")
     candidate, n = base, 1
     while candidate.exists() or candidate.is_symlink():
         n += 1
