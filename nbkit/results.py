@@ -29,6 +29,9 @@ RESULTS = DATA / "results"
 CARD = "provenance.json"
 """The provenance card's file name inside a study folder."""
 
+STUDY_FILES = ("runs", CARD)
+"""What ``store`` writes into a study folder (what it may replace where a marker predates its ``files`` list)."""
+
 
 def study_dir(study: str, root: Path = RESULTS) -> Path:
     """The folder of ``study`` (a plain name: letters, digits, ``-``, ``_``, ``.``)."""
@@ -80,16 +83,18 @@ def machine() -> dict:
 
 def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str, wall_seconds: float,
           configs: dict | None = None, notes: str = "", root: Path = RESULTS, earlier: list[dict] | None = None,
-          record: dict | None = None) -> Path:
+          record: dict | None = None, keep_old: bool = False) -> Path:
     """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.rl.study.load_runs``) as
-    study ``study`` with its provenance card; an existing study of that name is replaced as a whole.
+    study ``study`` with its provenance card; an existing study of that name is replaced as a whole (its folder
+    must hold only what its marker lists: ``outputs.check_replace``; ``GridStudy.store`` decides whether to).
 
     ``command`` is what a reader runs to reproduce it (e.g. ``make report PROFILE=cpu-full``), ``wall_seconds``
     the study's wall time, ``configs`` any JSON-able description of the runs (e.g. ``label → RLConfig.to_dict()``).
     ``earlier``: the parts of a study made in several sittings (``parts`` of the earlier card, each with the runs it trained) whose runs ``runs``
     carries over; the card lists them under ``parts`` with this sitting's, and its wall time is their sum.
     ``record``: fields of the study's record kept on the card as they are (``nbkit.studies.amendments``: the rule,
-    the training start and the amendments of a study continued in a later sitting)."""
+    the training start and the amendments of a study continued in a later sitting).
+    ``keep_old``: the study it replaces is kept beside it as ``<study>.replaced-<date>`` (``replaced_name``)."""
     if not isinstance(runs, dict):
         from nbkit.rl.study import load_runs
 
@@ -103,7 +108,7 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
     if not command.strip():
         raise ValueError("command must say how the study is reproduced")
     out = study_dir(study, root)
-    outputs.check_folder(out, "results", "stored-results folder")  # refuse a folder of the user's before writing
+    out = outputs.check_replace(out, "results", "stored-results folder", STUDY_FILES)  # before writing anything
     new = outputs.temp_folder_beside(out)
     (new / "runs").mkdir(parents=True)
     for label, rows in runs.items():  # mtime=0: the same rows give the same bytes (a re-store changes no file)
@@ -118,8 +123,27 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
         card["parts"] = [*earlier, {**parts(card)[0], "runs": sorted(set(runs) - carried)}]
         card["wall_seconds"] = round(sum(p["wall_seconds"] for p in card["parts"]), 1)
     outputs.write_json(new / CARD, card, indent=1, default=_plain)
-    outputs.write_marker(new, "results", study=study)
-    return outputs.replace_folder(new, out, "results")
+    outputs.write_marker(new, "results", study=study, files=True)
+    kept = replaced_name(out) if keep_old and (out / CARD).is_file() else None
+    outputs.replace_folder(new, out, "results", STUDY_FILES, keep_old=kept)
+    if kept is not None:
+        print(f"[nbkit] the study it replaced is kept as {kept} (delete it when no longer needed)", flush=True)
+    return out
+
+
+REPLACED = ".replaced-"
+"""In the name of a study kept by ``store(keep_old=True)`` (``<study>.replaced-<date>``): not a stored study of the
+catalog, a copy kept until the user deletes it."""
+
+
+def replaced_name(out: Path) -> Path:
+    """Where a replaced study is kept: ``<study>.replaced-<YYYY-MM-DD>`` beside it (``-2``, ``-3``, ... when taken)."""
+    base = out.with_name(f"{out.name}{REPLACED}{_dt.date.today().isoformat()}")
+    candidate, n = base, 1
+    while candidate.exists() or candidate.is_symlink():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
 
 
 def parts(card: dict) -> list[dict]:

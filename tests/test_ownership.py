@@ -194,3 +194,53 @@ def test_file_names_the_workbook_uses_do_not_make_a_folder_its_own(entry, tmp_pa
         said = capsys.readouterr().err
     assert EXACT_DECOYS[entry][0] in said and "overwrite" not in said, said
     assert snapshot(decoy) == before
+
+
+MARKED_KINDS = {"dataset-build": "dataset", "dataset-write": "dataset", "study-store": "results",
+                "train-overwrite": runfolder.KIND, "nbkit-train-overwrite": runfolder.KIND}
+"""Entry points that replace a marked folder of their own kind (a rebuild, a re-store, an overwrite)."""
+EXTRAS = {"NOTES.md": "my notes\n", "README.md": "# my project\n"}
+"""What a user adds to a folder the workbook made (issue 41: a rebuild took them with it)."""
+
+
+@pytest.mark.parametrize("entry", MARKED_KINDS, ids=list(MARKED_KINDS))
+def test_a_marked_folder_holding_the_users_files_is_refused_and_left_byte_for_byte(entry, tmp_path, arith_jsonl,
+                                                                                     capsys):
+    folder = tmp_path / "work" / "mine"
+    outputs.write_marker(folder, MARKED_KINDS[entry], files=[])  # the workbook's, and it wrote nothing listed
+    if MARKED_KINDS[entry] == runfolder.KIND:  # a run there, so that --overwrite has something to replace
+        (folder / "config.json").write_text(json.dumps(rl(arith_jsonl, folder).to_dict()))
+        (folder / "metrics.jsonl").write_text('{"step": 1}\n')
+    for name, text in EXTRAS.items():
+        (folder / name).write_text(text)
+    (folder / "my-run").mkdir()
+    (folder / "my-run" / "metrics.jsonl").write_text('{"step": 1}\n')
+    before = snapshot(folder)
+    try:
+        ENTRY_POINTS[entry](folder, arith_jsonl)
+    except outputs.OutputFolderError as exc:
+        said = str(exc)
+    else:
+        said = capsys.readouterr().err
+    assert "NOTES.md" in said and "README.md" in said and "which the workbook did not write" in said, said
+    assert "Traceback" not in said
+    assert snapshot(folder) == before
+
+
+@pytest.mark.parametrize("entry", ["nbkit-doctor", "nbkit-run", "runner-run"])
+def test_a_report_or_doctor_folder_listing_its_files_refuses_a_users_file_added_to_it(entry, tmp_path, arith_jsonl,
+                                                                                      capsys):
+    folder = tmp_path / "work" / "mine"
+    kind = "doctor" if "doctor" in entry else "report"
+    outputs.write_marker(folder, kind, files=["doctor.html"] if kind == "doctor" else ["index.html"])
+    (folder / ("doctor.html" if kind == "doctor" else "index.html")).write_text("the workbook's\n")
+    (folder / "NOTES.md").write_text("mine\n")
+    before = snapshot(folder)
+    try:
+        ENTRY_POINTS[entry](folder, arith_jsonl)
+    except outputs.OutputFolderError as exc:
+        said = str(exc)
+    else:
+        said = capsys.readouterr().err
+    assert "NOTES.md, which the workbook did not write" in said and "Traceback" not in said, said
+    assert snapshot(folder) == before

@@ -6,6 +6,7 @@ import argparse
 import difflib
 import importlib
 import os
+import re
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -24,6 +25,12 @@ def dispatch(name: str, argv: list[str]) -> int:
 DEBUG_FLAG = "--debug"
 """Anywhere on a command line (or ``NBKIT_DEBUG=1``): a refusal shows its traceback too."""
 
+INTERRUPTED = 130
+"""Exit status of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it)."""
+
+_debug = [os.environ.get("NBKIT_DEBUG") == "1"]
+"""Whether this command line asked for ``--debug`` (set by ``guarded``; read by ``Parser.error``)."""
+
 
 def refusals() -> tuple[type, ...]:
     """The errors a command line reports as a refusal of its input: bad values, files and folders, a busy run."""
@@ -38,20 +45,43 @@ def guarded(main, argv: list[str] | None = None, prog: str = "nbkit") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG_FLAG in argv or os.environ.get("NBKIT_DEBUG") == "1"
     argv = [a for a in argv if a != DEBUG_FLAG]
+    previous, _debug[0] = _debug[0], debug
     try:
         return main(argv)
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, no traceback
+        if debug:
+            raise
+        print(f"\n{prog}: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        return INTERRUPTED
     except refusals() as exc:
         if debug:
             raise
         text = " ".join(str(exc).split()) or type(exc).__name__
         print(f"{prog}: error: {text} (--debug shows the traceback)", file=sys.stderr, flush=True)
         return 2
+    finally:
+        _debug[0] = previous
+
+
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+"""A token that is a negative number (``-1e-4``, ``-0.5``, ``-3``): always a flag's value, never a flag (argparse's
+own pattern misses exponents, so ``--lr -1e-4`` failed with "expected one argument")."""
 
 
 class Parser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose error for an unknown flag names the close ones (``--dtype fp16`` → "did you
     mean --train_dtype?"), as a config file's unknown key already does; argparse's own message names none. The flags
-    of a chosen subcommand count too."""
+    of a chosen subcommand count too. A refusal is one line (``prog: error: ...``) without argparse's usage block
+    (``--help`` shows it; ``--debug`` prints it with the error), and a negative number is a value (``--lr -1e-4``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER
+
+    def error(self, message):
+        if _debug[0]:
+            self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())}\n")
 
     def parse_args(self, args=None, namespace=None):
         namespace, extras = self.parse_known_args(args, namespace)

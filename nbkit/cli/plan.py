@@ -102,8 +102,9 @@ def run_configs(profile: str) -> list[RLConfig]:
     algorithms, dtypes = params["algorithms"], params.get("train_dtypes", ["fp16", "bf16"])
     base = config_from(params.get("config_overrides", {}))  # the notebook's own recipe, as it builds it
     seeds = params.get("seeds") or [None]
+    # overwrite=False: a command re-run after a crash is refused, never replaces the run (--resume continues it)
     return [dataclasses.replace(base, algorithm=a, train_dtype=d, seed=base.seed if s is None else s,
-                                output_dir=f"runs/{profile}/{run_label(a, d, s)}")
+                                output_dir=f"runs/{profile}/{run_label(a, d, s)}", overwrite=False)
             for d in dtypes for a in algorithms for s in seeds]
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from nbkit.cli import launch
-from nbkit.cli.commands import Parser
+from nbkit.cli.commands import INTERRUPTED, Parser
 from nbkit.fieldcheck import spec
 from nbkit.rl.config import RLConfig
 
@@ -224,6 +224,20 @@ def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace
     return cfg, args
 
 
+def interrupted(cfg: RLConfig) -> str:
+    """The one line a Ctrl-C leaves: the step reached, the last complete checkpoint and how to continue."""
+    from nbkit.rl import runfolder
+
+    done = runfolder.last_logged_step(cfg.out)
+    complete = runfolder.checkpoints(cfg.out)[0]
+    if complete:
+        return (f"\nnbkit train: interrupted at step {done}; last checkpoint {complete[-1].name}; resume with "
+                f"`nbkit train ... --resume` (the same flags, --resume instead of --overwrite)")
+    return (f"\nnbkit train: interrupted at step {done}; no checkpoint to resume from (checkpoint_every="
+            f"{cfg.checkpoint_every}): start it again with --overwrite, or set --checkpoint-every K to make it "
+            f"resumable")
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg, args = resolve(argv)
     if args.print_config:
@@ -233,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from nbkit.rl import train
 
-    result = train(cfg, progress=not args.quiet)
+    try:
+        result = train(cfg, progress=not args.quiet)
+    except KeyboardInterrupt:
+        print(interrupted(cfg), file=sys.stderr, flush=True)
+        return INTERRUPTED
     from nbkit.rl.run import world
 
     if world()[0] == 0:

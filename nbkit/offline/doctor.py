@@ -76,6 +76,10 @@ class DoctorConfig:
         from nbkit.fieldcheck import check_fields
         from nbkit.models import DTYPES
 
+        for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "anatomy_sequences"):
+            value = getattr(self, name)  # one range message for every value below it (-5 as 0), before the types'
+            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value!r}")
         check_fields(self)  # types (and ints >= 0) from the annotations, before anything is compared
         bad = [d for d in self.dtypes if d not in DTYPES]
         if bad or not self.dtypes:
@@ -201,7 +205,8 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
     from nbkit import models
     from nbkit.offline import analysis, anatomy, lints
 
-    setup = setup or lints.Setup(target_length=cfg.target_length)
+    setup = setup or lints.Setup(target_length=cfg.target_length, engine_dtype="fp16",
+                                 engine_dtype_source="the default setup: FP16 on both sides")
     start = time.time()
     pairs, engine, grids, stages = {}, cfg.engine, {}, {}
     for d in cfg.dtypes:
@@ -293,7 +298,7 @@ def write_html(result: DoctorResult, out: Path) -> Path:
     from nbkit import outputs
     from nbkit.plots import mismatch as plots
 
-    outputs.check_folder(out, KIND, "doctor folder")  # new, empty or an earlier doctor report: never a user's
+    outputs.check_listed(out, KIND, "doctor folder")  # new, empty or an earlier doctor report: never a user's
     figures = [crossing_figure(result)]
     if result.pairs:
         pairs = result.pairs
@@ -311,15 +316,33 @@ def write_html(result: DoctorResult, out: Path) -> Path:
                        f"{html.escape(f.consequence)}<br>fix: {html.escape(f.fix)}</li>" for f in result.findings)
     reasons += (f"</ul><h2>Setup: {len(result.findings)} finding(s)</h2><ul>{findings}" if result.findings
                 else "</ul><h2>Setup: no finding</h2><ul>")
+    prov = provenance()
     page = ("<!doctype html><meta charset='utf-8'><title>nbkit doctor</title>"
-            "<style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}</style>"
+            "<style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}"
+            "dl.prov{display:grid;grid-template-columns:max-content auto;gap:2px 14px} dl.prov dt{font-weight:bold} "
+            "dl.prov dd{margin:0}</style>"
             f"<h1>nbkit doctor: {html.escape(result.config.model)}</h1>"
+            "<dl class='prov'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>"
+                                          for k, v in prov.items()) + "</dl>"
             f"<h2>Verdict: {html.escape(result.verdict)}</h2><ul>{reasons}</ul>"
             f"<pre>{html.escape(result.text())}</pre>{body}")
-    outputs.write_marker(out, KIND, model=result.config.model)
+    listed = (outputs.read_marker(out) or {}).get("files") or []
+    outputs.write_marker(out, KIND, model=result.config.model, files=sorted({*listed, "doctor.html", "doctor.json"}))
     outputs.write_text(out / "doctor.html", page)
-    outputs.write_text(out / "doctor.json", json.dumps(result.to_json(), indent=2, default=float))
+    outputs.write_text(out / "doctor.json", json.dumps({"provenance": prov, **result.to_json()}, indent=2,
+                                                       default=float))
     return out / "doctor.html"
+
+
+def provenance() -> dict[str, str]:
+    """The findings page's provenance block (``nbkit.workbook.report.provenance``: commit, machine, date, versions)
+    with the CPU's half-precision flags and the GEMM policy ``auto`` picks here (the doctor has no profile)."""
+    from nbkit import gemm
+    from nbkit.workbook import report
+
+    prov = {k: v for k, v in report.provenance("").items() if k != "profile"}
+    return {**prov, "cpu half flags": ", ".join(gemm.half_flags()) or "none",
+            "gemm policy (auto)": str(gemm.resolve("auto"))}
 
 
 def setup_from_args(args) -> "lints.Setup":
@@ -340,6 +363,9 @@ def setup_from_args(args) -> "lints.Setup":
     if args.engine_dtype is not None:
         fields["engine_dtype"] = None if args.engine_dtype == "auto" else args.engine_dtype
         fields["engine_dtype_source"] = "--engine-dtype"
+    if fields.get("engine_dtype") is None and "engine_dtype_source" not in fields:  # not described: as documented,
+        fields["engine_dtype"] = fields.get("train_dtype", lints.Setup.train_dtype)  # the engine in the trainer's
+        fields["engine_dtype_source"] = "not set: the same as the trainer (--engine-dtype auto: the checkpoint's)"
     fields["pi_filtered"] = args.pi_filtered or fields.get("pi_filtered", False)
     fields["router_replay"] = args.router_replay or fields.get("router_replay", False)
     if args.run:
@@ -390,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name
         from nbkit import outputs
 
-        outputs.check_folder(out, KIND, "doctor folder")  # before any model loads or sample is drawn
+        outputs.check_listed(out, KIND, "doctor folder")  # before any model loads or sample is drawn
     except ValueError as exc:
         parser.error(str(exc))
     from nbkit import versions

@@ -17,7 +17,6 @@ from nbkit import lm_head
 from nbkit.engines import ENGINE_KINDS
 from nbkit.fieldcheck import SEED, at_least, check_fields, positive, unit
 from nbkit.models import DTYPES
-from nbkit.paths import ROOT
 
 REWARDS = ("correctness", "brevity")
 """What a response is rewarded for (``RLConfig.reward``)."""
@@ -273,9 +272,8 @@ class RLConfig:
 
     @property
     def out(self) -> Path:
-        """``output_dir`` as an absolute path (relative ones are under the project root)."""
-        p = Path(self.output_dir).expanduser()
-        return p if p.is_absolute() else ROOT / p
+        """``output_dir`` as an absolute path (a relative one from the current directory, as a shell reads it)."""
+        return Path(self.output_dir).expanduser().absolute()
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -4,7 +4,9 @@ A run folder holds ``config.json`` (the run's config), ``metrics.jsonl``, ``chec
 once finished, and the marker of ``nbkit.outputs`` with the run's id. The rules:
 
 - a fresh run (``resume=False``) goes into a new or empty folder; into a folder that holds a run only with
-  ``overwrite=True`` (which removes that run's files first, keeping nothing); any other folder is refused;
+  ``overwrite=True`` (which removes that run's files first, keeping nothing), and only when the folder holds nothing
+  else (a file the marker does not list, e.g. a user's README.md, is refused before any work); any other folder is
+  refused;
 - ``resume=True`` continues the run in the folder only if the config is the run's own, except the fields of
   ``SAFE_TO_CHANGE`` (e.g. ``steps``, to extend it); otherwise it names every differing field;
 - resuming a finished run with no more steps does nothing and says so;
@@ -46,9 +48,13 @@ SAFE_TO_CHANGE = ("steps", "resume", "overwrite", "checkpoint_every", "output_di
 """Config fields a resume may change: they do not change what the steps already taken would have computed
 (``steps`` extends or shortens the run, the rest are bookkeeping or resources)."""
 
-RUN_FILES = ("metrics.jsonl", "config.json", "summary.json", "README.md", "ranks")
-"""The files of a run that ``overwrite=True`` removes (with every ``checkpoint-N`` folder; README.md is TRL's
-model card; ``ranks/`` holds each process's own log in a multi-process run)."""
+RUN_FILES = ("metrics.jsonl", "config.json", "summary.json", "ranks")
+"""The files of a run that ``overwrite=True`` removes (with every ``checkpoint-N`` folder and the files the marker
+lists; ``ranks/`` holds each process's own log in a multi-process run)."""
+
+WRITTEN_BY_TRL = ("README.md",)
+"""Files TRL writes into the run folder itself (its model card, with every checkpoint): the workbook's only once
+its marker lists them (``RunFolderCallback.on_save`` records them); a user's file of that name is never replaced."""
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -109,6 +115,23 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
+def foreign_entries(out: Path) -> list[str]:
+    """The top-level names in run folder ``out`` that are not the run's: neither ``RUN_FILES``, a ``checkpoint-N``
+    folder, the lock files, nor listed by its marker (``outputs.foreign_entries``)."""
+    legacy = "files" not in (outputs.read_marker(out) or {})
+    return [n for n in outputs.foreign_entries(out, RUN_FILES) if n not in RUN_FILES and not _CHECKPOINT.match(n)
+            and not (legacy and n in WRITTEN_BY_TRL and _trl_card(out / n))]
+
+
+def _trl_card(path: Path) -> bool:
+    """Whether ``path`` is TRL's model card (a run marked before markers listed files: its README.md was TRL's)."""
+    try:
+        head = path.read_text(errors="replace")[:4000]
+    except OSError:
+        return False
+    return head.startswith("---") and "trl" in head.lower() and "library_name" in head
+
+
 def last_logged_step(out: Path) -> int:
     """The step of the last metrics row in run folder ``out`` (0 when none)."""
     from nbkit.rl.monitor import MetricsLog
@@ -127,6 +150,18 @@ def plan_run(cfg) -> RunPlan:
     status = outputs.check_folder(out, KIND, "run folder")
     has_run = status == "own" and (any((out / n).exists() for n in RUN_FILES) or any(checkpoints(out)))
     mark = outputs.read_marker(out) or {}
+    extra = foreign_entries(out) if status == "own" else []
+    if cfg.overwrite and has_run and not cfg.resume and extra:
+        raise outputs.OutputFolderError(
+            f"run folder {str(out)!r} holds a run and also {', '.join(extra[:5])}{', ...' if len(extra) > 5 else ''}, "
+            f"which the workbook did not write (its {outputs.MARKER} does not list them): replacing the run would "
+            f"leave them among a new run's files, or write over them; move them out of it, or choose another "
+            f"output_dir")
+    clobbered = [n for n in WRITTEN_BY_TRL if n in extra] if cfg.checkpoint_every else []
+    if clobbered:
+        raise outputs.OutputFolderError(
+            f"run folder {str(out)!r} holds {', '.join(clobbered)}, which the workbook did not write: TRL writes its "
+            f"model card there with every checkpoint; move it out of the folder, or choose another output_dir")
     if not cfg.resume:
         if has_run and not cfg.overwrite:
             raise FileExistsError(
@@ -174,14 +209,19 @@ def begin(plan: RunPlan, cfg) -> str:
     from nbkit.rl.monitor import MetricsLog
 
     out = plan.out
+    mark = outputs.read_marker(out) or {}
+    written = [n for n in mark.get("files") or [] if n != outputs.MARKER]
+    if "files" not in mark:  # marked before markers listed files: TRL's model card was the run's
+        written = [n for n in WRITTEN_BY_TRL if _trl_card(out / n)]
     if plan.clear:
-        for name in RUN_FILES:
+        for name in (*RUN_FILES, *written):  # the run's files and what its marker lists: nothing else
             shutil.rmtree(out / name) if (out / name).is_dir() else (out / name).unlink(missing_ok=True)
         for ckpt in sum(checkpoints(out), []):
             shutil.rmtree(ckpt)
+        written = []
     for ckpt in plan.partial:
         shutil.rmtree(ckpt, ignore_errors=True)
-    mark = outputs.write_marker(out, KIND, id=plan.run_id or None)
+    mark = outputs.write_marker(out, KIND, id=plan.run_id or None, files=written)
     outputs.write_json(out / "config.json", {**cfg.to_dict(), **{k: False for k in BOOKKEEPING}})
     log = MetricsLog(out / "metrics.jsonl")
     if plan.action == "resume":
@@ -223,6 +263,7 @@ class RunFolderCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        outputs.record_files(Path(args.output_dir), [n for n in WRITTEN_BY_TRL if (Path(args.output_dir) / n).exists()])
         outputs.write_json(ckpt / STATE_FILE, {
             "run_id": self.run_id, "step": state.global_step,
             "rollout_calls": self.trainer.vllm_generation._calls,

@@ -17,6 +17,10 @@ from pathlib import Path
 from nbkit import results
 
 
+class StoredStudyError(FileExistsError):
+    """``store`` would replace a stored study with other runs or another grid without ``replace``: nothing changed."""
+
+
 class Study:
     """One stored study under ``data/results/<name>`` and how to read it."""
 
@@ -104,6 +108,21 @@ class GridStudy(Study):
             return False
         return not differing_fields(saved, cfg) and last_logged_step(out) >= cfg.steps
 
+    @staticmethod
+    def other_setting(cfg) -> list[str]:
+        """The differing fields (``runfolder.differing_fields``) when ``cfg``'s run folder holds a workbook run of
+        another setting ([] for none, an unreadable config, or a run of this one)."""
+        from nbkit import outputs
+        from nbkit.rl.runfolder import KIND, differing_fields
+
+        if (outputs.read_marker(Path(cfg.output_dir)) or {}).get("kind") != KIND:
+            return []  # not a run of the workbook: train refuses the folder itself (nbkit.outputs)
+        try:
+            saved = json.loads((Path(cfg.output_dir) / "config.json").read_text())
+        except (OSError, ValueError):
+            return []
+        return differing_fields(saved, cfg) if isinstance(saved, dict) else []
+
     def shard_of(self, j: int, n: int) -> int:
         """The shard of the grid's ``j``-th run: every n-th, shifted by one per group of ``twins`` (when runs come
         in twins) so that plain dealing does not give each of two shards one variant."""
@@ -113,12 +132,14 @@ class GridStudy(Study):
 
     # -- write half ------------------------------------------------------------------------------------------
     def run(self, shard: tuple[int, int] = (0, 1), progress: bool = True, keep_stored: bool = False,
-            root: Path = results.RESULTS, threads: int = 1, workers: int | None = None,
+            root: Path = results.RESULTS, overwrite: bool = False, threads: int = 1, workers: int | None = None,
             **options) -> dict[str, list[dict]]:
         """Train every unfinished run of shard ``i/n`` (an unfinished run restarts from step 0; a finished one is
         read back); returns ``label → rows`` of the shard's runs trained or found in their folders.
         ``keep_stored``: a run the stored study already holds with this very config counts as finished (a study
         continued in a later sitting, on another machine, trains only what its card lists as missing).
+        A run folder holding a run of another setting (``other_setting``) is refused, naming the differing fields,
+        before anything trains, unless ``overwrite``.
         ``threads`` / ``workers``: how runs share the cores (``nbkit.rl.study.train_all``; the rows do not depend on
         ``workers``)."""
         from nbkit.rl import study
@@ -127,6 +148,14 @@ class GridStudy(Study):
         grid = self.grid(**options)
         stored = self.stored_runs(grid, root)[1] if keep_stored else {}
         todo = {k: c for j, (k, c) in enumerate(grid.items()) if self.shard_of(j, n) == i and k not in stored}
+        if not overwrite:  # before any run trains: a run of another setting is never replaced silently
+            others = [f"{cfg.output_dir}: {'; '.join(diffs)}" for cfg in todo.values()
+                      if (diffs := self.other_setting(cfg))]
+            if others:
+                raise FileExistsError(
+                    f"study {self.name}: {len(others)} run folder(s) hold a run of another setting, which this grid "
+                    f"would replace: {' | '.join(others[:3])}{' | ...' if len(others) > 3 else ''}; pass --overwrite "
+                    f"(overwrite=True) to replace them, keeping nothing, or --set output_dir=<another folder>")
         fresh = {k: replace(c, overwrite=True, resume=False) for k, c in todo.items() if not self.finished(c)}
         if fresh:
             print(f"[nbkit] {self.name} shard {i}/{n}: {len(fresh)} of {len(todo)} run(s) to train", flush=True)
@@ -161,11 +190,14 @@ class GridStudy(Study):
         return runs, configs
 
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, keep_stored: bool = False,
-              **options) -> Path:
+              replace: bool = False, **options) -> Path:
         """Store every finished run of the grid (a partial run is never stored); the card holds each run's config
         and names the grid's runs that are missing or were cut off. ``keep_stored``: the stored study's runs of
         this grid are kept beside the new ones (a run trained again replaces its stored copy), and the card lists
-        every sitting that made them (``results.parts``)."""
+        every sitting that made them (``results.parts``). Without ``keep_stored``, a stored study whose grid or runs
+        differ is replaced only with ``replace`` (and kept beside as ``<name>.replaced-<date>``); otherwise
+        ``StoredStudyError`` says ``N stored runs -> M`` and the differing grid fields. The same runs of the same
+        grid stored again write nothing."""
         grid = self.grid(**options)
         runs, configs = self.collect(**options)
         earlier, record = None, None
@@ -185,12 +217,59 @@ class GridStudy(Study):
             configs = {k: configs[k] for k in runs}
         if not runs:
             raise ValueError(f"no finished run of {self.name}'s grid under {self.folder(options)}: nothing to store")
+        if not keep_stored and (results.study_dir(self.name, root) / results.CARD).is_file():
+            change = self.store_change(options, runs, configs, root)
+            if not change:  # the same study again: nothing is written, so the stored files stay byte for byte
+                print(f"[nbkit] {self.name}: the stored study already holds these {len(runs)} runs of this grid: "
+                      f"unchanged", flush=True)
+                return results.study_dir(self.name, root)
+            if not replace:
+                raise StoredStudyError(f"study {self.name}: {change}; the stored study is replaced only on purpose: "
+                                       f"pass --replace (it is kept beside as {self.name}.replaced-<date>), or "
+                                       f"--keep-stored to add runs to it")
         missing = sorted(set(grid) - set(runs))
         return results.store(self.name, runs, command=command, wall_seconds=wall_seconds, root=root, earlier=earlier,
-                             record=record,
+                             record=record, keep_old=replace,
                              configs={"grid": {k: v for k, v in options.items()}, "runs": configs},
                              notes=f"{len(missing)} of the grid's {len(grid)} runs not stored (not run or not "
                                    f"finished): {missing}" if missing else "")
+
+    def store_change(self, options: dict, runs: dict[str, list[dict]], configs: dict[str, dict],
+                     root: Path = results.RESULTS) -> str:
+        """How ``runs`` of the grid ``options`` differ from the stored study ("" when they are the same runs, row for
+        row, of the same grid): ``N stored runs -> M``, then the differing grid fields and runs."""
+        from nbkit.rl.runfolder import SAFE_TO_CHANGE
+
+        card = self.card(root)
+        stored_grid = self.grid_options(card)
+        now = json.loads(json.dumps(options, default=str))
+        fields = [f"{k} (stored: {json.dumps(stored_grid.get(k))}, now: {json.dumps(now.get(k))})"
+                  for k in sorted(set(stored_grid) | set(now))
+                  if k != "output_dir" and stored_grid.get(k) != now.get(k)]
+        stored_configs = card.get("configs", {}).get("runs", {})
+        stored_rows = self.load(root)
+
+        def same_config(a: dict, b: dict) -> bool:
+            return {k: v for k, v in a.items() if k not in SAFE_TO_CHANGE} == {
+                k: v for k, v in b.items() if k not in SAFE_TO_CHANGE}
+
+        plain = json.loads(json.dumps(runs, default=results._plain))
+        plain_configs = json.loads(json.dumps(configs, default=str))
+        changed = sorted(k for k in set(runs) & set(stored_rows)
+                         if stored_rows[k] != plain[k] or not same_config(stored_configs.get(k, {}), plain_configs[k]))
+        if not fields and set(runs) == set(stored_rows) and not changed:
+            return ""
+        parts = [f"{len(stored_rows)} stored runs -> {len(runs)}"]
+        if fields:
+            parts.append("grid fields that differ: " + "; ".join(fields))
+        gone, new = sorted(set(stored_rows) - set(runs)), sorted(set(runs) - set(stored_rows))
+        if gone:
+            parts.append(f"stored runs not in the new study: {gone[:6] + (['...'] if len(gone) > 6 else [])}")
+        if new:
+            parts.append(f"new runs: {new[:6] + (['...'] if len(new) > 6 else [])}")
+        if changed:
+            parts.append(f"runs whose rows or config differ: {changed[:6] + (['...'] if len(changed) > 6 else [])}")
+        return "; ".join(parts)
 
     # -- read half: coordinates from configs ----------------------------------------------------------------
     def meta(self, configs: dict[str, dict]) -> dict[str, dict]:

@@ -6,9 +6,12 @@
     nbkit study NAME store [--wall-seconds S] [--set ...]                    # finished runs -> data/results/NAME
     nbkit study NAME run --keep-stored && nbkit study NAME store --keep-stored   # only what the card lists missing
 
-``--set key=value`` passes an option of the study's grid (a JSON value, or a plain string); ``run`` and ``store``
-must get the same options. A finished run is never re-run, so ``run`` resumes a study cut off half-way, and two
-shards (``--shard 0/2``, ``--shard 1/2``) split it between two processes.
+``--set key=value`` passes an option of the study's grid (a JSON value, or a plain string; an unknown key is refused
+naming the grid's options); ``run`` and ``store`` must get the same options. ``run`` never replaces a run of another
+setting without ``--overwrite``; ``store`` never replaces a stored study of other runs or another grid without
+``--replace`` (the old one is then kept beside as ``data/results/NAME.replaced-<date>``). A finished run is never
+re-run, so ``run`` resumes a study cut off half-way, and two shards (``--shard 0/2``, ``--shard 1/2``)
+split it between two processes.
 """
 from __future__ import annotations
 
@@ -34,6 +37,23 @@ def parse_options(pairs: list[str]) -> dict:
     return out
 
 
+def check_options(study, options: dict) -> None:
+    """Every ``--set`` key names an option of ``study.grid`` (ValueError listing them otherwise)."""
+    import difflib
+    import inspect
+
+    params = inspect.signature(study.grid).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    valid = sorted(name for name, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL)
+    for key in options:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=3)
+            raise ValueError(f"--set {key}=...: {study.name} has no grid option {key!r}"
+                             + (f" (did you mean {' or '.join(close)}?)" if close else "")
+                             + f"; its options: {', '.join(valid)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from nbkit.studies import GridStudy, markdown_table
     from nbkit.studies.catalog import STUDIES
@@ -48,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-stored", action="store_true",
                    help="run: skip the runs the stored study already holds with the same config; store: keep them "
                         "beside the new ones (a study continued in a later sitting)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="run: replace a run folder that holds a run of another setting (keeps nothing of it)")
+    p.add_argument("--replace", action="store_true",
+                   help="store: replace a stored study of other runs or another grid (the old one is kept beside "
+                        "as data/results/NAME.replaced-<date>)")
     p.add_argument("--wall-seconds", type=float, default=None,
                    help="store: the study's wall time to record (default: this command's)")
     a = p.parse_args(argv)
@@ -64,18 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(study, GridStudy):
         p.error(f"{a.name} is not a grid of RL runs: reproduce it with `{study.reproduce(study.card())}`")
     options = parse_options(a.options)
+    check_options(study, options)
     start = time.perf_counter()
     if a.action == "run":
         try:
             i, n = (int(x) for x in a.shard.split("/"))
         except ValueError:
             p.error(f"--shard {a.shard!r}: expected i/n, e.g. 0/2")
-        runs = study.run((i, n), keep_stored=a.keep_stored, **options)
+        runs = study.run((i, n), keep_stored=a.keep_stored, overwrite=a.overwrite, **options)
         print(f"{a.name} shard {i}/{n}: {len(runs)} finished runs under {study.folder(options)}")
         return 0
     wall = a.wall_seconds if a.wall_seconds is not None else time.perf_counter() - start
     command = "nbkit study " + a.name + " run" + "".join(f" --set {shlex.quote(o)}" for o in a.options)
-    path = study.store(wall_seconds=wall, command=command, keep_stored=a.keep_stored, **options)
+    path = study.store(wall_seconds=wall, command=command, keep_stored=a.keep_stored, replace=a.replace, **options)
     print(f"stored {path}")
     return 0
 

@@ -266,8 +266,9 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
         folder, named_split = NAMED_SOURCES[source]
         path, split = paths.DATA / folder, split or named_split
     else:
-        path = Path(source).expanduser()
-        path = path if path.is_absolute() else paths.ROOT / path
+        path = Path(source).expanduser().absolute()  # a relative path from the current directory, as a shell's;
+        if not path.exists() and not Path(source).expanduser().is_absolute() and (paths.ROOT / source).exists():
+            path = paths.ROOT / source  # else the project's own (the default data/tiny_arith_sanity from anywhere)
     if not path.exists():
         raise FileNotFoundError(f"problem source {source!r} not found (looked at {path}); "
                                 f"named sources: arith, long_arith, {', '.join(NAMED_SOURCES)}")
@@ -351,7 +352,8 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
     missing = [k for k in (cfg.problem_key, cfg.answer_key) if k not in columns]
     if missing:
         raise ValueError(f"problem source {cfg.source!r} has no column(s) {missing}; available columns: "
-                         f"{columns} (set problem_key= / answer_key=)")
+                         f"{columns}: name them {cfg.problem_key!r} and {cfg.answer_key!r} in the file (nbkit train "
+                         f"reads those names; from Python, TaskConfig's problem_key and answer_key name others)")
     check_rows(cfg, rows)
     order = list(range(len(rows)))
     if cfg.pool_size and cfg.pool_size < len(rows):

@@ -45,7 +45,7 @@ class BuildConfig:
     name: str = field(default="tiny_arith_sanity", metadata={"help": (
         "Output folder name: the dataset goes to ``data/<name>/`` unless ``out_dir`` is set.")})
     out_dir: str = field(default="", metadata={"help": (
-        "Where to write instead of ``data/<name>/`` (relative paths from the project root); \"\" = default. The "
+        "Where to write instead of ``data/<name>/`` (a relative path from the current directory); \"\" = default. The "
         "folder must be new, empty or an earlier dataset of the workbook (``nbkit.outputs``): nothing else is "
         "overwritten.")})
     model: str = field(default="tiny-arith", metadata={"help": (
@@ -99,8 +99,7 @@ class BuildConfig:
         """Where the dataset is written."""
         if not self.out_dir:
             return paths.DATA / self.name
-        out = Path(self.out_dir).expanduser()
-        return out if out.is_absolute() else paths.ROOT / out
+        return Path(self.out_dir).expanduser().absolute()  # a relative path from the current directory, as a shell's
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -304,16 +303,21 @@ Files: `dataset_dict.json` + `train/` (`datasets.load_from_disk`), `train.parque
 """
 
 
+DATASET_FILES = ("dataset_dict.json", "train", "train.parquet", "pool.parquet", "card.json", "README.md")
+"""What a dataset build writes (and what a rebuild may replace in a folder whose marker predates its ``files`` list)."""
+
+
 def write_dataset(kept: list[dict], pool: list[dict], card: dict, out: Path) -> Path:
     """Write the dataset folder and return its path: built complete in a temporary folder beside ``out``, then
     renamed into place, replacing an older build of the workbook there (``outputs.replace_folder``); a folder
-    the workbook did not write is refused (``outputs.OutputFolderError``)."""
-    outputs.check_folder(out, "dataset", "dataset folder")
+    the workbook did not write, or a build of it holding anything else, is refused (``outputs.OutputFolderError``).
+    A symlink ``out`` is followed: the folder it points at is rebuilt and the link kept."""
+    out = outputs.check_replace(out, "dataset", "dataset folder", legacy=DATASET_FILES)
     tmp = outputs.temp_folder_beside(out)
     try:
         _write_files(tmp, kept, pool, card)
-        outputs.write_marker(tmp, "dataset", name=card["name"])
-        return outputs.replace_folder(tmp, out, "dataset")
+        outputs.write_marker(tmp, "dataset", name=card["name"], files=True)
+        return outputs.replace_folder(tmp, out, "dataset", legacy=DATASET_FILES)
     except BaseException:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -355,7 +359,7 @@ class BuildResult:
 def build(task: Task, cfg: BuildConfig, engine=None, progress: bool = True) -> BuildResult:
     """Estimate pass rates of ``task.problems``, keep the window, write ``cfg.output_path()`` with its card."""
     t0 = time.perf_counter()
-    outputs.check_folder(cfg.output_path(), "dataset", "dataset folder")  # before any sampling
+    outputs.check_replace(cfg.output_path(), "dataset", "dataset folder", legacy=DATASET_FILES)  # before any sampling
     if not task.problems:
         raise ValueError(f"task {task.cfg.source!r} has no problems")
     unique, seen = [], set()

@@ -82,7 +82,7 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
     check_parameters(path, parameters)
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in report.stale_files(out_dir, path.stem):
+    for stale in [*report.stale_files(out_dir, path.stem), *partial_files(out_dir, path.stem)]:
         stale.unlink(missing_ok=True)
     target = out_dir / path.name
     start = time.time()
@@ -93,6 +93,9 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
                 str(path), str(target), parameters=parameters, kernel_name=kernel_name(), cwd=str(ROOT),
                 progress_bar=progress, report_mode=False,
             )
+    except KeyboardInterrupt:  # Ctrl-C: what ran is kept, named partial (never taken for a finished notebook)
+        mark_partial(target)
+        raise
     except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
         error = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
         if not isinstance(exc, papermill.PapermillExecutionError):
@@ -102,6 +105,28 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
         report.export_html(target)
     defaults = {k: v for k, v in notebook_defaults(path).items() if k not in parameters}
     return NotebookResult(path.stem, not error, seconds, parameters, error, defaults)
+
+
+PARTIAL = ".partial"
+"""Inserted before ``.ipynb`` / ``.html`` in the name of a notebook cut off by Ctrl-C (``mark_partial``)."""
+
+
+def partial_files(out_dir: Path, stem: str) -> list[Path]:
+    """The files ``mark_partial`` leaves for notebook ``stem`` (removed when it runs again)."""
+    return [out_dir / f"{stem}{PARTIAL}{suffix}" for suffix in (".ipynb", ".html")]
+
+
+def mark_partial(target: Path) -> Path | None:
+    """Rename an executed notebook cut off mid-run to ``<stem>.partial.ipynb`` (its HTML too, when exported), so
+    nothing takes it for a finished one; returns the new path (None when papermill wrote nothing)."""
+    if not target.exists():
+        return None
+    partial = partial_files(target.parent, target.stem)
+    target.rename(partial[0])
+    html_file = target.with_suffix(".html")
+    if html_file.exists():
+        html_file.rename(partial[1])
+    return partial[0]
 
 
 def effective_parameters(path: Path, parameters: dict) -> dict:
@@ -167,7 +192,7 @@ def check_out_dir(out_dir) -> Path:
 
     if not str(out_dir).strip():
         raise ValueError(f"the report folder must be named, got {str(out_dir)!r}")
-    outputs.check_folder(out_dir, "report", "report folder")
+    outputs.check_listed(out_dir, "report", "report folder", files_only=True)
     return Path(out_dir)
 
 
@@ -180,17 +205,28 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     for path in paths:
         check_parameters(path, params[path.stem])
     out_dir = check_out_dir(out_dir)
-    outputs.write_marker(out_dir, "report", profile=profile)
+    outputs.write_marker(out_dir, "report", profile=profile, files=True)  # what is there passed check_out_dir
     prov = report.provenance(profile)
     timing = expect([p.stem for p in paths], profile, params,
                     {p.stem: effective_parameters(p, params[p.stem]) for p in paths})
     results = []
     for path in paths:
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
-        results.append(execute(path, Path(out_dir), params[path.stem]))
+        start = time.time()
+        try:
+            results.append(execute(path, Path(out_dir), params[path.stem]))
+        except KeyboardInterrupt:  # the findings page says which notebook was cut off, and where its part is
+            partial = partial_files(Path(out_dir), path.stem)[0]
+            results.append(NotebookResult(path.stem, False, time.time() - start, params[path.stem],
+                                          f"interrupted (Ctrl-C) after {time.time() - start:.0f} s: partial notebook "
+                                          + (partial.name if partial.exists() else "not written")))
+            report.write_index(Path(out_dir), profile, results, prov, timing)
+            raise
         r = results[-1]
         print(f"[nbkit] {r.stem}: {'ok' if r.ok else 'FAILED: ' + r.error} in {r.seconds:.0f} s", flush=True)
         report.write_index(Path(out_dir), profile, results, prov, timing)  # finished work is never lost
+        outputs.record_files(Path(out_dir), [p.name for p in Path(out_dir).iterdir()
+                                             if p.name != outputs.MARKER and not p.name.startswith(".nbkit-lock")])
     from nbkit.studies.base import markdown_table
 
     print(markdown_table(report.time_table(results, timing["estimate"])), flush=True)
@@ -226,6 +262,8 @@ def _main(argv: list[str]) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in COMMANDS:  # train, doctor, plan: their own modules and parsers
         return dispatch(argv[0], argv[1:])
+    from nbkit import __version__
+
     parser = Parser(prog="nbkit", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     for name, (_, help_text) in COMMANDS.items():
@@ -235,7 +273,12 @@ def _main(argv: list[str]) -> int:
     p_run.add_argument("--out", default=str(REPORTS), help="report folder")
     p_run.add_argument("--only", nargs="+", help="notebook stems (or prefixes) to run")
     parser.add_argument("--debug", action="store_true", help="show the traceback of a refusal (anywhere on the line)")
+    parser.add_argument("--version", action="version", version=f"nbkit {__version__}")
     sub.add_parser("list", help="notebooks and their parameters per profile")
+    if not argv:  # no command: what there is to do, not argparse's "arguments are required: cmd"
+        print(parser.format_help().rstrip() + "\n\nStart with `nbkit run --profile smoke` (every notebook, small "
+              "parameters) or `nbkit list`; `nbkit COMMAND --help` describes a command.")
+        return 0
     args = parser.parse_args(argv)
     if args.cmd == "list":
         for path in notebooks():
