@@ -68,7 +68,7 @@ def bench(model: str, dtype: str, max_tokens: int, batches: list[int], seed: int
     vl, startup = {}, float("nan")
     if vllm_available():
         start = time.perf_counter()
-        engine = VLLMEngine(model, dtype)
+        engine = VLLMEngine(model, dtype, seed=seed)
         startup = time.perf_counter() - start
         try:
             vl = timed_rollouts(engine, prompts, batches, max_tokens, seed)

@@ -28,6 +28,8 @@ from nbkit.models import DTYPES
 ENGINE_DTYPES = tuple(DTYPES)
 """Engine dtypes: the short names of ``nbkit.models.DTYPES``."""
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+SEEDINGS = ("engine", "request")
+"""How vLLM seeds its sampler (``SamplingConfig.seeding``)."""
 FINISH_REASONS = ("stop", "length")
 
 
@@ -42,7 +44,17 @@ class SamplingConfig:
     max_tokens: int = field(default=64, metadata={"help": "Maximum number of generated tokens per response."})
     n: int = field(default=1, metadata={"help": "Responses per prompt."})
     seed: int = field(default=0, metadata={"help": (
-        "Seed of the sampler (same seed + same engine + same dtype = same samples).")})
+        "Seed of the sampler (same seed + same engine + same dtype = same samples). The HF engine seeds torch with "
+        "it at every call (one seed per batch); vLLM per ``seeding``.")})
+    seeding: str = field(default="engine", metadata={"help": (
+        "How vLLM seeds its sampler (``SEEDINGS``). ``engine``: every request draws from the engine's own generator, "
+        "seeded once when it starts (``VLLMEngine(seed=)``, which must equal ``seed``); no request carries a seed, "
+        "so vLLM's batched sampler runs (one draw for the batch, FlashInfer's top-k/top-p on GPUs). Kept: a fresh "
+        "engine with the same seed asked the same batches in the same order gives the same samples. Not kept: the "
+        "same batch asked twice of one engine gives new samples, and a request's samples depend on the batches "
+        "before it and on its batch-mates. ``request``: one seed per request (``seed * 1_000_003 + i``), samples "
+        "independent of the engine's history and of the batch, at the price of vLLM's per-request sampling path "
+        "every token (a Python loop over the batch, no FlashInfer).")})
     logprobs_mode: str = field(default="raw_logprobs", metadata={"help": (
         "``raw_logprobs``: μ = log_softmax(logits); ``processed_logprobs``: μ after temperature/top-k/top-p, i.e. "
         "the distribution actually sampled from (vLLM's names). Identical at temperature 1 without top-k/p.")})
@@ -64,6 +76,8 @@ class SamplingConfig:
             raise ValueError(f"n must be >= 1, got {self.n!r}")
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"unknown logprobs_mode {self.logprobs_mode!r}; choose one of {LOGPROBS_MODES}")
+        if self.seeding not in SEEDINGS:
+            raise ValueError(f"unknown seeding {self.seeding!r}; choose one of {SEEDINGS}")
 
 
 @dataclass
@@ -330,7 +344,8 @@ class VLLMEngine:
     vLLM-CPU's KV cache (None: sized to ``max_num_seqs`` full-length sequences, at most 2 GiB,
     ``cpu_kv_cache_bytes``); GPUs size theirs with ``gpu_memory_utilization``. On CPUs the worker runs in a process
     of its own and the engine core in the caller's, unless ``distributed_executor_backend`` is given
-    (``cpu_process_layout``).
+    (``cpu_process_layout``). ``seed`` seeds vLLM's generator once, at start-up: with ``SamplingConfig.seeding``
+    ``engine`` (the default) every batch draws from it and the samplings' ``seed`` must equal it.
     """
 
     name = "vllm"
@@ -358,7 +373,7 @@ class VLLMEngine:
             raise RuntimeError("gemm='fp32-accumulate' for vLLM needs the project's vLLM plugin, which is registered "
                                "when the project is installed: pip install --no-deps -e . (make venv does it); or pass "
                                "gemm='native' for vLLM's own half kernels")
-        self.dtype, self.logprobs_mode, self.progress = dtype, logprobs_mode, progress
+        self.dtype, self.logprobs_mode, self.progress, self.seed = dtype, logprobs_mode, progress, seed
         self.path = models.resolve(model)
         self.max_model_len = max_model_len or default_max_model_len(self.path)
         env = {vllm_gemm.ENV: self.gemm}  # the plugin reads it as vLLM's processes load layers
@@ -385,19 +400,13 @@ class VLLMEngine:
     def generate_ids(self, prompt_ids: Sequence[list[int]], sampling: SamplingConfig,
                      texts: Sequence[str] | None = None) -> list[Rollout]:
         """Like ``generate`` for prompts given as token ids (what an RL trainer holds)."""
-        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         if sampling.logprobs_mode != self.logprobs_mode:
             raise ValueError(f"this engine was built with logprobs_mode={self.logprobs_mode!r}, "
                              f"sampling asks for {sampling.logprobs_mode!r}; build another engine")
         check_fits(self.max_model_len, prompt_ids, sampling.max_tokens)
-        # One seed per request: a shared seed would give a prompt repeated in the batch (as TRL repeats each
-        # prompt once per group member) the very same sample every time.
-        params = [SamplingParams(
-            n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
-            max_tokens=sampling.max_tokens, seed=sampling.seed * 1_000_003 + i, logprobs=0,
-        ) for i in range(len(prompt_ids))]
+        params = sampling_params(sampling, len(prompt_ids), self.seed)
         texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
         from nbkit import gemm
 
@@ -463,6 +472,27 @@ def _param_dtypes(worker) -> list[str]:
     kernels keep biases in fp32 for their fp32 epilogue (seen on an AVX512/AMX Xeon), as GPU GEMMs add the bias
     in fp32 before the one rounding of the result."""
     return sorted({str(p.dtype) for p in worker.model_runner.model.parameters() if p.dim() >= 2})
+
+
+def sampling_params(sampling: SamplingConfig, n_prompts: int, engine_seed: int) -> list:
+    """vLLM's ``SamplingParams`` for a batch of ``n_prompts`` prompts, seeded per ``sampling.seeding``.
+
+    ``engine``: no request carries a seed (a shared per-request seed would give a prompt repeated in the batch, as
+    TRL repeats each prompt once per group member, the very same sample every time, and any per-request seed puts
+    vLLM's sampler on its per-request path); ``sampling.seed`` must then be the engine's own, or the caller would
+    believe it chose samples it did not. ``request``: ``seed * 1_000_003 + i`` for prompt ``i``.
+    """
+    from vllm import SamplingParams
+
+    if sampling.seeding == "engine" and sampling.seed != engine_seed:
+        raise ValueError(f"sampling.seed={sampling.seed} but this vLLM engine samples from its own generator, seeded "
+                         f"once with seed={engine_seed} (seeding='engine'): build the engine with seed="
+                         f"{sampling.seed}, or ask seeding='request' (one seed per request, vLLM's slow path)")
+    return [SamplingParams(
+        n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
+        max_tokens=sampling.max_tokens, logprobs=0,
+        seed=sampling.seed * 1_000_003 + i if sampling.seeding == "request" else None,
+    ) for i in range(n_prompts)]
 
 
 def check_fits(max_model_len: int, prompt_ids: Sequence[list[int]], max_tokens: int) -> None:

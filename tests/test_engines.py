@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 from nbkit import models, paths
 from nbkit.tasks import arith
 from nbkit.engines import (FINISH_REASONS, HFEngine, SamplingConfig, VLLMEngine, cpu_kv_cache_bytes, make_engine,
-                           vllm_available, vllm_sized_for)
+                           sampling_params, vllm_available, vllm_sized_for)
 from nbkit.mismatch import teacher_forced_logprobs
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -150,6 +150,18 @@ def _pid(worker) -> int:
     return os.getpid()
 
 
+def _recording(engine) -> list:
+    """The ``SamplingParams`` of every request the engine's real ``LLM.generate`` is asked for from now on."""
+    asked, generate = [], engine.llm.generate
+
+    def recorded(prompts, params, **kwargs):
+        asked.extend(params)
+        return generate(prompts, params, **kwargs)
+
+    engine.llm.generate = recorded
+    return asked
+
+
 @pytest.fixture(scope="module")
 def vllm_runs():
     """dtype → dict(rollouts, again (same seed), model_dtype, worker dtypes, tokenizer)."""
@@ -167,11 +179,13 @@ def vllm_runs():
         expected = _draws()
         _seed(123)
         with paths.environment(after_rl):
-            engine = VLLMEngine("tiny-arith", dt, **sized)
+            engine = VLLMEngine("tiny-arith", dt, seed=SAMPLING.seed, **sized)
         rng_untouched = _draws() == expected
         vllm = engine.llm.llm_engine.vllm_config  # what the engine core reported back: its KV blocks
+        asked = _recording(engine)
         try:
             out[dt] = dict(rollouts=engine.generate(PROMPTS, SAMPLING), again=engine.generate(PROMPTS, SAMPLING),
+                           asked=asked,
                            model_dtype=engine.model_dtype(), worker=engine.worker_param_dtypes(),
                            tokenizer=engine.tokenizer, gemm=engine.gemm, kernels=engine.linear_kernels(),
                            kv_cache_bytes=engine.kv_cache_bytes, max_num_seqs=vllm.scheduler_config.max_num_seqs,
@@ -180,15 +194,41 @@ def vllm_runs():
                            rng_untouched=rng_untouched, worker_pids=engine.llm.collective_rpc(_pid))
         finally:
             engine.close()
+    engine = VLLMEngine("tiny-arith", "fp32", seed=SAMPLING.seed)  # a fresh engine, same seed, same first batch
+    try:
+        out["fp32"]["fresh"] = engine.generate(PROMPTS, SAMPLING)
+    finally:
+        engine.close()
     return out
 
 
 @pytest.mark.vllm
 @needs_vllm
-def test_vllm_rollouts_are_well_formed_and_seeded(vllm_runs):
+def test_vllm_rollouts_are_well_formed_and_seeded_once_per_engine(vllm_runs):
+    """No request carries a seed (vLLM's batched sampler, not its per-request path): a fresh engine with the same
+    seed gives the same first batch, and the same batch asked again of one engine gives new samples."""
     for dt, run in vllm_runs.items():
         check_well_formed(run["rollouts"], run["tokenizer"])
-        assert [r.token_ids for r in run["rollouts"]] == [r.token_ids for r in run["again"]], dt
+        assert len(run["asked"]) == 2 * len(PROMPTS) and {p.seed for p in run["asked"]} == {None}, dt
+        assert [r.token_ids for r in run["rollouts"]] != [r.token_ids for r in run["again"]], dt
+    fp32 = vllm_runs["fp32"]
+    assert [r.token_ids for r in fp32["rollouts"]] == [r.token_ids for r in fp32["fresh"]]
+
+
+@needs_vllm
+def test_vllm_sampling_params_carry_no_seed_unless_one_per_request_is_asked():
+    batch = sampling_params(SAMPLING, 5, engine_seed=SAMPLING.seed)
+    assert len(batch) == 5 and [p.seed for p in batch] == [None] * 5
+    assert (batch[0].n, batch[0].max_tokens, batch[0].logprobs) == (SAMPLING.n, SAMPLING.max_tokens, 0)
+    per_request = sampling_params(SamplingConfig(n=2, seed=3, seeding="request"), 3, engine_seed=0)
+    assert [p.seed for p in per_request] == [3 * 1_000_003 + i for i in range(3)]
+    with pytest.raises(ValueError, match=r"sampling.seed=4 .*seed=3 .*seeding='request'"):
+        sampling_params(SamplingConfig(seed=4), 5, engine_seed=3)  # the caller's seed would choose nothing
+
+
+def test_an_unknown_seeding_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"seeding 'batch'.*\('engine', 'request'\)"):
+        SamplingConfig(seeding="batch")
 
 
 @pytest.mark.vllm
@@ -291,7 +331,7 @@ def test_vllm_engine_rejects_a_kv_cache_of_no_size_before_starting(bad):
 def vllm_fp16_other_gemm(vllm_runs):
     """An FP16 engine under the GEMM policy ``auto`` did not pick on this CPU (so both run on every CPU)."""
     policy = "native" if vllm_runs["fp16"]["gemm"] == "fp32-accumulate" else "fp32-accumulate"
-    engine = VLLMEngine("tiny-arith", "fp16", gemm=policy)
+    engine = VLLMEngine("tiny-arith", "fp16", gemm=policy, seed=SAMPLING.seed)
     try:
         return dict(rollouts=engine.generate(PROMPTS, SAMPLING), worker=engine.worker_param_dtypes(),
                     gemm=engine.gemm, kernels=engine.linear_kernels())

@@ -290,7 +290,7 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
         engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, gemm=cfg.gemm,
                              **cfg.engine_kwargs)
     else:
-        engine = make_engine("vllm", cfg.model, dtype, gemm=cfg.gemm, progress=progress,
+        engine = make_engine("vllm", cfg.model, dtype, gemm=cfg.gemm, progress=progress, seed=sampling.seed,
                              **{**vllm_sized_for(tok, prompts, sampling), **cfg.engine_kwargs})
     seconds[f"start/{dtype}"] = time.time() - start
     try:

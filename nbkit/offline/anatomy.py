@@ -403,7 +403,7 @@ def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
         engine = make_engine("hf", half, cfg.dtype, tokenizer=tokenizer, progress=False, gemm=cfg.gemm,
                              batch_size=cfg.engine_batch_size, **cfg.engine_kwargs)
     else:
-        engine = make_engine("vllm", cfg.model, cfg.dtype, progress=False, gemm=cfg.gemm,
+        engine = make_engine("vllm", cfg.model, cfg.dtype, progress=False, gemm=cfg.gemm, seed=sampling.seed,
                              **{**vllm_sized_for(tokenizer, prompts, sampling), **cfg.engine_kwargs})
     try:
         return engine.generate(prompts, sampling)

@@ -154,7 +154,7 @@ def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prom
     out: dict[str, list[dict]] = {}
     for d in dtypes:
         cast = base if d == "fp32" else copy.deepcopy(base).to(models.torch_dtype(d))
-        own = {"tokenizer": tok} if kind == "hf" else vllm_sized_for(tok, prompts, sampling)
+        own = {"tokenizer": tok} if kind == "hf" else {**vllm_sized_for(tok, prompts, sampling), "seed": seed}
         eng = make_engine(kind, cast if kind == "hf" else model, d, gemm=gemm, **{**own, **(engine_kwargs or {})})
         try:
             start = time.time()

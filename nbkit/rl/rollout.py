@@ -130,7 +130,9 @@ class EngineGeneration(VLLMGeneration):
         sampling = SamplingConfig(
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
             max_tokens=self.max_completion_length, n=1,
-            seed=(self.seed + 7919 * self.accelerator.process_index) * 100_003 + self._calls,  # ranks differ
+            # vLLM: the engine's generator, seeded once per rank (SamplingConfig.seeding); HF: reseeded every call
+            seed=self.seed + self.accelerator.process_index if self.engine_kind == "vllm"
+            else (self.seed + 7919 * self.accelerator.process_index) * 100_003 + self._calls,  # ranks differ
             logprobs_mode="processed_logprobs",
         )
         self._calls += 1

@@ -22,6 +22,7 @@ from nbkit.cli import launch
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog
+from nbkit.rl.trackers import check_report_to
 
 
 @dataclass
@@ -275,6 +276,7 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     launch.check_weight_sync(cfg.train_dtype, cfg.rollout)  # ZeRO syncs half weights: no finer rollout
     launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden
     launch.check_lora(cfg.lora, cfg.train_dtype)  # ZeRO: merges would round the frozen half base at every sync
+    check_report_to(cfg.report_to)  # a tracker that would record nothing (WANDB_MODE=disabled) is refused
     versions.check()  # names any TRL/transformers/accelerate/vLLM version other than the pinned ones
     import datasets
     from peft import LoraConfig
@@ -323,7 +325,7 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     logger = StepLogger(trainer, log, CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor,
                                                     cfg.collapse_reward_drop), cfg.max_consecutive_skips,
                         reward_tally=reward.tally, rank_log=rank_log, accuracy=cfg.reward == "correctness")
-    trainer.add_callback(logger)
+    trainer.callback_handler.callbacks.insert(0, logger)  # first: its row reaches the trackers' on_log
     folder = runfolder.RunFolderCallback(plan, cfg, trainer, logger)
     trainer.add_callback(folder)
     if judge_set is not None:  # after the logger (it adds to the row the logger holds) and the folder (begun)

@@ -455,6 +455,7 @@ class StepLogger(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kw):
         if not self.pending:  # the trainer's end-of-run summary, not a step
             return
+        reported = logs  # the very dict the callbacks after this one get: the trackers (``report_to``), if any
         logs = dict(logs or {})
         if "loss" in logs and not np.isfinite(logs["loss"]) and self.trainer.loss_scale() is None:
             raise NonFiniteError(f"step {state.global_step}: the loss is {logs['loss']}")
@@ -469,6 +470,8 @@ class StepLogger(TrainerCallback):
                 print(f"[nbkit] collapse alarm at step {state.global_step}: {message}", flush=True)
         if state.is_world_process_zero:  # one metrics.jsonl per run, whatever the number of processes
             self.log.append(row)
+        if args.report_to and reported is not None:  # the workbook's own keys join TRL's in the user's tracker
+            reported.update({k: v for k, v in row.items() if k not in reported and k != "step"})
         self.pending = {}
 
     def _per_rank(self, step: int, rec: dict) -> dict:

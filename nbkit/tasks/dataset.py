@@ -92,8 +92,9 @@ class BuildConfig:
 
     def sampling(self, seed: int | None = None) -> SamplingConfig:
         """The engine's sampling parameters for one batch."""
+        # one seed per request: a batch's pass rates must not depend on the batches before it (resume)
         return SamplingConfig(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
-                              n=self.n_samples, seed=self.seed if seed is None else seed)
+                              n=self.n_samples, seed=self.seed if seed is None else seed, seeding="request")
 
     def output_path(self) -> Path:
         """Where the dataset is written."""
