@@ -1,6 +1,7 @@
 """The anatomy's shared passes equal the separate passes they replace, bit for bit: one teacher-forced forward gives
 π under the model's own head, under another head on the same hidden states (an FP32 head, a head in the format)
-and the per-layer states; one KV-cache decode gives μ under both heads."""
+and the per-layer states; one KV-cache decode gives μ under both heads. Each of the path's switches moves log p
+and leaves the model as it was when its context ends."""
 import copy
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 
 from nbkit import forced, lm_head, mismatch, models
 from nbkit.engines import HFEngine, SamplingConfig
-from nbkit.offline import anatomy
+from nbkit.offline import anatomy, anatomy_surgery
 from nbkit.tasks import arith
 
 
@@ -69,14 +70,16 @@ def test_one_decode_gives_mu_under_both_heads(setup):
         lm_head.remove(half)
 
 
-@pytest.mark.parametrize("native_half", [False, True])
-def test_the_switch_to_a_slow_reference_kernel_is_measured_on_the_alone_responses_only(native_half, monkeypatch):
-    from nbkit import gemm
-
-    monkeypatch.setattr(gemm, "cpu_has_native_half", lambda: native_half)  # False: an AVX2 CPU, torch's half GEMM slow
-    res = anatomy.run("tiny-arith", engine="hf", dtype="bf16", n_prompts=2, samples_per_prompt=2, max_tokens=24,
-                      n_boot=0, alone_sequences=2)
-    assert res.gemm_policy == ("native" if native_half else "fp32-accumulate")
-    before, after = res.pairs[("implementation", "gemm_kernel")]
-    assert len(before) == len(after) == (4 if native_half else 2)
-    assert len(res.pairs[("implementation", "attention_kernel")][0]) == 4  # every other factor: every response
+def test_each_switch_moves_log_p_and_is_undone_when_its_context_ends(setup):
+    base, _, _, rollouts = setup
+    rounded = anatomy.rounded_weights(base, torch.bfloat16)
+    plain = np.concatenate(mismatch.teacher_forced_logprobs(rounded, rollouts))
+    for switch in anatomy_surgery.SWITCHES:  # each one alone changes log p
+        with anatomy.emulate(rounded, torch.bfloat16, [switch]):
+            alone = np.concatenate(mismatch.teacher_forced_logprobs(rounded, rollouts))
+        assert not np.array_equal(alone, plain), switch
+        np.testing.assert_array_equal(np.concatenate(mismatch.teacher_forced_logprobs(rounded, rollouts)), plain)
+    assert rounded.config._attn_implementation == base.config._attn_implementation
+    with pytest.raises(ValueError, match=r"unknown switch\(es\) \['gelu'\]"):
+        with anatomy.emulate(rounded, torch.bfloat16, ["gelu"]):
+            pass

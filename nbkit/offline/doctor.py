@@ -228,7 +228,7 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
     for d in cfg.dtypes if cfg.anatomy else ():
         clock = time.time()
         anatomies[d] = anatomy.run(cfg.model, engine, d, rollouts=grids[d].rollouts[d][:cfg.anatomy_sequences],
-                                   loaded=(model, tok), n_boot=200, seed=cfg.seed, alone_sequences=4)
+                                   loaded=(model, tok), n_boot=200, seed=cfg.seed)
         stages[f"{d}/anatomy"] = time.time() - clock
     clock = time.time()
     measured = measure_setup(cfg, setup, model, grids, diags, anatomies, max_abs)

@@ -24,7 +24,7 @@ PROFILES: dict[str, dict[str, dict]] = {
             "moe_n_prompts": 8, "moe_samples_per_prompt": 2,  # routing flips on tiny-moe-arith: a few seconds
             "lengthlaw_n_prompts": 4,  # length law: the stored run + seconds live (tiny-arith, HF, 40 tokens)
             "anatomy_engine": "hf", "anatomy_dtypes": ["fp16"], "anatomy_n_prompts": 2,  # the anatomy: seconds
-            "anatomy_max_tokens": 16, "anatomy_alone_sequences": 1, "anatomy_n_boot": 20,
+            "anatomy_max_tokens": 16, "anatomy_sequences": 2, "anatomy_n_boot": 20,
         },
         "03_rl_training": {  # 2 steps of one FP16/BF16 pair on 2 prompts x 2 samples with the HF engine
             "algorithms": ["pg_seq_is"], "seeds": [0], "output_dir": ".cache/smoke/03_rl_training",
