@@ -165,7 +165,11 @@ class RLConfig:
     ppo_value_clip: Annotated[float, positive()] = field(default=0.2, metadata={"help": (
         "PPO presets: the value loss clips v to v_old ± this (> 0; Oat: 0.2).")})
     critic_lr: Annotated[float, positive()] = field(default=1e-4, metadata={"help": (
-        "PPO presets: the critic's own AdamW learning rate (> 0).")})
+        "PPO presets: the critic's own AdamW learning rate (> 0; Oat: 9e-6 for a 1.5B model). Measured on tiny-arith "
+        "(16 × 8, 2 epochs × 2 minibatches): with a return fixed by the prompt, 1e-3 explains > 95 % of its variance "
+        "within 6 rollout batches, 2e-4 about a third after 12; on the sanity set's correctness reward no rate from "
+        "2e-4 to 1e-3 explains any within 100 steps (``nbkit.rl.critic``: that return is not predictable from what "
+        "the critic learns in that time).")})
     correction: str | None = field(default=None, metadata={"help": (
         "How μ enters the loss, independent of the loss (``nbkit.rl.algorithms.CORRECTIONS``): ``none``, ``token_tis`` "
         "/ ``seq_tis`` (cap ``is_cap``), ``seq_mis`` (threshold ``is_cap``), ``icepop`` (band [``icepop_low``, "
