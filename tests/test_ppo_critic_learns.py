@@ -5,8 +5,6 @@ rollout batch before the critic trains on it, rises from 0 (a zero-initialised v
 The contrast (issue 36): on the tiny-arith sanity set's correctness reward the same critic stays at EV ≈ 0 for
 100 steps, because that return is not predictable from what a 1 M-parameter critic learns in that time (see
 ``nbkit.rl.critic``)."""
-import pytest
-
 from nbkit import schema
 from nbkit.rl import RLConfig, run, train
 
@@ -22,7 +20,6 @@ def leading_digit_reward():
     return leading_digit
 
 
-@pytest.mark.slow
 def test_critic_explained_variance_rises_above_half_when_the_return_is_fixed_by_the_prompt(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "reward_function", lambda *a, **k: leading_digit_reward())
     cfg = RLConfig(algorithm="ppo", train_dtype="fp32", rollout_engine="hf", steps=32, prompts_per_step=16,
