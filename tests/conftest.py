@@ -65,6 +65,7 @@ def pytest_configure(config):
                                     f"`make test VLLM_SPEC=` on a machine without vLLM.")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the tests' node ids
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``--dist loadgroup``) every test that reads the smoke run shares one worker, so the
     workbook executes once per suite, not once per worker."""

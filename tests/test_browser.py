@@ -47,6 +47,19 @@ def ensure_chromium() -> str:
     how = "install it with `apt-get install -y chromium` (Debian/Ubuntu) or point NBKIT_CHROMIUM at a Chromium binary"
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: {how}")
+    import fcntl
+
+    from nbkit.paths import CACHE
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "chromium-install.lock", "w") as lock:  # test workers (xdist) install it once, in turn
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if Path(CHROMIUM).exists():
+            return CHROMIUM
+        return _apt_install(how)
+
+
+def _apt_install(how: str) -> str:
     for cmd in (["apt-get", "install", "-y", "chromium"], ["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
         done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
         if cmd[1] == "install" and done.returncode == 0 and Path(CHROMIUM).exists():

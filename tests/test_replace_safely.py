@@ -259,10 +259,11 @@ def test_storing_with_keep_stored_adds_runs_without_replace(tmp_path):
 
 
 def test_a_study_run_refuses_a_finished_run_of_another_setting_naming_the_fields(tmp_path, monkeypatch):
-    import nbkit.rl
+    from nbkit.rl import study
 
     trained = []
-    monkeypatch.setattr(nbkit.rl, "train", lambda cfg, progress=True: trained.append(cfg))
+    monkeypatch.setattr(study, "train", lambda cfg, progress=True: trained.append(cfg))  # the grid's trainer
+    monkeypatch.setenv("NBKIT_WORKERS", "0")  # in this process, where the stand-in is
     options = {**ABLATION.toy, "output_dir": str(tmp_path / "runs")}
     earlier = {**options, "overrides": {**ABLATION.toy["overrides"], "max_tokens": 12}}  # another setting
     finished_runs(ABLATION, earlier)
