@@ -65,21 +65,27 @@ def pytest_configure(config):
                                     f"`make test VLLM_SPEC=` on a machine without vLLM.")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the tests' node ids
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``--dist loadgroup``) every test that reads the smoke run shares one worker, so the
-    workbook executes once per suite, not once per worker."""
-    for item in items:
-        if "smoke_report" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("smoke_report"))
-
-
 @pytest.fixture(scope="session")
 def smoke_report(tmp_path_factory) -> tuple[Path, dict[str, runner.NotebookResult]]:
-    """``(report folder, stem -> result)`` of ``nbkit run --profile smoke`` into a temporary folder."""
-    out = tmp_path_factory.mktemp("smoke_report")
-    results = runner.run("smoke", out)
-    return out, {r.stem: r for r in results}
+    """``(report folder, stem -> result)`` of ``nbkit run --profile smoke`` into a temporary folder.
+
+    Under pytest-xdist the workers share one run: the first worker to need it runs it under a lock into the
+    session's common temporary folder and pickles the results; the others wait for the lock and read them (so the
+    workbook executes once per suite, whichever worker reaches a test of it first)."""
+    if not XDIST_WORKER:
+        out = tmp_path_factory.mktemp("smoke_report")
+        return out, {r.stem: r for r in runner.run("smoke", out)}
+    import fcntl
+    import pickle
+
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-<n>/, one per session, above every worker's own folder
+    out, done = shared / "smoke_report", shared / "smoke_report.pickle"
+    with open(shared / "smoke_report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            results = runner.run("smoke", out)
+            done.write_bytes(pickle.dumps(results))
+    return out, {r.stem: r for r in pickle.loads(done.read_bytes())}
 
 
 @pytest.fixture(scope="session")
