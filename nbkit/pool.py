@@ -7,8 +7,8 @@ between the trainer and its rollout engine), so two jobs at once use both. ``run
 - **which cores**: those of ``os.sched_getaffinity(0)`` (what this process may use, not what the machine has);
 - **how many at once** (``workers``): an explicit argument, else ``NBKIT_WORKERS`` (a shared machine's limit),
   else ``cores // threads``, never more than the jobs; ``0`` runs the jobs one after another in this process
-  (tracebacks and debuggers as usual, the behaviour before pools), the default where torch sees a GPU (jobs
-  sized for one GPU would share it);
+  (tracebacks and debuggers as usual, the behaviour before pools), the default for a single job (a child would
+  only add its start-up) and where torch sees a GPU (jobs sized for one GPU would share it);
 - **threads per job** (``threads``): a property of the job, not of the machine. A job's numbers may depend on
   its thread count (a GEMM split another way rounds another way), never on how many jobs share the machine: every
   job runs in its own process pinned to ``threads`` cores with ``threads`` OpenMP threads, whether it runs alone or
@@ -89,6 +89,8 @@ def place(jobs: int, threads: int = 1, workers: int | None = None, cores: list[i
     cores = list(cores) if cores is not None else free_cores()
     limit = workers if workers is not None else limit_from_env()
     if limit is None and _has_gpu():  # jobs sized for one GPU each would share it: one at a time, in this process
+        limit = 0
+    if limit is None and jobs == 1:  # nothing to run beside it: no process to start, the caller's imports serve
         limit = 0
     if limit == 0 or jobs <= 0:
         return Placement(0, threads, ())

@@ -22,7 +22,9 @@ def test_one_free_core_means_one_job_at_a_time_on_one_thread():
 def test_two_free_cores_hold_two_one_thread_jobs_on_disjoint_cores():
     placement = pool.place(jobs=6, threads=1, cores=[0, 1])
     assert placement.workers == 2 and placement.slots == ((0,), (1,))
-    assert pool.place(jobs=1, threads=1, cores=[0, 1]).workers == 1  # never more workers than jobs
+    assert pool.place(jobs=3, threads=1, cores=[0, 1, 2, 3]).workers == 3  # never more workers than jobs
+    assert pool.place(jobs=1, threads=1, cores=[0, 1]).workers == 0  # one job: in this process, no child to start
+    assert pool.place(jobs=1, threads=1, cores=[0, 1], workers=1).workers == 1  # unless asked for
     assert pool.place(jobs=4, threads=2, cores=[0, 1]).slots == ((0, 1),)  # a 2-thread job takes both cores
 
 

@@ -264,7 +264,7 @@ def run_grids(configs: list[GridConfig], progress: bool = True, threads: int = 1
     for cfg in configs:
         for dt in (*cfg.engine_dtypes, *cfg.train_dtypes):
             models.torch_dtype(dt)  # validate before any job starts
-    if pool.place(len(configs), threads, workers).workers == 0:
+    if pool.place(sum(len(cfg.engine_dtypes) for cfg in configs), threads, workers).workers == 0:
         return [run_grid(cfg, progress=progress) for cfg in configs]
     jobs = {f"{i}:{cfg.model}:{e}": pool.Job("nbkit.offline.analysis:run_grid",
                                              {"cfg": replace(cfg, engine_dtypes=(e,)), "progress": False})
