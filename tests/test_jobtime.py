@@ -185,7 +185,7 @@ def test_a_second_report_on_the_same_kind_of_cpu_is_estimated_from_the_first_one
     est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 4.4}, EPYC, stored=[AVX2, first],
                            parameters={"a": {}, "b": {}})
     assert est.own is first and est.learned == {"a": "own", "b": "own"}
-    assert est.seconds == {"a": pytest.approx(440.0), "b": pytest.approx(1980.0)}  # its own times x calibration 1.1
+    assert est.seconds == {"a": pytest.approx(400.0), "b": pytest.approx(1800.0)}  # its own times, not rescaled
     assert "learned on this kind of CPU: 2 notebook(s) from its own report" in est.describe()
 
 

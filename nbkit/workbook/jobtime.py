@@ -170,8 +170,10 @@ def learn(est: Estimate, pool: list[dict], calibration: dict, here: dict, parame
           effective: dict[str, dict] | None = None) -> Estimate:
     """The estimate corrected by what the reports made on this kind of CPU (``same_cpu``) measured; per notebook:
 
-    1. ``own``: the newest such report ran this notebook with today's parameters — its measured time, scaled by
-       the calibration ratio (the same kind of CPU: ~1);
+    1. ``own``: the newest such report ran this notebook with today's parameters — its measured time as it is.
+       The few-second calibration is for another CPU's times: on this CPU's own it only adds its noise (measured:
+       a second report on the AMD EPYC family 26 was calibrated 1.13× slower than the first, and its unchanged
+       notebooks then ran at 0.97–1.03× the first's times);
     2. ``ratio``: it ran the notebook with other parameters but kept the estimate printed before it, and the
        reference is another CPU's — the reference's calibration-scaled time × that report's measured / estimated
        (what the calibration missed about this CPU, e.g. its caches and memory, or an emulation's clock);
@@ -182,7 +184,6 @@ def learn(est: Estimate, pool: list[dict], calibration: dict, here: dict, parame
         return est
     own = max(mine, key=lambda r: r["date"])
     est.own = own
-    scale = calibration["seconds"] / own["calibration"]["seconds"]
     before, now = own.get("parameters", {}), parameters
     if effective is not None and own.get("effective_parameters"):
         before, now = own["effective_parameters"], effective
@@ -190,7 +191,7 @@ def learn(est: Estimate, pool: list[dict], calibration: dict, here: dict, parame
     for stem in list(est.seconds) + est.unknown:
         same_params = now is None or (stem in before and before[stem] == now.get(stem))
         if stem in own["notebooks"] and same_params:
-            est.seconds[stem], est.learned[stem] = own["notebooks"][stem] * scale, "own"
+            est.seconds[stem], est.learned[stem] = own["notebooks"][stem], "own"
         elif (stem in est.seconds and guessed.get(stem) and stem in own["notebooks"]
               and not same_cpu(est.reference, here)):  # the reference is another CPU's: correct it once
             est.seconds[stem] *= own["notebooks"][stem] / guessed[stem]
