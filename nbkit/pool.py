@@ -20,6 +20,7 @@ have finished (finished work is never thrown away); Ctrl-C stops every child and
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pickle
@@ -38,7 +39,9 @@ WORKERS_ENV = "NBKIT_WORKERS"
 """Environment variable capping the jobs run at once (``0``: in this process, one after another)."""
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 """The thread-count variables set in every child (read once, when its numerical libraries start)."""
-CHILD_CLEARED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "VLLM_CPU_OMP_THREADS_BIND")
+LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""The torch.distributed variables of a launch (a colocated vLLM engine sets them: ``nbkit.rl.rollout``)."""
+CHILD_CLEARED = (*LAUNCH_ENV, "VLLM_CPU_OMP_THREADS_BIND")
 """Variables a child must not inherit: a launch of the parent's (each child is a launch of its own, on its own
 port) and a core binding that names the parent's cores."""
 
@@ -111,7 +114,7 @@ class Job:
     units: int = 1
     """Its size in progress units (e.g. optimiser steps)."""
     poll: Callable[[], int] | None = None
-    """Called in the parent about once a second: units done so far (e.g. rows in its metrics log)."""
+    """Called in the parent twice a second while the job runs: units done so far (e.g. rows in its metrics log)."""
 
 
 class JobFailed(RuntimeError):
@@ -233,25 +236,17 @@ class _Pool:
 
     def _stop_all(self) -> None:
         for proc, _, log in self.running.values():
-            with _quietly():
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
                 os.killpg(proc.pid, signal.SIGINT)  # a run stops as on Ctrl-C: checkpoints stay resumable
         deadline = time.time() + 20
         for proc, _, log in self.running.values():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
-                with _quietly():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
             log.close()
         self.running.clear()
-
-
-class _quietly:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return exc[0] is not None and issubclass(exc[0], (ProcessLookupError, PermissionError))
 
 
 def _has_gpu() -> bool:

@@ -95,16 +95,22 @@ ENTRY_POINTS = {
 }
 
 
+
+def refusal(entry: str, folder: Path, data: str, capsys) -> str:
+    """What entry point ``entry`` said when pointed at ``folder``: the refusal's message (library calls) or its
+    standard error (the command line: one line, exit 2)."""
+    try:
+        ENTRY_POINTS[entry](folder, data)
+    except outputs.OutputFolderError as exc:
+        return str(exc)
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize("entry", ENTRY_POINTS, ids=list(ENTRY_POINTS))
 def test_a_folder_of_user_files_is_refused_and_left_byte_for_byte(entry, tmp_path, arith_jsonl, capsys):
     decoy = make_decoy(tmp_path / "work" / "mine")
     before = snapshot(decoy)
-    try:
-        ENTRY_POINTS[entry](decoy, arith_jsonl)
-    except outputs.OutputFolderError as exc:
-        said = str(exc)
-    else:
-        said = capsys.readouterr().err  # the command line: one line, exit 2
+    said = refusal(entry, decoy, arith_jsonl, capsys)
     assert "README.md" in said and "no .nbkit-output.json marker" in said, said  # names what it found
     assert "overwrite" not in said  # a refusal never advises replacing a folder that is not a marked run
     assert "Traceback" not in said
@@ -186,12 +192,7 @@ def test_file_names_the_workbook_uses_do_not_make_a_folder_its_own(entry, tmp_pa
     for name in EXACT_DECOYS[entry]:
         (decoy / name).write_text(f"the user's {name}\n")
     before = snapshot(decoy)
-    try:
-        ENTRY_POINTS[entry](decoy, arith_jsonl)
-    except outputs.OutputFolderError as exc:
-        said = str(exc)
-    else:
-        said = capsys.readouterr().err
+    said = refusal(entry, decoy, arith_jsonl, capsys)
     assert EXACT_DECOYS[entry][0] in said and "overwrite" not in said, said
     assert snapshot(decoy) == before
 
@@ -216,12 +217,7 @@ def test_a_marked_folder_holding_the_users_files_is_refused_and_left_byte_for_by
     (folder / "my-run").mkdir()
     (folder / "my-run" / "metrics.jsonl").write_text('{"step": 1}\n')
     before = snapshot(folder)
-    try:
-        ENTRY_POINTS[entry](folder, arith_jsonl)
-    except outputs.OutputFolderError as exc:
-        said = str(exc)
-    else:
-        said = capsys.readouterr().err
+    said = refusal(entry, folder, arith_jsonl, capsys)
     assert "NOTES.md" in said and "README.md" in said and "which the workbook did not write" in said, said
     assert "Traceback" not in said
     assert snapshot(folder) == before
@@ -236,11 +232,6 @@ def test_a_report_or_doctor_folder_listing_its_files_refuses_a_users_file_added_
     (folder / ("doctor.html" if kind == "doctor" else "index.html")).write_text("the workbook's\n")
     (folder / "NOTES.md").write_text("mine\n")
     before = snapshot(folder)
-    try:
-        ENTRY_POINTS[entry](folder, arith_jsonl)
-    except outputs.OutputFolderError as exc:
-        said = str(exc)
-    else:
-        said = capsys.readouterr().err
+    said = refusal(entry, folder, arith_jsonl, capsys)
     assert "NOTES.md, which the workbook did not write" in said and "Traceback" not in said, said
     assert snapshot(folder) == before

@@ -16,10 +16,10 @@ import time
 import torch
 from trl.generation.vllm_generation import VLLMGeneration
 
-from nbkit import gemm, lm_head, paths
+from nbkit import gemm, lm_head, paths, pool
 from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine
 
-LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+LAUNCH_ENV = pool.LAUNCH_ENV
 """The torch.distributed variables a colocated vLLM engine starts from (``external_launcher``, as TRL sets them).
 They belong to the run, not to the process: left set after a run in one process (a notebook kernel, a study, the
 tests), they made accelerate take the next run for a one-process DDP launch (``MULTI_CPU``: the model wrapped in
