@@ -35,6 +35,21 @@ if XDIST_WORKER:
         os.environ[_key] = str(paths.CACHE / "xdist" / XDIST_WORKER / _key.lower())
 os.environ.setdefault("NBKIT_WORKERS", "0")  # the suite's workers share the cores: a test's grid trains in-process
 
+
+def threads_per_worker(cores: int, workers: int) -> int:
+    """Intra-op threads each of ``workers`` xdist processes gets on ``cores`` cores: an equal share, at least one.
+    Without it every worker's torch (and every notebook kernel or engine it starts) spins up one OpenMP thread per
+    core, so two workers run four busy threads on two cores: on a 2-core EPYC the fast tier took 201 s at 190 % CPU
+    this way and 96 s at 167 % with one thread per worker (benchmarks/README.md)."""
+    return max(1, cores // max(1, workers))
+
+
+if XDIST_WORKER:
+    _threads = str(threads_per_worker(len(os.sched_getaffinity(0)), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT",
+                                                                                          "1"))))
+    for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_key, _threads)  # set before torch loads; a value the user exported wins
+
 from nbkit.tasks import arith  # noqa: E402
 from nbkit.toymodels import tiny_arith  # noqa: E402
 from nbkit.workbook import runner  # noqa: E402
