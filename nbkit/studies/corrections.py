@@ -91,8 +91,8 @@ RULE_TEXT = (
     "direction only; family: the 6 rescue claims, Holm at 5 % (helps/harms: Holm over the 6 contrasts); FP32, "
     "uncorrected and corrected arms all trained by this study (no reuse); verdicts read once, after the last sitting")
 """The rule in one line, as the card records it."""
-RULE_RECORD: dict = {}
-"""``{"what", "commit", "time"}``: the commit that fixed ``RULE_TEXT`` (filled in by the commit after it)."""
+RULE_RECORD = {"commit": "cbe5febd81f216c8ce293ad020dd50ab52ca9ab4", "time": "2026-11-25T22:20:27+00:00"}
+"""The commit that fixed ``RULE_TEXT`` and its time (``git log -1 --format=%cI``), before any run of the study."""
 
 
 def _name(fmt: str, corr: str) -> str:
