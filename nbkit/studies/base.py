@@ -68,6 +68,10 @@ class Study:
         """The study's key figure (plotly), or None."""
         return None
 
+    def plan(self) -> list[str]:
+        """Sentences a page shows while the study is not stored yet (its committed rule, its planned power)."""
+        return []
+
 
 class GridStudy(Study):
     """A study made of RL runs over a grid of configs, trained into ``output_dir/<label>``."""

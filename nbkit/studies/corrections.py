@@ -298,8 +298,17 @@ class CorrectionsStudy(GridStudy):
                  f"(≥, Holm's first threshold), {v['full rescue']['unadjusted']:.2f} unadjusted; a false rescue at "
                  f"a corrected gap of −{MARGIN:g}: {v['false rescue']['unadjusted']:.3f} per cell unadjusted"
                  for fmt, v in p.items()]
-        return [f"Power as planned ({len(SEEDS)} seeds; per-arm SDs {PLANNING_SD}, simulated, 20,000 studies): the "
+        sds = ", ".join(f"{k} {v:g}" for k, v in PLANNING_SD.items())
+        return [f"Power as planned ({len(SEEDS)} seeds; per-arm SDs of the outcome over seeds: {sds}; simulated, "
+                "20,000 studies): the "
                 "chance of 'rescues' at a full rescue (corrected gap 0): " + "; ".join(parts) + "."]
+
+    def plan(self) -> list[str]:
+        rule = (f"The rule, committed at `{RULE_RECORD['commit'][:7]}` ({RULE_RECORD['time']}) before any of the "
+                f"study's runs: {RULE_TEXT}." if RULE_RECORD else f"The rule (not yet committed): {RULE_TEXT}.")
+        n = len(SEEDS) * (1 + len(FORMATS) * (1 + len(CORRECTIONS)))
+        return [rule, f"Planned runs: {n} ({len(SEEDS)} seeds × FP32, {len(FORMATS)} formats uncorrected and "
+                      f"{len(FORMATS) * len(CORRECTIONS)} corrected cells).", *self.power_findings()]
 
     def figure(self, runs, meta):
         return None
