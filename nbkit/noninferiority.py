@@ -193,3 +193,99 @@ def break_detectable(sd: float, n: int, rule: Rule = RULE, power: float = 0.8) -
         return -math.inf
     df = n - 1
     return -(rule.margin + (t_quantile(0.5 + rule.level / 2, df) + t_quantile(power, df)) * sd / math.sqrt(n))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Does a correction rescue a format? A paired contrast and a non-inferiority claim, one family (Holm)
+
+HELPS, HARMS, NO_EFFECT, RESCUES = "helps", "harms", "no detectable effect", "rescues"
+"""The rescue rule's readings of a correction: its contrast (corrected − uncorrected, same seeds) lies above 0
+(*helps*), below 0 (*harms*), or neither; *rescues* = helps and the corrected runs are no detectably worse than FP32
+(their gap's interval lies above −margin)."""
+
+
+def p_against(gaps: list[float], null: float) -> float:
+    """Two-sided p of the one-sample t-test of "the true mean of ``gaps`` is ``null``" (p < 1 − level ⇔ the
+    t-interval excludes ``null``)."""
+    return p_value(gaps, -null)
+
+
+def contrast_verdict(lo: float, hi: float) -> str:
+    """A contrast's reading by its interval: above 0 helps, below 0 harms, else no detectable effect."""
+    if lo != lo or hi != hi:
+        return "one seed: no interval"
+    return HELPS if lo > 0 else HARMS if hi < 0 else NO_EFFECT
+
+
+def rescue_family(cells: dict[str, tuple[list[float], list[float]]], rule: Rule = RULE) -> dict[str, dict]:
+    """The rescue rule over every cell at once. ``cells``: ``name → (contrast, vs_reference)``, the per-seed
+    corrected − uncorrected and corrected − FP32 differences on the same seeds.
+
+    Per cell, *rescues* needs both intervals to clear: the contrast's above 0 and the corrected gap's above
+    −margin (an intersection–union test: its p-value is the larger of the two t-tests', "contrast = 0" and
+    "corrected − FP32 = −margin", and 1 when either mean points the other way). Primary family: the k cells'
+    rescue claims, Holm over their p-values (the chance of any false *rescues* ≤ 1 − level). Secondary family: the
+    k contrasts' *helps*/*harms*, Holm over the contrasts' p-values (the same bound for those claims). Returned per
+    cell: ``verdict`` (each interval read alone, unadjusted), ``verdict (Holm)`` (both families adjusted), the
+    p-values. A cell with fewer than ``min_seeds`` seeds gets its direction only and takes no place in a family."""
+    alpha = 1 - rule.level
+    judged = {k: v for k, v in cells.items() if len(v[0]) >= rule.min_seeds}
+    names = list(judged)
+    pc = [p_against(judged[k][0], 0.0) for k in names]
+    pn = [p_against(judged[k][1], -rule.margin) for k in names]
+    favourable = [fmean(judged[k][0]) > 0 and fmean(judged[k][1]) > -rule.margin for k in names]
+    pr = [max(a, b) if ok else 1.0 for a, b, ok in zip(pc, pn, favourable)]
+    rescued, moved = (holm(pr, alpha), holm(pc, alpha)) if names else ([], [])
+    out = {}
+    for name, (contrast, vs_ref) in cells.items():
+        if name not in judged:
+            out[name] = {"verdict": _small(contrast, rule), "verdict (Holm)": "—", "p contrast": float("nan"),
+                         "p vs FP32 at −margin": float("nan"), "p rescue": float("nan")}
+            continue
+        j = names.index(name)
+        up = fmean(contrast) > 0
+        out[name] = {"verdict": _rescue_reading(pr[j] < alpha, pc[j] < alpha, up),
+                     "verdict (Holm)": _rescue_reading(rescued[j], moved[j], up),
+                     "p contrast": pc[j], "p vs FP32 at −margin": pn[j], "p rescue": pr[j]}
+    return out
+
+
+def _small(contrast: list[float], rule: Rule) -> str:
+    if len(contrast) < 2:
+        return "one seed: no interval"
+    m = fmean(contrast)
+    return (f"direction only ({len(contrast)} seeds, fewer than {rule.min_seeds}): "
+            + ("corrected above uncorrected" if m > 0 else "corrected below uncorrected" if m < 0 else "no difference"))
+
+
+def _rescue_reading(rescued: bool, contrast_rejected: bool, up: bool) -> str:
+    if rescued:
+        return RESCUES
+    if not contrast_rejected:
+        return NO_EFFECT
+    return f"{HELPS}, not shown within the margin of FP32" if up else HARMS
+
+
+def rescue_power(gap_unc: float, gap_corr: float, sds: tuple[float, float, float], n: int, k: int,
+                 rule: Rule = RULE, sims: int = 20_000, seed: int = 0) -> dict[str, float]:
+    """The chance the rescue rule says *rescues* for one cell, simulated: per seed the FP32, uncorrected and corrected
+    outcomes are independent normals with SDs ``sds`` (in that order) and means 0, ``gap_unc``, ``gap_corr``.
+    ``unadjusted``: both intervals clear (contrast above 0, corrected − FP32 above −margin); ``holm``: the cell's
+    rescue p-value (the larger of the two) passes Holm's first threshold α/k in a family of ``k`` cells: a lower
+    bound, since Holm's thresholds only loosen as other cells are rescued. At ``gap_corr`` = −margin it is the
+    chance of a false rescue."""
+    if n < 2 or k < 1 or min(sds) <= 0:
+        raise ValueError(f"need n >= 2, k >= 1 and SDs > 0; got n={n!r}, k={k!r}, sds={sds!r}")
+    rng = np.random.default_rng(seed)
+    ref, unc, corr = (rng.normal(mu, sd, size=(sims, n)) for mu, sd in zip((0.0, gap_unc, gap_corr), sds))
+
+    def p_and_mean(d: np.ndarray, null: float) -> tuple[np.ndarray, np.ndarray]:
+        m = d.mean(1)
+        t = (m - null) / (d.std(1, ddof=1) / math.sqrt(n))
+        return t_two_sided(t, n - 1), m
+
+    pc, mc = p_and_mean(corr - unc, 0.0)
+    pn, mn = p_and_mean(corr - ref, -rule.margin)
+    alpha = 1 - rule.level
+    p = np.where((mc > 0) & (mn > -rule.margin), np.maximum(pc, pn), 1.0)
+    return {"unadjusted": float((p < alpha).mean()), "holm": float((p <= alpha / k).mean())}

@@ -16,10 +16,15 @@ def test_results_md_is_up_to_date():
         "RESULTS.md is out of date: run `python -m nbkit.studies.results_md`"
 
 
-def test_every_stored_study_is_read_and_every_registered_study_is_stored():
+def test_every_stored_study_is_read_and_every_registered_study_is_stored_unless_planned():
+    from nbkit.studies.catalog import PLANNED
+
     stored = {p.name for p in results.RESULTS.iterdir() if (p / results.CARD).is_file()
               and results.REPLACED not in p.name}  # a replaced study kept beside (store --replace) is no study
-    assert stored == set(STUDIES)
+    assert stored <= set(STUDIES)
+    assert set(STUDIES) - stored <= set(PLANNED), "a registered study is neither stored nor planned"
+    for name in set(STUDIES) - stored:  # its page says there is no result yet
+        assert "**Not stored yet**" in results_md.section(STUDIES[name])
 
 
 def test_the_page_follows_the_stored_data(monkeypatch):
@@ -49,6 +54,10 @@ def test_each_section_states_question_and_statistic_before_its_table():
     text = results_md.render()
     for study in STUDIES.values():
         sec = text[text.index(f"## {study.title}"):]
+        sec = sec[:sec.find("\n## ")] if "\n## " in sec else sec
+        if "**Not stored yet**" in sec:  # a planned study: its statistic stated, and no table of results
+            assert sec.index("**Question.**") < sec.index("**Statistic.**") and "|---" not in sec
+            continue
         assert sec.index("**Question.**") < sec.index("**Statistic.**") < sec.index("|---")
 
 

@@ -13,7 +13,8 @@ GRID_STUDIES = [s for s in STUDIES.values() if isinstance(s, GridStudy)]
 
 def test_every_stored_study_of_rl_runs_is_a_grid_study_with_a_toy_grid():
     assert {s.name for s in GRID_STUDIES} == {"ablation_tiny_arith", "hunt_tiny_long", "ppo_tiny_arith",
-                                               "moe_tiny_arith", "brevity_smollm2", "dose_response_tiny_arith"}
+                                               "moe_tiny_arith", "brevity_smollm2", "dose_response_tiny_arith",
+                                               "corrections_tiny_arith"}
     for study in GRID_STUDIES:
         assert study.toy, f"{study.name} declares no toy grid"
         if (results.RESULTS / study.name).is_dir():  # (a study registered before its first store has no data yet)

@@ -68,6 +68,10 @@ class Study:
         """The study's key figure (plotly), or None."""
         return None
 
+    def plan(self) -> list[str]:
+        """Sentences a page shows while the study is not stored yet (its committed rule, its planned power)."""
+        return []
+
 
 class GridStudy(Study):
     """A study made of RL runs over a grid of configs, trained into ``output_dir/<label>``."""
@@ -228,6 +232,7 @@ class GridStudy(Study):
                                        f"pass --replace (it is kept beside as {self.name}.replaced-<date>), or "
                                        f"--keep-stored to add runs to it")
         missing = sorted(set(grid) - set(runs))
+        record = {**self.card_record(options), **(record or {})}  # a stored card's record (first sitting) wins
         return results.store(self.name, runs, command=command, wall_seconds=wall_seconds, root=root, earlier=earlier,
                              record=record, keep_old=replace,
                              configs={"grid": {k: v for k, v in options.items()}, "runs": configs},
@@ -270,6 +275,11 @@ class GridStudy(Study):
         if changed:
             parts.append(f"runs whose rows or config differ: {changed[:6] + (['...'] if len(changed) > 6 else [])}")
         return "; ".join(parts)
+
+    def card_record(self, options: dict) -> dict:
+        """Fields of the study's record to write on its card at ``store`` (``nbkit.studies.amendments``: ``rule``,
+        ``training_started``; none by default)."""
+        return {}
 
     # -- read half: coordinates from configs ----------------------------------------------------------------
     def meta(self, configs: dict[str, dict]) -> dict[str, dict]:

@@ -78,6 +78,102 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> 
     return out
 
 
+TAIL = 20
+"""Optimiser steps at the end of a run over which the critic's value error is read (the issue's "last 20 steps")."""
+SUMMARY = (
+    (schema.KL_K3, "token KL[μ‖π] (mismatch, k3 ≥ 0), run mean", None, True),
+    (schema.SEQ_KL, "sequence KL[μ‖π] (mismatch, k1: a sample can be < 0), run mean", None, False),
+    (schema.TOKEN_ABS_LOGP_DIFF, "mean |Δ log p| per token (mismatch), run mean", None, True),
+    (schema.PPO_APPROX_KL, "approx KL(π_old ‖ π) (k3 ≥ 0), run mean", None, True),
+    (schema.VALUE_LOSS, f"value loss, last {TAIL} steps", TAIL, True),
+    (schema.VALUE_EXPLAINED_VARIANCE, f"explained variance, last {TAIL} steps", TAIL, False),
+)
+"""What the precision comparison reports per run: ``(metric, label, window, positive)``; window None = the whole
+run, else the last ``window`` logged values (the critic's error once it has had the run to learn); positive: the
+metric cannot be negative, so its interval over seeds is taken on the log scale (``positive_mean_ci``)."""
+
+
+def positive_mean_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of positive values and a t-interval that stays above 0: on the log scale of the mean (standard error by
+    the delta method, SE / mean), mapped back; to first order the plain t-interval. NaN bounds below 2 values."""
+    import math
+    import statistics
+
+    from nbkit.stats import t_quantile
+
+    m = statistics.fmean(xs)
+    if len(xs) < 2 or m <= 0:
+        return m, float("nan"), float("nan")
+    half = t_quantile(0.5 + level / 2, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs)) / m
+    return m, m * math.exp(-half), m * math.exp(half)
+
+
+def per_seed(runs: dict[str, list[dict]], meta: dict[str, dict]) -> dict[str, dict[int, dict[str, float]]]:
+    """``dtype → seed → label → value`` of every ``SUMMARY`` metric (a run that never logs a metric lacks it)."""
+    out: dict = {}
+    for label, rows in runs.items():
+        values = {}
+        for key, name, window, _ in SUMMARY:
+            xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
+            xs = xs[-window:] if window else xs
+            if xs:
+                values[name] = sum(xs) / len(xs)
+        out.setdefault(meta[label]["dtype"], {})[int(meta[label]["seed"])] = values
+    return out
+
+
+def _interval(xs: list[float], positive: bool = False) -> dict:
+    from nbkit.stats import mean_ci
+
+    m, lo, hi = positive_mean_ci(xs) if positive and min(xs) > 0 else mean_ci(xs)
+    return {"mean": m, "95 % CI": None if lo != lo else [lo, hi], "seeds": len(xs)}
+
+
+def precision_table(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
+    """Per dtype and metric: the mean over seeds of each run's value with its 95 % t-interval (seeds as units)."""
+    seeds = per_seed(runs, meta)
+    out = []
+    for dtype in sorted(seeds, key=lambda d: ("fp16", "bf16", "fp32").index(d) if d in ("fp16", "bf16", "fp32")
+                        else 9):
+        for _, name, _, positive in SUMMARY:
+            xs = [v[name] for _, v in sorted(seeds[dtype].items()) if name in v]
+            if xs:
+                out.append({"dtype": dtype, "metric": name, **_interval(xs, positive)})
+    return out
+
+
+def paired_difference(runs: dict[str, list[dict]], meta: dict[str, dict], a: str = "bf16",
+                      b: str = "fp16") -> list[dict]:
+    """Per metric: ``a − b`` paired by seed (the seeds both dtypes have), mean with its 95 % t-interval; for the KLs
+    also, for a positive metric, the ratio ``a / b`` (geometric mean of the per-seed ratios, t-interval on the log
+    scale)."""
+    import math
+
+    from nbkit.stats import mean_ci
+
+    seeds = per_seed(runs, meta)
+    if a not in seeds or b not in seeds:
+        return []
+    out = []
+    for _, name, _, positive in SUMMARY:
+        both = sorted(s for s in set(seeds[a]) & set(seeds[b]) if name in seeds[a][s] and name in seeds[b][s])
+        if not both:
+            continue
+        row = {"metric": name, f"{a} − {b}": None, **{k: v for k, v in _interval(
+            [seeds[a][s][name] - seeds[b][s][name] for s in both]).items()}}
+        row[f"{a} − {b}"] = row.pop("mean")
+        logs = [math.log(seeds[a][s][name] / seeds[b][s][name]) for s in both
+                if positive and seeds[a][s][name] > 0 and seeds[b][s][name] > 0]
+        if logs and len(logs) == len(both):
+            m, lo, hi = mean_ci(logs)
+            row[f"{a} / {b}"] = math.exp(m)
+            row[f"{a} / {b} 95 % CI"] = None if lo != lo else [math.exp(lo), math.exp(hi)]
+        else:
+            row[f"{a} / {b}"], row[f"{a} / {b} 95 % CI"] = None, None
+        out.append(row)
+    return out
+
+
 class PPOStudy(GridStudy):
     """The stored PPO study: options ``dtypes``, ``seeds``, ``steps``, ``output_dir`` and ``RLConfig`` fields in
     ``overrides`` (notebook 03 trains its live slice through the same grid)."""
@@ -134,13 +230,31 @@ class PPOStudy(GridStudy):
                         "mean |Δ log p| (mean)": mean("mean |Δ log p|")})
         return out
 
+    def page_tables(self, runs, meta, rows):
+        return [(("Per precision: the π–μ mismatch, PPO's KL and the critic's value error, each run's value averaged "
+                 "over seeds with its 95 % t-interval (seeds as units; a metric that cannot be negative: the interval "
+                 "on the log scale of the mean, so it stays above 0)"), precision_table(runs, meta)),
+                (("BF16 − FP16 paired by seed, with its 95 % t-interval (and BF16 / FP16 for the metrics that cannot "
+                 "be negative: geometric mean of the per-seed ratios, interval on the log scale)"),
+                 paired_difference(runs, meta))]
+
     def findings(self, runs, meta, rows):
         by = {r["dtype"]: r for r in rows}
         if "fp16" not in by or "bf16" not in by:
             return []
+        out = []
+        for d in paired_difference(runs, meta):
+            ci = (f"95 % CI {d['95 % CI'][0]:+.3g} to {d['95 % CI'][1]:+.3g}" if d["95 % CI"]
+                  else "one seed, no interval")
+            ratio = (f"; BF16/FP16 {d['bf16 / fp16']:.3g}×" + (f" (95 % CI {d['bf16 / fp16 95 % CI'][0]:.3g}–"
+                                                                f"{d['bf16 / fp16 95 % CI'][1]:.3g})"
+                                                                if d["bf16 / fp16 95 % CI"] else "")
+                     if d.get("bf16 / fp16") is not None else "")
+            out.append(f"BF16 − FP16 in {d['metric']}, paired over {d['seeds']} seeds: {d['bf16 − fp16']:+.3g} "
+                       f"({ci}){ratio}.")
         ratio = by["bf16"]["mean |Δ log p| (mean)"] / by["fp16"]["mean |Δ log p| (mean)"]
         kl_max = {d: max(by[d]["approx KL, max (each seed)"]) for d in ("fp16", "bf16")}
-        return [f"BF16's training-time mismatch is {ratio:.1f}× FP16's (mean |Δ log p| over steps and seeds); the "
+        return out + [f"BF16's training-time mismatch is {ratio:.1f}× FP16's (mean |Δ log p| over steps and seeds); the "
                 f"largest approx KL of any seed is {kl_max['fp16']:.3g} (FP16) and {kl_max['bf16']:.3g} (BF16), far "
                 f"from the paper's BF16 PPO KL > 40."]
 

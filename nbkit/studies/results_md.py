@@ -62,8 +62,12 @@ def section(study: Study) -> str:
     if not (results.RESULTS / study.name).is_dir():
         make = (f"`nbkit study {study.name} run && nbkit study {study.name} store`" if hasattr(study, "grid")
                 else "its module's command")
+        plan = study.plan()
         return "\n".join([f"## {study.title}", "", f"**Question.** {study.question}", "",
-                          f"**Not stored yet** (`data/results/{study.name}` is missing): make it with {make}."])
+                          f"**Statistic.** {study.statistic}", "", f"**Not stored yet** (`data/results/{study.name}` is missing): no run of it has been "
+                          f"stored, so there is no result; make it with {make}."]
+                         + (["", "**The plan** (nothing below is a result):", ""] + [f"- {s}" for s in plan]
+                            if plan else []))
     return stored_section(study, study.load(), study.stored_meta(), study.card())
 
 
