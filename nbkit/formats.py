@@ -530,8 +530,6 @@ def audit(requested: str, counts: Counter | dict) -> dict:
     return {schema.AUDIT_ROLLOUT_FORMAT: fmt.name, schema.AUDIT_ROLLOUT_FORMAT_GEMMS: counts.get(fmt.name, 0)}
 
 
-VLLM_QUANTIZATION = {f.name: f.vllm_quantization for f in FORMATS.values() if f.vllm_quantization}
-"""Formats vLLM runs itself, by its ``quantization=`` name (its online FP8: per-tensor weight scales)."""
 
 
 def vllm_kwargs(fmt: str | RolloutFormat, cuda: bool | None = None) -> dict:

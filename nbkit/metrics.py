@@ -4,7 +4,7 @@ which ones a training run logs per step and which are headlines.
 ``nbkit.mismatch`` computes them (its ``METRICS`` and ``ALIASES`` are read from here), the trainer logs ``logged()``
 (as ``mismatch/<name>``, ``nbkit.schema.mismatch_key``), ``nbkit.schema.KEYS`` documents those row keys from here,
 the offline ladder and anatomy show ``headline()``, ``nbkit.mismatch.HEADLINE`` bootstraps ``ci()``, and the README's
-metric table is generated from ``MISMATCH`` (``nbkit.registries``). Adding a metric: a ``Metric`` here and its
+metric table is generated from ``MISMATCH`` (``nbkit.workbook.readme``). Adding a metric: a ``Metric`` here and its
 computation in one of ``nbkit.mismatch``'s parts (``mismatch_metrics`` refuses a registered key it did not compute).
 
 ``VERSION`` is written on every stored study's card (``nbkit.results.store``): raise it when a metric's definition
@@ -107,7 +107,8 @@ for _m in (
     Metric("rollout_probs_diff_mean", "verl: mean over tokens of |π − μ|", logged=("rollout_probs_diff_mean",)),
     Metric("rollout_probs_diff_std", "verl: standard deviation over tokens of |π − μ|"),
     Metric("rollout_actor_probs_pearson_corr", "verl: Pearson correlation of token probabilities π and μ "
-           "(1.0 if identical; NaN if one side is constant and they differ)", logged=("rollout_actor_probs_pearson_corr",)),
+           "(1.0 if identical; NaN if one side is constant and they differ)",
+           logged=("rollout_actor_probs_pearson_corr",)),
     Metric("sampler_learner_prob_diff_max", "Oat: max over tokens of μ − π (signed, probability space)",
            logged=("sampler_learner_prob_diff_max",)),
     Metric("sampler_learner_prob_diff_min", "Oat: min over tokens of μ − π (signed, probability space)",

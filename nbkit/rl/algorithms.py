@@ -6,16 +6,16 @@ workbook enables for every engine (TRL gates it on ``use_vllm``; see ``nbkit.rl.
 
 A preset is a loss (``LOSSES``), the corrections that put μ into it (``CORRECTIONS``) and the trainer class that
 runs it (``TRAINERS``), declared once with ``register``; the README's preset table is generated from ``ALGORITHMS``
-(``nbkit.registries``). PPO (``ppo``, ``ppo_token_tis``) is a token-mean clipped surrogate on GAE advantages with a
+(``nbkit.workbook.readme``). PPO (``ppo``, ``ppo_token_tis``) is a token-mean clipped surrogate on GAE advantages with a
 critic, ``ppo_epochs`` × ``ppo_minibatches`` updates per rollout batch.
 
 With one optimiser update per batch (the paper's setting) the PPO ratio π/π_old is exactly 1, so ``dr_grpo``'s
 surrogate is plain policy gradient with a group-mean baseline; ``pg_seq_is`` is that policy gradient weighted
 by the (truncated) sequence ratio π/μ, as in the paper.
 
-The presets with the ``mu_old`` correction are what asynchronous RL frameworks do: the rollout engine's μ stands in for π_old in the
-clipped ratio, so the π–μ mismatch enters the clip directly and a token nobody has updated yet can be clipped
-("phantom clipping", logged per step as ``clip/phantom_fraction`` by ``PrecisionGRPOTrainer``).
+The presets with the ``mu_old`` correction are what asynchronous RL frameworks do: the rollout engine's μ stands in
+for π_old in the clipped ratio, so the π–μ mismatch enters the clip directly and a token nobody has updated yet can
+be clipped ("phantom clipping", logged per step as ``clip/phantom_fraction`` by ``PrecisionGRPOTrainer``).
 
 IcePop (the Ring-1T report's fix for the training–inference mismatch) keeps a token's weight π/μ when it lies in
 [α, β] = [0.5, 5] and masks the token (weight 0) otherwise: TRL's ``token_mask`` mode with ``clip_min`` = α and

@@ -264,7 +264,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         pis = gather_object([pi[i][mask[i]].double().numpy() for i in range(len(mask))])
         mus = gather_object([mu[i][mask[i]].double().numpy() for i in range(len(mask))])
         metrics = mismatch.mismatch_metrics(pis, mus)
-        for key in MISMATCH_KEYS:
+        for key in metric_registry.logged():
             if key in metrics and np.isfinite(metrics[key]):
                 self._metrics["train"][schema.mismatch_key(key)].append(float(metrics[key]))
         if batch.get("importance_sampling_ratio") is not None:
