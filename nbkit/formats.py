@@ -40,8 +40,10 @@ them per format: the evidence ``audit`` reads, so a run fails when the format it
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -174,6 +176,48 @@ def nvfp4_quantize(x: torch.Tensor, block: int = 16) -> tuple[torch.Tensor, torc
 
 
 @dataclass(frozen=True)
+class Scheme:
+    """How a format's GEMMs see their operands: the one place a quantization scheme's behaviour is written, read by
+    ``quantize_operand``, ``quantized_linear`` and ``FormatGemm`` (no scheme is named anywhere else)."""
+
+    name: str
+    """Registry name (``SCHEMES``; ``RolloutFormat.scheme``)."""
+    summary: str
+    """One line for tables."""
+    quantize: Callable[[torch.Tensor, "RolloutFormat", str], tuple[torch.Tensor, torch.Tensor]] | None = None
+    """(fp32 operand [rows, K], format, role) → (values with inner scales applied, outer scale); None: the base
+    dtype's own GEMMs."""
+    outer_scales: bool = False
+    """The outer scales multiply the GEMM's FP32 result (per token × per tensor or per channel)."""
+    round_output: bool = False
+    """The GEMM's result is rounded to the element format before the base dtype (the dial)."""
+    all_gemms: bool = False
+    """Every GEMM and attention runs in the format (the dial); otherwise only the linear layers' weights ×
+    activations, never the LM head or attention (as vLLM and the FP4 deployments do)."""
+
+
+def _one(x: torch.Tensor) -> torch.Tensor:
+    return torch.ones((), device=x.device)
+
+
+SCHEMES: dict[str, Scheme] = {x.name: x for x in (
+    Scheme("none", "the base dtype's own GEMMs"),
+    Scheme("fp8", "FP8 operands: per-token activation scale, per-tensor or per-channel weight scale",
+           lambda x, f, role: fp8_quantize(x, f.element, per_row=role == "activation" or f.weight_scale == "channel"),
+           outer_scales=True),
+    Scheme("mxfp4", "MXFP4 operands: E2M1 in 32-blocks with power-of-two scales",
+           lambda x, f, role: (mxfp4_quantize(x), _one(x))),
+    Scheme("nvfp4", "NVFP4 operands: E2M1 in 16-blocks with E4M3 scales and a tensor scale",
+           lambda x, f, role: nvfp4_quantize(x), outer_scales=True),
+    Scheme("e8m", "the mantissa dial: every GEMM's operands and output, and attention",
+           lambda x, f, role: (f.element.round(x), _one(x)), round_output=True, all_gemms=True),
+    Scheme("e8m-linear", "the dial on linear operands only, as FP8/FP4",
+           lambda x, f, role: (f.element.round(x), _one(x))),
+)}
+"""Name → quantization scheme."""
+
+
+@dataclass(frozen=True)
 class RolloutFormat:
     """A rollout format: the dtype of the forward and what, if anything, its GEMM operands are quantized to."""
 
@@ -182,60 +226,95 @@ class RolloutFormat:
     base: str
     """The forward's dtype (``nbkit.models.DTYPES``): weights, activations and every non-GEMM op."""
     scheme: str = "none"
-    """``none`` (the base dtype's own GEMMs), ``fp8``, ``mxfp4``, ``nvfp4``, ``e8m`` (the mantissa dial: every
-    GEMM's operands and output and attention) or ``e8m-linear`` (the dial on linear operands only, as FP8/FP4)."""
+    """A key of ``SCHEMES``: ``none`` (the base dtype's own GEMMs), ``fp8``, ``mxfp4``, ``nvfp4``, ``e8m`` (the
+    mantissa dial: every GEMM's operands and output and attention) or ``e8m-linear`` (the dial on linear operands
+    only, as FP8/FP4)."""
     element: Minifloat | None = None
     """The operands' element format (E4M3, E5M2, E2M1 or e8m<k>); None for ``none``."""
     weight_scale: str = "tensor"
     """FP8 only: ``tensor`` (one scale per weight matrix) or ``channel`` (one per output channel)."""
     description: str = ""
     """One line for tables and figures."""
+    vllm_quantization: str | None = None
+    """vLLM's ``quantization=`` name when vLLM runs the format itself (on CUDA), else None."""
+
+    def __post_init__(self):
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"rollout format {self.name!r}: unknown scheme {self.scheme!r}; choose one of "
+                             f"{tuple(SCHEMES)}")
+        if self.base not in ("fp32", "fp16", "bf16"):
+            raise ValueError(f"rollout format {self.name!r}: unknown base dtype {self.base!r}; choose one of "
+                             "('fp32', 'fp16', 'bf16')")
+        if (self.element is None) != (SCHEMES[self.scheme].quantize is None):
+            raise ValueError(f"rollout format {self.name!r}: scheme {self.scheme!r} "
+                             + ("needs an element format" if self.element is None else "takes no element format"))
+
+    @property
+    def rules(self) -> Scheme:
+        """Its scheme's behaviour (``SCHEMES[scheme]``)."""
+        return SCHEMES[self.scheme]
 
     @property
     def quantized(self) -> bool:
         """True when the GEMMs see something other than the base dtype's own values."""
-        return self.scheme != "none"
+        return self.rules.quantize is not None
 
     @property
     def all_gemms(self) -> bool:
         """The dial rounds every GEMM (it stands for a dtype); FP8/FP4 schemes only the linear layers' weights ×
         activations, never the LM head or attention (as vLLM and the FP4 deployments do)."""
-        return self.scheme == "e8m"
-
-
-def _registry() -> dict[str, RolloutFormat]:
-    out = {
-        "fp32": RolloutFormat("fp32", "fp32", description="FP32 (exact reference)"),
-        "fp16": RolloutFormat("fp16", "fp16", description="FP16 (10 mantissa bits, 5 exponent bits)"),
-        "bf16": RolloutFormat("bf16", "bf16", description="BF16 (7 mantissa bits, 8 exponent bits)"),
-        "fp8-e4m3": RolloutFormat("fp8-e4m3", "bf16", "fp8", E4M3, "tensor",
-                                  "FP8 E4M3 linears, per-tensor weight and per-token activation scales"),
-        "fp8-e4m3-channel": RolloutFormat("fp8-e4m3-channel", "bf16", "fp8", E4M3, "channel",
-                                          "FP8 E4M3 linears, per-channel weight and per-token activation scales"),
-        "fp8-e5m2": RolloutFormat("fp8-e5m2", "bf16", "fp8", E5M2, "tensor",
-                                  "FP8 E5M2 linears, per-tensor weight and per-token activation scales"),
-        "mxfp4": RolloutFormat("mxfp4", "bf16", "mxfp4", E2M1,
-                               description="MXFP4 linears: E2M1, 32-blocks with power-of-two scales"),
-        "nvfp4": RolloutFormat("nvfp4", "bf16", "nvfp4", E2M1,
-                               description="NVFP4 linears: E2M1, 16-blocks with E4M3 scales and a tensor scale"),
-    }
-    for k in DIAL:
-        out[f"e8m{k}"] = RolloutFormat(f"e8m{k}", "bf16" if k <= 7 else "fp32", "e8m", e8m(k),
-                                       description=f"every GEMM in e8m{k} (BF16's exponent, {k} mantissa bits): "
-                                                   "operands, outputs and attention")
-    for k in DIAL:
-        out[f"e8m{k}-linear"] = RolloutFormat(
-            f"e8m{k}-linear", "bf16" if k <= 7 else "fp32", "e8m-linear", e8m(k),
-            description=f"e8m{k} linear operands only (as FP8/FP4: no LM head, outputs or attention)")
-    return out
+        return self.rules.all_gemms
 
 
 DIAL = tuple(range(1, 11))
 """Mantissa bits of the ``e8m<k>`` formats in the registry."""
-FORMATS: dict[str, RolloutFormat] = _registry()
-"""Every rollout format by name."""
+FORMATS: dict[str, RolloutFormat] = {}
+"""Every rollout format by name (filled by ``register``)."""
+
+
+def register(fmt: RolloutFormat) -> RolloutFormat:
+    """Add ``fmt`` to ``FORMATS``: the one place a format is declared (the README's table, the choices every
+    config lists and the tests read it there). A second format of one name is refused."""
+    if fmt.name in FORMATS:
+        raise ValueError(f"rollout format {fmt.name!r} is registered already")
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+for _fmt in (
+    RolloutFormat("fp32", "fp32", description="FP32 (exact reference)"),
+    RolloutFormat("fp16", "fp16", description="FP16 (10 mantissa bits, 5 exponent bits)"),
+    RolloutFormat("bf16", "bf16", description="BF16 (7 mantissa bits, 8 exponent bits)"),
+    RolloutFormat("fp8-e4m3", "bf16", "fp8", E4M3, "tensor",
+                  "FP8 E4M3 linears, per-tensor weight and per-token activation scales", vllm_quantization="fp8"),
+    RolloutFormat("fp8-e4m3-channel", "bf16", "fp8", E4M3, "channel",
+                  "FP8 E4M3 linears, per-channel weight and per-token activation scales"),
+    RolloutFormat("fp8-e5m2", "bf16", "fp8", E5M2, "tensor",
+                  "FP8 E5M2 linears, per-tensor weight and per-token activation scales"),
+    RolloutFormat("mxfp4", "bf16", "mxfp4", E2M1,
+                  description="MXFP4 linears: E2M1, 32-blocks with power-of-two scales"),
+    RolloutFormat("nvfp4", "bf16", "nvfp4", E2M1,
+                  description="NVFP4 linears: E2M1, 16-blocks with E4M3 scales and a tensor scale"),
+    *(RolloutFormat(f"e8m{k}", "bf16" if k <= 7 else "fp32", "e8m", e8m(k),
+                    description=f"every GEMM in e8m{k} (BF16's exponent, {k} mantissa bits): operands, outputs and "
+                                "attention") for k in DIAL),
+    *(RolloutFormat(f"e8m{k}-linear", "bf16" if k <= 7 else "fp32", "e8m-linear", e8m(k),
+                    description=f"e8m{k} linear operands only (as FP8/FP4: no LM head, outputs or attention)")
+      for k in DIAL),
+):
+    register(_fmt)
+
 LADDER = ("fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "mxfp4", "nvfp4")
 """The hardware ladder, from exact to FP4 (the dial ``e8m<k>`` fills in between)."""
+
+
+def choices_text() -> str:
+    """The registered formats for help texts, a run of four or more of one scheme collapsed (``e8m1`` … ``e8m10``)."""
+    parts = []
+    for _, run in itertools.groupby(FORMATS.values(), key=lambda f: f.scheme):
+        names = [f"``{f.name}``" for f in run]
+        parts += [f"{names[0]} … {names[-1]}"] if len(names) >= 4 else names
+    return ", ".join(parts)
 
 
 def validate(name: str) -> str:
@@ -261,16 +340,9 @@ def quantize_operand(x: torch.Tensor, fmt: str | RolloutFormat, role: str) -> tu
     fmt, x = get(fmt), x.float()
     if role not in ("activation", "weight"):
         raise ValueError(f"unknown operand role {role!r}; choose 'activation' or 'weight'")
-    one = torch.ones((), device=x.device)
-    if fmt.scheme == "fp8":
-        return fp8_quantize(x, fmt.element, per_row=role == "activation" or fmt.weight_scale == "channel")
-    if fmt.scheme == "mxfp4":
-        return mxfp4_quantize(x), one
-    if fmt.scheme == "nvfp4":
-        return nvfp4_quantize(x)
-    if fmt.scheme in ("e8m", "e8m-linear"):
-        return fmt.element.round(x), one
-    raise ValueError(f"rollout format {fmt.name!r} quantizes nothing")
+    if not fmt.quantized:
+        raise ValueError(f"rollout format {fmt.name!r} quantizes nothing")
+    return fmt.rules.quantize(x, fmt, role)
 
 
 def quantized_linear(a: torch.Tensor, w: torch.Tensor | None, fmt: str | RolloutFormat,
@@ -289,11 +361,11 @@ def quantized_linear(a: torch.Tensor, w: torch.Tensor | None, fmt: str | Rollout
     qa, sa = quantize_operand(a, fmt, "activation")
     qw, sw = qw if qw is not None else quantize_operand(w, fmt, "weight")
     out = qa @ qw.T
-    if fmt.scheme in ("fp8", "nvfp4"):
+    if fmt.rules.outer_scales:
         out = out * (sa * sw.reshape(1, -1))  # per token × per tensor or per channel (NVFP4: tensor × tensor)
     if bias is not None:
         out = out + bias.float()
-    if fmt.scheme == "e8m":
+    if fmt.rules.round_output:
         out = fmt.element.round(out)
     return out.to(out_dtype)
 
@@ -458,8 +530,6 @@ def audit(requested: str, counts: Counter | dict) -> dict:
     return {schema.AUDIT_ROLLOUT_FORMAT: fmt.name, schema.AUDIT_ROLLOUT_FORMAT_GEMMS: counts.get(fmt.name, 0)}
 
 
-VLLM_QUANTIZATION = {"fp8-e4m3": "fp8"}
-"""Formats vLLM runs itself, by its ``quantization=`` name (its online FP8: per-tensor weight scales)."""
 
 
 def vllm_kwargs(fmt: str | RolloutFormat, cuda: bool | None = None) -> dict:
@@ -469,9 +539,10 @@ def vllm_kwargs(fmt: str | RolloutFormat, cuda: bool | None = None) -> dict:
     if not fmt.quantized:
         return {}
     cuda = torch.cuda.is_available() if cuda is None else cuda
-    if fmt.name in VLLM_QUANTIZATION and cuda:
-        return {"quantization": VLLM_QUANTIZATION[fmt.name]}
-    where = "on CUDA GPUs only" if fmt.name in VLLM_QUANTIZATION else "not at all"
+    if fmt.vllm_quantization and cuda:
+        return {"quantization": fmt.vllm_quantization}
+    where = "on CUDA GPUs only" if fmt.vllm_quantization else "not at all"
+    own = tuple(f.name for f in FORMATS.values() if f.vllm_quantization)
     raise ValueError(f"the vLLM engine runs rollout format {fmt.name!r} {where} (formats vLLM runs itself: "
-                     f"{tuple(VLLM_QUANTIZATION)} on CUDA); use the HF engine (engine='hf', rollout_engine='hf'), "
+                     f"{own} on CUDA); use the HF engine (engine='hf', rollout_engine='hf'), "
                      f"which runs every format of nbkit.formats")

@@ -25,66 +25,18 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from nbkit import schema
+from nbkit import metrics, schema
 from nbkit.models import DTYPES
 
 TRAIN_DTYPES = DTYPES
 """Training dtypes by short name: ``nbkit.models.DTYPES`` (the one table)."""
 
-METRICS = {
-    "n_sequences": "number of sequences",
-    "n_tokens": "number of generated tokens (all sequences)",
-    schema.METRIC_TOKEN_ABS_LOGP_DIFF: "mean over tokens of |log π − log μ|",
-    schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX: "max over tokens of |log π − log μ|",
-    "token_abs_logp_diff/p50": "median over tokens of |log π − log μ|",
-    "token_abs_logp_diff/p90": "90th percentile over tokens of |log π − log μ|",
-    "token_abs_logp_diff/p99": "99th percentile over tokens of |log π − log μ|",
-    "rollout_probs_diff_max": "verl (logged as training/…): max over tokens of |π − μ| (probability space)",
-    "rollout_probs_diff_mean": "verl: mean over tokens of |π − μ|",
-    "rollout_probs_diff_std": "verl: standard deviation over tokens of |π − μ|",
-    "rollout_actor_probs_pearson_corr": "verl: Pearson correlation of token probabilities π and μ "
-    "(1.0 if identical; NaN if one side is constant and they differ)",
-    "sampler_learner_prob_diff_max": "Oat: max over tokens of μ − π (signed, probability space)",
-    "sampler_learner_prob_diff_min": "Oat: min over tokens of μ − π (signed, probability space)",
-    "sampling/importance_sampling_ratio/min": "TRL: min over tokens of r = π/μ (before any truncation)",
-    "sampling/importance_sampling_ratio/mean": "TRL: mean over tokens of r = π/μ (before any truncation)",
-    "sampling/importance_sampling_ratio/max": "TRL: max over tokens of r = π/μ (before any truncation)",
-    "kl_k1": "token KL[μ‖π], k1 = mean(log μ − log π); unbiased, can be negative",
-    "kl_k2": "token KL[μ‖π], k2 = ½·mean((log μ − log π)²); ≥ 0, biased, Oat's kl_sample_train_v2",
-    "kl_k3": "token KL[μ‖π], k3 = mean(r − 1 − log r); unbiased and ≥ 0",
-    "chi2_token": "χ²(π‖μ) per token, mean(r²) − 1 (the variance of token IS weights)",
-    "chi2_seq": "χ²(π‖μ) per sequence, mean_seq(R²) − 1 with R = ∏ r (no clamping: can be inf)",
-    "log_ppl_abs_diff": "verl: mean over sequences of |mean_t log μ − mean_t log π| (log-perplexity gap)",
-    "log_ppl_diff": "verl: mean over sequences of mean_t log μ − mean_t log π = log(PPL_π / PPL_μ) (signed; > 0: "
-    "the trainer finds the sampled text less likely than the engine did)",
-    "ppl_ratio": "verl: mean over sequences of PPL_π / PPL_μ = exp(mean_t log μ − mean_t log π) (1 when π = μ)",
-    "ess_token": "normalised effective sample size of the token IS weights r = π/μ, (Σr)² / (N Σr²) in (0, 1] "
-    "(verl's rollout_is_eff_sample_size at token level, here of the raw weights, before any truncation or mask)",
-    "ess_seq": "the same of the sequence IS weights R = ∏ r, over sequences (collapses long before the token ESS)",
-    "seq_log_ratio/mean": "mean over sequences of log R = Σ_t (log π − log μ)",
-    "seq_log_ratio/abs_mean": "mean over sequences of |log R|",
-    "seq_kl": "sequence KL[μ‖π], mean over sequences of Σ_t (log μ − log π) (the paper's Fig. 5 KL)",
-    "seq_log_ratio_slope/per_token": "least-squares slope of log R against response length, per token",
-    "seq_log_ratio_slope/per_1k_tokens": "the same slope per 1000 tokens (compare with the paper's Fig. 5 "
-    "slopes, −1.01 BF16 vs −0.07 FP16, only after checking that figure's length units)",
-    "seq_log_ratio_slope/intercept": "intercept of that fit (log R at length 0)",
-}
-"""Every key ``mismatch_metrics`` returns, with its definition (r = π/μ per token, R = ∏ r per sequence)."""
+METRICS = metrics.meanings()
+"""Every key ``mismatch_metrics`` returns, with its definition (r = π/μ per token, R = ∏ r per sequence): read from
+the registry ``nbkit.metrics``."""
 
-ALIASES = {
-    "kl_sample_train_v1": "kl_k1",
-    "kl_sample_train_v2": "kl_k2",
-    "rollout_corr/kl": "kl_k1",
-    "rollout_corr/k3_kl": "kl_k3",
-    "rollout_corr/chi2_token": "chi2_token",
-    "rollout_corr/chi2_seq": "chi2_seq",
-    "rollout_corr/log_ppl_abs_diff": "log_ppl_abs_diff",
-    "rollout_corr/log_ppl_diff": "log_ppl_diff",
-    "rollout_corr/ppl_ratio": "ppl_ratio",
-    "sampling/sampling_logp_difference/mean": schema.METRIC_TOKEN_ABS_LOGP_DIFF,
-    "sampling/sampling_logp_difference/max": schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX,
-}
-"""Names Oat, verl and TRL log for the same quantities: alias → key of ``METRICS``."""
+ALIASES = metrics.aliases()
+"""Names Oat, verl and TRL log for the same quantities: alias → key of ``METRICS`` (``nbkit.metrics``)."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -339,22 +291,29 @@ def mismatch_metrics(logp_pi, logp_mu, aliases: bool = True) -> dict[str, float]
     for part in (token_abs_logp_diff, prob_diffs, is_ratio_stats, kl_estimators, seq_metrics, perplexity_ratio,
                  ess_metrics):
         out.update(part(pi, mu))
-    out = {k: out[k] for k in METRICS}  # the documented order
+    missing = [k for k in metrics.MISMATCH if k not in out]
+    if missing:
+        raise KeyError(f"registered metric(s) {missing} are computed by no part of mismatch_metrics")
+    out = {k: out[k] for k in metrics.MISMATCH}  # the registry's order
     if aliases:
-        out.update({alias: out[key] for alias, key in ALIASES.items()})
+        out.update({alias: out[key] for alias, key in metrics.aliases().items()})
     return out
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Uncertainty: bootstrap over sequences
 
-HEADLINE: dict[str, Callable] = {
+_ESTIMATORS: dict[str, Callable] = {
     schema.METRIC_TOKEN_ABS_LOGP_DIFF: lambda pi, mu: token_abs_logp_diff(pi, mu)[schema.METRIC_TOKEN_ABS_LOGP_DIFF],
     "kl_k1": lambda pi, mu: kl_estimators(pi, mu)["kl_k1"],
     "kl_k3": lambda pi, mu: kl_estimators(pi, mu)["kl_k3"],
     "seq_kl": lambda pi, mu: -seq_log_ratio(pi, mu)[0].mean(),
 }
-"""The headline numbers that get confidence intervals: key → metric_fn(logp_pi, logp_mu) -> float."""
+"""The fast single-metric estimators the bootstrap resamples (one part of ``mismatch_metrics`` each)."""
+
+HEADLINE: dict[str, Callable] = {k: _ESTIMATORS[k] for k in metrics.ci()}
+"""The headline numbers that get confidence intervals (``nbkit.metrics``: ``ci=True``): key → metric_fn(logp_pi,
+logp_mu) -> float. A metric marked ``ci`` without an estimator here fails at import."""
 
 
 def bootstrap_ci(metric_fn: Callable | str, logp_pi, logp_mu, n_boot: int = 1000, seed: int = 0,

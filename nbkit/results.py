@@ -4,7 +4,8 @@ A study is a folder ``data/results/<study>/`` holding
 
 - ``runs/<label>.jsonl.gz``: every metric row of one run, gzip-compressed JSON lines (the run's ``metrics.jsonl``);
 - ``provenance.json``: the card that says where the numbers came from: git commit (and whether the tree had
-  uncommitted changes), the command that produced them, the machine, the date, the wall time, the configs.
+  uncommitted changes), the command that produced them, the machine, the date, the wall time, the configs, and the
+  ``metrics_version`` its rows were computed under (``nbkit.metrics.VERSION``; cards stored before it have none).
 
 ``store`` writes a study from run folders (or from rows already in memory); ``load`` reads it back in the shape of
 ``nbkit.rl.study.load_runs`` (``label → rows``), so every table and figure helper works on stored and live runs
@@ -20,7 +21,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from nbkit import outputs
+from nbkit import metrics, outputs
 from nbkit.paths import DATA, ROOT
 
 RESULTS = DATA / "results"
@@ -117,7 +118,8 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
     card = {"study": study, **git_state(), "command": command, "machine": machine(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "wall_seconds": round(float(wall_seconds), 1), "runs": sorted(runs),
-            "rows": sum(len(r) for r in runs.values()), "notes": notes, "configs": configs or {}, **(record or {})}
+            "rows": sum(len(r) for r in runs.values()), "metrics_version": metrics.VERSION, "notes": notes,
+            "configs": configs or {}, **(record or {})}
     if earlier:
         carried = {label for p in earlier for label in p["runs"]}
         card["parts"] = [*earlier, {**parts(card)[0], "runs": sorted(set(runs) - carried)}]

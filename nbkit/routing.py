@@ -146,15 +146,6 @@ def flip_rates(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> list[flo
     return [float((f[..., layer] & m).sum()) / n for layer in range(f.shape[-1])]
 
 
-def token_flipped(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``(batch, seq)`` bool for *predicted* tokens: token ``t`` is flipped when the position that predicts it
-    (``t - 1``) was routed differently in any layer (position 0 predicts nothing: False)."""
-    f = flips(a, b).any(-1)
-    out = torch.zeros_like(f)
-    out[:, 1:] = f[:, :-1]
-    return out
-
-
 def autocast_experts(model) -> bool:
     """Make a MoE model's experts run under autocast: transformers' default ``grouped_mm`` experts cast their
     input to the *weights'* dtype (grouped_mm is not autocast-enabled), so under BF16/FP16 autocast over FP32

@@ -2,13 +2,16 @@
 
 A row is one optimiser step. Its keys come from three places: the workbook (this module's constants, each with its
 meaning in ``KEYS``), TRL and transformers (``TRL_KEYS`` and the families in ``FAMILIES``, logged as TRL names
-them), and the mismatch metrics (``mismatch/<key>`` for each key of ``nbkit.mismatch.METRICS`` or ``ALIASES``;
-the headline metric's own names, as ``nbkit.mismatch`` returns them, are ``METRIC_*``).
+them), and the mismatch metrics (``mismatch/<name>`` for each name the registry ``nbkit.metrics`` marks as logged,
+documented in ``KEYS`` from there; the headline metric's own names, as ``nbkit.mismatch`` returns them, are
+``METRIC_*``).
 Studies, plots and notebooks use the constants, never string literals, so a renamed key breaks loudly in one place.
 """
 from __future__ import annotations
 
 import math
+
+from nbkit import metrics
 
 
 def mismatch_key(name: str) -> str:
@@ -28,10 +31,10 @@ REWARD = "reward"
 ACCURACY = "accuracy"
 ALARM = "alarm"
 # --- the π–μ mismatch, per step ------------------------------------------------------------------------------
-METRIC_TOKEN_ABS_LOGP_DIFF = "token_abs_logp_diff/mean"
+METRIC_TOKEN_ABS_LOGP_DIFF = metrics.TOKEN_ABS_LOGP_DIFF
 """The headline mismatch as ``nbkit.mismatch`` names it (a key of its ``METRICS``, where its meaning is; offline
 analyses, the doctor and the ladder read it under this name); a row holds it as ``TOKEN_ABS_LOGP_DIFF``."""
-METRIC_TOKEN_ABS_LOGP_DIFF_MAX = "token_abs_logp_diff/max"
+METRIC_TOKEN_ABS_LOGP_DIFF_MAX = metrics.TOKEN_ABS_LOGP_DIFF_MAX
 """Its max over tokens as ``nbkit.mismatch`` names it; a row holds it as ``TOKEN_ABS_LOGP_DIFF_MAX``."""
 TOKEN_ABS_LOGP_DIFF = mismatch_key(METRIC_TOKEN_ABS_LOGP_DIFF)
 TOKEN_ABS_LOGP_DIFF_MAX = mismatch_key(METRIC_TOKEN_ABS_LOGP_DIFF_MAX)
@@ -104,19 +107,12 @@ KEYS: dict[str, str] = {
     REWARD: "mean reward of the step's rollouts (TRL's own key)",
     ACCURACY: "the reward when it is 0/1 correctness (the sanity test's training accuracy)",
     ALARM: "collapse alarm message (present only on steps where it fired)",
-    TOKEN_ABS_LOGP_DIFF: "mean over the step's tokens of |log π − log μ|: the headline mismatch",
-    TOKEN_ABS_LOGP_DIFF_MAX: "max over the step's tokens of |log π − log μ|",
-    KL_K1: "token KL[μ‖π], k1 estimator", KL_K3: "token KL[μ‖π], k3 estimator (≥ 0)",
-    SEQ_KL: "sequence KL[μ‖π] (the paper's Fig. 5 KL)",
+    **{mismatch_key(name): f"{meaning} (the step's rollouts)" for name, meaning in metrics.logged_meanings().items()},
     PHANTOM_FRACTION: "share of tokens whose PPO clip is active at the first minibatch after a rollout (rounding)",
     IS_TRUNCATED_FRACTION: "share of tokens/sequences whose IS weight was truncated at the cap",
     IS_MASKED_FRACTION: "share of tokens/sequences whose IS weight masked them out",
     IS_TRUNCATED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) was truncated",
     IS_MASKED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) masked them out",
-    ESS_TOKEN: "effective sample size (Σr)²/(NΣr²) of the raw token IS weights r = π/μ, in (0, 1]",
-    ESS_SEQ: "effective sample size of the raw sequence IS weights R = ∏ π/μ, in (0, 1]",
-    LOG_PPL_DIFF: "mean over sequences of log PPL_π − log PPL_μ (verl's log_ppl_diff)",
-    PPL_RATIO: "mean over sequences of PPL_π / PPL_μ (verl's ppl_ratio; 1 when π = μ)",
     GRAD_NORM: "TRL: the policy's gradient norm before clipping", ENTROPY: "TRL: mean token entropy of π on the batch",
     JUDGE_ACCURACY: "the policy's accuracy on the held-out judge set, sampled by an FP32 HF engine holding a copy of "
     "the weights after this step (step 0: before any update); a row of step 0 holds only the judge",
@@ -197,13 +193,6 @@ def optimiser_steps(rows: list[dict]) -> int:
 def mean(values: list[float]) -> float | None:
     """Mean, or None for no values."""
     return sum(values) / len(values) if values else None
-
-
-def window_means(values: list[float], window: int) -> list[float]:
-    """Means of every ``window`` consecutive values (the smoothed curve studies read finals and bests from)."""
-    if window < 1:
-        raise ValueError(f"window must be ≥ 1, got {window!r}")
-    return [sum(values[i - window:i]) / window for i in range(window, len(values) + 1)]
 
 
 def first_window(rows: list[dict], key: str, window: int = 5) -> float | None:

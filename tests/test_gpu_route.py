@@ -63,14 +63,15 @@ def test_a_server_whose_context_is_too_short_is_refused():
 
 def test_answers_ending_at_the_length_limit_are_counted(monkeypatch):
     from nbkit.engines import Rollout
-    from nbkit.rl.rollout import EngineGeneration
 
     gen = _bare_generation()
     gen.engine = SimpleNamespace(generate_ids=lambda prompts, s: [
         Rollout(0, "", [1], [5, 6], "", [-1.0, -1.0], reason) for reason in ("length", "stop", "length")])
     gen.generate([[1]] * 3)
     assert gen.take_length_hits() == (2, 3) and gen.take_length_hits() == (0, 0)
-    assert isinstance(gen, EngineGeneration)
+    gen.engine = SimpleNamespace(generate_ids=lambda prompts, s: [Rollout(0, "", [1], [5], "", [-1.0], "stop")] * 2)
+    gen.generate([[1]] * 2)
+    assert gen.take_length_hits() == (0, 2)  # answers that stopped are counted as answers, not as hits
 
 
 # -- micro-batches and nbkit plan -------------------------------------------------------------------------------
@@ -158,7 +159,7 @@ def test_accelerates_own_scaler_gets_the_runs_init_scale_and_growth_interval(mon
     monkeypatch.setattr(acc_module, "get_fsdp2_grad_scaler", spy)
     accelerator = acc_module.Accelerator(**args)
     assert built == {"init_scale": 4096.0, "growth_interval": 400}
-    assert amp.scaler_settings(accelerator) == {"init_scale": 4096.0, "growth_interval": 400}
+    assert (accelerator.scaler._init_scale, accelerator.scaler._growth_interval) == (4096.0, 400)
 
 
 @pytest.mark.parametrize("stage", ["zero2", "zero3"])
@@ -168,8 +169,8 @@ def test_deepspeeds_fp16_block_gets_the_runs_loss_scaling(stage):
     plugin = DeepSpeedPlugin(hf_ds_config=str(ROOT / "configs" / "deepspeed" / f"{stage}-fp16.json"))
     assert plugin.deepspeed_config["fp16"]["loss_scale_window"] == RLConfig.loss_scale_growth_interval == 400
     amp.deepspeed_loss_scaling(plugin.deepspeed_config, 2.0**10, 200)
-    accelerator = SimpleNamespace(scaler=None, state=SimpleNamespace(deepspeed_plugin=plugin))
-    assert amp.scaler_settings(accelerator) == {"init_scale": 1024.0, "growth_interval": 200}
+    block = plugin.deepspeed_config["fp16"]
+    assert (2.0 ** block["initial_scale_power"], block["loss_scale_window"]) == (1024.0, 200)
     assert plugin.deepspeed_config["fp16"]["loss_scale"] == 0  # dynamic
     with pytest.raises(ValueError, match="power of two; loss_scale_init=3000.0"):
         amp.deepspeed_loss_scaling(plugin.deepspeed_config, 3000.0, 400)

@@ -145,7 +145,7 @@ def test_a_run_logs_the_judge_at_step_0_every_k_steps_and_the_last_and_trains_as
         assert row[schema.JUDGE_RESPONSES] == n
         assert set(row[schema.JUDGE_MATMUL_DTYPES]) == {"fp32"}  # FP32 judge beside a BF16 rollout engine
         assert 0 <= row[schema.JUDGE_ACCURACY] <= 1
-    for a, b in zip(judged[1:], plain):  # the judge changes nothing of training
+    for a, b in zip(judged[1:], plain, strict=True):  # the judge changes nothing of training
         assert a[schema.ACCURACY] == b[schema.ACCURACY] and a["loss"] == b["loss"] and a["audit/rollout_dtype"] == "bf16"
     for key in (schema.ESS_TOKEN, schema.ESS_SEQ, schema.PPL_RATIO, schema.LOG_PPL_DIFF, schema.GRAD_NORM,
                 schema.ENTROPY, schema.PHANTOM_FRACTION):  # the mechanism metrics, every step

@@ -204,18 +204,18 @@ def rollouts(model):
 
 def test_fp32_teacher_forcing_matches_an_independent_forward(model, rollouts):
     lp = mm.teacher_forced_logprobs(model, rollouts, dtype="fp32", batch_size=5)
-    for r, a in zip(rollouts, lp):
+    for r, a in zip(rollouts, lp, strict=True):
         assert a.dtype == np.float64 and a.shape == (len(r.token_ids),)
         np.testing.assert_allclose(a, r.logprobs, rtol=0, atol=1e-5)
     hot = mm.teacher_forced_logprobs(model, rollouts[:3], temperature=2.0)
-    for r, a in zip(rollouts[:3], hot):
+    for r, a in zip(rollouts[:3], hot, strict=True):
         np.testing.assert_allclose(a, full_forward_logprobs(model, r, temperature=2.0), rtol=0, atol=1e-5)
 
 
 def test_ragged_padded_batches_equal_one_by_one(model, rollouts):
     batched = mm.teacher_forced_logprobs(model, rollouts, dtype="fp32", batch_size=16)
     single = mm.teacher_forced_logprobs(model, rollouts, dtype="fp32", batch_size=1)
-    for a, b in zip(batched, single):
+    for a, b in zip(batched, single, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 
 
@@ -237,7 +237,7 @@ def test_dtype_means_a_cast_copy_in_that_precision(model, rollouts):
     cast = copy.deepcopy(model).to(torch.bfloat16)
     a = mm.teacher_forced_logprobs(model, rollouts[:4], dtype="bf16")
     b = mm.teacher_forced_logprobs(cast, rollouts[:4], dtype=None)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
 
 

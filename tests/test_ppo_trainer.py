@@ -3,8 +3,9 @@ two models with live FP16 scalers, both audited; several updates per rollout bat
 import pytest
 import torch
 
-from nbkit.rl import ALGORITHMS, RLConfig, train
-from nbkit.rl.ppo_trainer import CRITIC_FILE
+from nbkit.rl import ALGORITHMS, RLConfig, algorithms, train
+from nbkit.rl.ppo_trainer import CRITIC_FILE, PPOTrainer
+from nbkit.rl.trainer import PrecisionGRPOTrainer
 
 
 def ppo(tmp_path, name="run", **kw) -> RLConfig:
@@ -75,7 +76,9 @@ def test_lora_ppo_trains_only_adapters_and_the_value_head(tmp_path, monkeypatch)
 def test_ppo_presets_are_registered_with_a_critic():
     assert ALGORITHMS["ppo"].critic and ALGORITHMS["ppo"].is_mode is None
     assert ALGORITHMS["ppo_token_tis"].critic and ALGORITHMS["ppo_token_tis"].is_mode == "token_truncate"
-    assert not any(a.critic for name, a in ALGORITHMS.items() if not name.startswith("ppo"))
+    assert all(a.critic == (a.trainer == "ppo") for a in ALGORITHMS.values())  # the trainer field, not the name
+    assert algorithms.trainer_class(ALGORITHMS["ppo"]) is PPOTrainer
+    assert algorithms.trainer_class(ALGORITHMS["grpo"]) is PrecisionGRPOTrainer
 
 
 @pytest.mark.parametrize("field,value,needle", [

@@ -35,11 +35,8 @@ def test_windowed_statistics():
     rows = [{"step": i + 1, "accuracy": a} for i, a in enumerate([0.0, 0.5, 1.0, 1.0])] + [{"step": 5}]
     rows.append({"step": 6, "accuracy": float("nan")})
     assert schema.series(rows, "accuracy") == [0.0, 0.5, 1.0, 1.0]
-    assert schema.window_means([0.0, 0.5, 1.0, 1.0], 2) == [0.25, 0.75, 1.0]
     assert schema.first_window(rows, "accuracy", 2) == 0.25 and schema.last_window(rows, "accuracy", 2) == 1.0
     assert schema.last_window(rows, "missing") is None
-    with pytest.raises(ValueError, match="window must be ≥ 1"):
-        schema.window_means([1.0], 0)
 
 
 def test_a_judged_runs_step_0_row_is_not_an_optimiser_step():

@@ -42,7 +42,10 @@ def test_solution_is_a_chain_of_exact_sums_ending_in_the_answer():
     d, n = rest.rstrip("=").split("*")
     assert int(n) == 3 and int(p["answer"]) == (int(x) + 3 * int(d)) % 100
     assert p["solution"].startswith(f"03{x}+{d}=") and p["solution"].endswith("|" + p["answer"])
-    assert long_arith.step_errors(p["solution"]) == 0
+    for step in filter(None, p["solution"].split("|")[0].split(",")):  # each <i><x>+<d>=<q>: q = (x + d) mod 10^len(q)
+        lhs, q = step[2:].split("=")
+        x_i, d_i = lhs.split("+")
+        assert (int(x_i) + int(d_i)) % 10 ** len(q) == int(q), step
 
 
 def test_problems_are_seeded_and_distinct():
@@ -61,11 +64,6 @@ def test_grader_accepts_the_correct_scratchpad_and_rejects_a_wrong_one():
     body = p["solution"].rsplit("|", 1)[0]
     assert task.reward(f"{body}|{wrong:02d}", p["answer"]) == 0.0
     assert task.reward(body, p["answer"]) == 0.0  # cut before the result: no answer
-    # one wrong step is visible to the diagnostics, and its propagated result is rejected
-    steps = body.split(",")
-    lhs, q = steps[-2].split("=")
-    steps[-2] = f"{lhs}={(int(q) + 1) % 100:02d}"
-    assert long_arith.step_errors(",".join(steps)) >= 1
 
 
 @pytest.mark.parametrize("kwargs,named", [

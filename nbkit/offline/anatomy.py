@@ -40,6 +40,7 @@ import numpy as np
 
 from nbkit import gemm as gemm_policies
 from nbkit import lm_head, mismatch, models, schema
+from nbkit import metrics as metric_registry
 from nbkit.offline.anatomy_surgery import (MODEL_HEAD, Scored, attention, emulate, forward_heads, fp32_head_fn,  # noqa: F401
                                            half_head, half_head_fn, layer_divergence, rounded_weights,
                                            state_divergence)
@@ -70,7 +71,7 @@ TOTALS = {"format": "log π − log p_FP32: the trainer's forward in the format 
           "implementation": "log μ − log π: the engine's μ against the trainer's π, both in the format"}
 HEAD_CASES = ("none", "trainer", "engine", "both")
 """Where the LM head runs in FP32 (``nbkit.lm_head.FP32_LM_HEAD``)."""
-METRICS = (schema.METRIC_TOKEN_ABS_LOGP_DIFF, "kl_k1", "seq_kl")
+METRICS = metric_registry.headline()
 """The non-additive headline metrics kept beside the path (``nbkit.mismatch.HEADLINE``)."""
 DELTA = "Δ log p/token"
 """The additive quantity: mean signed per-token difference of log p, pooled over the shared sequences' tokens."""

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nbkit import formats, gemm, models, schema
+from nbkit import metrics as metric_registry
 from nbkit.engines import SamplingConfig, make_engine
 from nbkit.mismatch import headline_cis, mismatch_metrics, teacher_forced_logprobs
 from nbkit.offline import analysis
 
-HEADLINE_KEYS = (schema.METRIC_TOKEN_ABS_LOGP_DIFF, "kl_k1", "seq_kl")
+HEADLINE_KEYS = metric_registry.headline()
 """The ladder's metrics: per-token mean |log π − log μ|, token KL[μ‖π] (k1), sequence KL (paper's Fig. 5)."""
 
 

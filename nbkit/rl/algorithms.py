@@ -4,27 +4,18 @@ Every algorithm is TRL's GRPO machinery with different switches; nothing is re-i
 engine's probabilities) reaches the loss only through TRL's importance-sampling (IS) correction, which the
 workbook enables for every engine (TRL gates it on ``use_vllm``; see ``nbkit.rl.rollout``).
 
-| preset | paper name | TRL options | μ in the loss |
-|---|---|---|---|
-| ``grpo`` | GRPO | ``loss_type="grpo"``, ``scale_rewards="group"`` | no (only through the samples) |
-| ``dr_grpo`` | Dr.GRPO | ``loss_type="dr_grpo"``, ``scale_rewards="none"`` | no |
-| ``grpo_token_tis`` | GRPO-Token-TIS | Dr.GRPO + ``vllm_importance_sampling_mode="token_truncate"``, cap C | × min(π/μ, C) per token |
-| ``grpo_seq_mis`` | GRPO-Seq-MIS | Dr.GRPO + ``"sequence_mask"``, threshold C | sequences with ∏π/μ > C dropped |
-| ``gspo`` | GSPO | ``importance_sampling_level="sequence"``, ε = 3e-4 / 4e-4 | no |
-| ``pg_seq_is`` | PG-Seq-IS | Dr.GRPO loss + ``"sequence_truncate"``, cap C | × min(∏π/μ, C) per sequence |
-| ``grpo_mu_old`` | decoupled / async PPO | GRPO with π_old := μ (the engine's log-probs) | clip of π/μ per token |
-| ``grpo_mu_old_token_tis`` | same + Token-TIS | ``grpo_mu_old`` + ``"token_truncate"``, cap C | clip of π/μ, × min(π_old/μ, C) |
-| ``ppo`` | PPO (critic) | token-mean clipped surrogate on GAE advantages, ``ppo_epochs`` × ``ppo_minibatches`` | no |
-| ``ppo_token_tis`` | PPO + Token-TIS | ``ppo`` + ``"token_truncate"``, cap C | × min(π_old/μ, C) per token |
-| ``grpo_icepop`` | IcePop | Dr.GRPO + ``"token_mask"``, band [low, high] | × π/μ per token, 0 outside [0.5, 5] |
+A preset is a loss (``LOSSES``), the corrections that put μ into it (``CORRECTIONS``) and the trainer class that
+runs it (``TRAINERS``), declared once with ``register``; the README's preset table is generated from ``ALGORITHMS``
+(``nbkit.workbook.readme``). PPO (``ppo``, ``ppo_token_tis``) is a token-mean clipped surrogate on GAE advantages with a
+critic, ``ppo_epochs`` × ``ppo_minibatches`` updates per rollout batch.
 
 With one optimiser update per batch (the paper's setting) the PPO ratio π/π_old is exactly 1, so ``dr_grpo``'s
 surrogate is plain policy gradient with a group-mean baseline; ``pg_seq_is`` is that policy gradient weighted
 by the (truncated) sequence ratio π/μ, as in the paper.
 
-The ``*_mu_old`` presets are what asynchronous RL frameworks do: the rollout engine's μ stands in for π_old in the
-clipped ratio, so the π–μ mismatch enters the clip directly and a token nobody has updated yet can be clipped
-("phantom clipping", logged per step as ``clip/phantom_fraction`` by ``PrecisionGRPOTrainer``).
+The presets with the ``mu_old`` correction are what asynchronous RL frameworks do: the rollout engine's μ stands in
+for π_old in the clipped ratio, so the π–μ mismatch enters the clip directly and a token nobody has updated yet can
+be clipped ("phantom clipping", logged per step as ``clip/phantom_fraction`` by ``PrecisionGRPOTrainer``).
 
 IcePop (the Ring-1T report's fix for the training–inference mismatch) keeps a token's weight π/μ when it lies in
 [α, β] = [0.5, 5] and masks the token (weight 0) otherwise: TRL's ``token_mask`` mode with ``clip_min`` = α and
@@ -40,45 +31,27 @@ from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
-class Algorithm:
-    """One named preset."""
+class Loss:
+    """One policy loss: the ``GRPOConfig`` fields that choose it."""
 
     name: str
-    """The workbook's name (paper naming, snake case)."""
+    """The workbook's name (``Algorithm.loss``)."""
     summary: str
-    """One line for tables and notebooks."""
+    """One line for tables."""
     trl: dict = field(default_factory=dict)
-    """``GRPOConfig`` fields the preset sets."""
-    is_mode: str | None = None
-    """TRL's ``vllm_importance_sampling_mode`` when μ corrects the loss, None when it does not."""
-    mu_as_old: bool = False
-    """Use the rollout engine's log-probs μ as π_old in the clipped ratio (instead of TRL's recomputed π_old)."""
+    """``GRPOConfig`` fields the loss sets."""
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """One trainer class, named by its import path so this module imports no torch."""
+
+    name: str
+    """The workbook's name (``Algorithm.trainer``)."""
+    path: str
+    """``module:Class`` of the trainer (``trainer_class`` imports it)."""
     critic: bool = False
-    """Train a critic and use GAE per-token advantages (``nbkit.rl.ppo_trainer.PPOTrainer``)."""
-
-
-_DR = {"loss_type": "dr_grpo", "scale_rewards": "none"}
-
-ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
-    Algorithm("grpo", "GRPO: clipped surrogate, std-normalised group advantages", {"loss_type": "grpo", "scale_rewards": "group"}),
-    Algorithm("dr_grpo", "Dr.GRPO: no std division, constant length normaliser", dict(_DR)),
-    Algorithm("grpo_token_tis", "Dr.GRPO × min(π/μ, C) per token (truncated IS)", dict(_DR), "token_truncate"),
-    Algorithm("grpo_seq_mis", "Dr.GRPO, sequences with ∏π/μ > C masked out", dict(_DR), "sequence_mask"),
-    Algorithm("gspo", "GSPO: sequence-level geometric-mean ratio, tight clip",
-              {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}),
-    Algorithm("pg_seq_is", "policy gradient × min(∏π/μ, C) per sequence", dict(_DR), "sequence_truncate"),
-    Algorithm("grpo_mu_old", "GRPO clipped against μ as π_old (async/decoupled PPO)",
-              {"loss_type": "grpo", "scale_rewards": "group"}, mu_as_old=True),
-    Algorithm("grpo_mu_old_token_tis", "GRPO clipped against μ as π_old, × min(π_old/μ, C) per token",
-              {"loss_type": "grpo", "scale_rewards": "group"}, "token_truncate", mu_as_old=True),
-    Algorithm("ppo", "PPO: critic from the policy, GAE per token, clipped policy and value loss, several epochs",
-              {"loss_type": "bnpo", "scale_rewards": "none"}, critic=True),
-    Algorithm("ppo_token_tis", "PPO × min(π_old/μ, C) per token (Token-TIS)",
-              {"loss_type": "bnpo", "scale_rewards": "none"}, "token_truncate", critic=True),
-    Algorithm("grpo_icepop", "Dr.GRPO × π/μ per token, tokens with π/μ outside [low, high] masked (IcePop)",
-              dict(_DR), "token_mask"),
-)}
-"""Name → preset."""
+    """The trainer trains a critic and uses GAE per-token advantages."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +68,21 @@ class Correction:
     """μ stands in for π_old in the clipped ratio."""
 
 
+LOSSES: dict[str, Loss] = {x.name: x for x in (
+    Loss("grpo", "clipped surrogate, std-normalised group advantages", {"loss_type": "grpo", "scale_rewards": "group"}),
+    Loss("dr_grpo", "no std division, constant length normaliser", {"loss_type": "dr_grpo", "scale_rewards": "none"}),
+    Loss("gspo", "sequence-level geometric-mean ratio, tight clip",
+         {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}),
+    Loss("ppo", "token-mean clipped surrogate on GAE advantages", {"loss_type": "bnpo", "scale_rewards": "none"}),
+)}
+"""Name → loss (``Algorithm.loss``)."""
+
+TRAINERS: dict[str, Trainer] = {t.name: t for t in (
+    Trainer("grpo", "nbkit.rl.trainer:PrecisionGRPOTrainer"),
+    Trainer("ppo", "nbkit.rl.ppo_trainer:PPOTrainer", critic=True),
+)}
+"""Name → trainer class (``Algorithm.trainer``)."""
+
 CORRECTIONS: dict[str, Correction] = {c.name: c for c in (
     Correction("none", "μ does not enter the loss (it only drew the samples)"),
     Correction("token_tis", "Token-TIS: × min(π/μ, C) per token", "token_truncate"),
@@ -104,6 +92,86 @@ CORRECTIONS: dict[str, Correction] = {c.name: c for c in (
     Correction("mu_old", "μ as π_old: the mismatch enters the PPO clip (async/decoupled PPO)", mu_as_old=True),
 )}
 """Name → correction (``RLConfig.correction``; None there keeps the preset's own)."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One named preset: a loss, the corrections that put μ into it, and the trainer class that runs it. Every
+    behaviour is read from these three fields, never from the name."""
+
+    name: str
+    """The workbook's name (paper naming, snake case)."""
+    summary: str
+    """One line for tables and notebooks."""
+    loss: str = "grpo"
+    """A key of ``LOSSES``."""
+    corrections: tuple[str, ...] = ("none",)
+    """Keys of ``CORRECTIONS`` applied together (at most one with an IS mode)."""
+    trainer: str = "grpo"
+    """A key of ``TRAINERS``."""
+
+    def __post_init__(self):
+        for value, table, what in ((self.loss, LOSSES, "loss"), (self.trainer, TRAINERS, "trainer")):
+            if value not in table:
+                raise ValueError(f"preset {self.name!r}: unknown {what} {value!r}; choose one of {tuple(table)}")
+        bad = [c for c in self.corrections if c not in CORRECTIONS]
+        if bad or not self.corrections:
+            raise ValueError(f"preset {self.name!r}: unknown correction(s) {bad or '()'}; choose from "
+                             f"{tuple(CORRECTIONS)}")
+        if sum(CORRECTIONS[c].is_mode is not None for c in self.corrections) > 1:
+            raise ValueError(f"preset {self.name!r}: corrections {self.corrections} set more than one IS mode")
+
+    @property
+    def trl(self) -> dict:
+        """``GRPOConfig`` fields of its loss."""
+        return dict(LOSSES[self.loss].trl)
+
+    @property
+    def is_mode(self) -> str | None:
+        """TRL's ``vllm_importance_sampling_mode`` when μ corrects the loss, None when it does not."""
+        return next((CORRECTIONS[c].is_mode for c in self.corrections if CORRECTIONS[c].is_mode), None)
+
+    @property
+    def mu_as_old(self) -> bool:
+        """Use the rollout engine's log-probs μ as π_old in the clipped ratio (instead of TRL's recomputed π_old)."""
+        return any(CORRECTIONS[c].mu_as_old for c in self.corrections)
+
+    @property
+    def critic(self) -> bool:
+        """Train a critic and use GAE per-token advantages (``nbkit.rl.ppo_trainer.PPOTrainer``)."""
+        return TRAINERS[self.trainer].critic
+
+
+ALGORITHMS: dict[str, Algorithm] = {}
+"""Name → preset (filled by ``register``)."""
+
+
+def register(algo: Algorithm) -> Algorithm:
+    """Add ``algo`` to ``ALGORITHMS`` (the one place a preset is declared: the README's table, ``RLConfig``'s
+    choices and the tests read it there). A second preset of one name is refused."""
+    if algo.name in ALGORITHMS:
+        raise ValueError(f"preset {algo.name!r} is registered already")
+    ALGORITHMS[algo.name] = algo
+    return algo
+
+
+for _algo in (
+    Algorithm("grpo", "GRPO: clipped surrogate, std-normalised group advantages", "grpo"),
+    Algorithm("dr_grpo", "Dr.GRPO: no std division, constant length normaliser", "dr_grpo"),
+    Algorithm("grpo_token_tis", "Dr.GRPO × min(π/μ, C) per token (truncated IS)", "dr_grpo", ("token_tis",)),
+    Algorithm("grpo_seq_mis", "Dr.GRPO, sequences with ∏π/μ > C masked out", "dr_grpo", ("seq_mis",)),
+    Algorithm("gspo", "GSPO: sequence-level geometric-mean ratio, tight clip", "gspo"),
+    Algorithm("pg_seq_is", "policy gradient × min(∏π/μ, C) per sequence", "dr_grpo", ("seq_tis",)),
+    Algorithm("grpo_mu_old", "GRPO clipped against μ as π_old (async/decoupled PPO)", "grpo", ("mu_old",)),
+    Algorithm("grpo_mu_old_token_tis", "GRPO clipped against μ as π_old, × min(π_old/μ, C) per token", "grpo",
+              ("mu_old", "token_tis")),
+    Algorithm("ppo", "PPO: critic from the policy, GAE per token, clipped policy and value loss, several epochs",
+              "ppo", trainer="ppo"),
+    Algorithm("ppo_token_tis", "PPO × min(π_old/μ, C) per token (Token-TIS)", "ppo", ("token_tis",), "ppo"),
+    Algorithm("grpo_icepop", "Dr.GRPO × π/μ per token, tokens with π/μ outside [low, high] masked (IcePop)",
+              "dr_grpo", ("icepop",)),
+):
+    register(_algo)
 
 
 def get(name: str) -> Algorithm:
@@ -122,8 +190,15 @@ def resolve(name: str, correction: str | None = None) -> Algorithm:
     if correction not in CORRECTIONS:
         raise ValueError(f"unknown correction {correction!r}; choose one of {tuple(CORRECTIONS)} or None (the "
                          f"preset's own)")
-    c = CORRECTIONS[correction]
-    return replace(algo, is_mode=c.is_mode, mu_as_old=c.mu_as_old)
+    return replace(algo, corrections=(correction,))
+
+
+def trainer_class(algo: Algorithm) -> type:
+    """The trainer class that runs ``algo`` (imported here: the trainers import torch and TRL)."""
+    import importlib
+
+    module, cls = TRAINERS[algo.trainer].path.split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def grpo_options(algo: Algorithm, is_cap: float, band: tuple[float, float] = (0.5, 5.0)) -> dict:

@@ -65,19 +65,6 @@ def deepspeed_loss_scaling(ds_config: dict, init_scale: float, growth_interval: 
     return ds_config
 
 
-def scaler_settings(accelerator) -> dict | None:
-    """The FP16 loss scaler's (init scale, growth interval) as the run will use them, read back from the scaler
-    accelerate built or from DeepSpeed's config; None without FP16 loss scaling."""
-    if accelerator.scaler is not None:
-        return {"init_scale": float(accelerator.scaler._init_scale),
-                "growth_interval": int(accelerator.scaler._growth_interval)}
-    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
-    block = (plugin.deepspeed_config.get("fp16") or {}) if plugin is not None else {}
-    if block.get("enabled"):
-        return {"init_scale": 2.0 ** block["initial_scale_power"], "growth_interval": int(block["loss_scale_window"])}
-    return None
-
-
 class PrecisionAudit:
     """Counts the output dtype of every ``nn.Linear`` forward of a model (i.e. the dtype its matmul ran in)."""
 

@@ -61,8 +61,8 @@ class RLConfig:
     rollout_dtype: str | None = field(default=None, metadata={"help": (
         "Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16).")})
     rollout_format: str | None = field(default=None, metadata={"help": (
-        "Rollout format of ``nbkit.formats`` beyond a dtype: ``fp8-e4m3``, ``fp8-e4m3-channel``, ``fp8-e5m2``, "
-        "``mxfp4``, ``nvfp4``, ``e8m1`` … ``e8m10`` (or a plain fp32/fp16/bf16); None = the rollout dtype as it is. It "
+        f"Rollout format of ``nbkit.formats`` beyond a dtype: {formats.choices_text()}; None = the rollout dtype as "
+        "it is. It "
         "runs in its base dtype (``rollout_dtype`` must then be None or that dtype) with quantized GEMMs, on the HF "
         "engine (vLLM: ``fp8-e4m3`` on CUDA only, as its ``quantization=\"fp8\"``); every step audits that it ran.")})
     lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft) instead of all weights."})

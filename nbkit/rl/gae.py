@@ -1,5 +1,6 @@
-"""PPO's per-token quantities: GAE advantages from a critic's values and an outcome reward, the clipped policy and value
-loss, and the diagnostics PPO users read (approx KL, clip fraction, explained variance).
+"""PPO's per-token quantities: GAE advantages from a critic's values and an outcome reward, the clipped value loss, and
+the diagnostics PPO users read (approx KL, clip fraction, explained variance). The policy loss is TRL's
+(``nbkit.rl.algorithms``: the ``ppo`` loss), so none is written here.
 
 Pure tensor functions (no model, no trainer) so they can be checked against hand-computed cases; the PPO trainer
 wiring (issue 11) builds on them. Shapes are ``(batch, tokens)`` with a 0/1 ``mask`` of completion tokens.
@@ -72,19 +73,3 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     r, v = returns[m].float(), values[m].float()
     var = r.var(unbiased=False)
     return torch.tensor(float("nan")) if var == 0 else 1 - (r - v).var(unbiased=False) / var
-
-
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                eps: float = 0.2, mu_logp: torch.Tensor | None = None, is_cap: float | None = None) -> torch.Tensor:
-    """PPO's clipped surrogate ``-min(r·A, clip(r, 1±eps)·A)``, r = π/π_old, averaged over tokens.
-
-    With ``mu_logp`` (the rollout engine's log-probabilities) and ``is_cap`` each token is also weighted by
-    ``min(π_old/μ, is_cap)`` (Token-TIS: the correction the other presets apply for the engine mismatch).
-    """
-    ratio = (logp - old_logp).exp()
-    per_token = -torch.minimum(ratio * advantages, ratio.clamp(1 - eps, 1 + eps) * advantages)
-    if mu_logp is not None:
-        if is_cap is None or not is_cap > 0:
-            raise ValueError(f"Token-TIS needs is_cap > 0, got {is_cap!r}")
-        per_token = per_token * (old_logp - mu_logp).exp().clamp(max=is_cap).detach()
-    return masked_mean(per_token, mask)

@@ -283,8 +283,7 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
-        from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
-        from nbkit.rl.ppo_trainer import PPOTrainer
+        from nbkit.rl.trainer import StepLogger
 
     start = time.time()
     plan = runfolder.plan_run(cfg)  # reads only: refusals come before anything is changed or loaded
@@ -318,7 +317,7 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     args = grpo_config(cfg, max_model_length)
     args.disable_tqdm = not progress
     with logs.quiet(f"TRL trainer ({cfg.algorithm}, {cfg.train_dtype}, rollouts {cfg.rollout_engine})"):
-        trainer_class = PPOTrainer if algorithms.get(cfg.algorithm).critic else PrecisionGRPOTrainer
+        trainer_class = algorithms.trainer_class(algorithms.get(cfg.algorithm))
         trainer = trainer_class(model=model, reward_funcs=[reward], args=args, train_dataset=data,
                                        processing_class=tokenizer, peft_config=peft_config, run=cfg)
     log = MetricsLog(out / "metrics.jsonl")  # written by rank 0 only (runfolder.begin prepares it)

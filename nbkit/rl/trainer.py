@@ -26,19 +26,14 @@ import nbkit.rl.algorithms as algorithms
 import nbkit.rl.amp as amp
 import nbkit.rl.fsdp as fsdp
 from nbkit import gemm, lm_head, mismatch, routing, sampling_filter, schema
+from nbkit import metrics as metric_registry
 from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
 from nbkit.rl.scaling import loss_scaler, step_was_skipped
 from nbkit.rl.server import ServerGeneration
 
-MISMATCH_KEYS = (
-    schema.METRIC_TOKEN_ABS_LOGP_DIFF, schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX, "rollout_probs_diff_max",
-    "rollout_probs_diff_mean", "rollout_actor_probs_pearson_corr", "kl_k1", "kl_k3", "kl_sample_train_v1",
-    "kl_sample_train_v2", "chi2_token", "chi2_seq", "seq_kl", "seq_log_ratio/mean", "seq_log_ratio/abs_mean",
-    "sampler_learner_prob_diff_max", "sampler_learner_prob_diff_min",
-    "log_ppl_abs_diff", "log_ppl_diff", "ppl_ratio", "ess_token", "ess_seq",
-)
-"""Mismatch metrics logged per step (prefixed ``mismatch/``; names as in Oat / verl, see ``nbkit.mismatch``)."""
+MISMATCH_KEYS = metric_registry.logged()
+"""Mismatch metrics logged per step (prefixed ``mismatch/``; names as in Oat / verl): the registry ``nbkit.metrics``."""
 
 
 class PrecisionGRPOTrainer(GRPOTrainer):
@@ -269,7 +264,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         pis = gather_object([pi[i][mask[i]].double().numpy() for i in range(len(mask))])
         mus = gather_object([mu[i][mask[i]].double().numpy() for i in range(len(mask))])
         metrics = mismatch.mismatch_metrics(pis, mus)
-        for key in MISMATCH_KEYS:
+        for key in metric_registry.logged():
             if key in metrics and np.isfinite(metrics[key]):
                 self._metrics["train"][schema.mismatch_key(key)].append(float(metrics[key]))
         if batch.get("importance_sampling_ratio") is not None:

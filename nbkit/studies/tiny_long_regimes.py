@@ -2,7 +2,7 @@
 
     python -m nbkit.studies.tiny_long_regimes sets      # data/tiny_long_{short,medium,long}: the notebook 01 recipe per regime
     python -m nbkit.studies.tiny_long_regimes timing    # seconds per RL step per regime (HF engine; --engine vllm)
-    python -m nbkit.studies.tiny_long_regimes sanity    # GRPO FP16 vs BF16 at one regime, stored as tiny_long_sanity
+    python -m nbkit.studies.tiny_long_regimes sanity    # GRPO FP16 vs BF16 at one regime, printed (not stored)
 
 Each set is built by ``nbkit.tasks.dataset.build`` (sample N times per problem with tiny-long in fp32, keep the problems
 solved in [lo, hi]) on ``long_arith`` problems of one regime; its rows carry a ``steps`` column (the length knob).
@@ -15,12 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from nbkit import results, schema, tasks
+from nbkit import schema, tasks
 from nbkit.tasks import dataset, long_arith
 from nbkit.tasks.long_arith import LongArithConfig
 
 MODEL = "tiny-long"
-SANITY_STUDY = "tiny_long_sanity"
 TOKEN_MARGIN = 24
 """Extra response tokens allowed beyond the reference length (a slipped step still ends)."""
 
@@ -79,21 +78,18 @@ def timing(regimes=tuple(long_arith.REGIMES), engine: str = "hf", steps: int = 3
     return out
 
 
-def sanity(regime: str = "short", seeds=(0,), steps: int = 30, engine: str = "hf", store: bool = True) -> dict:
-    """GRPO FP16 vs BF16 on a regime's set (trainer and engine in the same dtype); stored as ``tiny_long_sanity``."""
+def sanity(regime: str = "short", seeds=(0,), steps: int = 30, engine: str = "hf") -> dict:
+    """GRPO FP16 vs BF16 on a regime's set (trainer and engine in the same dtype): ``label → rows``, a check before
+    a study, not stored (the stored tiny-long study is the hunt, ``nbkit.studies.hunt``)."""
     from nbkit.rl import train
 
-    start, runs, configs = time.perf_counter(), {}, {}
+    runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
             for dtype in ("fp16", "bf16"):
                 label = f"{regime}-grpo-{dtype}-s{seed}"
                 cfg = rl_config(regime, dtype, seed, steps, engine, output_dir=f"{tmp}/{label}")
-                runs[label], configs[label] = train(cfg, progress=False).rows, cfg.to_dict()
-    wall = time.perf_counter() - start
-    if store:
-        results.store(SANITY_STUDY, runs, command=f"python -m nbkit.studies.tiny_long_regimes sanity --regime {regime} "
-                      f"--seeds {' '.join(map(str, seeds))} --steps {steps}", wall_seconds=wall, configs=configs)
+                runs[label] = train(cfg, progress=False).rows
     return runs
 
 

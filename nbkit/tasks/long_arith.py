@@ -98,17 +98,3 @@ def make_problems(n: int, cfg: LongArithConfig = LongArithConfig(), seed: int = 
         out.append({"problem": prompt_for(x, d, cfg), "answer": answer_for(x, d, cfg),
                     "solution": solution_for(x, d, cfg), "steps": cfg.steps})
     return out
-
-
-def step_errors(response: str) -> int | None:
-    """Scratchpad steps whose sum is wrong (diagnostics; None when the response is not in the step format)."""
-    try:
-        body = response.split("|", 1)[0]
-        wrong = 0
-        for line in filter(None, body.split(",")):
-            lhs, q = line[2:].split("=")
-            p, d = lhs.split("+")
-            wrong += (int(p) + int(d)) % 10 ** len(q) != int(q)
-        return wrong
-    except ValueError:
-        return None

@@ -10,6 +10,8 @@ notebook must have a ``smoke`` entry (a test enforces it) so that CI executes it
 """
 from __future__ import annotations
 
+from nbkit.studies.dose_response import FORMATS as DOSE_RESPONSE_FORMATS
+
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
         "00_precision_primer": {"n_random": 20_000, "max_length": 512},
@@ -147,8 +149,7 @@ PROFILES["cpu-full"] = {
         "output_dir": "reports/runs/04_hunt",
     },
     "06_dose_response": {  # the whole dose-response grid trained live (what `nbkit study dose_response_tiny_arith` stores)
-        "stored_study": "", "live_formats": ["fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "nvfp4", "mxfp4", "e8m2",
-                                             "e8m1"],
+        "stored_study": "", "live_formats": list(DOSE_RESPONSE_FORMATS),
         "live_seeds": [0, 1, 2, 3, 4], "live_steps": 50, "live_corrections": ["token_tis", "seq_mis", "icepop", "mu_old"],
         "output_dir": "reports/runs/06_dose_response",
     },

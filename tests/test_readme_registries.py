@@ -1,0 +1,125 @@
+"""The README's lists of presets, rollout formats, mismatch metrics and studies are generated from their registries
+(``nbkit.workbook.readme``) and a test fails the moment the two disagree, as for RESULTS.md. Adding an entry in its
+one place (a temporary one here, never a file edit) makes it appear in the README's table, in what the command line
+accepts, and in the tests that read the registry."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nbkit import formats, metrics, mismatch
+from nbkit.rl import algorithms
+from nbkit.rl.config import RLConfig
+from nbkit.studies.catalog import STUDIES
+from nbkit.workbook import readme
+
+
+@pytest.fixture
+def restore():
+    """The registries as they were after the test (entries are added through their own ``register``)."""
+    saved = [(table, dict(table)) for table in (algorithms.ALGORITHMS, formats.FORMATS, metrics.MISMATCH, STUDIES)]
+    yield
+    for table, before in saved:
+        table.clear()
+        table.update(before)
+
+
+def _block(text: str, name: str) -> str:
+    return text.split(f"<!-- registry:{name} -->")[1].split(f"<!-- /registry:{name} -->")[0]
+
+
+def test_readme_is_up_to_date():
+    """Regenerate with `python -m nbkit.workbook.readme` when this fails."""
+    text = readme.PATH.read_text(encoding="utf-8")
+    assert readme.render(text) == text, "README.md is out of date: run `python -m nbkit.workbook.readme`"
+
+
+def test_every_registry_entry_is_in_its_readme_table():
+    text = readme.PATH.read_text(encoding="utf-8")
+    assert all(f"| `{name}` |" in _block(text, "presets") for name in algorithms.ALGORITHMS)  # all 11, not 8
+    assert all(f"| `{name}` |" in _block(text, "presets") for name in algorithms.CORRECTIONS)
+    assert all(f"| `{key}` |" in _block(text, "metrics") for key in metrics.MISMATCH)
+    assert all(f"| `{name}` |" in _block(text, "studies") for name in STUDIES)
+    listed = _block(text, "formats")
+    assert all(f"`{name}`" in listed for name in formats.FORMATS if not name.startswith("e8m"))
+    assert "`e8m1` … `e8m10`" in listed and "`e8m1-linear` … `e8m10-linear`" in listed
+
+
+def test_check_mode_reports_a_stale_file_and_a_missing_block(tmp_path, capsys):
+    stale = tmp_path / "README.md"
+    stale.write_text(readme.PATH.read_text(encoding="utf-8").replace("| `gspo` |", "| `gspo_old` |"), encoding="utf-8")
+    assert readme.main(["--check", "--out", str(stale)]) == 1
+    assert "OUT OF DATE" in capsys.readouterr().out
+    assert readme.main(["--out", str(stale)]) == 0 and readme.main(["--check", "--out", str(stale)]) == 0
+    assert stale.read_text(encoding="utf-8") == readme.PATH.read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match="no block 'formats'"):
+        readme.render("<!-- registry:presets -->\n<!-- /registry:presets -->\n")
+
+
+def test_a_preset_added_in_one_place_reaches_the_readme_the_cli_and_the_tests(restore):
+    algorithms.register(algorithms.Algorithm("tmp_ppo_icepop", "PPO with IcePop", "ppo", ("icepop",), "ppo"))
+    assert "| `tmp_ppo_icepop` | `ppo` | `icepop` | `PPOTrainer` | PPO with IcePop |" in readme.presets()
+    from nbkit.cli.train import resolve
+
+    cfg, _ = resolve(["--algorithm", "tmp_ppo_icepop", "--print-config"])
+    assert cfg.algo.is_mode == "token_mask" and cfg.algo.critic and not cfg.algo.mu_as_old
+    with pytest.raises(ValueError, match="'tmp_ppo_icepop'"):  # the refusal lists it among the choices
+        RLConfig(algorithm="nope")
+    import test_mu_old
+    import test_ppo_trainer
+
+    test_mu_old.test_the_mu_as_old_presets_exist_and_clip()  # field-reading checks cover the new preset
+    test_ppo_trainer.test_ppo_presets_are_registered_with_a_critic()
+    with pytest.raises(ValueError, match="unknown loss 'ppo2'"):
+        algorithms.Algorithm("bad", "a loss nobody declared", "ppo2")
+    with pytest.raises(ValueError, match="more than one IS mode"):
+        algorithms.Algorithm("bad", "two IS weights", "grpo", ("token_tis", "seq_mis"))
+    with pytest.raises(ValueError, match="registered already"):
+        algorithms.register(algorithms.Algorithm("grpo", "again"))
+
+
+def test_a_format_added_in_one_place_reaches_the_readme_the_cli_and_the_quantizer(restore):
+    fmt = formats.register(formats.RolloutFormat("tmp-e4m3-fp16", "fp16", "fp8", formats.E4M3, "channel",
+                                                 "FP8 E4M3 linears on an FP16 forward"))
+    assert "`tmp-e4m3-fp16`" in readme.formats() and "fp16" in readme.formats()
+    from nbkit.cli.train import resolve
+
+    cfg, _ = resolve(["--rollout-format", "tmp-e4m3-fp16", "--rollout-engine", "hf", "--train-dtype", "fp16",
+                      "--print-config"])
+    assert cfg.rollout == "fp16"
+    with pytest.raises(ValueError, match="'tmp-e4m3-fp16'"):
+        formats.validate("nope")
+    import test_formats
+
+    test_formats.test_quantized_operands_stay_within_their_element_bound(fmt.name)
+    with pytest.raises(ValueError, match="unknown scheme 'fp6'"):
+        formats.RolloutFormat("bad", "bf16", "fp6", formats.E2M1)
+
+
+def test_a_metric_added_in_one_place_reaches_the_readme_the_computed_row_and_the_trainers_keys(restore, monkeypatch):
+    metrics.register(metrics.Metric("tmp/abs_log_ratio_max", "max over tokens of |log r|", ("oat/tmp",),
+                                    ("tmp/abs_log_ratio_max",)))
+    real = mismatch.ess_metrics
+    monkeypatch.setattr(mismatch, "ess_metrics", lambda pi, mu: {
+        **real(pi, mu), "tmp/abs_log_ratio_max": float(max(np.abs(p - m).max() for p, m in zip(pi, mu, strict=True)))})
+    assert "| `tmp/abs_log_ratio_max` | `mismatch/tmp/abs_log_ratio_max` | `oat/tmp` |" in readme.metrics()
+    out = mismatch.mismatch_metrics([np.array([-1.0, -2.0])], [np.array([-1.5, -2.0])])
+    assert out["tmp/abs_log_ratio_max"] == out["oat/tmp"] == 0.5
+    assert "tmp/abs_log_ratio_max" in metrics.logged()
+    assert list(out)[:len(metrics.MISMATCH)] == list(metrics.MISMATCH)  # in the registry's order
+
+
+def test_a_study_added_in_one_place_reaches_the_readme_and_the_study_command(restore, capsys):
+    from nbkit.studies import cli
+    from nbkit.studies.base import Study
+
+    class Temp(Study):
+        name = "tmp_study"
+        title = "A temporary study"
+        question = "Does the registry reach the README?"
+        statistic = "none"
+        notebook = ""
+
+    STUDIES["tmp_study"] = Temp()  # (restored after the test)
+    assert "| `tmp_study` | A temporary study | — |" in readme.studies()
+    assert cli.main(["tmp_study"]) == 0 and "Not stored yet" in capsys.readouterr().out
