@@ -17,6 +17,7 @@ import nbkit.rl.algorithms as algorithms
 import nbkit.rl.judge as judge
 import nbkit.rl.lora as lora
 import nbkit.rl.runfolder as runfolder
+import nbkit.rl.sizing as sizing
 from nbkit import lm_head, logs, models, outputs, tasks, versions
 from nbkit.cli import launch
 from nbkit.engines import encode_prompt
@@ -287,6 +288,7 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
         from nbkit.rl.ppo_trainer import PPOTrainer
 
     start = time.time()
+    cfg, _ = sizing.for_device(cfg, world_size, rank=rank)  # a GPU's micro-batch and vLLM sleep: memory estimate
     plan = runfolder.plan_run(cfg)  # reads only: refusals come before anything is changed or loaded
     out = cfg.out
     if plan.action == "finished":
