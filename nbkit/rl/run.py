@@ -17,7 +17,6 @@ import nbkit.rl.algorithms as algorithms
 import nbkit.rl.judge as judge
 import nbkit.rl.lora as lora
 import nbkit.rl.runfolder as runfolder
-import nbkit.rl.sizing as sizing
 from nbkit import lm_head, logs, models, outputs, tasks, versions
 from nbkit.cli import launch
 from nbkit.engines import encode_prompt
@@ -286,6 +285,8 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
         from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
         from nbkit.rl.ppo_trainer import PPOTrainer
+
+    from nbkit.rl import sizing
 
     start = time.time()
     cfg, _ = sizing.for_device(cfg, world_size, rank=rank)  # a GPU's micro-batch and vLLM sleep: memory estimate
