@@ -60,7 +60,7 @@ def test_ddp_trains_the_gpu_profiles_first_step_on_two_cpu_processes(tmp_path):
     rows = MetricsLog.read(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["num_processes"] == 2
-    assert rows[0]["ranks/reward_count"] == 8  # both ranks' rewards gathered: 2 prompts x 4 samples
+    assert rows[0]["ranks/reward_count"] == [4, 4]  # each rank scored its half of 2 prompts x 4 samples
     assert rows[0]["audit/scaler_enabled"] is True  # the profile's first run is FP16: a live loss scaler
 
 
