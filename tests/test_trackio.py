@@ -30,7 +30,7 @@ print(json.dumps([{"name": r.name, "output_dir": r.config.get("output_dir"),
 
 
 def _python(code: str, env: dict) -> str:
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code], check=False, env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout

