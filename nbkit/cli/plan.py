@@ -214,13 +214,13 @@ def make_plan(profile: str = "gpu", gpus: int = 8, mode: str | None = None, serv
 
 
 def sized(cfg: RLConfig, kind: str, trainers: int, gpu_gib: float, colocated: bool):
-    """``cfg`` with ``gradient_accumulation_steps`` for the largest micro-batch that fits one training GPU
-    (``nbkit.rl.memory``), and that fit."""
-    from nbkit.rl import memory
+    """``cfg`` with ``gradient_accumulation_steps`` and vLLM sleep as the run itself will choose them when it starts
+    (``nbkit.rl.sizing.size``, every sequence padded to ``PROMPT_BUDGET`` + ``max_tokens``), and that fit."""
+    from nbkit.rl import sizing
 
-    fit = memory.fit_run(cfg, trainers, gpu_gib, kind, colocated, PROMPT_BUDGET)
-    return dataclasses.replace(cfg, gradient_accumulation_steps=fit.gradient_accumulation_steps,
-                               vllm_sleep_mode=cfg.vllm_sleep_mode and colocated), fit
+    engine = {"rollout_engine": "vllm", "vllm_mode": "colocate" if colocated else "server"}
+    cfg, fit = sizing.size(dataclasses.replace(cfg, **engine), trainers, cfg.max_tokens + PROMPT_BUDGET, gpu_gib, kind)
+    return dataclasses.replace(cfg, vllm_sleep_mode=cfg.vllm_sleep_mode and colocated), fit
 
 
 def is_hub_model(ref: str) -> bool:

@@ -150,6 +150,10 @@ class RLConfig:
         "Colocated vLLM on a GPU: put the engine to sleep (level 1: weights to host memory, KV cache freed) between "
         "rollouts, so its memory share is free during the loss backward; woken before each weight sync. The CPU backend"
         " ignores it.")})
+    gpu_memory_gib: Annotated[float | None, positive()] = field(default=None, metadata={"help": (
+        "Memory of one training GPU in GiB that the run is sized for (``nbkit.rl.sizing``): at start-up "
+        "``gradient_accumulation_steps`` is raised to what the memory estimate needs and colocated vLLM is put to sleep"
+        " where that lets more fit. None = the CUDA device's own memory, and no sizing without a GPU (the CPU path).")})
     vllm_mode: str = field(default="colocate", metadata={"help": (
         "``colocate``: the vLLM engine runs inside every training process (as today); ``server``: rollouts come from a "
         "running ``trl vllm-serve`` / ``vllm serve`` at ``vllm_server_base_url`` (GPU only: TRL syncs weights over "

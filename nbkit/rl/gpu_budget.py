@@ -3,9 +3,9 @@
     rows = budget("gpu")          # one Row per run kind: notebook, run, micro-batch, estimate, fits or not
     print(table(rows))            # the README's table
 
-The gpu profile runs each notebook in one kernel on one GPU (vLLM colocated), so a run's micro-batch is its share of
-the step divided by its ``gradient_accumulation_steps`` (and, for PPO, ``ppo_minibatches``); the estimate is that
-micro-batch's peak, padded to the longest prompt ``PROMPT_BUDGET`` + ``max_tokens``. ``nbkit plan`` re-sizes its
+The gpu profile runs each notebook in one kernel on one GPU (vLLM colocated); each run chooses its micro-batch and
+vLLM sleep when it starts (``nbkit.rl.sizing``), and the estimate is that choice for an 80 GiB GPU, every sequence
+padded to the longest prompt ``PROMPT_BUDGET`` + ``max_tokens``. ``nbkit plan`` re-sizes its
 own multi-GPU commands with the same model.
 """
 from __future__ import annotations
@@ -32,6 +32,8 @@ class Row:
     activations_gib: float
     vllm_gib: float
     gpu_gib: float
+    sleeps: bool = True
+    """vLLM sleeps during the update (its share not held beside the activations), as the run chooses it."""
 
     @property
     def fits(self) -> bool:
@@ -68,28 +70,21 @@ def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
     return out
 
 
-def estimate(cfg, gpu_gib: float = 80) -> tuple[int, float, float, float, float]:
-    """(micro-batch, peak, states, activations, vLLM) in GiB of ``cfg`` on one GPU with vLLM colocated."""
-    from nbkit.rl import algorithms
-    from nbkit.rl.run import micro_batch
+def estimate(cfg, gpu_gib: float = 80) -> tuple[int, float, float, float, float, bool]:
+    """(micro-batch, peak, states, activations, vLLM, vLLM asleep) in GiB of ``cfg`` on one GPU with vLLM colocated, as the run
+    sizes itself when it starts there (``nbkit.rl.sizing.size``; the configured accumulation is a floor)."""
+    from nbkit.rl import sizing
 
-    ppo = algorithms.get(cfg.algorithm).critic
-    m = micro_batch(cfg, 1)
-    shape = memory.model_shape(cfg.model)
-    states = memory.state_bytes(shape, "single_gpu", 1, critic=ppo)
-    act = memory.activation_bytes(shape, m, cfg.max_tokens + PROMPT_BUDGET, cfg.gradient_checkpointing,
-                                  value_bytes=4 if cfg.train_dtype == "fp32" else 2)
-    vllm = cfg.vllm_gpu_memory_utilization * gpu_gib * memory.GIB
-    peak = states + (max(act, vllm) if cfg.vllm_sleep_mode else act + vllm)
-    return m, peak / memory.GIB, states / memory.GIB, act / memory.GIB, vllm / memory.GIB
+    sized, fit = sizing.size(cfg, 1, cfg.max_tokens + PROMPT_BUDGET, gpu_gib, "single_gpu")
+    return fit.micro_batch, fit.peak_gib, fit.states_gib, fit.activations_gib, fit.vllm_gib, sized.vllm_sleep_mode
 
 
 def budget(profile: str = "gpu", gpu_gib: float = 80) -> list[Row]:
     """The estimate of every run kind of ``notebook_runs``."""
     rows = []
     for notebook, run, cfg in notebook_runs(profile):
-        m, peak, states, act, vllm = estimate(cfg, gpu_gib)
-        rows.append(Row(notebook, run, m, peak, states, act, vllm, gpu_gib))
+        m, peak, states, act, vllm, sleeps = estimate(cfg, gpu_gib)
+        rows.append(Row(notebook, run, m, peak, states, act, vllm, gpu_gib, sleeps))
     return rows
 
 
@@ -98,8 +93,9 @@ def table(rows: list[Row]) -> str:
     lines = ["| notebook | run | sequences per micro-batch | states | activations | vLLM (colocated) | peak of "
              f"{rows[0].gpu_gib:g} GiB |" if rows else "", "|---|---|---|---|---|---|---|"]
     for r in rows:
+        vllm = f"{r.vllm_gib:.1f}{', asleep in the update' if r.sleeps else ''}"
         lines.append(f"| {r.notebook} | {r.run} | {r.micro_batch} | {r.states_gib:.1f} | {r.activations_gib:.1f} | "
-                     f"{r.vllm_gib:.1f} | {r.peak_gib:.1f}{'' if r.fits else ' (does not fit)'} |")
+                     f"{vllm} | {r.peak_gib:.1f}{'' if r.fits else ' (does not fit)'} |")
     return "\n".join(lines)
 
 

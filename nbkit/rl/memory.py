@@ -118,7 +118,8 @@ def head_bytes(shape: ModelShape, tokens: int, fused: bool = True) -> float:
     if not fused:
         return tokens * LOGIT_BYTES * shape.vocab
     rows, cols = HEAD_TILE
-    return tokens * (8 * shape.hidden + 16) + 4 * shape.vocab * shape.hidden + min(tokens, rows) * cols * 6
+    return (tokens * (8 * shape.hidden + 16) + 4 * shape.vocab * shape.hidden
+            + min(tokens, rows) * min(shape.vocab, cols) * 6)
 
 
 def activation_bytes(shape: ModelShape, sequences: int, seq_tokens: int, checkpointing: bool = True,
@@ -161,10 +162,10 @@ class Fit:
 
 def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, trainers: int, gpu_gib: float,
                     vllm_share: float = 0.0, vllm_sleeps: bool = True, checkpointing: bool = True,
-                    critic: bool = False, minibatches: int = 1, value_bytes: int = 2) -> Fit:
+                    critic: bool = False, minibatches: int = 1, value_bytes: int = 2, largest: int | None = None) -> Fit:
     """The largest micro-batch (a divisor of ``share`` / ``minibatches``: the process's completions per optimiser
-    step) whose estimated peak stays within ``HEADROOM`` × ``gpu_gib``; ValueError naming the terms when even one
-    sequence does not fit. ``critic``: PPO's critic and its optimiser are held too (its forward and backward run
+    step; at most ``largest`` when given) whose estimated peak stays within ``HEADROOM`` × ``gpu_gib``; ValueError
+    naming the terms when even one sequence does not fit. ``critic``: PPO's critic and its optimiser are held too (its forward and backward run
     after the policy's, on the same micro-batch, so its activations are not added to the policy's)."""
     if share % minibatches:
         raise ValueError(f"{share} completions per process do not split into {minibatches} minibatches")
@@ -177,7 +178,8 @@ def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, t
         act = activation_bytes(shape, m, seq_tokens, checkpointing, value_bytes=value_bytes)
         return states + (max(act, vllm) if vllm_sleeps else act + vllm)
 
-    fits = [m for m in range(1, share + 1) if share % m == 0 and peak(m) <= budget]
+    cap = share if largest is None else min(share, largest)
+    fits = [m for m in range(1, cap + 1) if share % m == 0 and peak(m) <= budget]
     if not fits:
         raise ValueError(
             f"one sequence of {seq_tokens} tokens does not fit a {gpu_gib:g} GiB GPU: states "

@@ -285,7 +285,10 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
         from nbkit.rl.trainer import StepLogger
 
+    from nbkit.rl import sizing
+
     start = time.time()
+    cfg, _ = sizing.for_device(cfg, world_size, rank=rank)  # a GPU's micro-batch and vLLM sleep: memory estimate
     plan = runfolder.plan_run(cfg)  # reads only: refusals come before anything is changed or loaded
     out = cfg.out
     if plan.action == "finished":

@@ -44,7 +44,8 @@ BOOKKEEPING = ("resume", "overwrite")
 replaying a run's config (``nbkit train --config run/config.json``) never replaces or continues a run by itself."""
 
 SAFE_TO_CHANGE = ("steps", "resume", "overwrite", "checkpoint_every", "output_dir", "max_consecutive_skips",
-                  "vllm_kv_cache_gib", "gradient_checkpointing", "save_total_limit", "report_to")
+                  "vllm_kv_cache_gib", "gradient_checkpointing", "save_total_limit", "report_to",
+                  "gpu_memory_gib")
 """Config fields a resume may change: they do not change what the steps already taken would have computed
 (``steps`` extends or shortens the run, the rest are bookkeeping or resources)."""
 

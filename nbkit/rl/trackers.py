@@ -2,6 +2,12 @@
 
 ``metrics.jsonl`` is written either way; a tracker is transformers' integration of that name, fed by TRL's logging
 (and the workbook's own rows: ``nbkit.rl.trainer.StepLogger`` hands each row to the trainer's ``log``).
+
+``trackio`` records locally, no Space and no hub (transformers' ``trackio_space_id`` stays None): into
+``$TRACKIO_DIR``, else ``$HF_HOME/trackio`` (the project's cache, ``nbkit.paths``), project ``huggingface``
+(``TrainingArguments.project``), one run per training run with its ``output_dir`` in the run's config; every key
+logged as ``train/<key>`` with ``train/global_step`` the optimiser step. ``trackio show`` opens the dashboard;
+``tests/test_trackio.py`` reads a run back with trackio's own API.
 """
 from __future__ import annotations
 

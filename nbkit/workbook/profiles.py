@@ -79,18 +79,15 @@ PROFILES: dict[str, dict[str, dict]] = {
                 "model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "dataset": "sanity_math_1460",
                 "template": "r1_distill_qwen", "grader": "r1_distill", "steps": 1000, "prompts_per_step": 64,
                 "lr": 1e-6, "max_tokens": 8192, "checkpoint_every": 50,
-                # one 80 GB GPU in the notebook's kernel: vLLM colocated (30 %, asleep during the update) and one
-                # sequence of up to 10,240 tokens per micro-batch, 512 per step (nbkit.rl.memory: peak ~54 of 80
-                # GiB); `nbkit plan` re-sizes the micro-batches for its own GPU count
-                "gradient_accumulation_steps": 512, "vllm_sleep_mode": True,
+                # one GPU in the notebook's kernel, vLLM colocated (30 %): each run's micro-batches and vLLM sleep are
+                # chosen from the memory estimate when it starts (nbkit.rl.sizing; the table: nbkit.rl.gpu_budget)
             },
             # PPO with a critic in the paper's setting (vLLM rollouts), no stored CPU study next to it
             "ppo_steps": 1000, "ppo_rollout_engine": "vllm", "ppo_critic_lr": 1e-5, "ppo_stored": "",
             "ppo_output_dir": "runs/gpu/03_ppo",
-            # the critic and its AdamW state add ~26 GiB (nbkit.rl.memory): vLLM gets 15 % and sleeps during the
-            # update, 4 sequences per micro-batch (peak ~68 of 80 GiB; nbkit.rl.gpu_budget)
-            "ppo_overrides": {"gradient_accumulation_steps": 64, "vllm_gpu_memory_utilization": 0.15,
-                              "vllm_sleep_mode": True},
+            # the critic and its AdamW state add ~26 GiB (nbkit.rl.memory): vLLM gets 15 % (at 30 % not one
+            # sequence fits an 80 GiB GPU); micro-batches and sleep sized at start-up (nbkit.rl.sizing)
+            "ppo_overrides": {"vllm_gpu_memory_utilization": 0.15},
         },
         "04_where_bf16_breaks": {  # the hunt grid live with vLLM rollouts and longer runs (tiny-long on one GPU)
             "stored_study": "", "live_lengths": ["short", "medium", "long"], "live_lrs": [1e-4, 3e-4, 1e-3],
@@ -104,11 +101,9 @@ PROFILES: dict[str, dict[str, dict]] = {
             "output_dir": "runs/gpu/05_precision_ablation",
             "config_overrides": {"model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "dataset": "sanity_math_1460",
                                  "template": "r1_distill_qwen", "grader": "r1_distill", "lr": 1e-6, "max_tokens": 8192,
-                                 "checkpoint_every": 50,
-                                 # 8 sequences of up to 10,240 tokens per micro-batch (the FP32 pair's activations
-                                 # are twice BF16's), vLLM asleep during the update: peak ~63 of 80 GiB
-                                 # (nbkit.rl.gpu_budget)
-                                 "gradient_accumulation_steps": 64, "vllm_sleep_mode": True},
+                                 # micro-batches and vLLM sleep sized at start-up (nbkit.rl.sizing; the FP32
+                                 # pair's activations are twice BF16's: nbkit.rl.gpu_budget)
+                                 "checkpoint_every": 50},
         },
         "00_precision_primer": {},
         "01_build_dataset": {  # the paper's recipe: R1-Distill-Qwen-1.5B, 40 samples, [0.2, 0.8], on MATH-500
