@@ -345,7 +345,7 @@ def _run_one(spec_path: str) -> None:
         os.dup2(log.fileno(), 2)
         try:
             value = call(spec["target"], spec["kwargs"])
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - printed to the job log, the worker ends
             traceback.print_exc()
             sys.stderr.flush()
             os._exit(1)  # a job that failed may leave this process in any state: the worker ends with it
