@@ -87,23 +87,32 @@ def grid_configs(base: RLConfig, algorithms: list[str], dtypes: list[str], seeds
 
 
 def train_all(configs: dict[str, RLConfig], progress: bool = True, threads: int = 1,
-              workers: int | None = None) -> dict[str, RunResult]:
+              workers: int | None = None, beside: dict[str, pool.Job] | None = None) -> dict[str, object]:
     """Train every run of ``label → RLConfig`` through ``nbkit.pool`` (see ``run_grid``); ``label → RunResult``.
     With a GPU the runs train one after another in this process unless ``workers`` says otherwise
-    (``nbkit.pool.place``): two runs on one GPU would share the memory ``nbkit.rl.memory`` gives to one."""
-    placement = pool.place(len(configs), threads, workers)
+    (``nbkit.pool.place``): two runs on one GPU would share the memory ``nbkit.rl.memory`` gives to one.
+    ``beside``: other independent jobs (``label → pool.Job``, e.g. a notebook's offline analysis) scheduled first,
+    in the same pool as the runs, their values returned under their labels too (in this process: before the runs)."""
+    beside = dict(beside or {})
+    clash = sorted(set(beside) & set(configs))
+    if clash:
+        raise ValueError(f"beside job label(s) {clash} are also run labels; give them other names")
+    placement = pool.place(len(configs) + len(beside), threads, workers)
     if placement.workers == 0:  # in this process: each run shows its own progress bar
-        results = {}
+        results = {label: pool.call(job.target, job.kwargs) for label, job in beside.items()}
         for label, cfg in configs.items():
             _announce(label, cfg)
             results[label] = train(cfg, progress=progress)
             _finished(label, results[label])
         return results
     if progress:
-        print(f"[nbkit] {len(configs)} run(s): {placement.describe()}", flush=True)
-    jobs = {label: pool.Job("nbkit.rl.run:train", {"cfg": cfg, "progress": False}, units=cfg.steps,
-                            poll=_rows_logged(cfg.out / "metrics.jsonl")) for label, cfg in configs.items()}
-    return pool.run(jobs, threads, workers, progress=progress, desc="runs", on_done=_finished)
+        print(f"[nbkit] {len(configs)} run(s)" + (f" and {len(beside)} other job(s)" if beside else "")
+              + f": {placement.describe()}", flush=True)
+    jobs = {**beside, **{label: pool.Job("nbkit.rl.run:train", {"cfg": cfg, "progress": False}, units=cfg.steps,
+                                         poll=_rows_logged(cfg.out / "metrics.jsonl"))
+                         for label, cfg in configs.items()}}
+    return pool.run(jobs, threads, workers, progress=progress, desc="runs",
+                    on_done=lambda label, value: label in configs and _finished(label, value))
 
 
 def _announce(label: str, cfg: RLConfig) -> None:

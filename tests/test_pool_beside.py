@@ -1,0 +1,55 @@
+"""Other jobs beside a grid's runs (``nbkit.rl.study.train_all(beside=...)``, ``GridStudy.live(beside=...)``): one
+pool for both, their values handed back under their labels, the same numbers however many jobs run at once."""
+import os
+
+import numpy as np
+import pytest
+
+from nbkit import pool, schema
+from nbkit.offline.ladder import LadderConfig
+from nbkit.rl import study
+from nbkit.studies.dose_response import DoseResponse
+
+
+@pytest.fixture(autouse=True)
+def no_worker_limit(monkeypatch):
+    """The suite itself sets ``NBKIT_WORKERS=0`` (tests/conftest.py); these tests start from an unset limit."""
+    monkeypatch.delenv(pool.WORKERS_ENV, raising=False)
+
+
+def test_a_beside_job_named_like_a_run_is_refused_before_anything_runs():
+    with pytest.raises(ValueError, match=r"beside job label\(s\) \['grpo-fp32'\].*other names"):
+        study.train_all({"grpo-fp32": None}, beside={"grpo-fp32": pool.Job("tests.test_pool:where_am_i")})
+
+
+def test_in_this_process_the_beside_jobs_run_here_and_come_back_under_their_labels():
+    got = study.train_all({}, progress=False, workers=0, beside={"here": pool.Job("tests.test_pool:where_am_i")})
+    assert list(got) == ["here"] and got["here"]["pid"] == os.getpid()
+
+
+def _science(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not schema.timing(k)} for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
+def test_a_live_slice_with_a_ladder_beside_it_gives_the_rows_and_ladder_of_one_job_at_a_time(tmp_path):
+    """Notebook 06's section 1 cell: the dose-response live runs and the offline ladder in one pool."""
+    ladder = LadderConfig(model="tiny-arith", formats=("fp32", "mxfp4"), n_prompts=4, samples_per_prompt=2, n_boot=20)
+
+    def live(folder, workers):
+        return DoseResponse().live(
+            progress=False, workers=workers, formats=["fp32", "mxfp4"], seeds=[0], steps=1, pairs=[], more_seeds={},
+            corrected={"formats": [], "corrections": []}, output_dir=str(folder),
+            overrides={"judge_every": 0, "prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+            beside={"ladder": pool.Job("nbkit.offline.ladder:run_ladder", {"cfg": ladder})})
+
+    together, alone = live(tmp_path / "two", 2), live(tmp_path / "one", 1)
+    runs, meta, seconds, values = together
+    assert sorted(runs) == sorted(alone[0]) == ["fp32-none-s0", "mxfp4-none-s0"] and meta == alone[1]
+    for label in runs:
+        assert _science(runs[label]) == _science(alone[0][label]), label
+    a, b = values["ladder"], alone[3]["ladder"]
+    assert list(values) == ["ladder"] and a.config == b.config == ladder
+    np.testing.assert_equal(a.metrics, b.metrics)  # bit for bit
+    assert [r.token_ids for r in a.rollouts["mxfp4"]] == [r.token_ids for r in b.rollouts["mxfp4"]]
