@@ -45,7 +45,7 @@ def test_a_live_slice_with_a_ladder_beside_it_gives_the_rows_and_ladder_of_one_j
             beside={"ladder": pool.Job("nbkit.offline.ladder:run_ladder", {"cfg": ladder})})
 
     together, alone = live(tmp_path / "two", 2), live(tmp_path / "one", 1)
-    runs, meta, seconds, values = together
+    runs, meta, _, values = together
     assert sorted(runs) == sorted(alone[0]) == ["fp32-none-s0", "mxfp4-none-s0"] and meta == alone[1]
     for label in runs:
         assert _science(runs[label]) == _science(alone[0][label]), label
