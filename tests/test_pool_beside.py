@@ -53,3 +53,33 @@ def test_a_live_slice_with_a_ladder_beside_it_gives_the_rows_and_ladder_of_one_j
     assert list(values) == ["ladder"] and a.config == b.config == ladder
     np.testing.assert_equal(a.metrics, b.metrics)  # bit for bit
     assert [r.token_ids for r in a.rollouts["mxfp4"]] == [r.token_ids for r in b.rollouts["mxfp4"]]
+
+
+def _no_time(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.endswith("seconds")} for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
+def test_notebook_02_s_later_parts_beside_the_grid_give_the_numbers_of_one_job_at_a_time():
+    """The grid's jobs, the length law, the routing flips and the anatomy in one pool (notebook 02's section 1)."""
+    from nbkit.offline import analysis
+    from nbkit.offline.moe_analysis import MoeConfig
+
+    cfg = analysis.GridConfig(model="tiny-arith", engine="hf", n_prompts=4, samples_per_prompt=2, max_tokens=16,
+                              n_boot=10, engine_dtypes=("fp32", "bf16"), train_dtypes=("fp32", "bf16"))
+    later = {"lengthlaw": pool.Job("nbkit.offline.lengthlaw:measure", {
+                 "model": "tiny-arith", "dtypes": ("bf16",), "n_prompts": 4, "samples_per_prompt": 2,
+                 "max_tokens": 40, "prompt_source": "arith", "engine": "hf"}),
+             "moe": pool.Job("nbkit.offline.moe_analysis:run", {"cfg": MoeConfig(n_prompts=4, samples_per_prompt=2)}),
+             "anatomy": pool.Job("nbkit.offline.anatomy:run", {
+                 "model": "tiny-arith", "engine": "hf", "dtype": "fp16", "n_prompts": 2, "max_tokens": 16,
+                 "sequences": 2, "n_boot": 20})}
+    (together, t_later), (alone, a_later) = (analysis.run_grids([cfg], progress=False, workers=w, beside=later)
+                                             for w in (2, 1))
+    assert list(t_later) == list(a_later) == ["lengthlaw", "moe", "anatomy"]
+    np.testing.assert_equal(together[0].metrics, alone[0].metrics)
+    assert {k: _no_time(v) for k, v in t_later["lengthlaw"].items()} == {
+        k: _no_time(v) for k, v in a_later["lengthlaw"].items()}
+    assert t_later["moe"].table() == a_later["moe"].table()
+    assert t_later["anatomy"].table().equals(a_later["anatomy"].table())
