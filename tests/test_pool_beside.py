@@ -83,3 +83,30 @@ def test_notebook_02_s_later_parts_beside_the_grid_give_the_numbers_of_one_job_a
         k: _no_time(v) for k, v in a_later["lengthlaw"].items()}
     assert t_later["moe"].table() == a_later["moe"].table()
     assert t_later["anatomy"].table().equals(a_later["anatomy"].table())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
+def test_a_study_s_runs_trained_beside_a_grid_are_read_back_by_live_with_the_rows_of_live_alone(
+        tmp_path, tiny_random_model, arith_jsonl):
+    """Notebook 03: the live PPO slice (``GridStudy.jobs``) in the GRPO grid's pool, then ``live`` reads it back."""
+    from nbkit.rl import RLConfig
+    from nbkit.studies.ppo import PPOStudy
+
+    def opts(folder):
+        return {**PPOStudy.toy, "output_dir": str(folder)}
+
+    base = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=2, prompts_per_step=2, samples_per_prompt=2,
+                    max_tokens=8, rollout_engine="hf", checkpoint_every=0, output_dir=str(tmp_path / "grpo"))
+    jobs = PPOStudy().jobs(**opts(tmp_path / "ppo"))
+    assert sorted(jobs) == sorted(PPOStudy().grid(**opts(tmp_path / "ppo")))
+    values = study.run_grid(base, ["grpo"], ["fp32"], progress=False, workers=2, beside=jobs)
+    assert sorted(values) == sorted([*jobs, "grpo-fp32"])
+    logs = {p: p.stat().st_mtime_ns for p in (tmp_path / "ppo").glob("**/metrics.jsonl")}
+    assert logs and PPOStudy().jobs(**opts(tmp_path / "ppo")) == {}  # nothing left to train
+    beside, meta, _ = PPOStudy().live(progress=False, **opts(tmp_path / "ppo"))
+    assert {p: p.stat().st_mtime_ns for p in logs} == logs  # read back, not trained again
+    alone, alone_meta, _ = PPOStudy().live(progress=False, workers=1, **opts(tmp_path / "alone"))
+    assert sorted(beside) == sorted(alone) and meta == alone_meta
+    for label in beside:
+        assert _science(beside[label]) == _science(alone[label]), label

@@ -145,6 +145,18 @@ class GridStudy(Study):
         the value is ``(label → rows, label → the jobs' values)``."""
         from nbkit.rl import study
 
+        todo, fresh = self._todo(shard, keep_stored, root, overwrite, **options)
+        if fresh:
+            print(f"[nbkit] {self.name} shard {shard[0]}/{shard[1]}: {len(fresh)} of {len(todo)} run(s) to train",
+                  flush=True)
+        values = study.train_all(fresh, progress=progress, threads=threads, workers=workers, beside=beside) if (
+            fresh or beside) else {}
+        runs, _ = self.collect(**options)
+        rows = {k: runs[k] for k in todo if k in runs}
+        return rows if beside is None else (rows, {k: values[k] for k in beside})
+
+    def _todo(self, shard, keep_stored: bool, root: Path, overwrite: bool, **options) -> tuple[dict, dict]:
+        """``(label → config)`` of shard ``i/n``'s runs to have, and of those to train now (``run``'s checks)."""
         i, n = _check_shard(shard)
         grid = self.grid(**options)
         stored = self.stored_runs(grid, root)[1] if keep_stored else {}
@@ -158,13 +170,15 @@ class GridStudy(Study):
                     f"would replace: {' | '.join(others[:3])}{' | ...' if len(others) > 3 else ''}; pass --overwrite "
                     f"(overwrite=True) to replace them, keeping nothing, or --set output_dir=<another folder>")
         fresh = {k: replace(c, overwrite=True, resume=False) for k, c in todo.items() if not self.finished(c)}
-        if fresh:
-            print(f"[nbkit] {self.name} shard {i}/{n}: {len(fresh)} of {len(todo)} run(s) to train", flush=True)
-        values = study.train_all(fresh, progress=progress, threads=threads, workers=workers, beside=beside) if (
-            fresh or beside) else {}
-        runs, _ = self.collect(**options)
-        rows = {k: runs[k] for k in todo if k in runs}
-        return rows if beside is None else (rows, {k: values[k] for k in beside})
+        return todo, fresh
+
+    def jobs(self, shard: tuple[int, int] = (0, 1), keep_stored: bool = False, root: Path = results.RESULTS,
+             overwrite: bool = False, **options) -> dict:
+        """``label → nbkit.pool.Job`` of the runs ``run`` would train now (after its checks), to train in another
+        pool (``nbkit.rl.study.run_grid(beside=...)``); ``live`` with the same options then reads them back."""
+        from nbkit.rl import study
+
+        return study.train_jobs(self._todo(shard, keep_stored, root, overwrite, **options)[1])
 
     def stored_runs(self, grid: dict, root: Path = results.RESULTS) -> tuple[dict[str, list[dict]], dict[str, dict]]:
         """``(label → rows, label → config)`` of the stored study's runs that are runs of ``grid``: same label, the
