@@ -218,8 +218,10 @@ class _Pool:
 
     def _worker(self, slot: int) -> subprocess.Popen:
         """The slot's worker, started now if it has none (pinned to the slot's cores, its own rendezvous port)."""
-        if slot in self.workers and self.workers[slot][0].poll() is None:
-            return self.workers[slot][0]
+        if slot in self.workers:
+            if self.workers[slot][0].poll() is None:
+                return self.workers[slot][0]
+            self._retire(slot)  # it ended while idle: a new one takes the job
         env = {k: v for k, v in os.environ.items() if k not in CHILD_CLEARED}
         env.update({k: str(self.placement.threads) for k in THREAD_ENV})
         env.update({WORKERS_ENV: "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
