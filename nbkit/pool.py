@@ -1,4 +1,4 @@
-"""Independent jobs on the cores this process may use: each in a fresh Python process pinned to its own cores.
+"""Independent jobs on the cores this process may use: each slot of cores has a worker process pinned to it.
 
 A grid of RL runs (notebook 03's seeds and dtypes, a stored study's shard) or of offline cells is a list of
 independent jobs. On a 2-core machine one small-model job keeps about one core busy (an RL step alternates
@@ -11,12 +11,17 @@ between the trainer and its rollout engine), so two jobs at once use both. ``run
   only add its start-up) and where torch sees a GPU (jobs sized for one GPU would share it);
 - **threads per job** (``threads``): a property of the job, not of the machine. A job's numbers may depend on
   its thread count (a GEMM split another way rounds another way), never on how many jobs share the machine: every
-  job runs in its own process pinned to ``threads`` cores with ``threads`` OpenMP threads, whether it runs alone or
+  job runs in a worker process pinned to ``threads`` cores with ``threads`` OpenMP threads, whether it runs alone or
   beside another, so a grid run two at a time gives the rows it gives one at a time.
+
+A slot's worker is started for its first job and runs the slot's later jobs too (a child's start-up, importing
+torch, transformers and vLLM, costs ~4-8 s: once per slot, not once per job). A job therefore may not rely on a
+fresh process, as a job run in this process (``workers=0``, one after another) never could.
 
 A job is ``Job(target="module:function", kwargs=...)``; its return value comes back pickled. Its output goes to a
 log file; a failed job raises ``JobFailed`` naming it with the tail of its log, after the jobs already running
-have finished (finished work is never thrown away); Ctrl-C stops every child and re-raises.
+have finished (finished work is never thrown away), and its worker ends with it; Ctrl-C stops every worker and
+re-raises.
 """
 from __future__ import annotations
 
@@ -143,16 +148,19 @@ def run(jobs: dict[str, Job], threads: int = 1, workers: int | None = None, prog
 
 
 class _Pool:
-    """The children of one ``run``: start, watch, collect, stop."""
+    """The workers of one ``run``: one process per slot, started for its first job and kept for the next ones
+    (a child's start-up, importing torch, transformers and vLLM, is ~4-8 s: paid once per slot, not once per job)."""
 
     def __init__(self, jobs, placement: Placement, progress: bool, desc: str, on_done):
         self.jobs, self.placement, self.on_done = jobs, placement, on_done
         self.progress, self.desc = progress, desc
         self.tmp = Path(tempfile.mkdtemp(prefix="nbkit-pool-"))
-        self.running: dict[str, tuple[subprocess.Popen, int, object]] = {}  # label -> (process, slot, log file)
+        self.workers: dict[int, tuple[subprocess.Popen, object]] = {}  # slot -> (worker process, its own log)
+        self.running: dict[str, int] = {}  # label -> the slot running it
+        self.slot_of: dict[str, int] = {}  # label -> the slot that ran it (a failure's worker log)
         self.results: dict[str, object] = {}
         self.failed: list[str] = []
-        self.specs: dict[str, Path] = {}  # label -> its spec file (the log and result sit beside it)
+        self.specs: dict[str, Path] = {}  # label -> its spec file (the job's log and result sit beside it)
 
     def run(self) -> dict[str, object]:
         from tqdm.auto import tqdm
@@ -169,13 +177,17 @@ class _Pool:
                     self._start(todo.pop(0), free.pop(0))
                 time.sleep(0.5)
                 for label in list(self.running):
-                    proc, slot, log = self.running[label]
-                    if proc.poll() is None:
+                    slot = self.running[label]
+                    proc = self.workers[slot][0]
+                    finished = self.specs[label].with_suffix(".result").is_file()
+                    if not finished and proc.poll() is None:
                         continue
-                    log.close()
                     del self.running[label]
-                    free.append(slot)
-                    self._collect(label, proc.returncode)
+                    if finished:
+                        free.append(slot)  # the worker takes the next job
+                    else:
+                        self._retire(slot)
+                    self._collect(label)
                     done_units[label] = self.jobs[label].units if label in self.results else done_units.get(label, 0)
                 for label in self.running:
                     poll = self.jobs[label].poll
@@ -196,6 +208,7 @@ class _Pool:
             raise
         finally:
             bar.close()
+        self._close_all()
         if not self.failed:
             shutil.rmtree(self.tmp, ignore_errors=True)  # a failure keeps its log for the message to name
         else:
@@ -203,26 +216,42 @@ class _Pool:
                             + (f" ({len(self.results)} job(s) that finished are kept)" if self.results else ""))
         return {label: self.results[label] for label in self.jobs}
 
-    def _start(self, label: str, slot: int) -> None:
-        job = self.jobs[label]
-        spec = self.tmp / f"{len(self.specs)}.spec"
-        result = spec.with_suffix(".result")
-        spec.write_bytes(pickle.dumps({"target": job.target, "kwargs": job.kwargs, "result": str(result),
-                                       "cores": list(self.placement.slots[slot])}))
+    def _worker(self, slot: int) -> subprocess.Popen:
+        """The slot's worker, started now if it has none (pinned to the slot's cores, its own rendezvous port)."""
+        if slot in self.workers:
+            if self.workers[slot][0].poll() is None:
+                return self.workers[slot][0]
+            self._retire(slot)  # it ended while idle: a new one takes the job
         env = {k: v for k, v in os.environ.items() if k not in CHILD_CLEARED}
         env.update({k: str(self.placement.threads) for k in THREAD_ENV})
         env.update({WORKERS_ENV: "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
                     "PYTHONUNBUFFERED": "1"})
-        log = open(spec.with_suffix(".log"), "w")  # noqa: SIM115 - closed when the child ends
-        proc = subprocess.Popen([sys.executable, "-m", "nbkit.pool", str(spec)], stdout=log, stderr=subprocess.STDOUT,
-                                env=env, cwd=os.getcwd(), start_new_session=True)
-        self.running[label] = (proc, slot, log)
-        self.specs[label] = spec
+        log = open(self.tmp / f"worker{slot}.log", "a")  # noqa: SIM115 - closed when the worker ends
+        cores = ",".join(map(str, self.placement.slots[slot]))
+        proc = subprocess.Popen([sys.executable, "-m", "nbkit.pool", "--worker", cores], stdin=subprocess.PIPE,
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
+                                start_new_session=True, text=True)
+        self.workers[slot] = (proc, log)
+        return proc
 
-    def _collect(self, label: str, code: int) -> None:
-        spec = self.specs[label]
-        result = spec.with_suffix(".result")
-        if code == 0 and result.is_file():
+    def _start(self, label: str, slot: int) -> None:
+        job = self.jobs[label]
+        spec = self.tmp / f"{len(self.specs)}.spec"
+        spec.write_bytes(pickle.dumps({"target": job.target, "kwargs": job.kwargs,
+                                       "result": str(spec.with_suffix(".result")),
+                                       "log": str(spec.with_suffix(".log"))}))
+        self.specs[label] = spec
+        self.running[label] = self.slot_of[label] = slot
+        proc = self._worker(slot)
+        try:
+            proc.stdin.write(f"{spec}\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):  # the worker died between jobs: the poll names the job as failed
+            pass
+
+    def _collect(self, label: str) -> None:
+        result = self.specs[label].with_suffix(".result")
+        if result.is_file():
             self.results[label] = pickle.loads(result.read_bytes())
             if self.on_done:
                 self.on_done(label, self.results[label])
@@ -231,21 +260,46 @@ class _Pool:
 
     def _failure(self, label: str) -> str:
         log = self.specs[label].with_suffix(".log")
+        if not log.is_file() or not log.read_text(errors="replace").strip():  # died before the job's log opened
+            log = self.tmp / f"worker{self.slot_of[label]}.log"
         tail = log.read_text(errors="replace").strip().splitlines()[-25:] if log.is_file() else []
         return f"job {label!r} failed (log {log}):\n" + "\n".join(tail)
 
+    def _retire(self, slot: int) -> None:
+        """Forget a worker that has ended (its slot starts a new one for its next job)."""
+        proc, log = self.workers.pop(slot)
+        proc.wait()
+        log.close()
+
+    def _close_all(self) -> None:
+        """End every idle worker: its input closes, it returns from its loop."""
+        for slot in list(self.workers):
+            proc, log = self.workers[slot]
+            with contextlib.suppress(BrokenPipeError, OSError):
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+            del self.workers[slot]
+
     def _stop_all(self) -> None:
-        for proc, _, log in self.running.values():
+        for proc, _ in self.workers.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
                 os.killpg(proc.pid, signal.SIGINT)  # a run stops as on Ctrl-C: checkpoints stay resumable
         deadline = time.time() + 20
-        for proc, _, log in self.running.values():
+        for proc, log in self.workers.values():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             log.close()
+        self.workers.clear()
         self.running.clear()
 
 
@@ -262,23 +316,54 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child(spec_path: str) -> int:
-    """A child's whole life: pin to its cores, cap its threads, call the target, pickle the value."""
-    spec = pickle.loads(Path(spec_path).read_bytes())
+def _worker_main(cores: str) -> int:
+    """A worker's whole life: pin to its cores, cap its threads, then run each job whose spec path arrives on its
+    input (one line each) until the input closes. A job's output goes to its own log; its value is pickled beside
+    its spec; a job that raises ends the worker (exit 1) with its traceback in that log."""
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, spec["cores"])
+        os.sched_setaffinity(0, [int(c) for c in cores.split(",")])
     from nbkit import paths
 
     paths.setup_environment()
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    value = call(spec["target"], spec["kwargs"])
-    tmp = Path(spec["result"]).with_suffix(".partial")
-    tmp.write_bytes(pickle.dumps(value))
-    tmp.replace(spec["result"])
+    for line in sys.stdin:
+        if line.strip():
+            _run_one(line.strip())
     return 0
 
 
+def _run_one(spec_path: str) -> None:
+    """Run one job with this process's output sent to its log; the value is written last, atomically."""
+    import traceback
+
+    spec = pickle.loads(Path(spec_path).read_bytes())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(spec["log"], "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            value = call(spec["target"], spec["kwargs"])
+        except BaseException:  # noqa: BLE001 - printed to the job log, the worker ends
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)  # a job that failed may leave this process in any state: the worker ends with it
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+    for fd in saved:
+        os.close(fd)
+    tmp = Path(spec["result"]).with_suffix(".partial")
+    tmp.write_bytes(pickle.dumps(value))
+    tmp.replace(spec["result"])
+
+
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1]))
+    if sys.argv[1:2] != ["--worker"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m nbkit.pool --worker <cores, comma-separated> (job spec paths on its input)")
+    sys.exit(_worker_main(sys.argv[2]))

@@ -223,3 +223,24 @@ def test_a_recorded_report_keeps_the_estimate_printed_before_it_and_the_ratio(tm
     (tmp_path / "run.json").write_text(json.dumps(run))
     rec = jobtime.record(tmp_path, fresh_clone=True, path=tmp_path / "timings.json")
     assert rec["estimated"] == {"a": 200.0} and rec["measured_over_estimated"] == {"a": 1.5}
+
+
+def test_a_notebook_rewritten_since_this_cpu_measured_it_is_named_beside_the_old_notebook_s_time():
+    """Its parts may now run beside each other: the estimate says its time is the old notebook's."""
+    first = {**_epyc_report("2026-11-22", 4.0, {"a": 400.0, "b": 1800.0}, {"a": 200.0, "b": 900.0},
+                            {"a": {}, "b": {}}), "code": {"a": "aaaa", "b": "bbbb"}}
+    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 4.0}, EPYC, stored=[AVX2, first],
+                           parameters={"a": {}, "b": {}}, code={"a": "aaaa", "b": "b-new"})
+    assert est.learned == {"a": "own", "b": "own"} and est.rewritten == ["b"]
+    assert est.seconds == {"a": pytest.approx(400.0), "b": pytest.approx(1800.0)}
+    assert "notebook code changed since for ['b']" in est.describe()
+    unknown = jobtime.estimate(["a", "b"], "cpu", {"seconds": 4.0}, EPYC, stored=[AVX2, first],
+                               parameters={"a": {}, "b": {}}, code={"a": None, "b": None})
+    assert unknown.learned == {"a": "own", "b": "own"} and unknown.rewritten == []  # unknown code: as before
+
+
+def test_a_code_fingerprint_reads_the_code_cells_but_not_the_parameters():
+    fp = jobtime.code_fingerprint("06_dose_response")
+    assert fp is not None and len(fp) == 12 and fp == jobtime.code_fingerprint("06_dose_response")
+    assert jobtime.code_fingerprint("no_such_notebook") is None
+    assert jobtime.code_fingerprint("06_dose_response", "0000000000000000000000000000000000000000") is None

@@ -74,6 +74,14 @@ def test_each_child_runs_on_the_cores_and_threads_it_was_given():
     assert len({g["pid"] for g in got.values()}) == 2 and os.getpid() not in {g["pid"] for g in got.values()}
 
 
+def test_a_slot_s_worker_runs_its_later_jobs_too_and_only_one_starts_per_slot():
+    jobs = {f"j{i}": pool.Job("tests.test_pool:where_am_i") for i in range(3)}
+    got = pool.run(jobs, threads=1, workers=1, progress=False)
+    assert len({g["pid"] for g in got.values()}) == 1  # one start-up for three jobs
+    assert os.getpid() not in {g["pid"] for g in got.values()}
+    assert list(got) == ["j0", "j1", "j2"]
+
+
 def test_a_failed_job_is_named_with_its_log_and_the_finished_ones_are_returned_first():
     done = []
     jobs = {"fine": pool.Job("tests.test_pool:where_am_i"),

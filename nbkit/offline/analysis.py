@@ -252,11 +252,14 @@ def run_grid(cfg: GridConfig, progress: bool = True, vllm_log_level: str = "ERRO
 
 
 def run_grids(configs: list[GridConfig], progress: bool = True, threads: int = 1,
-              workers: int | None = None) -> list[GridResult]:
+              workers: int | None = None, beside: dict | None = None):
     """``run_grid`` of every config, one job per (model, engine dtype) through ``nbkit.pool``: as many at once as
     the free cores hold (``workers``, else ``NBKIT_WORKERS``), each in its own process on ``threads`` cores. A
     job samples its engine dtype and computes π in every training dtype of its config on those rollouts, so the
-    cells are those of one ``run_grid`` call; ``workers=0`` runs the configs one after another in this process."""
+    cells are those of one ``run_grid`` call; ``workers=0`` runs the configs one after another in this process.
+    ``beside``: other independent jobs (``label → nbkit.pool.Job``, e.g. a notebook's later sections) scheduled
+    after the grid's in the same pool (in this process: after the grids); with it the value is
+    ``(grid results, label → the jobs' values)``."""
     from dataclasses import replace
 
     from nbkit import pool
@@ -264,12 +267,17 @@ def run_grids(configs: list[GridConfig], progress: bool = True, threads: int = 1
     for cfg in configs:
         for dt in (*cfg.engine_dtypes, *cfg.train_dtypes):
             models.torch_dtype(dt)  # validate before any job starts
-    if pool.place(sum(len(cfg.engine_dtypes) for cfg in configs), threads, workers).workers == 0:
-        return [run_grid(cfg, progress=progress) for cfg in configs]
+    extra = dict(beside or {})
+    if pool.place(sum(len(cfg.engine_dtypes) for cfg in configs) + len(extra), threads, workers).workers == 0:
+        out = [run_grid(cfg, progress=progress) for cfg in configs]
+        return out if beside is None else (out, {k: pool.call(job.target, job.kwargs) for k, job in extra.items()})
     jobs = {f"{i}:{cfg.model}:{e}": pool.Job("nbkit.offline.analysis:run_grid",
                                              {"cfg": replace(cfg, engine_dtypes=(e,)), "progress": False})
             for i, cfg in enumerate(configs) for e in cfg.engine_dtypes}
-    parts = pool.run(jobs, threads, workers, progress=progress, desc="offline grid cells")
+    clash = sorted(set(jobs) & set(extra))
+    if clash:
+        raise ValueError(f"beside job label(s) {clash} are also grid job labels; give them other names")
+    parts = pool.run({**jobs, **extra}, threads, workers, progress=progress, desc="offline grid cells")
     out = []
     for i, cfg in enumerate(configs):
         merged = None
@@ -280,7 +288,7 @@ def run_grids(configs: list[GridConfig], progress: bool = True, threads: int = 1
             for name in ("rollouts", "logp_pi", "metrics", "cis", "seconds"):
                 getattr(merged, name).update(getattr(part, name))
         out.append(merged)
-    return out
+    return out if beside is None else (out, {k: parts[k] for k in extra})
 
 
 def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) -> list:

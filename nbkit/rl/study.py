@@ -53,7 +53,7 @@ def load_meta(folder: str | Path, coords_of=coords) -> dict[str, dict]:
 
 def run_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress: bool = True,
              seeds: list[int] | None = None, pairs: list[tuple[str, str]] | None = None, threads: int = 1,
-             workers: int | None = None) -> dict[str, RunResult]:
+             workers: int | None = None, beside: dict[str, pool.Job] | None = None) -> dict[str, RunResult]:
     """Train each (algorithm, dtype[, seed]); every config is validated before the first run starts.
 
     ``seeds=None`` trains ``base.seed`` only, into folders without a seed suffix. ``pairs=[(train, rollout), ...]``
@@ -62,11 +62,12 @@ def run_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress:
 
     Runs are independent: ``nbkit.pool`` trains as many at once as the free cores hold (``workers``, else
     ``NBKIT_WORKERS``), each in its own process on ``threads`` cores, so a run's rows do not depend on how many
-    ran beside it; ``workers=0`` trains them one after another in this process."""
+    ran beside it; ``workers=0`` trains them one after another in this process. ``beside``: other jobs in the same
+    pool (``train_all``), e.g. another study's runs (``GridStudy.jobs``); their values come back too."""
     configs = grid_configs(base, algorithms, dtypes, seeds, pairs)
     for cfg in configs.values():  # every run folder too: a refusal comes before the first run, not after it
         runfolder.plan_run(cfg)
-    return train_all(configs, progress=progress, threads=threads, workers=workers)
+    return train_all(configs, progress=progress, threads=threads, workers=workers, beside=beside)
 
 
 def grid_configs(base: RLConfig, algorithms: list[str], dtypes: list[str], seeds: list[int] | None = None,
@@ -87,23 +88,35 @@ def grid_configs(base: RLConfig, algorithms: list[str], dtypes: list[str], seeds
 
 
 def train_all(configs: dict[str, RLConfig], progress: bool = True, threads: int = 1,
-              workers: int | None = None) -> dict[str, RunResult]:
+              workers: int | None = None, beside: dict[str, pool.Job] | None = None) -> dict[str, object]:
     """Train every run of ``label → RLConfig`` through ``nbkit.pool`` (see ``run_grid``); ``label → RunResult``.
     With a GPU the runs train one after another in this process unless ``workers`` says otherwise
-    (``nbkit.pool.place``): two runs on one GPU would share the memory ``nbkit.rl.memory`` gives to one."""
-    placement = pool.place(len(configs), threads, workers)
+    (``nbkit.pool.place``): two runs on one GPU would share the memory ``nbkit.rl.memory`` gives to one.
+    ``beside``: other independent jobs (``label → pool.Job``, e.g. a notebook's offline analysis) scheduled first,
+    in the same pool as the runs, their values returned under their labels too (in this process: before the runs)."""
+    beside = dict(beside or {})
+    clash = sorted(set(beside) & set(configs))
+    if clash:
+        raise ValueError(f"beside job label(s) {clash} are also run labels; give them other names")
+    placement = pool.place(len(configs) + len(beside), threads, workers)
     if placement.workers == 0:  # in this process: each run shows its own progress bar
-        results = {}
+        results = {label: pool.call(job.target, job.kwargs) for label, job in beside.items()}
         for label, cfg in configs.items():
             _announce(label, cfg)
             results[label] = train(cfg, progress=progress)
             _finished(label, results[label])
         return results
     if progress:
-        print(f"[nbkit] {len(configs)} run(s): {placement.describe()}", flush=True)
-    jobs = {label: pool.Job("nbkit.rl.run:train", {"cfg": cfg, "progress": False}, units=cfg.steps,
+        print(f"[nbkit] {len(configs)} run(s)" + (f" and {len(beside)} other job(s)" if beside else "")
+              + f": {placement.describe()}", flush=True)
+    return pool.run({**beside, **train_jobs(configs)}, threads, workers, progress=progress, desc="runs",
+                    on_done=lambda label, value: isinstance(value, RunResult) and _finished(label, value))
+
+
+def train_jobs(configs: dict[str, RLConfig]) -> dict[str, pool.Job]:
+    """``label → pool.Job`` training each run of ``label → RLConfig`` (its progress: the rows its log holds)."""
+    return {label: pool.Job("nbkit.rl.run:train", {"cfg": cfg, "progress": False}, units=cfg.steps,
                             poll=_rows_logged(cfg.out / "metrics.jsonl")) for label, cfg in configs.items()}
-    return pool.run(jobs, threads, workers, progress=progress, desc="runs", on_done=_finished)
 
 
 def _announce(label: str, cfg: RLConfig) -> None:

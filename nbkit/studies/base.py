@@ -137,7 +137,7 @@ class GridStudy(Study):
     # -- write half ------------------------------------------------------------------------------------------
     def run(self, shard: tuple[int, int] = (0, 1), progress: bool = True, keep_stored: bool = False,
             root: Path = results.RESULTS, overwrite: bool = False, threads: int = 1, workers: int | None = None,
-            **options) -> dict[str, list[dict]]:
+            beside: dict | None = None, **options):
         """Train every unfinished run of shard ``i/n`` (an unfinished run restarts from step 0; a finished one is
         read back); returns ``label → rows`` of the shard's runs trained or found in their folders.
         ``keep_stored``: a run the stored study already holds with this very config counts as finished (a study
@@ -145,9 +145,22 @@ class GridStudy(Study):
         A run folder holding a run of another setting (``other_setting``) is refused, naming the differing fields,
         before anything trains, unless ``overwrite``.
         ``threads`` / ``workers``: how runs share the cores (``nbkit.rl.study.train_all``; the rows do not depend on
-        ``workers``)."""
+        ``workers``). ``beside``: other jobs (``label → nbkit.pool.Job``) run in the same pool as the runs; with it
+        the value is ``(label → rows, label → the jobs' values)``."""
         from nbkit.rl import study
 
+        todo, fresh = self._todo(shard, keep_stored, root, overwrite, **options)
+        if fresh:
+            print(f"[nbkit] {self.name} shard {shard[0]}/{shard[1]}: {len(fresh)} of {len(todo)} run(s) to train",
+                  flush=True)
+        values = study.train_all(fresh, progress=progress, threads=threads, workers=workers, beside=beside) if (
+            fresh or beside) else {}
+        runs, _ = self.collect(**options)
+        rows = {k: runs[k] for k in todo if k in runs}
+        return rows if beside is None else (rows, {k: values[k] for k in beside})
+
+    def _todo(self, shard, keep_stored: bool, root: Path, overwrite: bool, **options) -> tuple[dict, dict]:
+        """``(label → config)`` of shard ``i/n``'s runs to have, and of those to train now (``run``'s checks)."""
         i, n = _check_shard(shard)
         grid = self.grid(**options)
         stored = self.stored_runs(grid, root)[1] if keep_stored else {}
@@ -161,11 +174,15 @@ class GridStudy(Study):
                     f"would replace: {' | '.join(others[:3])}{' | ...' if len(others) > 3 else ''}; pass --overwrite "
                     f"(overwrite=True) to replace them, keeping nothing, or --set output_dir=<another folder>")
         fresh = {k: replace(c, overwrite=True, resume=False) for k, c in todo.items() if not self.finished(c)}
-        if fresh:
-            print(f"[nbkit] {self.name} shard {i}/{n}: {len(fresh)} of {len(todo)} run(s) to train", flush=True)
-            study.train_all(fresh, progress=progress, threads=threads, workers=workers)
-        runs, _ = self.collect(**options)
-        return {k: runs[k] for k in todo if k in runs}
+        return todo, fresh
+
+    def jobs(self, shard: tuple[int, int] = (0, 1), keep_stored: bool = False, root: Path = results.RESULTS,
+             overwrite: bool = False, **options) -> dict:
+        """``label → nbkit.pool.Job`` of the runs ``run`` would train now (after its checks), to train in another
+        pool (``nbkit.rl.study.run_grid(beside=...)``); ``live`` with the same options then reads them back."""
+        from nbkit.rl import study
+
+        return study.train_jobs(self._todo(shard, keep_stored, root, overwrite, **options)[1])
 
     def stored_runs(self, grid: dict, root: Path = results.RESULTS) -> tuple[dict[str, list[dict]], dict[str, dict]]:
         """``(label → rows, label → config)`` of the stored study's runs that are runs of ``grid``: same label, the
@@ -307,12 +324,16 @@ class GridStudy(Study):
         return f"nbkit study {self.name} run{sets} && nbkit study {self.name} store{sets}"
 
     def live(self, shard: tuple[int, int] = (0, 1), progress: bool = True, threads: int = 1,
-             workers: int | None = None, **options):
-        """Train (or read back) the grid now: ``(label → rows, label → coordinates)`` and the seconds it took."""
+             workers: int | None = None, beside: dict | None = None, **options):
+        """Train (or read back) the grid now: ``(label → rows, label → coordinates)`` and the seconds it took;
+        with ``beside`` (other jobs run in the same pool as the runs, see ``run``) a fourth item, their values."""
         start = time.perf_counter()
-        runs = self.run(shard, progress, threads=threads, workers=workers, **options)
+        out = self.run(shard, progress, threads=threads, workers=workers, beside=beside, **options)
+        runs, values = out if beside is not None else (out, None)
         _, configs = self.collect(**options)
-        return runs, self.meta({k: configs[k] for k in runs}), time.perf_counter() - start
+        meta = self.meta({k: configs[k] for k in runs})
+        seconds = time.perf_counter() - start
+        return (runs, meta, seconds) if beside is None else (runs, meta, seconds, values)
 
 
 def _check_shard(shard) -> tuple[int, int]:

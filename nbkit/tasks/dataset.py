@@ -179,44 +179,111 @@ def _score(task: Task, problem: dict, rollouts: list, seconds: float) -> dict:
 
 
 def estimate_pass_rates(task: Task, problems: list[dict], cfg: BuildConfig, engine=None,
-                        progress: bool = True) -> tuple[list[dict], int]:
+                        progress: bool = True, workers: int | None = None) -> tuple[list[dict], int]:
     """Pass rate of every problem over ``cfg.n_samples`` samples, reusing the cache.
 
     Returns (one record per problem, in order, merged with the problem's columns; number of problems
     sampled in this call). ``engine`` is any object with ``generate(prompts, sampling) -> list[Rollout]``;
     None makes one with ``make_engine`` only if something is left to sample.
+
+    Without an ``engine``, the batches are split into consecutive parts sampled at once through ``nbkit.pool``
+    (``workers``, else ``NBKIT_WORKERS``, else one part per free core; one thread each), each part with its own
+    engine and its own cache file (``rates.part-<j>.jsonl``, folded into the cache in batch order afterwards, or at
+    the next build when this one was cut off). A batch's samples depend only on its seed (``BuildConfig.seed`` and
+    its first problem) and its problems, so the records are those of one batch after another in this process.
     """
     from tqdm.auto import tqdm
 
+    from nbkit import pool
+
     path = cache_file(task, cfg)
-    if not cfg.resume and path.exists():
-        path.unlink()
+    if not cfg.resume:
+        for old in (path, *_part_files(path)):
+            old.unlink(missing_ok=True)
+    _fold_parts(path)  # a split build that was cut off: its parts' finished batches count
     done = read_cache(path)
     pending = [p for p in problems if problem_key(p) not in done]
+    batches = [pending[start:start + cfg.batch_prompts] for start in range(0, len(pending), cfg.batch_prompts)]
+    parts = pool.place(len(batches), 1, workers).workers if engine is None else 0
+    if parts:
+        size = -(-len(batches) // parts)
+        chunks = [batches[j:j + size] for j in range(0, len(batches), size)]
+        jobs = {f"part {j}": pool.Job("nbkit.tasks.dataset:sample_batches",
+                                      {"task": task, "cfg": cfg, "batches": chunk,
+                                       "path": path.with_name(f"rates.part-{j}.jsonl")},
+                                      units=sum(map(len, chunk)), poll=_lines(path.with_name(f"rates.part-{j}.jsonl")))
+                for j, chunk in enumerate(chunks)}
+        try:
+            pool.run(jobs, threads=1, workers=workers, progress=progress, desc="pass rates")
+        finally:
+            _fold_parts(path)
+        done = read_cache(path)
+        return [{**p, **done[problem_key(p)]} for p in problems], len(pending)
     if pending and engine is None:
         from nbkit.engines import make_engine
 
         engine = make_engine(cfg.engine, cfg.model, cfg.dtype, **cfg.engine_kwargs)
     bar = tqdm(total=len(problems), initial=len(problems) - len(pending), desc="pass rates", unit="problem",
                disable=not progress)
-    for start in range(0, len(pending), cfg.batch_prompts):
-        batch = pending[start:start + cfg.batch_prompts]
-        seed = (cfg.seed * 1_000_003 + int(problem_key(batch[0]), 16)) % 2**31
-        t0 = time.perf_counter()
-        rollouts = engine.generate([task.prompt(p) for p in batch], cfg.sampling(seed))
-        per_problem = (time.perf_counter() - t0) / len(batch)
-        grouped = [[] for _ in batch]
-        for r in rollouts:
-            grouped[r.prompt_index].append(r)
-        if any(len(g) != cfg.n_samples for g in grouped):
-            raise RuntimeError(f"engine returned {[len(g) for g in grouped]} rollouts per prompt, "
-                               f"expected {cfg.n_samples} each")
-        records = [_score(task, p, g, per_problem) for p, g in zip(batch, grouped)]
-        _append(path, records)
-        done.update((r["key"], r) for r in records)
+    for batch in batches:
+        done.update((r["key"], r) for r in _sample_batch(task, cfg, batch, engine, path))
         bar.update(len(batch))
     bar.close()
     return [{**p, **done[problem_key(p)]} for p in problems], len(pending)
+
+
+def _sample_batch(task: Task, cfg: BuildConfig, batch: list[dict], engine, path: Path) -> list[dict]:
+    """One engine call: the batch's records, appended to ``path`` before they are returned."""
+    seed = (cfg.seed * 1_000_003 + int(problem_key(batch[0]), 16)) % 2**31
+    t0 = time.perf_counter()
+    rollouts = engine.generate([task.prompt(p) for p in batch], cfg.sampling(seed))
+    per_problem = (time.perf_counter() - t0) / len(batch)
+    grouped = [[] for _ in batch]
+    for r in rollouts:
+        grouped[r.prompt_index].append(r)
+    if any(len(g) != cfg.n_samples for g in grouped):
+        raise RuntimeError(f"engine returned {[len(g) for g in grouped]} rollouts per prompt, "
+                           f"expected {cfg.n_samples} each")
+    records = [_score(task, p, g, per_problem) for p, g in zip(batch, grouped)]
+    _append(path, records)
+    return records
+
+
+def sample_batches(task: Task, cfg: BuildConfig, batches: list[list[dict]], path: Path) -> int:
+    """A pool job of ``estimate_pass_rates``: sample ``batches`` with an engine of its own into ``path``; the
+    number of problems sampled."""
+    from nbkit.engines import make_engine
+
+    engine = make_engine(cfg.engine, cfg.model, cfg.dtype, **cfg.engine_kwargs)
+    try:
+        return sum(len(_sample_batch(task, cfg, batch, engine, path)) for batch in batches)
+    finally:
+        if hasattr(engine, "close"):
+            engine.close()
+
+
+def _part_files(path: Path) -> list[Path]:
+    """The part files of a split build beside the cache file, in part order."""
+    return sorted(path.parent.glob(f"{path.stem}.part-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+
+
+def _fold_parts(path: Path) -> None:
+    """Append the finished records of every part file to the cache file, in part order, and remove the parts."""
+    for part in _part_files(path):
+        records = list(read_cache(part).values())
+        if records:
+            _append(path, records)
+        part.unlink()
+
+
+def _lines(path: Path):
+    """A poll for ``pool.Job``: records written to ``path`` so far."""
+    def poll() -> int:
+        if not path.is_file():
+            return 0
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    return poll
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -357,8 +424,9 @@ class BuildResult:
     """The dataset folder."""
 
 
-def build(task: Task, cfg: BuildConfig, engine=None, progress: bool = True) -> BuildResult:
-    """Estimate pass rates of ``task.problems``, keep the window, write ``cfg.output_path()`` with its card."""
+def build(task: Task, cfg: BuildConfig, engine=None, progress: bool = True, workers: int | None = None) -> BuildResult:
+    """Estimate pass rates of ``task.problems``, keep the window, write ``cfg.output_path()`` with its card
+    (``workers``: how many parts of the sampling run at once, see ``estimate_pass_rates``)."""
     t0 = time.perf_counter()
     outputs.check_replace(cfg.output_path(), "dataset", "dataset folder", legacy=DATASET_FILES)  # before any sampling
     if not task.problems:
@@ -372,7 +440,7 @@ def build(task: Task, cfg: BuildConfig, engine=None, progress: bool = True) -> B
     if not checkable:
         raise ValueError(f"none of the {len(unique)} reference answers of {task.cfg.source!r} can be parsed "
                          f"by grader {task.cfg.grader!r} (e.g. {unique[0]['answer']!r})")
-    records, sampled = estimate_pass_rates(task, checkable, cfg, engine, progress)
+    records, sampled = estimate_pass_rates(task, checkable, cfg, engine, progress, workers)
     kept, rejected = select_window(records, cfg.lo, cfg.hi)
     rates = [r["pass_rate"] for r in records]
     card = {

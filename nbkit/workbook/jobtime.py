@@ -109,6 +109,9 @@ class Estimate:
     estimated of its last report); notebooks left out are the plain calibration-scaled reference."""
     own: dict | None = None
     """The newest record made on a CPU of this kind (None: no report has run on one yet)."""
+    rewritten: list[str] = field(default_factory=list)
+    """Notebooks whose code changed since the record their time comes from (``code_fingerprint``): that time is the
+    old notebook's (e.g. before its parts ran beside each other)."""
 
     @property
     def total(self) -> float:
@@ -125,6 +128,8 @@ class Estimate:
             line += f"; no reference time for {self.unknown}"
         if self.changed:
             line += f"; parameters changed since for {self.changed} (their times are the old parameters')"
+        if self.rewritten:
+            line += f"; notebook code changed since for {self.rewritten} (their times are the old notebooks')"
         own = [s for s, how in self.learned.items() if how == "own"]
         ratio = [s for s, how in self.learned.items() if how == "ratio"]
         if own:
@@ -135,15 +140,58 @@ class Estimate:
         return line
 
 
+def code_fingerprint(stem: str, commit: str | None = None) -> str | None:
+    """A notebook's code: the first 12 hex digits of the SHA-256 of its code cells other than the parameters cell,
+    read from the working tree, or from git at ``commit``; None where it cannot be read."""
+    import hashlib
+    import subprocess
+
+    from nbkit.paths import ROOT
+
+    path = ROOT / "notebooks" / f"{stem}.ipynb"
+    try:
+        if commit is None:
+            text = path.read_text()
+        else:
+            text = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:notebooks/{stem}.ipynb"],
+                                  capture_output=True, text=True, check=True, timeout=30).stdout
+        cells = json.loads(text)["cells"]
+    except (OSError, ValueError, KeyError, subprocess.SubprocessError):
+        return None
+    code = ["".join(c["source"]) for c in cells
+            if c.get("cell_type") == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])]
+    return hashlib.sha256(json.dumps(code).encode()).hexdigest()[:12]
+
+
+def _recorded_code(rec: dict, stem: str) -> str | None:
+    """The code fingerprint of ``stem`` when ``rec`` was measured: stored with it, else read from git at its
+    commit (records made before fingerprints were kept)."""
+    if stem in (rec.get("code") or {}):
+        return rec["code"][stem]
+    return code_fingerprint(stem, rec["commit"]) if rec.get("commit") else None
+
+
+def _same_code(rec: dict, stem: str, code: dict[str, str | None] | None) -> bool:
+    """Whether ``stem``'s code now (``code``) is the code ``rec`` measured (True where either is unknown)."""
+    if code is None or code.get(stem) is None:
+        return True
+    then = _recorded_code(rec, stem)
+    return then is None or then == code[stem]
+
+
 def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
              stored: list[dict] | None = None, parameters: dict[str, dict] | None = None,
-             effective: dict[str, dict] | None = None) -> Estimate | None:
+             effective: dict[str, dict] | None = None, code: dict[str, str | None] | None = None) -> Estimate | None:
     """The estimate for ``stems`` of ``profile`` on this CPU (``here``: ``cpu()``) from the newest stored record of
     that profile, preferring one made under the same GEMM policy, and among those one made on a CPU running its
     own kernels over an emulation; None when no record of the profile exists.
     ``parameters`` (stem → what papermill injects) names the notebooks whose parameters changed since the record;
     ``effective`` (stem → the notebook's defaults with those injected, ``runner.effective_parameters``) also catches
-    a changed default, against a record that kept its own."""
+    a changed default, against a record that kept its own. ``code`` (stem → ``code_fingerprint``; None: this
+    checkout's) names the notebooks rewritten since the record their time comes from (``Estimate.rewritten``: that
+    time is the old notebook's, e.g. before its parts ran beside each other)."""
+    if code is None:
+        code = {s: code_fingerprint(s) for s in stems}
     pool = [r for r in (records() if stored is None else stored) if r["profile"] == profile]
     if not pool:
         return None
@@ -156,7 +204,10 @@ def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
         before, now = ref["effective_parameters"], effective
     changed = [s for s in stems if now is not None and s in before and before[s] != now.get(s)]
     est = Estimate(seconds, scale, ref, bool(same), [s for s in stems if s not in ref["notebooks"]], changed)
-    return learn(est, pool, calibration, here, parameters, effective)
+    est = learn(est, pool, calibration, here, parameters, effective)
+    est.rewritten = [s for s in est.seconds
+                     if not _same_code(est.own if est.learned.get(s) == "own" else ref, s, code)]
+    return est
 
 
 def same_cpu(a: dict, b: dict) -> bool:
@@ -170,7 +221,8 @@ def learn(est: Estimate, pool: list[dict], calibration: dict, here: dict, parame
           effective: dict[str, dict] | None = None) -> Estimate:
     """The estimate corrected by what the reports made on this kind of CPU (``same_cpu``) measured; per notebook:
 
-    1. ``own``: the newest such report ran this notebook with today's parameters — its measured time as it is.
+    1. ``own``: the newest such report ran this notebook with today's parameters — its measured time as it is
+       (a notebook rewritten since is named in ``Estimate.rewritten``: its time is the old notebook's).
        The few-second calibration is for another CPU's times: on this CPU's own it only adds its noise (measured:
        a second report on the AMD EPYC family 26 was calibrated 1.13× slower than the first, and its unchanged
        notebooks then ran at 0.97–1.03× the first's times);
@@ -214,6 +266,9 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
            "date": prov["date"], "fresh_clone": fresh_clone, "note": note,
            "notebooks": {n["stem"]: round(n["seconds"], 1) for n in run["notebooks"]},
            "parameters": {n["stem"]: n["parameters"] for n in run["notebooks"]}}
+    code = {n["stem"]: code_fingerprint(n["stem"]) for n in run["notebooks"]}  # the checkout that made the report
+    if any(code.values()):
+        rec["code"] = {k: v for k, v in code.items() if v}
     if all("defaults" in n for n in run["notebooks"]):  # reports made since the runner kept the notebooks' defaults
         rec["effective_parameters"] = {n["stem"]: {**n["defaults"], **n["parameters"]} for n in run["notebooks"]}
     if run.get("estimate"):  # what was printed before it ran: the next estimate on this kind of CPU learns from it
