@@ -24,10 +24,11 @@ from pathlib import Path
 
 import torch
 
+from nbkit.dtypes import NAMES, TORCH_NAMES
 from nbkit.paths import CACHE, DATA
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-"""The precisions the workbook compares, by the paper's short names."""
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, TORCH_NAMES[name]) for name in NAMES}
+"""The precisions the workbook compares, by the paper's short names (``nbkit.dtypes``) → torch dtypes."""
 
 BUILTIN_MODELS = ("tiny-arith", "smollm2-135m", "tiny-moe-arith", "tiny-long")
 """Models that need no hub: trained by the project or installed from PyPI."""

@@ -259,14 +259,14 @@ def test_storing_with_keep_stored_adds_runs_without_replace(tmp_path):
 
 
 def test_a_study_run_refuses_a_finished_run_of_another_setting_naming_the_fields(tmp_path, monkeypatch):
-    from nbkit.rl import study
+    from nbkit.rl import grid
 
     trained = []
     def stand_in(cfg, progress=True):  # the grid's trainer: records the run instead of training it
         trained.append(cfg)
-        return study.RunResult(cfg.out, [], 0.0, [])
+        return grid.RunResult(cfg.out, [], 0.0, [])
 
-    monkeypatch.setattr(study, "train", stand_in)
+    monkeypatch.setattr(grid, "train", stand_in)
     monkeypatch.setenv("NBKIT_WORKERS", "0")  # in this process, where the stand-in is
     options = {**ABLATION.toy, "output_dir": str(tmp_path / "runs")}
     earlier = {**options, "overrides": {**ABLATION.toy["overrides"], "max_tokens": 12}}  # another setting

@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from nbkit.dtypes import FROM_VLLM
 from nbkit.lm_head import FP32_LM_HEAD
 
 FP16_MAX = 65504.0
@@ -93,8 +94,8 @@ def engine_dtype(setup: Setup, model_path: str | None = None) -> tuple[str, str]
     if model_path and (Path(model_path) / "config.json").is_file():
         config = json.loads((Path(model_path) / "config.json").read_text())
         declared = config.get("torch_dtype") or config.get("dtype")
-    half = {"bfloat16": "bf16", "float16": "fp16"}.get(str(declared))
-    if half:
+    half = FROM_VLLM.get(str(declared))
+    if half in ("bf16", "fp16"):
         return half, f"not set: vLLM 'auto' follows the checkpoint's {declared}"
     return "bf16", f"not set: vLLM 'auto' on a {declared or 'float32'} checkpoint gives bfloat16"
 

@@ -16,11 +16,8 @@ from collections import Counter
 import torch
 
 from nbkit import schema
+from nbkit.errors import PrecisionError  # (re-exported: rl.amp.PrecisionError is the same class)
 from nbkit.models import dtype_name
-
-
-class PrecisionError(RuntimeError):
-    """The precision that ran differs from the precision requested."""
 
 
 def enable_cpu_fp16(accelerator, growth_interval: int = 400, init_scale: float = 2.0**16) -> bool:

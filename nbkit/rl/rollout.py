@@ -170,7 +170,7 @@ class EngineGeneration(VLLMGeneration):
                 held = {dtype_name(getattr(torch, d.removeprefix("torch."))) for d in self.engine.worker_param_dtypes()
                         if not d.startswith("torch.float8")}  # FP8 weights: the format audit's evidence
             except RuntimeError as exc:
-                from nbkit.rl.amp import PrecisionError
+                from nbkit.errors import PrecisionError
 
                 raise PrecisionError(f"cannot inspect the rollout engine's weights to audit their dtype: {exc}") from exc
         else:

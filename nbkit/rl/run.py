@@ -21,7 +21,8 @@ from nbkit import lm_head, logs, models, outputs, tasks, versions
 from nbkit.cli import launch
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
-from nbkit.rl.monitor import CollapseAlarm, MetricsLog
+from nbkit.rl.monitor import CollapseAlarm
+from nbkit.runlog import MetricsLog
 from nbkit.rl.trackers import check_report_to
 
 

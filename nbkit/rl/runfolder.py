@@ -134,7 +134,7 @@ def _trl_card(path: Path) -> bool:
 
 def last_logged_step(out: Path) -> int:
     """The step of the last metrics row in run folder ``out`` (0 when none)."""
-    from nbkit.rl.monitor import MetricsLog
+    from nbkit.runlog import MetricsLog
 
     return last_step(MetricsLog.read(out / "metrics.jsonl"))
 
@@ -206,7 +206,7 @@ def hold(out: Path, rank: int = 0) -> FolderLock:
 
 def begin(plan: RunPlan, cfg) -> str:
     """Make the folder ready for training (called when training starts); returns the run id."""
-    from nbkit.rl.monitor import MetricsLog
+    from nbkit.runlog import MetricsLog
 
     out = plan.out
     mark = outputs.read_marker(out) or {}

@@ -140,9 +140,9 @@ class GridStudy(Study):
         continued in a later sitting, on another machine, trains only what its card lists as missing).
         A run folder holding a run of another setting (``other_setting``) is refused, naming the differing fields,
         before anything trains, unless ``overwrite``.
-        ``threads`` / ``workers``: how runs share the cores (``nbkit.rl.study.train_all``; the rows do not depend on
+        ``threads`` / ``workers``: how runs share the cores (``nbkit.rl.grid.train_all``; the rows do not depend on
         ``workers``)."""
-        from nbkit.rl import study
+        from nbkit.rl.grid import train_all
 
         i, n = _check_shard(shard)
         grid = self.grid(**options)
@@ -159,7 +159,7 @@ class GridStudy(Study):
         fresh = {k: replace(c, overwrite=True, resume=False) for k, c in todo.items() if not self.finished(c)}
         if fresh:
             print(f"[nbkit] {self.name} shard {i}/{n}: {len(fresh)} of {len(todo)} run(s) to train", flush=True)
-            study.train_all(fresh, progress=progress, threads=threads, workers=workers)
+            train_all(fresh, progress=progress, threads=threads, workers=workers)
         runs, _ = self.collect(**options)
         return {k: runs[k] for k in todo if k in runs}
 
@@ -179,7 +179,7 @@ class GridStudy(Study):
 
     def collect(self, **options) -> tuple[dict[str, list[dict]], dict[str, dict]]:
         """``(label → rows, label → config)`` of the grid's *finished* runs found in their folders."""
-        from nbkit.rl.monitor import MetricsLog
+        from nbkit.runlog import MetricsLog
 
         runs, configs = {}, {}
         for label, cfg in self.grid(**options).items():

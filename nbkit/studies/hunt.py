@@ -112,7 +112,7 @@ the untouched model): the training's collapse alarm compares 10-step windows, so
 def run_summary(rows: list[dict], target: float = 0.95, window: int = 5) -> dict:
     """One run in numbers: first, best and final ``window``-step mean accuracy, steps to ``target``, alarms, the
     mean mismatch, its growth (last window over first), and the mean phantom-clip fraction."""
-    from nbkit.rl.study import steps_to
+    from nbkit.runlog import steps_to
 
     acc = [r[schema.ACCURACY] for r in rows if schema.ACCURACY in r]
     means = _window_means(acc, min(window, len(acc))) if acc else []

@@ -17,7 +17,7 @@ import numpy as np
 
 from nbkit import schema
 from nbkit.plots import precision as PP
-from nbkit.workbook import primer as P
+from nbkit import number_formats as P
 
 FIELD_STYLES = {"sign": "danger", "exponent": "success", "mantissa": "info"}
 """Button style of each bit field: sign red, exponent green, mantissa blue."""
@@ -180,7 +180,7 @@ class GridExplorer(_Explorer):
                                        continuous_update=False)
         self.rel_width = W.FloatLogSlider(value=rel_width, base=10, min=-3, max=-0.5, step=0.1,
                                           description="± rel. width", continuous_update=False)
-        self.formats = W.SelectMultiple(options=list(P.FORMATS), value=tuple(formats), description="formats", rows=5)
+        self.formats = W.SelectMultiple(options=list(P.NUMBER_FORMATS), value=tuple(formats), description="formats", rows=5)
         self.summary = W.HTML()
         self.out = W.Output()
         self.figure = None
@@ -256,7 +256,7 @@ class LossScaleExplorer(_Explorer):
         """Redo the cast for the current scale and redraw."""
         self.demo = P.loss_scaling_demo(scale=2.0 ** self.log2_scale.value)
         counts = self.demo.counts()
-        lost = {k: int(np.sum(e > P.FORMATS["fp16"].unit_roundoff))
+        lost = {k: int(np.sum(e > P.NUMBER_FORMATS["fp16"].unit_roundoff))
                 for k, e in (("without scale", self.demo.rel_error_unscaled), ("with scale", self.demo.rel_error_scaled))}
         self.table.value = _table(["fp16 storage", "flushed to 0", "subnormal", "normal", "overflow to inf",
                                    "error > eps/2"],
