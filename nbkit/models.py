@@ -78,7 +78,7 @@ def resolve(ref: str | os.PathLike) -> str:
             from nbkit.toymodels import tiny_long
 
             if tiny_long.build(path) is None:
-                raise RuntimeError("tiny-long's SFT stopped unfinished; run `python -m nbkit.toymodels.tiny_long` to finish it")
+                raise RuntimeError("tiny-long's SFT stopped unfinished; run `nbkit build tiny-long` to finish it")
         return str(path)
     if Path(ref).expanduser().is_dir():
         path = Path(ref).expanduser()

@@ -4,9 +4,9 @@ import pytest
 
 from nbkit import runlog
 from nbkit.rl import RLConfig
-from nbkit.rl.grid import train_grid
 from nbkit.rl import rollout as rollout_mod
 from nbkit.rl.amp import PrecisionError
+from nbkit.rl.grid import train_grid
 from nbkit.studies import ablation
 
 

@@ -4,8 +4,7 @@ import os
 
 import pytest
 
-from nbkit import pool, schema
-from nbkit import runlog
+from nbkit import pool, runlog, schema
 from nbkit.rl import RLConfig
 from nbkit.rl.grid import train_grid
 

@@ -36,10 +36,11 @@ import shlex
 import sys
 from dataclasses import dataclass, fields
 
-from nbkit.cli import launch
+from nbkit import paths
 from nbkit.cli.commands import Parser
 from nbkit.dtypes import VLLM_NAMES
 from nbkit.fieldcheck import Range, check_value
+from nbkit.rl import launch, memory
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.run import per_device_batch
 from nbkit.runlog import run_label
@@ -216,8 +217,6 @@ def make_plan(profile: str = "gpu", gpus: int = 8, mode: str | None = None, serv
 def sized(cfg: RLConfig, kind: str, trainers: int, gpu_gib: float, colocated: bool):
     """``cfg`` with ``gradient_accumulation_steps`` for the largest micro-batch that fits one training GPU
     (``nbkit.rl.memory``), and that fit."""
-    from nbkit.rl import memory
-
     fit = memory.fit_run(cfg, trainers, gpu_gib, kind, colocated, PROMPT_BUDGET)
     return dataclasses.replace(cfg, gradient_accumulation_steps=fit.gradient_accumulation_steps,
                                vllm_sleep_mode=cfg.vllm_sleep_mode and colocated), fit
@@ -233,8 +232,6 @@ def is_hub_model(ref: str) -> bool:
 def _hub_env(workbook: bool = False) -> list[str]:
     """``HF_HUB_OFFLINE=0`` (the workbook's entry points default to 1), and for a tool that is not the workbook's
     the project's ``HF_HOME`` (the workbook sets it itself), relative to the project root the commands run from."""
-    from nbkit import paths
-
     if workbook:
         return ["HF_HUB_OFFLINE=0"]
     home = paths.cache_env()["HF_HOME"]

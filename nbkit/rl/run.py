@@ -18,7 +18,7 @@ import nbkit.rl.judge as judge
 import nbkit.rl.lora as lora
 import nbkit.rl.runfolder as runfolder
 from nbkit import lm_head, logs, models, outputs, tasks, versions
-from nbkit.cli import launch
+from nbkit.rl import launch
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm

@@ -8,7 +8,7 @@ width, depth, heads, vocabulary, SFT problems, steps, batch, learning rate and s
 
 No load-balancing loss is added (tiny-arith's recipe has none); ``nbkit_build.json`` records the expert load.
 
-    python -m nbkit.toymodels.tiny_moe             # ~5 minutes on 2 CPU cores
+    nbkit build tiny-moe             # ~5 minutes on 2 CPU cores
 """
 from __future__ import annotations
 
@@ -90,10 +90,3 @@ def active_parameters(model) -> int:
     total = sum(p.numel() for p in model.parameters())
     experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
     return total - experts + experts * cfg.num_experts_per_tok // cfg.num_experts
-
-
-if __name__ == "__main__":
-    from nbkit import paths as _paths
-
-    _paths.setup_environment()
-    print(build())

@@ -86,7 +86,7 @@ PROFILES: dict[str, dict[str, dict]] = {
             "ppo_steps": 1000, "ppo_rollout_engine": "vllm", "ppo_critic_lr": 1e-5, "ppo_stored": "",
             "ppo_output_dir": "runs/gpu/03_ppo",
             # the critic and its AdamW state add ~26 GiB (nbkit.rl.memory): vLLM gets 15 % and sleeps during the
-            # update, 4 sequences per micro-batch (peak ~68 of 80 GiB; nbkit.rl.gpu_budget)
+            # update, 4 sequences per micro-batch (peak ~68 of 80 GiB; nbkit.workbook.gpu_budget)
             "ppo_overrides": {"gradient_accumulation_steps": 64, "vllm_gpu_memory_utilization": 0.15,
                               "vllm_sleep_mode": True},
         },
@@ -105,7 +105,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  "checkpoint_every": 50,
                                  # 8 sequences of up to 10,240 tokens per micro-batch (the FP32 pair's activations
                                  # are twice BF16's), vLLM asleep during the update: peak ~63 of 80 GiB
-                                 # (nbkit.rl.gpu_budget)
+                                 # (nbkit.workbook.gpu_budget)
                                  "gradient_accumulation_steps": 64, "vllm_sleep_mode": True},
         },
         "00_precision_primer": {},

@@ -102,6 +102,3 @@ def table(rows: list[Row]) -> str:
                      f"{r.vllm_gib:.1f} | {r.peak_gib:.1f}{'' if r.fits else ' (does not fit)'} |")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    print(table(budget()))
