@@ -12,12 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
+from test_dataset import FakeEngine, arith_task, cfg, planned
 
 from nbkit import outputs, results
+from nbkit.cli import main as cli_main
 from nbkit.rl import RLConfig, runfolder, train
 from nbkit.studies.catalog import STUDIES
 from nbkit.tasks import dataset as ds
-from test_dataset import FakeEngine, arith_task, cfg, planned
 
 
 def sha256_tree(folder: Path) -> dict:
@@ -280,13 +281,12 @@ def test_a_study_run_refuses_a_finished_run_of_another_setting_naming_the_fields
 
 
 def test_the_study_command_refuses_a_run_of_another_setting_in_one_line(tmp_path, capsys):
-    from nbkit.workbook import runner
 
     earlier = {**ABLATION.toy, "output_dir": str(tmp_path / "runs"), "steps": 3}
     finished_runs(ABLATION, {**earlier, "overrides": {**ABLATION.toy["overrides"], "max_tokens": 12}})
     before = sha256_tree(tmp_path)
     sets = [f"--set={k}={json.dumps(v)}" for k, v in earlier.items()]
-    assert runner.main(["study", ABLATION.name, "run", *sets]) == 2
+    assert cli_main.main(["study", ABLATION.name, "run", *sets]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "max_tokens (run: 12, now: 8)" in err[0] and "--overwrite" in err[0], err
     assert sha256_tree(tmp_path) == before
