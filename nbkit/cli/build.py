@@ -20,9 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("what", choices=WHAT)
     p.add_argument("--max-seconds", type=float, default=float("inf"),
                    help="tiny-long: stop this piece after this many seconds of SFT (the state is kept; run again)")
-    p.add_argument("--steps", type=int, default=tiny_long.TinyLongConfig.steps, help="tiny-long: SFT steps of the recipe")
+    p.add_argument("--steps", type=int, default=tiny_long.TinyLongConfig.steps,
+                   help="tiny-long: SFT steps of the recipe")
     p.add_argument("--fresh", action="store_true", help="tiny-long: delete the saved SFT state first")
-    p.add_argument("--threads", type=int, default=1, help="tiny-long: torch threads for SFT (results do not depend on it)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="tiny-long: torch threads for SFT (results do not depend on it)")
     a = p.parse_args(argv)
     if a.what == "tiny-arith":
         print(tiny_arith.build())

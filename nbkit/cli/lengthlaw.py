@@ -24,10 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--study", default=lengthlaw.STUDY)
     a = p.parse_args(argv)
     start = time.time()
-    runs = lengthlaw.measure(a.model, tuple(a.dtypes), a.n_prompts, a.samples_per_prompt, a.max_tokens, engine=a.engine,
-                   engine_kwargs=a.engine_kwargs)
+    runs = lengthlaw.measure(a.model, tuple(a.dtypes), a.n_prompts, a.samples_per_prompt, a.max_tokens,
+                             engine=a.engine, engine_kwargs=a.engine_kwargs)
     for row in lengthlaw.table(lengthlaw.laws(runs)):
         print(row, flush=True)
-    results.store(a.study, runs, command="python -m nbkit.offline.lengthlaw " + " ".join(sys.argv[1:] if argv is None else argv),
-                  wall_seconds=time.time() - start, configs=vars(a))
+    command = "python -m nbkit.offline.lengthlaw " + " ".join(sys.argv[1:] if argv is None else argv)
+    results.store(a.study, runs, command=command, wall_seconds=time.time() - start, configs=vars(a))
     return 0

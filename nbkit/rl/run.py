@@ -15,15 +15,15 @@ from pathlib import Path
 
 import nbkit.rl.algorithms as algorithms
 import nbkit.rl.judge as judge
+import nbkit.rl.launch as launch
 import nbkit.rl.lora as lora
 import nbkit.rl.runfolder as runfolder
 from nbkit import lm_head, logs, models, outputs, tasks, versions
-from nbkit.rl import launch
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
 from nbkit.rl.monitor import CollapseAlarm
-from nbkit.runlog import MetricsLog
 from nbkit.rl.trackers import check_report_to
+from nbkit.runlog import MetricsLog
 
 
 @dataclass
@@ -284,8 +284,8 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
-        from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
         from nbkit.rl.ppo_trainer import PPOTrainer
+        from nbkit.rl.trainer import PrecisionGRPOTrainer, StepLogger
 
     start = time.time()
     plan = runfolder.plan_run(cfg)  # reads only: refusals come before anything is changed or loaded
