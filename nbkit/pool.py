@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbkit import paths
+
 WORKERS_ENV = "NBKIT_WORKERS"
 """Environment variable capping the jobs run at once (``0``: in this process, one after another)."""
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -267,8 +269,6 @@ def _child(spec_path: str) -> int:
     spec = pickle.loads(Path(spec_path).read_bytes())
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, spec["cores"])
-    from nbkit import paths
-
     paths.setup_environment()
     import torch
 

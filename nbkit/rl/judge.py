@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 
 import nbkit.rl.amp as amp
 from nbkit import schema, tasks
+from nbkit.engines import HFEngine, SamplingConfig
 
 MIN_PROBLEMS = 256
 """Fewest held-out problems a judge accepts (fewer would make its accuracy too noisy to compare runs)."""
@@ -57,8 +58,6 @@ class Judge:
         self.engine = self.audit = None
 
     def _engine(self, device):
-        from nbkit.engines import HFEngine
-
         if self.engine is None:
             self.engine = HFEngine(self.cfg.model, "fp32", device=device, batch_size=self.cfg.hf_engine_batch_size,
                                    progress=False)
@@ -76,8 +75,6 @@ class Judge:
     def evaluate(self, trainer, step: int) -> dict:
         """The judge's metrics of the trainer's policy now (every process grades its share of the problems)."""
         from accelerate.utils import gather_object
-
-        from nbkit.engines import SamplingConfig
 
         start = time.perf_counter()
         acc = trainer.accelerator

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from nbkit import routing
 from nbkit.paths import DATA
 from nbkit.tasks import arith
 from nbkit.toymodels import tiny_arith
@@ -56,8 +57,6 @@ def build_model(cfg: TinyMoeConfig):
 
 def expert_load(model, tokenizer, n: int = 256, seed: int = 12345) -> list[list[float]]:
     """Share of routed slots each expert receives per layer on ``n`` held-out problems (teacher-forced, fp32)."""
-    from nbkit import routing
-
     problems = arith.make_problems(n, arith.ArithConfig(), seed=seed)
     ids, mask, _ = tiny_arith._batch(tokenizer, problems)
     with torch.no_grad(), routing.capture(model) as rec:

@@ -15,7 +15,9 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbkit import outputs
 from nbkit.paths import REPORTS, ROOT, environment
+from nbkit.studies.base import markdown_table
 from nbkit.workbook import jobtime, report
 from nbkit.workbook.profiles import PROFILES
 
@@ -187,8 +189,6 @@ def check_parameters(path: Path, parameters: dict) -> None:
 
 def check_out_dir(out_dir) -> Path:
     """The report folder: named (not ""), and new, empty or an earlier report (``nbkit.outputs``)."""
-    from nbkit import outputs
-
     if not str(out_dir).strip():
         raise ValueError(f"the report folder must be named, got {str(out_dir)!r}")
     outputs.check_listed(out_dir, "report", "report folder", files_only=True)
@@ -197,8 +197,6 @@ def check_out_dir(out_dir) -> Path:
 
 def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | None = None) -> list[NotebookResult]:
     """Execute the notebooks of a profile in order and write the index; returns every result."""
-    from nbkit import outputs
-
     paths = notebooks(only)
     params = {p.stem: parameters_for(profile, p.stem) for p in paths}  # validate before running anything
     for path in paths:
@@ -226,8 +224,6 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
         report.write_index(Path(out_dir), profile, results, prov, timing)  # finished work is never lost
         outputs.record_files(Path(out_dir), [p.name for p in Path(out_dir).iterdir()
                                              if p.name != outputs.MARKER and not p.name.startswith(".nbkit-lock")])
-    from nbkit.studies.base import markdown_table
-
     print(markdown_table(report.time_table(results, timing["estimate"])), flush=True)
     return results
 
