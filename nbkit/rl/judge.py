@@ -27,8 +27,7 @@ import torch
 from transformers import TrainerCallback
 
 import nbkit.rl.amp as amp
-from nbkit import schema, tasks
-from nbkit.engines import HFEngine, SamplingConfig
+from nbkit import engines, schema, tasks
 
 MIN_PROBLEMS = 256
 """Fewest held-out problems a judge accepts (fewer would make its accuracy too noisy to compare runs)."""
@@ -59,8 +58,8 @@ class Judge:
 
     def _engine(self, device):
         if self.engine is None:
-            self.engine = HFEngine(self.cfg.model, "fp32", device=device, batch_size=self.cfg.hf_engine_batch_size,
-                                   progress=False)
+            self.engine = engines.HFEngine(self.cfg.model, "fp32", device=device,
+                                           batch_size=self.cfg.hf_engine_batch_size, progress=False)
             self.audit = amp.PrecisionAudit(self.engine.model)
         return self.engine
 
@@ -80,7 +79,7 @@ class Judge:
         acc = trainer.accelerator
         device = acc.device
         mine = self.problems[acc.process_index::acc.num_processes]
-        sampling = SamplingConfig(temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens,
+        sampling = engines.SamplingConfig(temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens,
                                   n=self.cfg.judge_samples,
                                   seed=(self.cfg.seed * 1_000_003 + step * 7_919 + acc.process_index) % 2**31)
         devices = [device.index or 0] if device.type == "cuda" else []
