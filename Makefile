@@ -55,7 +55,7 @@ test: venv
 	NBKIT_REQUIRE_VLLM=$(if $(strip $(VLLM_SPEC)),1,0) NBKIT_STRICT_VERSIONS=1 $(PY) -m pytest -n $(TEST_WORKERS)
 
 report: venv
-	$(PY) -m nbkit.workbook.runner run --profile $(PROFILE) --out $(OUT)
+	$(PY) -m nbkit run --profile $(PROFILE) --out $(OUT)
 
 bench: venv
 	$(PY) benchmarks/bench_engines.py

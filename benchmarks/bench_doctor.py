@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=360.0, help="seconds the issue allows")
     args = p.parse_args(argv)
     from nbkit import paths
-    from nbkit.offline import doctor
+    from nbkit.cli import doctor
     from nbkit.workbook import jobtime
 
     paths.setup_environment()

@@ -6,6 +6,9 @@ import cycles, places that train a grid of runs, string literals of metric keys 
 
 Static (``ast``), so it runs in a second and imports nothing of the library. An import counts where it is written,
 also inside a function (a deferred import is still a dependency); ``nbkit.x`` importing ``nbkit.x.y`` counts.
+Deferred imports (inside a function) are counted apart, and upward imports are counted against the layer list of
+this checkout's ``pyproject.toml`` (``[tool.importlinter]``; at a revision without one, against ``LAYERS`` below, the
+same order): an import from a module into a higher layer, or between the two independent ones (``|``).
 """
 from __future__ import annotations
 
@@ -13,9 +16,22 @@ import argparse
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+LAYERS = ["__main__", "cli", "workbook", "studies", "rl | plots", "offline",
+          "engines : formats : mismatch : forced : lm_head : gemm : vllm_gemm : number_formats : routing : "
+          "sampling_filter : models : toymodels : tasks : gpu_pins : results",
+          "errors : runlog : outputs : locks : logs : pool : versions : paths : dtypes : schema : stats : "
+          "noninferiority : fieldcheck : contracts"]
+"""The layers top to bottom (pyproject's contract when this file was written). A module that a revision has in
+another place (``workbook.primer``, ``rl.study``, ``cli.launch``, ``rl.gpu_budget`` before issue 39) is placed by
+``MOVED``: where its code lives now."""
+MOVED = {"nbkit.workbook.primer": "number_formats", "nbkit.rl.study": "rl", "nbkit.studies.cli": "cli",
+         "nbkit.cli.launch": "cli", "nbkit.rl.gpu_budget": "rl"}
+"""Modules of earlier revisions → the top-level name whose layer they sat in then (their package's)."""
 
 
 def sources(rev: str | None) -> dict[str, str]:
@@ -50,6 +66,44 @@ def imports(name: str, tree: ast.AST, known: set[str]) -> set[str]:
             out.add(base)
             out |= {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known}
     return {m for m in out if m in known and m != name}
+
+
+def import_statements(tree: ast.AST, deferred_only: bool) -> int:
+    """How many ``nbkit`` import statements a module writes (inside functions only, with ``deferred_only``)."""
+    nodes = ([n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)]
+             if deferred_only else list(ast.walk(tree)))
+    return len({id(n) for n in nodes
+                if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("nbkit"))
+                or isinstance(n, ast.Import) and any(a.name.startswith("nbkit") for a in n.names)})
+
+
+def layer_of(layers: list[str]):
+    """``module → (layer index, group)`` by its top-level name under ``nbkit`` (None for ``nbkit`` itself)."""
+    place = {}
+    for i, layer in enumerate(layers):
+        for j, part in enumerate(layer.split("|")):
+            for name in part.split(":"):
+                place[name.strip()] = (i, j)
+
+    def of(module: str):
+        if module == "nbkit":
+            return None
+        top = MOVED.get(module, module.split(".")[1])
+        return place.get(top.split(".")[0])
+    return of
+
+
+def upward(graph: dict[str, set[str]], of) -> int:
+    """Imports into a higher layer, or between two independent modules of one layer."""
+    n = 0
+    for a, targets in graph.items():
+        for b in targets:
+            la, lb = of(a), of(b)
+            if la is None or lb is None:
+                continue
+            if lb[0] < la[0] or (lb[0] == la[0] and lb[1] != la[1]):
+                n += 1
+    return n
 
 
 def _is_package(name: str, known: set[str]) -> bool:
@@ -108,6 +162,13 @@ def counts(rev: str | None = None) -> dict[str, int]:
     known = set(src)
     graph = {k: imports(k, t, known) for k, t in trees.items()}
     comps = strongly_connected(graph)
+    pyproject = ROOT / "pyproject.toml"
+    layers = LAYERS
+    if rev is None and pyproject.is_file():
+        contracts = tomllib.loads(pyproject.read_text()).get("tool", {}).get("importlinter", {}).get("contracts", [])
+        layers = next((c["layers"] for c in contracts if c.get("type") == "layers"), LAYERS)
+    of = layer_of(layers)
+
     schema = src.get("nbkit.schema", "")
     keys = {n.value for n in ast.walk(ast.parse(schema)) if isinstance(n, ast.Constant) and isinstance(n.value, str)
             and "/" in n.value and " " not in n.value} if schema else set()
@@ -116,14 +177,21 @@ def counts(rev: str | None = None) -> dict[str, int]:
     if not keys:  # before the schema existed: the literal the issue counted
         literals = sum(v.count('"mismatch/token_abs_logp_diff/mean"') for v in src.values())
     grid_loops = sum(1 for t in trees.values() for n in ast.walk(t)
-                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in {"run_grid", "run"}
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name in {"run_grid", "train_grid", "run"}
                      and any(isinstance(c, ast.For) for c in ast.walk(n))
                      and any(isinstance(c, ast.Call) and getattr(c.func, "id", getattr(c.func, "attr", "")) == "train"
                              for c in ast.walk(n)))
     readme = (subprocess.run(["git", "show", f"{rev}:README.md"], cwd=ROOT, capture_output=True, text=True).stdout
               if rev else (ROOT / "README.md").read_text())
+    largest = max(src, key=lambda k: src[k].count("\n"))
     return {"modules": len(src), "lines": sum(v.count("\n") for v in src.values()),
             "import levels": levels(graph, comps), "import cycles": sum(len(c) > 1 for c in comps),
+            "modules in a cycle": sum(len(c) for c in comps if len(c) > 1),
+            "deferred nbkit import statements": sum(import_statements(t, True) for t in trees.values()),
+            "upward imports (module pairs, deferred included)": upward(graph, of),
+            f"largest module ({largest})": src[largest].count("\n"),
+            "lines over 120 characters": sum(len(line) > 120 for v in src.values() for line in v.splitlines()),
             "functions that train a grid of runs": grid_loops, "metric-key literals outside the schema": literals,
             "README lines": readme.count("\n")}
 
@@ -135,7 +203,7 @@ def main(argv=None) -> None:
     for rev in args.rev or [None]:
         print(f"{rev or 'work tree'}:")
         for k, v in counts(rev).items():
-            print(f"  {k:42s} {v:>6}")
+            print(f"  {k:52s} {v:>6}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""``python -m nbkit``: the ``nbkit`` command (``nbkit.workbook.runner.main``)."""
+"""``python -m nbkit``: the ``nbkit`` command (``nbkit.cli.main.main``)."""
 import sys
 
-from nbkit.workbook.runner import main
+from nbkit.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

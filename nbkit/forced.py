@@ -16,6 +16,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from nbkit import gemm as gemm_policies
+from nbkit import lm_head
+
 
 class ForcedTokens:
     """A logits processor that records log p of the forced token at each step and forces it."""
@@ -74,9 +77,6 @@ def decode_heads(model, tokenizer, rollouts: Sequence, heads: dict, batch_size: 
     heads: ``heads`` maps a name to fn(hidden state) → logits, applied to what the model's head received at each
     step. The KV cache and the forced tokens do not depend on the head, so one decode serves every head."""
     from transformers import GenerationConfig
-
-    from nbkit import gemm as gemm_policies
-    from nbkit import lm_head
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")

@@ -518,7 +518,7 @@ def policy(fmt: str | RolloutFormat, half_gemm: str = "auto", model: torch.nn.Mo
 def audit(requested: str, counts: Counter | dict) -> dict:
     """Audit record of a rollout in format ``requested`` from its GEMM counts (``FormatGemm.counts``); raises
     ``nbkit.rl.amp.PrecisionError`` when a quantized format's GEMMs did not run in it, or another format's did."""
-    from nbkit.rl.amp import PrecisionError
+    from nbkit.errors import PrecisionError
 
     fmt = get(requested)
     counts = dict(counts)

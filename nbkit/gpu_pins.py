@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from nbkit import versions
 from nbkit.paths import ROOT
 
 METADATA = ROOT / "requirements" / "vllm-metadata"
@@ -41,8 +42,6 @@ def chosen_gpu_vllm(root: Path = ROOT) -> str:
     ValueError when none is vendored for it (a new spec needs its metadata here first)."""
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
-
-    from nbkit import versions
 
     spec = versions.gpu_vllm_range(root)
     if spec is None:

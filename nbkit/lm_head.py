@@ -19,6 +19,8 @@ import types
 import torch
 import torch.nn.functional as F
 
+from nbkit.models import dtype_name
+
 FP32_LM_HEAD = ("none", "trainer", "engine", "both")
 """Where the LM head runs in FP32: nowhere, on the trainer (π) only, on the rollout engine (μ) only, on both."""
 
@@ -98,7 +100,5 @@ def watch(model: torch.nn.Module):
 def dtype_of(model: torch.nn.Module) -> str | None:
     """Short dtype name (``fp32`` | ``bf16`` | ``fp16``) of the logits the head produced in its last forward
     (``install``ed heads and ``watch``ed ones record it), or None before any forward."""
-    from nbkit.models import dtype_name
-
     last = getattr(head_of(model), "_nbkit_last_dtype", None)
     return None if last is None else dtype_name(last)

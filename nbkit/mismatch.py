@@ -25,7 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from nbkit import metrics, schema
+from nbkit import gemm as gemm_policies
+from nbkit import metrics, sampling_filter, schema
 from nbkit.models import DTYPES
 
 TRAIN_DTYPES = DTYPES
@@ -71,9 +72,6 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
     response); a progress bar shows when there are more than 8 batches. ``top_k``/``top_p`` score the tokens under
     the same sampling filter an engine's processed log-probs came from (``nbkit.sampling_filter``); 0 / 1.0 = off.
     """
-    from nbkit import gemm as gemm_policies
-    from nbkit import sampling_filter
-
     sampling_filter.validate(top_k, top_p)
     if not rollouts:
         raise ValueError("no rollouts given")

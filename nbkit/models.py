@@ -24,10 +24,11 @@ from pathlib import Path
 
 import torch
 
+from nbkit.dtypes import NAMES, TORCH_NAMES
 from nbkit.paths import CACHE, DATA
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-"""The precisions the workbook compares, by the paper's short names."""
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, TORCH_NAMES[name]) for name in NAMES}
+"""The precisions the workbook compares, by the paper's short names (``nbkit.dtypes``) → torch dtypes."""
 
 BUILTIN_MODELS = ("tiny-arith", "smollm2-135m", "tiny-moe-arith", "tiny-long")
 """Models that need no hub: trained by the project or installed from PyPI."""
@@ -77,7 +78,7 @@ def resolve(ref: str | os.PathLike) -> str:
             from nbkit.toymodels import tiny_long
 
             if tiny_long.build(path) is None:
-                raise RuntimeError("tiny-long's SFT stopped unfinished; run `python -m nbkit.toymodels.tiny_long` to finish it")
+                raise RuntimeError("tiny-long's SFT stopped unfinished; run `nbkit build tiny-long` to finish it")
         return str(path)
     if Path(ref).expanduser().is_dir():
         path = Path(ref).expanduser()

@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 
 from nbkit.locks import LOCK, pid_alive
+from nbkit.paths import ROOT
 
 MARKER = ".nbkit-output.json"
 """The file that marks a folder as written by the workbook: ``{"kind": ..., "id": ...}``."""
@@ -58,8 +59,6 @@ def check_folder(folder: str | Path, kind: str, what: str = "output folder") -> 
     folder, a folder marked as another kind, or any folder without a marker that holds anything (the lock file
     of a workbook process, ``nbkit.locks.LOCK``, aside). Reads only: nothing is created or deleted here.
     """
-    from nbkit.paths import ROOT
-
     folder = Path(folder).expanduser().resolve()
     if not folder.exists():
         check_writable(folder, what)

@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbkit import paths
+
 WORKERS_ENV = "NBKIT_WORKERS"
 """Environment variable capping the jobs run at once (``0``: in this process, one after another)."""
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -322,8 +324,6 @@ def _worker_main(cores: str) -> int:
     its spec; a job that raises ends the worker (exit 1) with its traceback in that log."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, [int(c) for c in cores.split(",")])
-    from nbkit import paths
-
     paths.setup_environment()
     import torch
 

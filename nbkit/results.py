@@ -8,7 +8,7 @@ A study is a folder ``data/results/<study>/`` holding
   ``metrics_version`` its rows were computed under (``nbkit.metrics.VERSION``; cards stored before it have none).
 
 ``store`` writes a study from run folders (or from rows already in memory); ``load`` reads it back in the shape of
-``nbkit.rl.study.load_runs`` (``label → rows``), so every table and figure helper works on stored and live runs
+``nbkit.runlog.load_runs`` (``label → rows``), so every table and figure helper works on stored and live runs
 alike; ``card`` reads the provenance card. A notebook that draws from a stored study says so (``describe``).
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 from nbkit import metrics, outputs
+from nbkit.runlog import load_runs
 from nbkit.paths import DATA, ROOT
 
 RESULTS = DATA / "results"
@@ -85,7 +86,7 @@ def machine() -> dict:
 def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str, wall_seconds: float,
           configs: dict | None = None, notes: str = "", root: Path = RESULTS, earlier: list[dict] | None = None,
           record: dict | None = None, keep_old: bool = False) -> Path:
-    """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.rl.study.load_runs``) as
+    """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.runlog.load_runs``) as
     study ``study`` with its provenance card; an existing study of that name is replaced as a whole (its folder
     must hold only what its marker lists: ``outputs.check_replace``; ``GridStudy.store`` decides whether to).
 
@@ -97,8 +98,6 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
     the training start and the amendments of a study continued in a later sitting).
     ``keep_old``: the study it replaces is kept beside it as ``<study>.replaced-<date>`` (``replaced_name``)."""
     if not isinstance(runs, dict):
-        from nbkit.rl.study import load_runs
-
         folder = Path(runs)
         runs = load_runs(folder)
         if not runs:

@@ -2,9 +2,11 @@
 rollout engine built in another dtype than requested stops the run."""
 import pytest
 
-from nbkit.rl import RLConfig, study
+from nbkit import runlog
+from nbkit.rl import RLConfig
 from nbkit.rl import rollout as rollout_mod
 from nbkit.rl.amp import PrecisionError
+from nbkit.rl.grid import train_grid
 from nbkit.studies import ablation
 
 
@@ -20,20 +22,20 @@ def _base(tmp_path, tiny, **kw):
 
 
 def test_pair_labels_name_folders_and_coordinates_come_from_the_config():
-    assert study.run_label("grpo", study.pair_tag("bf16", "fp32"), 0) == "grpo-bf16-fp32r-s0"
-    assert study.run_label("grpo", study.pair_tag("fp16", "fp16"), 1) == "grpo-fp16-s1"
+    assert runlog.run_label("grpo", runlog.pair_tag("bf16", "fp32"), 0) == "grpo-bf16-fp32r-s0"
+    assert runlog.run_label("grpo", runlog.pair_tag("fp16", "fp16"), 1) == "grpo-fp16-s1"
     grid = ablation.Ablation().grid(pairs=[["bf16", "fp32"], ["fp16", "fp16"]], seeds=[2], rollout_engine="hf")
     assert sorted(grid) == ["grpo-bf16-fp32r-s2", "grpo-fp16-s2"]
-    assert study.coords(grid["grpo-bf16-fp32r-s2"].to_dict()) == {
+    assert runlog.coords(grid["grpo-bf16-fp32r-s2"].to_dict()) == {
         "algorithm": "grpo", "train": "bf16", "rollout": "fp32", "dtype": "bf16-fp32r", "seed": 2}
-    assert study.coords(grid["grpo-fp16-s2"].to_dict())["rollout"] == "fp16"  # None: the training dtype
+    assert runlog.coords(grid["grpo-fp16-s2"].to_dict())["rollout"] == "fp16"  # None: the training dtype
 
 
 @pytest.mark.slow
 def test_the_grid_trains_every_pair_and_audits_both_sides(tmp_path, tiny):
-    results = study.run_grid(_base(tmp_path, tiny), ["grpo"], [], seeds=[0], pairs=ablation.PAIRS, progress=False)
+    results = train_grid(_base(tmp_path, tiny), ["grpo"], [], seeds=[0], pairs=ablation.PAIRS, progress=False)
     assert sorted(results) == sorted(["grpo-bf16-s0", "grpo-bf16-fp32r-s0", "grpo-fp16-s0", "grpo-fp32-s0"])
-    runs, meta = study.load_runs(tmp_path), study.load_meta(tmp_path)
+    runs, meta = runlog.load_runs(tmp_path), runlog.load_meta(tmp_path)
     for label, rows in runs.items():
         train_dtype, rollout_dtype = meta[label]["train"], meta[label]["rollout"]
         assert set(rows[0]["audit/matmul_dtypes"]) == {train_dtype}
@@ -43,7 +45,7 @@ def test_the_grid_trains_every_pair_and_audits_both_sides(tmp_path, tiny):
 def test_pairs_and_dtypes_together_or_repeated_pairs_are_refused(tmp_path):
     for dtypes, pairs in ((["fp16"], [("fp16", "fp32")]), ([], [("fp16", "fp32")] * 2), ([], [])):
         with pytest.raises(ValueError, match="pairs must be"):
-            study.run_grid(RLConfig(output_dir=str(tmp_path)), ["grpo"], dtypes, pairs=pairs)
+            train_grid(RLConfig(output_dir=str(tmp_path)), ["grpo"], dtypes, pairs=pairs)
 
 
 @pytest.mark.slow
@@ -55,7 +57,7 @@ def test_a_rollout_engine_built_in_another_dtype_than_requested_fails_the_run(tm
 
     monkeypatch.setattr(rollout_mod, "HFEngine", fp32_engine)
     with pytest.raises(PrecisionError, match="requested a bf16 rollout but the engine holds fp32 weights"):
-        study.run_grid(_base(tmp_path, tiny), ["grpo"], [], pairs=[("fp32", "bf16")], progress=False)
+        train_grid(_base(tmp_path, tiny), ["grpo"], [], pairs=[("fp32", "bf16")], progress=False)
 
 
 def _rows(acc, rollout, update, dtype_pair):
@@ -70,7 +72,7 @@ def meta_of(runs: dict) -> dict:
     for label in runs:
         algorithm, *tag, seed = label.split("-")
         train, rollout = tag[0], (tag[1][:-1] if len(tag) > 1 else tag[0])
-        out[label] = study.coords({"algorithm": algorithm, "train_dtype": train, "rollout_dtype": rollout,
+        out[label] = runlog.coords({"algorithm": algorithm, "train_dtype": train, "rollout_dtype": rollout,
                                    "seed": int(seed[1:])})
     return out
 

@@ -11,6 +11,7 @@ import torch
 from nbkit import forced, lm_head, models, schema
 from nbkit.engines import HFEngine, SamplingConfig
 from nbkit.offline import anatomy
+from nbkit.plots import anatomy as anatomy_plots
 from nbkit.tasks import arith
 
 NOISE = 1e-5  # FP32 kernel differences (two attention kernels, KV-cache vs full forward): ~1e-8 per token measured
@@ -72,7 +73,7 @@ def test_table_lists_each_path_step_then_the_unattributed_remainder_and_the_tota
         col = anatomy.DELTA
         assert rows[col].iloc[:-1].sum() == pytest.approx(rows[col].iloc[-1], abs=1e-6)
     assert set(fp32_anatomy.head_table().fp32_lm_head) == set(anatomy.HEAD_CASES)
-    fig = anatomy.waterfall(fp32_anatomy, "format")
+    fig = anatomy_plots.waterfall(fp32_anatomy, "format")
     assert [t.name for t in fig.data][-1] == "total"
     assert list(fig.data[0].x) == [*anatomy.FORMAT_PATH, anatomy.UNATTRIBUTED]
 

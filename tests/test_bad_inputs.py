@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from nbkit import engines, fieldcheck, mismatch, models, outputs, tasks
+from nbkit.cli import main as cli_main
 from nbkit.cli import plan
 from nbkit.rl import RLConfig, config_from, train
 from nbkit.tasks import arith, dataset
@@ -149,7 +150,7 @@ def field_cases() -> list[Case]:
 
 def nbkit(*argv):
     """The ``nbkit`` command line (what a user types)."""
-    return lambda c: runner.main([a(c) if callable(a) else a for a in argv])
+    return lambda c: cli_main.main([a(c) if callable(a) else a for a in argv])
 
 
 LOGP = [np.array([-0.1, -0.2]), np.array([-0.3])]
@@ -255,12 +256,12 @@ CASES = [
     Case("mismatch-count", lambda c: mismatch.mismatch_metrics(LOGP, LOGP[:1]), ValueError,
          "log π has 2 sequences but log μ has 1"),
     # --- the runner and its CLI
-    Case("cli-only-without-value", lambda c: runner.main(["run", "--only"]), SystemExit, "expected at least one argument"),
-    Case("cli-out-empty", lambda c: runner.main(["run", "--profile", "smoke", "--out", ""]), EXIT_2,
+    Case("cli-only-without-value", lambda c: cli_main.main(["run", "--only"]), SystemExit, "expected at least one argument"),
+    Case("cli-out-empty", lambda c: cli_main.main(["run", "--profile", "smoke", "--out", ""]), EXIT_2,
          "the report folder must be named"),
     Case("runner-out-users-folder", lambda c: runner.run("smoke", Path(c.users_folder)), outputs.OutputFolderError,
          "thesis.tex"),
-    Case("runner-profile", lambda c: runner.main(["run", "--profile", "fast"]), EXIT_2, "unknown profile 'fast'"),
+    Case("runner-profile", lambda c: cli_main.main(["run", "--profile", "fast"]), EXIT_2, "unknown profile 'fast'"),
     Case("runner-only-nothing", lambda c: runner.notebooks(["99_nothing"]), ValueError, "no notebook matches"),
     Case("runner-only-blank", lambda c: runner.notebooks([""]), ValueError, "names no notebook"),
     Case("runner-unknown-parameter",

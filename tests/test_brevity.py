@@ -14,8 +14,6 @@ def _rows(lengths: list[float], mismatch: float) -> list[dict]:
 
 def meta_of(runs: dict) -> dict:
     """Coordinates as ``BrevityStudy.coords`` reads them from each run's config."""
-    from nbkit.rl import study
-
     out = {}
     for label in runs:
         _, *tag, seed = label.split("-")

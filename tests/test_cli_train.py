@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from nbkit.cli import main as cli_main
 from nbkit.cli import train as cli_train
 from nbkit.rl import RLConfig
-from nbkit.workbook import runner
 
 
 def test_every_field_is_a_flag_whose_help_is_the_help_declared_with_the_field(capsys):
@@ -97,7 +97,7 @@ def test_bad_flags_fail_naming_the_key(capsys, argv, expected):
 
 def test_print_config_resolves_without_training(capsys, monkeypatch):
     monkeypatch.setattr("nbkit.rl.train", lambda *a, **k: pytest.fail("train() must not be reached"))
-    assert runner.main(["train", "--steps", "4", "--rollout-dtype", "fp32", "--print-config"]) == 0
+    assert cli_main.main(["train", "--steps", "4", "--rollout-dtype", "fp32", "--print-config"]) == 0
     import yaml
 
     printed = yaml.safe_load(capsys.readouterr().out)

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from nbkit import outputs
+from nbkit.cli import doctor as doctor_cli
+from nbkit.cli import main as cli_main
 from nbkit.cli.commands import INTERRUPTED
 from nbkit.offline import doctor, lints
 from nbkit.rl import runfolder
@@ -40,7 +42,7 @@ def test_ctrl_c_during_train_is_one_line_with_step_checkpoint_and_resume_hint(tm
         raise KeyboardInterrupt
 
     monkeypatch.setattr(nbkit.rl, "train", interrupted_train)
-    code = runner.main(["train", "--dataset", arith_jsonl, "--train-dtype", "fp32", "--steps", "10",
+    code = cli_main.main(["train", "--dataset", arith_jsonl, "--train-dtype", "fp32", "--steps", "10",
                         "--checkpoint-every", "2", "--output-dir", str(out)])
     assert code == INTERRUPTED == 130
     said = one_line(capsys.readouterr().err)
@@ -57,7 +59,7 @@ def test_ctrl_c_during_nbkit_run_leaves_a_notebook_named_partial_and_the_finding
 
     monkeypatch.setattr(papermill, "execute_notebook", cut_off)
     out = tmp_path / "report"
-    assert runner.main(["run", "--profile", "smoke", "--only", "00", "--out", str(out)]) == 130
+    assert cli_main.main(["run", "--profile", "smoke", "--only", "00", "--out", str(out)]) == 130
     stem = runner.notebooks(["00"])[0].stem
     assert (out / f"{stem}.partial.ipynb").exists() and not (out / f"{stem}.ipynb").exists()
     page = (out / "index.html").read_text()
@@ -73,12 +75,12 @@ SETUP_FLAGS = dict(target_length=8192, train_dtype=None, engine_dtype=None, fp32
 
 
 def test_the_doctors_default_setup_is_fp16_on_both_sides_as_its_help_says():
-    setup = doctor.setup_from_args(Namespace(**SETUP_FLAGS))
+    setup = doctor_cli.setup_from_args(Namespace(**SETUP_FLAGS))
     assert (setup.train_dtype, setup.engine_dtype) == ("fp16", "fp16")
     assert "dtype-mismatch" not in {f.code for f in lints.run(setup, lints.Measured(), "tiny-arith")}
-    bf16 = doctor.setup_from_args(Namespace(**{**SETUP_FLAGS, "train_dtype": "bf16"}))
+    bf16 = doctor_cli.setup_from_args(Namespace(**{**SETUP_FLAGS, "train_dtype": "bf16"}))
     assert bf16.engine_dtype == "bf16"  # the engine follows the trainer unless told otherwise
-    auto = doctor.setup_from_args(Namespace(**{**SETUP_FLAGS, "engine_dtype": "auto"}))
+    auto = doctor_cli.setup_from_args(Namespace(**{**SETUP_FLAGS, "engine_dtype": "auto"}))
     assert auto.engine_dtype is None  # asked for: vLLM's 'auto' reads the checkpoint (an fp32 one gives bf16)
     assert "dtype-mismatch" in {f.code for f in lints.run(auto, lints.Measured(), None)}
 
@@ -90,7 +92,7 @@ def test_doctor_html_and_json_carry_the_provenance_block(tmp_path):
     diag = doctor.dtype_diagnosis(pi, mu)
     result = doctor.DoctorResult(doctor.DoctorConfig(model="tiny-arith"), "hf", {"fp16": diag}, "no verdict", [],
                                  1.0, 1.0)
-    page = doctor.write_html(result, tmp_path / "doc").read_text()
+    page = doctor_cli.write_html(result, tmp_path / "doc").read_text()
     prov = json.loads((tmp_path / "doc" / "doctor.json").read_text())["provenance"]
     assert {"commit", "machine", "date", "versions", "cpu half flags", "gemm policy (auto)"} <= set(prov)
     assert prov["commit"] and "CPUs" in prov["machine"] and "torch" in prov["versions"]
@@ -109,11 +111,11 @@ def test_range_messages_read_alike_for_every_value_below_the_range():
 
 def test_a_refusal_is_one_line_without_the_usage_block_which_debug_shows(capsys):
     with pytest.raises(SystemExit) as done:
-        runner.main(["train", "--steps", "0", "--print-config"])
+        cli_main.main(["train", "--steps", "0", "--print-config"])
     assert done.value.code == 2
     assert "steps must be >= 1, got 0" in one_line(capsys.readouterr().err)
     with pytest.raises(SystemExit):
-        runner.main(["train", "--steps", "0", "--print-config", "--debug"])
+        cli_main.main(["train", "--steps", "0", "--print-config", "--debug"])
     assert "usage: nbkit train" in capsys.readouterr().err
 
 
@@ -131,9 +133,9 @@ def test_version_and_a_bare_nbkit_say_something_useful(capsys):
     import nbkit
 
     with pytest.raises(SystemExit) as done:
-        runner.main(["--version"])
+        cli_main.main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"nbkit {nbkit.__version__}"
-    assert runner.main([]) == 0
+    assert cli_main.main([]) == 0
     said = capsys.readouterr()
     assert "nbkit run --profile smoke" in said.out and "required" not in said.out + said.err
 
@@ -154,7 +156,7 @@ def test_the_missing_column_error_names_nothing_nbkit_train_lacks(tmp_path):
 
 
 def test_a_study_option_that_does_not_exist_is_refused_naming_the_valid_ones(capsys):
-    assert runner.main(["study", "ablation_tiny_arith", "run", "--set", "bogus_key=1"]) == 2
+    assert cli_main.main(["study", "ablation_tiny_arith", "run", "--set", "bogus_key=1"]) == 2
     said = one_line(capsys.readouterr().err)
     assert "has no grid option 'bogus_key'" in said
     assert "its options: algorithm, output_dir, overrides, pairs, rollout_engine, seeds, steps" in said

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from nbkit.cli import doctor as doctor_cli
 from nbkit.engines import SamplingConfig
 from nbkit.offline.analysis import GridConfig
 from nbkit.offline.anatomy import AnatomyConfig
@@ -98,10 +99,9 @@ def test_the_help_is_the_former_docstring_word_for_word():
 def test_nbkit_doctor_help_gives_each_config_flag_its_fields_own_help(capsys):
     """``nbkit doctor``'s flags for ``DoctorConfig`` fields show the field's help and default (not a hand-written
     line), and every field but the dict of engine arguments has one."""
-    from nbkit.offline import doctor
 
     with pytest.raises(SystemExit):
-        doctor.main(["--help"])
+        doctor_cli.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     for f in dataclasses.fields(DoctorConfig):
         if f.name == "engine_kwargs":

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from nbkit import gemm
+from nbkit.cli import main as cli_main
 from nbkit.offline import doctor
-from nbkit.workbook import runner
 
 
 def test_crossing_length_solves_drift_plus_random_walk():
@@ -49,7 +49,7 @@ def test_bad_requests_fail_before_anything_loads():
 
 @pytest.mark.slow
 def test_headless_doctor_on_tiny_arith_writes_the_verdict(tmp_path, capsys):
-    code = runner.main(["doctor", "--model", "tiny-arith", "--engine", "hf", "--n-prompts", "8", "--max-tokens", "40",
+    code = cli_main.main(["doctor", "--model", "tiny-arith", "--engine", "hf", "--n-prompts", "8", "--max-tokens", "40",
                         "--target-length", "40", "--out", str(tmp_path)])
     assert code == 0
     printed = capsys.readouterr().out

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from nbkit import engines, versions
-from nbkit.cli import launch, plan, train as cli_train
+from nbkit.cli import plan
+from nbkit.cli import train as cli_train
 from nbkit.paths import ROOT
-from nbkit.rl import RLConfig, amp, memory
+from nbkit.rl import RLConfig, amp, launch, memory
 from nbkit.rl.monitor import first_non_finite
 from nbkit.rl.run import grpo_config, micro_batch, needed_context, trl_prompt
 from nbkit.rl.scaling import step_was_skipped
@@ -257,7 +258,8 @@ def test_vllm_runs_eager_on_cpu_and_with_cuda_graphs_on_gpus(monkeypatch):
 
 def _bos_tokenizer():
     """A tokenizer that adds its BOS itself (``add_bos_token``), like R1-Distill-Qwen's."""
-    from tokenizers import Tokenizer, models as tm, pre_tokenizers, processors
+    from tokenizers import Tokenizer, pre_tokenizers, processors
+    from tokenizers import models as tm
     from transformers import PreTrainedTokenizerFast
 
     vocab = {"<bos>": 0, "<eos>": 1, "<pad>": 2, **{c: i + 3 for i, c in enumerate("0123456789+=|,")}}

@@ -5,8 +5,9 @@ import json
 import pytest
 import torch
 
-from nbkit.cli import launch, plan, train as cli_train
-from nbkit.rl import RLConfig
+from nbkit.cli import plan
+from nbkit.cli import train as cli_train
+from nbkit.rl import RLConfig, launch
 from nbkit.rl.run import grpo_config
 
 # -- checkpoints: at most save_total_limit kept -----------------------------------------------------------------

@@ -36,8 +36,8 @@ def test_import_nbkit_sets_no_environment_variable_and_no_warning_filter():
 
 
 def test_the_nbkit_command_sets_the_cache_variables_for_what_it_runs():
-    code = ("import os, sys; from nbkit.workbook import runner; sys.argv=['nbkit','list'];\n"
-            "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()): runner.main(['list'])\n"
+    code = ("import os, sys; from nbkit.cli import main as cli_main; sys.argv=['nbkit','list'];\n"
+            "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()): cli_main.main(['list'])\n"
             "print(os.environ.get('HF_HUB_OFFLINE'), os.environ.get('VLLM_CACHE_ROOT'))")
     out = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=300,
                          cwd=paths.ROOT)

@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from nbkit.cli import launch
-from nbkit.rl import RLConfig, train
+from nbkit.rl import RLConfig, launch, train
 
 ALL = [(k, p) for k in launch.KINDS for p in launch.PRECISIONS]
 

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from nbkit.cli import doctor as doctor_cli
 from nbkit.offline import lints
 from nbkit.offline.lints import Measured, Setup
 
@@ -87,14 +88,13 @@ def test_bad_setups_are_refused_naming_the_value():
 def test_the_setup_of_an_rlconfig_file_with_flags_over_it(tmp_path):
     from argparse import Namespace
 
-    from nbkit.offline import doctor
 
     (tmp_path / "run.yaml").write_text("train_dtype: bf16\nrollout_dtype: fp16\ntop_p: 0.9\nalgorithm: pg_seq_is\n"
                                        "is_cap: 2.0\n")
     flags = dict(target_length=4096, train_dtype=None, engine_dtype=None, fp32_lm_head="trainer", temperature=None,
                  top_p=None, top_k=None, logprobs_mode=None, is_level=None, is_cap=None, run=None, pi_filtered=False,
                  router_replay=False, config=str(tmp_path / "run.yaml"))
-    setup = doctor.setup_from_args(Namespace(**flags))
+    setup = doctor_cli.setup_from_args(Namespace(**flags))
     assert (setup.train_dtype, setup.engine_dtype, setup.top_p, setup.is_level, setup.is_cap) == \
         ("bf16", "fp16", 0.9, "sequence", 2.0)
     assert setup.fp32_lm_head == "trainer" and setup.target_length == 4096

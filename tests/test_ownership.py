@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from nbkit import outputs, results, tasks
-from nbkit.offline import doctor
+from nbkit.cli import doctor as doctor_cli
+from nbkit.cli import main as cli_main
 from nbkit.rl import RLConfig, runfolder, train
 from nbkit.tasks import dataset
 from nbkit.workbook import runner
@@ -55,13 +56,13 @@ def rl(data: str, out: Path, **kw) -> RLConfig:
 
 
 def cli(argv: list[str]):
-    code = runner.main(argv)
+    code = cli_main.main(argv)
     assert code == 2, f"expected a refusal (exit 2), got {code}"
 
 
 def grid_study_run(decoy: Path, data: str):
-    from nbkit.studies.catalog import STUDIES
     from nbkit.studies.base import GridStudy
+    from nbkit.studies.catalog import STUDIES
 
     study = next(s for s in STUDIES.values() if isinstance(s, GridStudy))
     options = {**study.toy, "output_dir": str(decoy.parent / "study")}
@@ -84,7 +85,7 @@ ENTRY_POINTS = {
     "nbkit-run": lambda d, data: cli(["run", "--profile", "smoke", "--only", "00", "--out", str(d)]),
     "runner-run": lambda d, data: runner.run("smoke", d, only=["00"]),
     "nbkit-doctor": lambda d, data: cli(["doctor", "--model", "tiny-arith", "--engine", "hf", "--out", str(d)]),
-    "doctor-write-html": lambda d, data: doctor.write_html(types.SimpleNamespace(), d),
+    "doctor-write-html": lambda d, data: doctor_cli.write_html(types.SimpleNamespace(), d),
     "dataset-build": lambda d, data: dataset.build(
         tasks.make_task(tasks.TaskConfig(source="arith", pool_size=4)),
         dataset.BuildConfig(out_dir=str(d), cache_dir=str(d.parent / "cache")), progress=False),

@@ -5,8 +5,10 @@ import shlex
 
 import pytest
 
-from nbkit.cli import launch, plan, train as cli_train
+from nbkit.cli import plan
+from nbkit.cli import train as cli_train
 from nbkit.paths import ROOT
+from nbkit.rl import launch
 
 
 def commands(text: str) -> list[list[str]]:

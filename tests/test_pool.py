@@ -4,8 +4,9 @@ import os
 
 import pytest
 
-from nbkit import pool, schema
-from nbkit.rl import RLConfig, study
+from nbkit import pool, runlog, schema
+from nbkit.rl import RLConfig
+from nbkit.rl.grid import train_grid
 
 
 @pytest.fixture(autouse=True)
@@ -108,8 +109,8 @@ def test_a_grid_run_two_at_a_time_gives_the_rows_it_gives_one_at_a_time(tmp_path
         base = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=2, prompts_per_step=2,
                         samples_per_prompt=2, max_tokens=8, rollout_engine="hf", checkpoint_every=0,
                         output_dir=str(folder))
-        study.run_grid(base, ["grpo"], ["fp32", "bf16"], progress=False, threads=1, workers=workers)
-        return study.load_runs(folder)
+        train_grid(base, ["grpo"], ["fp32", "bf16"], progress=False, threads=1, workers=workers)
+        return runlog.load_runs(folder)
 
     together, alone = grid(tmp_path / "two", 2), grid(tmp_path / "one", 1)
     assert sorted(together) == sorted(alone) == ["grpo-bf16", "grpo-fp32"]

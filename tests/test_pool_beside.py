@@ -1,4 +1,4 @@
-"""Other jobs beside a grid's runs (``nbkit.rl.study.train_all(beside=...)``, ``GridStudy.live(beside=...)``): one
+"""Other jobs beside a grid's runs (``nbkit.rl.grid.train_all(beside=...)``, ``GridStudy.live(beside=...)``): one
 pool for both, their values handed back under their labels, the same numbers however many jobs run at once."""
 import os
 
@@ -7,7 +7,7 @@ import pytest
 
 from nbkit import pool, schema
 from nbkit.offline.ladder import LadderConfig
-from nbkit.rl import study
+from nbkit.rl import grid
 from nbkit.studies.dose_response import DoseResponse
 
 
@@ -19,11 +19,11 @@ def no_worker_limit(monkeypatch):
 
 def test_a_beside_job_named_like_a_run_is_refused_before_anything_runs():
     with pytest.raises(ValueError, match=r"beside job label\(s\) \['grpo-fp32'\].*other names"):
-        study.train_all({"grpo-fp32": None}, beside={"grpo-fp32": pool.Job("tests.test_pool:where_am_i")})
+        grid.train_all({"grpo-fp32": None}, beside={"grpo-fp32": pool.Job("tests.test_pool:where_am_i")})
 
 
 def test_in_this_process_the_beside_jobs_run_here_and_come_back_under_their_labels():
-    got = study.train_all({}, progress=False, workers=0, beside={"here": pool.Job("tests.test_pool:where_am_i")})
+    got = grid.train_all({}, progress=False, workers=0, beside={"here": pool.Job("tests.test_pool:where_am_i")})
     assert list(got) == ["here"] and got["here"]["pid"] == os.getpid()
 
 
@@ -100,7 +100,7 @@ def test_a_study_s_runs_trained_beside_a_grid_are_read_back_by_live_with_the_row
                     max_tokens=8, rollout_engine="hf", checkpoint_every=0, output_dir=str(tmp_path / "grpo"))
     jobs = PPOStudy().jobs(**opts(tmp_path / "ppo"))
     assert sorted(jobs) == sorted(PPOStudy().grid(**opts(tmp_path / "ppo")))
-    values = study.run_grid(base, ["grpo"], ["fp32"], progress=False, workers=2, beside=jobs)
+    values = grid.train_grid(base, ["grpo"], ["fp32"], progress=False, workers=2, beside=jobs)
     assert sorted(values) == sorted([*jobs, "grpo-fp32"])
     logs = {p: p.stat().st_mtime_ns for p in (tmp_path / "ppo").glob("**/metrics.jsonl")}
     assert logs and PPOStudy().jobs(**opts(tmp_path / "ppo")) == {}  # nothing left to train

@@ -1,4 +1,4 @@
-"""Specification of nbkit.workbook.primer: the format table against torch.finfo, rounding against torch's casts bit for
+"""Specification of nbkit.number_formats: the format table against torch.finfo, rounding against torch's casts bit for
 bit, the grid/ulp properties, the primer's experiments and the errors bad input gets."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit.workbook import primer as P
+from nbkit import number_formats as P
 
 LOW = ["fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2"]
 UINT = {8: torch.uint8, 16: torch.int16, 32: torch.int32}
@@ -45,9 +45,9 @@ def random_inputs(f: P.NumberFormat, n: int = 40_000, seed: int = 0) -> torch.Te
 
 # ------------------------------------------------------------------------------------------------ the table
 
-@pytest.mark.parametrize("name", list(P.FORMATS))
+@pytest.mark.parametrize("name", list(P.NUMBER_FORMATS))
 def test_format_table_matches_torch_finfo(name):
-    f = P.FORMATS[name]
+    f = P.NUMBER_FORMATS[name]
     info = torch.finfo(f.torch_dtype)
     assert f.bits == info.bits
     assert f.eps == info.eps
@@ -59,7 +59,7 @@ def test_format_table_matches_torch_finfo(name):
 
 
 def test_format_widths_are_the_published_ones():
-    widths = {n: (f.sign_bits, f.exponent_bits, f.mantissa_bits) for n, f in P.FORMATS.items()}
+    widths = {n: (f.sign_bits, f.exponent_bits, f.mantissa_bits) for n, f in P.NUMBER_FORMATS.items()}
     assert widths == {"fp32": (1, 8, 23), "fp16": (1, 5, 10), "bf16": (1, 8, 7),
                       "fp8_e4m3fn": (1, 4, 3), "fp8_e5m2": (1, 5, 2)}
 
@@ -69,14 +69,14 @@ def test_format_widths_are_the_published_ones():
                                          ("e4m3", "fp8_e4m3fn"), ("float8_e5m2", "fp8_e5m2"),
                                          (torch.float16, "fp16"), (torch.bfloat16, "bf16"), (torch.float32, "fp32")])
 def test_get_format_accepts_aliases_and_torch_dtypes(alias, name):
-    assert P.get_format(alias) is P.FORMATS[name]
+    assert P.get_format(alias) is P.NUMBER_FORMATS[name]
 
 
 # ------------------------------------------------------------------------------------------ bit for bit
 
 @pytest.mark.parametrize("name", LOW)
 def test_rounding_matches_torch_cast_bit_for_bit(name):
-    f = P.FORMATS[name]
+    f = P.NUMBER_FORMATS[name]
     x = random_inputs(f)
     assert len(x) >= 100_000
     cast = x.to(f.torch_dtype)
@@ -93,7 +93,7 @@ def test_rounding_matches_torch_cast_bit_for_bit(name):
 
 
 def test_bf16_rounding_matches_torch_cast_bit_for_bit_on_exact_ties():
-    f = P.FORMATS["bf16"]
+    f = P.NUMBER_FORMATS["bf16"]
     pats = np.arange(0x3F80, 0x3F80 + 200)  # [1, 2) and above: mantissas alternate even/odd
     ties = (P.from_bits(pats, f) + P.from_bits(pats + 1, f)) / 2
     got = P.to_bits(ties, f)
@@ -102,7 +102,7 @@ def test_bf16_rounding_matches_torch_cast_bit_for_bit_on_exact_ties():
 
 
 def test_fp32_rounding_from_float64_matches_torch_cast_bit_for_bit():
-    f = P.FORMATS["fp32"]
+    f = P.NUMBER_FORMATS["fp32"]
     g = torch.Generator().manual_seed(1)
     n = 50_000
     mags = torch.exp2(torch.rand(n, generator=g, dtype=torch.float64) * 290 - 155)  # subnormal .. overflow
@@ -118,7 +118,7 @@ def test_fp32_rounding_from_float64_matches_torch_cast_bit_for_bit():
 
 @pytest.mark.parametrize("name", LOW)
 def test_compose_from_torch_bit_fields_gives_torch_values(name):
-    f = P.FORMATS[name]
+    f = P.NUMBER_FORMATS[name]
     cast = random_inputs(f, seed=2).to(f.torch_dtype)
     bits = torch_bits(cast, f)
     sign, exponent = bits >> (f.bits - 1), (bits >> f.mantissa_bits) & ((1 << f.exponent_bits) - 1)
@@ -128,7 +128,7 @@ def test_compose_from_torch_bit_fields_gives_torch_values(name):
 
 @pytest.mark.parametrize("name", LOW)
 def test_decompose_fields_and_kind_agree_with_torch(name):
-    f = P.FORMATS[name]
+    f = P.NUMBER_FORMATS[name]
     x = random_inputs(f, n=2_500, seed=3)
     cast = x.to(f.torch_dtype)
     bits, values = torch_bits(cast, f), cast.to(torch.float64).numpy()
@@ -155,9 +155,9 @@ def test_decompose_of_one_tenth_in_bf16():
 
 def test_overflow_goes_to_inf_except_e4m3fn_which_saturates_like_torch():
     for name in ("fp16", "bf16", "fp8_e5m2"):
-        f = P.FORMATS[name]
+        f = P.NUMBER_FORMATS[name]
         assert P.round_to(f.max_finite * 1.5, f) == math.inf and P.round_to(-math.inf, f) == -math.inf
-    e4m3 = P.FORMATS["fp8_e4m3fn"]
+    e4m3 = P.NUMBER_FORMATS["fp8_e4m3fn"]
     assert P.round_to([1000.0, math.inf, -math.inf], e4m3).tolist() == [448.0, 448.0, -448.0]
     assert math.isnan(P.round_to(math.nan, e4m3)) and P.decompose(math.nan, e4m3).bit_string == "01111111"
 
@@ -171,24 +171,24 @@ def test_round_to_rounds_float64_once_where_torch_double_rounds_via_float32():
 
 # ---------------------------------------------------------------------------------------- ulp and the grid
 
-@pytest.mark.parametrize("name", list(P.FORMATS))
+@pytest.mark.parametrize("name", list(P.NUMBER_FORMATS))
 def test_ulp_is_eps_at_one_and_smallest_subnormal_at_zero(name):
-    f = P.FORMATS[name]
+    f = P.NUMBER_FORMATS[name]
     assert P.ulp(1.0, f) == f.eps and P.ulp(0.0, f) == f.smallest_subnormal
     assert P.ulp(-1.0, f) == f.eps and P.ulp(f.smallest_normal / 3, f) == f.smallest_subnormal
 
 
 @pytest.mark.parametrize("name", LOW)
 def test_ulp_is_the_gap_to_the_next_representable_value(name):
-    f = P.FORMATS[name]
+    f = P.NUMBER_FORMATS[name]
     pats = np.arange(0, P.to_bits(f.max_finite, f))  # every non-negative finite value below the max
     v = P.from_bits(pats, f)
     assert np.array_equal(P.ulp(v, f), P.from_bits(pats + 1, f) - v)
 
 
-@pytest.mark.parametrize("name", list(P.FORMATS))
+@pytest.mark.parametrize("name", list(P.NUMBER_FORMATS))
 def test_relative_rounding_error_is_at_most_unit_roundoff_in_the_normal_range(name):
-    f = P.FORMATS[name]
+    f = P.NUMBER_FORMATS[name]
     g = torch.Generator().manual_seed(4)
     lo, hi = math.log2(f.smallest_normal), math.log2(f.max_finite)
     x = torch.exp2(torch.rand(50_000, generator=g, dtype=torch.float64) * (hi - lo) + lo).numpy()
@@ -201,13 +201,13 @@ def test_relative_rounding_error_is_at_most_unit_roundoff_in_the_normal_range(na
 
 
 def test_subnormals_lose_relative_precision():
-    f = P.FORMATS["fp16"]
+    f = P.NUMBER_FORMATS["fp16"]
     assert P.relative_rounding_error(1e-7, f) > 10 * f.unit_roundoff
 
 
 @pytest.mark.parametrize("name", ["fp16", "bf16", "fp32"])
 def test_representable_grid_holds_2_to_the_m_values_per_binade(name):
-    f = P.FORMATS[name]
+    f = P.NUMBER_FORMATS[name]
     grid = P.representable_grid(1.0, 2.0 - 1e-12, f) if f.mantissa_bits < 17 else P.representable_grid(1.0, 1.0 + 1e3 * f.eps, f)
     expected = 2 ** f.mantissa_bits if f.mantissa_bits < 17 else 1001
     assert len(grid) == expected and grid[0] == 1.0
@@ -293,7 +293,7 @@ def test_accumulation_error_grows_with_length_and_is_largest_in_bf16():
 def test_loss_scaling_rescues_gradients_that_fp16_flushes_to_zero():
     demo = P.loss_scaling_demo(scale=2.0 ** 16)
     g32 = demo.grads.astype(np.float32).astype(np.float64)
-    fp16 = P.FORMATS["fp16"]
+    fp16 = P.NUMBER_FORMATS["fp16"]
     counts = demo.counts()
     assert counts["without scale"]["zero"] == np.sum(g32 <= fp16.smallest_subnormal / 2) > 0
     assert counts["without scale"]["subnormal"] == np.sum((g32 > fp16.smallest_subnormal / 2) & (g32 < fp16.smallest_normal)) > 0

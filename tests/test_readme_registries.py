@@ -110,7 +110,7 @@ def test_a_metric_added_in_one_place_reaches_the_readme_the_computed_row_and_the
 
 
 def test_a_study_added_in_one_place_reaches_the_readme_and_the_study_command(restore, capsys):
-    from nbkit.studies import cli
+    from nbkit.cli import study as cli
     from nbkit.studies.base import Study
 
     class Temp(Study):

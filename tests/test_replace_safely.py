@@ -12,12 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
+from test_dataset import FakeEngine, arith_task, cfg, planned
 
 from nbkit import outputs, results
+from nbkit.cli import main as cli_main
 from nbkit.rl import RLConfig, runfolder, train
 from nbkit.studies.catalog import STUDIES
 from nbkit.tasks import dataset as ds
-from test_dataset import FakeEngine, arith_task, cfg, planned
 
 
 def sha256_tree(folder: Path) -> dict:
@@ -259,14 +260,14 @@ def test_storing_with_keep_stored_adds_runs_without_replace(tmp_path):
 
 
 def test_a_study_run_refuses_a_finished_run_of_another_setting_naming_the_fields(tmp_path, monkeypatch):
-    from nbkit.rl import study
+    from nbkit.rl import grid
 
     trained = []
     def stand_in(cfg, progress=True):  # the grid's trainer: records the run instead of training it
         trained.append(cfg)
-        return study.RunResult(cfg.out, [], 0.0, [])
+        return grid.RunResult(cfg.out, [], 0.0, [])
 
-    monkeypatch.setattr(study, "train", stand_in)
+    monkeypatch.setattr(grid, "train", stand_in)
     monkeypatch.setenv("NBKIT_WORKERS", "0")  # in this process, where the stand-in is
     options = {**ABLATION.toy, "output_dir": str(tmp_path / "runs")}
     earlier = {**options, "overrides": {**ABLATION.toy["overrides"], "max_tokens": 12}}  # another setting
@@ -280,13 +281,12 @@ def test_a_study_run_refuses_a_finished_run_of_another_setting_naming_the_fields
 
 
 def test_the_study_command_refuses_a_run_of_another_setting_in_one_line(tmp_path, capsys):
-    from nbkit.workbook import runner
 
     earlier = {**ABLATION.toy, "output_dir": str(tmp_path / "runs"), "steps": 3}
     finished_runs(ABLATION, {**earlier, "overrides": {**ABLATION.toy["overrides"], "max_tokens": 12}})
     before = sha256_tree(tmp_path)
     sets = [f"--set={k}={json.dumps(v)}" for k, v in earlier.items()]
-    assert runner.main(["study", ABLATION.name, "run", *sets]) == 2
+    assert cli_main.main(["study", ABLATION.name, "run", *sets]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "max_tokens (run: 12, now: 8)" in err[0] and "--overwrite" in err[0], err
     assert sha256_tree(tmp_path) == before

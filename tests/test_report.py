@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import pytest
 
 from nbkit import logs
-from nbkit.rl import study
+from nbkit import runlog
 from nbkit.workbook import report, runner
 
 
@@ -146,13 +146,13 @@ def _rows(dtype, accs, matmul=None, scaler=True):
 
 def test_training_headline_gives_the_sanity_outcome_and_the_audit_verdict():
     runs = {"grpo-fp16": _rows("fp16", [0.5] * 5 + [1.0] * 6), "grpo-bf16": _rows("bf16", [0.5] * 11, scaler=False)}
-    meta = {k: study.coords({"algorithm": "grpo", "train_dtype": k.split("-")[1], "seed": 0}) for k in runs}
-    head = study.headline(runs, meta, target=0.95)
+    meta = {k: runlog.coords({"algorithm": "grpo", "train_dtype": k.split("-")[1], "seed": 0}) for k in runs}
+    head = runlog.headline(runs, meta, target=0.95)
     assert head["sanity test (training accuracy ≥ 95%)"] == "grpo-fp16: passed at step 10; grpo-bf16: not reached"
     assert [r["run"] for r in head["runs"]] == ["grpo-fp16", "grpo-bf16"]
     assert head["precision audit"].startswith("passed: in all 22 audited steps")
     runs["grpo-bf16"][3]["audit/matmul_dtypes"] = {"fp32": 12}
-    assert study.audit_verdict(runs).startswith("MISMATCH in 1 of 22 steps: grpo-bf16 step 4")
+    assert runlog.audit_verdict(runs).startswith("MISMATCH in 1 of 22 steps: grpo-bf16 step 4")
 
 
 def test_a_kernel_run_by_the_runner_draws_text_progress_bars(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from nbkit import results
 from nbkit.outputs import OutputFolderError
 from nbkit.paths import ROOT
-from nbkit.rl.monitor import MetricsLog
+from nbkit.runlog import MetricsLog
 
 
 def _runs(tmp_path):

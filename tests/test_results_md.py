@@ -6,6 +6,7 @@ import copy
 import pytest
 
 from nbkit import results
+from nbkit.cli import results_md as results_md_command
 from nbkit.studies import hunt, markdown_table, results_md
 from nbkit.studies.catalog import STUDIES
 
@@ -44,10 +45,10 @@ def test_the_page_follows_the_stored_data(monkeypatch):
 def test_check_mode_reports_a_stale_file(tmp_path, capsys):
     stale = tmp_path / "RESULTS.md"
     stale.write_text(results_md.render().replace("0.", "1.", 1), encoding="utf-8")
-    assert results_md.main(["--check", "--out", str(stale)]) == 1
+    assert results_md_command.main(["--check", "--out", str(stale)]) == 1
     assert "OUT OF DATE" in capsys.readouterr().out
-    assert results_md.main(["--out", str(stale)]) == 0
-    assert results_md.main(["--check", "--out", str(stale)]) == 0
+    assert results_md_command.main(["--out", str(stale)]) == 0
+    assert results_md_command.main(["--check", "--out", str(stale)]) == 0
 
 
 def test_each_section_states_question_and_statistic_before_its_table():

@@ -13,7 +13,8 @@ import torch
 from nbkit import gemm
 from nbkit.engines import vllm_available
 from nbkit.rl import ALGORITHMS, RLConfig, train
-from nbkit.rl.monitor import CollapseAlarm, MetricsLog
+from nbkit.rl.monitor import CollapseAlarm
+from nbkit.runlog import MetricsLog
 from nbkit.toymodels import tiny_arith
 
 MISMATCH = "mismatch/token_abs_logp_diff/mean"

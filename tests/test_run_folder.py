@@ -139,21 +139,21 @@ def test_resume_and_overwrite_together_are_refused():
 
 
 def test_a_grid_checks_every_run_folder_before_its_first_run(tmp_path, arith_jsonl):
-    from nbkit.rl import study
+    from nbkit.rl import grid
 
     (tmp_path / "grpo-bf16").mkdir()
     (tmp_path / "grpo-bf16" / "notes.txt").write_text("mine")
     with pytest.raises(outputs.OutputFolderError, match=r"notes\.txt"):
-        study.run_grid(config(tmp_path, arith_jsonl), ["grpo"], ["fp32", "bf16"], progress=False)
+        grid.train_grid(config(tmp_path, arith_jsonl), ["grpo"], ["fp32", "bf16"], progress=False)
     assert not (tmp_path / "grpo-fp32").exists()  # the first run never started
 
 
 def test_runs_read_back_without_the_row_a_kill_cut_short(tmp_path):
-    from nbkit.rl import study
+    from nbkit import runlog
 
     (tmp_path / "grpo-fp16").mkdir()
     (tmp_path / "grpo-fp16" / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')
-    assert study.load_runs(tmp_path) == {"grpo-fp16": [{"step": 1}, {"step": 2}]}
+    assert runlog.load_runs(tmp_path) == {"grpo-fp16": [{"step": 1}, {"step": 2}]}
     (tmp_path / "grpo-fp16" / "metrics.jsonl").write_text('{"step": 1}\n{"st\n{"step": 3}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl: line 2 is not valid JSON"):
-        study.load_runs(tmp_path)
+        runlog.load_runs(tmp_path)

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from nbkit import locks
+from nbkit.cli import main as cli_main
 from nbkit.rl import RLConfig, runfolder, train
-from nbkit.workbook import runner
 
 HOLDER = ("import sys, time; from nbkit import locks; "  # runfolder.hold's rank-0 lock, without importing torch
           "lock = locks.FolderLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
@@ -44,7 +44,7 @@ def test_a_second_process_on_a_held_run_folder_is_refused_naming_the_holder(hold
 
 def test_the_command_line_refuses_in_one_line_with_status_2(holder, arith_jsonl, capsys):
     out, proc = holder
-    code = runner.main(["train", "--dataset", arith_jsonl, "--train-dtype", "fp32", "--output-dir", str(out)])
+    code = cli_main.main(["train", "--dataset", arith_jsonl, "--train-dtype", "fp32", "--output-dir", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and f"process {proc.pid}" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 

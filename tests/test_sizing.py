@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from nbkit.rl import gpu_budget, memory, sizing
+from nbkit.rl import memory, sizing
+from nbkit.workbook import gpu_budget
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.run import grpo_config, micro_batch
 from nbkit.workbook.profiles import PROFILES

@@ -119,7 +119,7 @@ def test_a_finished_run_of_other_settings_is_not_taken_for_this_run(tmp_path):
 
 
 def test_bad_shards_and_unknown_studies_are_refused(capsys):
-    from nbkit.studies import cli
+    from nbkit.cli import study as cli
 
     with pytest.raises(ValueError, match="shard must be"):
         STUDIES["hunt_tiny_long"].run((2, 2))
@@ -132,7 +132,7 @@ def test_bad_shards_and_unknown_studies_are_refused(capsys):
 
 
 def test_show_prints_the_stored_study(capsys):
-    from nbkit.studies import cli
+    from nbkit.cli import study as cli
 
     assert cli.main(["ppo_tiny_arith", "show"]) == 0
     out = capsys.readouterr().out

@@ -11,7 +11,7 @@ from transformers.integrations import integration_utils
 
 from nbkit.rl import RLConfig, train
 from nbkit.rl import trackers
-from nbkit.rl.monitor import MetricsLog
+from nbkit.runlog import MetricsLog
 
 
 def test_wandb_under_the_workbooks_wandb_mode_disabled_is_refused_naming_the_variable():

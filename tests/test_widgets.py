@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbkit.workbook import primer as P
+from nbkit import number_formats as P
 from nbkit.workbook.widgets import BitExplorer, GridExplorer, LossScaleExplorer, RatioExplorer
 
 

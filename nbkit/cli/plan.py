@@ -36,12 +36,14 @@ import shlex
 import sys
 from dataclasses import dataclass, fields
 
-from nbkit.cli import launch
+from nbkit import paths
 from nbkit.cli.commands import Parser
+from nbkit.dtypes import VLLM_NAMES
 from nbkit.fieldcheck import Range, check_value
+from nbkit.rl import launch, memory
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.run import per_device_batch
-from nbkit.rl.study import run_label
+from nbkit.runlog import run_label
 from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOK = "03_rl_training"
@@ -62,7 +64,6 @@ MAX_GPUS = 64
 MAX_GPU_GIB = 1024
 """The most memory one GPU may be given (``--gpu-gib``): the largest accelerators of 2026 hold 288 GB; a larger
 value is a typo or another unit (81920 is an 80 GB card in MiB), not a GPU."""
-_VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass
@@ -92,7 +93,7 @@ class Plan:
 
 def run_configs(profile: str) -> list[RLConfig]:
     """One ``RLConfig`` per (train dtype, algorithm, seed) of the profile's RL notebook, dtype-major, each into
-    ``runs/<profile>/<label>`` with the label of ``nbkit.rl.study.run_label``."""
+    ``runs/<profile>/<label>`` with the label of ``nbkit.runlog.run_label``."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {tuple(PROFILES)}")
     params = dict(PROFILES[profile].get(NOTEBOOK, {}))
@@ -129,7 +130,7 @@ def server_command(cfg: RLConfig, tensor_parallel: int, port: int) -> list[str]:
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     args = ScriptArguments(model=cfg.model, tensor_parallel_size=tensor_parallel, port=port,
-                           dtype=_VLLM_DTYPES[cfg.rollout], max_model_len=cfg.max_tokens + PROMPT_BUDGET)
+                           dtype=VLLM_NAMES[cfg.rollout], max_model_len=cfg.max_tokens + PROMPT_BUDGET)
     with server_vllm_version(SERVER_VLLM):
         command = build_command(args)
     return [f"{VENV_BIN}/vllm", *command[command.index("serve"):]]
@@ -233,8 +234,6 @@ def is_hub_model(ref: str) -> bool:
 def _hub_env(workbook: bool = False) -> list[str]:
     """``HF_HUB_OFFLINE=0`` (the workbook's entry points default to 1), and for a tool that is not the workbook's
     the project's ``HF_HOME`` (the workbook sets it itself), relative to the project root the commands run from."""
-    from nbkit import paths
-
     if workbook:
         return ["HF_HUB_OFFLINE=0"]
     home = paths.cache_env()["HF_HOME"]

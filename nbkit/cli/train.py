@@ -29,10 +29,13 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from nbkit.cli import launch
+import nbkit.rl as rl
 from nbkit.cli.commands import INTERRUPTED, Parser
 from nbkit.fieldcheck import spec
+from nbkit.rl import launch, runfolder
 from nbkit.rl.config import RLConfig
+from nbkit.rl.run import world
+from nbkit.rl.runfolder import BOOKKEEPING
 
 NONE_TEXTS = ("null", "None", "")
 """A flag's text that sets an optional field to None (``none`` is not one: it is a ``correction``)."""
@@ -73,8 +76,6 @@ def convert(name: str, value, base: type, optional: bool):
 def read_config_file(path: str | Path) -> dict:
     """The fields set in a YAML (or JSON) file, type-checked; unknown keys are an error naming the close ones."""
     import yaml
-
-    from nbkit.rl.runfolder import BOOKKEEPING
 
     path = Path(path)
     if not path.is_file():
@@ -226,8 +227,6 @@ def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace
 
 def interrupted(cfg: RLConfig) -> str:
     """The one line a Ctrl-C leaves: the step reached, the last complete checkpoint and how to continue."""
-    from nbkit.rl import runfolder
-
     done = runfolder.last_logged_step(cfg.out)
     complete = runfolder.checkpoints(cfg.out)[0]
     if complete:
@@ -245,15 +244,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
         return 0
-    from nbkit.rl import train
-
     try:
-        result = train(cfg, progress=not args.quiet)
+        result = rl.train(cfg, progress=not args.quiet)  # (looked up when called: a test replaces it)
     except KeyboardInterrupt:
         print(interrupted(cfg), file=sys.stderr, flush=True)
         return INTERRUPTED
-    from nbkit.rl.run import world
-
     if world()[0] == 0:
         print(f"[nbkit] {result.steps} steps in {result.seconds:.0f} s, final accuracy "
               f"{result.final_accuracy:.3f}; metrics: {result.out / 'metrics.jsonl'}", flush=True)

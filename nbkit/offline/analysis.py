@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import gemm, models, paths, schema
+from nbkit import gemm, models, paths, pool, schema
 from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
-from nbkit.mismatch import (headline_cis, mismatch_metrics, read_ratio, relative_prob_error,
-                            teacher_forced_logprobs)
+from nbkit.mismatch import headline_cis, mismatch_metrics, read_ratio, relative_prob_error, teacher_forced_logprobs
 from nbkit.tasks import arith
 
 SHORT_ANSWER = "\nGive a short answer."
@@ -261,8 +260,6 @@ def run_grids(configs: list[GridConfig], progress: bool = True, threads: int = 1
     after the grid's in the same pool (in this process: after the grids); with it the value is
     ``(grid results, label → the jobs' values)``."""
     from dataclasses import replace
-
-    from nbkit import pool
 
     for cfg in configs:
         for dt in (*cfg.engine_dtypes, *cfg.train_dtypes):

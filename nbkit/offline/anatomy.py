@@ -366,19 +366,6 @@ def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", ro
     return res
 
 
-def waterfall(res: AnatomyResult, group: str = "implementation"):
-    """``nbkit.plots.anatomy.waterfall`` (kept here for the notebook's call)."""
-    from nbkit.plots import anatomy as figures
-
-    return figures.waterfall(res, group)
-
-
-def layer_figure(res: AnatomyResult):
-    """``nbkit.plots.anatomy.layer_figure`` (kept here for the notebook's call)."""
-    from nbkit.plots import anatomy as figures
-
-    return figures.layer_figure(res)
-
 
 def _delta(entry: dict) -> str:
     ci = entry["CI"]

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from nbkit import gemm as gemm_policies
-from nbkit import lm_head
+from nbkit import lm_head, sampling_filter
 
 SWITCHES = ("linear", "attention", "norms_activations", "residual", "lm_head")
 """The roundings ``emulate`` can add to a model (the path's ``weights`` step is ``rounded_weights``)."""
@@ -126,8 +126,6 @@ def forward_heads(net: torch.nn.Module, rollouts, heads: dict | None = None, bat
     and with ``states`` every layer's hidden states at the response positions: one pass instead of one per head
     plus two for ``layer_divergence``."""
     import inspect
-
-    from nbkit import sampling_filter
 
     heads = heads or {}
     seen = {}

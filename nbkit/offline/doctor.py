@@ -22,20 +22,17 @@ dtype (``nbkit.offline.analysis.run_grid``, the paper's setting). From the per-t
 """
 from __future__ import annotations
 
-import html
-import json
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from nbkit import mismatch, schema
-from nbkit.cli.commands import Parser
+from nbkit import mismatch, models, routing, schema
+from nbkit.fieldcheck import check_fields
 from nbkit.mismatch import crossing_length  # (re-exported: the doctor's length model)
-from nbkit.paths import REPORTS
+from nbkit.models import DTYPES
+from nbkit.offline import analysis, anatomy, lints
 
 MASK_CAP = 3.0
 """TRL's default ``vllm_importance_sampling_clip_max`` (mode ``sequence_mask``): sequences with π/μ > 3 are dropped."""
@@ -73,9 +70,6 @@ class DoctorConfig:
         "the batch difference between the engine's full batch and this one).")})
 
     def __post_init__(self) -> None:
-        from nbkit.fieldcheck import check_fields
-        from nbkit.models import DTYPES
-
         for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "anatomy_sequences"):
             value = getattr(self, name)  # one range message for every value below it (-5 as 0), before the types'
             if isinstance(value, int) and not isinstance(value, bool) and value < 1:
@@ -184,8 +178,6 @@ class DoctorResult:
                          f"{100 * g['clip_fraction']:>8.3f} {g['seq_rms/measured']:>11.3g} / {g['seq_rms/predicted']:<10.3g}")
         lines.append(f"verdict: {self.verdict}")
         lines += [f"  - {r}" for r in self.reasons]
-        from nbkit.offline import anatomy
-
         lines += [anatomy.summary(a) for a in self.anatomies.values()]
         lines.append(f"setup: {len(self.findings)} finding(s)" if self.findings else "setup: no finding")
         lines += [f.text() for f in self.findings]
@@ -202,9 +194,6 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
     """Measure (``nbkit.offline.analysis.run_grid`` once per dtype, engine dtype = training dtype: the diagonal of the
     notebook's grid, the setting of a real run), conclude, and lint ``setup`` (``nbkit.offline.lints.Setup``; None = the
     default one: FP16 on both sides at ``target_length``)."""
-    from nbkit import models
-    from nbkit.offline import analysis, anatomy, lints
-
     setup = setup or lints.Setup(target_length=cfg.target_length, engine_dtype="fp16",
                                  engine_dtype_source="the default setup: FP16 on both sides")
     start = time.time()
@@ -244,9 +233,6 @@ def measure_setup(cfg: DoctorConfig, setup, model, grids: dict, diags: dict, ana
     forward, MoE routing."""
     import torch
 
-    from nbkit import mismatch, models, routing
-    from nbkit.offline import lints
-
     m = lints.Measured(max_abs_weight=max_abs, moe=routing.is_moe(model))
     m.token_abs = {(d, d): g[schema.METRIC_TOKEN_ABS_LOGP_DIFF] for d, g in diags.items()}
     m.token_stats = {d: (g["token_log_ratio/mean"], g["token_log_ratio/var"]) for d, g in diags.items()}
@@ -267,172 +253,3 @@ def measure_setup(cfg: DoctorConfig, setup, model, grids: dict, diags: dict, ana
         hidden = model(input_ids=torch.tensor([list(r.prompt_ids) + list(r.token_ids)]), output_hidden_states=True)
     m.max_abs_activation = max(float(h.abs().max()) for h in hidden.hidden_states)
     return m
-
-
-def crossing_figure(result: DoctorResult):
-    """Model RMS of log R against length per dtype, the mask and clip thresholds, and the measured sequences."""
-    import plotly.graph_objects as go
-
-    from nbkit.plots.mismatch import COLORS
-
-    top = max(result.config.target_length, 10)
-    lengths = np.unique(np.geomspace(1, top, 200).round())
-    fig = go.Figure()
-    for d, g in result.diagnoses.items():
-        fig.add_scatter(x=lengths, y=[rms_at(g, n) for n in lengths], mode="lines", name=f"{d}: model RMS of log R",
-                        line=dict(color=COLORS.get(d)))
-        if d in result.pairs:
-            seq, n = mismatch.seq_log_ratio(*result.pairs[d])
-            fig.add_scatter(x=n, y=np.abs(seq), mode="markers", name=f"{d}: measured |log R|", opacity=0.5,
-                            marker=dict(size=5, color=COLORS.get(d)))
-    fig.add_hline(y=math.log(MASK_CAP), line_dash="dash", annotation_text=f"TRL sequence mask log {MASK_CAP:g}")
-    fig.add_hline(y=math.log(1 + EPSILON), line_dash="dot", annotation_text=f"clip range log {1 + EPSILON:g}")
-    fig.update_layout(title="When does the sequence log-ratio leave the mask and the clip range?",
-                      xaxis=dict(type="log", title="response length (tokens)"),
-                      yaxis=dict(type="log", title="|log π/μ| of a sequence"))
-    return fig
-
-
-def write_html(result: DoctorResult, out: Path) -> Path:
-    """``doctor.html`` (verdict, table, figures with plotly.js inlined once: viewable offline) and ``doctor.json``."""
-    from nbkit import outputs
-    from nbkit.plots import mismatch as plots
-
-    outputs.check_listed(out, KIND, "doctor folder")  # new, empty or an earlier doctor report: never a user's
-    figures = [crossing_figure(result)]
-    if result.pairs:
-        pairs = result.pairs
-        figures += [plots.token_scatter(pairs), plots.seq_log_ratio_vs_length(pairs),
-                    plots.metrics_table({d: {k: v for k, v in g.items() if isinstance(v, float)}
-                                         for d, g in result.diagnoses.items()})]
-    from nbkit.offline import anatomy
-
-    for res in result.anatomies.values():
-        figures += [anatomy.waterfall(res, "format"), anatomy.waterfall(res, "implementation"),
-                    anatomy.layer_figure(res)]
-    body = "".join(f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figures))
-    reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.reasons)
-    findings = "".join(f"<li><b>{html.escape(f.code)}</b>: {html.escape(f.setting)}<br>consequence: "
-                       f"{html.escape(f.consequence)}<br>fix: {html.escape(f.fix)}</li>" for f in result.findings)
-    reasons += (f"</ul><h2>Setup: {len(result.findings)} finding(s)</h2><ul>{findings}" if result.findings
-                else "</ul><h2>Setup: no finding</h2><ul>")
-    prov = provenance()
-    page = ("<!doctype html><meta charset='utf-8'><title>nbkit doctor</title>"
-            "<style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}"
-            "dl.prov{display:grid;grid-template-columns:max-content auto;gap:2px 14px} dl.prov dt{font-weight:bold} "
-            "dl.prov dd{margin:0}</style>"
-            f"<h1>nbkit doctor: {html.escape(result.config.model)}</h1>"
-            "<dl class='prov'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>"
-                                          for k, v in prov.items()) + "</dl>"
-            f"<h2>Verdict: {html.escape(result.verdict)}</h2><ul>{reasons}</ul>"
-            f"<pre>{html.escape(result.text())}</pre>{body}")
-    listed = (outputs.read_marker(out) or {}).get("files") or []
-    outputs.write_marker(out, KIND, model=result.config.model, files=sorted({*listed, "doctor.html", "doctor.json"}))
-    outputs.write_text(out / "doctor.html", page)
-    outputs.write_text(out / "doctor.json", json.dumps({"provenance": prov, **result.to_json()}, indent=2,
-                                                       default=float))
-    return out / "doctor.html"
-
-
-def provenance() -> dict[str, str]:
-    """The findings page's provenance block (``nbkit.workbook.report.provenance``: commit, machine, date, versions)
-    with the CPU's half-precision flags and the GEMM policy ``auto`` picks here (the doctor has no profile)."""
-    from nbkit import gemm
-    from nbkit.workbook import report
-
-    prov = {k: v for k, v in report.provenance("").items() if k != "profile"}
-    return {**prov, "cpu half flags": ", ".join(gemm.half_flags()) or "none",
-            "gemm policy (auto)": str(gemm.resolve("auto"))}
-
-
-def setup_from_args(args) -> "lints.Setup":
-    """The ``nbkit.offline.lints.Setup`` of the command line: ``--config``'s RLConfig, then the setup flags over it."""
-    from nbkit.offline import lints
-
-    fields = {"target_length": args.target_length}
-    if args.config:
-        from nbkit.cli.train import read_config_file
-        from nbkit.rl.config import RLConfig
-
-        from dataclasses import asdict as _asdict
-        fields = {**_asdict(lints.Setup.from_rlconfig(RLConfig(**read_config_file(args.config)))), **fields}
-    for name in ("train_dtype", "engine_dtype", "fp32_lm_head", "temperature", "top_p", "top_k", "logprobs_mode",
-                 "is_level", "is_cap"):
-        if getattr(args, name) is not None:
-            fields[name] = getattr(args, name)
-    if args.engine_dtype is not None:
-        fields["engine_dtype"] = None if args.engine_dtype == "auto" else args.engine_dtype
-        fields["engine_dtype_source"] = "--engine-dtype"
-    if fields.get("engine_dtype") is None and "engine_dtype_source" not in fields:  # not described: as documented,
-        fields["engine_dtype"] = fields.get("train_dtype", lints.Setup.train_dtype)  # the engine in the trainer's
-        fields["engine_dtype_source"] = "not set: the same as the trainer (--engine-dtype auto: the checkpoint's)"
-    fields["pi_filtered"] = args.pi_filtered or fields.get("pi_filtered", False)
-    fields["router_replay"] = args.router_replay or fields.get("router_replay", False)
-    if args.run:
-        fields["skip_rate"] = lints.skip_rate(args.run)
-    return lints.Setup(**fields)
-
-
-def main(argv: list[str] | None = None) -> int:
-    defaults = DoctorConfig.__dataclass_fields__
-
-    def config_flag(name: str, **kwargs) -> None:
-        """A flag for a ``DoctorConfig`` field, its help text the field's own (with its default)."""
-        text = defaults[name].metadata["help"].replace("``", "").replace("%", "%%")
-        default = defaults[name].default
-        shown = " ".join(default) if isinstance(default, tuple) else default
-        parser.add_argument("--" + name.replace("_", "-"), default=list(default) if isinstance(default, tuple)
-                            else default, help=text if isinstance(default, bool) else f"{text} (default: {shown})",
-                            **kwargs)
-
-    parser = Parser(prog="nbkit doctor", description=__doc__.split("\n\n")[0])
-    config_flag("model")
-    config_flag("engine", choices=("auto", "hf", "vllm"))
-    config_flag("dtypes", nargs="+")
-    for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "seed", "anatomy_sequences"):
-        config_flag(name, type=int)
-    parser.add_argument("--out", help="report folder (default reports/doctor/<model>)")
-    config_flag("anatomy", action="store_true")
-    setup = parser.add_argument_group("the run's setup, linted (defaults: FP16 on both sides, no filter, token IS)")
-    setup.add_argument("--config", help="an RLConfig YAML/JSON file (nbkit train --config): the setup to lint")
-    for flag, kind, what in (("train-dtype", str, "trainer dtype"), ("engine-dtype", str, "engine dtype ('auto': "
-                             "as vLLM 'auto' from the checkpoint)"), ("fp32-lm-head", str, "none|trainer|engine|both"),
-                             ("temperature", float, "sampling temperature"), ("top-p", float, "nucleus mass"),
-                             ("top-k", int, "top-k"), ("logprobs-mode", str, "raw_logprobs|processed_logprobs"),
-                             ("is-level", str, "token|sequence"), ("is-cap", float, "sequence IS cap C"),
-                             ("run", str, "an earlier FP16 run folder: its loss-scale skip rate")):
-        setup.add_argument("--" + flag, type=kind, help=what)
-    setup.add_argument("--pi-filtered", action="store_true", help="π is scored under the same sampling filter")
-    setup.add_argument("--router-replay", action="store_true", help="MoE: the trainer replays the engine's routing")
-    args = parser.parse_args(argv)
-    try:
-        cfg = DoctorConfig(model=args.model, engine=args.engine, dtypes=tuple(args.dtypes), n_prompts=args.n_prompts,
-                           samples_per_prompt=args.samples_per_prompt, max_tokens=args.max_tokens,
-                           target_length=args.target_length, seed=args.seed, anatomy=args.anatomy,
-                           anatomy_sequences=args.anatomy_sequences)
-        run_setup = setup_from_args(args)
-        if args.out is not None and not args.out.strip():
-            raise ValueError(f"--out {args.out!r}: name the doctor's report folder")
-        out = Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name
-        from nbkit import outputs
-
-        outputs.check_listed(out, KIND, "doctor folder")  # before any model loads or sample is drawn
-    except ValueError as exc:
-        parser.error(str(exc))
-    from nbkit import versions
-
-    versions.check()  # the vLLM engine's internals are used as tested at the pinned version
-    result = diagnose(cfg, progress=True, setup=run_setup)
-    print(result.text())
-    page = write_html(result, out)
-    print(f"[nbkit] doctor report: {page}")
-    return 0
-
-
-if __name__ == "__main__":
-    from nbkit import paths as _paths
-
-    _paths.setup_environment()
-    from nbkit.cli.commands import guarded
-
-    sys.exit(guarded(main, prog="nbkit doctor"))

@@ -189,35 +189,9 @@ def laws(runs: dict[str, list[dict]], n_boot: int = 2000, seed: int = 0) -> dict
             for label, rows in runs.items()}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m nbkit.offline.lengthlaw``: measure the long version and store it under ``data/results``."""
-    import argparse
-    import json
+if __name__ == "__main__":  # the spelling stored cards and RESULTS.md name: the command ``nbkit lengthlaw``
+    import runpy
     import sys
 
-    from nbkit import results
-
-    p = argparse.ArgumentParser(prog="python -m nbkit.offline.lengthlaw", description=__doc__)
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp32"])
-    p.add_argument("--n-prompts", type=int, default=12)
-    p.add_argument("--samples-per-prompt", type=int, default=2)
-    p.add_argument("--max-tokens", type=int, default=1024)
-    p.add_argument("--engine", default="auto")
-    p.add_argument("--engine-kwargs", type=json.loads, default={})
-    p.add_argument("--study", default=STUDY)
-    a = p.parse_args(argv)
-    start = time.time()
-    runs = measure(a.model, tuple(a.dtypes), a.n_prompts, a.samples_per_prompt, a.max_tokens, engine=a.engine,
-                   engine_kwargs=a.engine_kwargs)
-    for row in table(laws(runs)):
-        print(row, flush=True)
-    results.store(a.study, runs, command="python -m nbkit.offline.lengthlaw " + " ".join(sys.argv[1:] if argv is None else argv),
-                  wall_seconds=time.time() - start, configs=vars(a))
-
-
-if __name__ == "__main__":
-    from nbkit import paths as _paths
-
-    _paths.setup_environment()
-    main()
+    sys.argv[1:1] = ["lengthlaw"]
+    runpy.run_module("nbkit.cli.main", run_name="__main__")

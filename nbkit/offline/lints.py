@@ -11,7 +11,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from nbkit.dtypes import FROM_VLLM
 from nbkit.lm_head import FP32_LM_HEAD
+from nbkit.mismatch import crossing_length
+from nbkit.models import DTYPES
+from nbkit.schema import SKIPPED_STEP
 
 FP16_MAX = 65504.0
 """Largest finite FP16 number."""
@@ -55,8 +59,6 @@ class Setup:
     """Share of updates skipped by FP16 loss scaling in an earlier run (``--run``), None = unknown."""
 
     def __post_init__(self) -> None:
-        from nbkit.models import DTYPES
-
         for name in ("train_dtype",) + (("engine_dtype",) if self.engine_dtype is not None else ()):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {tuple(DTYPES)}")
@@ -93,8 +95,8 @@ def engine_dtype(setup: Setup, model_path: str | None = None) -> tuple[str, str]
     if model_path and (Path(model_path) / "config.json").is_file():
         config = json.loads((Path(model_path) / "config.json").read_text())
         declared = config.get("torch_dtype") or config.get("dtype")
-    half = {"bfloat16": "bf16", "float16": "fp16"}.get(str(declared))
-    if half:
+    half = FROM_VLLM.get(str(declared))
+    if half in ("bf16", "fp16"):
         return half, f"not set: vLLM 'auto' follows the checkpoint's {declared}"
     return "bf16", f"not set: vLLM 'auto' on a {declared or 'float32'} checkpoint gives bfloat16"
 
@@ -186,8 +188,6 @@ def _share_outside(mean: float, var: float, length: float, threshold: float) -> 
 def lint_sequence_clamp(s: Setup, m: Measured, model_path: str | None = None) -> Finding | None:
     if s.is_level != "sequence":
         return None
-    from nbkit.mismatch import crossing_length
-
     stats = m.token_stats.get(s.train_dtype)
     if stats is None:
         return Finding("sequence-is-clamp", f"sequence IS (∏ π/μ from summed log-ratios) capped at {s.is_cap:g}",
@@ -248,8 +248,6 @@ def run(setup: Setup, measured: Measured, model_path: str | None = None) -> list
 
 def skip_rate(run_dir: str | Path) -> float:
     """Share of logged steps whose update was skipped, from a run folder's ``metrics.jsonl``."""
-    from nbkit.schema import SKIPPED_STEP
-
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"run folder {str(run_dir)!r} has no metrics.jsonl")

@@ -25,6 +25,7 @@ import torch
 
 from nbkit import mismatch, models, routing
 from nbkit.engines import HFEngine, SamplingConfig
+from nbkit.offline import analysis
 
 
 @dataclass
@@ -126,8 +127,6 @@ def _rates(a: list, b: list, rollouts) -> list[float]:
 
 def run(cfg: MoeConfig = MoeConfig(), progress: bool = False) -> MoeResult:
     """Sample with the HF engine in each dtype and compare its routing and μ with the trainer's (see module doc)."""
-    from nbkit.offline import analysis
-
     start = time.time()
     base, tok = models.load(cfg.model)
     if not routing.is_moe(base):

@@ -18,7 +18,7 @@ PANELS = (
 
 def by_pair(runs: dict[str, list[dict]], meta: dict[str, dict]) -> dict[str, list[dict]]:
     """``train/rollout → rows`` averaged over seeds step by step (a step missing in some seed averages the rest);
-    ``meta`` holds each run's coordinates (``nbkit.rl.study.coords``)."""
+    ``meta`` holds each run's coordinates (``nbkit.runlog.coords``)."""
     groups: dict[str, dict[int, list[dict]]] = {}
     for label, rows in runs.items():
         train_dtype, rollout_dtype = meta[label]["train"], meta[label]["rollout"]

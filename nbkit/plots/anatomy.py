@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from nbkit.offline import anatomy
+
 
 def waterfall(res, group: str = "implementation"):
     """One group's path as a waterfall: each step's signed Δ log p per token stacked on the ones before it (with its
     bootstrap CI), then the unattributed remainder, then the total measured from the path's two ends (the stack ends
     exactly where the total bar does)."""
     import plotly.graph_objects as go
-
-    from nbkit.offline import anatomy
 
     split = res.split[group]
     names = [*res.factors(group), anatomy.UNATTRIBUTED]

@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 
 from nbkit import schema
 from nbkit.plots.training import training_curves
+from nbkit.tasks.long_arith import REGIMES
 
 PANELS = (
     ("accuracy", "training accuracy", False),
@@ -19,8 +20,6 @@ PANELS = (
 def phase_map(rows: list[dict], metric: str = "gap (bf16 − fp16)", title: str | None = None) -> go.Figure:
     """Heatmap of ``metric`` (a column of ``nbkit.studies.hunt.phase_map``): lengths down, (lr, algorithm) across; the
     gap is coloured on a scale centred on 0 and each cell is annotated with its value and its verdict."""
-    from nbkit.tasks.long_arith import REGIMES  # tiny-long's length regimes, shortest first (the hunt's LENGTHS)
-
     ys = [x for x in REGIMES if any(r["length"] == x for r in rows)]
     xs = sorted({(r["lr"], r["algorithm"]) for r in rows})
     at = {(r["length"], r["lr"], r["algorithm"]): r for r in rows}

@@ -6,11 +6,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from nbkit.offline import lengthlaw
+
 
 def seq_log_ratio_vs_length(runs: dict[str, list[dict]], laws: dict | None = None) -> go.Figure:
     """Scatter of per-sequence rows (``nbkit.offline.lengthlaw.measure``) with each label's least-squares line."""
-    from nbkit.offline import lengthlaw
-
     laws = laws or lengthlaw.laws(runs, n_boot=200)
     fig = go.Figure()
     for i, ((label, rows), law) in enumerate(zip(runs.items(), laws.values())):

@@ -1,6 +1,6 @@
 """Figures of the precision primer: the grids, ratios, accumulation error, loss scaling and the GradScaler trace.
 
-Each function takes the result of an ``nbkit.workbook.primer`` experiment (or computes a cheap one) and returns a
+Each function takes the result of an ``nbkit.number_formats`` experiment (or computes a cheap one) and returns a
 ``plotly.graph_objects.Figure``; nothing here measures anything new.
 """
 from __future__ import annotations
@@ -12,14 +12,14 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from nbkit.workbook import primer as P
+from nbkit import number_formats as P
 
 COLORS = {"fp32": "#7f7f7f", "fp16": "#1f77b4", "bf16": "#d62728", "fp8_e4m3fn": "#9467bd",
           "fp8_e5m2": "#8c564b", "float64": "#2ca02c"}
 """One colour per format, the same in every figure."""
 
 
-def format_table(formats: Sequence = tuple(P.FORMATS)) -> go.Figure:
+def format_table(formats: Sequence = tuple(P.NUMBER_FORMATS)) -> go.Figure:
     """The format table (bits, bias, eps, range) as a plotly table."""
     fs = [P.get_format(f) for f in formats]
     header = ["format", "sign/exp/mantissa bits", "bias", "eps (2^-m)", "smallest subnormal", "smallest normal",

@@ -15,12 +15,10 @@ from collections import Counter
 
 import torch
 
-from nbkit import schema
+from nbkit import routing, schema
+from nbkit.errors import PrecisionError  # (re-exported: rl.amp.PrecisionError is the same class)
 from nbkit.models import dtype_name
-
-
-class PrecisionError(RuntimeError):
-    """The precision that ran differs from the precision requested."""
+from nbkit.rl.scaling import uses_deepspeed
 
 
 def enable_cpu_fp16(accelerator, growth_interval: int = 400, init_scale: float = 2.0**16) -> bool:
@@ -29,8 +27,6 @@ def enable_cpu_fp16(accelerator, growth_interval: int = 400, init_scale: float =
     Must run before ``accelerator.prepare`` (the optimiser wrapper takes the scaler then). Returns True when it
     changed something; on devices where accelerate already does FP16 it leaves everything as it is.
     """
-    from nbkit.rl.scaling import uses_deepspeed
-
     if accelerator.state.mixed_precision != "fp16" or accelerator.scaler is not None or uses_deepspeed(accelerator):
         return False  # not FP16, or accelerate already scales, or DeepSpeed scales with its own fp16 block
     accelerator.native_amp = True
@@ -79,8 +75,6 @@ class PrecisionAudit:
     def _moe_hooks(self, model) -> list:
         """Mixture-of-experts layers hold their matrices as parameters, not ``nn.Linear``: count the router's
         logits dtype and the dtype of every matmul inside the experts (``moe_router`` / ``moe_experts`` keys)."""
-        from nbkit import routing
-
         handles, seen = [], []
         for block in routing.moe_blocks(model):
             handles.append(block.gate.register_forward_hook(

@@ -27,7 +27,7 @@ import torch
 from transformers import TrainerCallback
 
 import nbkit.rl.amp as amp
-from nbkit import schema, tasks
+from nbkit import engines, schema, tasks
 
 MIN_PROBLEMS = 256
 """Fewest held-out problems a judge accepts (fewer would make its accuracy too noisy to compare runs)."""
@@ -57,11 +57,9 @@ class Judge:
         self.engine = self.audit = None
 
     def _engine(self, device):
-        from nbkit.engines import HFEngine
-
         if self.engine is None:
-            self.engine = HFEngine(self.cfg.model, "fp32", device=device, batch_size=self.cfg.hf_engine_batch_size,
-                                   progress=False)
+            self.engine = engines.HFEngine(self.cfg.model, "fp32", device=device,
+                                           batch_size=self.cfg.hf_engine_batch_size, progress=False)
             self.audit = amp.PrecisionAudit(self.engine.model)
         return self.engine
 
@@ -77,13 +75,11 @@ class Judge:
         """The judge's metrics of the trainer's policy now (every process grades its share of the problems)."""
         from accelerate.utils import gather_object
 
-        from nbkit.engines import SamplingConfig
-
         start = time.perf_counter()
         acc = trainer.accelerator
         device = acc.device
         mine = self.problems[acc.process_index::acc.num_processes]
-        sampling = SamplingConfig(temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens,
+        sampling = engines.SamplingConfig(temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens,
                                   n=self.cfg.judge_samples,
                                   seed=(self.cfg.seed * 1_000_003 + step * 7_919 + acc.process_index) % 2**31)
         devices = [device.index or 0] if device.type == "cuda" else []

@@ -18,6 +18,10 @@ from pathlib import Path
 
 import torch
 
+from nbkit import models
+from nbkit.paths import CACHE, DATA
+from nbkit.toymodels import tiny_arith, tiny_long, tiny_moe
+
 KNOWN_SHAPES: dict[str, dict] = {
     "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_attention_heads=9,
                          num_key_value_heads=3, head_dim=64, num_hidden_layers=30, vocab_size=49152,
@@ -47,9 +51,6 @@ def model_config(ref: str):
     is not checked before its download)."""
     from transformers import AutoConfig
 
-    from nbkit import models
-    from nbkit.paths import CACHE, DATA
-
     shipped = {"smollm2-135m": CACHE / "models" / "smollm2-135m"}.get(ref, DATA / "models" / ref)
     if ref in models.BUILTIN_MODELS:
         if (shipped / "config.json").is_file():
@@ -68,8 +69,6 @@ def model_config(ref: str):
 
 def _builtin_skeleton_config(ref: str):
     """The config a built-in tiny model is built with (its builder on the meta device: nothing is trained)."""
-    from nbkit.toymodels import tiny_arith, tiny_long, tiny_moe
-
     build = {"tiny-arith": lambda: tiny_arith.build_model(tiny_arith.TinyArithConfig()),
              "tiny-long": lambda: tiny_long.build_model(tiny_long.TinyLongConfig()),
              "tiny-moe-arith": lambda: tiny_moe.build_model(tiny_moe.TinyMoeConfig())}[ref]

@@ -1,68 +1,13 @@
-"""What a long run writes as it goes: one JSONL row per step, a collapse alarm, non-finite detection."""
+"""What a long run watches as it goes: a collapse alarm, non-finite detection (its metric rows: ``nbkit.runlog``)."""
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import torch
 
 
 class NonFiniteError(RuntimeError):
     """A NaN or inf where training cannot go on; the message names the step and the tensor."""
-
-
-class MetricsLog:
-    """Append-only ``metrics.jsonl``: a row is flushed the moment its step ends, so a kill loses nothing."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)  # (its folder is made at the first row: naming a log writes nothing)
-
-    def append(self, row: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(row, default=_plain) + "\n")
-            f.flush()
-
-    def rows(self) -> list[dict]:
-        """Every row in file order (see ``read``)."""
-        return self.read(self.path)
-
-    @staticmethod
-    def read(path: Path) -> list[dict]:
-        """The rows of a metrics file ([] when absent). A last line cut short by a kill is dropped; a malformed
-        line elsewhere raises ValueError naming the file and line."""
-        path = Path(path)
-        if not path.exists():
-            return []
-        lines = path.read_text().splitlines()
-        rows = []
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                if i == len(lines):
-                    break  # the row being written when the run was killed
-                raise ValueError(f"{path}: line {i} is not valid JSON ({exc.msg})") from exc
-        return rows
-
-    def truncate_after(self, step: int) -> int:
-        """Drop rows of steps > ``step`` (a resume from checkpoint ``step`` recomputes them), atomically;
-        returns how many."""
-        from nbkit import outputs
-
-        rows = self.rows()
-        keep = [r for r in rows if r.get("step", 0) <= step]
-        outputs.write_text(self.path, "".join(json.dumps(r, default=_plain) + "\n" for r in keep))
-        return len(rows) - len(keep)
-
-
-def _plain(x):
-    if isinstance(x, torch.Tensor):
-        return x.item() if x.numel() == 1 else x.tolist()
-    return str(x)
 
 
 class CollapseAlarm:

@@ -16,8 +16,9 @@ import time
 import torch
 from trl.generation.vllm_generation import VLLMGeneration
 
-from nbkit import gemm, lm_head, paths, pool
-from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine
+from nbkit import formats, gemm, lm_head, paths, pool
+from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine, release_memory
+from nbkit.models import dtype_name
 
 LAUNCH_ENV = pool.LAUNCH_ENV
 """The torch.distributed variables a colocated vLLM engine starts from (``external_launcher``, as TRL sets them).
@@ -161,8 +162,6 @@ class EngineGeneration(VLLMGeneration):
 
     def engine_dtype(self) -> str:
         """The dtype the rollout engine really holds its weights in (asked of the engine, not the config)."""
-        from nbkit.models import dtype_name
-
         if self.engine_kind == "vllm":
             # the worker's tensors (in-process here, so no serialisation flag is needed); never vLLM's own config,
             # which echoes the request and so could not disagree with it
@@ -170,7 +169,7 @@ class EngineGeneration(VLLMGeneration):
                 held = {dtype_name(getattr(torch, d.removeprefix("torch."))) for d in self.engine.worker_param_dtypes()
                         if not d.startswith("torch.float8")}  # FP8 weights: the format audit's evidence
             except RuntimeError as exc:
-                from nbkit.rl.amp import PrecisionError
+                from nbkit.errors import PrecisionError
 
                 raise PrecisionError(f"cannot inspect the rollout engine's weights to audit their dtype: {exc}") from exc
         else:
@@ -180,8 +179,6 @@ class EngineGeneration(VLLMGeneration):
     def format_audit(self) -> dict:
         """Audit record of the rollout format since the last call (``nbkit.formats.audit``): the HF engine's count
         of GEMMs run in it, vLLM's FP8 weights; raises ``PrecisionError`` when the format did not run."""
-        from nbkit import formats
-
         if self.engine_kind == "hf":
             counts = self.engine.take_format_gemms()
         else:
@@ -202,8 +199,6 @@ class EngineGeneration(VLLMGeneration):
     def close(self) -> None:
         """Release the engine: shut it down, drop every reference to it (``llm`` too) and free the device cache,
         so a second run in the same kernel finds the memory free (vLLM checks it at start-up)."""
-        from nbkit.engines import release_memory
-
         if self.engine is not None:
             self.engine.close()
         self.engine = self.llm = None

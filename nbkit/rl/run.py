@@ -15,14 +15,15 @@ from pathlib import Path
 
 import nbkit.rl.algorithms as algorithms
 import nbkit.rl.judge as judge
+import nbkit.rl.launch as launch
 import nbkit.rl.lora as lora
 import nbkit.rl.runfolder as runfolder
 from nbkit import lm_head, logs, models, outputs, tasks, versions
-from nbkit.cli import launch
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
-from nbkit.rl.monitor import CollapseAlarm, MetricsLog
+from nbkit.rl.monitor import CollapseAlarm
 from nbkit.rl.trackers import check_report_to
+from nbkit.runlog import MetricsLog
 
 
 @dataclass

@@ -32,6 +32,7 @@ from transformers import TrainerCallback
 
 from nbkit import outputs
 from nbkit.locks import LOCK, FolderLock
+from nbkit.runlog import MetricsLog
 
 KIND = "rl-run"
 """The ``nbkit.outputs`` kind of a run folder."""
@@ -135,8 +136,6 @@ def _trl_card(path: Path) -> bool:
 
 def last_logged_step(out: Path) -> int:
     """The step of the last metrics row in run folder ``out`` (0 when none)."""
-    from nbkit.rl.monitor import MetricsLog
-
     return last_step(MetricsLog.read(out / "metrics.jsonl"))
 
 
@@ -207,8 +206,6 @@ def hold(out: Path, rank: int = 0) -> FolderLock:
 
 def begin(plan: RunPlan, cfg) -> str:
     """Make the folder ready for training (called when training starts); returns the run id."""
-    from nbkit.rl.monitor import MetricsLog
-
     out = plan.out
     mark = outputs.read_marker(out) or {}
     written = [n for n in mark.get("files") or [] if n != outputs.MARKER]

@@ -14,8 +14,8 @@ import time
 
 from trl.generation.vllm_generation import VLLMGeneration
 
-SERVER_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float": "fp32"}
-"""vLLM's dtype spellings (``torch.bfloat16`` in ``/server_info``, ``bfloat16`` on its command line) → ours."""
+from nbkit.dtypes import FROM_VLLM as SERVER_DTYPES
+from nbkit.dtypes import VLLM_NAMES
 
 
 class ServerDtypeError(RuntimeError):
@@ -42,11 +42,9 @@ def check_server_dtype(client, requested: str) -> str:
     if served != requested:
         raise ServerDtypeError(
             f"requested {requested} rollouts but the vLLM server at {getattr(client, 'base_url', '?')} serves "
-            f"{served}: restart it with --dtype {_VLLM_NAMES[requested]} (or set rollout_dtype={served!r})")
+            f"{served}: restart it with --dtype {VLLM_NAMES[requested]} (or set rollout_dtype={served!r})")
     return served
 
-
-_VLLM_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def check_server_logprobs(client) -> None:

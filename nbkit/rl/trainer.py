@@ -27,7 +27,8 @@ import nbkit.rl.amp as amp
 import nbkit.rl.fsdp as fsdp
 from nbkit import gemm, lm_head, mismatch, routing, sampling_filter, schema
 from nbkit import metrics as metric_registry
-from nbkit.rl.monitor import CollapseAlarm, MetricsLog, NonFiniteError, first_non_finite
+from nbkit.rl.monitor import CollapseAlarm, NonFiniteError, first_non_finite
+from nbkit.runlog import MetricsLog
 from nbkit.rl.rollout import EngineGeneration
 from nbkit.rl.scaling import loss_scaler, step_was_skipped
 from nbkit.rl.server import ServerGeneration

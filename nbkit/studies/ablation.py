@@ -2,7 +2,7 @@
 
 ``nbkit study ablation_tiny_arith run`` trains the grid (notebook 03's tiny-arith defaults: grpo, 16 × 8 per step,
 vLLM rollouts) and ``... store`` stores it as ``data/results/<study>/`` (``nbkit.results``) so notebook 05 renders
-without re-running. A run's pair and seed are read from its config (``nbkit.rl.study.coords``).
+without re-running. A run's pair and seed are read from its config (``nbkit.runlog.coords``).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.
     """One row per (train, rollout) pair over its seeds: steps to ``target`` (``window``-step mean accuracy), final
     accuracy mean and range, the training-time mismatch (mean |Δ log p| and k3 KL per token, averaged over steps and
     seeds) and seconds per step split into rollout (generation + weight sync) and update."""
-    from nbkit.rl import study
+    from nbkit import runlog
 
     groups: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for label, rows in runs.items():
@@ -28,7 +28,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.
     order = {p: i for i, p in enumerate(PAIRS)}
     out = []
     for (train_dtype, rollout_dtype), group in sorted(groups.items(), key=lambda kv: order.get(kv[0], 99)):
-        summary = study.summary_table(group, target, window)
+        summary = runlog.summary_table(group, target, window)
         final = [r[f"final accuracy ({window}-step mean)"] for r in summary]
         reach = [r[f"steps to {target:.0%}"] for r in summary]
         rows = [r for rows in group.values() for r in rows]
@@ -143,7 +143,7 @@ class Ablation(GridStudy):
              rollout_engine: str | None = None, output_dir: str | None = None, overrides: dict | None = None) -> dict:
         from dataclasses import replace
 
-        from nbkit.rl import study
+        from nbkit import runlog
 
         pairs = [tuple(p) for p in (pairs or PAIRS)]
         if any(len(p) != 2 for p in pairs) or len(set(pairs)) != len(pairs):
@@ -153,15 +153,15 @@ class Ablation(GridStudy):
         out = {}
         for seed in seeds:
             for train_dtype, rollout_dtype in pairs:
-                label = study.run_label(algorithm, study.pair_tag(train_dtype, rollout_dtype), seed)
+                label = runlog.run_label(algorithm, runlog.pair_tag(train_dtype, rollout_dtype), seed)
                 out[label] = replace(base, train_dtype=train_dtype, rollout_dtype=rollout_dtype, seed=seed,
                                      output_dir=str(base.out / label))
         return out
 
     def coords(self, config: dict) -> dict:
-        from nbkit.rl import study
+        from nbkit import runlog
 
-        return study.coords(config)
+        return runlog.coords(config)
 
     def table(self, runs, meta):
         return table(runs, meta)

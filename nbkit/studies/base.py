@@ -144,16 +144,16 @@ class GridStudy(Study):
         continued in a later sitting, on another machine, trains only what its card lists as missing).
         A run folder holding a run of another setting (``other_setting``) is refused, naming the differing fields,
         before anything trains, unless ``overwrite``.
-        ``threads`` / ``workers``: how runs share the cores (``nbkit.rl.study.train_all``; the rows do not depend on
+        ``threads`` / ``workers``: how runs share the cores (``nbkit.rl.grid.train_all``; the rows do not depend on
         ``workers``). ``beside``: other jobs (``label → nbkit.pool.Job``) run in the same pool as the runs; with it
         the value is ``(label → rows, label → the jobs' values)``."""
-        from nbkit.rl import study
+        from nbkit.rl import grid
 
         todo, fresh = self._todo(shard, keep_stored, root, overwrite, **options)
         if fresh:
             print(f"[nbkit] {self.name} shard {shard[0]}/{shard[1]}: {len(fresh)} of {len(todo)} run(s) to train",
                   flush=True)
-        values = study.train_all(fresh, progress=progress, threads=threads, workers=workers, beside=beside) if (
+        values = grid.train_all(fresh, progress=progress, threads=threads, workers=workers, beside=beside) if (
             fresh or beside) else {}
         runs, _ = self.collect(**options)
         rows = {k: runs[k] for k in todo if k in runs}
@@ -179,10 +179,10 @@ class GridStudy(Study):
     def jobs(self, shard: tuple[int, int] = (0, 1), keep_stored: bool = False, root: Path = results.RESULTS,
              overwrite: bool = False, **options) -> dict:
         """``label → nbkit.pool.Job`` of the runs ``run`` would train now (after its checks), to train in another
-        pool (``nbkit.rl.study.run_grid(beside=...)``); ``live`` with the same options then reads them back."""
-        from nbkit.rl import study
+        pool (``nbkit.rl.grid.train_grid(beside=...)``); ``live`` with the same options then reads them back."""
+        from nbkit.rl import grid
 
-        return study.train_jobs(self._todo(shard, keep_stored, root, overwrite, **options)[1])
+        return grid.train_jobs(self._todo(shard, keep_stored, root, overwrite, **options)[1])
 
     def stored_runs(self, grid: dict, root: Path = results.RESULTS) -> tuple[dict[str, list[dict]], dict[str, dict]]:
         """``(label → rows, label → config)`` of the stored study's runs that are runs of ``grid``: same label, the
@@ -200,7 +200,7 @@ class GridStudy(Study):
 
     def collect(self, **options) -> tuple[dict[str, list[dict]], dict[str, dict]]:
         """``(label → rows, label → config)`` of the grid's *finished* runs found in their folders."""
-        from nbkit.rl.monitor import MetricsLog
+        from nbkit.runlog import MetricsLog
 
         runs, configs = {}, {}
         for label, cfg in self.grid(**options).items():

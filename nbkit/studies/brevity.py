@@ -43,7 +43,7 @@ def config(train_dtype: str, rollout_dtype: str, seed: int, out: Path, steps: in
 
 def label(train_dtype: str, rollout_dtype: str, seed: int) -> str:
     """``brevity-<train>-<rollout>r-s<seed>`` (``brevity-fp16-s0`` when both sides agree)."""
-    from nbkit.rl.study import pair_tag
+    from nbkit.runlog import pair_tag
 
     return f"brevity-{pair_tag(train_dtype, rollout_dtype)}-s{seed}"
 
@@ -103,9 +103,9 @@ class BrevityStudy(GridStudy):
                 for s in seeds for t, r in (pairs or PAIRS)}
 
     def coords(self, config: dict) -> dict:
-        from nbkit.rl import study
+        from nbkit import runlog
 
-        return study.coords(config)
+        return runlog.coords(config)
 
     def table(self, runs, meta):
         return table(runs, meta)

@@ -35,7 +35,7 @@ from nbkit.studies.base import GridStudy
 
 STUDY = "dose_response_tiny_arith"
 """The stored study's folder name under ``data/results``."""
-FORMATS = ("fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "nvfp4", "mxfp4", "e8m2", "e8m1")
+LADDER = ("fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "nvfp4", "mxfp4", "e8m2", "e8m1")
 """The ladder of the primary contrast, ordered by the mismatch measured on tiny-arith in a 1-step probe."""
 PAIRS = (("bf16", "bf16"), ("fp16", "fp16"))
 """The paper's same-format pairs (train, rollout), marked on the figure (no correction)."""
@@ -186,11 +186,11 @@ class DoseResponse(GridStudy):
            "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0}}
 
     def defaults(self) -> dict:
-        return {"formats": list(FORMATS), "seeds": [0, 1, 2, 3, 4], "steps": 50,
+        return {"formats": list(LADDER), "seeds": [0, 1, 2, 3, 4], "steps": 50,
                 "corrected": {k: list(v) for k, v in CORRECTED.items()}, "corrected_seeds": [0, 1, 2],
                 "pairs": [list(p) for p in PAIRS], "more_seeds": {k: list(v) for k, v in MORE_SEEDS.items()}}
 
-    def grid(self, formats=FORMATS, seeds=(0, 1, 2, 3, 4), steps: int = 50, corrected: dict | None = None,
+    def grid(self, formats=LADDER, seeds=(0, 1, 2, 3, 4), steps: int = 50, corrected: dict | None = None,
              corrected_seeds=(0, 1, 2), pairs=PAIRS, output_dir: str | None = None,
              overrides: dict | None = None, more_seeds: dict | None = None) -> dict:
         from nbkit import formats as F
@@ -343,7 +343,7 @@ class DoseResponse(GridStudy):
     @staticmethod
     def _order(key):
         train, fmt, corr = key
-        ladder = list(FORMATS)
+        ladder = list(LADDER)
         return (train != "fp32", ladder.index(fmt) if fmt in ladder else 99, fmt, corr != "none", corr)
 
     def looks(self, runs, meta) -> list[dict]:

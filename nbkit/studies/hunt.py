@@ -27,9 +27,9 @@ LENGTHS: tuple[str, ...] = tuple(long_arith.REGIMES)
 """tiny-long's length regimes (``nbkit.tasks.long_arith.REGIMES``: ~100, ~300 and ~800 response tokens)."""
 LRS: tuple[float, ...] = (1e-4, 1e-3)
 """Learning rates: tiny-long's RL default and 10× it (the stored grid; 3e-4 between them fits a longer budget)."""
-ALGORITHMS: tuple[str, ...] = ("grpo", "pg_seq_is", "grpo_mu_old")
+HUNT_ALGORITHMS: tuple[str, ...] = ("grpo", "pg_seq_is", "grpo_mu_old")
 """TRL's GRPO (π_old recomputed by the trainer), the paper's PG-Seq-IS, and the engine's μ as π_old."""
-DTYPES: tuple[str, ...] = ("fp16", "bf16")
+HUNT_DTYPES: tuple[str, ...] = ("fp16", "bf16")
 """Precisions compared (trainer and engine in the same dtype); FP32 may be added as a reference."""
 STUDY = "hunt_tiny_long"
 """The stored grid's folder under ``data/results``."""
@@ -43,8 +43,8 @@ class HuntConfig:
     lengths: tuple[str, ...] = field(default=LENGTHS, metadata={"help": (
         "Length regimes of tiny-long (``short``, ``medium``, ``long``).")})
     lrs: tuple[float, ...] = field(default=LRS, metadata={"help": "Learning rates."})
-    algorithms: tuple[str, ...] = field(default=ALGORITHMS, metadata={"help": "RL presets (``nbkit.rl`` names)."})
-    dtypes: tuple[str, ...] = field(default=DTYPES, metadata={"help": (
+    algorithms: tuple[str, ...] = field(default=HUNT_ALGORITHMS, metadata={"help": "RL presets (``nbkit.rl`` names)."})
+    dtypes: tuple[str, ...] = field(default=HUNT_DTYPES, metadata={"help": (
         "Precisions; must hold both fp16 and bf16 (every BF16 result is reported next to its FP16 twin).")})
     seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "Seeds of every cell."})
     steps: int = field(default=16, metadata={"help": "Optimiser steps per run."})
@@ -55,7 +55,7 @@ class HuntConfig:
         "Parent folder of the cells' run folders (kept, so a cut-off grid resumes).")})
 
     def __post_init__(self) -> None:
-        from nbkit.rl.algorithms import ALGORITHMS as PRESETS
+        from nbkit.rl.algorithms import ALGORITHMS as PRESETS  # (torch: nbkit.rl imports its config)
 
         for name in ("lengths", "lrs", "algorithms", "dtypes", "seeds"):
             value = getattr(self, name)
@@ -112,7 +112,7 @@ the untouched model): the training's collapse alarm compares 10-step windows, so
 def run_summary(rows: list[dict], target: float = 0.95, window: int = 5) -> dict:
     """One run in numbers: first, best and final ``window``-step mean accuracy, steps to ``target``, alarms, the
     mean mismatch, its growth (last window over first), and the mean phantom-clip fraction."""
-    from nbkit.rl.study import steps_to
+    from nbkit.runlog import steps_to
 
     acc = [r[schema.ACCURACY] for r in rows if schema.ACCURACY in r]
     means = _window_means(acc, min(window, len(acc))) if acc else []
@@ -301,7 +301,7 @@ class Hunt(GridStudy):
                  "mean and [min, max]; mismatch ratio = mean |Δ log p| over steps; growth = last window over first.")
     notebook = "04_where_bf16_breaks"
     output_dir = HuntConfig.output_dir
-    twins = len(DTYPES)
+    twins = len(HUNT_DTYPES)
     toy = {"lengths": ["short"], "lrs": [1e-4], "algorithms": ["grpo"], "seeds": [0], "steps": 1,
            "prompts_per_step": 2, "samples_per_prompt": 2}
 

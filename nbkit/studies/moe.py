@@ -43,12 +43,12 @@ def base_config(variant: str, steps: int, out: Path):
 
 
 def summary(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
-    """Per variant × dtype over seeds (``nbkit.rl.study.seed_summary``; the group reads ``<variant>.<algorithm>``)
+    """Per variant × dtype over seeds (``nbkit.runlog.seed_summary``; the group reads ``<variant>.<algorithm>``)
     plus the mean ``moe/flip_rate``; ``meta`` holds each run's coordinates (``MoEStudy.coords``)."""
-    from nbkit.rl import study
+    from nbkit import runlog
 
     groups = {k: {**m, "algorithm": f"{m['variant']}.{m['algorithm']}"} for k, m in meta.items()}
-    table = study.seed_summary(study.summary_table(runs, target=0.95), groups)
+    table = runlog.seed_summary(runlog.summary_table(runs, target=0.95), groups)
     for row in table:
         flips = [r[schema.MOE_FLIP_RATE] for label, rows in runs.items() for r in rows if schema.MOE_FLIP_RATE in r
                  and (groups[label]["algorithm"], groups[label]["dtype"]) == (row["algorithm"], row["dtype"])]
@@ -78,20 +78,20 @@ class MoEStudy(GridStudy):
              output_dir: str | None = None, overrides: dict | None = None) -> dict:
         from dataclasses import replace
 
-        from nbkit.rl import study
+        from nbkit import runlog
 
         out = {}
         for variant in variants:
             base = base_config(variant, steps, Path(output_dir or self.output_dir))
             for seed in (seeds.get(variant, []) if isinstance(seeds, dict) else seeds):
                 for dtype in dtypes:
-                    run = study.run_label("grpo", dtype, seed)
+                    run = runlog.run_label("grpo", dtype, seed)
                     out[f"{variant}.{run}"] = replace(base, train_dtype=dtype, seed=seed,
                                                       output_dir=str(base.out / run), **(overrides or {}))
         return out
 
     def coords(self, config: dict) -> dict:
-        from nbkit.rl import study
+        from nbkit import runlog
 
         variant = next((v for v, fields in VARIANTS.items()
                         if fields["model"] == config["model"] and fields["router_replay"] == config["router_replay"]),
@@ -99,7 +99,7 @@ class MoEStudy(GridStudy):
         if variant is None:
             raise ValueError(f"model {config['model']!r} with router_replay={config['router_replay']} is not a "
                              f"variant of this study ({sorted(VARIANTS)})")
-        return {**study.coords(config), "variant": variant}
+        return {**runlog.coords(config), "variant": variant}
 
     def table(self, runs, meta):
         keep = ("algorithm", "dtype", "seeds", "reached 95%", "final accuracy (mean)", "final accuracy [min, max]",

@@ -52,7 +52,7 @@ def curves(runs: dict[str, list[dict]], smooth: int = 1):
 
 def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> list[dict]:
     """One row per run: the PPO diagnostics averaged over the run (max KL too) and over its last ``tail`` rollouts
-    (``meta``: each run's coordinates, ``nbkit.rl.study.coords``)."""
+    (``meta``: each run's coordinates, ``nbkit.runlog.coords``)."""
     out = []
     for label, rows in sorted(runs.items()):
         dtype, seed = meta[label]["dtype"], meta[label]["seed"]
@@ -196,17 +196,17 @@ class PPOStudy(GridStudy):
              overrides: dict | None = None) -> dict:
         from dataclasses import replace
 
-        from nbkit.rl import study
+        from nbkit import runlog
 
         base = base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
-        return {(label := study.run_label("ppo", d, s)): replace(base, train_dtype=d, seed=s,
+        return {(label := runlog.run_label("ppo", d, s)): replace(base, train_dtype=d, seed=s,
                                                                  output_dir=str(base.out / label))
                 for s in seeds for d in dtypes}
 
     def coords(self, config: dict) -> dict:
-        from nbkit.rl import study
+        from nbkit import runlog
 
-        return study.coords(config)
+        return runlog.coords(config)
 
     def table(self, runs, meta):
         """``table`` per dtype over seeds: each seed's value, then the mean."""

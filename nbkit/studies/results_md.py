@@ -1,6 +1,6 @@
 """RESULTS.md: every stored study's question, provenance, table and findings, generated from ``data/results``.
 
-    python -m nbkit.studies.results_md          # rewrite RESULTS.md
+    python -m nbkit.studies.results_md          # rewrite RESULTS.md (the same as `nbkit results-md`)
     python -m nbkit.studies.results_md --check  # exit 1 when RESULTS.md differs from what the stored data give
 
 Nothing here is typed by hand: each number comes from the stored runs through the study's own table and sentence
@@ -8,9 +8,7 @@ functions (``nbkit.studies.catalog``). ``tests/test_results_md.py`` fails when t
 """
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 from nbkit import results
 from nbkit.paths import ROOT
@@ -98,20 +96,8 @@ def render(studies: dict[str, Study] = STUDIES) -> str:
     return HEADER + "\n" + "\n\n".join(section(s) for s in studies.values()) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nbkit.studies.results_md", description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="only compare; exit 1 when RESULTS.md is out of date")
-    p.add_argument("--out", type=Path, default=PATH)
-    a = p.parse_args(argv)
-    text = render()
-    if a.check:
-        same = a.out.is_file() and a.out.read_text(encoding="utf-8") == text
-        print(f"{a.out}: {'up to date' if same else 'OUT OF DATE: run python -m nbkit.studies.results_md'}")
-        return 0 if same else 1
-    a.out.write_text(text, encoding="utf-8")
-    print(f"wrote {a.out} ({len(text.splitlines())} lines)")
-    return 0
+if __name__ == "__main__":  # the spelling RESULTS.md and the tests name: the command ``nbkit results-md``
+    import runpy
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.argv[1:1] = ["results-md"]
+    runpy.run_module("nbkit.cli.main", run_name="__main__")

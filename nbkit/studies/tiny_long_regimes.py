@@ -1,19 +1,16 @@
 """tiny-long's perfectible sets, its FP16/BF16 sanity test and the cost of an RL step per length regime.
 
-    python -m nbkit.studies.tiny_long_regimes sets      # data/tiny_long_{short,medium,long}: the notebook 01 recipe per regime
-    python -m nbkit.studies.tiny_long_regimes timing    # seconds per RL step per regime (HF engine; --engine vllm)
-    python -m nbkit.studies.tiny_long_regimes sanity    # GRPO FP16 vs BF16 at one regime, printed (not stored)
+    nbkit regimes sets      # data/tiny_long_{short,medium,long}: the notebook 01 recipe per regime
+    nbkit regimes timing    # seconds per RL step per regime (HF engine; --engine vllm)
+    nbkit regimes sanity    # GRPO FP16 vs BF16 at one regime, printed (not stored)
 
 Each set is built by ``nbkit.tasks.dataset.build`` (sample N times per problem with tiny-long in fp32, keep the problems
 solved in [lo, hi]) on ``long_arith`` problems of one regime; its rows carry a ``steps`` column (the length knob).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 import time
-from pathlib import Path
 
 from nbkit import schema, tasks
 from nbkit.tasks import dataset, long_arith
@@ -91,36 +88,3 @@ def sanity(regime: str = "short", seeds=(0,), steps: int = 30, engine: str = "hf
                 cfg = rl_config(regime, dtype, seed, steps, engine, output_dir=f"{tmp}/{label}")
                 runs[label] = train(cfg, progress=False).rows
     return runs
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("sets", "timing", "sanity"))
-    parser.add_argument("--regimes", nargs="+", default=list(long_arith.REGIMES), choices=list(long_arith.REGIMES))
-    parser.add_argument("--regime", default="short", choices=list(long_arith.REGIMES))
-    parser.add_argument("--engine", default="hf", choices=("hf", "vllm"))
-    parser.add_argument("--pool-size", type=int, default=100)
-    parser.add_argument("--n-samples", type=int, default=16)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--steps", type=int, default=30)
-    args = parser.parse_args(argv)
-    if args.what == "sets":
-        for regime in args.regimes:
-            res = build_set(regime, args.pool_size, args.n_samples, engine=args.engine)
-            h = res.card["histogram_pool"]
-            print(regime, res.path, f"kept {len(res.kept)}/{len(res.records)}", f"mean pass {h['mean']:.3f}",
-                  f"{res.card['sampling_seconds']} s", flush=True)
-    elif args.what == "timing":
-        print(json.dumps(timing(tuple(args.regimes), args.engine), indent=1))
-    else:
-        runs = sanity(args.regime, tuple(args.seeds), args.steps, args.engine)
-        for label, rows in runs.items():
-            acc = [round(r[schema.ACCURACY], 3) for r in rows if schema.ACCURACY in r]
-            print(label, "first", acc[:3], "last", acc[-3:], flush=True)
-
-
-if __name__ == "__main__":
-    from nbkit import paths as _paths
-
-    _paths.setup_environment()
-    main()

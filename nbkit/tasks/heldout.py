@@ -6,7 +6,7 @@ drawn with another seed than every problem the model has seen (its SFT problems,
 samples in [0.2, 0.8], ``nbkit.tasks.dataset.build``), so held-out accuracy measures the trained skill on problems of
 the training set's difficulty, and none of them was ever trained on::
 
-    python -m nbkit.tasks.heldout            # ~2-4 minutes on 2 CPU cores
+    nbkit build heldout            # ~2-4 minutes on 2 CPU cores
 """
 from __future__ import annotations
 
@@ -51,9 +51,3 @@ def build_tiny_arith(name: str = "tiny_arith_heldout", pool_size: int = POOL_SIZ
                               max_tokens=card["sampling"]["max_tokens"], temperature=card["sampling"]["temperature"],
                               top_p=card["sampling"]["top_p"])
     return dataset.build(task, cfg, progress=progress)
-
-
-if __name__ == "__main__":
-    paths.setup_environment()
-    result = build_tiny_arith()
-    print(f"{result.path}: kept {len(result.kept)} of {len(result.records)} unseen problems")

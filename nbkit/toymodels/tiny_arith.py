@@ -6,7 +6,7 @@ model right on part of the columns part of the time, so pass rates over 40 sampl
 
 ``build()`` regenerates the shipped checkpoint in ``data/models/tiny-arith`` deterministically::
 
-    python -m nbkit.toymodels.tiny_arith            # ~2 minutes on 2 CPU cores
+    nbkit build tiny-arith            # ~2 minutes on 2 CPU cores
 """
 from __future__ import annotations
 
@@ -137,10 +137,3 @@ def build(out: Path = CHECKPOINT, cfg: TinyArithConfig = TinyArithConfig(), buil
     (out / "nbkit_build.json").write_text(json.dumps(meta, indent=2))
     (out / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
     return out
-
-
-if __name__ == "__main__":
-    from nbkit import paths as _paths
-
-    _paths.setup_environment()
-    print(build())

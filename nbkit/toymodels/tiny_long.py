@@ -9,11 +9,10 @@ positions, trained in fp32 from scratch on chains of every length 1..``long_arit
 ``build()`` regenerates the shipped checkpoint in ``data/models/tiny-long``; SFT resumes from the last saved
 state (``.cache/tiny_long_sft``) so it can run in pieces of a bounded wall time::
 
-    python -m nbkit.toymodels.tiny_long --max-seconds 800     # repeat until it prints the checkpoint path
+    nbkit build tiny-long --max-seconds 800     # repeat until it prints the checkpoint path
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
@@ -143,24 +142,3 @@ def build(out: Path = CHECKPOINT, cfg: TinyLongConfig = TinyLongConfig(), max_se
     (out / "nbkit_build.json").write_text(json.dumps(meta, indent=2))
     (out / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Build (or resume building) the tiny-long checkpoint.")
-    parser.add_argument("--max-seconds", type=float, default=float("inf"),
-                        help="stop this piece after this many seconds of SFT (the state is kept; run again)")
-    parser.add_argument("--steps", type=int, default=TinyLongConfig.steps, help="SFT steps of the recipe")
-    parser.add_argument("--fresh", action="store_true", help="delete the saved SFT state first")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for SFT (results do not depend on it)")
-    args = parser.parse_args(argv)
-    if args.fresh:
-        (STATE / "state.pt").unlink(missing_ok=True)
-    done = build(cfg=TinyLongConfig(steps=args.steps), max_seconds=args.max_seconds, threads=args.threads)
-    print(done if done else f"unfinished: state kept in {STATE}; run again to continue")
-
-
-if __name__ == "__main__":
-    from nbkit import paths as _paths
-
-    _paths.setup_environment()
-    main()

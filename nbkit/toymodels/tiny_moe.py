@@ -8,7 +8,7 @@ width, depth, heads, vocabulary, SFT problems, steps, batch, learning rate and s
 
 No load-balancing loss is added (tiny-arith's recipe has none); ``nbkit_build.json`` records the expert load.
 
-    python -m nbkit.toymodels.tiny_moe             # ~5 minutes on 2 CPU cores
+    nbkit build tiny-moe             # ~5 minutes on 2 CPU cores
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from nbkit import routing
 from nbkit.paths import DATA
 from nbkit.tasks import arith
 from nbkit.toymodels import tiny_arith
@@ -56,8 +57,6 @@ def build_model(cfg: TinyMoeConfig):
 
 def expert_load(model, tokenizer, n: int = 256, seed: int = 12345) -> list[list[float]]:
     """Share of routed slots each expert receives per layer on ``n`` held-out problems (teacher-forced, fp32)."""
-    from nbkit import routing
-
     problems = arith.make_problems(n, arith.ArithConfig(), seed=seed)
     ids, mask, _ = tiny_arith._batch(tokenizer, problems)
     with torch.no_grad(), routing.capture(model) as rec:
@@ -90,10 +89,3 @@ def active_parameters(model) -> int:
     total = sum(p.numel() for p in model.parameters())
     experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
     return total - experts + experts * cfg.num_experts_per_tok // cfg.num_experts
-
-
-if __name__ == "__main__":
-    from nbkit import paths as _paths
-
-    _paths.setup_environment()
-    print(build())

@@ -7,15 +7,13 @@ FP32 and in BF16 under ``gemm="auto"`` (the policy the notebooks run), timed her
 calibration. A record from a CPU with the same GEMM policy (``native`` vs ``fp32-accumulate``) is preferred; when
 there is none the estimate says it extrapolates across kernel families.
 
-    python -m nbkit.workbook.jobtime                      # the estimate for this CPU and profile cpu
-    python -m nbkit.workbook.jobtime record reports       # append a finished report's measured times to the stored records
+    nbkit jobtime                      # the estimate for this CPU and profile cpu (``nbkit.cli.jobtime``)
+    nbkit jobtime record reports       # append a finished report's measured times to the stored records
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,34 +278,3 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(rows, indent=1) + "\n")
     return rec
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nbkit.workbook.jobtime", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd")
-    e = sub.add_parser("estimate", help="the estimate for this CPU (the default)")
-    e.add_argument("--profile", default="cpu")
-    r = sub.add_parser("record", help="append a finished report's times to data/timings/main_job.json")
-    r.add_argument("report_dir")
-    r.add_argument("--fresh-clone", action="store_true", help="the report came from a fresh clone (cold caches)")
-    r.add_argument("--note", default="", help="e.g. the load the machine was under")
-    a = p.parse_args(argv)
-    if a.cmd == "record":
-        print(json.dumps(record(Path(a.report_dir), fresh_clone=a.fresh_clone, note=a.note), indent=1))
-        return 0
-    from nbkit.workbook import runner  # its notebooks, in its order, with its parameters
-
-    profile = getattr(a, "profile", "cpu")
-    stems = [n.stem for n in runner.notebooks()]
-    try:
-        parameters = {s: runner.parameters_for(profile, s) for s in stems}
-    except ValueError as exc:  # an unknown profile, named with the choices
-        p.error(str(exc))
-    effective = {n.stem: runner.effective_parameters(n, parameters[n.stem]) for n in runner.notebooks()}
-    est = estimate(stems, profile, calibrate(), cpu(), parameters=parameters, effective=effective)
-    print(est.describe() if est else f"no stored measurement of profile {profile!r} in {TIMINGS}: no estimate")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

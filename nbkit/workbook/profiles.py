@@ -80,7 +80,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                 "template": "r1_distill_qwen", "grader": "r1_distill", "steps": 1000, "prompts_per_step": 64,
                 "lr": 1e-6, "max_tokens": 8192, "checkpoint_every": 50,
                 # one GPU in the notebook's kernel, vLLM colocated (30 %): each run's micro-batches and vLLM sleep are
-                # chosen from the memory estimate when it starts (nbkit.rl.sizing; the table: nbkit.rl.gpu_budget)
+                # chosen from the memory estimate when it starts (nbkit.rl.sizing; the table: nbkit.workbook.gpu_budget)
             },
             # PPO with a critic in the paper's setting (vLLM rollouts), no stored CPU study next to it
             "ppo_steps": 1000, "ppo_rollout_engine": "vllm", "ppo_critic_lr": 1e-5, "ppo_stored": "",
@@ -102,7 +102,7 @@ PROFILES: dict[str, dict[str, dict]] = {
             "config_overrides": {"model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "dataset": "sanity_math_1460",
                                  "template": "r1_distill_qwen", "grader": "r1_distill", "lr": 1e-6, "max_tokens": 8192,
                                  # micro-batches and vLLM sleep sized at start-up (nbkit.rl.sizing; the FP32
-                                 # pair's activations are twice BF16's: nbkit.rl.gpu_budget)
+                                 # pair's activations are twice BF16's: nbkit.workbook.gpu_budget)
                                  "checkpoint_every": 50},
         },
         "00_precision_primer": {},

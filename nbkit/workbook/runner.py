@@ -10,13 +10,14 @@ from those by ``nbkit.workbook.report``. A failing notebook does not stop the ot
 """
 from __future__ import annotations
 
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbkit import outputs
 from nbkit.paths import REPORTS, ROOT, environment
+from nbkit.studies.base import markdown_table
 from nbkit.workbook import jobtime, report
 from nbkit.workbook.profiles import PROFILES
 
@@ -188,8 +189,6 @@ def check_parameters(path: Path, parameters: dict) -> None:
 
 def check_out_dir(out_dir) -> Path:
     """The report folder: named (not ""), and new, empty or an earlier report (``nbkit.outputs``)."""
-    from nbkit import outputs
-
     if not str(out_dir).strip():
         raise ValueError(f"the report folder must be named, got {str(out_dir)!r}")
     outputs.check_listed(out_dir, "report", "report folder", files_only=True)
@@ -198,8 +197,6 @@ def check_out_dir(out_dir) -> Path:
 
 def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | None = None) -> list[NotebookResult]:
     """Execute the notebooks of a profile in order and write the index; returns every result."""
-    from nbkit import outputs
-
     paths = notebooks(only)
     params = {p.stem: parameters_for(profile, p.stem) for p in paths}  # validate before running anything
     for path in paths:
@@ -227,8 +224,6 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
         report.write_index(Path(out_dir), profile, results, prov, timing)  # finished work is never lost
         outputs.record_files(Path(out_dir), [p.name for p in Path(out_dir).iterdir()
                                              if p.name != outputs.MARKER and not p.name.startswith(".nbkit-lock")])
-    from nbkit.studies.base import markdown_table
-
     print(markdown_table(report.time_table(results, timing["estimate"])), flush=True)
     return results
 
@@ -243,54 +238,3 @@ def expect(stems: list[str], profile: str, parameters: dict[str, dict] | None = 
     print(f"[nbkit] {est.describe() if est else f'no stored main-job time for profile {profile!r}: no estimate'}",
           flush=True)
     return {"cpu": here, "calibration": calibration, "estimate": est}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The ``nbkit`` command (and ``python -m nbkit``): a refusal is one line and exit status 2 (``--debug``: the
-    traceback too)."""
-    from nbkit.cli.commands import guarded
-
-    return guarded(_main, argv)
-
-
-def _main(argv: list[str]) -> int:
-    from nbkit import paths
-    from nbkit.cli.commands import COMMANDS, Parser, dispatch
-
-    paths.setup_environment()  # an entry point: caches inside the project, hub offline (a user's own setting wins)
-
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in COMMANDS:  # train, doctor, plan: their own modules and parsers
-        return dispatch(argv[0], argv[1:])
-    from nbkit import __version__
-
-    parser = Parser(prog="nbkit", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    for name, (_, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
-    p_run = sub.add_parser("run", help="execute notebooks into a report folder")
-    p_run.add_argument("--profile", default="cpu", help=f"one of {tuple(PROFILES)}")
-    p_run.add_argument("--out", default=str(REPORTS), help="report folder")
-    p_run.add_argument("--only", nargs="+", help="notebook stems (or prefixes) to run")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of a refusal (anywhere on the line)")
-    parser.add_argument("--version", action="version", version=f"nbkit {__version__}")
-    sub.add_parser("list", help="notebooks and their parameters per profile")
-    if not argv:  # no command: what there is to do, not argparse's "arguments are required: cmd"
-        print(parser.format_help().rstrip() + "\n\nStart with `nbkit run --profile smoke` (every notebook, small "
-              "parameters) or `nbkit list`; `nbkit COMMAND --help` describes a command.")
-        return 0
-    args = parser.parse_args(argv)
-    if args.cmd == "list":
-        for path in notebooks():
-            print(path.stem, {name: prof.get(path.stem, {}) for name, prof in PROFILES.items()})
-        return 0
-    results = run(args.profile, args.out, args.only)
-    print(f"[nbkit] report: {Path(args.out) / 'index.html'}")
-    failed = [r.stem for r in results if not r.ok]
-    if failed:
-        print(f"[nbkit] failed notebooks: {failed}", file=sys.stderr)
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

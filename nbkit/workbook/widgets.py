@@ -15,9 +15,12 @@ from typing import Sequence
 import ipywidgets as W
 import numpy as np
 
-from nbkit import schema
+from nbkit import formats, plots, schema
+from nbkit import number_formats as P
+from nbkit.offline.ladder import LadderConfig, run_ladder
+from nbkit.paths import report_target
+from nbkit.plots import mismatch as PM
 from nbkit.plots import precision as PP
-from nbkit.workbook import primer as P
 
 FIELD_STYLES = {"sign": "danger", "exponent": "success", "mantissa": "info"}
 """Button style of each bit field: sign red, exponent green, mantissa blue."""
@@ -35,8 +38,6 @@ def _static(w: W.Widget) -> str:
     """Static HTML of a widget tree: boxes as rows/columns, HTML as is, controls as "name: value", plotly
     figures of Output widgets drawn with plotly.js (loaded once per page by ``nbkit.plots.show``)."""
     import plotly.io as pio
-
-    from nbkit import plots
 
     if isinstance(w, W.Box):
         direction = "row" if isinstance(w, W.HBox) else "column"
@@ -74,8 +75,6 @@ class _Explorer:
 
     def static_html(self) -> str:
         """How to get the live widget, then its current state as static HTML (controls as text, figures drawn)."""
-        from nbkit.paths import report_target
-
         where = report_target()
         notebook = f"notebooks/{where[1]}.ipynb" if where else "this notebook"
         return (f"<p class='nbkit-live-hint'><b>Live widget</b> ({type(self).__name__}): run <code>make lab</code> "
@@ -180,7 +179,7 @@ class GridExplorer(_Explorer):
                                        continuous_update=False)
         self.rel_width = W.FloatLogSlider(value=rel_width, base=10, min=-3, max=-0.5, step=0.1,
                                           description="± rel. width", continuous_update=False)
-        self.formats = W.SelectMultiple(options=list(P.FORMATS), value=tuple(formats), description="formats", rows=5)
+        self.formats = W.SelectMultiple(options=list(P.NUMBER_FORMATS), value=tuple(formats), description="formats", rows=5)
         self.summary = W.HTML()
         self.out = W.Output()
         self.figure = None
@@ -256,7 +255,7 @@ class LossScaleExplorer(_Explorer):
         """Redo the cast for the current scale and redraw."""
         self.demo = P.loss_scaling_demo(scale=2.0 ** self.log2_scale.value)
         counts = self.demo.counts()
-        lost = {k: int(np.sum(e > P.FORMATS["fp16"].unit_roundoff))
+        lost = {k: int(np.sum(e > P.NUMBER_FORMATS["fp16"].unit_roundoff))
                 for k, e in (("without scale", self.demo.rel_error_unscaled), ("with scale", self.demo.rel_error_scaled))}
         self.table.value = _table(["fp16 storage", "flushed to 0", "subnormal", "normal", "overflow to inf",
                                    "error > eps/2"],
@@ -271,8 +270,6 @@ class FormatExplorer(_Explorer):
 
     def __init__(self, model: str = "tiny-arith", choices: Sequence[str] | None = None, value: str = "mxfp4",
                  n_prompts: int = 8, samples_per_prompt: int = 2, seed: int = 0):
-        from nbkit import formats
-
         self.model, self.n_prompts, self.samples, self.seed = model, n_prompts, samples_per_prompt, seed
         choices = list(choices or formats.FORMATS)
         self.picker = W.Dropdown(options=choices, value=formats.validate(value), description="format")
@@ -286,9 +283,6 @@ class FormatExplorer(_Explorer):
 
     def on_format(self, name: str) -> None:
         """Sample in ``name``, score with FP32 π, redraw (seconds on tiny-arith)."""
-        from nbkit.offline.ladder import LadderConfig, run_ladder
-        from nbkit.plots import mismatch as PM
-
         self.result = run_ladder(LadderConfig(model=self.model, formats=(name,), n_prompts=self.n_prompts,
                                               samples_per_prompt=self.samples, n_boot=0, seed=self.seed))
         m = self.result.metrics[name]

@@ -1,22 +1,73 @@
-"""A set of runs that differ only in algorithm, precision and seed: the paper's sanity test and precision ablation.
+"""Run folders read back: metric rows, configs, coordinates, and the tables a reader wants from them.
 
-``run_grid`` trains every (algorithm, dtype, seed) of a base config one after the other into
-``<output_dir>/<algorithm>-<dtype>[-s<seed>]``; ``load_runs`` reads any such folder back (finished or not), so
-plots and tables work on killed runs too, and ``load_meta`` reads each run's coordinates (algorithm, train and
-rollout dtype, seed) from its ``config.json``: a folder's name is only a name. ``summary_table`` condenses runs into
-the numbers a reader wants, and ``seed_summary`` condenses the seeds of each (algorithm, dtype) into mean and range:
-one seed is an anecdote.
+``MetricsLog`` is the append-only ``metrics.jsonl`` a run writes as it goes (a kill loses nothing) and reads back;
+``load_runs`` reads every run folder below a folder (finished or not), so plots and tables work on killed runs too,
+and ``load_meta`` reads each run's coordinates (algorithm, train and rollout dtype, seed) from its ``config.json``:
+a folder's name is only a name. ``summary_table`` condenses runs into the numbers a reader wants, and
+``seed_summary`` condenses the seeds of each (algorithm, dtype) into mean and range: one seed is an anecdote.
+Pure Python (no torch): stored studies (``nbkit.results``) and live run folders are read alike. The grids of runs
+themselves are trained by ``nbkit.rl.grid``.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+import math
+import statistics
 from pathlib import Path
 
-import nbkit.rl.runfolder as runfolder
-from nbkit import pool, schema
-from nbkit.rl.config import RLConfig
-from nbkit.rl.monitor import MetricsLog
-from nbkit.rl.run import RunResult, train
+from nbkit import outputs, schema, stats
+
+
+class MetricsLog:
+    """Append-only ``metrics.jsonl``: a row is flushed the moment its step ends, so a kill loses nothing."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)  # (its folder is made at the first row: naming a log writes nothing)
+
+    def append(self, row: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row, default=_plain) + "\n")
+            f.flush()
+
+    def rows(self) -> list[dict]:
+        """Every row in file order (see ``read``)."""
+        return self.read(self.path)
+
+    @staticmethod
+    def read(path: Path) -> list[dict]:
+        """The rows of a metrics file ([] when absent). A last line cut short by a kill is dropped; a malformed
+        line elsewhere raises ValueError naming the file and line."""
+        path = Path(path)
+        if not path.exists():
+            return []
+        lines = path.read_text().splitlines()
+        rows = []
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                if i == len(lines):
+                    break  # the row being written when the run was killed
+                raise ValueError(f"{path}: line {i} is not valid JSON ({exc.msg})") from exc
+        return rows
+
+    def truncate_after(self, step: int) -> int:
+        """Drop rows of steps > ``step`` (a resume from checkpoint ``step`` recomputes them), atomically;
+        returns how many."""
+        rows = self.rows()
+        keep = [r for r in rows if r.get("step", 0) <= step]
+        outputs.write_text(self.path, "".join(json.dumps(r, default=_plain) + "\n" for r in keep))
+        return len(rows) - len(keep)
+
+
+def _plain(x):
+    """JSON for a tensor (its value, or its list when it holds several) and anything else (its ``str``)."""
+    if hasattr(x, "numel") and hasattr(x, "item"):  # a torch tensor, known without importing torch
+        return x.item() if x.numel() == 1 else x.tolist()
+    return str(x)
 
 
 def run_label(algorithm: str, dtype: str, seed: int | None = None) -> str:
@@ -40,8 +91,6 @@ def coords(config: dict) -> dict:
 
 def load_configs(folder: str | Path) -> dict[str, dict]:
     """``label → config`` of every run folder below ``folder`` that has metric rows and a ``config.json``."""
-    import json
-
     return {log.parent.name: json.loads((log.parent / "config.json").read_text())
             for log in sorted(Path(folder).glob("**/metrics.jsonl")) if (log.parent / "config.json").is_file()}
 
@@ -49,93 +98,6 @@ def load_configs(folder: str | Path) -> dict[str, dict]:
 def load_meta(folder: str | Path, coords_of=coords) -> dict[str, dict]:
     """``label → coordinates`` of every run folder below ``folder``, from the runs' configs."""
     return {label: coords_of(cfg) for label, cfg in load_configs(folder).items()}
-
-
-def run_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress: bool = True,
-             seeds: list[int] | None = None, pairs: list[tuple[str, str]] | None = None, threads: int = 1,
-             workers: int | None = None, beside: dict[str, pool.Job] | None = None) -> dict[str, RunResult]:
-    """Train each (algorithm, dtype[, seed]); every config is validated before the first run starts.
-
-    ``seeds=None`` trains ``base.seed`` only, into folders without a seed suffix. ``pairs=[(train, rollout), ...]``
-    replaces ``dtypes`` (pass ``[]``) with the paper's ablation grid: labels such as ``grpo-bf16-fp32r-s0``, and a
-    pair whose two sides agree keeps the plain label (``grpo-bf16-s0``).
-
-    Runs are independent: ``nbkit.pool`` trains as many at once as the free cores hold (``workers``, else
-    ``NBKIT_WORKERS``), each in its own process on ``threads`` cores, so a run's rows do not depend on how many
-    ran beside it; ``workers=0`` trains them one after another in this process. ``beside``: other jobs in the same
-    pool (``train_all``), e.g. another study's runs (``GridStudy.jobs``); their values come back too."""
-    configs = grid_configs(base, algorithms, dtypes, seeds, pairs)
-    for cfg in configs.values():  # every run folder too: a refusal comes before the first run, not after it
-        runfolder.plan_run(cfg)
-    return train_all(configs, progress=progress, threads=threads, workers=workers, beside=beside)
-
-
-def grid_configs(base: RLConfig, algorithms: list[str], dtypes: list[str], seeds: list[int] | None = None,
-                 pairs: list[tuple[str, str]] | None = None) -> dict[str, RLConfig]:
-    """``label → RLConfig`` of ``run_grid``'s runs (arguments as there), each in ``<base.output_dir>/<label>``."""
-    if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
-        raise ValueError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}")
-    if pairs is not None and (dtypes or not pairs or len(set(map(tuple, pairs))) != len(pairs)
-                              or any(len(p) != 2 for p in pairs)):
-        raise ValueError(f"pairs must be a non-empty list of distinct (train_dtype, rollout_dtype) with dtypes=[], "
-                         f"got pairs={pairs!r}, dtypes={dtypes!r}")
-    grid = [(d, base.rollout_dtype) for d in dtypes] if pairs is None else [tuple(p) for p in pairs]
-    tag = (lambda d, r: d) if pairs is None else pair_tag  # without pairs: the labels runs had before pairs
-    return {run_label(a, tag(d, r), s): replace(base, algorithm=a, train_dtype=d, rollout_dtype=r,
-                                                seed=base.seed if s is None else s,
-                                                output_dir=str(base.out / run_label(a, tag(d, r), s)))
-            for a in algorithms for d, r in grid for s in (seeds or [None])}
-
-
-def train_all(configs: dict[str, RLConfig], progress: bool = True, threads: int = 1,
-              workers: int | None = None, beside: dict[str, pool.Job] | None = None) -> dict[str, object]:
-    """Train every run of ``label → RLConfig`` through ``nbkit.pool`` (see ``run_grid``); ``label → RunResult``.
-    With a GPU the runs train one after another in this process unless ``workers`` says otherwise
-    (``nbkit.pool.place``): two runs on one GPU would share the memory ``nbkit.rl.memory`` gives to one.
-    ``beside``: other independent jobs (``label → pool.Job``, e.g. a notebook's offline analysis) scheduled first,
-    in the same pool as the runs, their values returned under their labels too (in this process: before the runs)."""
-    beside = dict(beside or {})
-    clash = sorted(set(beside) & set(configs))
-    if clash:
-        raise ValueError(f"beside job label(s) {clash} are also run labels; give them other names")
-    placement = pool.place(len(configs) + len(beside), threads, workers)
-    if placement.workers == 0:  # in this process: each run shows its own progress bar
-        results = {label: pool.call(job.target, job.kwargs) for label, job in beside.items()}
-        for label, cfg in configs.items():
-            _announce(label, cfg)
-            results[label] = train(cfg, progress=progress)
-            _finished(label, results[label])
-        return results
-    if progress:
-        print(f"[nbkit] {len(configs)} run(s)" + (f" and {len(beside)} other job(s)" if beside else "")
-              + f": {placement.describe()}", flush=True)
-    return pool.run({**beside, **train_jobs(configs)}, threads, workers, progress=progress, desc="runs",
-                    on_done=lambda label, value: isinstance(value, RunResult) and _finished(label, value))
-
-
-def train_jobs(configs: dict[str, RLConfig]) -> dict[str, pool.Job]:
-    """``label → pool.Job`` training each run of ``label → RLConfig`` (its progress: the rows its log holds)."""
-    return {label: pool.Job("nbkit.rl.run:train", {"cfg": cfg, "progress": False}, units=cfg.steps,
-                            poll=_rows_logged(cfg.out / "metrics.jsonl")) for label, cfg in configs.items()}
-
-
-def _announce(label: str, cfg: RLConfig) -> None:
-    print(f"[nbkit] run {label}: {cfg.steps} steps, {cfg.prompts_per_step}x{cfg.samples_per_prompt} per step, "
-          f"rollout {cfg.rollout_engine}/{cfg.rollout}", flush=True)
-
-
-def _finished(label: str, result: RunResult) -> None:
-    print(f"[nbkit] run {label}: final accuracy {result.final_accuracy:.3f} in {result.seconds:.0f} s", flush=True)
-
-
-def _rows_logged(path: Path):
-    """A poll for ``pool.Job``: metric rows written so far (a resumed run's earlier rows count as done)."""
-    def poll() -> int:
-        if not path.is_file():
-            return 0
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
-    return poll
 
 
 def load_runs(folder: str | Path) -> dict[str, list[dict]]:
@@ -212,11 +174,6 @@ def precision_comparison(table: list[dict], meta: dict[str, dict], target: float
     ``a`` minus ``b``, over the seeds that reached it, with the two-sample t CI (pooled SD) and, where the CI covers
     0, the smallest difference those seeds find with ``power``. Seeds that never reach the target are counted, not
     given a step; fewer than two reaching seeds on a side give no CI."""
-    import math
-    import statistics
-
-    from nbkit import stats
-
     reach = f"steps to {target:.0%}"
     steps: dict[tuple[str, str], list] = {}
     for row in table:

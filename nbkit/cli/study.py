@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 import time
 
 from nbkit.cli.commands import Parser
+from nbkit.studies import GridStudy, markdown_table
+from nbkit.studies.catalog import STUDIES
+from nbkit.studies.results_md import section
 
 
 def parse_options(pairs: list[str]) -> dict:
@@ -55,10 +57,6 @@ def check_options(study, options: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from nbkit.studies import GridStudy, markdown_table
-    from nbkit.studies.catalog import STUDIES
-    from nbkit.studies.results_md import section
-
     p = Parser(prog="nbkit study", description=__doc__.split("\n\n")[0])
     p.add_argument("name", nargs="?", help=f"one of {sorted(STUDIES)}")
     p.add_argument("action", nargs="?", choices=("show", "run", "store"), default="show")
@@ -104,12 +102,3 @@ def main(argv: list[str] | None = None) -> int:
     path = study.store(wall_seconds=wall, command=command, keep_stored=a.keep_stored, replace=a.replace, **options)
     print(f"stored {path}")
     return 0
-
-
-if __name__ == "__main__":
-    from nbkit import paths as _paths
-
-    _paths.setup_environment()
-    from nbkit.cli.commands import guarded
-
-    sys.exit(guarded(main, prog="nbkit study"))

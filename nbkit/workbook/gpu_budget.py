@@ -98,6 +98,3 @@ def table(rows: list[Row]) -> str:
                      f"{vllm} | {r.peak_gib:.1f}{'' if r.fits else ' (does not fit)'} |")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    print(table(budget()))

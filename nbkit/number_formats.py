@@ -4,7 +4,7 @@ The paper's argument starts here: BF16 keeps 8 exponent bits but only 7 mantissa
 compute the same probability in slightly different orders disagree by up to 2^-8 relative; FP16 keeps 10
 mantissa bits (8x finer) at the price of a narrow range, which dynamic loss scaling repairs.
 
-- ``NumberFormat`` / ``FORMATS`` / ``get_format``: the exact table (fp32, fp16, bf16, fp8 e4m3fn and e5m2).
+- ``NumberFormat`` / ``NUMBER_FORMATS`` / ``get_format``: the exact table (fp32, fp16, bf16, fp8 e4m3fn and e5m2).
 - ``to_bits`` / ``from_bits`` / ``decompose`` / ``compose`` / ``round_to``: rounding to nearest, ties to even,
   done with integer arithmetic on float64 bit patterns, independently of torch (the tests compare the two).
 - ``ulp``, ``relative_rounding_error``, ``representable_grid``: the spacing of the grid and where it lies.
@@ -95,7 +95,7 @@ def _make_format(name: str, exponent_bits: int, mantissa_bits: int, dtype_name: 
     )
 
 
-FORMATS: dict[str, NumberFormat] = {
+NUMBER_FORMATS: dict[str, NumberFormat] = {
     f.name: f
     for f in (
         _make_format("fp32", 8, 23, "float32"),
@@ -123,17 +123,17 @@ def get_format(fmt: str | torch.dtype | NumberFormat) -> NumberFormat:
     if isinstance(fmt, NumberFormat):
         return fmt
     if isinstance(fmt, torch.dtype):
-        for f in FORMATS.values():
+        for f in NUMBER_FORMATS.values():
             if f.torch_dtype == fmt:
                 return f
         raise ValueError(f"unsupported torch dtype {fmt!r}; choose one of "
-                         f"{[str(f.torch_dtype) for f in FORMATS.values() if f.torch_dtype is not None]}")
+                         f"{[str(f.torch_dtype) for f in NUMBER_FORMATS.values() if f.torch_dtype is not None]}")
     if isinstance(fmt, str):
         key = fmt.strip().lower().removeprefix("torch.")
         if key in _ALIASES:
-            return FORMATS[_ALIASES[key]]
-    raise ValueError(f"unknown number format {fmt!r}; choose one of {list(FORMATS)} "
-                     f"(aliases: {sorted(set(_ALIASES) - set(FORMATS))}, or a torch dtype)")
+            return NUMBER_FORMATS[_ALIASES[key]]
+    raise ValueError(f"unknown number format {fmt!r}; choose one of {list(NUMBER_FORMATS)} "
+                     f"(aliases: {sorted(set(_ALIASES) - set(NUMBER_FORMATS))}, or a torch dtype)")
 
 
 # --------------------------------------------------------------------------------------------- bit patterns
