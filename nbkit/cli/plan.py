@@ -42,7 +42,7 @@ from nbkit.dtypes import VLLM_NAMES
 from nbkit.fieldcheck import Range, check_value
 from nbkit.rl import launch, memory
 from nbkit.rl.config import RLConfig, config_from
-from nbkit.rl.run import per_device_batch
+from nbkit.rl.inputs import per_device_batch
 from nbkit.runlog import run_label
 from nbkit.workbook.profiles import PROFILES
 

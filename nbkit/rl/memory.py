@@ -199,7 +199,7 @@ def fit_run(cfg, trainers: int, gpu_gib: float, kind: str, colocated: bool, prom
     """``fit_micro_batch`` for an ``RLConfig`` run on ``trainers`` processes: its model, share of the batch, sequence
     length (``prompt_tokens`` + ``max_tokens``), vLLM share when colocated, PPO's critic and minibatches."""
     from nbkit.rl import algorithms
-    from nbkit.rl.run import per_device_batch
+    from nbkit.rl.inputs import per_device_batch
 
     ppo = algorithms.get(cfg.algorithm).critic
     return fit_micro_batch(model_shape(cfg.model), per_device_batch(cfg, trainers), cfg.max_tokens + prompt_tokens,

@@ -21,6 +21,8 @@ import nbkit.rl.runfolder as runfolder
 from nbkit import lm_head, logs, models, outputs, tasks, versions
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
+from nbkit.rl.inputs import (  # noqa: F401 - re-exported: a run's input rules, as before
+    FIT_ROWS, check_grader_fits, check_prompts, load_task, micro_batch, needed_context, per_device_batch)
 from nbkit.rl.monitor import CollapseAlarm
 from nbkit.rl.trackers import check_report_to
 from nbkit.runlog import MetricsLog
@@ -51,42 +53,6 @@ class RunResult:
         return sum(tail) / len(tail) if tail else float("nan")
 
 
-FIT_ROWS = 32
-"""How many first problems ``check_grader_fits`` reads to judge whether the grader fits the dataset."""
-
-
-def load_task(cfg: RLConfig) -> tuple[tasks.Task, list[dict]]:
-    """The task and its usable problems (those with a checkable answer); errors name what is wrong."""
-    task = tasks.make_task(tasks.TaskConfig(source=cfg.dataset, template=cfg.template, grader=cfg.grader))
-    usable = [p for p in task.problems if task.answer_ok(p["answer"])]
-    if not usable:
-        raise ValueError(f"dataset {cfg.dataset!r} has no problem with a checkable answer "
-                         f"({len(task.problems)} problems, all answers unreadable)")
-    check_grader_fits(task, cfg)
-    if len(usable) < cfg.prompts_per_step:
-        raise ValueError(f"dataset {cfg.dataset!r} has {len(usable)} usable problems, fewer than one step's "
-                         f"prompts_per_step={cfg.prompts_per_step}")
-    return task, usable
-
-
-def check_grader_fits(task: tasks.Task, cfg: RLConfig) -> None:
-    """Score the first rows' references with the chosen grader: a grader that cannot read an eighth or more of
-    the reference answers, or that fails a reference ``solution`` (where the data has one), does not fit the
-    data (e.g. MATH problems with the ``arith`` grader would train on reward 0)."""
-    first = task.problems[:FIT_ROWS]
-    unreadable = [p["answer"] for p in first if not task.answer_ok(p["answer"])]
-    if len(unreadable) * 8 >= len(first):
-        raise ValueError(f"grader {cfg.grader!r} cannot read {len(unreadable)} of the first {len(first)} reference "
-                         f"answers of dataset {cfg.dataset!r} (e.g. {unreadable[:3]}): it does not fit this data; "
-                         f"choose one of {sorted(tasks.GRADERS)}")
-    solved = [p for p in first if task.answer_ok(p["answer"]) and isinstance(p.get("solution"), str)]
-    failed = [p["solution"] for p in solved if task.reward(p["solution"], p["answer"]) < 1]
-    if solved and len(failed) * 2 > len(solved):
-        raise ValueError(f"grader {cfg.grader!r} scores {len(failed)} of {len(solved)} reference solutions of "
-                         f"dataset {cfg.dataset!r} as wrong (e.g. {failed[0][:80]!r}): it does not fit this data; "
-                         f"choose one of {sorted(tasks.GRADERS)}")
-
-
 def trl_prompt(tokenizer, prompt: str) -> str:
     """The prompt text to hand TRL so that it tokenizes to the template's own ids, special tokens once.
 
@@ -103,38 +69,6 @@ def trl_prompt(tokenizer, prompt: str) -> str:
                          f"hold ({tokenizer(text)['input_ids'][:8]}... vs {own[:8]}...): TRL would train on other "
                          f"ids than the engines sample from; put them in the template (nbkit.tasks.TEMPLATES)")
     return text
-
-
-def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str) -> int:
-    """Every prompt tokenizes to something, loses no visible character, and leaves room for ``max_tokens``
-    within the model's context (transformers would otherwise fail mid-run, or train on cut prompts). Returns the
-    context the run needs, longest prompt + ``max_tokens``: the rollout engine's ``max_model_len`` (vLLM ends a
-    request at its ``max_model_len`` with an ordinary "length" finish, so a shorter one would cut answers
-    silently)."""
-    from transformers import AutoConfig
-
-    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
-    longest = (0, "")
-    for prompt in prompts:
-        ids = encode_prompt(tokenizer, prompt)
-        if not ids:
-            raise ValueError(f"the tokenizer of model {cfg.model!r} turns prompt {prompt[:80]!r} into no tokens "
-                             f"(characters outside its vocabulary?)")
-        if "".join(tokenizer.decode(ids).split()) != "".join(prompt.split()):
-            raise ValueError(f"the tokenizer of model {cfg.model!r} cannot represent prompt {prompt[:80]!r} (it "
-                             f"reads back as {tokenizer.decode(ids)[:80]!r}): characters outside its vocabulary")
-        longest = max(longest, (len(ids), prompt))
-    return needed_context(cfg, longest[0], context, longest[1])
-
-
-def needed_context(cfg: RLConfig, longest_prompt: int, context: int | None, example: str = "") -> int:
-    """``longest_prompt + max_tokens``; ValueError naming both when the model's ``context`` cannot hold it."""
-    needed = longest_prompt + cfg.max_tokens
-    if context and needed > context:
-        raise ValueError(f"prompt {example[:60]!r} has {longest_prompt} tokens; with max_tokens={cfg.max_tokens} "
-                         f"that exceeds model {cfg.model!r}'s context of {context} positions (vLLM would cut the "
-                         f"answers at {context} tokens); lower max_tokens to at most {context - longest_prompt}")
-    return needed
 
 
 def reward_function(task: tasks.Task, kind: str = "correctness", max_tokens: int = 1):
@@ -163,30 +97,6 @@ def reward_function(task: tasks.Task, kind: str = "correctness", max_tokens: int
 def world() -> tuple[int, int]:
     """(rank, number of processes) of this process as ``accelerate launch`` / torchrun set them; (0, 1) alone."""
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-def per_device_batch(cfg: RLConfig, world_size: int) -> int:
-    """Completions per process and step: the run's batch (prompts × samples) split evenly over the processes,
-    so a 2-process run trains the same global batch as a 1-process run."""
-    total = cfg.prompts_per_step * cfg.samples_per_prompt
-    if total % world_size:
-        raise ValueError(f"prompts_per_step × samples_per_prompt = {total} completions cannot be split evenly over "
-                         f"{world_size} processes; choose prompts_per_step so that the product is a multiple of "
-                         f"{world_size}")
-    return total // world_size
-
-
-def micro_batch(cfg: RLConfig, world_size: int) -> int:
-    """Completions per loss forward on one process: its share of the step's batch (``per_device_batch``) split
-    into ``gradient_accumulation_steps`` micro-batches (and, for PPO presets, into ``ppo_minibatches`` first)."""
-    share = per_device_batch(cfg, world_size)
-    parts = cfg.gradient_accumulation_steps * (cfg.ppo_minibatches if algorithms.get(cfg.algorithm).critic else 1)
-    if share % parts:
-        raise ValueError(f"each of {world_size} processes holds {share} completions per step, which "
-                         f"gradient_accumulation_steps={cfg.gradient_accumulation_steps}"
-                         + (f" × ppo_minibatches={cfg.ppo_minibatches}" if parts != cfg.gradient_accumulation_steps else "")
-                         + f" cannot split evenly; choose a divisor of {share}")
-    return share // parts
 
 
 def check_reward(fn, problems: list[dict]) -> None:

@@ -66,7 +66,7 @@ def size(cfg, world_size: int, seq_tokens: int, gpu_gib: float, kind: str):
     ``world_size`` training processes of ``gpu_gib`` GiB each under launch ``kind``, every sequence padded to
     ``seq_tokens``; ValueError with the estimate's terms when one sequence per micro-batch does not fit."""
     from nbkit.rl import algorithms
-    from nbkit.rl.run import micro_batch, per_device_batch
+    from nbkit.rl.inputs import micro_batch, per_device_batch
 
     ppo = algorithms.get(cfg.algorithm).critic
     configured = micro_batch(cfg, world_size)  # also refuses a configured accumulation that does not divide
@@ -115,7 +115,7 @@ def longest_sequence(cfg) -> int:
     from transformers import AutoTokenizer
 
     from nbkit import models
-    from nbkit.rl.run import check_prompts, load_task
+    from nbkit.rl.inputs import check_prompts, load_task
 
     task, problems = load_task(cfg)
     path = models.resolve(cfg.model)

@@ -10,7 +10,7 @@ notebook must have a ``smoke`` entry (a test enforces it) so that CI executes it
 """
 from __future__ import annotations
 
-from nbkit.studies.dose_response import FORMATS as DOSE_RESPONSE_FORMATS
+from nbkit.studies.dose_response import LADDER as DOSE_RESPONSE_FORMATS
 
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
