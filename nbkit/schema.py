@@ -43,6 +43,7 @@ IS_TRUNCATED_FRACTION = "is/truncated_fraction"
 IS_MASKED_FRACTION = "is/masked_fraction"
 IS_TRUNCATED_TOKEN_FRACTION = "is/truncated_token_fraction"
 IS_MASKED_TOKEN_FRACTION = "is/masked_token_fraction"
+OPSM_MASKED_FRACTION = "opsm/masked_fraction"
 ESS_TOKEN = mismatch_key("ess_token")
 ESS_SEQ = mismatch_key("ess_seq")
 LOG_PPL_DIFF = mismatch_key("log_ppl_diff")
@@ -113,6 +114,7 @@ KEYS: dict[str, str] = {
     IS_MASKED_FRACTION: "share of tokens/sequences whose IS weight masked them out",
     IS_TRUNCATED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) was truncated",
     IS_MASKED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) masked them out",
+    OPSM_MASKED_FRACTION: "correction='opsm': share of the step's sequences the off-policy sequence mask dropped",
     ESS_TOKEN: "effective sample size (Σr)²/(NΣr²) of the raw token IS weights r = π/μ, in (0, 1]",
     ESS_SEQ: "effective sample size of the raw sequence IS weights R = ∏ π/μ, in (0, 1]",
     LOG_PPL_DIFF: "mean over sequences of log PPL_π − log PPL_μ (verl's log_ppl_diff)",
@@ -162,9 +164,9 @@ TRL_KEYS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "epoch", "num
 """Keys TRL / transformers log themselves (see their docs)."""
 
 FAMILIES: tuple[str, ...] = ("mismatch/", "clip_ratio/", "completions/", "rewards/", "sampling/", "moe/flip_rate/layer",
-                             "judge/", "anatomy/")
+                             "judge/", "anatomy/", "bins/")
 """Key prefixes of families whose members are generated (mismatch metrics, TRL's per-reward and length stats,
-MoE flip rates per layer)."""
+MoE flip rates per layer, the per-step token bins of ``nbkit.tokenbins``)."""
 
 
 TIMING_KEYS: tuple[str, ...] = ("step_time",)

@@ -46,7 +46,7 @@ def mismatch_key(binning: str, i: int) -> str:
     return f"{PREFIX}{binning}/{i}/abs_logp_diff"
 
 
-def keys() -> tuple[str, ...]:
+def all_keys() -> tuple[str, ...]:
     """Every row key the per-step bins write."""
     return (SEQUENCES, RESPONSE_LENGTH) + tuple(
         k for b in EDGES for i in range(n_bins(b)) for k in (tokens_key(b, i), mismatch_key(b, i)))

@@ -55,6 +55,8 @@ class Algorithm:
     """Use the rollout engine's log-probs μ as π_old in the clipped ratio (instead of TRL's recomputed π_old)."""
     critic: bool = False
     """Train a critic and use GAE per-token advantages (``nbkit.rl.ppo_trainer.PPOTrainer``)."""
+    off_policy_mask: bool = False
+    """DeepSeek-V3.2's off-policy sequence mask (``nbkit.rl.opsm``, threshold ``RLConfig.opsm_delta``)."""
 
 
 _DR = {"loss_type": "dr_grpo", "scale_rewards": "none"}
@@ -93,6 +95,8 @@ class Correction:
     """TRL's ``vllm_importance_sampling_mode`` (None: no IS weight)."""
     mu_as_old: bool = False
     """μ stands in for π_old in the clipped ratio."""
+    off_policy_mask: bool = False
+    """Drop negative-advantage sequences whose KL(μ‖π) per token exceeds δ (``nbkit.rl.opsm``)."""
 
 
 CORRECTIONS: dict[str, Correction] = {c.name: c for c in (
@@ -102,6 +106,8 @@ CORRECTIONS: dict[str, Correction] = {c.name: c for c in (
     Correction("seq_mis", "sequence MIS: sequences with ∏π/μ > C masked out", "sequence_mask"),
     Correction("icepop", "IcePop: × π/μ per token, tokens with π/μ outside [low, high] masked", "token_mask"),
     Correction("mu_old", "μ as π_old: the mismatch enters the PPO clip (async/decoupled PPO)", mu_as_old=True),
+    Correction("opsm", "DeepSeek-V3.2's off-policy sequence mask: negative-advantage sequences with per-token "
+               "KL(μ‖π) > δ dropped", off_policy_mask=True),
 )}
 """Name → correction (``RLConfig.correction``; None there keeps the preset's own)."""
 
@@ -123,7 +129,7 @@ def resolve(name: str, correction: str | None = None) -> Algorithm:
         raise ValueError(f"unknown correction {correction!r}; choose one of {tuple(CORRECTIONS)} or None (the "
                          f"preset's own)")
     c = CORRECTIONS[correction]
-    return replace(algo, is_mode=c.is_mode, mu_as_old=c.mu_as_old)
+    return replace(algo, is_mode=c.is_mode, mu_as_old=c.mu_as_old, off_policy_mask=c.off_policy_mask)
 
 
 def grpo_options(algo: Algorithm, is_cap: float, band: tuple[float, float] = (0.5, 5.0)) -> dict:
