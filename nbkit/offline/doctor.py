@@ -184,7 +184,9 @@ class DoctorResult:
                          f"{100 * g['clip_fraction']:>8.3f} {g['seq_rms/measured']:>11.3g} / {g['seq_rms/predicted']:<10.3g}")
         lines.append(f"verdict: {self.verdict}")
         lines += [f"  - {r}" for r in self.reasons]
-        from nbkit.offline import anatomy
+        from nbkit.offline import anatomy, risk
+
+        lines += risk.lines(self.diagnoses, risk.load())  # the stored harm thresholds, or "none stored"
 
         lines += [anatomy.summary(a) for a in self.anatomies.values()]
         lines.append(f"setup: {len(self.findings)} finding(s)" if self.findings else "setup: no finding")
