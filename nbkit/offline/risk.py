@@ -30,7 +30,7 @@ def load(path: Path | str | None = None) -> dict | None:
     if not path.is_file():
         return None
     stored = json.loads(path.read_text())
-    if not isinstance(stored.get("tasks"), dict) or not isinstance(stored.get("unit"), str):
+    if not {"unit", "tasks"} <= set(stored):
         raise ValueError(f"{path} holds no harm thresholds (needs 'unit' and 'tasks'), has {sorted(stored)}")
     return stored
 
