@@ -77,6 +77,12 @@ class Threshold:
     replicate_outcomes: dict
     """How many replicates ended in each outcome (a large ``below_range`` or ``above_range`` share is a warning)."""
 
+    def to_json(self) -> dict:
+        """The record ``nbkit.offline.risk`` reads from the store (one task's entry), with the fit behind it."""
+        return {"outcome": self.outcome, "dose": self.dose, "ci": list(self.ci), "bracket": list(self.bracket),
+                "harm": self.harm, "level": self.level, "doses": list(self.doses), "fitted": list(self.fitted),
+                "n_boot": self.n_boot, "replicate_outcomes": dict(self.replicate_outcomes)}
+
     def describe(self) -> str:
         """One line: the threshold and its CI, or why there is none inside the measured range."""
         lo, hi = self.doses[0], self.doses[-1]

@@ -38,6 +38,17 @@ def test_a_dose_is_placed_against_each_tasks_threshold_and_ci(tmp_path):
     assert "1 M-parameter models, 50 steps" in bf16 and risk.CAVEAT in bf16
 
 
+def test_the_threshold_estimators_record_is_what_the_store_holds(tmp_path):
+    import numpy as np
+
+    from nbkit import threshold
+
+    est = threshold.estimate(np.tile(-0.02 * np.arange(6), (5, 1)), np.geomspace(0.03, 0.5, 6))
+    s = stored(tmp_path, {"tiny-arith": est.to_json()})
+    line = risk.lines({"bf16": {UNIT: 0.5}}, s)[0]
+    assert f"tiny-arith threshold {est.dose:.3g}" in line and "above it, beyond its CI" in line
+
+
 def test_a_task_without_a_crossing_is_reported_as_such(tmp_path):
     s = stored(tmp_path, {"tiny-arith": {"outcome": "above_range"},
                           "tiny-long": {"outcome": "crossing", "dose": 0.2, "ci": [0.1, None]}})
