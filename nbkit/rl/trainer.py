@@ -225,8 +225,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             self._raw_old_logps = result[0]
             self._pi_log_kept_mass = self._log_kept_mass(model, *args, **kwargs)
             result = (result[0] - self._pi_log_kept_mass.to(result[0].dtype), *result[1:])
-        if torch.is_grad_enabled():
-            self._loss_entropies = result[1]
+        if torch.is_grad_enabled():  # the loss forward's entropies, for the step's token bins
+            self._loss_entropies = result[1].detach() if result[1] is not None else None
         return result
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -258,8 +258,9 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self._loss_logps = None
         loss = super()._compute_loss(model, inputs)
         if self._loss_logps is not None and self._loss_entropies is not None:
-            self.step_bins.add(self._on_filter_support(self._loss_logps, inputs), self._loss_entropies.detach(),
+            self.step_bins.add(self._on_filter_support(self._loss_logps, inputs), self._loss_entropies,
                                inputs["sampling_per_token_logps"], inputs["completion_mask"])
+            self._loss_entropies = None
         if self._phantom_pending and self._loss_logps is not None:
             self._phantom_pending = False
             self._log_phantom_fraction(self._loss_logps, inputs)
