@@ -319,14 +319,19 @@ def choices_text() -> str:
 
 def validate(name: str) -> str:
     """``name`` if it is a known rollout format, else a ``ValueError`` naming it and listing the choices."""
-    if name not in FORMATS:
-        raise ValueError(f"unknown rollout format {name!r}; choose one of {tuple(FORMATS)}")
+    from nbkit import dial  # the layer dial's points: names, not registry entries (``nbkit.dial``)
+
+    if name not in FORMATS and dial.point(name) is None:
+        raise ValueError(f"unknown rollout format {name!r}; choose one of {tuple(FORMATS)} or a dial point "
+                         f"'dial-e8m1-<n>of<U>' (nbkit.dial)")
     return name
 
 
 def get(name: str | RolloutFormat) -> RolloutFormat:
     """The format called ``name`` (a ``RolloutFormat`` passes through)."""
-    return name if isinstance(name, RolloutFormat) else FORMATS[validate(name)]
+    from nbkit import dial
+
+    return name if isinstance(name, RolloutFormat) else FORMATS.get(validate(name)) or dial.point(name)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -507,7 +512,10 @@ def policy(fmt: str | RolloutFormat, half_gemm: str = "auto", model: torch.nn.Mo
         raise RuntimeError("rollout formats cannot act under torch.inference_mode() (inference tensors bypass "
                            "the dispatch mode): use torch.no_grad()")
     weights = quantized_weights(model, head=fmt.all_gemms) if model is not None else None
-    with FormatGemm(fmt, weights, half) as mode:
+    from nbkit import dial
+
+    with (dial.policy(fmt, weights, half, model) if isinstance(fmt, dial.DialPoint)
+          else FormatGemm(fmt, weights, half)) as mode:
         yield mode
 
 

@@ -46,6 +46,7 @@ IS_TRUNCATED_FRACTION = "is/truncated_fraction"
 IS_MASKED_FRACTION = "is/masked_fraction"
 IS_TRUNCATED_TOKEN_FRACTION = "is/truncated_token_fraction"
 IS_MASKED_TOKEN_FRACTION = "is/masked_token_fraction"
+OPSM_MASKED_FRACTION = "opsm/masked_fraction"
 ESS_TOKEN = mismatch_key("ess_token")
 ESS_SEQ = mismatch_key("ess_seq")
 LOG_PPL_DIFF = mismatch_key("log_ppl_diff")
@@ -113,6 +114,7 @@ KEYS: dict[str, str] = {
     IS_MASKED_FRACTION: "share of tokens/sequences whose IS weight masked them out",
     IS_TRUNCATED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) was truncated",
     IS_MASKED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) masked them out",
+    OPSM_MASKED_FRACTION: "correction='opsm': share of the step's sequences the off-policy sequence mask dropped",
     GRAD_NORM: "TRL: the policy's gradient norm before clipping", ENTROPY: "TRL: mean token entropy of π on the batch",
     JUDGE_ACCURACY: "the policy's accuracy on the held-out judge set, sampled by an FP32 HF engine holding a copy of "
     "the weights after this step (step 0: before any update); a row of step 0 holds only the judge",
@@ -158,9 +160,9 @@ TRL_KEYS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "epoch", "num
 """Keys TRL / transformers log themselves (see their docs)."""
 
 FAMILIES: tuple[str, ...] = ("mismatch/", "clip_ratio/", "completions/", "rewards/", "sampling/", "moe/flip_rate/layer",
-                             "judge/", "anatomy/")
+                             "judge/", "anatomy/", "bins/")
 """Key prefixes of families whose members are generated (mismatch metrics, TRL's per-reward and length stats,
-MoE flip rates per layer)."""
+MoE flip rates per layer, the per-step token bins of ``nbkit.tokenbins``)."""
 
 
 TIMING_KEYS: tuple[str, ...] = ("step_time",)

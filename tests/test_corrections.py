@@ -50,6 +50,7 @@ def test_truncation_and_sequence_masks_on_hand_made_ratios():
 EXPECTED = {  # correction -> (TRL's IS mode or None, μ as π_old)
     "none": (None, False), "token_tis": ("token_truncate", False), "seq_tis": ("sequence_truncate", False),
     "seq_mis": ("sequence_mask", False), "icepop": ("token_mask", False), "mu_old": (None, True),
+    "opsm": (None, False),  # DeepSeek-V3.2's off-policy sequence mask: no IS weight (tests/test_opsm.py)
 }
 
 

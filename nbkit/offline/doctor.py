@@ -32,7 +32,7 @@ from nbkit import mismatch, models, routing, schema
 from nbkit.fieldcheck import check_fields
 from nbkit.mismatch import crossing_length  # (re-exported: the doctor's length model)
 from nbkit.models import DTYPES
-from nbkit.offline import analysis, anatomy, lints
+from nbkit.offline import analysis, anatomy, lints, risk
 
 MASK_CAP = 3.0
 """TRL's default ``vllm_importance_sampling_clip_max`` (mode ``sequence_mask``): sequences with π/μ > 3 are dropped."""
@@ -178,6 +178,7 @@ class DoctorResult:
                          f"{100 * g['clip_fraction']:>8.3f} {g['seq_rms/measured']:>11.3g} / {g['seq_rms/predicted']:<10.3g}")
         lines.append(f"verdict: {self.verdict}")
         lines += [f"  - {r}" for r in self.reasons]
+        lines += risk.lines(self.diagnoses, risk.load())  # the stored harm thresholds, or "none stored"
         lines += [anatomy.summary(a) for a in self.anatomies.values()]
         lines.append(f"setup: {len(self.findings)} finding(s)" if self.findings else "setup: no finding")
         lines += [f.text() for f in self.findings]

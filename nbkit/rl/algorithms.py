@@ -66,6 +66,8 @@ class Correction:
     """TRL's ``vllm_importance_sampling_mode`` (None: no IS weight)."""
     mu_as_old: bool = False
     """μ stands in for π_old in the clipped ratio."""
+    off_policy_mask: bool = False
+    """Drop negative-advantage sequences whose KL(μ‖π) per token exceeds δ (``nbkit.rl.opsm``)."""
 
 
 LOSSES: dict[str, Loss] = {x.name: x for x in (
@@ -90,6 +92,8 @@ CORRECTIONS: dict[str, Correction] = {c.name: c for c in (
     Correction("seq_mis", "sequence MIS: sequences with ∏π/μ > C masked out", "sequence_mask"),
     Correction("icepop", "IcePop: × π/μ per token, tokens with π/μ outside [low, high] masked", "token_mask"),
     Correction("mu_old", "μ as π_old: the mismatch enters the PPO clip (async/decoupled PPO)", mu_as_old=True),
+    Correction("opsm", "DeepSeek-V3.2's off-policy sequence mask: negative-advantage sequences with per-token "
+               "KL(μ‖π) > δ dropped", off_policy_mask=True),
 )}
 """Name → correction (``RLConfig.correction``; None there keeps the preset's own)."""
 
@@ -135,6 +139,11 @@ class Algorithm:
     def mu_as_old(self) -> bool:
         """Use the rollout engine's log-probs μ as π_old in the clipped ratio (instead of TRL's recomputed π_old)."""
         return any(CORRECTIONS[c].mu_as_old for c in self.corrections)
+
+    @property
+    def off_policy_mask(self) -> bool:
+        """DeepSeek-V3.2's off-policy sequence mask (``nbkit.rl.opsm``, threshold ``RLConfig.opsm_delta``)."""
+        return any(CORRECTIONS[c].off_policy_mask for c in self.corrections)
 
     @property
     def critic(self) -> bool:

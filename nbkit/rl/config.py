@@ -186,7 +186,12 @@ class RLConfig:
     correction: str | None = field(default=None, metadata={"help": (
         "How μ enters the loss, independent of the loss (``nbkit.rl.algorithms.CORRECTIONS``): ``none``, ``token_tis`` "
         "/ ``seq_tis`` (cap ``is_cap``), ``seq_mis`` (threshold ``is_cap``), ``icepop`` (band [``icepop_low``, "
-        "``icepop_high``]) or ``mu_old`` (μ as π_old in the clip); None keeps the preset's own.")})
+        "``icepop_high``]), ``mu_old`` (μ as π_old in the clip) or ``opsm`` (DeepSeek-V3.2's off-policy sequence mask, "
+        "threshold ``opsm_delta``); None keeps the preset's own.")})
+    opsm_delta: Annotated[float, positive()] = field(default=0.01, metadata={"help": (
+        "OPSM (``correction='opsm'``): δ in nats per token; a sequence whose mean log μ − log π over its tokens (the "
+        "k1 estimate of KL(μ‖π) per token) exceeds δ and whose advantage is negative is dropped from the surrogate. "
+        "0.01: see ``nbkit.rl.opsm.DEFAULT_DELTA`` for why.")})
     icepop_low: Annotated[float, positive()] = field(default=0.5, metadata={"help": (
         "IcePop: tokens whose π/μ is below this are masked (the IcePop report's α = 0.5).")})
     icepop_high: Annotated[float, positive()] = field(default=5.0, metadata={"help": (

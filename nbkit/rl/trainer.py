@@ -25,8 +25,10 @@ from trl import GRPOTrainer
 import nbkit.rl.algorithms as algorithms
 import nbkit.rl.amp as amp
 import nbkit.rl.fsdp as fsdp
+import nbkit.rl.opsm as opsm
 from nbkit import gemm, lm_head, mismatch, routing, sampling_filter, schema
 from nbkit import metrics as metric_registry
+from nbkit.rl.bins import StepBins
 from nbkit.rl.monitor import CollapseAlarm, NonFiniteError, first_non_finite
 from nbkit.runlog import MetricsLog
 from nbkit.rl.rollout import EngineGeneration
@@ -81,6 +83,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self.pi_filter = {"top_k": self.top_k or 0, "top_p": 1.0 if self.top_p is None else self.top_p}
         """The engine's top-k/top-p, replayed on π for the IS ratio and the mismatch metrics (``_log_kept_mass``)."""
         self._filter_pending = False  # a batch whose π is still to be put on the filter's support
+        self.step_bins, self._loss_entropies = StepBins(), None  # per-step token bins (``nbkit.rl.bins``)
 
     def _build_accelerator_args(self, **kwargs) -> dict:
         """transformers' accelerator arguments + the run's FP16 loss scaling (``GradScalerKwargs``), which
@@ -135,6 +138,20 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             self._log_mismatch(self._on_filter_support(out["old_per_token_logps"], out), out)
         else:
             self._needs_pi = True
+        return self._off_policy_mask(out) if self.run.algo.off_policy_mask else out
+
+    def _off_policy_mask(self, out: dict) -> dict:
+        """DeepSeek-V3.2's OPSM on a fresh batch (``nbkit.rl.opsm``): π of the weights that sampled it (TRL's π_old
+        if it scored one, else a no-grad forward), on the sampling filter's support; logs the share dropped."""
+        logps = out.get("old_per_token_logps")
+        if logps is None:
+            start = time.perf_counter()
+            logps = self._training_logps(out)
+            self._mismatch_seconds += time.perf_counter() - start
+        out, dropped = opsm.apply(out, self._on_filter_support(logps, out), self.run.opsm_delta)
+        counts = self.accelerator.reduce(torch.tensor([float(dropped), float(len(out["advantages"]))],
+                                                      device=self.accelerator.device), "sum")
+        self._metrics["train"][schema.OPSM_MASKED_FRACTION].append(float(counts[0] / counts[1]))
         return out
 
     @torch.no_grad()
@@ -204,6 +221,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             self._raw_old_logps = result[0]
             self._pi_log_kept_mass = self._log_kept_mass(model, *args, **kwargs)
             result = (result[0] - self._pi_log_kept_mass.to(result[0].dtype), *result[1:])
+        if torch.is_grad_enabled():  # the loss forward's entropies, for the step's token bins
+            self._loss_entropies = result[1].detach() if result[1] is not None else None
         return result
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -234,6 +253,10 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             inputs = {**inputs, "old_per_token_logps": mu if kept is None else mu + kept.to(mu.dtype)}
         self._loss_logps = None
         loss = super()._compute_loss(model, inputs)
+        if self._loss_logps is not None and self._loss_entropies is not None:
+            self.step_bins.add(self._on_filter_support(self._loss_logps, inputs), self._loss_entropies,
+                               inputs["sampling_per_token_logps"], inputs["completion_mask"])
+            self._loss_entropies = None
         if self._phantom_pending and self._loss_logps is not None:
             self._phantom_pending = False
             self._log_phantom_fraction(self._loss_logps, inputs)
@@ -370,6 +393,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         if self.run.rollout_format is not None:  # the format's GEMMs ran this step, or the run stops here
             record.update(self.vllm_generation.format_audit())
         record["loss_scale"] = self.loss_scale()
+        record.update(self.step_bins.take(self.accelerator))
         capped, answers = self.accelerator.reduce(torch.tensor(
             self.vllm_generation.take_length_hits(), dtype=torch.float64, device=self.accelerator.device), "sum").tolist()
         record[schema.LENGTH_CAPPED] = int(capped)  # ended at max_tokens: no closing tag, reward 0 for a grader

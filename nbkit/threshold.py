@@ -1,0 +1,198 @@
+"""Where harm starts: the dose at which a format's paired accuracy gap crosses a harm line, with a bootstrap CI.
+
+The pre-registered analysis of the harm-threshold study (issue 37, item 2), stated here before any run:
+
+- **Outcome.** Per seed and dose, the paired gap g = (held-out judge accuracy of the run in the dosed format) −
+  (that of the FP32 run on the same seed): the same data, initial weights and sampling seed on both sides.
+- **Curve.** An isotonic (non-increasing) fit of the mean gap against log dose, weighted by the number of seeds
+  at each dose. Why isotonic and not a 2-parameter logistic: a logistic of the gap needs the floor it falls to
+  (a third parameter: with e8m1 the gap can be −0.1 or −0.9 depending on how fast the model breaks), and with 6
+  doses × 5 seeds a mis-specified shape would bias the crossing without showing it; the only assumption isotonic
+  makes is the one the study is built on, that more rounding does not help. Between doses the fit is read by
+  linear interpolation in log dose.
+- **Threshold.** The smallest dose where the fitted gap reaches ``harm`` (−0.05): the log-linear interpolation
+  between the last dose above the line and the first at or below it.
+- **CI.** A percentile bootstrap over seeds: a replicate draws seeds with replacement and keeps each drawn seed's
+  whole row of gaps (its FP32 reference is shared across doses, so the doses of one seed are not independent).
+  Before resampling, each dose's gaps are spread about their mean by sqrt(n / (n − 1)) · t_{n−1} / z: the
+  percentile bootstrap of a mean from n seeds is a z-interval with the plug-in variance, about 30 % too narrow
+  with 5 seeds; the factor makes it the t-interval, and the threshold is a smooth function of the dose means
+  (simulated coverage of a 95 % interval, 5 seeds, a logistic gap curve: 82 % without the factor, 94 % with it).
+- **Shape between doses.** The interpolated crossing assumes the curve is straight in log dose between the two
+  doses around it; where it bends sharply there the interval can miss. ``bracket`` is the interval that assumes
+  nothing but monotonicity: from the lower bracketing dose of the replicates' α-quantile to the upper bracketing
+  dose of their (1 − α)-quantile. Report it beside ``ci``; doses spaced more finely narrow it.
+- **No crossing inside the measured range** is an outcome, not an extrapolation: ``outcome`` is ``below_range``
+  (already harmed at the smallest dose: the threshold is below it), ``above_range`` (never harmed: the threshold is
+  above the largest dose) or ``crossing``; a CI bound that falls outside the range is reported as ``None`` with
+  ``ci_low_censored`` / ``ci_high_censored`` set, never as a number the data did not reach.
+
+    est = threshold.estimate(gaps, doses)          # gaps: (seeds, doses), NaN where a run is missing
+    est.outcome, est.dose, est.ci                   # 'crossing', 0.12, (0.07, 0.21)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from nbkit import stats
+
+HARM = -0.05
+"""The harm line: a format harms when its paired gap to FP32 reaches −0.05 (5 accuracy points)."""
+OUTCOMES = ("crossing", "below_range", "above_range")
+"""``crossing``: the fitted gap crosses ``harm`` inside the measured doses; ``below_range``: it is already at or
+below it at the smallest dose; ``above_range``: it never reaches it up to the largest dose."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A harm threshold and its bootstrap CI."""
+
+    outcome: str
+    """One of ``OUTCOMES``."""
+    dose: float | None
+    """The dose where the fitted gap crosses ``harm`` (``crossing`` only; None otherwise: no extrapolation)."""
+    ci: tuple[float | None, float | None]
+    """Percentile bootstrap interval (``level``) of the dose; a bound is None when that share of the replicates
+    had no crossing on that side of the measured range (see the ``*_censored`` flags)."""
+    bracket: tuple[float | None, float | None]
+    """The shape-free interval: measured doses bracketing the crossing at the ``level`` quantiles of the
+    replicates (None on a censored side, as ``ci``)."""
+    ci_low_censored: bool
+    """The lower bound lies below the smallest measured dose (too many replicates were already harmed there)."""
+    ci_high_censored: bool
+    """The upper bound lies above the largest measured dose (too many replicates never crossed)."""
+    fitted: tuple[float, ...]
+    """The isotonic fit of the mean gap at each dose (the curve the threshold is read from)."""
+    doses: tuple[float, ...]
+    """The measured doses, ascending."""
+    harm: float
+    """The harm line the gap was compared with."""
+    level: float
+    """The CI's coverage level."""
+    n_boot: int
+    """Bootstrap replicates drawn."""
+    replicate_outcomes: dict
+    """How many replicates ended in each outcome (a large ``below_range`` or ``above_range`` share is a warning)."""
+
+    def to_json(self) -> dict:
+        """The record ``nbkit.offline.risk`` reads from the store (one task's entry), with the fit behind it."""
+        return {"outcome": self.outcome, "dose": self.dose, "ci": list(self.ci), "bracket": list(self.bracket),
+                "harm": self.harm, "level": self.level, "doses": list(self.doses), "fitted": list(self.fitted),
+                "n_boot": self.n_boot, "replicate_outcomes": dict(self.replicate_outcomes)}
+
+    def describe(self) -> str:
+        """One line: the threshold and its CI, or why there is none inside the measured range."""
+        lo, hi = self.doses[0], self.doses[-1]
+        if self.outcome == "below_range":
+            return f"harmed already at the smallest dose {lo:.3g}: the threshold lies below the measured range"
+        if self.outcome == "above_range":
+            return f"no harm up to the largest dose {hi:.3g}: the threshold lies above the measured range"
+        low = f"< {lo:.3g}" if self.ci_low_censored else f"{self.ci[0]:.3g}"
+        high = f"> {hi:.3g}" if self.ci_high_censored else f"{self.ci[1]:.3g}"
+        return f"threshold {self.dose:.3g} ({self.level:.0%} CI {low} – {high})"
+
+
+def isotonic_decreasing(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted least-squares non-increasing fit of ``y`` (..., n) with weights ``w`` (..., n), batched over the
+    leading axes: the max-min formula fit_i = max_{j ≥ i} min_{k ≤ i} mean_w(y[k..j]) (the same fit the pool-
+    adjacent-violators algorithm finds; O(n²) per row, fine for a dozen doses and thousands of replicates)."""
+    y, w = np.asarray(y, float), np.asarray(w, float)
+    n = y.shape[-1]
+    cw = np.concatenate([np.zeros(w.shape[:-1] + (1,)), np.cumsum(w, -1)], -1)
+    cwy = np.concatenate([np.zeros(y.shape[:-1] + (1,)), np.cumsum(w * y, -1)], -1)
+    k, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")  # interval [k, j]
+    valid = k <= j
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (cwy[..., j + 1] - cwy[..., k]) / (cw[..., j + 1] - cw[..., k])  # (..., k, j)
+    fit = np.empty(y.shape)
+    for i in range(n):
+        # non-increasing: fit_i = min over k ≤ i of max over j ≥ i of mean(k..j)
+        block = np.where(valid[: i + 1, i:], means[..., : i + 1, i:], np.nan)
+        fit[..., i] = np.nanmin(np.nanmax(block, axis=-1), axis=-1)
+    return fit
+
+
+def crossing(fitted: np.ndarray, log_doses: np.ndarray, harm: float) -> tuple[np.ndarray, np.ndarray]:
+    """Crossing log dose of non-increasing fits (..., n): (log dose or NaN, outcome index into ``OUTCOMES``)."""
+    below = fitted <= harm
+    first = np.argmax(below, axis=-1)  # first dose at or below the line (0 if none: told apart below)
+    any_below = below.any(-1)
+    outcome = np.where(~any_below, 2, np.where(first == 0, 1, 0))
+    i = np.clip(first, 1, len(log_doses) - 1)
+    y0 = np.take_along_axis(fitted, (i - 1)[..., None], -1)[..., 0]
+    y1 = np.take_along_axis(fitted, i[..., None], -1)[..., 0]
+    x0, x1 = log_doses[i - 1], log_doses[i]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        x = x0 + (y0 - harm) / (y0 - y1) * (x1 - x0)  # y0 > harm >= y1, so y0 > y1
+    return np.where(outcome == 0, x, np.nan), outcome
+
+
+def estimate(gaps, doses, harm: float = HARM, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+             small_sample_correction: bool = True) -> Threshold:
+    """The harm threshold of paired gaps ``gaps`` (seeds × doses: format − FP32 on the same seed, NaN for a run
+    that is missing) at ``doses`` (> 0, distinct; any order), with a ``level`` percentile bootstrap CI over seeds
+    (``n_boot`` replicates, RNG ``seed``). ``small_sample_correction``: inflate the resampled gaps about their dose
+    means by sqrt(n/(n−1))·t/z before resampling (module docstring). ValueError for bad input, before any work."""
+    gaps, doses = np.asarray(gaps, float), np.asarray(doses, float)
+    if gaps.ndim != 2 or doses.ndim != 1 or gaps.shape[1] != doses.size:
+        raise ValueError(f"gaps must be (seeds, doses) with one column per dose; got gaps {gaps.shape}, doses "
+                         f"{doses.shape}")
+    if doses.size < 2 or not np.all(np.isfinite(doses)) or np.any(doses <= 0) or np.unique(doses).size != doses.size:
+        raise ValueError(f"doses must be >= 2 distinct finite positive numbers, got {doses.tolist()}")
+    n_seeds = np.sum(np.isfinite(gaps), axis=0)
+    if n_seeds.min() < 2:
+        raise ValueError(f"every dose needs >= 2 seeds with a gap; seeds per dose: {n_seeds.tolist()}")
+    if not 0 < level < 1 or n_boot < 100:
+        raise ValueError(f"level must be in (0, 1) and n_boot >= 100, got level={level!r}, n_boot={n_boot!r}")
+    order = np.argsort(doses)
+    gaps, doses, logd = gaps[:, order], doses[order], np.log(doses[order])
+
+    def fit(g):  # g: (..., seeds, doses) → isotonic fit of the seed-mean gap per dose, weighted by seeds present
+        ok = np.isfinite(g)
+        w = ok.sum(-2)
+        mean = np.where(ok, g, 0).sum(-2) / np.maximum(w, 1)
+        return isotonic_decreasing(np.where(w > 0, mean, 0.0), w.astype(float))
+
+    fitted = fit(gaps)
+    x, out = crossing(fitted, logd, harm)
+    rng = np.random.default_rng(seed)
+    n = gaps.shape[0]
+    spread = gaps
+    if small_sample_correction:
+        factor = np.array([np.sqrt(k / (k - 1)) * stats.t_quantile(1 - (1 - level) / 2, int(k) - 1)
+                           / NormalDist().inv_cdf(1 - (1 - level) / 2) for k in n_seeds])
+        centre = np.nanmean(gaps, axis=0)
+        spread = centre + (gaps - centre) * factor
+    draw = spread[rng.integers(0, n, size=(n_boot, n))]  # (B, seeds, doses): whole rows of gaps per drawn seed
+    bx, bout = crossing(fit(draw), logd, harm)
+    # a replicate harmed below the range sorts as −inf, one never harmed as +inf: percentiles of a censored sample
+    key = np.where(bout == 1, -np.inf, np.where(bout == 2, np.inf, bx))
+    alpha = (1 - level) / 2
+    lo_q, hi_q = np.quantile(key, [alpha, 1 - alpha], method="inverted_cdf")
+    # shape-free bracket of each replicate: (lower, upper) measured dose around its crossing; a replicate harmed
+    # below the range has (−1: "below", smallest dose), one never harmed (largest dose, inf: "above")
+    i = np.clip(np.searchsorted(logd, np.where(bout == 0, bx, logd[0]), side="left"), 1, doses.size - 1)
+    lower_of = np.where(bout == 0, doses[i - 1], np.where(bout == 1, -1.0, doses[-1]))
+    upper_of = np.where(bout == 0, doses[i], np.where(bout == 1, doses[0], np.inf))
+    b_lo = np.quantile(lower_of, alpha, method="inverted_cdf")
+    b_hi = np.quantile(upper_of, 1 - alpha, method="inverted_cdf")
+    return Threshold(
+        outcome=OUTCOMES[int(out)], dose=float(np.exp(x)) if out == 0 else None,
+        ci=(float(np.exp(lo_q)) if np.isfinite(lo_q) else None, float(np.exp(hi_q)) if np.isfinite(hi_q) else None),
+        bracket=(float(b_lo) if 0 < b_lo < np.inf else None, float(b_hi) if 0 < b_hi < np.inf else None),
+        ci_low_censored=bool(lo_q == -np.inf), ci_high_censored=bool(hi_q == np.inf),
+        fitted=tuple(float(v) for v in fitted), doses=tuple(float(d) for d in doses), harm=harm, level=level,
+        n_boot=n_boot, replicate_outcomes={name: int(np.sum(bout == i)) for i, name in enumerate(OUTCOMES)})
+
+
+def paired_gaps(scores, reference) -> np.ndarray:
+    """Paired gaps (seeds × doses) from ``scores`` (seeds × doses: the dosed runs' held-out accuracy) and
+    ``reference`` (seeds: the FP32 run of each seed); NaN stays NaN."""
+    scores, reference = np.asarray(scores, float), np.asarray(reference, float)
+    if scores.ndim != 2 or reference.shape != (scores.shape[0],):
+        raise ValueError(f"scores must be (seeds, doses) and reference (seeds,), got {scores.shape} and "
+                         f"{reference.shape}")
+    return scores - reference[:, None]

@@ -1,0 +1,121 @@
+"""The harm-threshold estimator (``nbkit.threshold``): the isotonic fit, the crossing, the bootstrap CI's coverage
+on synthetic studies with a known threshold, and the outcomes when no crossing lies inside the measured doses."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nbkit import threshold
+
+DOSES = np.geomspace(0.03, 0.5, 6)  # the dial's planned range: 6 log-spaced doses
+
+
+def logistic_gap(doses, crossing, floor=0.4, width=0.5):
+    """A gap curve falling from 0 to −floor, through the harm line −0.05 exactly at ``crossing``."""
+    centre = np.log(crossing) + width * np.log(floor / 0.05 - 1)
+    return -floor / (1 + np.exp(-(np.log(doses) - centre) / width))
+
+
+def study(rng, truth, seeds=5, seed_sd=0.03, run_sd=0.04):
+    """Paired gaps of one simulated study: a seed effect shared by all doses (the FP32 reference) + run noise."""
+    return truth + rng.normal(0, seed_sd, (seeds, 1)) + rng.normal(0, run_sd, (seeds, truth.size))
+
+
+def pava_decreasing(y, w):
+    """Pool-adjacent-violators, written out: the reference for the batched max-min fit."""
+    blocks = []
+    for v, wt in zip(y, w):
+        blocks.append([v, wt, 1])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            b, a = blocks.pop(), blocks.pop()
+            blocks.append([(a[0] * a[1] + b[0] * b[1]) / (a[1] + b[1]), a[1] + b[1], a[2] + b[2]])
+    return np.concatenate([[m] * k for m, _, k in blocks])
+
+
+def test_the_isotonic_fit_is_the_pool_adjacent_violators_fit():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(2, 9))
+        y, w = rng.normal(size=n), rng.integers(1, 6, size=n).astype(float)
+        assert np.allclose(threshold.isotonic_decreasing(y, w), pava_decreasing(y, w))
+
+
+def test_a_noiseless_straight_curve_in_log_dose_crosses_where_it_is_drawn():
+    gaps = np.tile(-0.02 * np.arange(6), (5, 1))  # −0.05 halfway between the 3rd and 4th dose in log dose
+    est = threshold.estimate(gaps, DOSES)
+    assert est.outcome == "crossing"
+    assert est.dose == pytest.approx(np.sqrt(DOSES[2] * DOSES[3]), rel=1e-9)
+    assert est.ci == (pytest.approx(est.dose), pytest.approx(est.dose))  # no seed-to-seed spread, no width
+    assert est.bracket == (pytest.approx(DOSES[2]), pytest.approx(DOSES[3]))
+
+
+def test_the_ci_covers_a_known_crossing_in_at_least_90_percent_of_200_simulated_studies():
+    truth = logistic_gap(DOSES, crossing=0.12)
+    covered = bracketed = 0
+    for k in range(200):
+        est = threshold.estimate(study(np.random.default_rng(1000 + k), truth), DOSES, n_boot=1000, seed=k)
+        low = 0.0 if est.ci_low_censored else est.ci[0]
+        high = np.inf if est.ci_high_censored else est.ci[1]
+        covered += low <= 0.12 <= high
+        bracketed += (est.bracket[0] or 0.0) <= 0.12 <= (est.bracket[1] or np.inf)
+    assert covered / 200 >= 0.90, f"coverage {covered / 200:.3f}"
+    assert bracketed >= covered  # the shape-free interval holds the interpolated one
+
+
+def test_the_bracket_still_covers_when_the_curve_bends_sharply_between_doses():
+    truth = logistic_gap(DOSES, crossing=0.10, floor=0.6, width=0.3)  # interpolating in log dose is biased here
+    bracketed = sum(
+        (est.bracket[0] or 0.0) <= 0.10 <= (est.bracket[1] or np.inf)
+        for k in range(100)
+        for est in [threshold.estimate(study(np.random.default_rng(k), truth, seed_sd=0.02, run_sd=0.03), DOSES,
+                                       n_boot=500, seed=k)])
+    assert bracketed / 100 >= 0.90
+
+
+def test_no_harm_anywhere_is_reported_as_above_the_range_not_extrapolated():
+    gaps = np.random.default_rng(3).normal(0, 0.01, (5, 6))
+    est = threshold.estimate(gaps, DOSES)
+    assert est.outcome == "above_range" and est.dose is None
+    assert est.ci_high_censored and est.ci[1] is None and est.bracket[1] is None
+    assert "above the measured range" in est.describe()
+
+
+def test_harm_at_the_smallest_dose_is_reported_as_below_the_range():
+    gaps = np.random.default_rng(4).normal(-0.3, 0.01, (5, 6))
+    est = threshold.estimate(gaps, DOSES)
+    assert est.outcome == "below_range" and est.dose is None
+    assert est.ci_low_censored and est.ci[0] is None and est.bracket[0] is None
+    assert "below the measured range" in est.describe()
+
+
+def test_a_missing_run_is_left_out_of_its_dose_only():
+    rng = np.random.default_rng(5)
+    gaps = study(rng, logistic_gap(DOSES, crossing=0.12))
+    holed = gaps.copy()
+    holed[0, 0] = np.nan
+    part = threshold.estimate(holed, DOSES)
+    expected = threshold.isotonic_decreasing(np.nanmean(holed, axis=0), np.array([4.0, 5, 5, 5, 5, 5]))
+    assert np.allclose(part.fitted, expected)  # dose 0 averages its 4 seeds, with weight 4
+    assert part.outcome == "crossing" and np.isfinite(part.dose)
+
+
+def test_doses_in_any_order_give_the_same_threshold():
+    gaps = study(np.random.default_rng(6), logistic_gap(DOSES, crossing=0.12))
+    order = np.random.default_rng(7).permutation(6)
+    a, b = threshold.estimate(gaps, DOSES), threshold.estimate(gaps[:, order], DOSES[order])
+    assert a.dose == pytest.approx(b.dose) and a.ci == b.ci
+
+
+@pytest.mark.parametrize("gaps, doses, match", [
+    (np.zeros((5, 3)), [0.1, 0.2], "one column per dose"),
+    (np.zeros((5, 2)), [0.1, 0.1], "distinct"),
+    (np.zeros((5, 2)), [0.0, 0.1], "positive"),
+    (np.zeros((1, 2)), [0.1, 0.2], ">= 2 seeds"),
+])
+def test_bad_input_is_refused_with_the_reason(gaps, doses, match):
+    with pytest.raises(ValueError, match=match):
+        threshold.estimate(gaps, doses)
+
+
+def test_paired_gaps_subtract_each_seeds_fp32_run():
+    assert np.allclose(threshold.paired_gaps([[0.9, 0.8], [0.7, 0.5]], [1.0, 0.6]), [[-0.1, -0.2], [0.1, -0.1]])
