@@ -28,9 +28,9 @@ import sys
 import tempfile
 import time
 
+import avx2  # benchmarks/avx2.py: the AVX2 emulation (this folder is on sys.path when this file runs)
 import torch
 
-import avx2  # benchmarks/avx2.py: the AVX2 emulation (this folder is on sys.path when this file runs)
 from nbkit import gemm
 from nbkit.workbook import jobtime
 

@@ -82,7 +82,9 @@ def rl_split(engine: str, dtypes, steps: int) -> dict[str, dict]:
             cfg = RLConfig(train_dtype=dtype, rollout_engine=engine, steps=steps, output_dir=f"{tmp}/{engine}-{dtype}",
                            judge_every=0, checkpoint_every=0)
             rows = train(cfg, progress=False).rows[1:]
-            mean = lambda key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
+            def mean(key, rows=rows):
+                return sum(r[key] for r in rows) / len(rows)
+
             out[dtype] = {"rollout": mean("time/rollout"), "π+mismatch": mean("time/mismatch") + mean("time/score"),
                           "update": mean("time/update"), "step": mean("time/step")}
     return out

@@ -59,10 +59,9 @@ weight whatever the batch (no reuse of the weight across rows), so its ratio to 
 """
 from __future__ import annotations
 
-import os
-
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -179,8 +178,8 @@ def child(args, isa: str, dtype: str, gemm: str) -> dict:
     finally:
         engine.close()
     if args.mismatch:
-        from nbkit import mismatch, models, schema
         from nbkit import gemm as gemm_policies
+        from nbkit import mismatch, models, schema
 
         model, _ = models.load(args.model, "fp32")
         pi = mismatch.teacher_forced_logprobs(model, rollouts, dtype, gemm="auto")

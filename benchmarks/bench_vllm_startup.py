@@ -47,10 +47,11 @@ def parse_args(argv=None):
 
 def child(args, model: str, setting: str) -> dict:
     """One engine: start-up, cache size, one timed generate, and a digest of the sampled tokens."""
+    from transformers import AutoTokenizer
+
     from nbkit.engines import SamplingConfig, VLLMEngine, vllm_sized_for
     from nbkit.models import resolve
     from nbkit.offline.analysis import load_prompts
-    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(resolve(model))
     prompts = load_prompts("arith" if model == "tiny-arith" else "eval/math", args.prompts, tok, seed=0)

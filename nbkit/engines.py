@@ -16,9 +16,9 @@ import copy
 import numbers
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -100,7 +100,7 @@ class Rollout:
     """``stop`` (an end-of-sequence token was sampled) or ``length`` (max_tokens reached)."""
     meta: dict = field(default_factory=dict)
     """Engine name, dtype and anything else worth keeping with the sample."""
-    routing: "torch.Tensor | None" = None
+    routing: torch.Tensor | None = None
     """Mixture-of-experts models on the HF engine: the engine's top-k experts per position of prompt + response,
     ``(len(prompt_ids) + len(token_ids), layers, k)`` (``nbkit.routing``; the last token, never fed back, is -1)."""
 
@@ -141,9 +141,8 @@ class HFEngine:
 
     def __init__(self, model, dtype: str | None = None, tokenizer=None, batch_size: int = 64, device=None,
                  progress: bool = True, gemm: str = "auto", format: str | None = None, fp32_lm_head: bool = False):
-        from nbkit import formats, lm_head
+        from nbkit import formats, lm_head, models
         from nbkit import gemm as gemm_policies
-        from nbkit import models
 
         gemm_policies.validate(gemm)
         if format is None:
@@ -210,10 +209,11 @@ class HFEngine:
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=self.model.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=self.model.device)
-        from nbkit import gemm
-
-        from nbkit import formats  # the engine's own format and GEMM policy, whatever the caller runs
-        from nbkit import routing
+        from nbkit import (
+            formats,  # the engine's own format and GEMM policy, whatever the caller runs
+            gemm,
+            routing,
+        )
 
         moe = routing.capture(self.model) if routing.is_moe(self.model) else contextlib.nullcontext()
         mu = SampledLogprobs(sampling.logprobs_mode)

@@ -11,7 +11,7 @@ bit for bit; batch size 1 gives each sequence alone (the batch-invariance questi
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -42,8 +42,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -184,7 +184,7 @@ class Scheme:
     """Registry name (``SCHEMES``; ``RolloutFormat.scheme``)."""
     summary: str
     """One line for tables."""
-    quantize: Callable[[torch.Tensor, "RolloutFormat", str], tuple[torch.Tensor, torch.Tensor]] | None = None
+    quantize: Callable[[torch.Tensor, RolloutFormat, str], tuple[torch.Tensor, torch.Tensor]] | None = None
     """(fp32 operand [rows, K], format, role) → (values with inner scales applied, outer scale); None: the base
     dtype's own GEMMs."""
     outer_scales: bool = False

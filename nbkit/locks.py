@@ -76,7 +76,7 @@ class FolderLock:
         self.fd: int | None = None
         self._created: list[Path] = []
 
-    def acquire(self) -> "FolderLock":
+    def acquire(self) -> FolderLock:
         """Take the lock (creating the folder if needed) or raise ``FolderLockedError`` naming the holder."""
         missing = [p for p in [self.folder, *self.folder.parents] if not p.exists()]
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,7 @@ class FolderLock:
             except OSError:
                 break
 
-    def __enter__(self) -> "FolderLock":
+    def __enter__(self) -> FolderLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -26,8 +26,7 @@ import weakref
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from nbkit.paths import CACHE, ROOT
-from nbkit.paths import report_target
+from nbkit.paths import CACHE, ROOT, report_target
 
 _files: dict[Path, object] = {}
 _visible: list = []

@@ -19,8 +19,8 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -385,7 +385,7 @@ def read_ratio(num: float, num_ci: tuple[float, float], den: float, den_ci: tupl
             f"≥ {bound:.3g}×: {names[1]}'s value cannot be told from 0, so the ratio has a lower bound only "
             f"({names[0]}'s lower CI bound over {names[1]}'s upper one); {cis}"))
     why = (f"{names[1]}'s CI does not lie above 0" if num_ci[0] > 0 else
-           f"neither estimate lies above 0 beyond its CI")
+           "neither estimate lies above 0 beyond its CI")
     return RatioReading("undefined", math.nan, math.nan, math.nan, f"no ratio: {why}; {cis}")
 
 

@@ -237,7 +237,7 @@ def rescue_family(cells: dict[str, tuple[list[float], list[float]]], rule: Rule 
     pr = [max(a, b) if ok else 1.0 for a, b, ok in zip(pc, pn, favourable)]
     rescued, moved = (holm(pr, alpha), holm(pc, alpha)) if names else ([], [])
     out = {}
-    for name, (contrast, vs_ref) in cells.items():
+    for name, (contrast, _vs_ref) in cells.items():
         if name not in judged:
             out[name] = {"verdict": _small(contrast, rule), "verdict (Holm)": "—", "p contrast": float("nan"),
                          "p vs FP32 at −margin": float("nan"), "p rescue": float("nan")}

@@ -14,8 +14,8 @@ mantissa bits (8x finer) at the price of a narrow range, which dynamic loss scal
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -531,7 +531,10 @@ def loss_scaling_demo(grads=None, scale: float = 2.0 ** 16, fmt="fp16") -> LossS
     gt = torch.tensor(g, dtype=torch.float32)
     plain = gt.to(f.torch_dtype)
     scaled = (gt * scale).to(f.torch_dtype)
-    kinds = lambda t: [decompose_bits(b, f).kind for b in to_bits(t.to(torch.float64), f).tolist()]
+
+    def kinds(t):
+        return [decompose_bits(b, f).kind for b in to_bits(t.to(torch.float64), f).tolist()]
+
     return LossScalingDemo(grads=g, scale=float(scale), unscaled=plain.to(torch.float64).numpy(),
                            scaled=(scaled.to(torch.float32) / scale).to(torch.float64).numpy(),
                            kind_unscaled=kinds(plain), kind_scaled=kinds(scaled))

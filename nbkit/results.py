@@ -22,8 +22,8 @@ import subprocess
 from pathlib import Path
 
 from nbkit import metrics, outputs
-from nbkit.runlog import load_runs
 from nbkit.paths import DATA, ROOT
+from nbkit.runlog import load_runs
 
 RESULTS = DATA / "results"
 """Where stored studies live."""
@@ -115,7 +115,7 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
         text = "".join(json.dumps(row, default=_plain) + "\n" for row in rows)
         (new / "runs" / f"{label}.jsonl.gz").write_bytes(gzip.compress(text.encode("utf-8"), 9, mtime=0))
     card = {"study": study, **git_state(), "command": command, "machine": machine(),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "wall_seconds": round(float(wall_seconds), 1), "runs": sorted(runs),
             "rows": sum(len(r) for r in runs.values()), "metrics_version": metrics.VERSION, "notes": notes,
             "configs": configs or {}, **(record or {})}

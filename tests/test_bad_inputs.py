@@ -8,9 +8,9 @@ returns status 2 and prints one line naming the value on stderr, no traceback. T
 from the dataclass's annotations (``field_cases``): a field added tomorrow is covered by the table today.
 """
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest

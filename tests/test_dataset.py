@@ -6,7 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from nbkit.engines import Rollout
-from nbkit.tasks import Task, TaskConfig, dataset as ds, make_task
+from nbkit.tasks import Task, TaskConfig, make_task
+from nbkit.tasks import dataset as ds
 
 N = 10
 

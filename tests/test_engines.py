@@ -17,10 +17,19 @@ import torch
 from transformers import AutoTokenizer
 
 from nbkit import models, paths
-from nbkit.tasks import arith
-from nbkit.engines import (FINISH_REASONS, HFEngine, SamplingConfig, VLLMEngine, cpu_kv_cache_bytes, make_engine,
-                           sampling_params, vllm_available, vllm_sized_for)
+from nbkit.engines import (
+    FINISH_REASONS,
+    HFEngine,
+    SamplingConfig,
+    VLLMEngine,
+    cpu_kv_cache_bytes,
+    make_engine,
+    sampling_params,
+    vllm_available,
+    vllm_sized_for,
+)
 from nbkit.mismatch import teacher_forced_logprobs
+from nbkit.tasks import arith
 
 DTYPES = ("fp32", "bf16", "fp16")
 PROMPTS = [p["problem"] for p in arith.make_problems(24, seed=7)]

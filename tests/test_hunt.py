@@ -55,7 +55,7 @@ def test_the_default_grid_meets_the_issue_minimum():
 
 def test_every_bf16_run_has_an_fp16_twin_with_everything_else_equal():
     cfgs = hunt.configs(hunt.HuntConfig())
-    for name, cfg in cfgs.items():
+    for _name, cfg in cfgs.items():
         p = hunt.Hunt().coords(cfg.to_dict())
         if p["dtype"] != "bf16":
             continue
@@ -170,7 +170,6 @@ def test_a_run_collapsed_when_its_final_accuracy_ends_far_below_its_first_step_e
 def test_the_store_keeps_finished_runs_only_and_its_card_names_the_rest(tmp_path):
     import json
 
-    from nbkit import results
 
     opts = dict(lengths=["short"], lrs=[1e-4], algorithms=["grpo"], seeds=[0], steps=3,
                 output_dir=str(tmp_path / "hunt"))

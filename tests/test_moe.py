@@ -185,7 +185,7 @@ def test_offline_flip_analysis_splits_the_mismatch_by_flip(moe_dir):
     res = moe_analysis.run(moe_analysis.MoeConfig(model=moe_dir, n_prompts=6, samples_per_prompt=2, max_tokens=10))
     assert res.flips["fp32"]["engine_vs_trainer"] == [0.0, 0.0]  # same weights, same dtype: no flip here
     assert res.flips["fp32"]["trainer_vs_fp32"] == [0.0, 0.0]
-    for d, s in res.split.items():
+    for _d, s in res.split.items():
         assert 0.0 <= s["flipped_share_of_tokens"] <= s["upstream_flipped_share_of_tokens"] <= 1.0
         assert s["flipped_tokens"] <= s["tokens"]
     assert "MoE flip rate engine vs trainer (bf16)" in res.headline()

@@ -74,7 +74,7 @@ def test_a_run_with_it_trains_and_drops_what_the_rule_says(tmp_path, arith_jsonl
                    rollout_dtype="bf16", output_dir=str(tmp_path / "run"))
     rows = train(cfg, progress=False).rows
     assert [r["step"] for r in rows] == [1, 2] and len(seen) == 2
-    for row, (batch, logp_pi, delta, out, dropped) in zip(rows, seen):
+    for row, (batch, logp_pi, delta, out, _dropped) in zip(rows, seen):
         assert delta == 1e-5 and math.isfinite(row["loss"])
         kl = opsm.sequence_kl(logp_pi.float(), batch["sampling_per_token_logps"].float(), batch["completion_mask"])
         rule = (kl > delta) & (batch["advantages"] < 0)

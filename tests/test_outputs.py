@@ -3,10 +3,10 @@ import json
 import os
 
 import pytest
+from test_dataset import FakeEngine, arith_task, cfg, planned
 
 from nbkit import outputs
 from nbkit.tasks import dataset as ds
-from test_dataset import FakeEngine, arith_task, cfg, planned
 
 
 def build(tmp_path, out):

@@ -44,7 +44,9 @@ def test_clipped_value_loss_takes_the_larger_error_and_falls_when_trained_in_fp3
     for _ in range(30):
         values = head(feats).squeeze(-1)
         loss = G.value_loss(values, values.detach(), adv_returns, mask, clip=0.2)
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.7 * losses[0]
 
@@ -146,7 +148,9 @@ def test_after_the_first_minibatch_the_ratio_to_the_old_policy_departs_from_one_
         new = logp()
         seen.append((G.approx_kl(new.detach(), old, mask).item(), G.clip_fraction(new.detach(), old, mask).item()))
         loss = -G.masked_mean((new - old).exp() * adv, mask)  # the ratio surrogate: π moves away from π_old
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     assert seen[0] == (0.0, 0.0)  # first minibatch: π = π_old
     kl, clipped = seen[1]
     assert kl > 0 and 0 < clipped <= 1

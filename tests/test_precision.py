@@ -329,6 +329,7 @@ def test_figures_show_the_measured_data():
 
 def test_show_embeds_plotlyjs_once_per_kernel(monkeypatch):
     import IPython.display
+
     from nbkit import plots
 
     shown = []

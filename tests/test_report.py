@@ -9,8 +9,7 @@ import nbformat
 import plotly.graph_objects as go
 import pytest
 
-from nbkit import logs
-from nbkit import runlog
+from nbkit import logs, runlog
 from nbkit.workbook import report, runner
 
 

@@ -1,8 +1,6 @@
 """RESULTS.md is generated from the stored studies, and a test fails the moment the two disagree."""
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from nbkit import results

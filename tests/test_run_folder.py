@@ -9,8 +9,7 @@ import json
 import pytest
 
 from nbkit import outputs
-from nbkit.rl import RLConfig, train
-from nbkit.rl import runfolder
+from nbkit.rl import RLConfig, runfolder, train
 from nbkit.rl.trainer import StepLogger
 
 

@@ -32,7 +32,7 @@ def test_every_profile_entry_names_an_existing_notebook():
 
 
 def test_every_profile_parameter_exists_in_its_notebook():
-    for profile, entries in runner.PROFILES.items():
+    for _profile, entries in runner.PROFILES.items():
         for stem, parameters in entries.items():
             runner.check_parameters(runner.NOTEBOOKS / f"{stem}.ipynb", parameters)
 

@@ -1,10 +1,7 @@
 """The metrics row has one schema: every key a stored run wrote is accounted for, and the studies read through it."""
 from __future__ import annotations
 
-import pytest
-
-from nbkit import mismatch, results
-from nbkit import schema
+from nbkit import mismatch, results, schema
 from nbkit.studies.catalog import STUDIES
 
 

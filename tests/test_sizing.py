@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from nbkit.rl import memory, sizing
-from nbkit.workbook import gpu_budget
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.run import grpo_config, micro_batch
+from nbkit.workbook import gpu_budget
 from nbkit.workbook.profiles import PROFILES
 
 R1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"

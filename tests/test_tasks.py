@@ -4,9 +4,17 @@ import json
 import datasets
 import pytest
 
-from nbkit.tasks import arith
-from nbkit.tasks import (GRADERS, TEMPLATES, Task, TaskConfig, load_problems, make_task, normalize_answer,
-                         parse_reference)
+from nbkit.tasks import (
+    GRADERS,
+    TEMPLATES,
+    Task,
+    TaskConfig,
+    arith,
+    load_problems,
+    make_task,
+    normalize_answer,
+    parse_reference,
+)
 
 
 def math_task(template="qwen_math") -> Task:

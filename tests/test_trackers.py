@@ -9,8 +9,7 @@ import pytest
 from transformers import TrainerCallback
 from transformers.integrations import integration_utils
 
-from nbkit.rl import RLConfig, train
-from nbkit.rl import trackers
+from nbkit.rl import RLConfig, trackers, train
 from nbkit.runlog import MetricsLog
 
 

@@ -40,7 +40,7 @@ from nbkit import paths
 from nbkit.cli.commands import Parser
 from nbkit.dtypes import VLLM_NAMES
 from nbkit.fieldcheck import Range, check_value
-from nbkit.rl import launch, memory
+from nbkit.rl import launch
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.inputs import per_device_batch
 from nbkit.runlog import run_label

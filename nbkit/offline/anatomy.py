@@ -41,9 +41,19 @@ import numpy as np
 from nbkit import gemm as gemm_policies
 from nbkit import lm_head, mismatch, models, schema
 from nbkit import metrics as metric_registry
-from nbkit.offline.anatomy_surgery import (MODEL_HEAD, Scored, attention, emulate, forward_heads, fp32_head_fn,  # noqa: F401
-                                           half_head, half_head_fn, layer_divergence, rounded_weights,
-                                           state_divergence)
+from nbkit.offline.anatomy_surgery import (  # noqa: F401
+    MODEL_HEAD,
+    Scored,
+    attention,
+    emulate,
+    forward_heads,
+    fp32_head_fn,
+    half_head,
+    half_head_fn,
+    layer_divergence,
+    rounded_weights,
+    state_divergence,
+)
 
 FORMAT_PATH = {
     "weights": "every parameter rounded to the format, arithmetic in FP32",

@@ -138,7 +138,8 @@ def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prom
     labels ``<dtype>-cast`` / ``<dtype>-autocast`` and one row per sequence (length, Σ log π − log μ, Σ |…|)."""
     import torch
 
-    from nbkit import gemm as gemm_policies, models
+    from nbkit import gemm as gemm_policies
+    from nbkit import models
     from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
     from nbkit.mismatch import teacher_forced_logprobs
     from nbkit.offline import analysis
@@ -163,9 +164,10 @@ def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prom
         finally:
             eng.close()
         mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
-        recipes = {"cast": lambda: teacher_forced_logprobs(cast, rollouts, dtype=d, batch_size=batch_size, gemm=gemm)}
+        recipes = {"cast": lambda cast=cast, rollouts=rollouts, d=d: teacher_forced_logprobs(
+            cast, rollouts, dtype=d, batch_size=batch_size, gemm=gemm)}
         if d != "fp32":
-            def autocast(d=d):
+            def autocast(d=d, rollouts=rollouts):
                 with torch.autocast(device_type=dev.type, dtype=models.torch_dtype(d)):
                     return teacher_forced_logprobs(base, rollouts, dtype=None, batch_size=batch_size, gemm=gemm)
             recipes["autocast"] = autocast

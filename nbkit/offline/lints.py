@@ -74,7 +74,7 @@ class Setup:
                              f"target_length={self.target_length!r}")
 
     @classmethod
-    def from_rlconfig(cls, cfg, target_length: int | None = None) -> "Setup":
+    def from_rlconfig(cls, cfg, target_length: int | None = None) -> Setup:
         """The setup of an ``RLConfig`` (the workbook's trainer: processed μ, and π renormalised over the same filter
         for the IS ratio and the mismatch metrics, ``nbkit.rl.trainer``)."""
         mode = cfg.algo.is_mode or ""

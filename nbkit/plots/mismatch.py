@@ -5,7 +5,7 @@ Every function takes plain data, never engines or models: ragged per-token log-p
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -6,7 +6,7 @@ Each function takes the result of an ``nbkit.number_formats`` experiment (or com
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

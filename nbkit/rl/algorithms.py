@@ -26,6 +26,11 @@ any preset: ``RLConfig.correction`` replaces the preset's own (``resolve``), e.g
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the presets import without torch
+    import torch
+
 import math
 from dataclasses import dataclass, field, replace
 
@@ -223,8 +228,8 @@ def grpo_options(algo: Algorithm, is_cap: float, band: tuple[float, float] = (0.
     return opts
 
 
-def is_weights(log_ratio: "torch.Tensor", mask: "torch.Tensor", mode: str, clip_min: float | None,
-               clip_max: float) -> "torch.Tensor":
+def is_weights(log_ratio: torch.Tensor, mask: torch.Tensor, mode: str, clip_min: float | None,
+               clip_max: float) -> torch.Tensor:
     """The IS weight TRL's ``vllm_importance_sampling_mode`` puts on each token (the workbook's statement of it,
     which the tests hold TRL's applied weights to): ``log_ratio`` = log π − log μ per token (B, T), ``mask`` the
     completion tokens. Token modes give (B, T), sequence modes (B, 1) from Σ_t log_ratio; ``*_truncate`` clamps

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import nbkit.rl.algorithms as algorithms
-from nbkit import formats, gemm, tasks
-from nbkit import lm_head
+from nbkit import formats, gemm, lm_head, tasks
 from nbkit.engines import ENGINE_KINDS
 from nbkit.fieldcheck import SEED, at_least, check_fields, positive, unit
 from nbkit.models import DTYPES

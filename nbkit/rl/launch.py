@@ -40,7 +40,11 @@ def launch_env(config_file: str | Path, num_processes: int | None = None) -> dic
     """The environment ``accelerate launch --config_file config_file`` gives the training processes, computed by
     accelerate's own code (nothing is launched). DeepSpeed paths in the config are resolved from the project root."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env, prepare_simple_launcher_cmd_env
+    from accelerate.utils.launch import (
+        prepare_deepspeed_cmd_env,
+        prepare_multi_gpu_env,
+        prepare_simple_launcher_cmd_env,
+    )
 
     argv = ["--config_file", str(config_file)]
     if num_processes is not None:

@@ -22,7 +22,14 @@ from nbkit import lm_head, logs, models, outputs, tasks, versions
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
 from nbkit.rl.inputs import (  # noqa: F401 - re-exported: a run's input rules, as before
-    FIT_ROWS, check_grader_fits, check_prompts, load_task, micro_batch, needed_context, per_device_batch)
+    FIT_ROWS,
+    check_grader_fits,
+    check_prompts,
+    load_task,
+    micro_batch,
+    needed_context,
+    per_device_batch,
+)
 from nbkit.rl.monitor import CollapseAlarm
 from nbkit.rl.trackers import check_report_to
 from nbkit.runlog import MetricsLog

@@ -22,7 +22,6 @@ from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-import nbkit.rl.algorithms as algorithms
 import nbkit.rl.amp as amp
 import nbkit.rl.fsdp as fsdp
 import nbkit.rl.opsm as opsm
@@ -30,10 +29,10 @@ from nbkit import gemm, lm_head, mismatch, routing, sampling_filter, schema
 from nbkit import metrics as metric_registry
 from nbkit.rl.bins import StepBins
 from nbkit.rl.monitor import CollapseAlarm, NonFiniteError, first_non_finite
-from nbkit.runlog import MetricsLog
 from nbkit.rl.rollout import EngineGeneration
 from nbkit.rl.scaling import loss_scaler, step_was_skipped
 from nbkit.rl.server import ServerGeneration
+from nbkit.runlog import MetricsLog
 
 MISMATCH_KEYS = metric_registry.logged()
 """Mismatch metrics logged per step (prefixed ``mismatch/``; names as in Oat / verl): the registry ``nbkit.metrics``."""

@@ -33,7 +33,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.
         reach = [r[f"steps to {target:.0%}"] for r in summary]
         rows = [r for rows in group.values() for r in rows]
 
-        def mean(key):
+        def mean(key, rows=rows):
             xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
             return float(f"{sum(xs) / len(xs):.3g}") if xs else None
 

@@ -86,7 +86,7 @@ def rule_fixed_before_results(card: dict) -> bool:
 
 
 def _short(t: str) -> str:
-    return _time(t, "time").astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return _time(t, "time").astimezone(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def record_lines(card: dict) -> list[str]:

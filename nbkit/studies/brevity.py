@@ -58,7 +58,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], max_tokens: int = 
     order = {p: i for i, p in enumerate(PAIRS)}
     out = []
     for pair, seeds in sorted(groups.items(), key=lambda kv: order.get(kv[0], 99)):
-        def mean(key, rows_of=lambda rows: rows):
+        def mean(key, rows_of=lambda rows: rows, seeds=seeds):
             xs = [r[key] for rows in seeds for r in rows_of(rows) if isinstance(r.get(key), (int, float))]
             return float(f"{sum(xs) / len(xs):.3g}") if xs else None
 

@@ -179,7 +179,7 @@ class CorrectionsStudy(GridStudy):
                 from nbkit import outputs
 
                 path.parent.mkdir(parents=True, exist_ok=True)
-                outputs.write_json(path, {"time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                outputs.write_json(path, {"time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                                           **results.git_state(), "shard": list(shard)})
         return super().run(shard, progress, keep_stored, root, overwrite, threads, workers, **options)
 

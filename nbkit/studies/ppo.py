@@ -57,7 +57,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> 
     for label, rows in sorted(runs.items()):
         dtype, seed = meta[label]["dtype"], meta[label]["seed"]
 
-        def col(key):
+        def col(key, rows=rows):
             return [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
 
         def mean(xs):
@@ -215,7 +215,7 @@ class PPOStudy(GridStudy):
         for dtype in sorted({r["dtype"] for r in per_run}, key=("fp16", "bf16", "fp32").index):
             rows = sorted((r for r in per_run if r["dtype"] == dtype), key=lambda r: r["seed"])
 
-            def each(key):
+            def each(key, rows=rows):
                 return [r[key] for r in rows]
 
             def mean(key):

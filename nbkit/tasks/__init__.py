@@ -25,9 +25,9 @@ import functools
 import json
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from nbkit import paths
 from nbkit.tasks import arith, long_arith

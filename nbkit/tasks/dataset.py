@@ -444,7 +444,7 @@ def build(task: Task, cfg: BuildConfig, engine=None, progress: bool = True, work
     kept, rejected = select_window(records, cfg.lo, cfg.hi)
     rates = [r["pass_rate"] for r in records]
     card = {
-        "name": cfg.name, "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "name": cfg.name, "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "model": cfg.model, "engine": cfg.engine, "dtype": cfg.dtype, "n_samples": cfg.n_samples,
         "window": [cfg.lo, cfg.hi], "seed": cfg.seed,
         "sampling": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},

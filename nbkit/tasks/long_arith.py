@@ -46,7 +46,7 @@ class LongArithConfig:
             raise ValueError(f"width must be one of {WIDTH_CHOICES}, got {self.width!r}")
 
     @classmethod
-    def regime(cls, name: str, width: int = 2) -> "LongArithConfig":
+    def regime(cls, name: str, width: int = 2) -> LongArithConfig:
         """The config of a named length regime (``short``, ``medium``, ``long``)."""
         if name not in REGIMES:
             raise ValueError(f"unknown length regime {name!r}; choose one of {sorted(REGIMES)} "

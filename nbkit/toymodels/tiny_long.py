@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from nbkit.paths import CACHE, DATA
-from nbkit.tasks import arith, long_arith
+from nbkit.tasks import long_arith
 from nbkit.toymodels import tiny_arith
 
 CHECKPOINT = DATA / "models" / "tiny-long"

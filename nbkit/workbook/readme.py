@@ -16,8 +16,8 @@ import argparse
 import itertools
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from nbkit.paths import ROOT
 from nbkit.studies.base import markdown_table

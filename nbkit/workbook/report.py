@@ -63,7 +63,7 @@ def _check_headline(headline: dict) -> None:
 
 def _is_number(value) -> bool:
     """numpy scalars count as numbers."""
-    return hasattr(value, "item") and isinstance(getattr(value, "item")(), (int, float, bool))
+    return hasattr(value, "item") and isinstance(value.item(), (int, float, bool))
 
 
 def _jsonable(value):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import ipywidgets as W
 import numpy as np
