@@ -17,6 +17,7 @@ on the path (a distribution's, say) is not loaded in it.
     .venv/bin/python benchmarks/avx2.py make report OUT=reports-avx2     # the main job, emulated
     .venv/bin/python benchmarks/avx2.py .venv/bin/python -m nbkit jobtime
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,12 @@ import sys
 from pathlib import Path
 
 SITE = Path(__file__).resolve().parent / "avx2_site"
-CAP = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-       "BENCH_EMULATE_AVX2": "1"}
+CAP = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "BENCH_EMULATE_AVX2": "1",
+}
 
 
 def environment(base: dict | None = None, isa: str = "avx2") -> dict:
@@ -54,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return subprocess.call(argv, env=environment())
     except FileNotFoundError:
-        print(f"benchmarks/avx2.py: no command {argv[0]!r} (give the command to run emulated, e.g. make report)",
-              file=sys.stderr)
+        print(
+            f"benchmarks/avx2.py: no command {argv[0]!r} (give the command to run emulated, e.g. make report)",
+            file=sys.stderr,
+        )
         return 2
 
 

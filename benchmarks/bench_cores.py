@@ -15,6 +15,7 @@ names the CPU and its load.
     .venv/bin/python benchmarks/bench_cores.py                  # both workloads
     .venv/bin/python benchmarks/bench_cores.py --only rl --steps 6
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,19 +42,42 @@ def rl_jobs(n: int, steps: int, tmp: Path) -> dict:
     from nbkit import pool
     from nbkit.rl import config_from
 
-    return {f"rl{i}": pool.Job("nbkit.rl.run:train", {"cfg": config_from({
-        "steps": steps, "seed": i, "train_dtype": "bf16", "rollout_engine": "vllm", "checkpoint_every": 0,
-        "gradient_checkpointing": False, "output_dir": str(tmp / f"rl{i}")}), "progress": False}) for i in range(n)}
+    return {
+        f"rl{i}": pool.Job(
+            "nbkit.rl.run:train",
+            {
+                "cfg": config_from(
+                    {
+                        "steps": steps,
+                        "seed": i,
+                        "train_dtype": "bf16",
+                        "rollout_engine": "vllm",
+                        "checkpoint_every": 0,
+                        "gradient_checkpointing": False,
+                        "output_dir": str(tmp / f"rl{i}"),
+                    }
+                ),
+                "progress": False,
+            },
+        )
+        for i in range(n)
+    }
 
 
 def grid_jobs(n: int, prompts: int) -> dict:
     from nbkit import pool
     from nbkit.offline import analysis
 
-    cfg = analysis.GridConfig(model="smollm2-135m", engine="vllm", engine_dtypes=("bf16",), n_prompts=prompts,
-                              samples_per_prompt=2, max_tokens=96, n_boot=0)
-    return {f"grid{i}": pool.Job("nbkit.offline.analysis:run_grid", {"cfg": cfg, "progress": False})
-            for i in range(n)}
+    cfg = analysis.GridConfig(
+        model="smollm2-135m",
+        engine="vllm",
+        engine_dtypes=("bf16",),
+        n_prompts=prompts,
+        samples_per_prompt=2,
+        max_tokens=96,
+        n_boot=0,
+    )
+    return {f"grid{i}": pool.Job("nbkit.offline.analysis:run_grid", {"cfg": cfg, "progress": False}) for i in range(n)}
 
 
 def measure(jobs: dict, threads: int, workers: int) -> tuple[float, float, dict]:
@@ -93,14 +117,25 @@ def main(argv=None) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
             per_job = wall / jobs_at_once
             base = base or per_job
-            row = {"layout": name, "wall s": round(wall, 1), "CPU %": round(cpu), "jobs / minute": round(
-                60 / per_job, 2), "throughput vs 1 x 1": round(base / per_job, 2)}
+            row = {
+                "layout": name,
+                "wall s": round(wall, 1),
+                "CPU %": round(cpu),
+                "jobs / minute": round(60 / per_job, 2),
+                "throughput vs 1 x 1": round(base / per_job, 2),
+            }
             if workload == "rl":
                 row["median step s (each run)"] = ", ".join(f"{median_step(v):.2f}" for v in values.values())
             rows.append(row)
             print(f"[{workload}] {row}", flush=True)
-        print(f"\n{workload}: " + ("tiny-arith GRPO, 16 x 8, vLLM BF16 rollouts, " + f"{args.steps} steps per run"
-                                   if workload == "rl" else f"SmolLM2 grid cell, vLLM BF16, {args.prompts} x 2 answers"))
+        print(
+            f"\n{workload}: "
+            + (
+                "tiny-arith GRPO, 16 x 8, vLLM BF16 rollouts, " + f"{args.steps} steps per run"
+                if workload == "rl"
+                else f"SmolLM2 grid cell, vLLM BF16, {args.prompts} x 2 answers"
+            )
+        )
         print(markdown_table(rows) + "\n", flush=True)
 
 

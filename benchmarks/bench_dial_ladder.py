@@ -7,6 +7,7 @@ default 32 prompts × 4 samples, ≤ 48 tokens, seed 0), so the dose–response 
     .venv/bin/python benchmarks/bench_dial_ladder.py                        # tiny-arith, both rules, K = 8
     .venv/bin/python benchmarks/bench_dial_ladder.py --rules channel --steps 16
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,17 @@ def main() -> None:
     torch.set_num_threads(1)
     print(jobtime.cpu_header())
     names = (dial.names(args.layers) if "block" in args.rules else ()) + (
-        dial.channel_names(args.steps) if "channel" in args.rules else ())
+        dial.channel_names(args.steps) if "channel" in args.rules else ()
+    )
     start = time.time()
     res = run_ladder(LadderConfig(model=args.model, formats=names))
     print(f"{'point':22} {'|Δlog p|':>9} {'95% CI':>17} {'seq KL':>8}")
     for name in names:
         m, ci = res.metrics[name], res.cis[name][schema.METRIC_TOKEN_ABS_LOGP_DIFF]
-        print(f"{name:22} {m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:9.4f} {ci['low']:8.4f}–{ci['high']:<8.4f} "
-              f"{m['seq_kl']:8.3f}")
+        print(
+            f"{name:22} {m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:9.4f} {ci['low']:8.4f}–{ci['high']:<8.4f} "
+            f"{m['seq_kl']:8.3f}"
+        )
     print(f"{time.time() - start:.0f} s")
 
 

@@ -7,6 +7,7 @@ decide the kernels: ``nbkit.gemm.half_flags``) and the thread count.
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_doctor.py                 # smollm2-135m, 16 × 2, 64 tokens
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_doctor.py --model tiny-arith --engine hf
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,15 +34,31 @@ def main(argv=None) -> int:
     paths.setup_environment()
     out = Path(tempfile.mkdtemp(prefix="bench_doctor_")) / "report"
     start = time.time()
-    code = doctor.main(["--model", args.model, "--engine", args.engine, "--n-prompts", str(args.n_prompts),
-                        "--samples-per-prompt", str(args.samples_per_prompt), "--max-tokens", str(args.max_tokens),
-                        "--anatomy", "--out", str(out)])
+    code = doctor.main(
+        [
+            "--model",
+            args.model,
+            "--engine",
+            args.engine,
+            "--n-prompts",
+            str(args.n_prompts),
+            "--samples-per-prompt",
+            str(args.samples_per_prompt),
+            "--max-tokens",
+            str(args.max_tokens),
+            "--anatomy",
+            "--out",
+            str(out),
+        ]
+    )
     wall = time.time() - start
     saved = json.loads((out / "doctor.json").read_text())
-    print(f"\nnbkit doctor --anatomy on {args.model} ({saved['engine']} engine, {args.n_prompts} × "
-          f"{args.samples_per_prompt}, ≤ {args.max_tokens} tokens): {wall:.0f} s wall (budget {args.budget:.0f} s: "
-          f"{'within' if wall <= args.budget else 'OVER'}); {jobtime.cpu_header()}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    print(
+        f"\nnbkit doctor --anatomy on {args.model} ({saved['engine']} engine, {args.n_prompts} × "
+        f"{args.samples_per_prompt}, ≤ {args.max_tokens} tokens): {wall:.0f} s wall (budget {args.budget:.0f} s: "
+        f"{'within' if wall <= args.budget else 'OVER'}); {jobtime.cpu_header()}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
+    )
     print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in saved["stages"].items()))
     for d, a in saved["anatomy"].items():
         print(f"  anatomy {d}: " + ", ".join(f"{k} {v:.1f} s" for k, v in a["seconds"].items()))

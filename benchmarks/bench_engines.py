@@ -9,6 +9,7 @@ engine's rollout time. vLLM start-up time is printed separately (it is paid once
     .venv/bin/python benchmarks/bench_engines.py                       # tiny-arith fp32, + a short smollm2 row
     .venv/bin/python benchmarks/bench_engines.py --model smollm2-135m --dtype bf16 --max-tokens 64 --no-extra
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,12 @@ def parse_args(argv=None):
     p.add_argument("--no-extra", dest="extra", action="store_const", const="", help="skip the extra row")
     p.add_argument("--extra-max-tokens", type=int, default=32, help="longest response of the extra row")
     p.add_argument("--extra-batches", type=int, nargs="+", default=[1, 8, 64], help="batches of the extra row")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
-                   help="torch/OMP threads (set before vLLM starts; vLLM makes set_num_threads a no-op)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("OMP_NUM_THREADS", "1")),
+        help="torch/OMP threads (set before vLLM starts; vLLM makes set_num_threads a no-op)",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -63,8 +68,9 @@ def bench(model: str, dtype: str, max_tokens: int, batches: list[int], seed: int
 
     net, tok = models.load(model, dtype)
     prompts = prompts_for(model, max(batches), tok, seed)
-    hf = timed_rollouts(HFEngine(net, dtype, tokenizer=tok, batch_size=max(batches), progress=False),
-                        prompts, batches, max_tokens, seed)
+    hf = timed_rollouts(
+        HFEngine(net, dtype, tokenizer=tok, batch_size=max(batches), progress=False), prompts, batches, max_tokens, seed
+    )
     vl, startup = {}, float("nan")
     if vllm_available():
         start = time.perf_counter()
@@ -74,8 +80,10 @@ def bench(model: str, dtype: str, max_tokens: int, batches: list[int], seed: int
             vl = timed_rollouts(engine, prompts, batches, max_tokens, seed)
         finally:
             engine.close()
-    print(f"\n== {model} {dtype}, ≤{max_tokens} tokens, {os.environ.get('OMP_NUM_THREADS')} thread(s); "
-          f"vLLM start-up {startup:.1f} s (eager)")
+    print(
+        f"\n== {model} {dtype}, ≤{max_tokens} tokens, {os.environ.get('OMP_NUM_THREADS')} thread(s); "
+        f"vLLM start-up {startup:.1f} s (eager)"
+    )
     print(f"{'batch':>5} {'HF tok/s':>10} {'vLLM tok/s':>11} {'vLLM/HF':>8} {'HF tokens':>10} {'vLLM tokens':>12}")
     for b in batches:
         h = hf[b][1] / hf[b][0]
@@ -90,8 +98,10 @@ def bench(model: str, dtype: str, max_tokens: int, batches: list[int], seed: int
         start = time.perf_counter()
         teacher_forced_logprobs(net, rollouts, dtype=dtype, batch_size=16)
         fwd = time.perf_counter() - start
-        print(f"mismatch pass (teacher-forced π, {dtype}) on the {name} batch-{big} rollouts: {fwd:.2f} s = "
-              f"{fwd / seconds:.1%} of that {name} rollout ({seconds:.2f} s)")
+        print(
+            f"mismatch pass (teacher-forced π, {dtype}) on the {name} batch-{big} rollouts: {fwd:.2f} s = "
+            f"{fwd / seconds:.1%} of that {name} rollout ({seconds:.2f} s)"
+        )
 
 
 def main(argv=None) -> None:

@@ -10,14 +10,26 @@ e8m1-7, ``fp32`` for e8m8-10) and by FP32's. The quantized formats are simulated
 cost here measures the emulation, not what FP8/FP4 hardware would save. It first names the CPU's half-precision
 flags, the GEMM policy ``gemm="auto"`` resolves to, the torch threads and the load average.
 """
+
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
 
-DEFAULT = ("fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e4m3-channel", "fp8-e5m2", "mxfp4", "nvfp4", "e8m3", "e8m7",
-           "e8m10")
+DEFAULT = (
+    "fp32",
+    "fp16",
+    "bf16",
+    "fp8-e4m3",
+    "fp8-e4m3-channel",
+    "fp8-e5m2",
+    "mxfp4",
+    "nvfp4",
+    "e8m3",
+    "e8m7",
+    "e8m10",
+)
 
 
 def main(argv=None) -> None:
@@ -42,8 +54,10 @@ def main(argv=None) -> None:
     for name in args.formats:
         formats.validate(name)
     wanted = list(dict.fromkeys([*args.formats, *(formats.get(f).base for f in args.formats), "fp32"]))
-    print(f"{jobtime.cpu_header()} (other processes share these cores); gemm={args.gemm!r} resolves to "
-          f"{gemm.resolve(args.gemm, 'cpu')!r}")
+    print(
+        f"{jobtime.cpu_header()} (other processes share these cores); gemm={args.gemm!r} resolves to "
+        f"{gemm.resolve(args.gemm, 'cpu')!r}"
+    )
     net, tok = models.load(args.model, "fp32")
     prompts = load_prompts("arith" if args.model.startswith("tiny") else "eval/math", args.prompts, tok, seed=0)
     sampling = SamplingConfig(max_tokens=args.max_tokens, n=args.samples, seed=0)
@@ -59,8 +73,10 @@ def main(argv=None) -> None:
             if formats.get(f).quantized:
                 formats.audit(f, eng.take_format_gemms())  # the timed rollout really ran in the format
     cost = {f: statistics.median(v) for f, v in per_token.items()}
-    print(f"{args.model}, HF engine, {args.prompts} prompts × {args.samples} samples × ≤ {args.max_tokens} tokens, "
-          f"median of {args.rounds} round-robin rounds")
+    print(
+        f"{args.model}, HF engine, {args.prompts} prompts × {args.samples} samples × ≤ {args.max_tokens} tokens, "
+        f"median of {args.rounds} round-robin rounds"
+    )
     print(f"{'format':<18}{'base':<6}{'ms/token':>10}{'× base':>9}{'× fp32':>9}")
     for f in args.formats:
         base = formats.get(f).base

@@ -18,6 +18,7 @@ Targets (issue "FP16 and BF16 at FP32 speed on CPU"): training step ≤ 1.3× FP
 ``--isa avx2`` re-runs the benchmark under ``benchmarks/avx2.py``, the benchmarks' AVX2 emulation (torch's, oneDNN's
 and MKL's kernels capped at AVX2): what a CPU without AVX512-FP16/BF16 runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,6 +70,7 @@ def bench_gemms(repeats: int) -> None:
             def run(x=x, y=y, pol=pol):
                 with gemm.policy(pol):
                     x @ y
+
             cells[(dt, pol)] = best_of(run, repeats)
         rows[f"GEMM {m}x{k}x{n}"] = cells
     table("1. single GEMMs (time, ratio to fp32)", rows)
@@ -94,6 +96,7 @@ def bench_micro_step(repeats: int) -> None:
                 scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
+
         cells[(dt, pol)] = best_of(step, repeats)
     table("2a. tiny-arith forward+backward+AdamW, 128x70 tokens, autocast", {"train step": cells})
 
@@ -104,8 +107,15 @@ def bench_rl(steps: int) -> None:
     cells = {}
     with tempfile.TemporaryDirectory() as tmp:
         for dt, pol in CELLS:
-            cfg = RLConfig(train_dtype=dt, gemm=pol, rollout_engine="hf", steps=steps, prompts_per_step=16,
-                           samples_per_prompt=8, output_dir=f"{tmp}/{dt}-{pol}")
+            cfg = RLConfig(
+                train_dtype=dt,
+                gemm=pol,
+                rollout_engine="hf",
+                steps=steps,
+                prompts_per_step=16,
+                samples_per_prompt=8,
+                output_dir=f"{tmp}/{dt}-{pol}",
+            )
             rows = train(cfg, progress=False).rows[1:]  # the first step warms up
             cells[(dt, pol)] = sum(r["time/update"] for r in rows) / len(rows)
             assert all(r["audit/gemm"] == pol for r in rows)
@@ -119,16 +129,31 @@ def bench_pi(repeats: int) -> None:
     from nbkit.offline import analysis
 
     model, tok = models.load("smollm2-135m", "fp32")
-    prompts = analysis.load_prompts("eval/math", 16, tok, seed=0, shortest=True, chat_template=True,
-                                    instruction=analysis.SHORT_ANSWER)
+    prompts = analysis.load_prompts(
+        "eval/math", 16, tok, seed=0, shortest=True, chat_template=True, instruction=analysis.SHORT_ANSWER
+    )
     g = torch.Generator().manual_seed(0)
-    rollouts = [Rollout(i, p, encode_prompt(tok, p), torch.randint(100, 20000, (128,), generator=g).tolist(), "",
-                        [0.0] * 128, "length") for i, p in enumerate(prompts)]
+    rollouts = [
+        Rollout(
+            i,
+            p,
+            encode_prompt(tok, p),
+            torch.randint(100, 20000, (128,), generator=g).tolist(),
+            "",
+            [0.0] * 128,
+            "length",
+        )
+        for i, p in enumerate(prompts)
+    ]
     cells = {}
     for dt, pol in CELLS:
         net = model if dt == "fp32" else copy.deepcopy(model).to(models.torch_dtype(dt))
-        cells[(dt, pol)] = best_of(lambda net=net, dt=dt, pol=pol: teacher_forced_logprobs(
-            net, rollouts, dtype=dt, batch_size=8, gemm=pol, progress=False), repeats)
+        cells[(dt, pol)] = best_of(
+            lambda net=net, dt=dt, pol=pol: teacher_forced_logprobs(
+                net, rollouts, dtype=dt, batch_size=8, gemm=pol, progress=False
+            ),
+            repeats,
+        )
     table("3. teacher-forced π pass, SmolLM2-135M, 16 x (prompt + 128 tokens), pure cast", {"π pass": cells})
 
 
@@ -138,10 +163,19 @@ def main() -> None:
     p.add_argument("--rl-steps", type=int, default=4)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
     p.add_argument("--skip", nargs="*", default=[], choices=["gemm", "micro", "rl", "pi"])
-    p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES),
-                   help="half-precision policies to time (fp32 is always timed as the reference)")
-    p.add_argument("--isa", choices=["native", "avx2"], default="native",
-                   help="avx2: cap torch/oneDNN/MKL kernels at AVX2 (emulates a CPU without native half)")
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        choices=POLICIES,
+        default=list(POLICIES),
+        help="half-precision policies to time (fp32 is always timed as the reference)",
+    )
+    p.add_argument(
+        "--isa",
+        choices=["native", "avx2"],
+        default="native",
+        help="avx2: cap torch/oneDNN/MKL kernels at AVX2 (emulates a CPU without native half)",
+    )
     args = p.parse_args()
     if args.isa == "avx2" and os.environ.get("BENCH_EMULATE_AVX2") != "1":
         sys.exit(subprocess.call([sys.executable, *sys.argv], env=avx2.environment()))
@@ -149,8 +183,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     CELLS[:] = [c for c in CELLS if c[0] == "fp32" or c[1] in args.policies]
     print(jobtime.cpu_header())
-    print(f"auto policy on this machine: {gemm.resolve('auto')} "
-          f"(CPU capability {torch.backends.cpu.get_cpu_capability()}, native FP16+BF16: {gemm.cpu_has_native_half()})")
+    print(
+        f"auto policy on this machine: {gemm.resolve('auto')} "
+        f"(CPU capability {torch.backends.cpu.get_cpu_capability()}, native FP16+BF16: {gemm.cpu_has_native_half()})"
+    )
     if "gemm" not in args.skip:
         bench_gemms(args.repeats)
     if "micro" not in args.skip:

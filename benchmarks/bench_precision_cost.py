@@ -8,6 +8,7 @@ It first names the CPU's half-precision flags, the GEMM policy ``gemm="auto"`` r
 GEMM library vLLM-CPU uses for linear layers) can build a matmul in each half format here: where it cannot, vLLM-CPU
 falls back to torch's own half linear, which is the slow path on CPUs without native half arithmetic.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,12 @@ def rollout_rate(model: str, engine: str, dtype: str, n_prompts: int, samples: i
     net, tok = models.load(model, dtype)
     prompts = load_prompts("arith" if model.startswith("tiny") else "eval/math", n_prompts, tok, seed=0)
     start = time.perf_counter()
-    eng = make_engine(engine, net if engine == "hf" else model, dtype,
-                      **({"tokenizer": tok, "progress": False} if engine == "hf" else {"progress": False}))
+    eng = make_engine(
+        engine,
+        net if engine == "hf" else model,
+        dtype,
+        **({"tokenizer": tok, "progress": False} if engine == "hf" else {"progress": False}),
+    )
     startup = time.perf_counter() - start
     try:
         eng.generate(prompts[:2], SamplingConfig(max_tokens=8, seed=0))
@@ -64,11 +69,19 @@ def rl_step_split(engine: str, dtype: str, steps: int) -> dict:
     from nbkit.rl import RLConfig, train
 
     with tempfile.TemporaryDirectory() as tmp:
-        rows = train(RLConfig(train_dtype=dtype, rollout_engine=engine, steps=steps, checkpoint_every=0,
-                              output_dir=f"{tmp}/run"), progress=False).rows[1:]
+        rows = train(
+            RLConfig(
+                train_dtype=dtype, rollout_engine=engine, steps=steps, checkpoint_every=0, output_dir=f"{tmp}/run"
+            ),
+            progress=False,
+        ).rows[1:]
     mean = {k: sum(r[f"time/{k}"] for r in rows) / len(rows) for k in ("rollout", "sync", "mismatch", "update", "step")}
-    return {"rollout": mean["rollout"] + mean["sync"], "π (mismatch pass)": mean["mismatch"],
-            "update": mean["update"], "step": mean["step"]}
+    return {
+        "rollout": mean["rollout"] + mean["sync"],
+        "π (mismatch pass)": mean["mismatch"],
+        "update": mean["update"],
+        "step": mean["step"],
+    }
 
 
 def main(argv=None) -> None:
@@ -87,25 +100,44 @@ def main(argv=None) -> None:
     paths.setup_environment()
     engines = [e for e in a.engines if e != "vllm" or vllm_available()]
     print(f"{jobtime.cpu_header()}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
-    print("oneDNN matmul (vLLM-CPU's linear layers) buildable here: "
-          + ", ".join(f"{d} {'yes' if ok else 'no (falls back to torch linear)' if ok is False else 'n/a'}"
-                      for d, ok in onednn_half_support().items()))
+    print(
+        "oneDNN matmul (vLLM-CPU's linear layers) buildable here: "
+        + ", ".join(
+            f"{d} {'yes' if ok else 'no (falls back to torch linear)' if ok is False else 'n/a'}"
+            for d, ok in onednn_half_support().items()
+        )
+    )
     print(f"\nrollout throughput, {a.prompts} prompts × {a.samples} samples, ≤ {a.max_tokens} tokens")
-    print(f"{'model':14} {'engine':6} " + " ".join(f"{d + ' tok/s':>11}" for d in DTYPES)
-          + " " + " ".join(f"{d + '/fp32':>10}" for d in DTYPES[1:]))
+    print(
+        f"{'model':14} {'engine':6} "
+        + " ".join(f"{d + ' tok/s':>11}" for d in DTYPES)
+        + " "
+        + " ".join(f"{d + '/fp32':>10}" for d in DTYPES[1:])
+    )
     for model in a.models:
         for engine in engines:
             rates = {d: rollout_rate(model, engine, d, a.prompts, a.samples, a.max_tokens)["tok/s"] for d in DTYPES}
-            print(f"{model:14} {engine:6} " + " ".join(f"{rates[d]:11.1f}" for d in DTYPES) + " "
-                  + " ".join(f"{rates['fp32'] / rates[d]:9.2f}×" for d in DTYPES[1:]) + "  (time ratio)", flush=True)
+            print(
+                f"{model:14} {engine:6} "
+                + " ".join(f"{rates[d]:11.1f}" for d in DTYPES)
+                + " "
+                + " ".join(f"{rates['fp32'] / rates[d]:9.2f}×" for d in DTYPES[1:])
+                + "  (time ratio)",
+                flush=True,
+            )
     if a.rl_steps:
         print(f"\nRL step on tiny-arith (16 × 8, grpo), mean of steps 2..{a.rl_steps}, time as a ratio to fp32")
         for engine in engines:
             split = {d: rl_step_split(engine, d, a.rl_steps) for d in DTYPES}
             for d in DTYPES:
-                print(f"{engine:6} {d}: " + ", ".join(
-                    f"{k} {v:.2f} s ({v / split['fp32'][k]:.2f}×)" if split['fp32'][k] else f"{k} {v:.2f} s"
-                    for k, v in split[d].items()), flush=True)
+                print(
+                    f"{engine:6} {d}: "
+                    + ", ".join(
+                        f"{k} {v:.2f} s ({v / split['fp32'][k]:.2f}×)" if split["fp32"][k] else f"{k} {v:.2f} s"
+                        for k, v in split[d].items()
+                    ),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ share of the step. The first step (engine warm-up) is left out of the means.
     .venv/bin/python benchmarks/bench_rl_step.py --engines hf --steps 4 --dtypes fp32
     .venv/bin/python benchmarks/bench_rl_step.py --algorithms grpo --dtypes fp32 fp16 bf16 --checkpointing on off
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,13 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
-    p.add_argument("--checkpointing", nargs="+", choices=("on", "off"), default=["on"],
-                   help="gradient checkpointing of the update (RLConfig.gradient_checkpointing; TRL's default: on)")
+    p.add_argument(
+        "--checkpointing",
+        nargs="+",
+        choices=("on", "off"),
+        default=["on"],
+        help="gradient checkpointing of the update (RLConfig.gradient_checkpointing; TRL's default: on)",
+    )
     args = p.parse_args()
 
     import torch
@@ -44,16 +50,26 @@ def main() -> None:
             for algo in args.algorithms:
                 for ckpt in args.checkpointing:
                     for dtype in args.dtypes:
-                        cfg = RLConfig(algorithm=algo, train_dtype=dtype, rollout_engine=engine, steps=args.steps,
-                                       prompts_per_step=args.prompts, samples_per_prompt=args.samples,
-                                       gradient_checkpointing=ckpt == "on",
-                                       output_dir=f"{tmp}/{engine}-{algo}-{ckpt}-{dtype}")
+                        cfg = RLConfig(
+                            algorithm=algo,
+                            train_dtype=dtype,
+                            rollout_engine=engine,
+                            steps=args.steps,
+                            prompts_per_step=args.prompts,
+                            samples_per_prompt=args.samples,
+                            gradient_checkpointing=ckpt == "on",
+                            output_dir=f"{tmp}/{engine}-{algo}-{ckpt}-{dtype}",
+                        )
                         rows = train(cfg, progress=False).rows[1:]
                         mean = {x: sum(r[f"time/{x}"] for r in rows) / len(rows) for x in parts}
                         step = sum(r["time/step"] for r in rows) / len(rows)
                         name = f"{engine}/{algo}/ckpt-{ckpt}/{dtype}"
-                        print(f"{name:40} {step:7.2f} " + " ".join(f"{mean[x]:9.3f}" for x in parts)
-                              + f" {100 * mean['mismatch'] / step:9.2f}%", flush=True)
+                        print(
+                            f"{name:40} {step:7.2f} "
+                            + " ".join(f"{mean[x]:9.3f}" for x in parts)
+                            + f" {100 * mean['mismatch'] / step:9.2f}%",
+                            flush=True,
+                        )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ warm-up, left out), the ratio on/off per repeat, and the seconds the bins themse
 
     .venv/bin/python benchmarks/bench_step_bins.py                 # 10 steps, 2 repeats, fp32 training, bf16 rollout
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,14 +46,22 @@ def main() -> None:
                 StepBins.add = real_add if bins == "on" else (lambda self, *a, **k: None)
                 StepBins.take = timed_take if bins == "on" else (lambda self, accelerator=None: {})
                 spent["s"] = 0.0
-                cfg = RLConfig(algorithm=args.algorithm, train_dtype=args.train_dtype,
-                               rollout_dtype=args.rollout_dtype, steps=args.steps, seed=0,
-                               output_dir=f"{tmp}/{rep}-{bins}")
+                cfg = RLConfig(
+                    algorithm=args.algorithm,
+                    train_dtype=args.train_dtype,
+                    rollout_dtype=args.rollout_dtype,
+                    steps=args.steps,
+                    seed=0,
+                    output_dir=f"{tmp}/{rep}-{bins}",
+                )
                 rows = train(cfg, progress=False).rows[1:]
                 means[bins] = sum(r["time/step"] for r in rows) / len(rows)
                 own = spent["s"] / args.steps
-                print(f"repeat {rep + 1} bins {bins:3}: {means[bins]:.3f} s/step"
-                      + (f" (bins' own time {1000 * own:.2f} ms/step)" if bins == "on" else ""), flush=True)
+                print(
+                    f"repeat {rep + 1} bins {bins:3}: {means[bins]:.3f} s/step"
+                    + (f" (bins' own time {1000 * own:.2f} ms/step)" if bins == "on" else ""),
+                    flush=True,
+                )
             print(f"repeat {rep + 1}: on/off = {means['on'] / means['off']:.3f}", flush=True)
     StepBins.add, StepBins.take = real_add, real_take
 

@@ -28,6 +28,7 @@ emulation's step time; where its medians were 2-2.4x the emulation's, its own mi
 of 2.3-2.5 s, i.e. it was slower through the whole run, consistent with a second job on its two cores. One clean
 run is one data point, not an interval.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,10 +65,23 @@ def unpack(commit: str, into: Path) -> None:
 
 def rerun(tree: Path, config: dict, steps: int, out: Path, isa: str) -> list[dict]:
     """Train one stored run's first ``steps`` steps with the old code; its metric rows."""
-    env = avx2.environment({**os.environ, "PYTHONPATH": str(tree),
-                            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}, isa)
-    cmd = [sys.executable, "-m", "nbkit.ppo_study", "--steps", str(steps), "--seeds", str(config["seed"]),
-           "--dtypes", config["train_dtype"], "--output-dir", str(out), "--no-store"]
+    env = avx2.environment(
+        {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}, isa
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "nbkit.ppo_study",
+        "--steps",
+        str(steps),
+        "--seeds",
+        str(config["seed"]),
+        "--dtypes",
+        config["train_dtype"],
+        "--output-dir",
+        str(out),
+        "--no-store",
+    ]
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"the re-run failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
@@ -84,19 +98,24 @@ def main(argv=None) -> None:
 
     card = results.card(args.study)
     if not card["command"].startswith(SUPPORTED):
-        raise SystemExit(f"--study {args.study!r} was made by {card['command']!r}; supported: studies made by "
-                         f"{SUPPORTED!r} (e.g. ppo_tiny_arith)")
+        raise SystemExit(
+            f"--study {args.study!r} was made by {card['command']!r}; supported: studies made by "
+            f"{SUPPORTED!r} (e.g. ppo_tiny_arith)"
+        )
     configs, stored = card["configs"]["runs"], results.load(args.study)
     labels = args.runs or sorted(configs)
     unknown = sorted(set(labels) - set(configs))
     if unknown:
         raise SystemExit(f"--runs {unknown} are not runs of {args.study}; its runs: {sorted(configs)}")
     made = card["machine"]
-    print(jobtime.cpu_header() + (" (re-runs under the AVX2 emulation, benchmarks/avx2.py)" if args.isa == "avx2"
-                                  else ""))
-    print(f"stored: {args.study} at {card['commit'][:10]}, made {card['date'][:10]} on {made['cpu']} "
-          f"({made.get('cores')} cores; flags {made.get('cpu_flags', 'not recorded')}); first {args.steps} steps of "
-          f"each run, median (min) seconds per step")
+    print(
+        jobtime.cpu_header() + (" (re-runs under the AVX2 emulation, benchmarks/avx2.py)" if args.isa == "avx2" else "")
+    )
+    print(
+        f"stored: {args.study} at {card['commit'][:10]}, made {card['date'][:10]} on {made['cpu']} "
+        f"({made.get('cores')} cores; flags {made.get('cpu_flags', 'not recorded')}); first {args.steps} steps of "
+        f"each run, median (min) seconds per step"
+    )
     print(f"{'run':14} {'stored':>13} {'here':>13} {'stored/here':>11}  same rewards")
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,12 +129,16 @@ def main(argv=None) -> None:
             ratio = statistics.median(t_old) / statistics.median(t_new)
             if same:
                 ratios.append(ratio)
-            print(f"{label:14} {statistics.median(t_old):5.2f} ({min(t_old):4.2f}) {statistics.median(t_new):5.2f} "
-                  f"({min(t_new):4.2f}) {ratio:11.2f}  {'yes' if same else 'no: not the same computation'}",
-                  flush=True)
+            print(
+                f"{label:14} {statistics.median(t_old):5.2f} ({min(t_old):4.2f}) {statistics.median(t_new):5.2f} "
+                f"({min(t_new):4.2f}) {ratio:11.2f}  {'yes' if same else 'no: not the same computation'}",
+                flush=True,
+            )
     if ratios:
-        print(f"\nruns with the same computation: {len(ratios)}; stored/here median-step ratios "
-              f"{min(ratios):.2f}-{max(ratios):.2f} (the lowest is the stored CPU at its least loaded)")
+        print(
+            f"\nruns with the same computation: {len(ratios)}; stored/here median-step ratios "
+            f"{min(ratios):.2f}-{max(ratios):.2f} (the lowest is the stored CPU at its least loaded)"
+        )
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ Profiled (worker self CPU time), avx2 bf16: torch's ``aten::mm`` is 90 % (28.7 s
 weight whatever the batch (no reuse of the weight across rows), so its ratio to FP32 grows with the decode batch:
 0.7x at M=1, 2.9x at 8, 3.8x at 16, 4.5x at 24, 5.5x at 64 and above (prefill).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,22 +76,33 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--isa", nargs="+", default=["native", "avx2"], choices=["native", "avx2"])
     p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
-    p.add_argument("--gemm", nargs="+", default=["native"], choices=["native", "fp32-accumulate"],
-                   help="VLLMEngine's gemm policy for half layers: vLLM's own kernels, or the tensor-core contract of "
-                        "nbkit.vllm_gemm (fp32 runs: always native)")
+    p.add_argument(
+        "--gemm",
+        nargs="+",
+        default=["native"],
+        choices=["native", "fp32-accumulate"],
+        help="VLLMEngine's gemm policy for half layers: vLLM's own kernels, or the tensor-core contract of "
+        "nbkit.vllm_gemm (fp32 runs: always native)",
+    )
     p.add_argument("--model", default="smollm2-135m", help="model ref (tiny-arith: arith prompts, else MATH-500)")
-    p.add_argument("--mismatch", action="store_true",
-                   help="also π by the trainer's teacher-forced forward in the dtype (gemm auto): mean |log π − log μ|")
+    p.add_argument(
+        "--mismatch",
+        action="store_true",
+        help="also π by the trainer's teacher-forced forward in the dtype (gemm auto): mean |log π − log μ|",
+    )
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--n", type=int, default=2, help="samples per prompt")
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--profile", action="store_true", help="also a torch-profiled generate (worker self CPU time)")
-    p.add_argument("--threads-bind", default=None, help="VLLM_CPU_OMP_THREADS_BIND for the worker (default: vLLM's auto)")
+    p.add_argument(
+        "--threads-bind", default=None, help="VLLM_CPU_OMP_THREADS_BIND for the worker (default: vLLM's auto)"
+    )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
 # ---- functions sent to the worker (collective_rpc; needs VLLM_ALLOW_INSECURE_SERIALIZATION=1) ----
+
 
 def _worker_facts(worker) -> dict:
     import torch
@@ -100,10 +112,15 @@ def _worker_facts(worker) -> dict:
     model = worker.model_runner.model
     libs = sorted({line.split("/")[-1].strip() for line in open("/proc/self/maps") if "vllm/_C" in line})
     isas = {str(mod.isa) for mod in model.modules() if hasattr(mod, "isa")}
-    return {"kernel_libs": libs, "attention_isa": sorted(isas), "linear_kernels": vllm_gemm.kernels(worker),
-            "weight_dtypes": sorted({str(p.dtype) for p in model.parameters() if p.dim() >= 2}),
-            "torch_threads": torch.get_num_threads(), "aten_capability": torch.backends.cpu.get_cpu_capability(),
-            "affinity": sorted(os.sched_getaffinity(0))}
+    return {
+        "kernel_libs": libs,
+        "attention_isa": sorted(isas),
+        "linear_kernels": vllm_gemm.kernels(worker),
+        "weight_dtypes": sorted({str(p.dtype) for p in model.parameters() if p.dim() >= 2}),
+        "torch_threads": torch.get_num_threads(),
+        "aten_capability": torch.backends.cpu.get_cpu_capability(),
+        "affinity": sorted(os.sched_getaffinity(0)),
+    }
 
 
 def _profile_start(worker) -> None:
@@ -121,12 +138,30 @@ def _profile_stop(worker) -> list:
 
 
 CATEGORIES = (
-    ("GEMM", ("onednn_mm", "aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "weight_packed_linear",
-              "aten::linear")),
+    (
+        "GEMM",
+        ("onednn_mm", "aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "weight_packed_linear", "aten::linear"),
+    ),
     ("attention", ("attention", "attn", "paged", "reshape_and_cache", "sdpa", "scaled_dot_product")),
     ("casts", ("aten::copy_", "aten::_to_copy", "aten::to")),
-    ("sampling", ("softmax", "sort", "topk", "exponential", "argmax", "gather", "sample", "log_softmax",
-                  "logsumexp", "rand", "div_", "multinomial", "cumsum")),
+    (
+        "sampling",
+        (
+            "softmax",
+            "sort",
+            "topk",
+            "exponential",
+            "argmax",
+            "gather",
+            "sample",
+            "log_softmax",
+            "logsumexp",
+            "rand",
+            "div_",
+            "multinomial",
+            "cumsum",
+        ),
+    ),
     ("norm/act/rope", ("rms_norm", "silu", "rotary", "act_and_mul", "layer_norm")),
 )
 
@@ -144,6 +179,7 @@ def categorize(rows) -> tuple[dict, list]:
 
 # ---- one configuration, in its own process ----
 
+
 def child(args, isa: str, dtype: str, gemm: str) -> dict:
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from nbkit import paths
@@ -157,8 +193,9 @@ def child(args, isa: str, dtype: str, gemm: str) -> dict:
     startup = time.perf_counter() - start
     try:
         facts = engine.llm.collective_rpc(_worker_facts)[0]
-        texts = load_prompts("arith" if args.model == "tiny-arith" else "eval/math", args.prompts, engine.tokenizer,
-                             seed=0)
+        texts = load_prompts(
+            "arith" if args.model == "tiny-arith" else "eval/math", args.prompts, engine.tokenizer, seed=0
+        )
         engine.generate(texts[:2], SamplingConfig(max_tokens=8, seed=0))  # warm-up
         cfg = SamplingConfig(max_tokens=args.max_tokens, n=args.n, seed=0)
         start = time.perf_counter()
@@ -166,8 +203,17 @@ def child(args, isa: str, dtype: str, gemm: str) -> dict:
         seconds = time.perf_counter() - start
         tokens = sum(len(r) for r in rollouts)
         mean_lp = sum(sum(r.logprobs) for r in rollouts) / tokens
-        result = {"isa": isa, "dtype": dtype, "gemm": gemm, "startup_s": startup, "gen_s": seconds,
-                  "tokens": tokens, "tok_per_s": tokens / seconds, "mean_logprob": mean_lp, **facts}
+        result = {
+            "isa": isa,
+            "dtype": dtype,
+            "gemm": gemm,
+            "startup_s": startup,
+            "gen_s": seconds,
+            "tokens": tokens,
+            "tok_per_s": tokens / seconds,
+            "mean_logprob": mean_lp,
+            **facts,
+        }
         if args.profile:
             engine.llm.collective_rpc(_profile_start)
             start = time.perf_counter()
@@ -185,7 +231,8 @@ def child(args, isa: str, dtype: str, gemm: str) -> dict:
         pi = mismatch.teacher_forced_logprobs(model, rollouts, dtype, gemm="auto")
         result["pi_gemm"] = gemm_policies.resolve("auto")
         result["abs_logp_diff"] = mismatch.token_abs_logp_diff(pi, [r.logprobs for r in rollouts])[
-            schema.METRIC_TOKEN_ABS_LOGP_DIFF]
+            schema.METRIC_TOKEN_ABS_LOGP_DIFF
+        ]
     return result
 
 
@@ -193,8 +240,20 @@ def run_config(args, isa: str, dtype: str, gemm: str) -> dict:
     env = avx2.environment({**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}, isa)
     if args.threads_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = args.threads_bind
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"{isa}:{dtype}:{gemm}", "--model", args.model,
-           "--prompts", str(args.prompts), "--n", str(args.n), "--max-tokens", str(args.max_tokens)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        f"{isa}:{dtype}:{gemm}",
+        "--model",
+        args.model,
+        "--prompts",
+        str(args.prompts),
+        "--n",
+        str(args.n),
+        "--max-tokens",
+        str(args.max_tokens),
+    ]
     if args.mismatch:
         cmd.append("--mismatch")
     if args.profile:
@@ -203,7 +262,7 @@ def run_config(args, isa: str, dtype: str, gemm: str) -> dict:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
         return {"isa": isa, "dtype": dtype, "gemm": gemm, "error": (proc.stderr or proc.stdout)[-1500:]}
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def main(argv=None) -> None:
@@ -215,33 +274,42 @@ def main(argv=None) -> None:
     from nbkit.workbook import jobtime
 
     print(jobtime.cpu_header() + " (each configuration's process names its own kernels below)")
-    print(f"{args.model}, vLLM-CPU, {args.prompts} prompts x {args.n} samples x <= {args.max_tokens} "
-          f"tokens; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')}", flush=True)
+    print(
+        f"{args.model}, vLLM-CPU, {args.prompts} prompts x {args.n} samples x <= {args.max_tokens} "
+        f"tokens; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')}",
+        flush=True,
+    )
     results = []
     for isa in args.isa:
         for dtype in args.dtypes:
-            for gemm in (["native"] if dtype == "fp32" else args.gemm):
+            for gemm in ["native"] if dtype == "fp32" else args.gemm:
                 r = run_config(args, isa, dtype, gemm)
                 results.append(r)
                 print(json.dumps(r), flush=True)
-    print(f"\n{'isa':6} {'dtype':5} {'gemm':16} {'gen s':>7} {'tok/s':>7} {'x fp32':>7} {'start s':>7} "
-          f"{'mean lp':>8}  kernels")
+    print(
+        f"\n{'isa':6} {'dtype':5} {'gemm':16} {'gen s':>7} {'tok/s':>7} {'x fp32':>7} {'start s':>7} "
+        f"{'mean lp':>8}  kernels"
+    )
     for r in results:
         if "error" in r:
             print(f"{r['isa']:6} {r['dtype']:5} {r['gemm']:16} ERROR {r['error'][-300:]!r}")
             continue
-        base = next((b for b in results if b.get("isa") == r["isa"] and b.get("dtype") == "fp32" and "gen_s" in b),
-                    None)
+        base = next(
+            (b for b in results if b.get("isa") == r["isa"] and b.get("dtype") == "fp32" and "gen_s" in b), None
+        )
         ratio = f"{r['gen_s'] / base['gen_s']:7.2f}" if base else "      -"
-        print(f"{r['isa']:6} {r['dtype']:5} {r['gemm']:16} {r['gen_s']:7.1f} {r['tok_per_s']:7.1f} {ratio} "
-              f"{r['startup_s']:7.1f} {r['mean_logprob']:8.3f}  "
-              + (f"|Δ log p| {r['abs_logp_diff']:.3g} (π gemm {r['pi_gemm']}) " if "abs_logp_diff" in r else "")
-              + f"{r['kernel_libs']} attn={r['attention_isa']} "
-              f"linear={r['linear_kernels']} weights={r['weight_dtypes']} threads={r['torch_threads']}")
+        print(
+            f"{r['isa']:6} {r['dtype']:5} {r['gemm']:16} {r['gen_s']:7.1f} {r['tok_per_s']:7.1f} {ratio} "
+            f"{r['startup_s']:7.1f} {r['mean_logprob']:8.3f}  "
+            + (f"|Δ log p| {r['abs_logp_diff']:.3g} (π gemm {r['pi_gemm']}) " if "abs_logp_diff" in r else "")
+            + f"{r['kernel_libs']} attn={r['attention_isa']} "
+            f"linear={r['linear_kernels']} weights={r['weight_dtypes']} threads={r['torch_threads']}"
+        )
         if "profile" in r:
             total = sum(r["profile"].values())
-            parts = ", ".join(f"{k} {v:.1f} s ({v / total:.0%})" for k, v in sorted(r["profile"].items(),
-                                                                                    key=lambda kv: -kv[1]))
+            parts = ", ".join(
+                f"{k} {v:.1f} s ({v / total:.0%})" for k, v in sorted(r["profile"].items(), key=lambda kv: -kv[1])
+            )
             print(f"{'':6} profiled generate {r['profiled_gen_s']:.1f} s; worker self CPU {total:.1f} s: {parts}")
             print(f"{'':6} top ops: " + "; ".join(f"{k} {s:.2f} s x{c}" for k, s, c in r["profile_top"][:8]))
 

@@ -20,6 +20,7 @@ policy ``auto`` picks are printed first; run it under ``benchmarks/avx2.py`` for
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_vllm_startup.py
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_vllm_startup.py --models tiny-arith --dtype fp16
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,9 +57,12 @@ def child(args, model: str, setting: str) -> dict:
     tok = AutoTokenizer.from_pretrained(resolve(model))
     prompts = load_prompts("arith" if model == "tiny-arith" else "eval/math", args.prompts, tok, seed=0)
     sampling = SamplingConfig(max_tokens=args.max_tokens, n=args.n, seed=0)
-    kwargs = {"before": {"kv_cache_gib": 2, "distributed_executor_backend": None}, "fixed 2 GiB": {"kv_cache_gib": 2},
-              "sized": {},
-              "sized for the batch": vllm_sized_for(tok, prompts, sampling)}[setting]
+    kwargs = {
+        "before": {"kv_cache_gib": 2, "distributed_executor_backend": None},
+        "fixed 2 GiB": {"kv_cache_gib": 2},
+        "sized": {},
+        "sized for the batch": vllm_sized_for(tok, prompts, sampling),
+    }[setting]
     start = time.perf_counter()
     engine = VLLMEngine(model, args.dtype, progress=False, **kwargs)
     startup = time.perf_counter() - start
@@ -69,18 +73,36 @@ def child(args, model: str, setting: str) -> dict:
     finally:
         engine.close()
     digest = hashlib.sha256(json.dumps([[r.token_ids, r.logprobs] for r in rollouts]).encode()).hexdigest()[:12]
-    return {"model": model, "setting": setting, "startup_s": startup, "generate_s": generate,
-            "kv_mib": engine.kv_cache_bytes / 2**20, "tokens": digest}
+    return {
+        "model": model,
+        "setting": setting,
+        "startup_s": startup,
+        "generate_s": generate,
+        "kv_mib": engine.kv_cache_bytes / 2**20,
+        "tokens": digest,
+    }
 
 
 def run(args, model: str, setting: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"{model}|{setting}", "--dtype", args.dtype,
-           "--prompts", str(args.prompts), "--n", str(args.n), "--max-tokens", str(args.max_tokens)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        f"{model}|{setting}",
+        "--dtype",
+        args.dtype,
+        "--prompts",
+        str(args.prompts),
+        "--n",
+        str(args.n),
+        "--max-tokens",
+        str(args.max_tokens),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
         return {"model": model, "setting": setting, "error": (proc.stderr or proc.stdout)[-1500:]}
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def main(argv=None) -> None:
@@ -91,10 +113,12 @@ def main(argv=None) -> None:
         return
     from nbkit.workbook import jobtime
 
-    print(f"{jobtime.cpu_header()}; {args.dtype}, {args.prompts} prompts x {args.n} x <= {args.max_tokens} tokens, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}", flush=True)
-    print(f"{'model':14} {'setting':20} {'KV MiB':>7} {'start s':>8} {'x before':>8} {'generate s':>10}  "
-          f"repeats alike")
+    print(
+        f"{jobtime.cpu_header()}; {args.dtype}, {args.prompts} prompts x {args.n} x <= {args.max_tokens} tokens, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
+        flush=True,
+    )
+    print(f"{'model':14} {'setting':20} {'KV MiB':>7} {'start s':>8} {'x before':>8} {'generate s':>10}  repeats alike")
     for model in args.models:
         base = None
         for setting in SETTINGS:
@@ -106,8 +130,11 @@ def main(argv=None) -> None:
             start = sum(r["startup_s"] for r in runs) / len(runs)
             base = base or start
             alike = "yes" if len({r["tokens"] for r in runs}) == 1 else "no"
-            print(f"{model:14} {setting:20} {runs[0]['kv_mib']:7.0f} {start:8.1f} {start / base:8.2f} "
-                  f"{sum(r['generate_s'] for r in runs) / len(runs):10.1f}  {alike} ({len(runs)})", flush=True)
+            print(
+                f"{model:14} {setting:20} {runs[0]['kv_mib']:7.0f} {start:8.1f} {start / base:8.2f} "
+                f"{sum(r['generate_s'] for r in runs) / len(runs):10.1f}  {alike} ({len(runs)})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ prints the explained variance (EV, pooled over completion tokens as ``value/expl
    norm 1) for 25 batches (= 100 steps), on the correctness return and on a return fixed by a prompt token (the
    first operand's leading digit ≥ 5), at each ``--critic-lr``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,18 +39,31 @@ def rollouts(model, tok, task, prompts: int, seed: int) -> dict:
     rows = [p for p in picked for _ in range(8)]
     enc = tok([trl_prompt(tok, task.prompt(p)) for p in rows], return_tensors="pt", padding=True)
     with torch.no_grad():
-        out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=40,
-                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    comp = out[:, enc.input_ids.size(1):]
+        out = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=40,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    comp = out[:, enc.input_ids.size(1) :]
     eos = comp == tok.eos_token_id
     end = torch.where(eos.any(1), eos.float().argmax(1), torch.full((comp.size(0),), comp.size(1) - 1))
     mask = (torch.arange(comp.size(1))[None] <= end[:, None]).long()
     texts = tok.batch_decode(comp * mask + tok.pad_token_id * (1 - mask), skip_special_tokens=True)
-    return {"prompt_ids": enc.input_ids, "prompt_mask": enc.attention_mask, "completion_ids": comp,
-            "completion_mask": mask,
-            "correctness": torch.tensor([task.reward(t, p["answer"]) for t, p in zip(texts, rows)]),
-            "leading_digit": torch.tensor([float(p["problem"][0] >= "5") for p in rows]),
-            "pass_rate": torch.tensor([p["pass_rate"] for p in rows]), "solution": [p["solution"] for p in rows]}
+    return {
+        "prompt_ids": enc.input_ids,
+        "prompt_mask": enc.attention_mask,
+        "completion_ids": comp,
+        "completion_mask": mask,
+        "correctness": torch.tensor([task.reward(t, p["answer"]) for t, p in zip(texts, rows)]),
+        "leading_digit": torch.tensor([float(p["problem"][0] >= "5") for p in rows]),
+        "pass_rate": torch.tensor([p["pass_rate"] for p in rows]),
+        "solution": [p["solution"] for p in rows],
+    }
 
 
 def per_token(x: torch.Tensor, b: dict) -> torch.Tensor:
@@ -89,11 +103,11 @@ def forward(model, b: dict):
     w = b["completion_ids"].size(1)
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=att, output_hidden_states=True)
-    logp = out.logits[:, -w - 1:-1].log_softmax(-1).gather(-1, b["completion_ids"][..., None])[..., 0]
+    logp = out.logits[:, -w - 1 : -1].log_softmax(-1).gather(-1, b["completion_ids"][..., None])[..., 0]
     logp = logp * b["completion_mask"]
     lowest = torch.cat([torch.zeros(len(logp), 1), logp.cummin(1).values[:, :-1]], 1)  # over tokens before t
     edges = torch.tensor([-5.0, -3, -2, -1, -0.5, -0.2, -0.05])
-    return out.hidden_states[-1][:, -w - 1:-1], torch.bucketize(lowest, edges)
+    return out.hidden_states[-1][:, -w - 1 : -1], torch.bucketize(lowest, edges)
 
 
 def ridge(x_tr, y_tr, x_te, lam=1.0) -> torch.Tensor:
@@ -115,7 +129,7 @@ def critic_alone(policy, tr: dict, key: str, lr: float, batches: int = 25, clip:
     def values(rows):
         ids = torch.cat([tr["prompt_ids"][rows], tr["completion_ids"][rows]], 1)
         att = torch.cat([tr["prompt_mask"][rows], tr["completion_mask"][rows]], 1)
-        return critic(ids, att)[:, -w - 1:-1]
+        return critic(ids, att)[:, -w - 1 : -1]
 
     evs = []
     for k in range(batches):
@@ -155,8 +169,10 @@ def main() -> None:
     print("1. held-out EV of predictors of the correctness return")
     pass_rate = ev(per_token(te["pass_rate"], te), te)
     print(f"   the prompt's pass rate (sanity set's 40-sample estimate)    {pass_rate:.3f}")
-    print(f"   E[R | prefix still on the reference solution, position]    "
-          f"{ev(lookup(on_reference(tr, tok), on_reference(te, tok), tr, te), te):.3f}")
+    print(
+        f"   E[R | prefix still on the reference solution, position]    "
+        f"{ev(lookup(on_reference(tr, tok), on_reference(te, tok), tr, te), te):.3f}"
+    )
     h_tr, low_tr = forward(policy, tr)
     h_te, low_te = forward(policy, te)
     print(f"   E[R | lowest log π of a sampled token so far]              {ev(lookup(low_tr, low_te, tr, te), te):.3f}")
@@ -164,8 +180,10 @@ def main() -> None:
     probe = torch.zeros(m_te.shape)
     probe[m_te] = ridge(h_tr[m_tr], per_token(tr["correctness"], tr)[m_tr], h_te[m_te])
     print(f"   ridge probe of the policy's last hidden state              {ev(probe, te):.3f}")
-    print(f"2. the critic alone, {BATCH}-sequence rollout batches: EV before each batch's update "
-          f"(every 5th batch; mean of the last 5 = the last 20 steps)")
+    print(
+        f"2. the critic alone, {BATCH}-sequence rollout batches: EV before each batch's update "
+        f"(every 5th batch; mean of the last 5 = the last 20 steps)"
+    )
     for key in ("correctness", "leading_digit"):
         for lr in args.critic_lr:
             evs = critic_alone(policy, tr, key, lr)

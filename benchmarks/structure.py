@@ -10,6 +10,7 @@ Deferred imports (inside a function) are counted apart, and upward imports are c
 this checkout's ``pyproject.toml`` (``[tool.importlinter]``; at a revision without one, against ``LAYERS`` below, the
 same order): an import from a module into a higher layer, or between the two independent ones (``|``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,16 +22,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LAYERS = ["__main__", "cli", "workbook", "studies", "rl | plots", "offline",
-          "engines : formats : mismatch : forced : lm_head : gemm : vllm_gemm : number_formats : routing : "
-          "sampling_filter : models : toymodels : tasks : gpu_pins : results",
-          "errors : runlog : outputs : locks : logs : pool : versions : paths : dtypes : schema : stats : "
-          "noninferiority : fieldcheck : contracts"]
+LAYERS = [
+    "__main__",
+    "cli",
+    "workbook",
+    "studies",
+    "rl | plots",
+    "offline",
+    "engines : formats : mismatch : forced : lm_head : gemm : vllm_gemm : number_formats : routing : "
+    "sampling_filter : models : toymodels : tasks : gpu_pins : results",
+    "errors : runlog : outputs : locks : logs : pool : versions : paths : dtypes : schema : stats : "
+    "noninferiority : fieldcheck : contracts",
+]
 """The layers top to bottom (pyproject's contract when this file was written). A module that a revision has in
 another place (``workbook.primer``, ``rl.study``, ``cli.launch``, ``rl.gpu_budget`` before issue 39) is placed by
 ``MOVED``: where its code lives now."""
-MOVED = {"nbkit.workbook.primer": "number_formats", "nbkit.rl.study": "rl", "nbkit.studies.cli": "cli",
-         "nbkit.cli.launch": "cli", "nbkit.rl.gpu_budget": "rl"}
+MOVED = {
+    "nbkit.workbook.primer": "number_formats",
+    "nbkit.rl.study": "rl",
+    "nbkit.studies.cli": "cli",
+    "nbkit.cli.launch": "cli",
+    "nbkit.rl.gpu_budget": "rl",
+}
 """Modules of earlier revisions → the top-level name whose layer they sat in then (their package's)."""
 
 
@@ -39,10 +52,16 @@ def sources(rev: str | None) -> dict[str, str]:
     if rev is None:
         files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "nbkit").rglob("*.py"))
         return {_module(f): (ROOT / f).read_text() for f in files}
-    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "nbkit"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
-    return {_module(f): subprocess.run(["git", "show", f"{rev}:{f}"], cwd=ROOT, check=True, capture_output=True,
-                                       text=True).stdout for f in names if f.endswith(".py")}
+    names = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", rev, "nbkit"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split()
+    return {
+        _module(f): subprocess.run(
+            ["git", "show", f"{rev}:{f}"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout
+        for f in names
+        if f.endswith(".py")
+    }
 
 
 def _module(path: str) -> str:
@@ -60,7 +79,9 @@ def imports(name: str, tree: ast.AST, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             if not base.startswith("nbkit"):
                 continue
             out.add(base)
@@ -70,11 +91,21 @@ def imports(name: str, tree: ast.AST, known: set[str]) -> set[str]:
 
 def import_statements(tree: ast.AST, deferred_only: bool) -> int:
     """How many ``nbkit`` import statements a module writes (inside functions only, with ``deferred_only``)."""
-    nodes = ([n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)]
-             if deferred_only else list(ast.walk(tree)))
-    return len({id(n) for n in nodes
-                if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("nbkit"))
-                or isinstance(n, ast.Import) and any(a.name.startswith("nbkit") for a in n.names)})
+    nodes = (
+        [n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)]
+        if deferred_only
+        else list(ast.walk(tree))
+    )
+    return len(
+        {
+            id(n)
+            for n in nodes
+            if isinstance(n, ast.ImportFrom)
+            and (n.level or (n.module or "").startswith("nbkit"))
+            or isinstance(n, ast.Import)
+            and any(a.name.startswith("nbkit") for a in n.names)
+        }
+    )
 
 
 def layer_of(layers: list[str]):
@@ -90,6 +121,7 @@ def layer_of(layers: list[str]):
             return None
         top = MOVED.get(module, module.split(".")[1])
         return place.get(top.split(".")[0])
+
     return of
 
 
@@ -170,30 +202,56 @@ def counts(rev: str | None = None) -> dict[str, int]:
     of = layer_of(layers)
 
     schema = src.get("nbkit.schema", "")
-    keys = {n.value for n in ast.walk(ast.parse(schema)) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and "/" in n.value and " " not in n.value} if schema else set()
-    literals = sum(1 for k, t in trees.items() if k != "nbkit.schema" for n in ast.walk(t)
-                   if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in keys)
+    keys = (
+        {
+            n.value
+            for n in ast.walk(ast.parse(schema))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and "/" in n.value and " " not in n.value
+        }
+        if schema
+        else set()
+    )
+    literals = sum(
+        1
+        for k, t in trees.items()
+        if k != "nbkit.schema"
+        for n in ast.walk(t)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in keys
+    )
     if not keys:  # before the schema existed: the literal the issue counted
         literals = sum(v.count('"mismatch/token_abs_logp_diff/mean"') for v in src.values())
-    grid_loops = sum(1 for t in trees.values() for n in ast.walk(t)
-                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and n.name in {"run_grid", "train_grid", "run"}
-                     and any(isinstance(c, ast.For) for c in ast.walk(n))
-                     and any(isinstance(c, ast.Call) and getattr(c.func, "id", getattr(c.func, "attr", "")) == "train"
-                             for c in ast.walk(n)))
-    readme = (subprocess.run(["git", "show", f"{rev}:README.md"], cwd=ROOT, capture_output=True, text=True).stdout
-              if rev else (ROOT / "README.md").read_text())
+    grid_loops = sum(
+        1
+        for t in trees.values()
+        for n in ast.walk(t)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.name in {"run_grid", "train_grid", "run"}
+        and any(isinstance(c, ast.For) for c in ast.walk(n))
+        and any(
+            isinstance(c, ast.Call) and getattr(c.func, "id", getattr(c.func, "attr", "")) == "train"
+            for c in ast.walk(n)
+        )
+    )
+    readme = (
+        subprocess.run(["git", "show", f"{rev}:README.md"], cwd=ROOT, capture_output=True, text=True).stdout
+        if rev
+        else (ROOT / "README.md").read_text()
+    )
     largest = max(src, key=lambda k: src[k].count("\n"))
-    return {"modules": len(src), "lines": sum(v.count("\n") for v in src.values()),
-            "import levels": levels(graph, comps), "import cycles": sum(len(c) > 1 for c in comps),
-            "modules in a cycle": sum(len(c) for c in comps if len(c) > 1),
-            "deferred nbkit import statements": sum(import_statements(t, True) for t in trees.values()),
-            "upward imports (module pairs, deferred included)": upward(graph, of),
-            f"largest module ({largest})": src[largest].count("\n"),
-            "lines over 120 characters": sum(len(line) > 120 for v in src.values() for line in v.splitlines()),
-            "functions that train a grid of runs": grid_loops, "metric-key literals outside the schema": literals,
-            "README lines": readme.count("\n")}
+    return {
+        "modules": len(src),
+        "lines": sum(v.count("\n") for v in src.values()),
+        "import levels": levels(graph, comps),
+        "import cycles": sum(len(c) > 1 for c in comps),
+        "modules in a cycle": sum(len(c) for c in comps if len(c) > 1),
+        "deferred nbkit import statements": sum(import_statements(t, True) for t in trees.values()),
+        "upward imports (module pairs, deferred included)": upward(graph, of),
+        f"largest module ({largest})": src[largest].count("\n"),
+        "lines over 120 characters": sum(len(line) > 120 for v in src.values() for line in v.splitlines()),
+        "functions that train a grid of runs": grid_loops,
+        "metric-key literals outside the schema": literals,
+        "README lines": readme.count("\n"),
+    }
 
 
 def main(argv=None) -> None:

@@ -6,6 +6,7 @@ parameterise, call, explain and plot. Importing ``nbkit`` changes nothing in the
 project (``nbkit.paths.setup_environment``). The one switch below is the runner's own request: a kernel it
 started for a static report (``NBKIT_REPORT_DIR`` set) draws text progress bars.
 """
+
 import os as _os
 
 if _os.environ.get("NBKIT_REPORT_DIR"):  # executed by the runner into a static report (nbkit.workbook.report)

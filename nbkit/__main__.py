@@ -1,4 +1,5 @@
 """``python -m nbkit``: the ``nbkit`` command (``nbkit.cli.main.main``)."""
+
 import sys
 
 from nbkit.cli.main import main

@@ -8,6 +8,7 @@ change fails ``tests/test_contracts.py`` naming what moved instead of failing a 
 workbook's subclasses override that is private on the base but missing here fails the tests too (the list is
 complete by construction). Checks read the installed sources (``inspect`` / ``ast``): milliseconds, no GPU.
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,34 +36,86 @@ class Contact:
 
 
 PRIVATE_NAMES: tuple[Contact, ...] = (
-    Contact("trl:GRPOTrainer", "_generate_and_score_completions", "method",
-            "overridden in nbkit.rl.trainer / ppo_trainer: attaches the engine's μ and logs the mismatch"),
-    Contact("trl:GRPOTrainer", "_get_per_token_logps_and_entropies", "method",
-            "overridden in nbkit.rl.trainer: π under the precision policy, router replay"),
-    Contact("trl:GRPOTrainer", "_compute_loss", "method",
-            "overridden in nbkit.rl.trainer (phantom-clip fraction) and ppo_trainer (GAE advantages, critic)"),
+    Contact(
+        "trl:GRPOTrainer",
+        "_generate_and_score_completions",
+        "method",
+        "overridden in nbkit.rl.trainer / ppo_trainer: attaches the engine's μ and logs the mismatch",
+    ),
+    Contact(
+        "trl:GRPOTrainer",
+        "_get_per_token_logps_and_entropies",
+        "method",
+        "overridden in nbkit.rl.trainer: π under the precision policy, router replay",
+    ),
+    Contact(
+        "trl:GRPOTrainer",
+        "_compute_loss",
+        "method",
+        "overridden in nbkit.rl.trainer (phantom-clip fraction) and ppo_trainer (GAE advantages, critic)",
+    ),
     Contact("trl:GRPOTrainer", "_calculate_rewards", "method", "overridden in nbkit.rl.ppo_trainer: keeps the rewards"),
     Contact("trl:GRPOTrainer", "_metrics", "instance", "read and extended by nbkit.rl.trainer's per-step logging"),
-    Contact("trl:GRPOTrainer", "_last_loaded_step", "instance",
-            "reset by nbkit.rl.trainer when it installs its own rollout engine (TRL syncs weights when it differs)"),
-    Contact("transformers:Trainer", "_save_checkpoint", "method", "overridden in nbkit.rl.ppo_trainer: saves the critic"),
-    Contact("transformers:Trainer", "_build_accelerator_args", "method",
-            "overridden in nbkit.rl.trainer: adds GradScalerKwargs (the run's FP16 loss scaling) to accelerate's handlers"),
-    Contact("transformers:Trainer", "_load_optimizer_and_scheduler", "method",
-            "overridden in nbkit.rl.ppo_trainer: restores the critic on resume"),
-    Contact("trl.generation.vllm_generation:VLLMGeneration", "_init_vllm", "method",
-            "overridden in nbkit.rl.rollout / server: the engine in an explicit dtype"),
-    Contact("trl.generation.vllm_generation:VLLMGeneration", "_iter_named_params", "method",
-            "called by nbkit.rl.rollout's weight sync (reload_weights)"),
-    Contact("accelerate:Accelerator", "scaler", "instance",
-            "set by nbkit.rl.amp.enable_cpu_fp16 before prepare(): accelerate builds no scaler for fp16 on CPU"),
+    Contact(
+        "trl:GRPOTrainer",
+        "_last_loaded_step",
+        "instance",
+        "reset by nbkit.rl.trainer when it installs its own rollout engine (TRL syncs weights when it differs)",
+    ),
+    Contact(
+        "transformers:Trainer", "_save_checkpoint", "method", "overridden in nbkit.rl.ppo_trainer: saves the critic"
+    ),
+    Contact(
+        "transformers:Trainer",
+        "_build_accelerator_args",
+        "method",
+        "overridden in nbkit.rl.trainer: adds GradScalerKwargs (the run's FP16 loss scaling) to accelerate's handlers",
+    ),
+    Contact(
+        "transformers:Trainer",
+        "_load_optimizer_and_scheduler",
+        "method",
+        "overridden in nbkit.rl.ppo_trainer: restores the critic on resume",
+    ),
+    Contact(
+        "trl.generation.vllm_generation:VLLMGeneration",
+        "_init_vllm",
+        "method",
+        "overridden in nbkit.rl.rollout / server: the engine in an explicit dtype",
+    ),
+    Contact(
+        "trl.generation.vllm_generation:VLLMGeneration",
+        "_iter_named_params",
+        "method",
+        "called by nbkit.rl.rollout's weight sync (reload_weights)",
+    ),
+    Contact(
+        "accelerate:Accelerator",
+        "scaler",
+        "instance",
+        "set by nbkit.rl.amp.enable_cpu_fp16 before prepare(): accelerate builds no scaler for fp16 on CPU",
+    ),
     Contact("accelerate:Accelerator", "native_amp", "instance", "set by nbkit.rl.amp.enable_cpu_fp16 with the scaler"),
-    Contact("accelerate:Accelerator", "scaler", "instance",
-            "read by prepare_optimizer: the optimizer wrapper takes the scaler at prepare time", "prepare_optimizer"),
-    Contact("accelerate:Accelerator", "scaler", "instance",
-            "read by backward(): the loss is scaled by accelerator.scaler", "backward"),
-    Contact("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm", "function",
-            "wrapped by nbkit.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs"),
+    Contact(
+        "accelerate:Accelerator",
+        "scaler",
+        "instance",
+        "read by prepare_optimizer: the optimizer wrapper takes the scaler at prepare time",
+        "prepare_optimizer",
+    ),
+    Contact(
+        "accelerate:Accelerator",
+        "scaler",
+        "instance",
+        "read by backward(): the loss is scaled by accelerator.scaler",
+        "backward",
+    ),
+    Contact(
+        "vllm.model_executor.layers.utils",
+        "dispatch_cpu_unquantized_gemm",
+        "function",
+        "wrapped by nbkit.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs",
+    ),
     Contact("vllm._custom_ops", "create_onednn_mm", "function", "called by nbkit.vllm_gemm: oneDNN's FP32 matmul"),
     Contact("vllm._custom_ops", "onednn_mm", "function", "called by nbkit.vllm_gemm on each half layer's call"),
 )
@@ -125,7 +178,12 @@ def unlisted_overrides(classes) -> list[str]:
     for cls in classes:
         library_bases = [b for b in cls.__mro__[1:] if not b.__module__.startswith("nbkit")]
         for name, value in vars(cls).items():
-            if (name.startswith("_") and not name.startswith("__") and callable(value)
-                    and any(name in vars(b) for b in library_bases) and name not in listed):
+            if (
+                name.startswith("_")
+                and not name.startswith("__")
+                and callable(value)
+                and any(name in vars(b) for b in library_bases)
+                and name not in listed
+            ):
                 out.append(f"{cls.__module__}.{cls.__name__}.{name}")
     return out

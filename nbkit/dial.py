@@ -31,6 +31,7 @@ Llama, Qwen2, Mistral and SmolLM2 do); U must match the model (a ``ValueError`` 
     fmt = formats.get("dial-e8m1-3of8")      # tiny-arith: 4 layers, 8 blocks
     engine = make_engine("hf", "tiny-arith", format="dial-e8m1-3of8")
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -94,8 +95,13 @@ def channel_point(name: str) -> formats.RolloutFormat | None:
     k, of = int(m.group(1)), int(m.group(2))
     if of < 1 or not 0 <= k <= of:
         raise ValueError(f"channel dial point {name!r} needs K >= 1 and 0 <= k <= K")
-    return formats.RolloutFormat(name, "bf16", "e8m", ChannelMix(k, of),
-                                 description=f"every GEMM: e8m1 on the first {k}/{of} of the channels, e8m2 on the rest")
+    return formats.RolloutFormat(
+        name,
+        "bf16",
+        "e8m",
+        ChannelMix(k, of),
+        description=f"every GEMM: e8m1 on the first {k}/{of} of the channels, e8m2 on the rest",
+    )
 
 
 def channel_names(steps: int = 8) -> tuple[str, ...]:
@@ -117,8 +123,15 @@ def point(name: str) -> formats.RolloutFormat | None:
     n, blocks = int(m.group(1)), int(m.group(2))
     if blocks < 2 or blocks % 2 or not 0 <= n <= blocks:
         raise ValueError(f"dial point {name!r} needs an even number of blocks U = 2 × layers >= 2 and 0 <= n <= U")
-    return DialPoint(name, "bf16", "e8m", formats.e8m(HIGH),
-                     description=f"e8m1 on the first {n} of {blocks} GEMM blocks, e8m2 on the rest", n=n, blocks=blocks)
+    return DialPoint(
+        name,
+        "bf16",
+        "e8m",
+        formats.e8m(HIGH),
+        description=f"e8m1 on the first {n} of {blocks} GEMM blocks, e8m2 on the rest",
+        n=n,
+        blocks=blocks,
+    )
 
 
 def _ends(p: DialPoint) -> tuple[formats.RolloutFormat, formats.RolloutFormat]:
@@ -128,11 +141,19 @@ def _ends(p: DialPoint) -> tuple[formats.RolloutFormat, formats.RolloutFormat]:
 
 def gemm_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's GEMM blocks in forward order: each decoder layer's ``self_attn`` then its ``mlp``."""
-    layers = next((m for name, m in model.named_modules()
-                   if name.split(".")[-1] == "layers" and isinstance(m, torch.nn.ModuleList)), None)
+    layers = next(
+        (
+            m
+            for name, m in model.named_modules()
+            if name.split(".")[-1] == "layers" and isinstance(m, torch.nn.ModuleList)
+        ),
+        None,
+    )
     if layers is None or not all(hasattr(layer, "self_attn") and hasattr(layer, "mlp") for layer in layers):
-        raise ValueError(f"the dial needs decoder layers with self_attn and mlp (a ModuleList called 'layers'); "
-                         f"{type(model).__name__} has none")
+        raise ValueError(
+            f"the dial needs decoder layers with self_attn and mlp (a ModuleList called 'layers'); "
+            f"{type(model).__name__} has none"
+        )
     return [block for layer in layers for block in (layer.self_attn, layer.mlp)]
 
 
@@ -156,12 +177,15 @@ class DialGemm(formats.FormatGemm):
         """Block hooks on ``model`` while active (removed on exit, also on error)."""
         blocks = gemm_blocks(model)
         if len(blocks) != self.point.blocks:
-            raise ValueError(f"dial point {self.point.name!r} cuts the model into {self.point.blocks} blocks but "
-                             f"{type(model).__name__} has {len(blocks)} (choose from {names(len(blocks) // 2)[:3]}…)")
+            raise ValueError(
+                f"dial point {self.point.name!r} cuts the model into {self.point.blocks} blocks but "
+                f"{type(model).__name__} has {len(blocks)} (choose from {names(len(blocks) // 2)[:3]}…)"
+            )
 
         def enter(fmt):
             def hook(module, args):
                 self.fmt = fmt
+
             return hook
 
         def leave(module, args, output):

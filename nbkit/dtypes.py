@@ -4,6 +4,7 @@
 checks (``nbkit.rl.server``) and the lints (``nbkit.offline.lints``) read the spellings here. Pure Python, so a
 command line reads it without importing torch.
 """
+
 from __future__ import annotations
 
 NAMES: tuple[str, ...] = ("fp32", "bf16", "fp16")

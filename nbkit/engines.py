@@ -9,6 +9,7 @@ An engine samples responses for a batch of prompts and returns, for every genera
 
 The engine dtype is chosen independently of the training dtype: that independence is the whole point.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,27 +38,49 @@ FINISH_REASONS = ("stop", "length")
 class SamplingConfig:
     """Sampling parameters, explicit so that two engines can be asked for the same thing."""
 
-    temperature: float = field(default=1.0, metadata={"help": (
-        "Softmax temperature; 1.0 samples from the model's own distribution (the paper's setting).")})
+    temperature: float = field(
+        default=1.0,
+        metadata={
+            "help": ("Softmax temperature; 1.0 samples from the model's own distribution (the paper's setting).")
+        },
+    )
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass; 1.0 = off."})
     top_k: int = field(default=0, metadata={"help": "Keep only the k most likely tokens; 0 = off."})
     max_tokens: int = field(default=64, metadata={"help": "Maximum number of generated tokens per response."})
     n: int = field(default=1, metadata={"help": "Responses per prompt."})
-    seed: int = field(default=0, metadata={"help": (
-        "Seed of the sampler (same seed + same engine + same dtype = same samples). The HF engine seeds torch with "
-        "it at every call (one seed per batch); vLLM per ``seeding``.")})
-    seeding: str = field(default="engine", metadata={"help": (
-        "How vLLM seeds its sampler (``SEEDINGS``). ``engine``: every request draws from the engine's own generator, "
-        "seeded once when it starts (``VLLMEngine(seed=)``, which must equal ``seed``); no request carries a seed, "
-        "so vLLM's batched sampler runs (one draw for the batch, FlashInfer's top-k/top-p on GPUs). Kept: a fresh "
-        "engine with the same seed asked the same batches in the same order gives the same samples. Not kept: the "
-        "same batch asked twice of one engine gives new samples, and a request's samples depend on the batches "
-        "before it and on its batch-mates. ``request``: one seed per request (``seed * 1_000_003 + i``), samples "
-        "independent of the engine's history and of the batch, at the price of vLLM's per-request sampling path "
-        "every token (a Python loop over the batch, no FlashInfer).")})
-    logprobs_mode: str = field(default="raw_logprobs", metadata={"help": (
-        "``raw_logprobs``: μ = log_softmax(logits); ``processed_logprobs``: μ after temperature/top-k/top-p, i.e. "
-        "the distribution actually sampled from (vLLM's names). Identical at temperature 1 without top-k/p.")})
+    seed: int = field(
+        default=0,
+        metadata={
+            "help": (
+                "Seed of the sampler (same seed + same engine + same dtype = same samples). The HF engine seeds torch with "
+                "it at every call (one seed per batch); vLLM per ``seeding``."
+            )
+        },
+    )
+    seeding: str = field(
+        default="engine",
+        metadata={
+            "help": (
+                "How vLLM seeds its sampler (``SEEDINGS``). ``engine``: every request draws from the engine's own generator, "
+                "seeded once when it starts (``VLLMEngine(seed=)``, which must equal ``seed``); no request carries a seed, "
+                "so vLLM's batched sampler runs (one draw for the batch, FlashInfer's top-k/top-p on GPUs). Kept: a fresh "
+                "engine with the same seed asked the same batches in the same order gives the same samples. Not kept: the "
+                "same batch asked twice of one engine gives new samples, and a request's samples depend on the batches "
+                "before it and on its batch-mates. ``request``: one seed per request (``seed * 1_000_003 + i``), samples "
+                "independent of the engine's history and of the batch, at the price of vLLM's per-request sampling path "
+                "every token (a Python loop over the batch, no FlashInfer)."
+            )
+        },
+    )
+    logprobs_mode: str = field(
+        default="raw_logprobs",
+        metadata={
+            "help": (
+                "``raw_logprobs``: μ = log_softmax(logits); ``processed_logprobs``: μ after temperature/top-k/top-p, i.e. "
+                "the distribution actually sampled from (vLLM's names). Identical at temperature 1 without top-k/p."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in ("top_k", "max_tokens", "n", "seed"):
@@ -139,8 +162,18 @@ class HFEngine:
 
     name = "hf"
 
-    def __init__(self, model, dtype: str | None = None, tokenizer=None, batch_size: int = 64, device=None,
-                 progress: bool = True, gemm: str = "auto", format: str | None = None, fp32_lm_head: bool = False):
+    def __init__(
+        self,
+        model,
+        dtype: str | None = None,
+        tokenizer=None,
+        batch_size: int = 64,
+        device=None,
+        progress: bool = True,
+        gemm: str = "auto",
+        format: str | None = None,
+        fp32_lm_head: bool = False,
+    ):
         from nbkit import formats, lm_head, models
         from nbkit import gemm as gemm_policies
 
@@ -150,8 +183,10 @@ class HFEngine:
         self.format = formats.get(format or dtype or "fp32")
         if dtype is not None and dtype != self.format.base:
             models.torch_dtype(dtype)
-            raise ValueError(f"rollout format {self.format.name!r} runs in {self.format.base}, not dtype={dtype!r}; "
-                             f"omit dtype or pass {self.format.base!r}")
+            raise ValueError(
+                f"rollout format {self.format.name!r} runs in {self.format.base}, not dtype={dtype!r}; "
+                f"omit dtype or pass {self.format.base!r}"
+            )
         dtype = self.format.base
         self.dtype = dtype
         td = models.torch_dtype(dtype)
@@ -183,8 +218,9 @@ class HFEngine:
         return self.generate_ids([encode_prompt(self.tokenizer, p) for p in prompts], sampling, texts=prompts)
 
     @torch.no_grad()
-    def generate_ids(self, prompt_ids: Sequence[list[int]], sampling: SamplingConfig,
-                     texts: Sequence[str] | None = None) -> list[Rollout]:
+    def generate_ids(
+        self, prompt_ids: Sequence[list[int]], sampling: SamplingConfig, texts: Sequence[str] | None = None
+    ) -> list[Rollout]:
         """Like ``generate`` for prompts given as token ids (what an RL trainer holds)."""
         from tqdm.auto import tqdm
         from transformers import GenerationConfig
@@ -192,15 +228,20 @@ class HFEngine:
         texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
         jobs = [(i, texts[i], ids) for i, ids in enumerate(prompt_ids) for _ in range(sampling.n)]
         gen_cfg = GenerationConfig(  # temperature / top-k / top-p applied by SampledLogprobs.processors instead
-            do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=sampling.max_tokens,
-            return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=sampling.max_tokens,
+            return_dict_in_generate=True,
+            pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=sorted(self.stop_ids),
         )
         torch.manual_seed(sampling.seed)
         out: list[Rollout] = []
         chunks = range(0, len(jobs), self.batch_size)
         for start in tqdm(chunks, desc=f"HF generate ({self.dtype})", disable=not self.progress or len(chunks) < 2):
-            out += self._generate_chunk(jobs[start:start + self.batch_size], gen_cfg, sampling)
+            out += self._generate_chunk(jobs[start : start + self.batch_size], gen_cfg, sampling)
         return out
 
     def _generate_chunk(self, jobs, gen_cfg, sampling: SamplingConfig) -> list[Rollout]:
@@ -218,8 +259,9 @@ class HFEngine:
         moe = routing.capture(self.model) if routing.is_moe(self.model) else contextlib.nullcontext()
         mu = SampledLogprobs(sampling.logprobs_mode)
         with gemm.suspended(), formats.policy(self.format, self.gemm, self.model) as mode, moe as rec:
-            res = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg,
-                                      logits_processor=mu.processors(sampling))
+            res = self.model.generate(
+                input_ids=ids, attention_mask=mask, generation_config=gen_cfg, logits_processor=mu.processors(sampling)
+            )
         chosen = rec.choices() if rec is not None else None
         if mode is not None:
             self.gemm_routed.update(mode.counts)
@@ -230,14 +272,21 @@ class HFEngine:
         for row, (i, prompt, p_ids) in enumerate(jobs):
             tokens = new[row].tolist()
             n, reason = _cut_at_stop(tokens, self.stop_ids)
-            rollouts.append(Rollout(
-                prompt_index=i, prompt=prompt, prompt_ids=p_ids, token_ids=tokens[:n],
-                text=self.tokenizer.decode(tokens[:n], skip_special_tokens=True),
-                logprobs=picked[row, :n].double().tolist(), finish_reason=reason,
-                meta={"engine": self.name, "dtype": self.dtype, "format": self.format.name, "gemm": self.gemm},
-                routing=None if chosen is None else routing.pad_to(chosen[row, width - len(p_ids):width + n - 1],
-                                                                   len(p_ids) + n),
-            ))
+            rollouts.append(
+                Rollout(
+                    prompt_index=i,
+                    prompt=prompt,
+                    prompt_ids=p_ids,
+                    token_ids=tokens[:n],
+                    text=self.tokenizer.decode(tokens[:n], skip_special_tokens=True),
+                    logprobs=picked[row, :n].double().tolist(),
+                    finish_reason=reason,
+                    meta={"engine": self.name, "dtype": self.dtype, "format": self.format.name, "gemm": self.gemm},
+                    routing=None
+                    if chosen is None
+                    else routing.pad_to(chosen[row, width - len(p_ids) : width + n - 1], len(p_ids) + n),
+                )
+            )
         return rollouts
 
     def take_format_gemms(self) -> Counter:
@@ -273,9 +322,11 @@ class SampledLogprobs:
         """The generation's logits processors: the warpers ``sampling`` asks for, and this recorder."""
         from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-        warpers = ([TemperatureLogitsWarper(sampling.temperature)] if sampling.temperature != 1.0 else []) + (
-            [TopKLogitsWarper(sampling.top_k)] if sampling.top_k else []) + (
-            [TopPLogitsWarper(sampling.top_p)] if sampling.top_p < 1.0 else [])
+        warpers = (
+            ([TemperatureLogitsWarper(sampling.temperature)] if sampling.temperature != 1.0 else [])
+            + ([TopKLogitsWarper(sampling.top_k)] if sampling.top_k else [])
+            + ([TopPLogitsWarper(sampling.top_p)] if sampling.top_p < 1.0 else [])
+        )
         return LogitsProcessorList([self, *warpers] if self.mode == "raw_logprobs" else [*warpers, self])
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -291,7 +342,11 @@ class SampledLogprobs:
     def finish(self, sequences: torch.Tensor) -> torch.Tensor:
         """``[batch, generated tokens]`` μ of ``sequences``' generated tokens (their last one taken here)."""
         self._take(sequences[:, -1])
-        return torch.stack(self.picked, dim=1) if self.picked else sequences.new_zeros((len(sequences), 0), dtype=torch.float32)
+        return (
+            torch.stack(self.picked, dim=1)
+            if self.picked
+            else sequences.new_zeros((len(sequences), 0), dtype=torch.float32)
+        )
 
 
 def release_memory() -> None:
@@ -324,8 +379,10 @@ def vllm_gemm_policy(gemm: str, dtype: str) -> str:
     if policy == "fp32-accumulate" and torch.cuda.is_available():
         if gemm == "auto":
             return "native"
-        raise ValueError("gemm='fp32-accumulate' applies to vLLM-CPU only; CUDA's half GEMMs already accumulate in "
-                         "fp32 and round once: use gemm='auto' or 'native'")
+        raise ValueError(
+            "gemm='fp32-accumulate' applies to vLLM-CPU only; CUDA's half GEMMs already accumulate in "
+            "fp32 and round once: use gemm='auto' or 'native'"
+        )
     return "native" if dtype == "fp32" else policy
 
 
@@ -350,10 +407,21 @@ class VLLMEngine:
 
     name = "vllm"
 
-    def __init__(self, model: str | os.PathLike, dtype: str | None = None, logprobs_mode: str = "raw_logprobs",
-                 max_model_len: int | None = None, gpu_memory_utilization: float = 0.3, seed: int = 0,
-                 kv_cache_gib: float | None = None, enforce_eager: bool | None = None, progress: bool = True,
-                 format: str | None = None, gemm: str = "auto", **llm_kwargs):
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        dtype: str | None = None,
+        logprobs_mode: str = "raw_logprobs",
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.3,
+        seed: int = 0,
+        kv_cache_gib: float | None = None,
+        enforce_eager: bool | None = None,
+        progress: bool = True,
+        format: str | None = None,
+        gemm: str = "auto",
+        **llm_kwargs,
+    ):
         from nbkit import formats, models, paths, vllm_gemm
 
         models.torch_dtype(dtype or "fp32")  # validate before the slow start-up
@@ -365,31 +433,39 @@ class VLLMEngine:
         if logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose one of {LOGPROBS_MODES}")
         if kv_cache_gib is not None and not kv_cache_gib > 0:
-            raise ValueError(f"kv_cache_gib must be a positive number of GiB or None (sized to the engine), "
-                             f"got {kv_cache_gib!r}")
+            raise ValueError(
+                f"kv_cache_gib must be a positive number of GiB or None (sized to the engine), got {kv_cache_gib!r}"
+            )
         LLM = require_vllm()
         self.gemm = vllm_gemm_policy(gemm, dtype)
         if self.gemm == vllm_gemm.FP32_ACCUMULATE and not vllm_gemm.installed():
-            raise RuntimeError("gemm='fp32-accumulate' for vLLM needs the project's vLLM plugin, which is registered "
-                               "when the project is installed: pip install --no-deps -e . (make venv does it); or pass "
-                               "gemm='native' for vLLM's own half kernels")
+            raise RuntimeError(
+                "gemm='fp32-accumulate' for vLLM needs the project's vLLM plugin, which is registered "
+                "when the project is installed: pip install --no-deps -e . (make venv does it); or pass "
+                "gemm='native' for vLLM's own half kernels"
+            )
         self.dtype, self.logprobs_mode, self.progress, self.seed = dtype, logprobs_mode, progress, seed
         self.path = models.resolve(model)
         self.max_model_len = max_model_len or default_max_model_len(self.path)
         env = {vllm_gemm.ENV: self.gemm}  # the plugin reads it as vLLM's processes load layers
         if not torch.cuda.is_available():  # on GPUs gpu_memory_utilization sizes the cache, as vLLM does
-            llm_kwargs.setdefault("kv_cache_memory_bytes", cpu_kv_cache_bytes(
-                self.path, self.max_model_len, dtype, llm_kwargs.get("max_num_seqs"), kv_cache_gib))
+            llm_kwargs.setdefault(
+                "kv_cache_memory_bytes",
+                cpu_kv_cache_bytes(self.path, self.max_model_len, dtype, llm_kwargs.get("max_num_seqs"), kv_cache_gib),
+            )
             env.update(cpu_process_layout(llm_kwargs))
         self.kv_cache_bytes = llm_kwargs.get("kv_cache_memory_bytes")
         """The KV cache asked of vLLM in bytes (None: vLLM's own sizing, as on GPUs)."""
         with logs.quiet(f"vLLM engine ({dtype}, {Path(self.path).name})"), paths.environment(env):
             self.llm = LLM(
-                model=self.path, dtype=str(DTYPES[dtype]).removeprefix("torch."), seed=seed,
+                model=self.path,
+                dtype=str(DTYPES[dtype]).removeprefix("torch."),
+                seed=seed,
                 max_model_len=self.max_model_len,
                 gpu_memory_utilization=gpu_memory_utilization,
                 enforce_eager=default_enforce_eager() if enforce_eager is None else enforce_eager,
-                logprobs_mode=logprobs_mode, **llm_kwargs,
+                logprobs_mode=logprobs_mode,
+                **llm_kwargs,
             )
         self.tokenizer = self.llm.get_tokenizer()
 
@@ -397,33 +473,45 @@ class VLLMEngine:
         """``sampling.n`` rollouts for each prompt, prompt-major."""
         return self.generate_ids([encode_prompt(self.tokenizer, p) for p in prompts], sampling, texts=prompts)
 
-    def generate_ids(self, prompt_ids: Sequence[list[int]], sampling: SamplingConfig,
-                     texts: Sequence[str] | None = None) -> list[Rollout]:
+    def generate_ids(
+        self, prompt_ids: Sequence[list[int]], sampling: SamplingConfig, texts: Sequence[str] | None = None
+    ) -> list[Rollout]:
         """Like ``generate`` for prompts given as token ids (what an RL trainer holds)."""
         from vllm.inputs import TokensPrompt
 
         if sampling.logprobs_mode != self.logprobs_mode:
-            raise ValueError(f"this engine was built with logprobs_mode={self.logprobs_mode!r}, "
-                             f"sampling asks for {sampling.logprobs_mode!r}; build another engine")
+            raise ValueError(
+                f"this engine was built with logprobs_mode={self.logprobs_mode!r}, "
+                f"sampling asks for {sampling.logprobs_mode!r}; build another engine"
+            )
         check_fits(self.max_model_len, prompt_ids, sampling.max_tokens)
         params = sampling_params(sampling, len(prompt_ids), self.seed)
         texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
         from nbkit import gemm
 
         with gemm.suspended():  # no torch-level policy inside vLLM: its half layers follow self.gemm (vllm_gemm)
-            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids], params,
-                                        use_tqdm=self.progress and len(prompt_ids) > 8)
+            outputs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids],
+                params,
+                use_tqdm=self.progress and len(prompt_ids) > 8,
+            )
         rollouts = []
         for i, (prompt, ids, req) in enumerate(zip(texts, prompt_ids, outputs)):
             for comp in req.outputs:
                 tokens = list(comp.token_ids)
                 mu = [lp[t].logprob for t, lp in zip(tokens, comp.logprobs)]
-                rollouts.append(Rollout(
-                    prompt_index=i, prompt=prompt, prompt_ids=list(ids), token_ids=tokens,
-                    text=self.tokenizer.decode(tokens, skip_special_tokens=True), logprobs=mu,
-                    finish_reason="stop" if comp.finish_reason == "stop" else "length",
-                    meta={"engine": self.name, "dtype": self.dtype, "gemm": self.gemm},
-                ))
+                rollouts.append(
+                    Rollout(
+                        prompt_index=i,
+                        prompt=prompt,
+                        prompt_ids=list(ids),
+                        token_ids=tokens,
+                        text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                        logprobs=mu,
+                        finish_reason="stop" if comp.finish_reason == "stop" else "length",
+                        meta={"engine": self.name, "dtype": self.dtype, "gemm": self.gemm},
+                    )
+                )
         return rollouts
 
     def model_dtype(self) -> torch.dtype:
@@ -451,8 +539,10 @@ class VLLMEngine:
         try:
             return self.llm.collective_rpc(fn)
         except TypeError as exc:
-            raise RuntimeError("inspecting the worker needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 in the environment "
-                               "before the engine is built") from exc
+            raise RuntimeError(
+                "inspecting the worker needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 in the environment "
+                "before the engine is built"
+            ) from exc
 
     def close(self) -> None:
         """Shut the engine down, drop it, and free the device cache (``release_memory``)."""
@@ -485,23 +575,34 @@ def sampling_params(sampling: SamplingConfig, n_prompts: int, engine_seed: int) 
     from vllm import SamplingParams
 
     if sampling.seeding == "engine" and sampling.seed != engine_seed:
-        raise ValueError(f"sampling.seed={sampling.seed} but this vLLM engine samples from its own generator, seeded "
-                         f"once with seed={engine_seed} (seeding='engine'): build the engine with seed="
-                         f"{sampling.seed}, or ask seeding='request' (one seed per request, vLLM's slow path)")
-    return [SamplingParams(
-        n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
-        max_tokens=sampling.max_tokens, logprobs=0,
-        seed=sampling.seed * 1_000_003 + i if sampling.seeding == "request" else None,
-    ) for i in range(n_prompts)]
+        raise ValueError(
+            f"sampling.seed={sampling.seed} but this vLLM engine samples from its own generator, seeded "
+            f"once with seed={engine_seed} (seeding='engine'): build the engine with seed="
+            f"{sampling.seed}, or ask seeding='request' (one seed per request, vLLM's slow path)"
+        )
+    return [
+        SamplingParams(
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k or -1,
+            max_tokens=sampling.max_tokens,
+            logprobs=0,
+            seed=sampling.seed * 1_000_003 + i if sampling.seeding == "request" else None,
+        )
+        for i in range(n_prompts)
+    ]
 
 
 def check_fits(max_model_len: int, prompt_ids: Sequence[list[int]], max_tokens: int) -> None:
     """Refuse a batch whose longest prompt + ``max_tokens`` exceeds the engine's ``max_model_len``."""
     longest = max(map(len, prompt_ids), default=0)
     if longest + max_tokens > max_model_len:
-        raise ValueError(f"a prompt of {longest} tokens + max_tokens={max_tokens} = {longest + max_tokens} exceeds "
-                         f"this engine's max_model_len={max_model_len}: vLLM would cut those answers silently; "
-                         f"build the engine with max_model_len >= {longest + max_tokens}")
+        raise ValueError(
+            f"a prompt of {longest} tokens + max_tokens={max_tokens} = {longest + max_tokens} exceeds "
+            f"this engine's max_model_len={max_model_len}: vLLM would cut those answers silently; "
+            f"build the engine with max_model_len >= {longest + max_tokens}"
+        )
 
 
 def default_enforce_eager() -> bool:
@@ -531,8 +632,14 @@ CPU_MAX_NUM_SEQS = 256
 """vLLM-CPU's default ``max_num_seqs`` for the ``LLM`` class: the most sequences its scheduler runs at once."""
 
 
-def cpu_kv_cache_bytes(path: str, max_model_len: int, dtype: str, max_num_seqs: int | None = None,
-                       gib: float | None = None, cap_gib: float = 2) -> int:
+def cpu_kv_cache_bytes(
+    path: str,
+    max_model_len: int,
+    dtype: str,
+    max_num_seqs: int | None = None,
+    gib: float | None = None,
+    cap_gib: float = 2,
+) -> int:
     """vLLM-CPU's KV cache in bytes: ``gib`` GiB if given; else room for ``max_num_seqs`` sequences of
     ``max_model_len`` tokens (the most the scheduler holds at once, so no request ever waits for cache space and the
     batches are the ones an unbounded cache would give), with a quarter spare, at most ``cap_gib``. vLLM-CPU touches
@@ -571,7 +678,6 @@ def default_max_model_len(path: str, cap: int = 2048) -> int:
 
     own = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
     return min(cap, int(own)) if own else cap
-
 
 
 def require_vllm():

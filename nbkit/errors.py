@@ -1,4 +1,5 @@
 """Errors several layers raise or catch, defined below all of them (an engine's audit and the trainer's share one)."""
+
 from __future__ import annotations
 
 

@@ -19,6 +19,7 @@ A field declares its type with its annotation and, where a type alone is not eno
 
 New fields are covered by their annotation alone; a field that needs a range declares it where it is declared.
 """
+
 from __future__ import annotations
 
 import math
@@ -147,7 +148,8 @@ def check_fields(obj) -> None:
 
 def _what(base) -> str:
     return {bool: "True or False", int: "an integer", float: "a finite number", str: "a string"}.get(
-        base, f"a {getattr(typing.get_origin(base) or base, '__name__', base)}")
+        base, f"a {getattr(typing.get_origin(base) or base, '__name__', base)}"
+    )
 
 
 def _num(x) -> str:

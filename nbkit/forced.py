@@ -8,6 +8,7 @@ processor reads the log-softmax of the forced token, then leaves only that token
 follows the response. Same model, same batch (order and size) and same GEMM policy reproduce the HF engine's μ
 bit for bit; batch size 1 gives each sequence alone (the batch-invariance question).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,11 @@ class ForcedTokens:
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         k = self.step
         self.step += 1
-        target = self.targets[:, k].to(scores.device) if k < self.targets.size(1) else \
-            torch.full((scores.size(0),), self.pad_id, device=scores.device)
+        target = (
+            self.targets[:, k].to(scores.device)
+            if k < self.targets.size(1)
+            else torch.full((scores.size(0),), self.pad_id, device=scores.device)
+        )
         self.picked.append(scores.float().log_softmax(-1).gather(-1, target[:, None])[:, 0])
         self.target = target
         forced = torch.full_like(scores, float("-inf"))
@@ -71,8 +75,9 @@ def decode_logprobs(model, tokenizer, rollouts: Sequence, batch_size: int = 64, 
 
 
 @torch.no_grad()
-def decode_heads(model, tokenizer, rollouts: Sequence, heads: dict, batch_size: int = 64,
-                 gemm: str = "auto") -> dict[str, list[np.ndarray]]:
+def decode_heads(
+    model, tokenizer, rollouts: Sequence, heads: dict, batch_size: int = 64, gemm: str = "auto"
+) -> dict[str, list[np.ndarray]]:
     """``decode_logprobs`` (key ``MODEL_HEAD``) and, from the same decoding, log p of the same tokens under other LM
     heads: ``heads`` maps a name to fn(hidden state) → logits, applied to what the model's head received at each
     step. The KV cache and the forced tokens do not depend on the head, so one decode serves every head."""
@@ -84,7 +89,7 @@ def decode_heads(model, tokenizer, rollouts: Sequence, heads: dict, batch_size: 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     out: dict[str, list[np.ndarray]] = {name: [] for name in (MODEL_HEAD, *heads)}
     for start in range(0, len(rollouts), batch_size):
-        chunk = rollouts[start:start + batch_size]
+        chunk = rollouts[start : start + batch_size]
         width = max(len(r.prompt_ids) for r in chunk)
         steps = max(len(r.token_ids) for r in chunk)
         if steps == 0:
@@ -102,13 +107,17 @@ def decode_heads(model, tokenizer, rollouts: Sequence, heads: dict, batch_size: 
         policy = gemm_policies.policy(gemm, model.device) if gemm != "native" else contextlib.nullcontext()
         try:
             with policy:
-                model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                               generation_config=cfg, logits_processor=[forced] + ([others] if others else []))
+                model.generate(
+                    input_ids=ids.to(model.device),
+                    attention_mask=mask.to(model.device),
+                    generation_config=cfg,
+                    logits_processor=[forced] + ([others] if others else []),
+                )
         finally:
             if others is not None:
                 others.handle.remove()
         picks = {MODEL_HEAD: forced.picked, **(others.picked if others else {})}
         for name, steps_picked in picks.items():
             picked = torch.stack(steps_picked, dim=1).double().cpu().numpy()
-            out[name] += [picked[row, :len(r.token_ids)].copy() for row, r in enumerate(chunk)]
+            out[name] += [picked[row, : len(r.token_ids)].copy() for row, r in enumerate(chunk)]
     return out

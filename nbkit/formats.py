@@ -37,6 +37,7 @@ them per format: the evidence ``audit`` reads, so a run fails when the format it
     fmt = formats.get("nvfp4")
     engine = make_engine("hf", "tiny-arith", format="nvfp4")  # the engine runs it; audit: engine.format_gemms
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -200,20 +201,41 @@ def _one(x: torch.Tensor) -> torch.Tensor:
     return torch.ones((), device=x.device)
 
 
-SCHEMES: dict[str, Scheme] = {x.name: x for x in (
-    Scheme("none", "the base dtype's own GEMMs"),
-    Scheme("fp8", "FP8 operands: per-token activation scale, per-tensor or per-channel weight scale",
-           lambda x, f, role: fp8_quantize(x, f.element, per_row=role == "activation" or f.weight_scale == "channel"),
-           outer_scales=True),
-    Scheme("mxfp4", "MXFP4 operands: E2M1 in 32-blocks with power-of-two scales",
-           lambda x, f, role: (mxfp4_quantize(x), _one(x))),
-    Scheme("nvfp4", "NVFP4 operands: E2M1 in 16-blocks with E4M3 scales and a tensor scale",
-           lambda x, f, role: nvfp4_quantize(x), outer_scales=True),
-    Scheme("e8m", "the mantissa dial: every GEMM's operands and output, and attention",
-           lambda x, f, role: (f.element.round(x), _one(x)), round_output=True, all_gemms=True),
-    Scheme("e8m-linear", "the dial on linear operands only, as FP8/FP4",
-           lambda x, f, role: (f.element.round(x), _one(x))),
-)}
+SCHEMES: dict[str, Scheme] = {
+    x.name: x
+    for x in (
+        Scheme("none", "the base dtype's own GEMMs"),
+        Scheme(
+            "fp8",
+            "FP8 operands: per-token activation scale, per-tensor or per-channel weight scale",
+            lambda x, f, role: fp8_quantize(x, f.element, per_row=role == "activation" or f.weight_scale == "channel"),
+            outer_scales=True,
+        ),
+        Scheme(
+            "mxfp4",
+            "MXFP4 operands: E2M1 in 32-blocks with power-of-two scales",
+            lambda x, f, role: (mxfp4_quantize(x), _one(x)),
+        ),
+        Scheme(
+            "nvfp4",
+            "NVFP4 operands: E2M1 in 16-blocks with E4M3 scales and a tensor scale",
+            lambda x, f, role: nvfp4_quantize(x),
+            outer_scales=True,
+        ),
+        Scheme(
+            "e8m",
+            "the mantissa dial: every GEMM's operands and output, and attention",
+            lambda x, f, role: (f.element.round(x), _one(x)),
+            round_output=True,
+            all_gemms=True,
+        ),
+        Scheme(
+            "e8m-linear",
+            "the dial on linear operands only, as FP8/FP4",
+            lambda x, f, role: (f.element.round(x), _one(x)),
+        ),
+    )
+}
 """Name → quantization scheme."""
 
 
@@ -240,14 +262,19 @@ class RolloutFormat:
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
-            raise ValueError(f"rollout format {self.name!r}: unknown scheme {self.scheme!r}; choose one of "
-                             f"{tuple(SCHEMES)}")
+            raise ValueError(
+                f"rollout format {self.name!r}: unknown scheme {self.scheme!r}; choose one of {tuple(SCHEMES)}"
+            )
         if self.base not in ("fp32", "fp16", "bf16"):
-            raise ValueError(f"rollout format {self.name!r}: unknown base dtype {self.base!r}; choose one of "
-                             "('fp32', 'fp16', 'bf16')")
+            raise ValueError(
+                f"rollout format {self.name!r}: unknown base dtype {self.base!r}; choose one of "
+                "('fp32', 'fp16', 'bf16')"
+            )
         if (self.element is None) != (SCHEMES[self.scheme].quantize is None):
-            raise ValueError(f"rollout format {self.name!r}: scheme {self.scheme!r} "
-                             + ("needs an element format" if self.element is None else "takes no element format"))
+            raise ValueError(
+                f"rollout format {self.name!r}: scheme {self.scheme!r} "
+                + ("needs an element format" if self.element is None else "takes no element format")
+            )
 
     @property
     def rules(self) -> Scheme:
@@ -285,22 +312,52 @@ for _fmt in (
     RolloutFormat("fp32", "fp32", description="FP32 (exact reference)"),
     RolloutFormat("fp16", "fp16", description="FP16 (10 mantissa bits, 5 exponent bits)"),
     RolloutFormat("bf16", "bf16", description="BF16 (7 mantissa bits, 8 exponent bits)"),
-    RolloutFormat("fp8-e4m3", "bf16", "fp8", E4M3, "tensor",
-                  "FP8 E4M3 linears, per-tensor weight and per-token activation scales", vllm_quantization="fp8"),
-    RolloutFormat("fp8-e4m3-channel", "bf16", "fp8", E4M3, "channel",
-                  "FP8 E4M3 linears, per-channel weight and per-token activation scales"),
-    RolloutFormat("fp8-e5m2", "bf16", "fp8", E5M2, "tensor",
-                  "FP8 E5M2 linears, per-tensor weight and per-token activation scales"),
-    RolloutFormat("mxfp4", "bf16", "mxfp4", E2M1,
-                  description="MXFP4 linears: E2M1, 32-blocks with power-of-two scales"),
-    RolloutFormat("nvfp4", "bf16", "nvfp4", E2M1,
-                  description="NVFP4 linears: E2M1, 16-blocks with E4M3 scales and a tensor scale"),
-    *(RolloutFormat(f"e8m{k}", "bf16" if k <= 7 else "fp32", "e8m", e8m(k),
-                    description=f"every GEMM in e8m{k} (BF16's exponent, {k} mantissa bits): operands, outputs and "
-                                "attention") for k in DIAL),
-    *(RolloutFormat(f"e8m{k}-linear", "bf16" if k <= 7 else "fp32", "e8m-linear", e8m(k),
-                    description=f"e8m{k} linear operands only (as FP8/FP4: no LM head, outputs or attention)")
-      for k in DIAL),
+    RolloutFormat(
+        "fp8-e4m3",
+        "bf16",
+        "fp8",
+        E4M3,
+        "tensor",
+        "FP8 E4M3 linears, per-tensor weight and per-token activation scales",
+        vllm_quantization="fp8",
+    ),
+    RolloutFormat(
+        "fp8-e4m3-channel",
+        "bf16",
+        "fp8",
+        E4M3,
+        "channel",
+        "FP8 E4M3 linears, per-channel weight and per-token activation scales",
+    ),
+    RolloutFormat(
+        "fp8-e5m2", "bf16", "fp8", E5M2, "tensor", "FP8 E5M2 linears, per-tensor weight and per-token activation scales"
+    ),
+    RolloutFormat(
+        "mxfp4", "bf16", "mxfp4", E2M1, description="MXFP4 linears: E2M1, 32-blocks with power-of-two scales"
+    ),
+    RolloutFormat(
+        "nvfp4", "bf16", "nvfp4", E2M1, description="NVFP4 linears: E2M1, 16-blocks with E4M3 scales and a tensor scale"
+    ),
+    *(
+        RolloutFormat(
+            f"e8m{k}",
+            "bf16" if k <= 7 else "fp32",
+            "e8m",
+            e8m(k),
+            description=f"every GEMM in e8m{k} (BF16's exponent, {k} mantissa bits): operands, outputs and attention",
+        )
+        for k in DIAL
+    ),
+    *(
+        RolloutFormat(
+            f"e8m{k}-linear",
+            "bf16" if k <= 7 else "fp32",
+            "e8m-linear",
+            e8m(k),
+            description=f"e8m{k} linear operands only (as FP8/FP4: no LM head, outputs or attention)",
+        )
+        for k in DIAL
+    ),
 ):
     register(_fmt)
 
@@ -322,8 +379,10 @@ def validate(name: str) -> str:
     from nbkit import dial  # the layer dial's points: names, not registry entries (``nbkit.dial``)
 
     if name not in FORMATS and dial.point(name) is None:
-        raise ValueError(f"unknown rollout format {name!r}; choose one of {tuple(FORMATS)} or a dial point "
-                         f"'dial-e8m1-<n>of<U>' (nbkit.dial)")
+        raise ValueError(
+            f"unknown rollout format {name!r}; choose one of {tuple(FORMATS)} or a dial point "
+            f"'dial-e8m1-<n>of<U>' (nbkit.dial)"
+        )
     return name
 
 
@@ -350,9 +409,14 @@ def quantize_operand(x: torch.Tensor, fmt: str | RolloutFormat, role: str) -> tu
     return fmt.rules.quantize(x, fmt, role)
 
 
-def quantized_linear(a: torch.Tensor, w: torch.Tensor | None, fmt: str | RolloutFormat,
-                     bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-                     qw: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def quantized_linear(
+    a: torch.Tensor,
+    w: torch.Tensor | None,
+    fmt: str | RolloutFormat,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    qw: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """a @ w.T (+ bias) in ``fmt``: activations ``a`` [M, K], weight ``w`` [N, K] (K is the quantization axis;
     ``qw``: the weight already through ``quantize_operand``, then ``w`` may be None).
 
@@ -428,8 +492,7 @@ class FormatGemm(gemm.AttentionRoutingMode):
         return func(*args, **kwargs)
 
     def _is_weight(self, t) -> bool:
-        return isinstance(t, torch.Tensor) and t.dim() == 2 and (
-            self.weights is None or t.data_ptr() in self.weights)
+        return isinstance(t, torch.Tensor) and t.dim() == 2 and (self.weights is None or t.data_ptr() in self.weights)
 
     def _rounded(self, t: torch.Tensor) -> torch.Tensor:
         """A dial operand rounded to e8m<k>; a weight's rounding is reused while its version stands."""
@@ -471,16 +534,19 @@ class _FormatAttention(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention \
-                and not gemm.sdpa_arguments(*args, **kwargs)["dropout_p"]:
+        if (
+            func is torch.nn.functional.scaled_dot_product_attention
+            and not gemm.sdpa_arguments(*args, **kwargs)["dropout_p"]
+        ):
             self.owner.counts[f"sdpa/{self.owner.fmt.name}"] += 1
             with _disable_current_modes():
                 return _dial_attention(self.owner.fmt.element.round, *args, **kwargs)
         return func(*args, **kwargs)
 
 
-def _dial_attention(rnd, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                    enable_gqa=False):
+def _dial_attention(
+    rnd, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
     """The forward of ``nbkit.gemm.route_attention`` with every rounding to the half format replaced by ``rnd``."""
     dtype = query.dtype
     key, value = gemm.expand_gqa(query, key, value, enable_gqa)
@@ -493,8 +559,11 @@ def quantized_weights(model: torch.nn.Module, head: bool = False) -> set[int]:
     formats leave it unquantized; the dial rounds it)."""
     out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") and not head else None
     head_ptr = out.weight.data_ptr() if out is not None else None
-    return {m.weight.data_ptr() for m in model.modules()
-            if isinstance(m, torch.nn.Linear) and m.weight.data_ptr() != head_ptr}
+    return {
+        m.weight.data_ptr()
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear) and m.weight.data_ptr() != head_ptr
+    }
 
 
 @contextlib.contextmanager
@@ -509,13 +578,16 @@ def policy(fmt: str | RolloutFormat, half_gemm: str = "auto", model: torch.nn.Mo
             yield mode
         return
     if torch.is_inference_mode_enabled():
-        raise RuntimeError("rollout formats cannot act under torch.inference_mode() (inference tensors bypass "
-                           "the dispatch mode): use torch.no_grad()")
+        raise RuntimeError(
+            "rollout formats cannot act under torch.inference_mode() (inference tensors bypass "
+            "the dispatch mode): use torch.no_grad()"
+        )
     weights = quantized_weights(model, head=fmt.all_gemms) if model is not None else None
     from nbkit import dial
 
-    with (dial.policy(fmt, weights, half, model) if isinstance(fmt, dial.DialPoint)
-          else FormatGemm(fmt, weights, half)) as mode:
+    with (
+        dial.policy(fmt, weights, half, model) if isinstance(fmt, dial.DialPoint) else FormatGemm(fmt, weights, half)
+    ) as mode:
         yield mode
 
 
@@ -538,8 +610,6 @@ def audit(requested: str, counts: Counter | dict) -> dict:
     return {schema.AUDIT_ROLLOUT_FORMAT: fmt.name, schema.AUDIT_ROLLOUT_FORMAT_GEMMS: counts.get(fmt.name, 0)}
 
 
-
-
 def vllm_kwargs(fmt: str | RolloutFormat, cuda: bool | None = None) -> dict:
     """Extra ``vllm.LLM`` arguments for ``fmt``: {} for a plain dtype, ``quantization="fp8"`` for FP8 E4M3 on CUDA;
     any other case raises a ``ValueError`` that names the HF engine (which runs every format)."""
@@ -551,6 +621,8 @@ def vllm_kwargs(fmt: str | RolloutFormat, cuda: bool | None = None) -> dict:
         return {"quantization": fmt.vllm_quantization}
     where = "on CUDA GPUs only" if fmt.vllm_quantization else "not at all"
     own = tuple(f.name for f in FORMATS.values() if f.vllm_quantization)
-    raise ValueError(f"the vLLM engine runs rollout format {fmt.name!r} {where} (formats vLLM runs itself: "
-                     f"{own} on CUDA); use the HF engine (engine='hf', rollout_engine='hf'), "
-                     f"which runs every format of nbkit.formats")
+    raise ValueError(
+        f"the vLLM engine runs rollout format {fmt.name!r} {where} (formats vLLM runs itself: "
+        f"{own} on CUDA); use the HF engine (engine='hf', rollout_engine='hf'), "
+        f"which runs every format of nbkit.formats"
+    )

@@ -26,6 +26,7 @@ Usage::
         loss = model(**batch).loss; loss.backward()
     mode.counts                                     # Counter({"fp16": 24, "sdpa/fp16": 2}): what ran through it
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,9 +46,20 @@ HALF = {dt: name for name, dt in DTYPES.items() if name != "fp32"}
 """The half formats by torch dtype (from ``nbkit.models.DTYPES``)."""
 
 _aten = torch.ops.aten
-GEMM_OPS = frozenset({_aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default,
-                      _aten.addbmm.default, _aten.addmv.default, _aten.mv.default, _aten.dot.default})
+GEMM_OPS = frozenset(
+    {
+        _aten.mm.default,
+        _aten.addmm.default,
+        _aten.bmm.default,
+        _aten.baddbmm.default,
+        _aten.addbmm.default,
+        _aten.addmv.default,
+        _aten.mv.default,
+        _aten.dot.default,
+    }
+)
 """The matrix products the policy routes (linear layers, their backward, batched attention products)."""
+
 
 def validate(name: str) -> str:
     """``name`` if it is a known policy, else a ``ValueError`` naming the choices."""
@@ -215,21 +227,42 @@ def route_attention(func, args, kwargs, counts: Counter):
 
 
 def _flash_arguments(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None) -> dict:
-    return dict(query=query, key=key, value=value, dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_mask,
-                scale=scale)
+    return dict(
+        query=query, key=key, value=value, dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_mask, scale=scale
+    )
 
 
-def _flash_backward_arguments(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None,
-                              scale=None) -> dict:
-    return dict(grad_out=grad_out, query=query, key=key, value=value, out=out, logsumexp=logsumexp,
-                dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_mask, scale=scale)
+def _flash_backward_arguments(
+    grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None
+) -> dict:
+    return dict(
+        grad_out=grad_out,
+        query=query,
+        key=key,
+        value=value,
+        out=out,
+        logsumexp=logsumexp,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        attn_mask=attn_mask,
+        scale=scale,
+    )
 
 
-def sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                   enable_gqa=False) -> dict:
+def sdpa_arguments(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+) -> dict:
     """``scaled_dot_product_attention``'s arguments by name, however the caller passed them."""
-    return dict(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                scale=scale, enable_gqa=enable_gqa)
+    return dict(
+        query=query,
+        key=key,
+        value=value,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
 
 
 def expand_gqa(query, key, value, enable_gqa: bool):
@@ -250,8 +283,11 @@ def attention_scores(q, k, attn_mask=None, is_causal: bool = False, scale: float
         causal = torch.ones(n, m, dtype=torch.bool, device=scores.device).tril(m - n)
         scores = scores.masked_fill(~causal, float("-inf"))
     if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
+        scores = (
+            scores.masked_fill(~attn_mask, float("-inf"))
+            if attn_mask.dtype == torch.bool
             else scores + attn_mask.float()
+        )
     return scores
 
 
@@ -277,9 +313,11 @@ def policy(name: str, device: str | torch.device | None = None):
         yield None
         return
     if torch.is_inference_mode_enabled():
-        raise RuntimeError("the fp32-accumulate GEMM policy cannot act under torch.inference_mode(): inference "
-                           "tensors bypass its dispatch mode, so the GEMMs would silently run natively; use "
-                           "torch.no_grad() instead")
+        raise RuntimeError(
+            "the fp32-accumulate GEMM policy cannot act under torch.inference_mode(): inference "
+            "tensors bypass its dispatch mode, so the GEMMs would silently run natively; use "
+            "torch.no_grad() instead"
+        )
     mode = Fp32AccumulateGemm()
     with mode:
         yield mode

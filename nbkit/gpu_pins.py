@@ -10,6 +10,7 @@ each file) and checked here against the project's pins.
     chosen_gpu_vllm()          # the version the ``vllm`` extra of pyproject.toml resolves to among the vendored ones
     conflicts()                # one sentence per pin outside that wheel's requirements ([] when consistent)
 """
+
 from __future__ import annotations
 
 import re
@@ -20,9 +21,17 @@ from nbkit.paths import ROOT
 
 METADATA = ROOT / "requirements" / "vllm-metadata"
 """Vendored ``Requires-Dist`` lines of the GPU vLLM wheels considered."""
-GPU_NODE = {"platform_machine": "x86_64", "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
-            "python_version": "3.11", "python_full_version": "3.11.0", "implementation_name": "cpython",
-            "platform_python_implementation": "CPython", "extra": ""}
+GPU_NODE = {
+    "platform_machine": "x86_64",
+    "platform_system": "Linux",
+    "sys_platform": "linux",
+    "os_name": "posix",
+    "python_version": "3.11",
+    "python_full_version": "3.11.0",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
 """The environment markers of the GPU node the plan targets (Linux x86_64, CPython 3.11)."""
 
 
@@ -48,8 +57,10 @@ def chosen_gpu_vllm(root: Path = ROOT) -> str:
         raise ValueError("pyproject.toml has no `vllm` extra naming the GPU vLLM")
     inside = [v for v in vendored(root) if Version(v) in SpecifierSet(spec)]
     if not inside:
-        raise ValueError(f"no vendored metadata for vllm{spec} in {METADATA.relative_to(ROOT)} (have "
-                         f"{sorted(vendored(root))}): add the wheel's Requires-Dist lines first")
+        raise ValueError(
+            f"no vendored metadata for vllm{spec} in {METADATA.relative_to(ROOT)} (have "
+            f"{sorted(vendored(root))}): add the wheel's Requires-Dist lines first"
+        )
     return max(inside, key=Version)
 
 

@@ -12,6 +12,7 @@ head weight already is FP32 and gradients flow. An engine holding half weights p
 should use (the checkpoint's, or the trainer's at each sync); ``set_weight`` refreshes it. ``dtype_of`` reads the
 dtype the head really produced in its last forward: the audit's evidence.
 """
+
 from __future__ import annotations
 
 import types
@@ -42,8 +43,10 @@ def head_of(model: torch.nn.Module) -> torch.nn.Module:
     """The model's output projection (``get_output_embeddings``), refused when it is not a plain linear layer."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not isinstance(head, torch.nn.Linear):
-        raise ValueError(f"{type(model).__name__} has no nn.Linear output embedding (got {type(head).__name__}): "
-                         f"an FP32 LM head cannot be installed")
+        raise ValueError(
+            f"{type(model).__name__} has no nn.Linear output embedding (got {type(head).__name__}): "
+            f"an FP32 LM head cannot be installed"
+        )
     return head
 
 

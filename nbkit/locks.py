@@ -7,6 +7,7 @@ drops the lock when its process dies, however it dies (kill -9 included), so a l
 is simply taken over: no stale lock ever needs a hand. ``release`` removes the lock file, and the folder itself
 (and any parent the lock created) when nothing else was written into it, so a refused call leaves nothing behind.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -91,10 +92,15 @@ class FolderLock:
                 os.close(fd)
                 self._remove_created()
                 info = holder(self.path)
-                who = (f"process {info.get('pid', '?')} on {info.get('host', '?')} (since {info.get('started', '?')})"
-                       if info else "another process")
-                raise FolderLockedError(f"{self.what} {str(self.folder)!r} is in use by {who}: one process at a "
-                                        f"time; wait for it to finish (or stop it), then run again")
+                who = (
+                    f"process {info.get('pid', '?')} on {info.get('host', '?')} (since {info.get('started', '?')})"
+                    if info
+                    else "another process"
+                )
+                raise FolderLockedError(
+                    f"{self.what} {str(self.folder)!r} is in use by {who}: one process at a "
+                    f"time; wait for it to finish (or stop it), then run again"
+                )
             try:
                 same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -102,8 +108,11 @@ class FolderLock:
             if not same:  # we locked a file that was unlinked meanwhile
                 os.close(fd)
                 continue
-            info = {"pid": os.getpid(), "host": socket.gethostname(),
-                    "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+            info = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            }
             os.ftruncate(fd, 0)
             os.write(fd, (json.dumps(info) + "\n").encode())
             self.fd = fd

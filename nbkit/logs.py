@@ -14,6 +14,7 @@ output is printed with the error.
 ``static_progress_bars()`` makes ``tqdm.auto`` draw text bars (the runner's kernels call it through ``nbkit``'s
 import): a widget bar cannot render in a static report, a text bar's last state is one line there.
 """
+
 from __future__ import annotations
 
 import io
@@ -68,14 +69,18 @@ def matters(w: warnings.WarningMessage) -> bool:
 
 
 def _handlers() -> set[logging.Handler]:
-    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
-                                       if isinstance(lg, logging.Logger)]
+    loggers = [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
     return {h for lg in loggers for h in lg.handlers}
 
 
 def _stream_handlers() -> list[logging.StreamHandler]:
-    return [h for h in _handlers()
-            if type(h) is logging.StreamHandler and h.stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)]
+    return [
+        h
+        for h in _handlers()
+        if type(h) is logging.StreamHandler and h.stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    ]
 
 
 @contextmanager
@@ -122,12 +127,18 @@ def quiet(what: str | None = None, path: Path | None = None):
         lines = _read_from(path, begin).count("\n")
         if failed:
             tail = "".join(_read_from(path, begin).splitlines(keepends=True)[-30:])
-            print(f"{what or 'the step'} failed after {seconds:.0f} s; the end of its output ({path}):\n{tail}",
-                  file=sys.stderr if visible is sys.stdout else visible, flush=True)
+            print(
+                f"{what or 'the step'} failed after {seconds:.0f} s; the end of its output ({path}):\n{tail}",
+                file=sys.stderr if visible is sys.stdout else visible,
+                flush=True,
+            )
         elif what:
             noun = "line" if lines == 1 else "lines"
-            print(f"{what} started in {seconds:.1f} s ({lines} {noun} of start-up output in {path.name})",
-                  file=visible, flush=True)
+            print(
+                f"{what} started in {seconds:.1f} s ({lines} {noun} of start-up output in {path.name})",
+                file=visible,
+                flush=True,
+            )
 
 
 def _read_from(path: Path, offset: int) -> str:

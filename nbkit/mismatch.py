@@ -14,6 +14,7 @@ from μ, so expectations are sample means under μ, and with r = π/μ per token
 Token-level statistics pool all tokens of all sequences (as verl, Oat and TRL do); sequence-level ones average
 over sequences. Key names and their meaning: ``METRICS``; the names other libraries log: ``ALIASES``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -56,9 +57,18 @@ def _model_for(model: torch.nn.Module, dtype: str | None) -> torch.nn.Module:
 
 
 @torch.no_grad()  # not inference_mode: its tensors bypass the GEMM policy's dispatch mode (nbkit.gemm)
-def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None, batch_size: int = 8,
-                            device=None, temperature: float = 1.0, progress: bool | None = None,
-                            gemm: str = "auto", top_k: int = 0, top_p: float = 1.0) -> list[np.ndarray]:
+def teacher_forced_logprobs(
+    model,
+    rollouts: Sequence,
+    dtype: str | None = None,
+    batch_size: int = 8,
+    device=None,
+    temperature: float = 1.0,
+    progress: bool | None = None,
+    gemm: str = "auto",
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> list[np.ndarray]:
     """log π of every generated token of every rollout, by one teacher-forced forward of prompt + response.
 
     ``dtype=None`` runs ``model`` as given (its own weights' dtype, any autocast the caller set).
@@ -92,11 +102,12 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
     net.eval()
     trims = "logits_to_keep" in inspect.signature(net.forward).parameters
     order = sorted(range(len(rollouts)), key=lambda i: len(rollouts[i].prompt_ids) + len(rollouts[i].token_ids))
-    batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
     if progress is None:
         progress = len(batches) > 8
     if progress:
         from tqdm.auto import tqdm
+
         batches = tqdm(batches, desc=f"teacher-forced π ({dtype or 'as given'})", unit="batch")
     out: list[np.ndarray] = [np.zeros(0)] * len(rollouts)
     try:
@@ -106,8 +117,8 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
             ids = torch.zeros(len(seqs), width, dtype=torch.long)
             mask = torch.zeros(len(seqs), width, dtype=torch.long)
             for row, s in enumerate(seqs):
-                ids[row, :len(s)] = torch.tensor(s)
-                mask[row, :len(s)] = 1
+                ids[row, : len(s)] = torch.tensor(s)
+                mask[row, : len(s)] = 1
             # the logits at position j predict token j + 1: responses start at p, predicted from p - 1
             first = min(len(rollouts[i].prompt_ids) for i in batch) - 1 if trims else 0
             keep = {"logits_to_keep": width - first} if trims else {}
@@ -115,9 +126,10 @@ def teacher_forced_logprobs(model, rollouts: Sequence, dtype: str | None = None,
                 logits = net(input_ids=ids.to(device), attention_mask=mask.to(device), **keep).logits
             for row, i in enumerate(batch):
                 p, t = len(rollouts[i].prompt_ids), len(rollouts[i].token_ids)
-                tok = ids[row, p:p + t].to(device)
-                lp = sampling_filter.token_logprobs(logits[row, p - 1 - first:p + t - 1 - first], tok, temperature,
-                                                    top_k, top_p)
+                tok = ids[row, p : p + t].to(device)
+                lp = sampling_filter.token_logprobs(
+                    logits[row, p - 1 - first : p + t - 1 - first], tok, temperature, top_k, top_p
+                )
                 out[i] = lp.double().cpu().numpy()
     finally:
         net.train(was_training)
@@ -138,16 +150,20 @@ def _ragged(logp_pi, logp_mu) -> tuple[list[np.ndarray], list[np.ndarray]]:
     A padded 2-D array is refused: its padding would count as tokens with p = 1."""
     for name, x in (("log π", logp_pi), ("log μ", logp_mu)):
         if getattr(x, "ndim", 1) != 1 or any(getattr(row, "ndim", 1) > 1 for row in x):
-            raise ValueError(f"{name} must be one 1-D array per sequence, got a {getattr(x, 'ndim', 2)}-D array: "
-                             f"a padded tensor would count its padding as tokens with p = 1 (select each row's "
-                             f"tokens with its mask)")
+            raise ValueError(
+                f"{name} must be one 1-D array per sequence, got a {getattr(x, 'ndim', 2)}-D array: "
+                f"a padded tensor would count its padding as tokens with p = 1 (select each row's "
+                f"tokens with its mask)"
+            )
     pi = [np.asarray(x, dtype=np.float64).reshape(-1) for x in logp_pi]
     mu = [np.asarray(x, dtype=np.float64).reshape(-1) for x in logp_mu]
     for name, seqs in (("log π", pi), ("log μ", mu)):
         for i, a in enumerate(seqs):
             if a.size and np.nanmax(a) > LOGP_TOLERANCE:
-                raise ValueError(f"sequence {i}: {name} holds {float(np.nanmax(a))!r} > 0, not a log-probability "
-                                 f"(probabilities or logits passed by mistake?)")
+                raise ValueError(
+                    f"sequence {i}: {name} holds {float(np.nanmax(a))!r} > 0, not a log-probability "
+                    f"(probabilities or logits passed by mistake?)"
+                )
     if not pi:
         raise ValueError("empty input: no sequences")
     if len(pi) != len(mu):
@@ -200,10 +216,14 @@ def prob_diffs(logp_pi, logp_mu) -> dict[str, float]:
     pi, mu = _ragged(logp_pi, logp_mu)
     p, m = np.exp(np.concatenate(pi)), np.exp(np.concatenate(mu))
     d = np.abs(p - m)
-    return {"rollout_probs_diff_max": float(d.max()), "rollout_probs_diff_mean": float(d.mean()),
-            "rollout_probs_diff_std": float(d.std()), "rollout_actor_probs_pearson_corr": pearson(p, m),
-            "sampler_learner_prob_diff_max": float((m - p).max()),
-            "sampler_learner_prob_diff_min": float((m - p).min())}
+    return {
+        "rollout_probs_diff_max": float(d.max()),
+        "rollout_probs_diff_mean": float(d.mean()),
+        "rollout_probs_diff_std": float(d.std()),
+        "rollout_actor_probs_pearson_corr": pearson(p, m),
+        "sampler_learner_prob_diff_max": float((m - p).max()),
+        "sampler_learner_prob_diff_min": float((m - p).min()),
+    }
 
 
 def pearson(x, y) -> float:
@@ -219,8 +239,12 @@ def pearson(x, y) -> float:
 def kl_estimators(logp_pi, logp_mu) -> dict[str, float]:
     """Token-level KL[μ‖π] by k1, k2, k3 and χ²(π‖μ) per token, all sample means under μ."""
     lr = token_log_ratio(logp_pi, logp_mu)
-    return {"kl_k1": float(-lr.mean()), "kl_k2": float(0.5 * (lr * lr).mean()),
-            "kl_k3": float((np.expm1(lr) - lr).mean()), "chi2_token": float(np.expm1(2 * lr).mean())}
+    return {
+        "kl_k1": float(-lr.mean()),
+        "kl_k2": float(0.5 * (lr * lr).mean()),
+        "kl_k3": float((np.expm1(lr) - lr).mean()),
+        "chi2_token": float(np.expm1(2 * lr).mean()),
+    }
 
 
 def seq_metrics(logp_pi, logp_mu) -> dict[str, float]:
@@ -231,10 +255,16 @@ def seq_metrics(logp_pi, logp_mu) -> dict[str, float]:
     with np.errstate(over="ignore"):  # R² = exp(2 log R) overflows to inf past log R ≈ 355: reported as is
         chi2_seq = float(np.expm1(2 * s).mean())
     gaps = [abs((a - b).mean()) for a, b in zip(pi, mu) if a.size]
-    return {"seq_log_ratio/mean": float(s.mean()), "seq_log_ratio/abs_mean": float(np.abs(s).mean()),
-            "seq_kl": float(-s.mean()), "chi2_seq": chi2_seq, "log_ppl_abs_diff": float(np.mean(gaps)),
-            "seq_log_ratio_slope/per_token": slope, "seq_log_ratio_slope/per_1k_tokens": 1000 * slope,
-            "seq_log_ratio_slope/intercept": intercept}
+    return {
+        "seq_log_ratio/mean": float(s.mean()),
+        "seq_log_ratio/abs_mean": float(np.abs(s).mean()),
+        "seq_kl": float(-s.mean()),
+        "chi2_seq": chi2_seq,
+        "log_ppl_abs_diff": float(np.mean(gaps)),
+        "seq_log_ratio_slope/per_token": slope,
+        "seq_log_ratio_slope/per_1k_tokens": 1000 * slope,
+        "seq_log_ratio_slope/intercept": intercept,
+    }
 
 
 def effective_sample_size(log_weights) -> float:
@@ -255,8 +285,10 @@ def effective_sample_size(log_weights) -> float:
 def ess_metrics(logp_pi, logp_mu) -> dict[str, float]:
     """ESS of the raw IS weights: per token (r = π/μ, all tokens pooled) and per sequence (R = ∏ r)."""
     pi, mu = _ragged(logp_pi, logp_mu)
-    return {"ess_token": effective_sample_size(token_log_ratio(pi, mu)),
-            "ess_seq": effective_sample_size(seq_log_ratio(pi, mu)[0])}
+    return {
+        "ess_token": effective_sample_size(token_log_ratio(pi, mu)),
+        "ess_seq": effective_sample_size(seq_log_ratio(pi, mu)[0]),
+    }
 
 
 def perplexity_ratio(logp_pi, logp_mu) -> dict[str, float]:
@@ -271,8 +303,10 @@ def perplexity_ratio(logp_pi, logp_mu) -> dict[str, float]:
 def is_ratio_stats(logp_pi, logp_mu) -> dict[str, float]:
     """TRL's token importance-sampling ratio r = π/μ: min, mean, max (before truncation)."""
     r = np.exp(token_log_ratio(logp_pi, logp_mu))
-    return {f"sampling/importance_sampling_ratio/{k}": float(f(r))
-            for k, f in (("min", np.min), ("mean", np.mean), ("max", np.max))}
+    return {
+        f"sampling/importance_sampling_ratio/{k}": float(f(r))
+        for k, f in (("min", np.min), ("mean", np.mean), ("max", np.max))
+    }
 
 
 def relative_prob_error(logp_ref, logp_test) -> dict[str, float]:
@@ -286,8 +320,15 @@ def mismatch_metrics(logp_pi, logp_mu, aliases: bool = True) -> dict[str, float]
     """Every metric of ``METRICS`` as plain floats; with ``aliases`` also Oat/verl/TRL names (``ALIASES``)."""
     pi, mu = _ragged(logp_pi, logp_mu)
     out = {"n_sequences": float(len(pi)), "n_tokens": float(sum(a.size for a in pi))}
-    for part in (token_abs_logp_diff, prob_diffs, is_ratio_stats, kl_estimators, seq_metrics, perplexity_ratio,
-                 ess_metrics):
+    for part in (
+        token_abs_logp_diff,
+        prob_diffs,
+        is_ratio_stats,
+        kl_estimators,
+        seq_metrics,
+        perplexity_ratio,
+        ess_metrics,
+    ):
         out.update(part(pi, mu))
     missing = [k for k in metrics.MISMATCH if k not in out]
     if missing:
@@ -314,8 +355,9 @@ HEADLINE: dict[str, Callable] = {k: _ESTIMATORS[k] for k in metrics.ci()}
 logp_mu) -> float. A metric marked ``ci`` without an estimator here fails at import."""
 
 
-def bootstrap_ci(metric_fn: Callable | str, logp_pi, logp_mu, n_boot: int = 1000, seed: int = 0,
-                 level: float = 0.95) -> dict[str, float]:
+def bootstrap_ci(
+    metric_fn: Callable | str, logp_pi, logp_mu, n_boot: int = 1000, seed: int = 0, level: float = 0.95
+) -> dict[str, float]:
     """Percentile bootstrap CI of ``metric_fn(logp_pi, logp_mu)``, resampling whole sequences with replacement.
 
     Sequences, not tokens, are the independent units (tokens of one response are correlated).
@@ -361,9 +403,15 @@ class RatioReading:
     """The reading in words, with both estimates' CIs where the ratio is not defined."""
 
 
-def read_ratio(num: float, num_ci: tuple[float, float], den: float, den_ci: tuple[float, float],
-               ratio_ci: tuple[float, float] | None = None, names: tuple[str, str] = ("BF16", "FP16"),
-               level: float = 0.95) -> RatioReading:
+def read_ratio(
+    num: float,
+    num_ci: tuple[float, float],
+    den: float,
+    den_ci: tuple[float, float],
+    ratio_ci: tuple[float, float] | None = None,
+    names: tuple[str, str] = ("BF16", "FP16"),
+    level: float = 0.95,
+) -> RatioReading:
     """Read ``num / den`` from the two estimates and their CIs (``ratio_ci``: a bootstrap CI of the ratio itself,
     quoted only when ``den``'s CI lies above 0). The one rule of every BF16/FP16 ratio the workbook prints. NaN CIs
     (no bootstrap asked for) leave the point estimates, and the reading says no CI was computed."""
@@ -371,23 +419,35 @@ def read_ratio(num: float, num_ci: tuple[float, float], den: float, den_ci: tupl
     if math.isnan(num_ci[0]) or math.isnan(den_ci[0]):  # no CIs (no bootstrap): the point estimates alone
         if den > 0:
             return RatioReading("ratio", num / den, math.nan, math.nan, f"{num / den:.3g}× (no CI computed)")
-        return RatioReading("undefined", math.nan, math.nan, math.nan,
-                            f"no ratio: {names[1]}'s estimate {den:.3g} is not above 0 (no CI computed)")
-    cis = (f"{names[0]} {num:.3g} ({pct} CI {num_ci[0]:.3g} to {num_ci[1]:.3g}), {names[1]} {den:.3g} "
-           f"({pct} CI {den_ci[0]:.3g} to {den_ci[1]:.3g})")
+        return RatioReading(
+            "undefined",
+            math.nan,
+            math.nan,
+            math.nan,
+            f"no ratio: {names[1]}'s estimate {den:.3g} is not above 0 (no CI computed)",
+        )
+    cis = (
+        f"{names[0]} {num:.3g} ({pct} CI {num_ci[0]:.3g} to {num_ci[1]:.3g}), {names[1]} {den:.3g} "
+        f"({pct} CI {den_ci[0]:.3g} to {den_ci[1]:.3g})"
+    )
     if den_ci[0] > 0:
         low, high = ratio_ci if ratio_ci is not None else (math.nan, math.nan)
         ci = f" ({pct} CI {low:.3g}–{high:.3g})" if ratio_ci is not None else ""
         return RatioReading("ratio", num / den, low, high, f"{num / den:.3g}×{ci}")
     if num_ci[0] > 0 and den_ci[1] > 0:
         bound = num_ci[0] / den_ci[1]
-        return RatioReading("lower bound", bound, bound, math.inf, (
-            f"≥ {bound:.3g}×: {names[1]}'s value cannot be told from 0, so the ratio has a lower bound only "
-            f"({names[0]}'s lower CI bound over {names[1]}'s upper one); {cis}"))
-    why = (f"{names[1]}'s CI does not lie above 0" if num_ci[0] > 0 else
-           "neither estimate lies above 0 beyond its CI")
+        return RatioReading(
+            "lower bound",
+            bound,
+            bound,
+            math.inf,
+            (
+                f"≥ {bound:.3g}×: {names[1]}'s value cannot be told from 0, so the ratio has a lower bound only "
+                f"({names[0]}'s lower CI bound over {names[1]}'s upper one); {cis}"
+            ),
+        )
+    why = f"{names[1]}'s CI does not lie above 0" if num_ci[0] > 0 else "neither estimate lies above 0 beyond its CI"
     return RatioReading("undefined", math.nan, math.nan, math.nan, f"no ratio: {why}; {cis}")
-
 
 
 def crossing_length(delta: float, var: float, threshold: float) -> float:

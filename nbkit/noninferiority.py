@@ -11,6 +11,7 @@ are "no detectable harm" when the true gap sits at or just below −m. ``rates``
 unadjusted or after Holm's step-down adjustment (valid under any dependence between the cells). A cell with fewer
 than ``Rule.min_seeds`` paired seeds gets its direction only, no verdict.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,8 +55,9 @@ def verdict(lo: float, hi: float, margin: float = RULE.margin) -> str:
 
 def direction(mean: float) -> str:
     """What a cell too small for a verdict still says: the sign of its mean gap."""
-    return "direction only: " + ("worse than the reference" if mean < 0 else "not worse than the reference"
-                                 if mean > 0 else "no difference")
+    return "direction only: " + (
+        "worse than the reference" if mean < 0 else "not worse than the reference" if mean > 0 else "no difference"
+    )
 
 
 def p_value(gaps: list[float], margin: float = RULE.margin) -> float:
@@ -108,8 +110,16 @@ def _simulated_verdicts(gaps: np.ndarray, rule: Rule, known_sd: float | None) ->
     return np.where(m + half < -rule.margin, -1, np.where(m - half > -rule.margin, 1, 0))
 
 
-def rates(true_gap: float, sd: float, n: int, rule: Rule = RULE, sims: int = 20_000, seed: int = 0,
-          known_sd: bool = False, looks: tuple[int, ...] = ()) -> dict[str, float]:
+def rates(
+    true_gap: float,
+    sd: float,
+    n: int,
+    rule: Rule = RULE,
+    sims: int = 20_000,
+    seed: int = 0,
+    known_sd: bool = False,
+    looks: tuple[int, ...] = (),
+) -> dict[str, float]:
     """P(breaks), P(no detectable harm), P(inconclusive) of the rule on one cell of ``n`` seeds whose paired gaps are
     normal with mean ``true_gap`` and SD ``sd`` (``sims`` simulated studies). ``known_sd``: the interval uses the
     true SD (z, not t). ``looks``: earlier looks (seed counts < n) at which a verdict stops the study; the seeds are
@@ -123,8 +133,11 @@ def rates(true_gap: float, sd: float, n: int, rule: Rule = RULE, sims: int = 20_
         v = _simulated_verdicts(g[:, :k], rule, sd if known_sd else None)
         out = np.where(open_, v, out)
         open_ &= v == 0
-    return {BREAKS: float((out == -1).mean()), NO_HARM: float((out == 1).mean()),
-            INCONCLUSIVE: float((out == 0).mean())}
+    return {
+        BREAKS: float((out == -1).mean()),
+        NO_HARM: float((out == 1).mean()),
+        INCONCLUSIVE: float((out == 0).mean()),
+    }
 
 
 def closed_form_rates(true_gap: float, sd: float, n: int, rule: Rule = RULE) -> dict[str, float]:
@@ -140,9 +153,16 @@ def false_claim(true_gap: float, claim: str, margin: float = RULE.margin) -> boo
     return (claim == NO_HARM and true_gap <= -margin) or (claim == BREAKS and true_gap >= -margin)
 
 
-def familywise(cells: list[tuple[float, int]], true_gap: float, rule: Rule = RULE, adjust: str = "none",
-               sims: int = 20_000, seed: int = 0, known_sd: bool = False,
-               claims: tuple[str, ...] = (NO_HARM, BREAKS)) -> float:
+def familywise(
+    cells: list[tuple[float, int]],
+    true_gap: float,
+    rule: Rule = RULE,
+    adjust: str = "none",
+    sims: int = 20_000,
+    seed: int = 0,
+    known_sd: bool = False,
+    claims: tuple[str, ...] = (NO_HARM, BREAKS),
+) -> float:
     """P(at least one false claim) over ``cells`` (each (SD, seeds), simulated independently) when every cell's
     true gap is ``true_gap``; ``adjust``: ``none`` (each cell's own interval, as the rule reads) or ``holm``;
     ``claims``: the kinds of claim counted (e.g. only the "no detectable harm" claims)."""
@@ -239,14 +259,23 @@ def rescue_family(cells: dict[str, tuple[list[float], list[float]]], rule: Rule 
     out = {}
     for name, (contrast, _vs_ref) in cells.items():
         if name not in judged:
-            out[name] = {"verdict": _small(contrast, rule), "verdict (Holm)": "—", "p contrast": float("nan"),
-                         "p vs FP32 at −margin": float("nan"), "p rescue": float("nan")}
+            out[name] = {
+                "verdict": _small(contrast, rule),
+                "verdict (Holm)": "—",
+                "p contrast": float("nan"),
+                "p vs FP32 at −margin": float("nan"),
+                "p rescue": float("nan"),
+            }
             continue
         j = names.index(name)
         up = fmean(contrast) > 0
-        out[name] = {"verdict": _rescue_reading(pr[j] < alpha, pc[j] < alpha, up),
-                     "verdict (Holm)": _rescue_reading(rescued[j], moved[j], up),
-                     "p contrast": pc[j], "p vs FP32 at −margin": pn[j], "p rescue": pr[j]}
+        out[name] = {
+            "verdict": _rescue_reading(pr[j] < alpha, pc[j] < alpha, up),
+            "verdict (Holm)": _rescue_reading(rescued[j], moved[j], up),
+            "p contrast": pc[j],
+            "p vs FP32 at −margin": pn[j],
+            "p rescue": pr[j],
+        }
     return out
 
 
@@ -254,8 +283,9 @@ def _small(contrast: list[float], rule: Rule) -> str:
     if len(contrast) < 2:
         return "one seed: no interval"
     m = fmean(contrast)
-    return (f"direction only ({len(contrast)} seeds, fewer than {rule.min_seeds}): "
-            + ("corrected above uncorrected" if m > 0 else "corrected below uncorrected" if m < 0 else "no difference"))
+    return f"direction only ({len(contrast)} seeds, fewer than {rule.min_seeds}): " + (
+        "corrected above uncorrected" if m > 0 else "corrected below uncorrected" if m < 0 else "no difference"
+    )
 
 
 def _rescue_reading(rescued: bool, contrast_rejected: bool, up: bool) -> str:
@@ -266,8 +296,16 @@ def _rescue_reading(rescued: bool, contrast_rejected: bool, up: bool) -> str:
     return f"{HELPS}, not shown within the margin of FP32" if up else HARMS
 
 
-def rescue_power(gap_unc: float, gap_corr: float, sds: tuple[float, float, float], n: int, k: int,
-                 rule: Rule = RULE, sims: int = 20_000, seed: int = 0) -> dict[str, float]:
+def rescue_power(
+    gap_unc: float,
+    gap_corr: float,
+    sds: tuple[float, float, float],
+    n: int,
+    k: int,
+    rule: Rule = RULE,
+    sims: int = 20_000,
+    seed: int = 0,
+) -> dict[str, float]:
     """The chance the rescue rule says *rescues* for one cell, simulated: per seed the FP32, uncorrected and corrected
     outcomes are independent normals with SDs ``sds`` (in that order) and means 0, ``gap_unc``, ``gap_corr``.
     ``unadjusted``: both intervals clear (contrast above 0, corrected − FP32 above −margin); ``holm``: the cell's

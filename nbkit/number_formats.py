@@ -11,6 +11,7 @@ mantissa bits (8x finer) at the price of a narrow range, which dynamic loss scal
 - ``probability_ratios``, ``one_ulp_ratio``, ``accumulation_error``, ``loss_scaling_demo``,
   ``grad_scaler_trace``: the primer's experiments, measured, not drawn by hand.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,18 +80,27 @@ class NumberFormat:
         return self.eps / 2
 
 
-def _make_format(name: str, exponent_bits: int, mantissa_bits: int, dtype_name: str, has_inf: bool = True,
-                 overflow: str = "inf") -> NumberFormat:
+def _make_format(
+    name: str, exponent_bits: int, mantissa_bits: int, dtype_name: str, has_inf: bool = True, overflow: str = "inf"
+) -> NumberFormat:
     """Derive every constant of a format from its field widths."""
     bias = 2 ** (exponent_bits - 1) - 1
     if has_inf:  # top exponent field reserved for inf/NaN
-        max_finite = (2.0 - 2.0 ** -mantissa_bits) * 2.0 ** ((2 ** exponent_bits - 2) - bias)
+        max_finite = (2.0 - 2.0**-mantissa_bits) * 2.0 ** ((2**exponent_bits - 2) - bias)
     else:  # e4m3fn: top exponent is used, only fraction all-ones is NaN
-        max_finite = (2.0 - 2.0 * 2.0 ** -mantissa_bits) * 2.0 ** ((2 ** exponent_bits - 1) - bias)
+        max_finite = (2.0 - 2.0 * 2.0**-mantissa_bits) * 2.0 ** ((2**exponent_bits - 1) - bias)
     return NumberFormat(
-        name=name, sign_bits=1, exponent_bits=exponent_bits, mantissa_bits=mantissa_bits, bias=bias,
-        eps=2.0 ** -mantissa_bits, smallest_subnormal=2.0 ** (1 - bias - mantissa_bits),
-        smallest_normal=2.0 ** (1 - bias), max_finite=max_finite, has_inf=has_inf, overflow=overflow,
+        name=name,
+        sign_bits=1,
+        exponent_bits=exponent_bits,
+        mantissa_bits=mantissa_bits,
+        bias=bias,
+        eps=2.0**-mantissa_bits,
+        smallest_subnormal=2.0 ** (1 - bias - mantissa_bits),
+        smallest_normal=2.0 ** (1 - bias),
+        max_finite=max_finite,
+        has_inf=has_inf,
+        overflow=overflow,
         torch_dtype=getattr(torch, dtype_name, None),
     )
 
@@ -108,12 +118,25 @@ NUMBER_FORMATS: dict[str, NumberFormat] = {
 """The formats of the primer, by short name."""
 
 _ALIASES = {
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "single": "fp32", "f32": "fp32",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp8_e4m3fn": "fp8_e4m3fn", "float8_e4m3fn": "fp8_e4m3fn", "e4m3fn": "fp8_e4m3fn", "e4m3": "fp8_e4m3fn",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "single": "fp32",
+    "f32": "fp32",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "f16": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp8_e4m3fn": "fp8_e4m3fn",
+    "float8_e4m3fn": "fp8_e4m3fn",
+    "e4m3fn": "fp8_e4m3fn",
+    "e4m3": "fp8_e4m3fn",
     "fp8_e4m3": "fp8_e4m3fn",
-    "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2", "e5m2": "fp8_e5m2",
+    "fp8_e5m2": "fp8_e5m2",
+    "float8_e5m2": "fp8_e5m2",
+    "e5m2": "fp8_e5m2",
 }
 
 
@@ -126,17 +149,22 @@ def get_format(fmt: str | torch.dtype | NumberFormat) -> NumberFormat:
         for f in NUMBER_FORMATS.values():
             if f.torch_dtype == fmt:
                 return f
-        raise ValueError(f"unsupported torch dtype {fmt!r}; choose one of "
-                         f"{[str(f.torch_dtype) for f in NUMBER_FORMATS.values() if f.torch_dtype is not None]}")
+        raise ValueError(
+            f"unsupported torch dtype {fmt!r}; choose one of "
+            f"{[str(f.torch_dtype) for f in NUMBER_FORMATS.values() if f.torch_dtype is not None]}"
+        )
     if isinstance(fmt, str):
         key = fmt.strip().lower().removeprefix("torch.")
         if key in _ALIASES:
             return NUMBER_FORMATS[_ALIASES[key]]
-    raise ValueError(f"unknown number format {fmt!r}; choose one of {list(NUMBER_FORMATS)} "
-                     f"(aliases: {sorted(set(_ALIASES) - set(NUMBER_FORMATS))}, or a torch dtype)")
+    raise ValueError(
+        f"unknown number format {fmt!r}; choose one of {list(NUMBER_FORMATS)} "
+        f"(aliases: {sorted(set(_ALIASES) - set(NUMBER_FORMATS))}, or a torch dtype)"
+    )
 
 
 # --------------------------------------------------------------------------------------------- bit patterns
+
 
 def _as_float64(x) -> np.ndarray:
     """Any number, sequence, numpy array or torch tensor as a float64 array (exact for float inputs)."""
@@ -278,10 +306,20 @@ def decompose_bits(bits: int, fmt, value: float | None = None) -> Decomposition:
     kind = _kind(f, exponent, mantissa)
     unbiased = {"normal": exponent - f.bias, "subnormal": f.min_exponent}.get(kind)
     s = format(bits, f"0{f.bits}b")
-    return Decomposition(format=f.name, value=rounded if value is None else float(value), rounded=rounded,
-                         bits=bits, sign=sign, exponent=exponent, mantissa=mantissa, bit_string=s,
-                         exponent_bits=s[1:1 + f.exponent_bits], mantissa_bits=s[1 + f.exponent_bits:],
-                         unbiased_exponent=unbiased, kind=kind)
+    return Decomposition(
+        format=f.name,
+        value=rounded if value is None else float(value),
+        rounded=rounded,
+        bits=bits,
+        sign=sign,
+        exponent=exponent,
+        mantissa=mantissa,
+        bit_string=s,
+        exponent_bits=s[1 : 1 + f.exponent_bits],
+        mantissa_bits=s[1 + f.exponent_bits :],
+        unbiased_exponent=unbiased,
+        kind=kind,
+    )
 
 
 def decompose(x: float, fmt) -> Decomposition:
@@ -306,6 +344,7 @@ def compose(sign, exponent, mantissa, fmt) -> np.ndarray | float:
 
 
 # ------------------------------------------------------------------------------------------ grid and ulp
+
 
 def _require_finite(x, what: str) -> np.ndarray:
     arr = _as_float64(x)
@@ -350,8 +389,10 @@ def representable_grid(lo: float, hi: float, fmt, max_points: int = 100_000) -> 
         start += from_bits(start, f) < a  # first pattern >= a
         stop -= from_bits(stop, f) > b  # last pattern <= b
         if stop - start + 1 > max_points:
-            raise ValueError(f"[{lo!r}, {hi!r}] holds {stop - start + 1} {f.name} values, more than "
-                             f"max_points={max_points}; narrow the interval or raise max_points")
+            raise ValueError(
+                f"[{lo!r}, {hi!r}] holds {stop - start + 1} {f.name} values, more than "
+                f"max_points={max_points}; narrow the interval or raise max_points"
+            )
         return np.arange(start, stop + 1, dtype=np.int64)
 
     parts = []
@@ -364,6 +405,7 @@ def representable_grid(lo: float, hi: float, fmt, max_points: int = 100_000) -> 
 
 
 # ------------------------------------------------------------------------------ the primer's experiments
+
 
 @dataclass(frozen=True)
 class RatioRow:
@@ -390,8 +432,9 @@ class RatioRow:
     log-ratio: ``log(1 + clip) / |log r|`` (inf when r == 1)."""
 
 
-def probability_ratios(pi: float, mu: float, formats: Sequence = ("fp32", "fp16", "bf16"),
-                       clip: float = 0.2) -> list[RatioRow]:
+def probability_ratios(
+    pi: float, mu: float, formats: Sequence = ("fp32", "fp16", "bf16"), clip: float = 0.2
+) -> list[RatioRow]:
     """π and μ rounded to each format (plus the exact float64 row first) and the ratio, clip and KL terms."""
     for name, p in (("pi", pi), ("mu", mu)):
         if not (math.isfinite(p) and 0 < p <= 1):
@@ -405,9 +448,19 @@ def probability_ratios(pi: float, mu: float, formats: Sequence = ("fp32", "fp16"
             raise ValueError(f"pi={pi!r} or mu={mu!r} underflows to 0 in {name}; choose larger probabilities")
         r = p / m
         lr = math.log(p) - math.log(m)
-        rows.append(RatioRow(format=name if name == "float64" else get_format(name).name, pi=p, mu=m, ratio=r,
-                             log_ratio=lr, clipped=not (1 - clip <= r <= 1 + clip), k1=-lr, k3=r - 1 - lr,
-                             tokens_to_clip=math.log1p(clip) / abs(lr) if lr != 0 else math.inf))
+        rows.append(
+            RatioRow(
+                format=name if name == "float64" else get_format(name).name,
+                pi=p,
+                mu=m,
+                ratio=r,
+                log_ratio=lr,
+                clipped=not (1 - clip <= r <= 1 + clip),
+                k1=-lr,
+                k3=r - 1 - lr,
+                tokens_to_clip=math.log1p(clip) / abs(lr) if lr != 0 else math.inf,
+            )
+        )
     return rows
 
 
@@ -448,11 +501,16 @@ def length_grid(max_length: int) -> list[int]:
     """Powers of two up to ``max_length``, plus ``max_length`` itself."""
     if max_length < 1:
         raise ValueError(f"max_length must be >= 1, got {max_length!r}")
-    return sorted({2 ** k for k in range(int(math.log2(max_length)) + 1)} | {max_length})
+    return sorted({2**k for k in range(int(math.log2(max_length)) + 1)} | {max_length})
 
 
-def accumulation_error(max_length: int = 4096, n_random: int = 200_000, formats: Sequence = ("bf16", "fp16", "fp32"),
-                       mean_nll: float = 0.5, seed: int = 0) -> AccumulationResult:
+def accumulation_error(
+    max_length: int = 4096,
+    n_random: int = 200_000,
+    formats: Sequence = ("bf16", "fp16", "fp32"),
+    mean_nll: float = 0.5,
+    seed: int = 0,
+) -> AccumulationResult:
     """Sum ``n_random // max_length`` random sequences of per-token log-probs one token at a time, the running
     sum kept in each dtype with torch (every addition rounds to it), and measure the error at each length."""
     if n_random < max_length:
@@ -517,11 +575,13 @@ class LossScalingDemo:
 
     def counts(self) -> dict[str, dict[str, int]]:
         """How many gradients were flushed to zero, kept as subnormals (precision lost), normal, overflowed."""
-        return {label: {k: kinds.count(k) for k in ("zero", "subnormal", "normal", "inf")}
-                for label, kinds in (("without scale", self.kind_unscaled), ("with scale", self.kind_scaled))}
+        return {
+            label: {k: kinds.count(k) for k in ("zero", "subnormal", "normal", "inf")}
+            for label, kinds in (("without scale", self.kind_unscaled), ("with scale", self.kind_scaled))
+        }
 
 
-def loss_scaling_demo(grads=None, scale: float = 2.0 ** 16, fmt="fp16") -> LossScalingDemo:
+def loss_scaling_demo(grads=None, scale: float = 2.0**16, fmt="fp16") -> LossScalingDemo:
     """Cast gradients (default: 141 log-spaced magnitudes from 1e-9 to 1e-2) to ``fmt`` with torch, with and
     without multiplying by ``scale`` first, as mixed-precision training stores them."""
     f = get_format(fmt)
@@ -535,9 +595,14 @@ def loss_scaling_demo(grads=None, scale: float = 2.0 ** 16, fmt="fp16") -> LossS
     def kinds(t):
         return [decompose_bits(b, f).kind for b in to_bits(t.to(torch.float64), f).tolist()]
 
-    return LossScalingDemo(grads=g, scale=float(scale), unscaled=plain.to(torch.float64).numpy(),
-                           scaled=(scaled.to(torch.float32) / scale).to(torch.float64).numpy(),
-                           kind_unscaled=kinds(plain), kind_scaled=kinds(scaled))
+    return LossScalingDemo(
+        grads=g,
+        scale=float(scale),
+        unscaled=plain.to(torch.float64).numpy(),
+        scaled=(scaled.to(torch.float32) / scale).to(torch.float64).numpy(),
+        kind_unscaled=kinds(plain),
+        kind_scaled=kinds(scaled),
+    )
 
 
 @dataclass(frozen=True)
@@ -558,8 +623,14 @@ class ScalerStep:
     """Unscaled loss of the step."""
 
 
-def grad_scaler_trace(n_steps: int = 12, inject_inf_at: Iterable[int] = (4,), init_scale: float = 2.0 ** 10,
-                      growth_interval: int = 3, lr: float = 0.05, seed: int = 0) -> list[ScalerStep]:
+def grad_scaler_trace(
+    n_steps: int = 12,
+    inject_inf_at: Iterable[int] = (4,),
+    init_scale: float = 2.0**10,
+    growth_interval: int = 3,
+    lr: float = 0.05,
+    seed: int = 0,
+) -> list[ScalerStep]:
     """Train a tiny linear regressor with an fp16 autocast forward and a live ``GradScaler("cpu")``, writing an
     inf into a gradient at the chosen steps, and record the scale and whether each step was applied."""
     inject = set(inject_inf_at)
@@ -587,6 +658,14 @@ def grad_scaler_trace(n_steps: int = 12, inject_inf_at: Iterable[int] = (4,), in
         scaler.step(opt)
         scaler.update()
         skipped = all(torch.equal(b, p) for b, p in zip(before, model.parameters()))
-        trace.append(ScalerStep(step=step, scale=scale, next_scale=scaler.get_scale(), injected_inf=step in inject,
-                                skipped=skipped, loss=loss.item()))
+        trace.append(
+            ScalerStep(
+                step=step,
+                scale=scale,
+                next_scale=scaler.get_scale(),
+                injected_inf=step in inject,
+                skipped=skipped,
+                loss=loss.item(),
+            )
+        )
     return trace

@@ -21,6 +21,7 @@ user's umask (as ``open`` and ``mkdir`` would), not the 0600/0700 of ``tempfile`
 target (``temp_folder_beside``) carries its builder's pid in its name; one whose builder is dead (a killed build)
 is removed by the next build there.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,10 @@ def check_folder(folder: str | Path, kind: str, what: str = "output folder") -> 
     if not folder.is_dir():
         raise OutputFolderError(f"{what} {str(folder)!r} is a file, not a folder")
     if folder == ROOT.resolve() or folder in ROOT.resolve().parents or folder == Path.home().resolve():
-        raise OutputFolderError(f"{what} {str(folder)!r} is the project root, one of its parents or the home "
-                                f"folder: choose a dedicated folder")
+        raise OutputFolderError(
+            f"{what} {str(folder)!r} is the project root, one of its parents or the home "
+            f"folder: choose a dedicated folder"
+        )
     check_writable(folder, what)
     entries = sorted(p.name for p in folder.iterdir() if not p.name.startswith(LOCK))
     if not entries:
@@ -78,10 +81,14 @@ def check_folder(folder: str | Path, kind: str, what: str = "output folder") -> 
     if mark is not None:
         found = f"a workbook {mark.get('kind')!r} output"
     else:
-        found = (f"files the workbook did not write ({', '.join(entries[:5] + (['...'] if len(entries) > 5 else []))}; "
-                 f"no {MARKER} marker)")
-    raise OutputFolderError(f"{what} {str(folder)!r} holds {found}; the workbook writes a {kind} only into a new "
-                            f"or empty folder or one of its own {kind} folders: choose another folder")
+        found = (
+            f"files the workbook did not write ({', '.join(entries[:5] + (['...'] if len(entries) > 5 else []))}; "
+            f"no {MARKER} marker)"
+        )
+    raise OutputFolderError(
+        f"{what} {str(folder)!r} holds {found}; the workbook writes a {kind} only into a new "
+        f"or empty folder or one of its own {kind} folders: choose another folder"
+    )
 
 
 def check_writable(folder: str | Path, what: str = "output folder") -> None:
@@ -97,8 +104,10 @@ def check_writable(folder: str | Path, what: str = "output folder") -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise OutputFolderError(f"{what} {str(folder)!r} is not writable ({exc.strerror or exc} in {str(probe)!r}): "
-                                f"choose a folder you can write") from None
+        raise OutputFolderError(
+            f"{what} {str(folder)!r} is not writable ({exc.strerror or exc} in {str(probe)!r}): "
+            f"choose a folder you can write"
+        ) from None
 
 
 TEMP_NAME_EXTRA = len(".") + len(".") + 10 + len("-") + 12 + len(".tmp")
@@ -115,10 +124,12 @@ def check_name(out: str | Path, what: str = "output folder") -> None:
     except (OSError, ValueError):
         limit = 255
     if len(out.name.encode()) + TEMP_NAME_EXTRA > limit:
-        raise OutputFolderError(f"{what} name {out.name[:40]!r}... is {len(out.name.encode())} bytes long: the "
-                                f"workbook builds it beside as '.<name>.<pid>-<random>.tmp' ({TEMP_NAME_EXTRA} bytes "
-                                f"more), and names here hold at most {limit}: choose a name of at most "
-                                f"{limit - TEMP_NAME_EXTRA} bytes")
+        raise OutputFolderError(
+            f"{what} name {out.name[:40]!r}... is {len(out.name.encode())} bytes long: the "
+            f"workbook builds it beside as '.<name>.<pid>-<random>.tmp' ({TEMP_NAME_EXTRA} bytes "
+            f"more), and names here hold at most {limit}: choose a name of at most "
+            f"{limit - TEMP_NAME_EXTRA} bytes"
+        )
 
 
 def owned_names(folder: Path, legacy: tuple[str, ...] = ()) -> set[str]:
@@ -148,9 +159,11 @@ def check_replace(folder: str | Path, kind: str, what: str = "output folder", le
     extra = foreign_entries(out, legacy)
     if extra:
         shown = ", ".join(extra[:5] + (["..."] if len(extra) > 5 else []))
-        raise OutputFolderError(f"{what} {str(out)!r} is a workbook {kind} output, but it also holds {shown}, "
-                                f"which the workbook did not write (its {MARKER} does not list them); rebuilding "
-                                f"would replace the whole folder: move them out of it, or choose another folder")
+        raise OutputFolderError(
+            f"{what} {str(out)!r} is a workbook {kind} output, but it also holds {shown}, "
+            f"which the workbook did not write (its {MARKER} does not list them); rebuilding "
+            f"would replace the whole folder: move them out of it, or choose another folder"
+        )
     return out
 
 
@@ -164,10 +177,12 @@ def check_listed(folder: str | Path, kind: str, what: str = "output folder", fil
     if status == "own" and isinstance((read_marker(folder) or {}).get("files"), list):
         extra = [n for n in foreign_entries(folder) if not (files_only and (folder / n).is_dir())]
         if extra:
-            raise OutputFolderError(f"{what} {str(folder)!r} is a workbook {kind} output, but it also holds "
-                                    f"{', '.join(extra[:5] + (['...'] if len(extra) > 5 else []))}, which the "
-                                    f"workbook did not write (its {MARKER} does not list them): move them out of it, "
-                                    f"or choose another folder")
+            raise OutputFolderError(
+                f"{what} {str(folder)!r} is a workbook {kind} output, but it also holds "
+                f"{', '.join(extra[:5] + (['...'] if len(extra) > 5 else []))}, which the "
+                f"workbook did not write (its {MARKER} does not list them): move them out of it, "
+                f"or choose another folder"
+            )
     return status
 
 

@@ -3,6 +3,7 @@
 Nothing is written to HOME: Jupyter, IPython, matplotlib, HF, torch-inductor and vLLM caches live under
 ``.cache/`` of the project (the Makefile sets the same variables for every command it runs).
 """
+
 from __future__ import annotations
 
 import contextlib

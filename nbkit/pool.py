@@ -23,6 +23,7 @@ log file; a failed job raises ``JobFailed`` naming it with the tail of its log, 
 have finished (finished work is never thrown away), and its worker ends with it; Ctrl-C stops every worker and
 re-raises.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -84,8 +85,10 @@ def limit_from_env() -> int | None:
     if not raw:
         return None
     if not raw.isdigit():
-        raise ValueError(f"{WORKERS_ENV}={raw!r}: expected a whole number >= 0 (0: in this process, one job after "
-                         f"another; 1: one child at a time; unset: as many as the cores allow)")
+        raise ValueError(
+            f"{WORKERS_ENV}={raw!r}: expected a whole number >= 0 (0: in this process, one job after "
+            f"another; 1: one child at a time; unset: as many as the cores allow)"
+        )
     return int(raw)
 
 
@@ -107,7 +110,7 @@ def place(jobs: int, threads: int = 1, workers: int | None = None, cores: list[i
     n = max(1, min(jobs, len(cores) // threads or 1, limit if limit is not None else jobs))
     need = n * threads
     pool = [cores[i % len(cores)] for i in range(need)]  # wraps only when the cores cannot give each slot its own
-    return Placement(n, threads, tuple(tuple(pool[i * threads:(i + 1) * threads]) for i in range(n)))
+    return Placement(n, threads, tuple(tuple(pool[i * threads : (i + 1) * threads]) for i in range(n)))
 
 
 @dataclass
@@ -134,8 +137,14 @@ def call(target: str, kwargs: dict):
     return getattr(importlib.import_module(module), name)(**kwargs)
 
 
-def run(jobs: dict[str, Job], threads: int = 1, workers: int | None = None, progress: bool = True,
-        desc: str = "jobs", on_done: Callable[[str, object], None] | None = None) -> dict[str, object]:
+def run(
+    jobs: dict[str, Job],
+    threads: int = 1,
+    workers: int | None = None,
+    progress: bool = True,
+    desc: str = "jobs",
+    on_done: Callable[[str, object], None] | None = None,
+) -> dict[str, object]:
     """Run every job (``label → Job``) under ``place(len(jobs), threads, workers)``; returns ``label → value`` in
     ``jobs``' order. ``on_done(label, value)`` is called as each job finishes (e.g. to print its outcome)."""
     placement = place(len(jobs), threads, workers)
@@ -214,8 +223,10 @@ class _Pool:
         if not self.failed:
             shutil.rmtree(self.tmp, ignore_errors=True)  # a failure keeps its log for the message to name
         else:
-            raise JobFailed("; ".join(self._failure(label) for label in self.failed)
-                            + (f" ({len(self.results)} job(s) that finished are kept)" if self.results else ""))
+            raise JobFailed(
+                "; ".join(self._failure(label) for label in self.failed)
+                + (f" ({len(self.results)} job(s) that finished are kept)" if self.results else "")
+            )
         return {label: self.results[label] for label in self.jobs}
 
     def _worker(self, slot: int) -> subprocess.Popen:
@@ -226,22 +237,37 @@ class _Pool:
             self._retire(slot)  # it ended while idle: a new one takes the job
         env = {k: v for k, v in os.environ.items() if k not in CHILD_CLEARED}
         env.update({k: str(self.placement.threads) for k in THREAD_ENV})
-        env.update({WORKERS_ENV: "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-                    "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {WORKERS_ENV: "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"}
+        )
         log = open(self.tmp / f"worker{slot}.log", "a")  # noqa: SIM115 - closed when the worker ends
         cores = ",".join(map(str, self.placement.slots[slot]))
-        proc = subprocess.Popen([sys.executable, "-m", "nbkit.pool", "--worker", cores], stdin=subprocess.PIPE,
-                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
-                                start_new_session=True, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nbkit.pool", "--worker", cores],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=os.getcwd(),
+            start_new_session=True,
+            text=True,
+        )
         self.workers[slot] = (proc, log)
         return proc
 
     def _start(self, label: str, slot: int) -> None:
         job = self.jobs[label]
         spec = self.tmp / f"{len(self.specs)}.spec"
-        spec.write_bytes(pickle.dumps({"target": job.target, "kwargs": job.kwargs,
-                                       "result": str(spec.with_suffix(".result")),
-                                       "log": str(spec.with_suffix(".log"))}))
+        spec.write_bytes(
+            pickle.dumps(
+                {
+                    "target": job.target,
+                    "kwargs": job.kwargs,
+                    "result": str(spec.with_suffix(".result")),
+                    "log": str(spec.with_suffix(".log")),
+                }
+            )
+        )
         self.specs[label] = spec
         self.running[label] = self.slot_of[label] = slot
         proc = self._worker(slot)

@@ -11,6 +11,7 @@ A study is a folder ``data/results/<study>/`` holding
 ``nbkit.runlog.load_runs`` (``label → rows``), so every table and figure helper works on stored and live runs
 alike; ``card`` reads the provenance card. A notebook that draws from a stored study says so (``describe``).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -44,6 +45,7 @@ def study_dir(study: str, root: Path = RESULTS) -> Path:
 
 def git_state(root: Path = ROOT) -> dict:
     """The commit the working tree is at and whether it has uncommitted changes (None outside a git checkout)."""
+
     def git(*args):
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
 
@@ -76,16 +78,33 @@ def machine() -> dict:
         ram_gib = None
     from nbkit import gemm
 
-    return {"cpu": cpu, "cpu_flags": gemm.half_flags(), "gemm_auto": gemm.resolve("auto"),
-            "kernel_caps": gemm.kernel_caps(),
-            "cores": os.cpu_count(), "ram_gib": ram_gib, "os": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    return {
+        "cpu": cpu,
+        "cpu_flags": gemm.half_flags(),
+        "gemm_auto": gemm.resolve("auto"),
+        "kernel_caps": gemm.kernel_caps(),
+        "cores": os.cpu_count(),
+        "ram_gib": ram_gib,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
 
 
-def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str, wall_seconds: float,
-          configs: dict | None = None, notes: str = "", root: Path = RESULTS, earlier: list[dict] | None = None,
-          record: dict | None = None, keep_old: bool = False) -> Path:
+def store(
+    study: str,
+    runs: dict[str, list[dict]] | str | Path,
+    *,
+    command: str,
+    wall_seconds: float,
+    configs: dict | None = None,
+    notes: str = "",
+    root: Path = RESULTS,
+    earlier: list[dict] | None = None,
+    record: dict | None = None,
+    keep_old: bool = False,
+) -> Path:
     """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.runlog.load_runs``) as
     study ``study`` with its provenance card; an existing study of that name is replaced as a whole (its folder
     must hold only what its marker lists: ``outputs.check_replace``; ``GridStudy.store`` decides whether to).
@@ -114,11 +133,20 @@ def store(study: str, runs: dict[str, list[dict]] | str | Path, *, command: str,
     for label, rows in runs.items():  # mtime=0: the same rows give the same bytes (a re-store changes no file)
         text = "".join(json.dumps(row, default=_plain) + "\n" for row in rows)
         (new / "runs" / f"{label}.jsonl.gz").write_bytes(gzip.compress(text.encode("utf-8"), 9, mtime=0))
-    card = {"study": study, **git_state(), "command": command, "machine": machine(),
-            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "wall_seconds": round(float(wall_seconds), 1), "runs": sorted(runs),
-            "rows": sum(len(r) for r in runs.values()), "metrics_version": metrics.VERSION, "notes": notes,
-            "configs": configs or {}, **(record or {})}
+    card = {
+        "study": study,
+        **git_state(),
+        "command": command,
+        "machine": machine(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "wall_seconds": round(float(wall_seconds), 1),
+        "runs": sorted(runs),
+        "rows": sum(len(r) for r in runs.values()),
+        "metrics_version": metrics.VERSION,
+        "notes": notes,
+        "configs": configs or {},
+        **(record or {}),
+    }
     if earlier:
         carried = {label for p in earlier for label in p["runs"]}
         card["parts"] = [*earlier, {**parts(card)[0], "runs": sorted(set(runs) - carried)}]
@@ -184,14 +212,21 @@ def describe(study: str, root: Path = RESULTS) -> str:
 
     def where(p: dict) -> str:
         commit = (p.get("commit") or "unknown")[:10] + (" (with uncommitted changes)" if p.get("dirty") else "")
-        return (f"at commit {commit} on {(p.get('machine') or {}).get('cpu')} ({(p.get('machine') or {}).get('cores')} "
-                f"cores) on {p.get('date')}, {p.get('wall_seconds', 0) / 60:.0f} min wall time")
+        return (
+            f"at commit {commit} on {(p.get('machine') or {}).get('cpu')} ({(p.get('machine') or {}).get('cores')} "
+            f"cores) on {p.get('date')}, {p.get('wall_seconds', 0) / 60:.0f} min wall time"
+        )
 
-    made = (f"computed {where(sittings[0])}" if len(sittings) == 1 else
-            f"computed in {len(sittings)} sittings: " + "; ".join(f"{len(p.get('runs') or [])} runs {where(p)}"
-                                                                  for p in sittings))
-    return (f"Stored results `data/results/{study}` ({len(c.get('runs', []))} runs): {made}, by `{c.get('command')}`. "
-            f"They are not re-computed here; re-run them with that command.")
+    made = (
+        f"computed {where(sittings[0])}"
+        if len(sittings) == 1
+        else f"computed in {len(sittings)} sittings: "
+        + "; ".join(f"{len(p.get('runs') or [])} runs {where(p)}" for p in sittings)
+    )
+    return (
+        f"Stored results `data/results/{study}` ({len(c.get('runs', []))} runs): {made}, by `{c.get('command')}`. "
+        f"They are not re-computed here; re-run them with that command."
+    )
 
 
 def _plain(x):

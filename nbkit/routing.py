@@ -11,6 +11,7 @@ renormalisation) and ``experts``; forward hooks only, nothing is monkey-patched.
 Choices are tensors ``(batch, seq, layers, k)`` of expert ids, sorted along ``k`` (a flip is a different *set*);
 ``-1`` marks positions a capture did not see (e.g. the last generated token, never fed back to the model).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -65,6 +66,7 @@ def capture(model):
     rec = Recorder(layers=len(blocks), calls=[[] for _ in blocks])
     handles = []
     for i, block in enumerate(blocks):
+
         def pre(module, args, i=i):
             rec._shape = list(args[0].shape[:-1])
 
@@ -100,6 +102,7 @@ def replay(model, choices: torch.Tensor | None):
     state = {"row": 0, "rows": 0}
     handles = []
     for i, block in enumerate(blocks):
+
         def pre(module, args, i=i):
             b, s = tuple(args[0].shape[:-1])
             if i == 0:  # the first MoE layer of a forward moves on to the next rows
@@ -107,13 +110,15 @@ def replay(model, choices: torch.Tensor | None):
                 state["rows"] = b
             lo = state["row"]
             if s != choices.shape[1] or lo + b > choices.shape[0]:
-                raise ValueError(f"replay choices cover {tuple(choices.shape[:2])} (batch, seq) but a forward "
-                                 f"asks for rows {lo}..{lo + b} of length {s}")
+                raise ValueError(
+                    f"replay choices cover {tuple(choices.shape[:2])} (batch, seq) but a forward "
+                    f"asks for rows {lo}..{lo + b} of length {s}"
+                )
 
         def post(module, args, out, i=i):
             logits, scores, own = out
             lo, b = state["row"], state["rows"]
-            want = choices[lo:lo + b, :, i].reshape(-1, choices.shape[-1]).to(own.device)
+            want = choices[lo : lo + b, :, i].reshape(-1, choices.shape[-1]).to(own.device)
             keep_own = (want < 0).any(dim=-1, keepdim=True)
             idx = torch.where(keep_own, own, want)
             probs = torch.softmax(logits, dim=-1, dtype=torch.float)
@@ -167,13 +172,14 @@ def pad_to(choices: torch.Tensor, length: int) -> torch.Tensor:
     return torch.cat([choices, fill])
 
 
-def batch_layout(per_seq: list[torch.Tensor], prompt_lens: list[int], prompt_width: int,
-                 completion_width: int) -> torch.Tensor:
+def batch_layout(
+    per_seq: list[torch.Tensor], prompt_lens: list[int], prompt_width: int, completion_width: int
+) -> torch.Tensor:
     """Per-sequence routings (prompt + response positions, as ``Rollout.routing``) laid out like a trainer batch:
     prompts left-padded to ``prompt_width``, responses right-padded to ``completion_width``; padding is -1."""
     first = per_seq[0]
     out = torch.full((len(per_seq), prompt_width + completion_width, *first.shape[1:]), -1, dtype=torch.long)
     for row, (r, p) in enumerate(zip(per_seq, prompt_lens)):
         resp = min(r.shape[0] - p, completion_width)
-        out[row, prompt_width - p:prompt_width + resp] = r[:p + resp]
+        out[row, prompt_width - p : prompt_width + resp] = r[: p + resp]
     return out

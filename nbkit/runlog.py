@@ -8,6 +8,7 @@ a folder's name is only a name. ``summary_table`` condenses runs into the number
 Pure Python (no torch): stored studies (``nbkit.results``) and live run folders are read alike. The grids of runs
 themselves are trained by ``nbkit.rl.grid``.
 """
+
 from __future__ import annotations
 
 import json
@@ -85,14 +86,22 @@ def coords(config: dict) -> dict:
     algorithm, train and rollout dtype, the dtype tag of its label (``bf16`` or ``bf16-fp32r``) and seed."""
     train = config["train_dtype"]
     rollout = config.get("rollout_dtype") or train
-    return {"algorithm": config["algorithm"], "train": train, "rollout": rollout, "dtype": pair_tag(train, rollout),
-            "seed": int(config["seed"])}
+    return {
+        "algorithm": config["algorithm"],
+        "train": train,
+        "rollout": rollout,
+        "dtype": pair_tag(train, rollout),
+        "seed": int(config["seed"]),
+    }
 
 
 def load_configs(folder: str | Path) -> dict[str, dict]:
     """``label → config`` of every run folder below ``folder`` that has metric rows and a ``config.json``."""
-    return {log.parent.name: json.loads((log.parent / "config.json").read_text())
-            for log in sorted(Path(folder).glob("**/metrics.jsonl")) if (log.parent / "config.json").is_file()}
+    return {
+        log.parent.name: json.loads((log.parent / "config.json").read_text())
+        for log in sorted(Path(folder).glob("**/metrics.jsonl"))
+        if (log.parent / "config.json").is_file()
+    }
 
 
 def load_meta(folder: str | Path, coords_of=coords) -> dict[str, dict]:
@@ -115,7 +124,7 @@ def steps_to(rows: list[dict], target: float, window: int = 5, key: str = "accur
     """First step at which the mean of ``key`` over the last ``window`` steps reaches ``target``."""
     values = [r[key] for r in rows if key in r]
     for i in range(window, len(values) + 1):
-        if sum(values[i - window:i]) / window >= target:
+        if sum(values[i - window : i]) / window >= target:
             return rows[i - 1][schema.STEP]
     return None
 
@@ -125,17 +134,23 @@ def summary_table(runs: dict[str, list[dict]], target: float = 0.95, window: int
     table = []
     for label, rows in runs.items():
         acc = [r[schema.ACCURACY] for r in rows if schema.ACCURACY in r]
-        means = [sum(acc[i - window:i]) / window for i in range(window, len(acc) + 1)] or [float("nan")]
+        means = [sum(acc[i - window : i]) / window for i in range(window, len(acc) + 1)] or [float("nan")]
         mism = [r[schema.TOKEN_ABS_LOGP_DIFF] for r in rows if schema.TOKEN_ABS_LOGP_DIFF in r]
-        table.append({
-            "run": label, "steps": schema.optimiser_steps(rows), "initial accuracy": round(acc[0], 3) if acc else None,
-            f"final accuracy ({window}-step mean)": round(means[-1], 3), "best accuracy": round(max(means), 3),
-            f"steps to {target:.0%}": steps_to(rows, target, window),
-            "mean |Δ log p| (first 5)": _mean(mism[:5]), "mean |Δ log p| (last 5)": _mean(mism[-5:]),
-            "skipped steps": rows[-1].get(schema.SKIPPED_STEPS_TOTAL, 0) if rows else 0,
-            "minutes": round(sum(r.get(schema.TIME_STEP, 0) for r in rows) / 60, 1),
-            "alarms": sum(1 for r in rows if r.get("alarm")),
-        })
+        table.append(
+            {
+                "run": label,
+                "steps": schema.optimiser_steps(rows),
+                "initial accuracy": round(acc[0], 3) if acc else None,
+                f"final accuracy ({window}-step mean)": round(means[-1], 3),
+                "best accuracy": round(max(means), 3),
+                f"steps to {target:.0%}": steps_to(rows, target, window),
+                "mean |Δ log p| (first 5)": _mean(mism[:5]),
+                "mean |Δ log p| (last 5)": _mean(mism[-5:]),
+                "skipped steps": rows[-1].get(schema.SKIPPED_STEPS_TOTAL, 0) if rows else 0,
+                "minutes": round(sum(r.get(schema.TIME_STEP, 0) for r in rows) / 60, 1),
+                "alarms": sum(1 for r in rows if r.get("alarm")),
+            }
+        )
     return table
 
 
@@ -153,23 +168,35 @@ def seed_summary(table: list[dict], meta: dict[str, dict], target: float = 0.95,
         final = [r[final_key] for r in rows]
         best = [r["best accuracy"] for r in rows]
         reached = [r[reach_key] for r in rows if r[reach_key] is not None]
-        out.append({
-            "algorithm": algorithm, "dtype": dtype, "seeds": len(rows),
-            f"reached {target:.0%}": f"{len(reached)}/{len(rows)}",
-            f"{reach_key} (mean)": round(sum(reached) / len(reached), 1) if reached else None,
-            f"{reach_key} (each)": [r[reach_key] for r in rows],
-            "final accuracy (mean)": round(sum(final) / len(final), 3),
-            "final accuracy [min, max]": [min(final), max(final)],
-            "best accuracy (mean)": round(sum(best) / len(best), 3),
-            "best accuracy [min, max]": [min(best), max(best)],
-            "mean |Δ log p| last 5 (mean)": _mean([r["mean |Δ log p| (last 5)"] for r in rows
-                                                   if r["mean |Δ log p| (last 5)"] is not None]),
-        })
+        out.append(
+            {
+                "algorithm": algorithm,
+                "dtype": dtype,
+                "seeds": len(rows),
+                f"reached {target:.0%}": f"{len(reached)}/{len(rows)}",
+                f"{reach_key} (mean)": round(sum(reached) / len(reached), 1) if reached else None,
+                f"{reach_key} (each)": [r[reach_key] for r in rows],
+                "final accuracy (mean)": round(sum(final) / len(final), 3),
+                "final accuracy [min, max]": [min(final), max(final)],
+                "best accuracy (mean)": round(sum(best) / len(best), 3),
+                "best accuracy [min, max]": [min(best), max(best)],
+                "mean |Δ log p| last 5 (mean)": _mean(
+                    [r["mean |Δ log p| (last 5)"] for r in rows if r["mean |Δ log p| (last 5)"] is not None]
+                ),
+            }
+        )
     return out
 
 
-def precision_comparison(table: list[dict], meta: dict[str, dict], target: float = 0.95, a: str = "fp16",
-                         b: str = "bf16", power: float = 0.8, alpha: float = 0.05) -> list[str]:
+def precision_comparison(
+    table: list[dict],
+    meta: dict[str, dict],
+    target: float = 0.95,
+    a: str = "fp16",
+    b: str = "bf16",
+    power: float = 0.8,
+    alpha: float = 0.05,
+) -> list[str]:
     """Notebook 03's primary comparison, one sentence per algorithm run in both precisions: steps to ``target`` of
     ``a`` minus ``b``, over the seeds that reached it, with the two-sample t CI (pooled SD) and, where the CI covers
     0, the smallest difference those seeds find with ``power``. Seeds that never reach the target are counted, not
@@ -184,20 +211,26 @@ def precision_comparison(table: list[dict], meta: dict[str, dict], target: float
         if (algorithm, a) not in steps or (algorithm, b) not in steps:
             continue
         xs, ys = ([v for v in steps[(algorithm, d)] if v is not None] for d in (a, b))
-        counts = (f"{a.upper()} {len(xs)} of {len(steps[(algorithm, a)])} seeds reached {target:.0%}, "
-                  f"{b.upper()} {len(ys)} of {len(steps[(algorithm, b)])}")
+        counts = (
+            f"{a.upper()} {len(xs)} of {len(steps[(algorithm, a)])} seeds reached {target:.0%}, "
+            f"{b.upper()} {len(ys)} of {len(steps[(algorithm, b)])}"
+        )
         if len(xs) < 2 or len(ys) < 2:
             out.append(f"{algorithm}: {counts}; too few seeds reached it on a side for a CI of the difference.")
             continue
         sd, df = stats.pooled_sd([xs, ys])
         se = sd * math.sqrt(1 / len(xs) + 1 / len(ys))
         diff, half = statistics.fmean(xs) - statistics.fmean(ys), stats.t_quantile(1 - alpha / 2, df) * se
-        text = (f"{algorithm}: {a.upper()} − {b.upper()} {reach} {diff:+.3g} ({1 - alpha:.0%} CI {diff - half:+.3g} "
-                f"to {diff + half:+.3g}; {counts}, means {statistics.fmean(xs):.3g} and {statistics.fmean(ys):.3g}); ")
+        text = (
+            f"{algorithm}: {a.upper()} − {b.upper()} {reach} {diff:+.3g} ({1 - alpha:.0%} CI {diff - half:+.3g} "
+            f"to {diff + half:+.3g}; {counts}, means {statistics.fmean(xs):.3g} and {statistics.fmean(ys):.3g}); "
+        )
         if diff - half <= 0 <= diff + half:
             found = stats.detectable_difference(se, df, power, alpha)
-            text += (f"no difference shown: the CI covers 0, and these seeds find a difference with {power:.0%} power "
-                     f"only from {found:.3g} steps up.")
+            text += (
+                f"no difference shown: the CI covers 0, and these seeds find a difference with {power:.0%} power "
+                f"only from {found:.3g} steps up."
+            )
         else:
             text += f"{(a if diff < 0 else b).upper()} reached it sooner."
         out.append(text)
@@ -213,19 +246,34 @@ def headline(runs: dict[str, list[dict]], meta: dict[str, dict], target: float =
     main numbers, collapse alarms and the precision audit's verdict."""
     table = summary_table(runs, target, window)
     reach = f"steps to {target:.0%}"
-    outcome = "; ".join(f"{r['run']}: " + (f"passed at step {r[reach]}" if r[reach] is not None else "not reached")
-                        for r in table)
-    keys = ("run", "steps", reach, f"final accuracy ({window}-step mean)", "best accuracy",
-            "mean |Δ log p| (first 5)", "mean |Δ log p| (last 5)", "skipped steps", "minutes", "alarms")
-    seeds = [{k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in r.items()}
-             for r in seed_summary(table, meta, target, window)]  # lists as text: the page shows scalars
+    outcome = "; ".join(
+        f"{r['run']}: " + (f"passed at step {r[reach]}" if r[reach] is not None else "not reached") for r in table
+    )
+    keys = (
+        "run",
+        "steps",
+        reach,
+        f"final accuracy ({window}-step mean)",
+        "best accuracy",
+        "mean |Δ log p| (first 5)",
+        "mean |Δ log p| (last 5)",
+        "skipped steps",
+        "minutes",
+        "alarms",
+    )
+    seeds = [
+        {k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in r.items()}
+        for r in seed_summary(table, meta, target, window)
+    ]  # lists as text: the page shows scalars
     primary = precision_comparison(table, meta, target)
-    return {f"sanity test (training accuracy ≥ {target:.0%})": outcome,
-            **({"primary comparison (FP16 − BF16 steps to target)": " ".join(primary)} if primary else {}),
-            "over seeds (mean and range per algorithm and precision)": seeds,
-            "runs": [{k: r[k] for k in keys} for r in table],
-            "collapse alarms": sum(r["alarms"] for r in table),
-            "precision audit": audit_verdict(runs)}
+    return {
+        f"sanity test (training accuracy ≥ {target:.0%})": outcome,
+        **({"primary comparison (FP16 − BF16 steps to target)": " ".join(primary)} if primary else {}),
+        "over seeds (mean and range per algorithm and precision)": seeds,
+        "runs": [{k: r[k] for k in keys} for r in table],
+        "collapse alarms": sum(r["alarms"] for r in table),
+        "precision audit": audit_verdict(runs),
+    }
 
 
 def audit_verdict(runs: dict[str, list[dict]]) -> str:
@@ -244,6 +292,10 @@ def audit_verdict(runs: dict[str, list[dict]]) -> str:
         return "no audited step"
     if bad:
         return f"MISMATCH in {len(bad)} of {audited} steps: " + "; ".join(bad[:3])
-    policies = sorted({str(r.get(schema.AUDIT_GEMM)) for rows in runs.values() for r in rows if r.get(schema.AUDIT_GEMM)})
-    return (f"passed: in all {audited} audited steps every linear layer ran in the requested dtype "
-            "(a live GradScaler in every FP16 step)" + (f"; GEMM policy {', '.join(policies)}" if policies else ""))
+    policies = sorted(
+        {str(r.get(schema.AUDIT_GEMM)) for rows in runs.values() for r in rows if r.get(schema.AUDIT_GEMM)}
+    )
+    return (
+        f"passed: in all {audited} audited steps every linear layer ran in the requested dtype "
+        "(a live GradScaler in every FP16 step)" + (f"; GEMM policy {', '.join(policies)}" if policies else "")
+    )

@@ -15,6 +15,7 @@ in the HF engine's order (temperature, top-k, top-p), so π and the HF engine ke
 engine sampled but π's own filter drops (a borderline token when π ≠ μ) stays kept on the π side, so its log π
 is finite; the other kept tokens are π's own.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,12 +38,16 @@ def warpers(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
     """transformers' logits warpers for the filter, in the HF engine's order (``SampledLogprobs.processors``)."""
     from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-    return ([TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []) + (
-        [TopKLogitsWarper(top_k)] if top_k else []) + ([TopPLogitsWarper(top_p)] if top_p < 1.0 else [])
+    return (
+        ([TemperatureLogitsWarper(temperature)] if temperature != 1.0 else [])
+        + ([TopKLogitsWarper(top_k)] if top_k else [])
+        + ([TopPLogitsWarper(top_p)] if top_p < 1.0 else [])
+    )
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
-                   top_p: float = 1.0) -> torch.Tensor:
+def token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
     """log p of ``tokens`` (``[n]``) under the processed distribution of ``logits`` (``[n, vocab]``), in float32.
 
     Without a filter: log_softmax(logits / T). With one: the kept tokens (plus the scored token itself, see the
@@ -61,16 +66,18 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     return torch.log_softmax(scores, dim=-1).gather(-1, tokens[:, None])[:, 0]
 
 
-def kept_mass(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
-              top_p: float = 1.0) -> torch.Tensor:
+def kept_mass(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
     """Per position, the mass of the kept tokens under the tempered softmax: exp(log p_raw − log p_processed), the
     factor by which an unfiltered π understates a processed μ (the biased IS ratio's expected value)."""
     raw = token_logprobs(logits, tokens, temperature)
     return torch.exp(raw - token_logprobs(logits, tokens, temperature, top_k, top_p))
 
 
-def log_kept_mass(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
-                  top_p: float = 1.0) -> torch.Tensor:
+def log_kept_mass(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
     """log ``kept_mass`` (≤ 0) without the round trip through exp: log p_raw − log p_processed. Subtracting it from
     an unfiltered log π puts π on the filter's renormalised support (what the RL trainer does for its IS ratio)."""
     return token_logprobs(logits, tokens, temperature) - token_logprobs(logits, tokens, temperature, top_k, top_p)

@@ -7,6 +7,7 @@ documented in ``KEYS`` from there; the headline metric's own names, as ``nbkit.m
 ``METRIC_*``).
 Studies, plots and notebooks use the constants, never string literals, so a renamed key breaks loudly in one place.
 """
+
 from __future__ import annotations
 
 import math
@@ -115,7 +116,8 @@ KEYS: dict[str, str] = {
     IS_TRUNCATED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) was truncated",
     IS_MASKED_TOKEN_FRACTION: "share of completion tokens whose IS weight (own or their sequence's) masked them out",
     OPSM_MASKED_FRACTION: "correction='opsm': share of the step's sequences the off-policy sequence mask dropped",
-    GRAD_NORM: "TRL: the policy's gradient norm before clipping", ENTROPY: "TRL: mean token entropy of π on the batch",
+    GRAD_NORM: "TRL: the policy's gradient norm before clipping",
+    ENTROPY: "TRL: mean token entropy of π on the batch",
     JUDGE_ACCURACY: "the policy's accuracy on the held-out judge set, sampled by an FP32 HF engine holding a copy of "
     "the weights after this step (step 0: before any update); a row of step 0 holds only the judge",
     JUDGE_RESPONSES: "responses the judge graded (held-out problems × judge_samples)",
@@ -124,7 +126,8 @@ KEYS: dict[str, str] = {
     LOSS_SCALE: "the FP16 loss scale after the step (1.0 without scaling)",
     SKIPPED_STEP: "the update was skipped (inf/NaN gradients under FP16 loss scaling)",
     SKIPPED_STEPS_TOTAL: "skipped updates so far in the run",
-    AUDIT_REQUESTED: "the training dtype asked for", AUDIT_MATMUL_DTYPES: "dtypes the linear layers' matmuls produced",
+    AUDIT_REQUESTED: "the training dtype asked for",
+    AUDIT_MATMUL_DTYPES: "dtypes the linear layers' matmuls produced",
     AUDIT_SCALER_ENABLED: "a live GradScaler (or DeepSpeed's scaler) ran this step",
     AUDIT_ROLLOUT_DTYPE: "the dtype the rollout engine really holds",
     AUDIT_ROLLOUT_GEMM: "the rollout engine and the GEMM policy its half layers ran (e.g. 'vllm fp32-accumulate')",
@@ -136,18 +139,26 @@ KEYS: dict[str, str] = {
     AUDIT_TRL_FP32_HEAD: "π's LM head in FP32: TRL's cast_lm_head_to_fp32 as the trainer ran it (RLConfig.fp32_lm_head)",
     AUDIT_ENGINE_HEAD_DTYPE: "dtype of the logits the HF engine's LM head produced last (fp32 with an engine-side FP32 "
     "head; n/a for vLLM)",
-    TIME_STEP: "seconds of the whole step", TIME_ROLLOUT: "seconds generating (μ)",
-    TIME_SYNC: "seconds syncing weights to the engine", TIME_SCORE: "seconds computing rewards",
-    TIME_MISMATCH: "seconds computing mismatch metrics", TIME_UPDATE: "seconds of π forward/backward and the update",
+    TIME_STEP: "seconds of the whole step",
+    TIME_ROLLOUT: "seconds generating (μ)",
+    TIME_SYNC: "seconds syncing weights to the engine",
+    TIME_SCORE: "seconds computing rewards",
+    TIME_MISMATCH: "seconds computing mismatch metrics",
+    TIME_UPDATE: "seconds of π forward/backward and the update",
     PPO_APPROX_KL: "approx KL(π_old ‖ π) of the minibatch before its update",
     PPO_CLIP_FRACTION: "share of tokens whose PPO ratio was clipped",
-    VALUE_LOSS: "critic's clipped value loss", VALUE_EXPLAINED_VARIANCE: "critic's explained variance of the returns",
-    VALUE_MEAN: "critic's mean value", VALUE_GRAD_NORM: "critic's gradient norm", VALUE_LOSS_SCALE: "critic's loss scale",
+    VALUE_LOSS: "critic's clipped value loss",
+    VALUE_EXPLAINED_VARIANCE: "critic's explained variance of the returns",
+    VALUE_MEAN: "critic's mean value",
+    VALUE_GRAD_NORM: "critic's gradient norm",
+    VALUE_LOSS_SCALE: "critic's loss scale",
     VALUE_SCALER_ENABLED: "the critic's GradScaler is live",
     MOE_FLIP_RATE: "share of tokens whose top-k experts differ between trainer and rollout (some layer)",
-    RANKS_AUDIT_MATMUL_DTYPES: "each process's audit", RANKS_REWARD_SUM: "each process's reward sum",
+    RANKS_AUDIT_MATMUL_DTYPES: "each process's audit",
+    RANKS_REWARD_SUM: "each process's reward sum",
     RANKS_REWARD_COUNT: "each process's reward count",
-    PARAMS_TOTAL: "parameters of the policy", PARAMS_TRAINABLE: "trainable parameters (LoRA: adapters only)",
+    PARAMS_TOTAL: "parameters of the policy",
+    PARAMS_TRAINABLE: "trainable parameters (LoRA: adapters only)",
     PARAMS_CRITIC_TRAINABLE: "PPO: trainable parameters of the critic",
     LENGTH_CAPPED: "the step's answers (all processes) that ended at the length limit, not by a stop token",
     LENGTH_CAPPED_FRACTION: "their share of the step's answers (a grader needing a closing tag scores them 0)",
@@ -155,12 +166,31 @@ KEYS: dict[str, str] = {
 }
 """The workbook's own keys and what each means."""
 
-TRL_KEYS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "epoch", "num_tokens", "entropy", "reward_std",
-                             "frac_reward_zero_std", "aux_loss", "step_time")
+TRL_KEYS: tuple[str, ...] = (
+    "loss",
+    "grad_norm",
+    "learning_rate",
+    "epoch",
+    "num_tokens",
+    "entropy",
+    "reward_std",
+    "frac_reward_zero_std",
+    "aux_loss",
+    "step_time",
+)
 """Keys TRL / transformers log themselves (see their docs)."""
 
-FAMILIES: tuple[str, ...] = ("mismatch/", "clip_ratio/", "completions/", "rewards/", "sampling/", "moe/flip_rate/layer",
-                             "judge/", "anatomy/", "bins/")
+FAMILIES: tuple[str, ...] = (
+    "mismatch/",
+    "clip_ratio/",
+    "completions/",
+    "rewards/",
+    "sampling/",
+    "moe/flip_rate/layer",
+    "judge/",
+    "anatomy/",
+    "bins/",
+)
 """Key prefixes of families whose members are generated (mismatch metrics, TRL's per-reward and length stats,
 MoE flip rates per layer, the per-step token bins of ``nbkit.tokenbins``)."""
 
@@ -183,8 +213,11 @@ def known(key: str) -> bool:
 # --- windowed statistics -------------------------------------------------------------------------------------
 def series(rows: list[dict], key: str) -> list[float]:
     """The finite numeric values of ``key`` over ``rows``, in step order (steps without it are left out)."""
-    return [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r[key], bool)
-            and math.isfinite(r[key])]
+    return [
+        float(r[key])
+        for r in rows
+        if isinstance(r.get(key), (int, float)) and not isinstance(r[key], bool) and math.isfinite(r[key])
+    ]
 
 
 def optimiser_steps(rows: list[dict]) -> int:

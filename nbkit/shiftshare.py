@@ -20,6 +20,7 @@ brings its early and late windows together). ``decompose(early, late)`` gives th
     late = shiftshare.window(rows, "entropy", steps=range(41, 51))
     split = shiftshare.bootstrap(early, late)          # split.parts['length'], split.ci['length'], split.shares
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -47,8 +48,10 @@ class Window:
     def __post_init__(self):
         t, m, n = (np.asarray(a, float) for a in (self.tokens, self.mismatch, self.sequences))
         if t.ndim != 2 or m.shape != t.shape or n.shape != (t.shape[0],) or t.shape[0] == 0:
-            raise ValueError(f"a window needs tokens and mismatch of one shape (steps >= 1, bins) and sequences "
-                             f"(steps,); got {t.shape}, {m.shape}, {n.shape}")
+            raise ValueError(
+                f"a window needs tokens and mismatch of one shape (steps >= 1, bins) and sequences "
+                f"(steps,); got {t.shape}, {m.shape}, {n.shape}"
+            )
         if (t < 0).any() or (n <= 0).any():
             raise ValueError("token counts must be >= 0 and every step must have >= 1 sequence")
         object.__setattr__(self, "tokens", t)
@@ -106,6 +109,7 @@ def _factors(t: np.ndarray, s: np.ndarray, n: np.ndarray, fill: np.ndarray | Non
 
 def _shapley(x0: tuple, x1: tuple) -> dict:
     """Shapley parts of f(L, s, m) = L · Σ s·m between the factor triples ``x0`` and ``x1`` (batched)."""
+
     def f(late: frozenset) -> np.ndarray:
         L, s, m = (x1[i] if i in late else x0[i] for i in range(3))
         return L * np.nansum(s * m, -1)
@@ -135,15 +139,26 @@ def decompose(early: Window, late: Window) -> Split:
     if early.tokens.shape[1] != late.tokens.shape[1]:
         raise ValueError(f"the windows have different bins: {early.tokens.shape[1]} vs {late.tokens.shape[1]}")
     m0, m1, parts, x0, x1 = _split(early.sums(), late.sums())
-    factors = {"early": {"length": float(x0[0]), "mix": x0[1].tolist(), "per_bin": x0[2].tolist(),
-                         "per_token": float((x0[1] * x0[2]).sum())},
-               "late": {"length": float(x1[0]), "mix": x1[1].tolist(), "per_bin": x1[2].tolist(),
-                        "per_token": float((x1[1] * x1[2]).sum())}}
+    factors = {
+        "early": {
+            "length": float(x0[0]),
+            "mix": x0[1].tolist(),
+            "per_bin": x0[2].tolist(),
+            "per_token": float((x0[1] * x0[2]).sum()),
+        },
+        "late": {
+            "length": float(x1[0]),
+            "mix": x1[1].tolist(),
+            "per_bin": x1[2].tolist(),
+            "per_token": float((x1[1] * x1[2]).sum()),
+        },
+    }
     return Split(float(m0), float(m1), {k: float(v) for k, v in parts.items()}, factors)
 
 
-def bootstrap(early: Window | list[Window], late: Window | list[Window], n_boot: int = 2000, level: float = 0.95,
-              seed: int = 0) -> Split:
+def bootstrap(
+    early: Window | list[Window], late: Window | list[Window], n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> Split:
     """``decompose`` with percentile bootstrap CIs: over steps within each window for one run's windows, over runs
     for lists of windows (run r's early and late drawn together; each drawn run's windows pooled)."""
     if not 0 < level < 1 or n_boot < 100:
@@ -156,8 +171,10 @@ def bootstrap(early: Window | list[Window], late: Window | list[Window], n_boot:
     else:
         early, late = list(early), list(late)
         if len(early) != len(late) or len(early) < 2:
-            raise ValueError(f"a bootstrap over runs needs >= 2 runs with an early and a late window each, got "
-                             f"{len(early)} and {len(late)}")
+            raise ValueError(
+                f"a bootstrap over runs needs >= 2 runs with an early and a late window each, got "
+                f"{len(early)} and {len(late)}"
+            )
         point = decompose(_pool(early), _pool(late))
         runs = rng.integers(0, len(early), size=(n_boot, len(early)))
         per_run = [np.stack([np.stack(w.sums()[:2]) for w in ws]) for ws in (early, late)]  # (runs, 2, bins)
@@ -173,8 +190,11 @@ def bootstrap(early: Window | list[Window], late: Window | list[Window], n_boot:
 
 def _pool(windows: list[Window]) -> Window:
     """Several runs' windows as one (their steps stacked)."""
-    return Window(np.concatenate([w.tokens for w in windows]), np.concatenate([w.mismatch for w in windows]),
-                  np.concatenate([w.sequences for w in windows]))
+    return Window(
+        np.concatenate([w.tokens for w in windows]),
+        np.concatenate([w.mismatch for w in windows]),
+        np.concatenate([w.sequences for w in windows]),
+    )
 
 
 def window(rows: list[dict], binning: str, steps) -> Window:

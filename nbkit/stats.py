@@ -4,6 +4,7 @@ difference it finds with a given power, the seeds a gap needs).
 
 Hand-written because scipy is not a dependency; ``tests/test_stats.py`` checks the quantiles against printed tables.
 """
+
 from __future__ import annotations
 
 import functools

@@ -30,6 +30,7 @@ The pre-registered analysis of the harm-threshold study (issue 37, item 2), stat
     est = threshold.estimate(gaps, doses)          # gaps: (seeds, doses), NaN where a run is missing
     est.outcome, est.dose, est.ci                   # 'crossing', 0.12, (0.07, 0.21)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -79,9 +80,18 @@ class Threshold:
 
     def to_json(self) -> dict:
         """The record ``nbkit.offline.risk`` reads from the store (one task's entry), with the fit behind it."""
-        return {"outcome": self.outcome, "dose": self.dose, "ci": list(self.ci), "bracket": list(self.bracket),
-                "harm": self.harm, "level": self.level, "doses": list(self.doses), "fitted": list(self.fitted),
-                "n_boot": self.n_boot, "replicate_outcomes": dict(self.replicate_outcomes)}
+        return {
+            "outcome": self.outcome,
+            "dose": self.dose,
+            "ci": list(self.ci),
+            "bracket": list(self.bracket),
+            "harm": self.harm,
+            "level": self.level,
+            "doses": list(self.doses),
+            "fitted": list(self.fitted),
+            "n_boot": self.n_boot,
+            "replicate_outcomes": dict(self.replicate_outcomes),
+        }
 
     def describe(self) -> str:
         """One line: the threshold and its CI, or why there is none inside the measured range."""
@@ -130,16 +140,24 @@ def crossing(fitted: np.ndarray, log_doses: np.ndarray, harm: float) -> tuple[np
     return np.where(outcome == 0, x, np.nan), outcome
 
 
-def estimate(gaps, doses, harm: float = HARM, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
-             small_sample_correction: bool = True) -> Threshold:
+def estimate(
+    gaps,
+    doses,
+    harm: float = HARM,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+    small_sample_correction: bool = True,
+) -> Threshold:
     """The harm threshold of paired gaps ``gaps`` (seeds × doses: format − FP32 on the same seed, NaN for a run
     that is missing) at ``doses`` (> 0, distinct; any order), with a ``level`` percentile bootstrap CI over seeds
     (``n_boot`` replicates, RNG ``seed``). ``small_sample_correction``: inflate the resampled gaps about their dose
     means by sqrt(n/(n−1))·t/z before resampling (module docstring). ValueError for bad input, before any work."""
     gaps, doses = np.asarray(gaps, float), np.asarray(doses, float)
     if gaps.ndim != 2 or doses.ndim != 1 or gaps.shape[1] != doses.size:
-        raise ValueError(f"gaps must be (seeds, doses) with one column per dose; got gaps {gaps.shape}, doses "
-                         f"{doses.shape}")
+        raise ValueError(
+            f"gaps must be (seeds, doses) with one column per dose; got gaps {gaps.shape}, doses {doses.shape}"
+        )
     if doses.size < 2 or not np.all(np.isfinite(doses)) or np.any(doses <= 0) or np.unique(doses).size != doses.size:
         raise ValueError(f"doses must be >= 2 distinct finite positive numbers, got {doses.tolist()}")
     n_seeds = np.sum(np.isfinite(gaps), axis=0)
@@ -162,8 +180,14 @@ def estimate(gaps, doses, harm: float = HARM, n_boot: int = 2000, level: float =
     n = gaps.shape[0]
     spread = gaps
     if small_sample_correction:
-        factor = np.array([np.sqrt(k / (k - 1)) * stats.t_quantile(1 - (1 - level) / 2, int(k) - 1)
-                           / NormalDist().inv_cdf(1 - (1 - level) / 2) for k in n_seeds])
+        factor = np.array(
+            [
+                np.sqrt(k / (k - 1))
+                * stats.t_quantile(1 - (1 - level) / 2, int(k) - 1)
+                / NormalDist().inv_cdf(1 - (1 - level) / 2)
+                for k in n_seeds
+            ]
+        )
         centre = np.nanmean(gaps, axis=0)
         spread = centre + (gaps - centre) * factor
     draw = spread[rng.integers(0, n, size=(n_boot, n))]  # (B, seeds, doses): whole rows of gaps per drawn seed
@@ -180,12 +204,19 @@ def estimate(gaps, doses, harm: float = HARM, n_boot: int = 2000, level: float =
     b_lo = np.quantile(lower_of, alpha, method="inverted_cdf")
     b_hi = np.quantile(upper_of, 1 - alpha, method="inverted_cdf")
     return Threshold(
-        outcome=OUTCOMES[int(out)], dose=float(np.exp(x)) if out == 0 else None,
+        outcome=OUTCOMES[int(out)],
+        dose=float(np.exp(x)) if out == 0 else None,
         ci=(float(np.exp(lo_q)) if np.isfinite(lo_q) else None, float(np.exp(hi_q)) if np.isfinite(hi_q) else None),
         bracket=(float(b_lo) if 0 < b_lo < np.inf else None, float(b_hi) if 0 < b_hi < np.inf else None),
-        ci_low_censored=bool(lo_q == -np.inf), ci_high_censored=bool(hi_q == np.inf),
-        fitted=tuple(float(v) for v in fitted), doses=tuple(float(d) for d in doses), harm=harm, level=level,
-        n_boot=n_boot, replicate_outcomes={name: int(np.sum(bout == i)) for i, name in enumerate(OUTCOMES)})
+        ci_low_censored=bool(lo_q == -np.inf),
+        ci_high_censored=bool(hi_q == np.inf),
+        fitted=tuple(float(v) for v in fitted),
+        doses=tuple(float(d) for d in doses),
+        harm=harm,
+        level=level,
+        n_boot=n_boot,
+        replicate_outcomes={name: int(np.sum(bout == i)) for i, name in enumerate(OUTCOMES)},
+    )
 
 
 def paired_gaps(scores, reference) -> np.ndarray:
@@ -193,6 +224,7 @@ def paired_gaps(scores, reference) -> np.ndarray:
     ``reference`` (seeds: the FP32 run of each seed); NaN stays NaN."""
     scores, reference = np.asarray(scores, float), np.asarray(reference, float)
     if scores.ndim != 2 or reference.shape != (scores.shape[0],):
-        raise ValueError(f"scores must be (seeds, doses) and reference (seeds,), got {scores.shape} and "
-                         f"{reference.shape}")
+        raise ValueError(
+            f"scores must be (seeds, doses) and reference (seeds,), got {scores.shape} and {reference.shape}"
+        )
     return scores - reference[:, None]

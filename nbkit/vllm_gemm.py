@@ -14,6 +14,7 @@ acts on CPU platforms only, and only on layers loaded while ``NBKIT_VLLM_GEMM=fp
 ``nbkit.engines.VLLMEngine(gemm=...)`` does when its policy resolves to it); a layer keeps its policy when vLLM
 re-dispatches it after a weight reload. ``kernels`` reports, inside a worker, which kernel each layer got.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,12 @@ def wrap(original):
     def dispatch(layer, remove_weight):
         policy = getattr(layer, "nbkit_gemm", None) or os.environ.get(ENV, "native")
         weight = layer.weight
-        if (policy != FP32_ACCUMULATE or weight.is_meta or weight.ndim != 2
-                or weight.dtype not in (torch.bfloat16, torch.float16)):
+        if (
+            policy != FP32_ACCUMULATE
+            or weight.is_meta
+            or weight.ndim != 2
+            or weight.dtype not in (torch.bfloat16, torch.float16)
+        ):
             return original(layer, remove_weight)
         from vllm import _custom_ops as ops
 
@@ -68,8 +73,13 @@ def wrap(original):
 def kernels(worker) -> dict[str, int]:
     """Runs inside a vLLM worker: how many of its model's layers run each linear kernel (``KIND`` for this plugin's,
     ``vllm …`` naming vLLM's own choice)."""
-    return dict(Counter(getattr(m, "cpu_linear_kind", None) or vllm_kind(m.cpu_linear)
-                        for m in worker.model_runner.model.modules() if hasattr(m, "cpu_linear")))
+    return dict(
+        Counter(
+            getattr(m, "cpu_linear_kind", None) or vllm_kind(m.cpu_linear)
+            for m in worker.model_runner.model.modules()
+            if hasattr(m, "cpu_linear")
+        )
+    )
 
 
 def vllm_kind(linear) -> str:
@@ -81,9 +91,12 @@ def vllm_kind(linear) -> str:
     if linear is torch.nn.functional.linear:
         return "vllm torch F.linear"
     names = set(getattr(getattr(linear, "__code__", None), "co_names", ()))
-    for key, label in (("onednn_mm", "vllm oneDNN onednn_mm"),
-                       ("weight_packed_linear_cpu", "vllm SGL weight_packed_linear"),
-                       ("linear", "vllm torch F.linear"), ("zentorch_linear_unary", "vllm zentorch")):
+    for key, label in (
+        ("onednn_mm", "vllm oneDNN onednn_mm"),
+        ("weight_packed_linear_cpu", "vllm SGL weight_packed_linear"),
+        ("linear", "vllm torch F.linear"),
+        ("zentorch_linear_unary", "vllm zentorch"),
+    ):
         if key in names:
             return label
     return "vllm other"

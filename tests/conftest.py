@@ -11,6 +11,7 @@ each notebook executes once per session however many tests read its report.
 ``tiny_random_model`` / ``arith_jsonl``: a 2-layer randomly initialised tiny-arith model folder and 64 arithmetic
 problems, built once per session for the training tests.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,14 @@ paths.setup_environment()  # the suite is an entry point: caches inside the proj
 
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 """``gw0``, ``gw1``, ... when pytest-xdist runs the suite in several processes (``make test``), else None."""
-PER_WORKER_CACHES = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "IPYTHONDIR", "XDG_CACHE_HOME",
-                     "MPLCONFIGDIR")
+PER_WORKER_CACHES = (
+    "VLLM_CACHE_ROOT",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "IPYTHONDIR",
+    "XDG_CACHE_HOME",
+    "MPLCONFIGDIR",
+)
 """Tool caches written while a test runs: each xdist worker gets its own (``.cache/xdist/<worker>/``). Derived
 artefacts that are written once under a lock (the converted SmolLM2) stay shared; run folders, reports and
 datasets of tests live in each test's own ``tmp_path``; ports are chosen free by each process."""
@@ -45,8 +52,9 @@ def threads_per_worker(cores: int, workers: int) -> int:
 
 
 if XDIST_WORKER:
-    _threads = str(threads_per_worker(len(os.sched_getaffinity(0)), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT",
-                                                                                          "1"))))
+    _threads = str(
+        threads_per_worker(len(os.sched_getaffinity(0)), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    )
     for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_key, _threads)  # set before torch loads; a value the user exported wins
 
@@ -75,9 +83,11 @@ def pytest_configure(config):
     if os.environ.get("NBKIT_REQUIRE_VLLM") == "1":
         error = vllm_import_error()
         if error is not None:
-            raise pytest.UsageError(f"NBKIT_REQUIRE_VLLM=1 (make test with VLLM_SPEC set) but vLLM does not "
-                                    f"import: {error}. Reinstall with `make clean-venv venv`, or run "
-                                    f"`make test VLLM_SPEC=` on a machine without vLLM.")
+            raise pytest.UsageError(
+                f"NBKIT_REQUIRE_VLLM=1 (make test with VLLM_SPEC set) but vLLM does not "
+                f"import: {error}. Reinstall with `make clean-venv venv`, or run "
+                f"`make test VLLM_SPEC=` on a machine without vLLM."
+            )
 
 
 @pytest.fixture(scope="session")

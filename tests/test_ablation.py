@@ -1,5 +1,6 @@
 """The precision ablation grid: every (train, rollout) pair trains, its audit records both sides' real dtypes, and a
 rollout engine built in another dtype than requested stops the run."""
+
 import pytest
 
 from nbkit import runlog
@@ -17,8 +18,21 @@ def tiny(tiny_random_model, arith_jsonl):
 
 def _base(tmp_path, tiny, **kw):
     model, data = tiny
-    return RLConfig(**{**dict(model=model, dataset=data, steps=1, prompts_per_step=2, samples_per_prompt=2,
-                              max_tokens=8, rollout_engine="hf", output_dir=str(tmp_path)), **kw})
+    return RLConfig(
+        **{
+            **dict(
+                model=model,
+                dataset=data,
+                steps=1,
+                prompts_per_step=2,
+                samples_per_prompt=2,
+                max_tokens=8,
+                rollout_engine="hf",
+                output_dir=str(tmp_path),
+            ),
+            **kw,
+        }
+    )
 
 
 def test_pair_labels_name_folders_and_coordinates_come_from_the_config():
@@ -27,7 +41,12 @@ def test_pair_labels_name_folders_and_coordinates_come_from_the_config():
     grid = ablation.Ablation().grid(pairs=[["bf16", "fp32"], ["fp16", "fp16"]], seeds=[2], rollout_engine="hf")
     assert sorted(grid) == ["grpo-bf16-fp32r-s2", "grpo-fp16-s2"]
     assert runlog.coords(grid["grpo-bf16-fp32r-s2"].to_dict()) == {
-        "algorithm": "grpo", "train": "bf16", "rollout": "fp32", "dtype": "bf16-fp32r", "seed": 2}
+        "algorithm": "grpo",
+        "train": "bf16",
+        "rollout": "fp32",
+        "dtype": "bf16-fp32r",
+        "seed": 2,
+    }
     assert runlog.coords(grid["grpo-fp16-s2"].to_dict())["rollout"] == "fp16"  # None: the training dtype
 
 
@@ -61,9 +80,21 @@ def test_a_rollout_engine_built_in_another_dtype_than_requested_fails_the_run(tm
 
 
 def _rows(acc, rollout, update, dtype_pair):
-    return [{"step": i + 1, "accuracy": a, "mismatch/token_abs_logp_diff/mean": 1e-3, "mismatch/kl_k3": 1e-6,
-             "time/rollout": rollout, "time/sync": 0.0, "time/update": update, "time/step": rollout + update,
-             "audit/rollout_dtype": dtype_pair[1], "audit/matmul_dtypes": [dtype_pair[0]]} for i, a in enumerate(acc)]
+    return [
+        {
+            "step": i + 1,
+            "accuracy": a,
+            "mismatch/token_abs_logp_diff/mean": 1e-3,
+            "mismatch/kl_k3": 1e-6,
+            "time/rollout": rollout,
+            "time/sync": 0.0,
+            "time/update": update,
+            "time/step": rollout + update,
+            "audit/rollout_dtype": dtype_pair[1],
+            "audit/matmul_dtypes": [dtype_pair[0]],
+        }
+        for i, a in enumerate(acc)
+    ]
 
 
 def meta_of(runs: dict) -> dict:
@@ -72,15 +103,18 @@ def meta_of(runs: dict) -> dict:
     for label in runs:
         algorithm, *tag, seed = label.split("-")
         train, rollout = tag[0], (tag[1][:-1] if len(tag) > 1 else tag[0])
-        out[label] = runlog.coords({"algorithm": algorithm, "train_dtype": train, "rollout_dtype": rollout,
-                                   "seed": int(seed[1:])})
+        out[label] = runlog.coords(
+            {"algorithm": algorithm, "train_dtype": train, "rollout_dtype": rollout, "seed": int(seed[1:])}
+        )
     return out
 
 
 def test_the_table_groups_seeds_by_pair_and_splits_the_step_time():
-    runs = {"grpo-bf16-fp32r-s0": _rows([1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
-            "grpo-bf16-fp32r-s1": _rows([0.5] * 10, 3.0, 1.0, ("bf16", "fp32")),
-            "grpo-fp16-s0": _rows([0.5] * 5 + [1.0] * 5, 1.0, 1.0, ("fp16", "fp16"))}
+    runs = {
+        "grpo-bf16-fp32r-s0": _rows([1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
+        "grpo-bf16-fp32r-s1": _rows([0.5] * 10, 3.0, 1.0, ("bf16", "fp32")),
+        "grpo-fp16-s0": _rows([0.5] * 5 + [1.0] * 5, 1.0, 1.0, ("fp16", "fp16")),
+    }
     rows = {(r["train"], r["rollout"]): r for r in ablation.table(runs, meta_of(runs))}
     pair = rows[("bf16", "fp32")]
     assert pair["seeds"] == 2 and pair["reached 95%"] == "1/2" and pair["steps to 95% (each)"] == "5, —"
@@ -91,15 +125,19 @@ def test_the_table_groups_seeds_by_pair_and_splits_the_step_time():
 
 
 def test_findings_compare_every_pair_with_bf16_and_say_when_the_seeds_cannot_separate_them():
-    runs = {"grpo-bf16-s0": _rows([0.5] * 8 + [1.0] * 8, 1.0, 1.0, ("bf16", "bf16")),
-            "grpo-bf16-s1": _rows([0.5] * 4 + [1.0] * 12, 1.0, 1.0, ("bf16", "bf16")),
-            "grpo-bf16-fp32r-s0": _rows([0.5] * 6 + [1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
-            "grpo-fp16-s0": _rows([0.5] * 16, 1.0, 1.0, ("fp16", "fp16")),
-            "grpo-fp32-s0": _rows([1.0] * 16, 1.0, 1.0, ("fp32", "fp32"))}
+    runs = {
+        "grpo-bf16-s0": _rows([0.5] * 8 + [1.0] * 8, 1.0, 1.0, ("bf16", "bf16")),
+        "grpo-bf16-s1": _rows([0.5] * 4 + [1.0] * 12, 1.0, 1.0, ("bf16", "bf16")),
+        "grpo-bf16-fp32r-s0": _rows([0.5] * 6 + [1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
+        "grpo-fp16-s0": _rows([0.5] * 16, 1.0, 1.0, ("fp16", "fp16")),
+        "grpo-fp32-s0": _rows([1.0] * 16, 1.0, 1.0, ("fp32", "fp32")),
+    }
     lines = ablation.findings(ablation.table(runs, meta_of(runs)))
     said = {s.split(" vs ")[0]: s for s in lines[:-1]}
     assert set(said) == {"bf16 train / fp32 rollout", "fp16 train / fp16 rollout", "fp32 train / fp32 rollout"}
-    assert "step time 2.00×" in said["bf16 train / fp32 rollout"] and "ranges overlap" in said["bf16 train / fp32 rollout"]
+    assert (
+        "step time 2.00×" in said["bf16 train / fp32 rollout"] and "ranges overlap" in said["bf16 train / fp32 rollout"]
+    )
     # what the overlap could have shown: bf16/bf16's seeds reached 95 % at steps 9 and 5 (SD 2.83, the only pair
     # with two), so (t(0.975, 2) + z(0.8)) x 2.83 x sqrt(2/2) = (4.30 + 0.84) x 2.83 = 14.6 steps
     assert lines[-1].startswith("What an overlap can rule out:") and "pooled seed SD of 2.83 steps" in lines[-1]

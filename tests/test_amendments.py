@@ -1,5 +1,6 @@
 """A study card's record of its rule (``nbkit.studies.amendments``): the page says "fixed before the results" only
 when the card proves it, and shows an amended outcome beside the original one."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,11 +36,26 @@ def _study():
 
 
 def _card(rule_time: str | None, start: str | None = START) -> dict:
-    card = {"study": D.STUDY, "commit": "a" * 40, "dirty": False, "command": "nbkit study x run", "machine": {},
-            "date": "2026-01-01T12:00:00+00:00", "wall_seconds": 60.0, "runs": [], "configs": {},
-            "amendments": [A.Amendment("The outcome became the mean of the last two judgments.", "b" * 40,
-                                       "2026-01-01T10:06:00+00:00", "two judgments halve the judge's variance",
-                                       ["bf16: inconclusive → no detectable harm"]).to_card()]}
+    card = {
+        "study": D.STUDY,
+        "commit": "a" * 40,
+        "dirty": False,
+        "command": "nbkit study x run",
+        "machine": {},
+        "date": "2026-01-01T12:00:00+00:00",
+        "wall_seconds": 60.0,
+        "runs": [],
+        "configs": {},
+        "amendments": [
+            A.Amendment(
+                "The outcome became the mean of the last two judgments.",
+                "b" * 40,
+                "2026-01-01T10:06:00+00:00",
+                "two judgments halve the judge's variance",
+                ["bf16: inconclusive → no detectable harm"],
+            ).to_card()
+        ],
+    }
     if rule_time:
         card["rule"] = {"what": "the last judgment", "commit": "c" * 40, "time": rule_time}
     if start:

@@ -1,4 +1,5 @@
 """Specification of ``nbkit.offline.analysis``: prompts, per-model configs, and the engine dtype × training dtype grid."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +11,9 @@ from nbkit.offline import analysis
 
 
 def test_configs_for_applies_common_settings_then_per_model_overrides():
-    cfgs = analysis.configs_for(["smollm2-135m", "tiny-arith"], {"tiny-arith": {"engine": "hf", "n_prompts": 3}},
-                                engine="vllm", n_prompts=5)
+    cfgs = analysis.configs_for(
+        ["smollm2-135m", "tiny-arith"], {"tiny-arith": {"engine": "hf", "n_prompts": 3}}, engine="vllm", n_prompts=5
+    )
     assert [(c.model, c.engine, c.n_prompts) for c in cfgs] == [("smollm2-135m", "vllm", 5), ("tiny-arith", "hf", 3)]
     with pytest.raises(ValueError, match="not in the list"):
         analysis.configs_for(["tiny-arith"], {"smollm2-135m": {}})
@@ -43,14 +45,16 @@ class _ChatTok:
 def grid():
     # torch's own half kernels on both sides: under the fp32-accumulate policy (CPUs without FP16 units) the HF engine
     # and the π forward round the same fp32 sums once and agree to ~1e-6, leaving no mismatch to bracket
-    cfg = analysis.GridConfig(model="tiny-arith", engine="hf", n_prompts=12, samples_per_prompt=2, max_tokens=40,
-                              n_boot=20, gemm="native")
+    cfg = analysis.GridConfig(
+        model="tiny-arith", engine="hf", n_prompts=12, samples_per_prompt=2, max_tokens=40, n_boot=20, gemm="native"
+    )
     return analysis.run_grid(cfg, progress=False)
 
 
 def test_grid_has_every_cell_and_the_fp32_floor(grid):
-    assert set(grid.metrics) == {(e, t) for e in analysis.GridConfig.engine_dtypes
-                                 for t in analysis.GridConfig.train_dtypes}
+    assert set(grid.metrics) == {
+        (e, t) for e in analysis.GridConfig.engine_dtypes for t in analysis.GridConfig.train_dtypes
+    }
     assert grid.metrics[("fp32", "fp32")]["token_abs_logp_diff/max"] <= 1e-4
     for e in ("bf16", "fp16"):
         assert grid.metrics[(e, e)]["token_abs_logp_diff/mean"] > 0
@@ -112,8 +116,17 @@ def test_the_ratio_figure_draws_ratios_and_bounds_and_names_the_metrics_without_
 def test_the_setting_says_when_the_hf_engine_ran_the_trainers_own_recipe():
     """Under ``fp32-accumulate`` HF generate and the π forward share one recipe: μ = π up to FP32 roundings, in any
     format, so the grid compares no engine with the trainer, and its setting line says so."""
-    cfg = analysis.GridConfig(model="tiny-arith", engine="hf", engine_dtypes=("bf16",), train_dtypes=("bf16",),
-                              n_prompts=4, samples_per_prompt=2, max_tokens=16, n_boot=0, gemm="fp32-accumulate")
+    cfg = analysis.GridConfig(
+        model="tiny-arith",
+        engine="hf",
+        engine_dtypes=("bf16",),
+        train_dtypes=("bf16",),
+        n_prompts=4,
+        samples_per_prompt=2,
+        max_tokens=16,
+        n_boot=0,
+        gemm="fp32-accumulate",
+    )
     shared = analysis.run_grid(cfg, progress=False)
     assert "GEMM fp32-accumulate" in shared.setting() and "by construction" in shared.setting()
     assert shared.metrics[("bf16", "bf16")]["token_abs_logp_diff/mean"] < 1e-4  # what "by construction" means
@@ -125,12 +138,21 @@ def test_the_setting_says_when_the_hf_engine_ran_the_trainers_own_recipe():
 @pytest.mark.slow
 @pytest.mark.skipif(len(__import__("nbkit.pool").pool.free_cores()) < 2, reason="needs two free cores")
 def test_grids_split_by_engine_dtype_give_the_cells_of_one_grid_however_many_run_at_once():
-    cfg = analysis.GridConfig(model="tiny-arith", engine="hf", n_prompts=4, samples_per_prompt=2, max_tokens=16,
-                              n_boot=10, engine_dtypes=("fp32", "bf16"), train_dtypes=("fp32", "bf16"))
+    cfg = analysis.GridConfig(
+        model="tiny-arith",
+        engine="hf",
+        n_prompts=4,
+        samples_per_prompt=2,
+        max_tokens=16,
+        n_boot=10,
+        engine_dtypes=("fp32", "bf16"),
+        train_dtypes=("fp32", "bf16"),
+    )
     (together,), (alone,) = (analysis.run_grids([cfg], progress=False, workers=w) for w in (2, 1))
     assert together.config == alone.config == cfg  # the merged result names the whole grid, not one job's part
     assert list(together.rollouts) == ["fp32", "bf16"] and set(together.metrics) == {
-        (e, t) for e in cfg.engine_dtypes for t in cfg.train_dtypes}
+        (e, t) for e in cfg.engine_dtypes for t in cfg.train_dtypes
+    }
     np.testing.assert_equal(together.metrics, alone.metrics)  # bit for bit (NaN where both are NaN)
     np.testing.assert_equal(together.cis, alone.cis)
     for e in cfg.engine_dtypes:

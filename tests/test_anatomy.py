@@ -2,6 +2,7 @@
 every run; where exactly one step differs it carries the whole difference; on an FP32 model every format step is
 zero and every implementation step kernel noise; teacher-forced decoding reproduces the HF engine's μ bit for bit;
 an FP32 LM head computes in FP32."""
+
 import dataclasses
 
 import numpy as np
@@ -27,8 +28,9 @@ def assert_adds_up(res: anatomy.AnatomyResult) -> None:
 
 @pytest.fixture(scope="module")
 def fp32_anatomy():
-    return anatomy.run("tiny-arith", engine="hf", dtype="fp32", n_prompts=3, samples_per_prompt=2, max_tokens=40,
-                       n_boot=20)
+    return anatomy.run(
+        "tiny-arith", engine="hf", dtype="fp32", n_prompts=3, samples_per_prompt=2, max_tokens=40, n_boot=20
+    )
 
 
 @pytest.mark.slow  # a whole anatomy / two engines: > 20 s on 2 shared cores
@@ -51,7 +53,9 @@ def test_when_only_the_engine_differs_its_step_carries_the_whole_difference(fp32
     shift = -0.01  # log μ stays a log-probability (≤ 0)
     model, tok = models.load("tiny-arith", "fp32")
     engine = HFEngine(model, "fp32", tokenizer=tok, progress=False)
-    rollouts = engine.generate([p["problem"] for p in arith.make_problems(3, seed=5)], SamplingConfig(max_tokens=30, n=2))
+    rollouts = engine.generate(
+        [p["problem"] for p in arith.make_problems(3, seed=5)], SamplingConfig(max_tokens=30, n=2)
+    )
     shifted = [dataclasses.replace(r, logprobs=[x + shift for x in r.logprobs]) for r in rollouts]
     res = anatomy.run("tiny-arith", engine="hf", dtype="fp32", rollouts=shifted, loaded=(model, tok), n_boot=50)
     assert_adds_up(res)
@@ -81,8 +85,16 @@ def test_table_lists_each_path_step_then_the_unattributed_remainder_and_the_tota
 @pytest.mark.slow  # a whole anatomy / two engines: > 20 s on 2 shared cores
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_in_a_half_format_the_path_adds_up_and_the_format_steps_are_real_roundings(dtype):
-    res = anatomy.run("tiny-arith", engine="hf", dtype=dtype, n_prompts=2, samples_per_prompt=2, max_tokens=40,
-                      n_boot=20, layers=False)
+    res = anatomy.run(
+        "tiny-arith",
+        engine="hf",
+        dtype=dtype,
+        n_prompts=2,
+        samples_per_prompt=2,
+        max_tokens=40,
+        n_boot=20,
+        layers=False,
+    )
     assert_adds_up(res)
     for f in anatomy.FORMAT_PATH:  # each switch moves log p (a signed mean may cancel; its size may not)
         assert res.split["format"][f]["abs"] > 1e-7, f
@@ -124,7 +136,9 @@ def test_a_state_scoring_other_tokens_is_refused():
 def test_forced_decoding_reproduces_the_hf_engines_mu_bit_for_bit(dtype):
     model, tok = models.load("tiny-arith", dtype)
     engine = HFEngine(model, dtype, tokenizer=tok, progress=False)
-    rollouts = engine.generate([p["problem"] for p in arith.make_problems(3, seed=1)], SamplingConfig(max_tokens=30, n=2))
+    rollouts = engine.generate(
+        [p["problem"] for p in arith.make_problems(3, seed=1)], SamplingConfig(max_tokens=30, n=2)
+    )
     decoded = forced.decode_logprobs(model, tok, rollouts, batch_size=64)
     for r, lp in zip(rollouts, decoded):
         np.testing.assert_array_equal(lp, np.asarray(r.logprobs))
@@ -177,23 +191,33 @@ def _result(dtype: str, total: float, ci: tuple[float, float]) -> anatomy.Anatom
     token = schema.METRIC_TOKEN_ABS_LOGP_DIFF
     res = anatomy.AnatomyResult(config=anatomy.AnatomyConfig(dtype=dtype), engine="hf", gemm_policy="native")
     entry = {anatomy.DELTA: 0.0, "CI": None}
-    res.split["format"] = {**{f: dict(entry) for f in anatomy.FORMAT_PATH}, anatomy.UNATTRIBUTED: dict(entry),
-                           "total": {anatomy.DELTA: 1e-4, "CI": None}}
-    res.split["implementation"] = {**{f: dict(entry) for f in anatomy.IMPL_PATH}, anatomy.UNATTRIBUTED: dict(entry),
-                                   "total": {anatomy.DELTA: total, "CI": None}}
+    res.split["format"] = {
+        **{f: dict(entry) for f in anatomy.FORMAT_PATH},
+        anatomy.UNATTRIBUTED: dict(entry),
+        "total": {anatomy.DELTA: 1e-4, "CI": None},
+    }
+    res.split["implementation"] = {
+        **{f: dict(entry) for f in anatomy.IMPL_PATH},
+        anatomy.UNATTRIBUTED: dict(entry),
+        "total": {anatomy.DELTA: total, "CI": None},
+    }
     res.split["implementation"]["engine"] = {anatomy.DELTA: total * 0.9, "CI": None}
     res.metrics[("implementation", "total")] = {token: total, f"{token} CI": ci}
     res.heads = {"none": {token: total}}
     return res
 
 
-@pytest.mark.parametrize("bf16, fp16, verdict", [
-    ((6e-4, (4e-4, 9e-4)), (1e-4, (0.5e-4, 2e-4)), "as in the paper"),
-    ((1e-4, (0.5e-4, 2e-4)), (6e-4, (4e-4, 9e-4)), "against the paper's order, on this CPU"),
-    ((6e-4, (3.8e-4, 8.9e-4)), (3e-4, (0.8e-4, 6.5e-4)), "cannot be told apart"),
-])
+@pytest.mark.parametrize(
+    "bf16, fp16, verdict",
+    [
+        ((6e-4, (4e-4, 9e-4)), (1e-4, (0.5e-4, 2e-4)), "as in the paper"),
+        ((1e-4, (0.5e-4, 2e-4)), (6e-4, (4e-4, 9e-4)), "against the paper's order, on this CPU"),
+        ((6e-4, (3.8e-4, 8.9e-4)), (3e-4, (0.8e-4, 6.5e-4)), "cannot be told apart"),
+    ],
+)
 def test_the_anatomys_sentence_is_generated_from_the_numbers_and_calls_an_order_only_when_the_cis_are_apart(
-        bf16, fp16, verdict):
+    bf16, fp16, verdict
+):
     text = anatomy.compare({"bf16": _result("bf16", *bf16), "fp16": _result("fp16", *fp16)})
     assert verdict in text
     assert f"π − μ {bf16[0]:.2g} (95 % CI {bf16[1][0]:.2g}–{bf16[1][1]:.2g})" in text

@@ -2,6 +2,7 @@
 π under the model's own head, under another head on the same hidden states (an FP32 head, a head in the format)
 and the per-layer states; one KV-cache decode gives μ under both heads. Each of the path's switches moves log p
 and leaves the model as it was when its context ends."""
+
 import copy
 
 import numpy as np
@@ -19,7 +20,9 @@ def setup():
     base, tok = models.load("tiny-arith", "fp32")
     half = copy.deepcopy(base).to(torch.bfloat16)
     engine = HFEngine(half, "bf16", tokenizer=tok, progress=False)
-    rollouts = engine.generate([p["problem"] for p in arith.make_problems(3, seed=2)], SamplingConfig(max_tokens=24, n=2))
+    rollouts = engine.generate(
+        [p["problem"] for p in arith.make_problems(3, seed=2)], SamplingConfig(max_tokens=24, n=2)
+    )
     return base, half, tok, rollouts
 
 

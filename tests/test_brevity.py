@@ -1,4 +1,5 @@
 """The brevity toy study's table: convergence is the first 3-step mean length at or under 10 % of max_tokens."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +8,17 @@ from nbkit.studies import brevity
 
 
 def _rows(lengths: list[float], mismatch: float) -> list[dict]:
-    return [{"step": i + 1, "completions/mean_length": n, "reward": -n / 128,
-             "mismatch/token_abs_logp_diff/mean": mismatch, "clip/phantom_fraction": 0.0, "time/step": 30.0}
-            for i, n in enumerate(lengths)]
+    return [
+        {
+            "step": i + 1,
+            "completions/mean_length": n,
+            "reward": -n / 128,
+            "mismatch/token_abs_logp_diff/mean": mismatch,
+            "clip/phantom_fraction": 0.0,
+            "time/step": 30.0,
+        }
+        for i, n in enumerate(lengths)
+    ]
 
 
 def meta_of(runs: dict) -> dict:
@@ -19,14 +28,17 @@ def meta_of(runs: dict) -> dict:
         _, *tag, seed = label.split("-")
         train, rollout = tag[0], (tag[1][:-1] if len(tag) > 1 else tag[0])
         out[label] = brevity.BrevityStudy().coords(
-            brevity.config(train, rollout, int(seed[1:]), Path("/tmp/brevity")).to_dict())
+            brevity.config(train, rollout, int(seed[1:]), Path("/tmp/brevity")).to_dict()
+        )
     return out
 
 
 def test_the_table_reports_per_pair_when_each_seed_converged_or_a_dash():
-    runs = {"brevity-fp16-s0": _rows([128, 90, 20, 10, 8, 6], 0.005),
-            "brevity-fp16-s1": _rows([128, 120, 110, 100, 90, 80], 0.005),
-            "brevity-bf16-s0": _rows([128, 128, 128, 128, 128, 128], 0.04)}
+    runs = {
+        "brevity-fp16-s0": _rows([128, 90, 20, 10, 8, 6], 0.005),
+        "brevity-fp16-s1": _rows([128, 120, 110, 100, 90, 80], 0.005),
+        "brevity-bf16-s0": _rows([128, 128, 128, 128, 128, 128], 0.04),
+    }
     rows = brevity.table(runs, meta_of(runs))
     assert [(r["train"], r["rollout"]) for r in rows] == [("fp16", "fp16"), ("bf16", "bf16")]
     fp16, bf16 = rows
@@ -38,7 +50,12 @@ def test_the_table_reports_per_pair_when_each_seed_converged_or_a_dash():
 def test_each_run_is_the_toy_task_on_smollm2_with_mu_as_pi_old():
     cfg = brevity.config("fp32", "bf16", 2, Path("/tmp/brevity"))
     assert (cfg.model, cfg.reward, cfg.algorithm, cfg.rollout_engine, cfg.lora) == (
-        "smollm2-135m", "brevity", "grpo_mu_old", "vllm", True)
+        "smollm2-135m",
+        "brevity",
+        "grpo_mu_old",
+        "vllm",
+        True,
+    )
     assert (cfg.train_dtype, cfg.rollout) == ("fp32", "bf16")
     assert Path(cfg.output_dir).name == "brevity-fp32-bf16r-s2"
 
@@ -46,12 +63,17 @@ def test_each_run_is_the_toy_task_on_smollm2_with_mu_as_pi_old():
 def test_the_brevity_figure_has_one_curve_per_pair_averaged_over_seeds():
     from nbkit.plots import hunt as hunt_plots
 
-    runs = {"brevity-fp16-s0": _rows([128, 64], 0.005), "brevity-fp16-s1": _rows([128, 32], 0.005),
-            "brevity-bf16-s0": _rows([128, 128], 0.04)}
+    runs = {
+        "brevity-fp16-s0": _rows([128, 64], 0.005),
+        "brevity-fp16-s1": _rows([128, 32], 0.005),
+        "brevity-bf16-s0": _rows([128, 128], 0.04),
+    }
     fig = hunt_plots.brevity_curves(runs, meta_of(runs))
     lengths = {t.name: list(t.y) for t in fig.data if t.yaxis == "y"}
-    assert lengths == {"bf16 train / bf16 rollout (mean of 1 seeds)": [128, 128],
-                       "fp16 train / fp16 rollout (mean of 2 seeds)": [128, 48]}
+    assert lengths == {
+        "bf16 train / bf16 rollout (mean of 1 seeds)": [128, 128],
+        "fp16 train / fp16 rollout (mean of 2 seeds)": [128, 48],
+    }
 
 
 def test_the_grid_names_exactly_the_pairs_and_seeds_asked_for():

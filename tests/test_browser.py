@@ -7,6 +7,7 @@
 The browser is the OS package (Debian ``chromium``; Playwright cannot download its own here). When it is missing
 the tests install it with apt-get if they run as root, and otherwise fail with a message saying how: never skip.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,14 @@ def ensure_chromium() -> str:
 
 
 def _apt_install(how: str) -> str:
-    for cmd in (["apt-get", "install", "-y", "chromium"], ["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    for cmd in (
+        ["apt-get", "install", "-y", "chromium"],
+        ["apt-get", "update"],
+        ["apt-get", "install", "-y", "chromium"],
+    ):
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        )
         if cmd[1] == "install" and done.returncode == 0 and Path(CHROMIUM).exists():
             return CHROMIUM
     pytest.fail(f"installing Chromium with apt-get failed ({done.stderr.strip()[-300:]}); {how}")
@@ -154,6 +161,7 @@ def test_findings_page_shows_every_notebook_with_its_figure_and_working_links(sm
 # ---------------------------------------------------------------------------------------------------------------
 # JupyterLab
 
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -171,10 +179,22 @@ def lab(tmp_path):
     log = open(tmp_path / "lab.log", "w")
     env = {**cache_env(), **os.environ}  # Jupyter's config, data and runtime dirs inside the project's .cache
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
-         "--LabApp.expose_app_in_browser=True"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={tmp_path}",
+            "--LabApp.expose_app_in_browser=True",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -201,25 +221,28 @@ def test_jupyterlab_runs_the_primer_and_a_widget_control_redraws_its_figure(lab,
     page.set_default_timeout(120_000)
     page.goto(f"{base}/lab/tree/00_precision_primer.ipynb?token={token}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
-                           "&& window.jupyterapp.shell.currentWidget.sessionContext?.session?.kernel")
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
+        "&& window.jupyterapp.shell.currentWidget.sessionContext?.session?.kernel"
+    )
     assert page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.name") == kernel
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
     # the loss-scale explorer: a slider "log2 scale" above an Output widget with a plotly figure
     explorer = page.locator(".widget-vbox", has=page.locator(".widget-slider", has_text="log2 scale")).last
     figure = explorer.locator(".js-plotly-plot").first
     figure.wait_for(state="visible")
-    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status "
-                           "=== 'idle'")
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'"
+    )
     names = "gd => JSON.stringify(gd.data.map(t => t.name))"  # the scaled trace is named after its scale
     before = json.loads(figure.evaluate(names))
-    assert f"with scale {2.0 ** 16:g}" in before, before
+    assert f"with scale {2.0**16:g}" in before, before
     readout = explorer.locator(".widget-slider", has_text="log2 scale").locator(".widget-readout")
     readout.click()
     page.keyboard.press("Control+A")
     page.keyboard.type("24")
     page.keyboard.press("Enter")
-    target, deadline = f"with scale {2.0 ** 24:g}", time.time() + 60
+    target, deadline = f"with scale {2.0**24:g}", time.time() + 60
     while True:  # the Output widget may redraw more than once (and replace its plot element): poll the current one
         after = json.loads(figure.evaluate(names))
         if target in after or time.time() > deadline:

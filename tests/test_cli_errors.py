@@ -1,5 +1,6 @@
 """The command line as a user meets it: ``python -m nbkit`` works, a refusal is one line on stderr with exit
 status 2 and no traceback (``--debug`` shows it), and replaying a run's ``config.json`` never replaces a run."""
+
 import json
 import subprocess
 import sys
@@ -11,8 +12,7 @@ from nbkit.rl import RLConfig, runfolder
 
 
 def nbkit(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nbkit", *argv], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "nbkit", *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
 def test_python_dash_m_nbkit_is_the_nbkit_command_and_refuses_in_one_line():
@@ -21,7 +21,8 @@ def test_python_dash_m_nbkit_is_the_nbkit_command_and_refuses_in_one_line():
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         "nbkit: error: unknown profile 'fast'; choose one of ('smoke', 'cpu', 'gpu', 'cpu-full') (--debug shows "
-        "the traceback)"]
+        "the traceback)"
+    ]
     debug = nbkit("run", "--profile", "fast", "--debug")
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "unknown profile 'fast'" in debug.stderr
 
@@ -42,10 +43,12 @@ def test_a_runs_saved_config_never_replays_overwrite_or_resume(tmp_path, arith_j
 def test_an_unknown_flag_is_refused_with_the_close_flags_before_any_work():
     """argparse names no alternative; every nbkit command names the flags close to an unknown one (a subcommand's
     own flags included), and says nothing when none is close."""
-    cases = {("train", "--dtype", "fp16"): "for --dtype did you mean --train_dtype or --rollout_dtype?",
-             ("doctor", "--modle", "tiny-arith"): "for --modle did you mean --model?",
-             ("run", "--outt", "x"): "for --outt did you mean --out?",
-             ("--debg", "list"): "for --debg did you mean --debug?"}
+    cases = {
+        ("train", "--dtype", "fp16"): "for --dtype did you mean --train_dtype or --rollout_dtype?",
+        ("doctor", "--modle", "tiny-arith"): "for --modle did you mean --model?",
+        ("run", "--outt", "x"): "for --outt did you mean --out?",
+        ("--debg", "list"): "for --debg did you mean --debug?",
+    }
     for argv, hint in cases.items():
         done = nbkit(*argv)
         assert done.returncode == 2 and "Traceback" not in done.stderr, argv
@@ -59,5 +62,6 @@ def test_the_close_flags_are_named_once_each_by_their_first_long_spelling():
 
     flags = {"--train_dtype": "--train_dtype", "--train-dtype": "--train_dtype", "--steps": "--steps"}
     assert unknown_arguments(["--trian_dtype", "bf16"], flags) == (
-        "unrecognized arguments: --trian_dtype bf16 (for --trian_dtype did you mean --train_dtype?)")
+        "unrecognized arguments: --trian_dtype bf16 (for --trian_dtype did you mean --train_dtype?)"
+    )
     assert unknown_arguments(["extra"], flags) == "unrecognized arguments: extra"

@@ -1,5 +1,6 @@
 """``nbkit train``: every RLConfig field is a documented flag, a YAML file sets fields, flags override it, and
 anything invalid stops the command before a model or dataset loads, naming the key and the choices."""
+
 import dataclasses
 import json
 import re
@@ -50,7 +51,13 @@ def test_yaml_sets_fields_and_flags_override_the_file(tmp_path):
     path.write_text("algorithm: pg_seq_is\ntrain-dtype: bf16\nsteps: 7\nlora: true\nrollout_dtype: null\n")
     cfg, _ = cli_train.resolve(["--config", str(path), "--steps", "3", "--no-lora", "--top-p", "0.9"])
     assert (cfg.algorithm, cfg.train_dtype, cfg.steps, cfg.lora, cfg.top_p, cfg.rollout_dtype) == (
-        "pg_seq_is", "bf16", 3, False, 0.9, None)
+        "pg_seq_is",
+        "bf16",
+        3,
+        False,
+        0.9,
+        None,
+    )
     assert cli_train.resolve(["--config", str(path), "--max_tokens", "9"])[0].max_tokens == 9  # TRL's spelling too
 
 
@@ -61,16 +68,24 @@ def test_a_run_folders_config_json_is_a_valid_config_file(tmp_path):
     assert cfg == original
 
 
-@pytest.mark.parametrize("yaml_text,expected", [
-    ("stepz: 3\n", r"unknown key 'stepz' \(did you mean \['steps'\]\?\); valid keys: .*'train_dtype'"),
-    ("steps: many\n", r"steps: expects an integer, got 'many'"),
-    ("lora: 3\n", r"lora: expects true or false, got 3"),
-    ("train_dtype: fp8\n", r"unknown train_dtype 'fp8'; choose one of \('fp32', 'bf16', 'fp16'\)"),
-    ("grader: exact\n", r"unknown grader 'exact'; choose one of \['arith', 'math_verify', 'r1_distill'\] or 'auto'"),
-    ("template: chatml\n", r"unknown template 'chatml'; choose one of \[.*'qwen_math'.*\]"),
-    ("vllm_mode: remote\n", r"unknown vllm_mode 'remote'; choose one of \('colocate', 'server'\)"),
-])
-def test_bad_yaml_fails_before_anything_loads_naming_key_and_choices(tmp_path, capsys, monkeypatch, yaml_text, expected):
+@pytest.mark.parametrize(
+    "yaml_text,expected",
+    [
+        ("stepz: 3\n", r"unknown key 'stepz' \(did you mean \['steps'\]\?\); valid keys: .*'train_dtype'"),
+        ("steps: many\n", r"steps: expects an integer, got 'many'"),
+        ("lora: 3\n", r"lora: expects true or false, got 3"),
+        ("train_dtype: fp8\n", r"unknown train_dtype 'fp8'; choose one of \('fp32', 'bf16', 'fp16'\)"),
+        (
+            "grader: exact\n",
+            r"unknown grader 'exact'; choose one of \['arith', 'math_verify', 'r1_distill'\] or 'auto'",
+        ),
+        ("template: chatml\n", r"unknown template 'chatml'; choose one of \[.*'qwen_math'.*\]"),
+        ("vllm_mode: remote\n", r"unknown vllm_mode 'remote'; choose one of \('colocate', 'server'\)"),
+    ],
+)
+def test_bad_yaml_fails_before_anything_loads_naming_key_and_choices(
+    tmp_path, capsys, monkeypatch, yaml_text, expected
+):
     monkeypatch.setattr("nbkit.rl.train", lambda *a, **k: pytest.fail("train() must not be reached"))
     path = tmp_path / "bad.yaml"
     path.write_text(yaml_text)
@@ -80,15 +95,18 @@ def test_bad_yaml_fails_before_anything_loads_naming_key_and_choices(tmp_path, c
     assert re.search(expected, capsys.readouterr().err)
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--steps", "2.5"], "steps: expects an integer, got '2.5'"),
-    (["--algorithm", "ppo_magic"], "unknown algorithm 'ppo_magic'; choose one of"),
-    (["--algorithm", "ppo", "--ppo-lambda", "2"], "ppo_lambda must be in [0, 1], got 2.0"),
-    (["--rollout-engine", "sglang"], "unknown rollout_engine 'sglang'; choose one of ('hf', 'vllm')"),
-    (["--vllm-mode", "server"], "vllm_mode='server' needs rollout_engine='vllm'"),
-    (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
-    (["--config", "/nowhere/run.yaml"], "config file '/nowhere/run.yaml' not found"),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--steps", "2.5"], "steps: expects an integer, got '2.5'"),
+        (["--algorithm", "ppo_magic"], "unknown algorithm 'ppo_magic'; choose one of"),
+        (["--algorithm", "ppo", "--ppo-lambda", "2"], "ppo_lambda must be in [0, 1], got 2.0"),
+        (["--rollout-engine", "sglang"], "unknown rollout_engine 'sglang'; choose one of ('hf', 'vllm')"),
+        (["--vllm-mode", "server"], "vllm_mode='server' needs rollout_engine='vllm'"),
+        (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
+        (["--config", "/nowhere/run.yaml"], "config file '/nowhere/run.yaml' not found"),
+    ],
+)
 def test_bad_flags_fail_naming_the_key(capsys, argv, expected):
     with pytest.raises(SystemExit) as exit_:
         cli_train.main(argv)
@@ -109,4 +127,6 @@ def test_an_accelerate_launch_for_another_precision_is_a_usage_error(capsys, mon
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
     with pytest.raises(SystemExit) as exit_:
         cli_train.main(["--train-dtype", "fp16"])
-    assert exit_.value.code == 2 and "accelerate was launched for bf16 but train_dtype='fp16'" in capsys.readouterr().err
+    assert (
+        exit_.value.code == 2 and "accelerate was launched for bf16 but train_dtype='fp16'" in capsys.readouterr().err
+    )

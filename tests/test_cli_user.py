@@ -3,6 +3,7 @@ the way to continue, a notebook cut off is named partial on disk and on the find
 setup it documents and says where it ran, a refusal is one line without argparse's usage block, negative numbers
 are values, ``--version`` and a bare ``nbkit`` help, ``--set`` keys are checked, ranges read alike, error texts
 name real flags, and the commands ``nbkit plan`` prints never replace a run when re-run."""
+
 import json
 from argparse import Namespace
 from pathlib import Path
@@ -28,8 +29,9 @@ def one_line(err: str) -> str:
 # --- 5. Ctrl-C --------------------------------------------------------------------------------------------------
 
 
-def test_ctrl_c_during_train_is_one_line_with_step_checkpoint_and_resume_hint(tmp_path, arith_jsonl, monkeypatch,
-                                                                              capsys):
+def test_ctrl_c_during_train_is_one_line_with_step_checkpoint_and_resume_hint(
+    tmp_path, arith_jsonl, monkeypatch, capsys
+):
     import nbkit.rl
 
     out = tmp_path / "run"
@@ -42,15 +44,29 @@ def test_ctrl_c_during_train_is_one_line_with_step_checkpoint_and_resume_hint(tm
         raise KeyboardInterrupt
 
     monkeypatch.setattr(nbkit.rl, "train", interrupted_train)
-    code = cli_main.main(["train", "--dataset", arith_jsonl, "--train-dtype", "fp32", "--steps", "10",
-                        "--checkpoint-every", "2", "--output-dir", str(out)])
+    code = cli_main.main(
+        [
+            "train",
+            "--dataset",
+            arith_jsonl,
+            "--train-dtype",
+            "fp32",
+            "--steps",
+            "10",
+            "--checkpoint-every",
+            "2",
+            "--output-dir",
+            str(out),
+        ]
+    )
     assert code == INTERRUPTED == 130
     said = one_line(capsys.readouterr().err)
     assert "interrupted at step 3; last checkpoint checkpoint-2; resume with `nbkit train ... --resume`" in said
 
 
-def test_ctrl_c_during_nbkit_run_leaves_a_notebook_named_partial_and_the_findings_page_says_so(tmp_path, monkeypatch,
-                                                                                               capsys):
+def test_ctrl_c_during_nbkit_run_leaves_a_notebook_named_partial_and_the_findings_page_says_so(
+    tmp_path, monkeypatch, capsys
+):
     import papermill
 
     def cut_off(path, target, **kw):  # papermill saves the notebook cell by cell: half of it is on disk
@@ -69,9 +85,22 @@ def test_ctrl_c_during_nbkit_run_leaves_a_notebook_named_partial_and_the_finding
 
 # --- 6, 7. the doctor ---------------------------------------------------------------------------------------------
 
-SETUP_FLAGS = dict(target_length=8192, train_dtype=None, engine_dtype=None, fp32_lm_head=None, temperature=None,
-                   top_p=None, top_k=None, logprobs_mode=None, is_level=None, is_cap=None, run=None,
-                   pi_filtered=False, router_replay=False, config=None)
+SETUP_FLAGS = dict(
+    target_length=8192,
+    train_dtype=None,
+    engine_dtype=None,
+    fp32_lm_head=None,
+    temperature=None,
+    top_p=None,
+    top_k=None,
+    logprobs_mode=None,
+    is_level=None,
+    is_cap=None,
+    run=None,
+    pi_filtered=False,
+    router_replay=False,
+    config=None,
+)
 
 
 def test_the_doctors_default_setup_is_fp16_on_both_sides_as_its_help_says():
@@ -90,8 +119,9 @@ def test_doctor_html_and_json_carry_the_provenance_block(tmp_path):
     mu = [-rng.random(20) for _ in range(4)]
     pi = [m + rng.normal(0, 1e-3, m.size) for m in mu]
     diag = doctor.dtype_diagnosis(pi, mu)
-    result = doctor.DoctorResult(doctor.DoctorConfig(model="tiny-arith"), "hf", {"fp16": diag}, "no verdict", [],
-                                 1.0, 1.0)
+    result = doctor.DoctorResult(
+        doctor.DoctorConfig(model="tiny-arith"), "hf", {"fp16": diag}, "no verdict", [], 1.0, 1.0
+    )
     page = doctor_cli.write_html(result, tmp_path / "doc").read_text()
     prov = json.loads((tmp_path / "doc" / "doctor.json").read_text())["provenance"]
     assert {"commit", "machine", "date", "versions", "cpu half flags", "gemm policy (auto)"} <= set(prov)
@@ -183,11 +213,37 @@ def test_a_real_sigint_during_nbkit_train_ends_in_one_line_and_the_run_resumes(t
     from nbkit.paths import ROOT
 
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "nbkit", "train", "--dataset", arith_jsonl, "--train-dtype", "fp32", "--steps", "400",
-            "--prompts-per-step", "2", "--samples-per-prompt", "2", "--max-tokens", "8", "--checkpoint-every", "2",
-            "--output-dir", str(out), "--quiet"]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    argv = [
+        sys.executable,
+        "-m",
+        "nbkit",
+        "train",
+        "--dataset",
+        arith_jsonl,
+        "--train-dtype",
+        "fp32",
+        "--steps",
+        "400",
+        "--prompts-per-step",
+        "2",
+        "--samples-per-prompt",
+        "2",
+        "--max-tokens",
+        "8",
+        "--checkpoint-every",
+        "2",
+        "--output-dir",
+        str(out),
+        "--quiet",
+    ]
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
         if runfolder.last_logged_step(out) >= 3:

@@ -1,6 +1,7 @@
 """Config once (issue 22): every user-facing config dataclass declares a help text for every field in its metadata,
 TRL's way (``field(default=..., metadata={"help": ...})``), and carries no field docstrings (a string literal under
 a field), so the help lives in one place that ``dataclasses.fields``, ``HfArgumentParser`` and ``field_docs`` read."""
+
 import ast
 import dataclasses
 import inspect
@@ -23,8 +24,20 @@ from nbkit.tasks.arith import ArithConfig
 from nbkit.tasks.dataset import BuildConfig
 from nbkit.tasks.long_arith import LongArithConfig
 
-USER_FACING = (RLConfig, TaskConfig, BuildConfig, ArithConfig, LongArithConfig, SamplingConfig, HuntConfig,
-               AnatomyConfig, DoctorConfig, MoeConfig, LadderConfig, GridConfig)
+USER_FACING = (
+    RLConfig,
+    TaskConfig,
+    BuildConfig,
+    ArithConfig,
+    LongArithConfig,
+    SamplingConfig,
+    HuntConfig,
+    AnatomyConfig,
+    DoctorConfig,
+    MoeConfig,
+    LadderConfig,
+    GridConfig,
+)
 """The config dataclasses a user fills in (runs, tasks, datasets, sampling, studies, offline analyses)."""
 MODEL_RECIPES = {"TinyArithConfig", "TinyLongConfig", "TinyMoeConfig"}
 """``nbkit.toymodels``' architecture + SFT recipes of the shipped checkpoints: not run settings, outside this rule."""
@@ -34,15 +47,23 @@ def field_docstrings(cls) -> list[str]:
     """Names of ``cls``'s fields written with a docstring: a string literal on the statement after the field."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = next(n for n in tree.body if isinstance(n, ast.ClassDef)).body
-    return [stmt.target.id for stmt, after in zip(body, body[1:])
-            if isinstance(stmt, ast.AnnAssign) and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)]
+    return [
+        stmt.target.id
+        for stmt, after in zip(body, body[1:])
+        if isinstance(stmt, ast.AnnAssign)
+        and isinstance(after, ast.Expr)
+        and isinstance(after.value, ast.Constant)
+        and isinstance(after.value.value, str)
+    ]
 
 
 def help_problems(cls) -> list[str]:
     """What keeps ``cls`` from the rule: fields without a non-empty ``metadata["help"]``, and field docstrings."""
-    problems = [f"{cls.__name__}.{f.name}: no metadata['help']" for f in dataclasses.fields(cls)
-                if not isinstance(f.metadata.get("help"), str) or not f.metadata["help"].strip()]
+    problems = [
+        f"{cls.__name__}.{f.name}: no metadata['help']"
+        for f in dataclasses.fields(cls)
+        if not isinstance(f.metadata.get("help"), str) or not f.metadata["help"].strip()
+    ]
     return problems + [f"{cls.__name__}.{name}: a field docstring" for name in field_docstrings(cls)]
 
 
@@ -54,9 +75,14 @@ def test_every_field_of_a_user_facing_config_has_its_help_in_metadata_and_no_doc
 
 def test_every_config_dataclass_of_nbkit_is_covered_by_the_rule_or_named_as_outside_it():
     root = pathlib.Path(__file__).resolve().parents[1] / "nbkit"
-    found = {node.name for path in root.rglob("*.py") for node in ast.walk(ast.parse(path.read_text("utf-8")))
-             if isinstance(node, ast.ClassDef) and node.name.endswith("Config")
-             and any("dataclass" in ast.unparse(d) for d in node.decorator_list)}
+    found = {
+        node.name
+        for path in root.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.ClassDef)
+        and node.name.endswith("Config")
+        and any("dataclass" in ast.unparse(d) for d in node.decorator_list)
+    }
     assert found - MODEL_RECIPES == {cls.__name__ for cls in USER_FACING}
 
 
@@ -80,18 +106,22 @@ class _HalfDone:
 
 
 def test_the_rule_catches_a_field_docstring_and_a_missing_or_blank_help():
-    assert help_problems(_DocstringStyle) == ["_DocstringStyle.steps: no metadata['help']",
-                                              "_DocstringStyle.steps: a field docstring",
-                                              "_DocstringStyle.name: a field docstring"]
+    assert help_problems(_DocstringStyle) == [
+        "_DocstringStyle.steps: no metadata['help']",
+        "_DocstringStyle.steps: a field docstring",
+        "_DocstringStyle.name: a field docstring",
+    ]
     assert help_problems(_HalfDone) == ["_HalfDone.seed: no metadata['help']", "_HalfDone.tag: no metadata['help']"]
 
 
 def test_the_help_is_the_former_docstring_word_for_word():
     help_of = {cls: {f.name: f.metadata["help"] for f in dataclasses.fields(cls)} for cls in USER_FACING}
     assert help_of[TaskConfig]["answer_key"] == (
-        "Column holding the reference answer (a MATH ``solution`` with its ``\\boxed{}`` works too).")
+        "Column holding the reference answer (a MATH ``solution`` with its ``\\boxed{}`` works too)."
+    )
     assert help_of[BuildConfig]["cache_dir"] == (
-        'Root of the pass-rate caches; "" = ``.cache/pass_rates`` of the project.')
+        'Root of the pass-rate caches; "" = ``.cache/pass_rates`` of the project.'
+    )
     assert help_of[SamplingConfig]["top_p"] == "Nucleus sampling mass; 1.0 = off."
     assert help_of[DoctorConfig]["target_length"].startswith("Response length the training run will reach")
 

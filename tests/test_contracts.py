@@ -3,6 +3,7 @@ when TRL changes the hooks the trainer and the rollout backend rely on (and the 
 
 Read from the installed sources (``inspect`` / ``ast``), so they cost milliseconds and need no GPU or server.
 """
+
 import ast
 import inspect
 import textwrap
@@ -22,25 +23,46 @@ def source_tree(fn) -> ast.AST:
 
 def self_assignments(fn) -> set[str]:
     """Names X of every ``self.X = ...`` in a function."""
-    return {t.attr for node in ast.walk(source_tree(fn)) if isinstance(node, (ast.Assign, ast.AnnAssign))
-            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    return {
+        t.attr
+        for node in ast.walk(source_tree(fn))
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    }
 
 
 def test_generate_and_score_completions_still_returns_the_keys_the_trainer_reads():
     tree = source_tree(GRPOTrainer._generate_and_score_completions)
     keys = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "output" for t in node.targets) \
-                and isinstance(node.value, ast.Dict):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "output" for t in node.targets)
+            and isinstance(node.value, ast.Dict)
+        ):
             keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "output" \
-                and isinstance(node.slice, ast.Constant) and isinstance(node.ctx, ast.Store):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "output"
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.ctx, ast.Store)
+        ):
             keys.add(node.slice.value)
-    read_by_nbkit = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "old_per_token_logps",
-                     "sampling_per_token_logps", "importance_sampling_ratio"}
+    read_by_nbkit = {
+        "prompt_ids",
+        "prompt_mask",
+        "completion_ids",
+        "completion_mask",
+        "old_per_token_logps",
+        "sampling_per_token_logps",
+        "importance_sampling_ratio",
+    }
     missing = read_by_nbkit - keys
-    assert not missing, f"TRL's _generate_and_score_completions no longer returns {sorted(missing)} (has {sorted(keys)})"
+    assert not missing, (
+        f"TRL's _generate_and_score_completions no longer returns {sorted(missing)} (has {sorted(keys)})"
+    )
 
 
 def test_the_overridden_trainer_hooks_keep_their_signatures():
@@ -50,43 +72,96 @@ def test_the_overridden_trainer_hooks_keep_their_signatures():
     assert params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
     assert params(GRPOTrainer.compute_loss)[:5] == ["self", "model", "inputs", "return_outputs", "num_items_in_batch"]
     assert params(GRPOTrainer._get_per_token_logps_and_entropies)[:6] == [
-        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"]
-    returns = [n for n in ast.walk(source_tree(GRPOTrainer._get_per_token_logps_and_entropies))
-               if isinstance(n, ast.Return) and n.value is not None]
-    assert returns and all(isinstance(r.value, ast.Tuple) and len(r.value.elts) == 3 for r in returns), \
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+    ]
+    returns = [
+        n
+        for n in ast.walk(source_tree(GRPOTrainer._get_per_token_logps_and_entropies))
+        if isinstance(n, ast.Return) and n.value is not None
+    ]
+    assert returns and all(isinstance(r.value, ast.Tuple) and len(r.value.elts) == 3 for r in returns), (
         "_get_per_token_logps_and_entropies no longer returns (logps, entropies, aux): nbkit unpacks three values"
-    for attr in ("_metrics", "vllm_importance_sampling_clip_max", "temperature", "top_p", "top_k",
-                 "max_completion_length", "use_vllm", "vllm_generation"):
+    )
+    for attr in (
+        "_metrics",
+        "vllm_importance_sampling_clip_max",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_completion_length",
+        "use_vllm",
+        "vllm_generation",
+    ):
         assert attr in self_assignments(GRPOTrainer.__init__), f"GRPOTrainer.__init__ no longer sets self.{attr}"
 
 
 def test_trl_still_drives_the_rollout_backend_the_way_engine_generation_implements_it():
     call_site = inspect.getsource(GRPOTrainer._generate_single_turn)
     assert "self.vllm_generation.sync_weights()" in call_site
-    calls = [n for n in ast.walk(source_tree(GRPOTrainer._generate_single_turn)) if isinstance(n, ast.Call)
-             and isinstance(n.func, ast.Attribute) and n.func.attr == "generate"
-             and "vllm_generation" in ast.unparse(n.func.value)]
+    calls = [
+        n
+        for n in ast.walk(source_tree(GRPOTrainer._generate_single_turn))
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "generate"
+        and "vllm_generation" in ast.unparse(n.func.value)
+    ]
     assert calls, "GRPOTrainer no longer calls self.vllm_generation.generate(...)"
     assert {k.arg for k in calls[0].keywords} == {"prompts", "images", "num_generations", "profiler"}
-    assert "_, completion_ids, logprobs, _ = self.vllm_generation.generate(" in call_site, \
+    assert "_, completion_ids, logprobs, _ = self.vllm_generation.generate(" in call_site, (
         "the generate() result is no longer unpacked as 4 values (prompt_ids, completion_ids, logprobs, extra)"
+    )
 
 
 def test_vllm_generation_constructor_and_methods_used_by_nbkit_are_there():
     init = inspect.signature(VLLMGeneration.__init__).parameters
-    passed = {"model", "accelerator", "processing_class", "mode", "server_base_url", "server_timeout",
-              "gpu_memory_utilization", "max_model_length", "max_num_seqs", "temperature", "top_p", "top_k",
-              "max_completion_length", "logprobs"}
+    passed = {
+        "model",
+        "accelerator",
+        "processing_class",
+        "mode",
+        "server_base_url",
+        "server_timeout",
+        "gpu_memory_utilization",
+        "max_model_length",
+        "max_num_seqs",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_completion_length",
+        "logprobs",
+    }
     assert not passed - set(init), f"VLLMGeneration.__init__ lost {sorted(passed - set(init))}"
     assigned = self_assignments(VLLMGeneration.__init__)
-    read = {"accelerator", "temperature", "top_p", "top_k", "max_completion_length", "max_num_seqs",
-            "gpu_memory_utilization", "max_model_length", "server_base_url", "group_port", "server_timeout", "mode"}
+    read = {
+        "accelerator",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_completion_length",
+        "max_num_seqs",
+        "gpu_memory_utilization",
+        "max_model_length",
+        "server_base_url",
+        "group_port",
+        "server_timeout",
+        "mode",
+    }
     assert not read - assigned, f"VLLMGeneration.__init__ no longer sets {sorted(read - assigned)}"
     body = inspect.getsource(VLLMGeneration.__init__)
     assert body.rstrip().endswith("self._init_vllm()"), "VLLMGeneration.__init__ must end by calling _init_vllm()"
-    for method, first in (("_init_vllm", ["self"]), ("_iter_named_params", ["self"]), ("sync_weights", ["self"]),
-                          ("generate", ["self", "prompts", "images", "num_generations", "profiler"])):
-        assert list(inspect.signature(getattr(VLLMGeneration, method)).parameters)[:len(first)] == first, method
+    for method, first in (
+        ("_init_vllm", ["self"]),
+        ("_iter_named_params", ["self"]),
+        ("sync_weights", ["self"]),
+        ("generate", ["self", "prompts", "images", "num_generations", "profiler"]),
+    ):
+        assert list(inspect.signature(getattr(VLLMGeneration, method)).parameters)[: len(first)] == first, method
     for method in ("get_server_info", "init_communicator", "close_communicator"):
         assert callable(getattr(VLLMClient, method, None)), f"VLLMClient.{method} is gone (server mode uses it)"
 
@@ -115,11 +190,16 @@ def test_a_version_mismatch_is_named_and_strict_mode_refuses(monkeypatch):
 
 # ----- the one list of private names (nbkit.contracts) ---------------------------------------------------------
 
+
 def workbook_subclasses():
     from nbkit.rl import ppo_trainer, rollout, server, trainer
 
-    return [trainer.PrecisionGRPOTrainer, ppo_trainer.PPOTrainer, rollout.EngineGeneration,
-            *[c for c in vars(server).values() if isinstance(c, type) and issubclass(c, VLLMGeneration)]]
+    return [
+        trainer.PrecisionGRPOTrainer,
+        ppo_trainer.PPOTrainer,
+        rollout.EngineGeneration,
+        *[c for c in vars(server).values() if isinstance(c, type) and issubclass(c, VLLMGeneration)],
+    ]
 
 
 def test_every_private_name_the_workbook_relies_on_is_still_there():
@@ -149,8 +229,10 @@ def test_a_vllm_function_the_plugin_wraps_that_disappears_is_named(monkeypatch):
 
     monkeypatch.delattr(utils, "dispatch_cpu_unquantized_gemm")
     found = contracts.broken()
-    assert found == ["vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm is gone; the workbook: wrapped "
-                     "by nbkit.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs"]
+    assert found == [
+        "vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm is gone; the workbook: wrapped "
+        "by nbkit.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs"
+    ]
 
 
 def test_an_instance_attribute_the_library_stops_setting_is_named(monkeypatch):
@@ -163,8 +245,10 @@ def test_an_instance_attribute_the_library_stops_setting_is_named(monkeypatch):
 
     monkeypatch.setattr(Accelerator, "backward", backward_without_scaler)
     found = contracts.broken()
-    assert found == ["accelerate:Accelerator.backward no longer uses self.scaler; the workbook: read by backward(): "
-                     "the loss is scaled by accelerator.scaler"]
+    assert found == [
+        "accelerate:Accelerator.backward no longer uses self.scaler; the workbook: read by backward(): "
+        "the loss is scaled by accelerator.scaler"
+    ]
 
 
 def test_a_new_unlisted_override_is_caught():
@@ -188,6 +272,7 @@ def test_every_dependency_has_an_upper_bound():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     specs = list(project["dependencies"]) + [s for extra in project["optional-dependencies"].values() for s in extra]
-    open_ended = [s for s in specs if not any(sp.operator in ("<", "<=", "==", "~=")
-                                              for sp in Requirement(s).specifier)]
+    open_ended = [
+        s for s in specs if not any(sp.operator in ("<", "<=", "==", "~=") for sp in Requirement(s).specifier)
+    ]
     assert open_ended == [], f"give these an upper bound in pyproject.toml: {open_ended}"

@@ -4,6 +4,7 @@
 fix what IcePop must do, and one real step per correction shows that the weights TRL applied in the loss are
 exactly those (a BF16 engine against an FP32 trainer, with bands narrow enough that tokens fall outside them).
 """
+
 from __future__ import annotations
 
 import math
@@ -18,10 +19,8 @@ from nbkit.rl.run import grpo_config
 
 
 def test_icepop_masks_exactly_the_tokens_outside_its_band():
-    ratios = torch.tensor([[0.3, 0.49, 0.51, 1.0, 4.9, 5.1, 50.0],
-                           [1.0, 0.2, 2.0, 6.0, 1.0, 1.0, 1.0]])
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1],
-                         [1, 1, 1, 1, 0, 0, 0]])  # the second response has 4 tokens
+    ratios = torch.tensor([[0.3, 0.49, 0.51, 1.0, 4.9, 5.1, 50.0], [1.0, 0.2, 2.0, 6.0, 1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0]])  # the second response has 4 tokens
     w = is_weights(ratios.log(), mask, "token_mask", 0.5, 5.0)
     outside = ((ratios < 0.5) | (ratios > 5.0)) & mask.bool()
     assert torch.equal(w[mask.bool()] == 0, outside[mask.bool()])  # masked: exactly the out-of-band tokens
@@ -48,8 +47,12 @@ def test_truncation_and_sequence_masks_on_hand_made_ratios():
 
 
 EXPECTED = {  # correction -> (TRL's IS mode or None, μ as π_old)
-    "none": (None, False), "token_tis": ("token_truncate", False), "seq_tis": ("sequence_truncate", False),
-    "seq_mis": ("sequence_mask", False), "icepop": ("token_mask", False), "mu_old": (None, True),
+    "none": (None, False),
+    "token_tis": ("token_truncate", False),
+    "seq_tis": ("sequence_truncate", False),
+    "seq_mis": ("sequence_mask", False),
+    "icepop": ("token_mask", False),
+    "mu_old": (None, True),
     "opsm": (None, False),  # DeepSeek-V3.2's off-policy sequence mask: no IS weight (tests/test_opsm.py)
 }
 
@@ -61,8 +64,9 @@ def test_the_study_needs_every_correction():
 @pytest.mark.parametrize("loss", ["dr_grpo", "grpo", "grpo_token_tis", "grpo_mu_old", "ppo"])
 @pytest.mark.parametrize("correction", sorted(EXPECTED))
 def test_every_correction_is_selectable_with_any_loss(loss, correction, tmp_path):
-    cfg = RLConfig(algorithm=loss, correction=correction, is_cap=2.5, icepop_low=0.4, icepop_high=6.0,
-                   output_dir=str(tmp_path))
+    cfg = RLConfig(
+        algorithm=loss, correction=correction, is_cap=2.5, icepop_low=0.4, icepop_high=6.0, output_dir=str(tmp_path)
+    )
     mode, mu_old = EXPECTED[correction]
     assert (cfg.algo.is_mode, cfg.algo.mu_as_old) == (mode, mu_old)
     assert cfg.algo.trl == algorithms.get(loss).trl and cfg.algo.critic == algorithms.get(loss).critic  # the loss stays
@@ -82,11 +86,14 @@ def test_without_a_correction_the_preset_keeps_its_own():
     assert grpo_options(algorithms.get("grpo_icepop"), 2.0)["vllm_importance_sampling_clip_min"] == 0.5
 
 
-@pytest.mark.parametrize("kw,message", [
-    ({"correction": "tis"}, r"unknown correction 'tis'; choose one of \('none', 'token_tis'"),
-    ({"icepop_low": 5.0, "icepop_high": 0.5}, "icepop_low must be below icepop_high"),
-    ({"icepop_low": 0.0}, "icepop_low must be > 0"),
-])
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"correction": "tis"}, r"unknown correction 'tis'; choose one of \('none', 'token_tis'"),
+        ({"icepop_low": 5.0, "icepop_high": 0.5}, "icepop_low must be below icepop_high"),
+        ({"icepop_low": 0.0}, "icepop_low must be > 0"),
+    ],
+)
 def test_bad_corrections_are_refused_naming_the_choices(kw, message):
     with pytest.raises(ValueError, match=message):
         RLConfig(**kw)
@@ -114,10 +121,22 @@ def applied(tmp_path_factory):
         mp.setattr(GRPOTrainer, "_compute_loss", recording)
         for correction in EXPECTED:
             seen.clear()
-            cfg = RLConfig(dataset="data/tiny_arith_sanity", algorithm="dr_grpo", correction=correction,
-                           train_dtype="fp32", rollout_dtype="bf16", steps=1, prompts_per_step=4, samples_per_prompt=4,
-                           max_tokens=40, is_cap=CAP, icepop_low=BAND[0], icepop_high=BAND[1], seed=3,
-                           output_dir=str(out / correction))
+            cfg = RLConfig(
+                dataset="data/tiny_arith_sanity",
+                algorithm="dr_grpo",
+                correction=correction,
+                train_dtype="fp32",
+                rollout_dtype="bf16",
+                steps=1,
+                prompts_per_step=4,
+                samples_per_prompt=4,
+                max_tokens=40,
+                is_cap=CAP,
+                icepop_low=BAND[0],
+                icepop_high=BAND[1],
+                seed=3,
+                output_dir=str(out / correction),
+            )
             runs[correction] = (train(cfg, progress=False).rows[0], seen["inputs"])
     return runs
 
@@ -128,7 +147,7 @@ def test_the_weights_trl_applied_are_the_stated_ones(correction, applied):
     row, inputs = applied[correction]
     mode = EXPECTED[correction][0]
     mask = inputs["completion_mask"]
-    lo, hi = (BAND if correction == "icepop" else (None, CAP))
+    lo, hi = BAND if correction == "icepop" else (None, CAP)
     stated = is_weights(inputs["old_per_token_logps"] - inputs["sampling_per_token_logps"], mask, mode, lo, hi)
     assert torch.allclose(inputs["importance_sampling_ratio"], stated, rtol=1e-6, atol=0)
     acted = row["is/masked_token_fraction"] if mode.endswith("mask") else row["is/truncated_token_fraction"]

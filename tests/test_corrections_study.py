@@ -1,6 +1,7 @@
 """The corrections study (issue 36, deliverable 3): its grid, the rescue rule on synthetic runs (paired contrasts,
 intersection–union, Holm), its power by simulation, the card's record of the rule and the first run's start, and its
 page before and after it is stored."""
+
 from __future__ import annotations
 
 import json
@@ -18,15 +19,33 @@ def test_the_grid_is_seed_major_and_each_run_is_the_dose_responses_run_with_only
     study = C.CorrectionsStudy()
     grid = study.grid(output_dir=str(tmp_path))
     assert len(grid) == len(C.SEEDS) * (1 + len(C.FORMATS) * (1 + len(C.CORRECTIONS))) == 108
-    assert list(grid)[:9] == ["fp32-none-s0", "nvfp4-none-s0", "nvfp4-token_tis-s0", "nvfp4-seq_mis-s0",
-                              "nvfp4-icepop-s0", "e8m2-none-s0", "e8m2-token_tis-s0", "e8m2-seq_mis-s0",
-                              "e8m2-icepop-s0"]
-    dose = DR.DoseResponse().grid(output_dir=str(tmp_path), seeds=[3], corrected={"formats": ["e8m2"],
-                                  "corrections": ["icepop"]}, corrected_seeds=[3], more_seeds={}, pairs=[])
+    assert list(grid)[:9] == [
+        "fp32-none-s0",
+        "nvfp4-none-s0",
+        "nvfp4-token_tis-s0",
+        "nvfp4-seq_mis-s0",
+        "nvfp4-icepop-s0",
+        "e8m2-none-s0",
+        "e8m2-token_tis-s0",
+        "e8m2-seq_mis-s0",
+        "e8m2-icepop-s0",
+    ]
+    dose = DR.DoseResponse().grid(
+        output_dir=str(tmp_path),
+        seeds=[3],
+        corrected={"formats": ["e8m2"], "corrections": ["icepop"]},
+        corrected_seeds=[3],
+        more_seeds={},
+        pairs=[],
+    )
     for label in ("e8m2-none-s3", "e8m2-icepop-s3", "fp32-none-s3"):
         assert grid[label] == dose[label]  # the very config the dose–response trains, folder included
-    assert study.coords(grid["nvfp4-seq_mis-s7"].to_dict()) == {"format": "nvfp4", "train": "fp32",
-                                                                "correction": "seq_mis", "seed": 7}
+    assert study.coords(grid["nvfp4-seq_mis-s7"].to_dict()) == {
+        "format": "nvfp4",
+        "train": "fp32",
+        "correction": "seq_mis",
+        "seed": 7,
+    }
 
 
 def test_an_unknown_correction_or_format_is_refused_naming_the_choices(tmp_path):
@@ -38,18 +57,21 @@ def test_an_unknown_correction_or_format_is_refused_naming_the_choices(tmp_path)
 
 def _rows(outcome: float, steps: int = 50) -> list[dict]:
     """A run whose last two judgments (steps 40 and 50) average to ``outcome``."""
-    return [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.6}, {schema.STEP: 30, schema.JUDGE_ACCURACY: 0.1},
-            {schema.STEP: 40, schema.JUDGE_ACCURACY: outcome - 0.01},
-            {schema.STEP: steps, schema.JUDGE_ACCURACY: outcome + 0.01, schema.ACCURACY: 0.5}]
+    return [
+        {schema.STEP: 0, schema.JUDGE_ACCURACY: 0.6},
+        {schema.STEP: 30, schema.JUDGE_ACCURACY: 0.1},
+        {schema.STEP: 40, schema.JUDGE_ACCURACY: outcome - 0.01},
+        {schema.STEP: steps, schema.JUDGE_ACCURACY: outcome + 0.01, schema.ACCURACY: 0.5},
+    ]
 
 
 FP32 = [0.90, 0.88, 0.92, 0.89, 0.91]
 NOISE = [0.004, -0.006, 0.002, 0.005, -0.003]
 ARMS = {  # (format, correction) -> outcome per seed
     ("e8m2", "none"): [f - 0.08 + n for f, n in zip(FP32, NOISE)],
-    ("e8m2", "token_tis"): [f + n for f, n in zip(FP32, reversed(NOISE))],        # back to FP32: rescues
+    ("e8m2", "token_tis"): [f + n for f, n in zip(FP32, reversed(NOISE))],  # back to FP32: rescues
     ("e8m2", "seq_mis"): [f - 0.075 + n for f, n in zip(FP32, NOISE[1:] + NOISE[:1])],  # no effect
-    ("e8m2", "icepop"): [f - 0.20 + n for f, n in zip(FP32, NOISE)],              # harms
+    ("e8m2", "icepop"): [f - 0.20 + n for f, n in zip(FP32, NOISE)],  # harms
     ("nvfp4", "none"): [f - 0.10 + n for f, n in zip(FP32, NOISE)],
     ("nvfp4", "token_tis"): [f - 0.06 + n for f, n in zip(FP32, reversed(NOISE))],  # helps, not within the margin
 }
@@ -90,7 +112,9 @@ def test_the_rescue_rule_reads_each_cell_from_its_paired_contrast_and_its_gap_to
 def test_helps_without_reaching_fp32_is_not_a_rescue():
     study, runs, meta, _ = _synthetic()
     row = next(r for r in study.table(runs, meta) if (r["format"], r["correction"]) == ("nvfp4", "token_tis"))
-    assert row["contrast"] == pytest.approx(0.04, abs=1e-9) and row["corrected − fp32"] == pytest.approx(-0.06 + sum(NOISE) / 5)
+    assert row["contrast"] == pytest.approx(0.04, abs=1e-9) and row["corrected − fp32"] == pytest.approx(
+        -0.06 + sum(NOISE) / 5
+    )
     assert row["verdict"] == f"{NI.HELPS}, not shown within the margin of FP32"
 
 
@@ -153,11 +177,19 @@ def test_the_first_training_run_writes_its_start_once_and_a_finished_grid_writes
 def test_identical_stored_control_arms_are_reused_only_on_request_and_only_when_identical(tmp_path):
     study = C.CorrectionsStudy()
     full = study.grid(formats=["e8m2"], corrections=["icepop"], seeds=[0, 1], output_dir=str(tmp_path))
-    stored = {"fp32-none-s0": full["fp32-none-s0"].to_dict(),
-              "e8m2-none-s0": {**full["e8m2-none-s0"].to_dict(), "output_dir": "/elsewhere"},  # bookkeeping only
-              "e8m2-none-s1": {**full["e8m2-none-s1"].to_dict(), "lr": 0.5}}  # another run
-    results.store(DR.STUDY, {k: _rows(0.9) for k in stored}, command="x", wall_seconds=1.0, root=tmp_path / "r",
-                  configs={"runs": stored})
+    stored = {
+        "fp32-none-s0": full["fp32-none-s0"].to_dict(),
+        "e8m2-none-s0": {**full["e8m2-none-s0"].to_dict(), "output_dir": "/elsewhere"},  # bookkeeping only
+        "e8m2-none-s1": {**full["e8m2-none-s1"].to_dict(), "lr": 0.5},
+    }  # another run
+    results.store(
+        DR.STUDY,
+        {k: _rows(0.9) for k in stored},
+        command="x",
+        wall_seconds=1.0,
+        root=tmp_path / "r",
+        configs={"runs": stored},
+    )
     assert set(study.reused(full, DR.STUDY, tmp_path / "r")) == {"fp32-none-s0", "e8m2-none-s0"}
     assert study.reused(full, None, tmp_path / "r") == {}
     assert len(study.grid(formats=["e8m2"], corrections=["icepop"], seeds=[0, 1], output_dir=str(tmp_path))) == 6
@@ -174,8 +206,15 @@ def test_the_page_before_the_study_is_stored_shows_the_plan_and_no_result():
 
 def test_the_page_of_stored_synthetic_runs_shows_the_table_the_verdicts_and_the_record(tmp_path):
     study, runs, meta, configs = _synthetic()
-    results.store(C.STUDY, runs, command="test", wall_seconds=1.0, root=tmp_path, configs={"runs": configs},
-                  record=study.card_record({"output_dir": str(tmp_path / "none")}))
+    results.store(
+        C.STUDY,
+        runs,
+        command="test",
+        wall_seconds=1.0,
+        root=tmp_path,
+        configs={"runs": configs},
+        record=study.card_record({"output_dir": str(tmp_path / "none")}),
+    )
     card = study.card(tmp_path)
     page = results_md.stored_section(study, study.load(tmp_path), study.stored_meta(tmp_path), card)
     assert "| e8m2 | token_tis | 5 |" in page and NI.RESCUES in page and NI.HARMS in page

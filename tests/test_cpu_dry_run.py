@@ -2,6 +2,7 @@
 ``nbkit plan`` with only ``num_processes`` changed (8 GPUs -> 2 CPU processes, gloo), tiny-arith for the 1.5B model.
 DDP trains the profile's first step; FSDP2 and ZeRO cannot run here, and each test pins down exactly why, so the
 README's "What a CPU cannot check" stays true (its list is generated from the launch kinds)."""
+
 import json
 import socket
 import subprocess
@@ -23,8 +24,17 @@ def free_port() -> int:
 
 
 def accelerate_launch(config, *module_and_args) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--main_process_port",
-           str(free_port()), "-m", *module_and_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(config),
+        "--main_process_port",
+        str(free_port()),
+        "-m",
+        *module_and_args,
+    ]
     return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
@@ -38,8 +48,10 @@ def test_the_cpu_configs_are_the_plans_with_only_the_process_count_changed(tmp_p
             assert changed == ({"num_processes", "deepspeed_config"} if ds else {"num_processes"})
             assert derived["num_processes"] == 2
             if ds:  # the same DeepSpeed file, named from the project root
-                assert derived["deepspeed_config"] == {**original["deepspeed_config"],
-                                                       "deepspeed_config_file": str(ROOT / ds)}
+                assert derived["deepspeed_config"] == {
+                    **original["deepspeed_config"],
+                    "deepspeed_config_file": str(ROOT / ds),
+                }
 
 
 def test_the_readme_lists_what_a_cpu_cannot_check_for_every_launch_kind():
@@ -53,7 +65,12 @@ def test_the_readme_lists_what_a_cpu_cannot_check_for_every_launch_kind():
 def test_ddp_trains_the_gpu_profiles_first_step_on_two_cpu_processes(tmp_path):
     cfg = dry_run.first_run(str(tmp_path / "run"))
     first = run_configs("gpu")[0]
-    assert (cfg.algorithm, cfg.train_dtype, cfg.lr, cfg.seed) == (first.algorithm, first.train_dtype, first.lr, first.seed)
+    assert (cfg.algorithm, cfg.train_dtype, cfg.lr, cfg.seed) == (
+        first.algorithm,
+        first.train_dtype,
+        first.lr,
+        first.seed,
+    )
     config = dry_run.cpu_config("multi_gpu", cfg.train_dtype, tmp_path)
     done = accelerate_launch(config, "nbkit.cli.train", *trainer_flags(cfg), "--quiet")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -72,7 +89,8 @@ def test_fsdp2_cannot_run_under_accelerates_cpu_backend(tmp_path):
     ranks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(ranks) == 2  # two processes started, but each alone: accelerate built no FSDP and no process group
     assert {(r["distributed_type"], r["num_processes"], r["fsdp_policy_installed"]) for r in ranks} == {
-        ("DistributedType.NO", 1, False)}
+        ("DistributedType.NO", 1, False)
+    }
     refused = accelerate_launch(config, "nbkit.cli.train", *trainer_flags(dry_run.first_run(str(tmp_path / "run"))))
     assert refused.returncode != 0 and "FSDP config but there is no GPU here" in refused.stderr
 

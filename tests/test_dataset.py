@@ -1,4 +1,5 @@
 """Specification of nbkit.tasks.dataset: pass rates through any engine, resume after a kill, window, card."""
+
 import json
 
 import datasets
@@ -30,9 +31,20 @@ class FakeEngine:
             a, b = prompt.rstrip("=").split("+")
             right = str(int(a) + int(b))
             for j in range(sampling.n):
-                text = "|" + right if j < self.correct[prompt] else ("no idea" if self.no_answer else "|0" + right + "1")
-                out.append(Rollout(prompt_index=i, prompt=prompt, prompt_ids=[], token_ids=[5] * len(text),
-                                   text=text, logprobs=[-0.1] * len(text), finish_reason="stop"))
+                text = (
+                    "|" + right if j < self.correct[prompt] else ("no idea" if self.no_answer else "|0" + right + "1")
+                )
+                out.append(
+                    Rollout(
+                        prompt_index=i,
+                        prompt=prompt,
+                        prompt_ids=[],
+                        token_ids=[5] * len(text),
+                        text=text,
+                        logprobs=[-0.1] * len(text),
+                        finish_reason="stop",
+                    )
+                )
         return out
 
 
@@ -46,8 +58,15 @@ def planned(task, n=N):
 
 
 def cfg(tmp_path, **kw) -> ds.BuildConfig:
-    base = dict(name="t", out_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"), n_samples=N,
-                batch_prompts=4, model="fake", engine="fake")
+    base = dict(
+        name="t",
+        out_dir=str(tmp_path / "out"),
+        cache_dir=str(tmp_path / "cache"),
+        n_samples=N,
+        batch_prompts=4,
+        model="fake",
+        engine="fake",
+    )
     return ds.BuildConfig(**{**base, **kw})
 
 
@@ -55,7 +74,7 @@ def test_pass_rates_through_an_engine_are_exact_and_batched(tmp_path):
     task = arith_task(30)
     engine = FakeEngine(planned(task))
     records, sampled = ds.estimate_pass_rates(task, task.problems, cfg(tmp_path), engine, progress=False)
-    assert sampled == 30 and engine.calls == 8                      # ceil(30 / 4) calls
+    assert sampled == 30 and engine.calls == 8  # ceil(30 / 4) calls
     assert [r["pass_rate"] for r in records] == [(i % (N + 1)) / N for i in range(30)]
     assert [r["problem"] for r in records] == [p["problem"] for p in task.problems]
     assert all(r["n_samples"] == N for r in records)
@@ -64,7 +83,7 @@ def test_pass_rates_through_an_engine_are_exact_and_batched(tmp_path):
 def test_resume_after_a_kill_recomputes_only_unfinished_problems(tmp_path):
     task = arith_task(30)
     c = cfg(tmp_path)
-    dying = FakeEngine(planned(task), die_after=3)                  # 3 batches of 4 problems finish, then death
+    dying = FakeEngine(planned(task), die_after=3)  # 3 batches of 4 problems finish, then death
     with pytest.raises(KeyboardInterrupt):
         ds.build(task, c, dying, progress=False)
     assert len(ds.read_cache(ds.cache_file(task, c))) == 12
@@ -78,7 +97,7 @@ def test_resume_after_a_kill_recomputes_only_unfinished_problems(tmp_path):
 
     again = FakeEngine(planned(task))
     ds.build(task, c, again, progress=False)
-    assert again.calls == 0                                         # everything cached: no engine work at all
+    assert again.calls == 0  # everything cached: no engine work at all
 
 
 def test_a_line_cut_by_a_kill_is_recomputed(tmp_path):
@@ -105,9 +124,9 @@ def test_resume_false_and_other_settings_recompute(tmp_path):
 
 def test_window_is_inclusive_and_exact(tmp_path):
     task = make_task(TaskConfig(source="arith", pool_size=40))
-    correct = {p["problem"]: i for i, p in enumerate(task.problems)}   # pass rates 0/40 ... 39/40
+    correct = {p["problem"]: i for i, p in enumerate(task.problems)}  # pass rates 0/40 ... 39/40
     result = ds.build(task, cfg(tmp_path, n_samples=40, batch_prompts=16), FakeEngine(correct), progress=False)
-    assert sorted(r["n_correct"] for r in result.kept) == list(range(8, 33))    # 8/40 = 0.2 ... 32/40 = 0.8
+    assert sorted(r["n_correct"] for r in result.kept) == list(range(8, 33))  # 8/40 = 0.2 ... 32/40 = 0.8
     assert result.card["counts"]["below"] == 8 and result.card["counts"]["above"] == 7
 
 
@@ -122,8 +141,15 @@ def test_empty_window_error_shows_the_histogram_summary(tmp_path):
 
 
 def test_config_validation():
-    for bad in (dict(lo=0.9, hi=0.1), dict(lo=-0.1), dict(hi=1.5), dict(n_samples=0), dict(dtype="fp8"),
-                dict(name="a/b"), dict(max_tokens=0)):
+    for bad in (
+        dict(lo=0.9, hi=0.1),
+        dict(lo=-0.1),
+        dict(hi=1.5),
+        dict(n_samples=0),
+        dict(dtype="fp8"),
+        dict(name="a/b"),
+        dict(max_tokens=0),
+    ):
         with pytest.raises(ValueError):
             ds.BuildConfig(**bad)
     ds.BuildConfig(lo=0.5, hi=0.5)
@@ -135,7 +161,7 @@ def test_empty_source_and_unparsable_answers(tmp_path):
     task = arith_task(10)
     task.problems[0]["answer"] = None
     task.problems[1]["answer"] = "twelve"
-    task.problems[2] = dict(task.problems[3])                       # a duplicate
+    task.problems[2] = dict(task.problems[3])  # a duplicate
     result = ds.build(task, cfg(tmp_path, lo=0.0, hi=1.0), FakeEngine(planned(task)), progress=False)
     counts = result.card["counts"]
     assert (counts["unparsable_answers"], counts["duplicates"], counts["evaluated"]) == (2, 1, 7)

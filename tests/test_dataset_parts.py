@@ -1,5 +1,6 @@
 """A dataset build's sampling split into parts on the free cores (``nbkit.tasks.dataset.estimate_pass_rates``):
 the built dataset is byte for byte the one-batch-after-another build, and a cut-off split build resumes."""
+
 import json
 
 import pytest
@@ -17,9 +18,19 @@ def no_worker_limit(monkeypatch):
 
 
 def _cfg(folder, **kw) -> ds.BuildConfig:
-    base = {"name": "t", "out_dir": str(folder / "out"), "cache_dir": str(folder / "cache"), "model": "tiny-arith",
-            "engine": "hf", "dtype": "fp32", "n_samples": 4, "batch_prompts": 4, "lo": 0.0, "hi": 1.0,
-            "engine_kwargs": {"batch_size": 16, "progress": False}}
+    base = {
+        "name": "t",
+        "out_dir": str(folder / "out"),
+        "cache_dir": str(folder / "cache"),
+        "model": "tiny-arith",
+        "engine": "hf",
+        "dtype": "fp32",
+        "n_samples": 4,
+        "batch_prompts": 4,
+        "lo": 0.0,
+        "hi": 1.0,
+        "engine_kwargs": {"batch_size": 16, "progress": False},
+    }
     return ds.BuildConfig(**{**base, **kw})
 
 
@@ -47,9 +58,21 @@ def test_the_parts_of_a_cut_off_split_build_count_as_finished_at_the_next_build(
     task = make_task(TaskConfig(source="arith", pool_size=8, seed=3))
     cfg = _cfg(tmp_path, model="fake", engine="fake")
     cache = ds.cache_file(task, cfg)
-    finished = [{"key": ds.problem_key(p), "n_samples": 4, "n_correct": 2, "pass_rate": 0.5, "n_no_answer": 0,
-                 "n_truncated": 0, "mean_tokens": 3.0, "seconds": 0.1, "example_correct": None,
-                 "example_wrong": None} for p in task.problems]
+    finished = [
+        {
+            "key": ds.problem_key(p),
+            "n_samples": 4,
+            "n_correct": 2,
+            "pass_rate": 0.5,
+            "n_no_answer": 0,
+            "n_truncated": 0,
+            "mean_tokens": 3.0,
+            "seconds": 0.1,
+            "example_correct": None,
+            "example_wrong": None,
+        }
+        for p in task.problems
+    ]
     ds._append(cache.with_name("rates.part-1.jsonl"), finished[4:6])  # part 1 had written one batch of two
     ds._append(cache.with_name("rates.part-0.jsonl"), finished[:4])
     cache.with_name("rates.part-0.jsonl").open("a").write('{"key": "cut sh')  # and part 0 a line cut by the kill

@@ -1,5 +1,6 @@
 """``nbkit doctor``: the verdict's numbers follow from the log-ratios, the length model is solved right, and a
 head-less run on tiny-arith with the HF engine writes the HTML verdict in seconds."""
+
 import json
 import math
 
@@ -31,7 +32,12 @@ def test_diagnosis_counts_clipped_tokens_and_masked_sequences():
 
 def test_recommendation_follows_the_target_length_and_the_fp16_range():
     bf16 = {"token_abs_logp_diff/mean": 1e-3, "length_to_mask": 500.0, "length_to_clip": 50.0, "clip_fraction": 0.02}
-    fp16 = {"token_abs_logp_diff/mean": 1e-4, "length_to_mask": 50_000.0, "length_to_clip": 5_000.0, "clip_fraction": 0.0}
+    fp16 = {
+        "token_abs_logp_diff/mean": 1e-4,
+        "length_to_mask": 50_000.0,
+        "length_to_clip": 5_000.0,
+        "clip_fraction": 0.0,
+    }
     verdict, reasons = doctor.recommend({"bf16": bf16, "fp16": fp16}, target_length=4096, max_abs_weight=3.0)
     assert verdict == "switch to FP16" and any("10× FP16's" in r for r in reasons)
     assert doctor.recommend({"bf16": bf16, "fp16": fp16}, 100, 3.0)[0] == "prefer FP16"  # inside the mask, 10× larger
@@ -49,8 +55,23 @@ def test_bad_requests_fail_before_anything_loads():
 
 @pytest.mark.slow
 def test_headless_doctor_on_tiny_arith_writes_the_verdict(tmp_path, capsys):
-    code = cli_main.main(["doctor", "--model", "tiny-arith", "--engine", "hf", "--n-prompts", "8", "--max-tokens", "40",
-                        "--target-length", "40", "--out", str(tmp_path)])
+    code = cli_main.main(
+        [
+            "doctor",
+            "--model",
+            "tiny-arith",
+            "--engine",
+            "hf",
+            "--n-prompts",
+            "8",
+            "--max-tokens",
+            "40",
+            "--target-length",
+            "40",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "verdict:" in printed and "doctor report:" in printed

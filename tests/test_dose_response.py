@@ -1,5 +1,6 @@
 """The dose–response study (notebook 06): its grid, its rule, the amendments on its card and its verdicts (the
 statistics behind them: tests/test_stats.py, tests/test_noninferiority.py)."""
+
 from __future__ import annotations
 
 import statistics
@@ -12,29 +13,58 @@ from nbkit.studies import dose_response as D
 from nbkit.studies.base import GridStudy
 
 
-@pytest.mark.parametrize("lo,hi,reading", [(-0.3, -0.1, "breaks"), (-0.04, 0.02, "no detectable harm"),
-                                           (-0.2, 0.01, "inconclusive"), (-0.06, -0.051, "breaks"),
-                                           (float("nan"), float("nan"), "one seed: no interval")])
+@pytest.mark.parametrize(
+    "lo,hi,reading",
+    [
+        (-0.3, -0.1, "breaks"),
+        (-0.04, 0.02, "no detectable harm"),
+        (-0.2, 0.01, "inconclusive"),
+        (-0.06, -0.051, "breaks"),
+        (float("nan"), float("nan"), "one seed: no interval"),
+    ],
+)
 def test_the_rule_reads_the_whole_interval_against_the_margin(lo, hi, reading):
     assert D.verdict(lo, hi) == reading
 
 
 def test_the_grid_puts_the_primary_contrast_first_and_reads_coordinates_from_configs(tmp_path):
     study = D.DoseResponse()
-    grid = study.grid(formats=["fp32", "bf16", "mxfp4"], seeds=[0, 1], corrected={"formats": ["mxfp4"],
-                      "corrections": ["icepop", "token_tis"]}, corrected_seeds=[0], pairs=[["bf16", "bf16"]],
-                      output_dir=str(tmp_path), overrides={"judge_every": 0},
-                      more_seeds={"formats": ["fp32", "mxfp4"], "seeds": [1, 2]})
+    grid = study.grid(
+        formats=["fp32", "bf16", "mxfp4"],
+        seeds=[0, 1],
+        corrected={"formats": ["mxfp4"], "corrections": ["icepop", "token_tis"]},
+        corrected_seeds=[0],
+        pairs=[["bf16", "bf16"]],
+        output_dir=str(tmp_path),
+        overrides={"judge_every": 0},
+        more_seeds={"formats": ["fp32", "mxfp4"], "seeds": [1, 2]},
+    )
     labels = list(grid)
-    assert labels[:6] == ["fp32-none-s0", "bf16-none-s0", "mxfp4-none-s0", "fp32-none-s1", "bf16-none-s1",
-                          "mxfp4-none-s1"]
-    assert labels[6:] == ["mxfp4-icepop-s0", "mxfp4-token_tis-s0", "bf16-train-bf16-s0", "bf16-train-bf16-s1",
-                          "fp32-none-s2", "mxfp4-none-s2"]  # the added seeds last, a seed already there not twice
+    assert labels[:6] == [
+        "fp32-none-s0",
+        "bf16-none-s0",
+        "mxfp4-none-s0",
+        "fp32-none-s1",
+        "bf16-none-s1",
+        "mxfp4-none-s1",
+    ]
+    assert labels[6:] == [
+        "mxfp4-icepop-s0",
+        "mxfp4-token_tis-s0",
+        "bf16-train-bf16-s0",
+        "bf16-train-bf16-s1",
+        "fp32-none-s2",
+        "mxfp4-none-s2",
+    ]  # the added seeds last, a seed already there not twice
     cfg = grid["mxfp4-icepop-s0"]
     assert (cfg.train_dtype, cfg.rollout_format, cfg.correction, cfg.seed) == ("fp32", "mxfp4", "icepop", 0)
     assert study.coords(cfg.to_dict()) == {"format": "mxfp4", "train": "fp32", "correction": "icepop", "seed": 0}
-    assert study.coords(grid["bf16-train-bf16-s1"].to_dict()) == {"format": "bf16", "train": "bf16",
-                                                                  "correction": "none", "seed": 1}
+    assert study.coords(grid["bf16-train-bf16-s1"].to_dict()) == {
+        "format": "bf16",
+        "train": "bf16",
+        "correction": "none",
+        "seed": 1,
+    }
     assert len({c.output_dir for c in grid.values()}) == len(grid)
 
 
@@ -42,8 +72,9 @@ def test_an_unknown_format_or_correction_is_refused_naming_the_choices(tmp_path)
     with pytest.raises(ValueError, match="fp5.*mxfp4"):
         D.DoseResponse().grid(formats=["fp5"], output_dir=str(tmp_path))
     with pytest.raises(ValueError, match="magic.*icepop"):
-        D.DoseResponse().grid(formats=["fp32"], corrected={"formats": ["bf16"], "corrections": ["magic"]},
-                              output_dir=str(tmp_path))
+        D.DoseResponse().grid(
+            formats=["fp32"], corrected={"formats": ["bf16"], "corrections": ["magic"]}, output_dir=str(tmp_path)
+        )
 
 
 def _run(judge_final: float, mismatch: float, steps: int = 6) -> list[dict]:
@@ -57,8 +88,12 @@ def _run(judge_final: float, mismatch: float, steps: int = 6) -> list[dict]:
 
 
 def test_the_table_pairs_each_format_with_fp32_by_seed_and_applies_the_rule():
-    finals = {"fp32": [0.80, 0.85, 0.90, 0.82, 0.88], "bf16": [0.81, 0.84, 0.91, 0.83, 0.87],
-              "e8m1": [0.40, 0.50, 0.45, 0.42, 0.47], "mxfp4": [0.80, 0.70, 0.95, 0.60, 0.88]}
+    finals = {
+        "fp32": [0.80, 0.85, 0.90, 0.82, 0.88],
+        "bf16": [0.81, 0.84, 0.91, 0.83, 0.87],
+        "e8m1": [0.40, 0.50, 0.45, 0.42, 0.47],
+        "mxfp4": [0.80, 0.70, 0.95, 0.60, 0.88],
+    }
     runs, meta = {}, {}
     for fmt, xs in finals.items():
         for seed, x in enumerate(xs):
@@ -87,7 +122,8 @@ def test_a_cell_under_five_seeds_gets_its_direction_only():
 
 def test_the_dose_is_the_first_optimiser_steps_mismatch_not_the_run_average():
     rows = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.5}] + [
-        {schema.STEP: s, schema.TOKEN_ABS_LOGP_DIFF: 0.1 * s} for s in range(1, 6)]
+        {schema.STEP: s, schema.TOKEN_ABS_LOGP_DIFF: 0.1 * s} for s in range(1, 6)
+    ]
     assert D.step0_mismatch(rows) == pytest.approx(0.1)
     assert D.step0_mismatch(rows[:1]) is None
 
@@ -103,9 +139,13 @@ def test_a_one_process_grid_and_a_two_process_grid_deal_every_run_once():
 
 
 def test_the_outcome_is_the_mean_of_the_last_two_judgments_after_step_0():
-    rows = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.1}, {schema.STEP: 10, schema.JUDGE_ACCURACY: 0.5},
-            {schema.STEP: 20, schema.ACCURACY: 0.9}, {schema.STEP: 40, schema.JUDGE_ACCURACY: 0.7},
-            {schema.STEP: 50, schema.JUDGE_ACCURACY: 0.8}]
+    rows = [
+        {schema.STEP: 0, schema.JUDGE_ACCURACY: 0.1},
+        {schema.STEP: 10, schema.JUDGE_ACCURACY: 0.5},
+        {schema.STEP: 20, schema.ACCURACY: 0.9},
+        {schema.STEP: 40, schema.JUDGE_ACCURACY: 0.7},
+        {schema.STEP: 50, schema.JUDGE_ACCURACY: 0.8},
+    ]
     assert D.final_judge(rows) == pytest.approx(0.75)
     assert D.final_judge(rows[:1]) is None  # step 0 alone is no outcome
     assert D.final_judge([{schema.STEP: 3, schema.ACCURACY: 1.0}]) is None
@@ -120,7 +160,9 @@ def test_the_stored_study_loads_names_a_real_commit_and_its_table_follows_the_ru
     runs, meta = study.load(), study.stored_meta()
     card = study.card()
     for part in results.parts(card):  # every sitting that trained stored runs names a commit of this repository
-        assert subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{part['commit']}^{{commit}}"]).returncode == 0
+        assert (
+            subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{part['commit']}^{{commit}}"]).returncode == 0
+        )
     assert sorted(r for p in results.parts(card) for r in p["runs"]) == sorted(card["runs"])
     rows = study.table(runs, meta)
     primary = {r["format"]: r for r in rows if r["correction"] == "none" and r["train"] == "fp32"}
@@ -128,8 +170,9 @@ def test_the_stored_study_loads_names_a_real_commit_and_its_table_follows_the_ru
     cells = study.cells(runs, meta)
     for r in rows:
         if r["paired seeds"] >= 2:
-            gaps = list(study.gaps(cells[(r["train"], r["format"], r["correction"])], cells[("fp32", "fp32", "none")])
-                        .values())
+            gaps = list(
+                study.gaps(cells[(r["train"], r["format"], r["correction"])], cells[("fp32", "fp32", "none")]).values()
+            )
             _, lo, hi = mean_ci(gaps)  # the verdict reads the rule's t-interval; fewer than 5 seeds: direction only
             assert r["verdict"] == (D.verdict(lo, hi) if len(gaps) >= 5 else D.DoseResponse.cell_verdict(gaps))
             assert -1 < r["gap CI low"] <= r["gap vs fp32"] <= r["gap CI high"] < 1
@@ -157,8 +200,9 @@ def test_the_stored_card_records_each_amendment_with_the_verdicts_the_runs_say_i
     assert [a.what for a in recorded] == [a["what"] for a in D.AMENDMENTS]
     for a, spec in zip(recorded, D.AMENDMENTS):
         assert a.verdicts_moved == moved[spec["key"]]
-        when = subprocess.run(["git", "-C", str(ROOT), "show", "-s", "--format=%cI", a.commit], capture_output=True,
-                              text=True).stdout.strip()
+        when = subprocess.run(
+            ["git", "-C", str(ROOT), "show", "-s", "--format=%cI", a.commit], capture_output=True, text=True
+        ).stdout.strip()
         assert when == a.time and A.before_training(card, a.time) is False  # every one came after training began
     assert "fp8-e5m2: inconclusive → no detectable harm" in moved["outcome"] and moved["seeds"] == []
     assert A.rule_fixed_before_results(card)  # 8e33050 (20:44) precedes the first run (21:03); baa750f (21:09) not

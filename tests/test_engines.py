@@ -6,6 +6,7 @@ an FP32 engine must agree with it to ≤ 1e-4 per token; BF16 and FP16 engines m
 bits) must stray less than BF16 (7). Everything runs on the 1 M-parameter ``tiny-arith`` model; the vLLM
 engines are started once per dtype for the whole module (each start-up costs seconds) and closed before the next.
 """
+
 from __future__ import annotations
 
 import os
@@ -134,8 +135,18 @@ def test_make_engine_rejects_unknown_kinds_and_dtypes_before_loading(monkeypatch
             make_engine(kind, "tiny-arith", "fp8")
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=0), dict(top_p=0), dict(top_p=1.5), dict(top_k=-1),
-                                 dict(max_tokens=0), dict(n=0), dict(logprobs_mode="logits")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(temperature=0),
+        dict(top_p=0),
+        dict(top_p=1.5),
+        dict(top_k=-1),
+        dict(max_tokens=0),
+        dict(n=0),
+        dict(logprobs_mode="logits"),
+    ],
+)
 def test_sampling_config_rejects_invalid_values(bad):
     with pytest.raises(ValueError):
         SamplingConfig(**bad)
@@ -193,14 +204,24 @@ def vllm_runs():
         vllm = engine.llm.llm_engine.vllm_config  # what the engine core reported back: its KV blocks
         asked = _recording(engine)
         try:
-            out[dt] = dict(rollouts=engine.generate(PROMPTS, SAMPLING), again=engine.generate(PROMPTS, SAMPLING),
-                           asked=asked,
-                           model_dtype=engine.model_dtype(), worker=engine.worker_param_dtypes(),
-                           tokenizer=engine.tokenizer, gemm=engine.gemm, kernels=engine.linear_kernels(),
-                           kv_cache_bytes=engine.kv_cache_bytes, max_num_seqs=vllm.scheduler_config.max_num_seqs,
-                           max_model_len=engine.max_model_len, core=type(engine.llm.llm_engine.engine_core).__name__,
-                           kv_blocks=vllm.cache_config.num_gpu_blocks, block_size=vllm.cache_config.block_size,
-                           rng_untouched=rng_untouched, worker_pids=engine.llm.collective_rpc(_pid))
+            out[dt] = dict(
+                rollouts=engine.generate(PROMPTS, SAMPLING),
+                again=engine.generate(PROMPTS, SAMPLING),
+                asked=asked,
+                model_dtype=engine.model_dtype(),
+                worker=engine.worker_param_dtypes(),
+                tokenizer=engine.tokenizer,
+                gemm=engine.gemm,
+                kernels=engine.linear_kernels(),
+                kv_cache_bytes=engine.kv_cache_bytes,
+                max_num_seqs=vllm.scheduler_config.max_num_seqs,
+                max_model_len=engine.max_model_len,
+                core=type(engine.llm.llm_engine.engine_core).__name__,
+                kv_blocks=vllm.cache_config.num_gpu_blocks,
+                block_size=vllm.cache_config.block_size,
+                rng_untouched=rng_untouched,
+                worker_pids=engine.llm.collective_rpc(_pid),
+            )
         finally:
             engine.close()
     engine = VLLMEngine("tiny-arith", "fp32", seed=SAMPLING.seed)  # a fresh engine, same seed, same first batch
@@ -273,8 +294,11 @@ def test_a_kv_cache_sized_to_the_engine_holds_every_sequence_its_scheduler_runs_
     tiny-arith instead of gigabytes); by vLLM's own count that is still a full-length sequence for every slot of the
     scheduler, so no request ever waits for cache and the batches are those of a larger cache."""
     for dt, run in vllm_runs.items():
-        assert run["kv_cache_bytes"] == cpu_kv_cache_bytes(models.resolve("tiny-arith"), run["max_model_len"], dt,
-                                                           run["max_num_seqs"]) < 2**30, dt
+        assert (
+            run["kv_cache_bytes"]
+            == cpu_kv_cache_bytes(models.resolve("tiny-arith"), run["max_model_len"], dt, run["max_num_seqs"])
+            < 2**30
+        ), dt
         blocks_per_sequence = -(-run["max_model_len"] // run["block_size"])
         assert run["kv_blocks"] >= run["max_num_seqs"] * blocks_per_sequence, (dt, run["kv_blocks"])
     # sized for one batch of 24 prompts x 2: a slot and a full-length context for each of its 48 sequences
@@ -287,15 +311,18 @@ def test_an_engine_sized_for_a_batch_runs_it_all_at_once_up_to_vllms_default_slo
     tok = AutoTokenizer.from_pretrained(models.resolve("tiny-arith"))
     prompts = [p["problem"] for p in arith.make_problems(200, seed=1)]
     small = vllm_sized_for(tok, prompts[:10], SamplingConfig(n=4, max_tokens=30))
-    assert small == {"max_num_seqs": 40, "max_model_len": max(len(tok.encode(p, add_special_tokens=False))
-                                                               for p in prompts[:10]) + 30}
+    assert small == {
+        "max_num_seqs": 40,
+        "max_model_len": max(len(tok.encode(p, add_special_tokens=False)) for p in prompts[:10]) + 30,
+    }
     assert "max_num_seqs" not in vllm_sized_for(tok, prompts, SamplingConfig(n=2, max_tokens=30))  # 400: the default
 
 
 @pytest.mark.vllm
 @needs_vllm
 def test_a_cpu_engines_core_schedules_in_the_callers_process_so_every_request_is_queued_before_the_first_step(
-        vllm_runs):
+    vllm_runs,
+):
     """In vLLM's own layout the requests travel to an engine core in another process that is already stepping, so
     the first batches depend on timing: SmolLM2's BF16 rollouts differed from one process to the next
     (``benchmarks/bench_vllm_startup.py``). An in-process core (vLLM's ``InprocClient``) gets the whole batch first."""
@@ -306,8 +333,7 @@ def test_a_cpu_engines_core_schedules_in_the_callers_process_so_every_request_is
 
 @pytest.mark.vllm
 @needs_vllm
-def test_a_vllm_engine_started_after_an_rl_run_keeps_its_worker_and_its_seeding_out_of_the_callers_process(
-        vllm_runs):
+def test_a_vllm_engine_started_after_an_rl_run_keeps_its_worker_and_its_seeding_out_of_the_callers_process(vllm_runs):
     """vLLM leaves ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` behind once the RL trainer's colocated engine has started;
     a default engine would then run its worker in the caller's process and reseed the caller's generators. On CPUs
     the engine names its layout (``cpu_process_layout``): worker in its own process, caller's state untouched (the
@@ -342,16 +368,21 @@ def vllm_fp16_other_gemm(vllm_runs):
     policy = "native" if vllm_runs["fp16"]["gemm"] == "fp32-accumulate" else "fp32-accumulate"
     engine = VLLMEngine("tiny-arith", "fp16", gemm=policy, seed=SAMPLING.seed)
     try:
-        return dict(rollouts=engine.generate(PROMPTS, SAMPLING), worker=engine.worker_param_dtypes(),
-                    gemm=engine.gemm, kernels=engine.linear_kernels())
+        return dict(
+            rollouts=engine.generate(PROMPTS, SAMPLING),
+            worker=engine.worker_param_dtypes(),
+            gemm=engine.gemm,
+            kernels=engine.linear_kernels(),
+        )
     finally:
         engine.close()
 
 
 @pytest.mark.vllm
 @needs_vllm
-def test_vllm_half_layers_follow_the_gemm_policy_and_stay_a_real_fp16_engine(vllm_runs, vllm_fp16_other_gemm,
-                                                                              fp32_model):
+def test_vllm_half_layers_follow_the_gemm_policy_and_stay_a_real_fp16_engine(
+    vllm_runs, vllm_fp16_other_gemm, fp32_model
+):
     """Under fp32-accumulate every linear layer runs the tensor-core contract (nbkit.vllm_gemm), under native none
     does; either way the worker holds FP16 weights and its μ is an FP16 engine's: off FP32 by more than kernel noise
     and by less than BF16's engine."""

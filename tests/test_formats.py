@@ -5,6 +5,7 @@ did not run fails its audit.
 Reference roundings are torch's own casts (bfloat16, float16, float8_e4m3fn, float8_e5m2); the FP4 block formats
 are checked on hand-computed cases from the OCP MX v1.0 and NVFP4 definitions.
 """
+
 import math
 from collections import Counter
 
@@ -31,10 +32,22 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def awkward_floats(n: int = 200_000, seed: int = 0) -> torch.Tensor:
     """Random float32 bit patterns (every exponent: zeros, subnormals, inf, NaN) plus normals over fp32's range."""
     g = torch.Generator().manual_seed(seed)
-    bits = torch.randint(-2**31, 2**31 - 1, (n,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    bits = torch.randint(-(2**31), 2**31 - 1, (n,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
     wide = torch.randn(n, generator=g) * torch.exp2(torch.randint(-150, 128, (n,), generator=g).float())
-    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-45, -1e-45, 3.4028235e38,
-                            -3.4028235e38, 1.1754944e-38])
+    special = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            float("inf"),
+            -float("inf"),
+            float("nan"),
+            1e-45,
+            -1e-45,
+            3.4028235e38,
+            -3.4028235e38,
+            1.1754944e-38,
+        ]
+    )
     return torch.cat([bits, wide, special])
 
 
@@ -48,8 +61,9 @@ def test_e8m7_rounds_bit_for_bit_like_torchs_bfloat16_cast():
 
 def test_e8m7_breaks_ties_to_even_and_overflows_to_inf_like_bfloat16():
     one_ulp = 2.0**-7
-    ties = torch.tensor([1 + one_ulp / 2, 1 + 3 * one_ulp / 2, -(1 + one_ulp / 2), 2.0**-133 * 1.5,
-                         (2 - 2.0**-8) * 2.0**127])  # even below, even above, negative, a bf16 subnormal, past max
+    ties = torch.tensor(
+        [1 + one_ulp / 2, 1 + 3 * one_ulp / 2, -(1 + one_ulp / 2), 2.0**-133 * 1.5, (2 - 2.0**-8) * 2.0**127]
+    )  # even below, even above, negative, a bf16 subnormal, past max
     assert e8m(7).round(ties).tolist() == ties.to(torch.bfloat16).float().tolist()
     assert e8m(7).round(ties).tolist()[:2] == [1.0, 1 + 2 * one_ulp] and math.isinf(e8m(7).round(ties)[-1])
 
@@ -98,8 +112,8 @@ def test_e2m1_grid_ties_and_saturation():
 
 def mx(values, k=32) -> list[float]:
     x = torch.zeros(1, k)
-    x[0, :len(values)] = torch.tensor(values)
-    return formats.mxfp4_quantize(x)[0, :len(values)].tolist()
+    x[0, : len(values)] = torch.tensor(values)
+    return formats.mxfp4_quantize(x)[0, : len(values)].tolist()
 
 
 def test_mxfp4_block_scale_is_the_power_of_two_below_amax_over_4():
@@ -164,8 +178,10 @@ def element_bound(x: torch.Tensor, fmt) -> torch.Tensor:
         return x.abs() * 2.0 ** -(fmt.element.man_bits + 1)
     if fmt.scheme == "fp8":
         e = fmt.element
-        return torch.maximum(x.abs() * 2.0 ** -(e.man_bits + 1),
-                             (x.abs().amax(-1, keepdim=True) / e.max) * 2.0 ** (e.emin - e.man_bits - 1) * 2)
+        return torch.maximum(
+            x.abs() * 2.0 ** -(e.man_bits + 1),
+            (x.abs().amax(-1, keepdim=True) / e.max) * 2.0 ** (e.emin - e.man_bits - 1) * 2,
+        )
     size = 32 if fmt.scheme == "mxfp4" else 16
     blocks = x.view(x.shape[0], -1, size)
     amax = blocks.abs().amax(-1, keepdim=True)
@@ -199,8 +215,12 @@ def test_a_quantized_gemm_stays_within_its_formats_error_bound(name):
     bias = torch.randn(96, generator=g)
     out = formats.quantized_linear(a, w, fmt, bias, out_dtype=torch.float32)
     exact = a.double() @ w.double().T + bias.double()
-    da, dw = element_bound(a, fmt), element_bound(w, fmt) if fmt.scheme != "fp8" or fmt.weight_scale == "channel" \
-        else element_bound(w.reshape(1, -1), fmt).reshape(w.shape)
+    da, dw = (
+        element_bound(a, fmt),
+        element_bound(w, fmt)
+        if fmt.scheme != "fp8" or fmt.weight_scale == "channel"
+        else element_bound(w.reshape(1, -1), fmt).reshape(w.shape),
+    )
     bound = da @ w.double().abs().T + a.double().abs() @ dw.T + da @ dw.T  # operand errors, first and second order
     bound += 512 * 2.0**-24 * (a.double().abs() @ w.double().abs().T)  # FP32 accumulation of exact products
     if fmt.scheme == "e8m":
@@ -264,6 +284,7 @@ def test_a_quantized_format_runs_inside_the_engines_forward_and_is_counted(arith
 @pytest.mark.slow
 def test_the_mismatch_grows_down_the_ladder(arith_model):
     """FP8 E4M3 (3 mantissa bits, fine scales) must sit well below the FP4 formats (1 mantissa bit)."""
+
     def mismatch(name):
         _, rollouts = sample(arith_model, format=name)
         pi = teacher_forced_logprobs(arith_model[0], rollouts, dtype="fp32")
@@ -320,7 +341,9 @@ def test_vllm_runs_fp8_only_on_cuda_and_otherwise_names_the_hf_engine():
 
 def test_the_audit_fails_a_rollout_whose_requested_format_did_not_run():
     assert formats.audit("nvfp4", {"nvfp4": 12, "sdpa/bf16": 4}) == {
-        "audit/rollout_format": "nvfp4", "audit/rollout_format_gemms": 12}
+        "audit/rollout_format": "nvfp4",
+        "audit/rollout_format_gemms": 12,
+    }
     with pytest.raises(PrecisionError, match="'nvfp4' but no GEMM ran in it"):
         formats.audit("nvfp4", Counter({"bf16": 12}))
     with pytest.raises(PrecisionError, match="'nvfp4' but GEMMs ran in"):
@@ -329,8 +352,17 @@ def test_the_audit_fails_a_rollout_whose_requested_format_did_not_run():
 
 
 def test_an_rl_run_in_a_rollout_format_audits_it_every_step(tmp_path, tiny_random_model, arith_jsonl):
-    cfg = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=2, prompts_per_step=2, samples_per_prompt=2,
-                   max_tokens=12, output_dir=str(tmp_path / "run"), train_dtype="fp32", rollout_format="fp8-e4m3")
+    cfg = RLConfig(
+        model=tiny_random_model,
+        dataset=arith_jsonl,
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=12,
+        output_dir=str(tmp_path / "run"),
+        train_dtype="fp32",
+        rollout_format="fp8-e4m3",
+    )
     rows = train(cfg, progress=False).rows
     assert len(rows) == 2
     for row in rows:
@@ -346,8 +378,17 @@ def test_an_rl_run_whose_rollout_format_did_not_run_fails(tmp_path, tiny_random_
         yield None
 
     monkeypatch.setattr(formats, "policy", plain)
-    cfg = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=1, prompts_per_step=2, samples_per_prompt=2,
-                   max_tokens=12, output_dir=str(tmp_path / "run"), train_dtype="fp32", rollout_format="mxfp4")
+    cfg = RLConfig(
+        model=tiny_random_model,
+        dataset=arith_jsonl,
+        steps=1,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=12,
+        output_dir=str(tmp_path / "run"),
+        train_dtype="fp32",
+        rollout_format="mxfp4",
+    )
     with pytest.raises(PrecisionError, match="'mxfp4' but no GEMM ran in it"):
         train(cfg, progress=False)
 
@@ -358,8 +399,9 @@ def test_an_rl_run_whose_rollout_format_did_not_run_fails(tmp_path, tiny_random_
 def test_the_ladder_measures_each_format_against_the_fp32_trainer():
     from nbkit.plots.ladder import ladder_figure
 
-    cfg = ladder.LadderConfig(formats=("fp32", "bf16", "mxfp4"), n_prompts=3, samples_per_prompt=2, max_tokens=12,
-                              n_boot=20)
+    cfg = ladder.LadderConfig(
+        formats=("fp32", "bf16", "mxfp4"), n_prompts=3, samples_per_prompt=2, max_tokens=12, n_boot=20
+    )
     res = ladder.run_ladder(cfg)
     table = res.table()
     assert list(table["format"]) == ["fp32", "bf16", "mxfp4"]

@@ -1,5 +1,6 @@
 """The e8m<k> dial described as it is and split (``nbkit.formats``): ``e8m<k>`` rounds every GEMM's operands and
 output and both attention products; ``e8m<k>-linear`` rounds only the linear layers' operands, as FP8/FP4 do."""
+
 from __future__ import annotations
 
 import numpy as np

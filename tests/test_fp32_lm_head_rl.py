@@ -1,19 +1,34 @@
 """RLConfig.fp32_lm_head: the trainer's LM head in FP32 through TRL's own cast_lm_head_to_fp32 (its fused head reads
 lm_head.weight directly: the audit records what TRL ran with), the HF engine's head in FP32 audited by the dtype of
 the logits it produced, and a vLLM engine-side head (no such switch here) refused before anything loads."""
+
 import pytest
 
 from nbkit.rl import RLConfig, train
 
 
 def run(tmp_path, model, data, where):
-    return train(RLConfig(model=model, dataset=data, steps=1, prompts_per_step=2, samples_per_prompt=2, max_tokens=8,
-                          train_dtype="fp16", fp32_lm_head=where, output_dir=str(tmp_path / where)), progress=False).rows
+    return train(
+        RLConfig(
+            model=model,
+            dataset=data,
+            steps=1,
+            prompts_per_step=2,
+            samples_per_prompt=2,
+            max_tokens=8,
+            train_dtype="fp16",
+            fp32_lm_head=where,
+            output_dir=str(tmp_path / where),
+        ),
+        progress=False,
+    ).rows
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where,trainer,engine", [("none", "fp16", "fp16"), ("trainer", "fp32", "fp16"),
-                                                  ("engine", "fp16", "fp32"), ("both", "fp32", "fp32")])
+@pytest.mark.parametrize(
+    "where,trainer,engine",
+    [("none", "fp16", "fp16"), ("trainer", "fp32", "fp16"), ("engine", "fp16", "fp32"), ("both", "fp32", "fp32")],
+)
 def test_each_side_audits_the_dtype_its_head_produced(where, trainer, engine, tmp_path, tiny_random_model, arith_jsonl):
     (row,) = run(tmp_path, tiny_random_model, arith_jsonl, where)
     assert row["audit/trl_cast_lm_head_to_fp32"] is (trainer == "fp32") and row["audit/engine_lm_head_dtype"] == engine

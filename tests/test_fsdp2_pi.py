@@ -1,5 +1,6 @@
 """π under FSDP2, on CPU: a real ``fully_shard`` (gloo, one process) of a tiny model carrying TRL's fused LM head,
 with the policy accelerate builds and with the one the trainer installs (``nbkit.rl.fsdp``)."""
+
 import ast
 import copy
 import inspect

@@ -4,6 +4,7 @@
 as torch's native half GEMM, element by element and at model level, in the forward and the backward pass, and it
 must show in the precision audit. Bounds below were measured on this machine and are stated where they are used.
 """
+
 import copy
 import math
 
@@ -24,8 +25,15 @@ UNIT = {"fp16": 2.0**-11, "bf16": 2.0**-8}
 # (M, K, N, operand scale): the models' GEMM shapes (tiny-arith hidden 128 / MLP 512, SmolLM2 hidden 576 / MLP 1536,
 # a long-sequence attention product), plus operands whose products fall into FP16's subnormal range (scale 1e-3:
 # products ~1e-6 < 6.1e-5) and large magnitudes near FP16's limit (scale 30: results ~2e4 of 65504).
-SHAPES = [(512, 128, 512, 1.0), (256, 512, 128, 1.0), (256, 576, 1536, 1.0), (128, 1536, 576, 1.0),
-          (64, 2048, 64, 1.0), (256, 512, 256, 1e-3), (256, 512, 256, 30.0)]
+SHAPES = [
+    (512, 128, 512, 1.0),
+    (256, 512, 128, 1.0),
+    (256, 576, 1536, 1.0),
+    (128, 1536, 576, 1.0),
+    (64, 2048, 64, 1.0),
+    (256, 512, 256, 1e-3),
+    (256, 512, 256, 30.0),
+]
 
 
 def test_unknown_policy_names_the_value_and_the_choices():
@@ -75,7 +83,9 @@ def test_fp32_accumulate_is_a_half_gemm_as_accurate_as_torchs(fmt, shape):
     gamma = k * 2.0**-24 / (1 - k * 2.0**-24)
     bound = gamma * magnitude + UNIT[fmt] * (exact.abs() + gamma * magnitude) + 2.0**-24 * (fmt == "fp16")
     over = exact.abs() >= torch.finfo(dt).max * (1 + UNIT[fmt] / 2)  # rounds to inf in this format
-    assert torch.equal(routed[over].isinf(), torch.ones_like(over[over])) and torch.equal(native.isinf(), routed.isinf())
+    assert torch.equal(routed[over].isinf(), torch.ones_like(over[over])) and torch.equal(
+        native.isinf(), routed.isinf()
+    )
     fin = ~over
     assert ((routed.double() - exact).abs()[fin] <= bound[fin]).all()
     # and on average no farther from the exact result than torch's kernel (allowing 10 %)
@@ -140,7 +150,9 @@ def test_half_attention_is_routed_and_as_accurate_as_the_fused_kernel(fmt, maski
     assert routed.dtype == dt and mode.counts == {f"sdpa/{fmt}": 1}  # forward and backward: the fused kernel's
     ok = exact.isfinite()
     assert routed[ok].isfinite().all()
-    err = {name: (out.double() - exact)[ok].abs().mean().item() for name, out in (("native", native), ("routed", routed))}
+    err = {
+        name: (out.double() - exact)[ok].abs().mean().item() for name, out in (("native", native), ("routed", routed))
+    }
     assert err["routed"] <= 1.5 * err["native"], err
     for name, e, n, r in zip("QKV", grad_exact, grad_native, grad_routed):
         err_native, err_routed = ((n - e).norm() / e.norm()).item(), ((r - e).norm() / e.norm()).item()
@@ -201,11 +213,14 @@ def test_teacher_forced_pi_and_the_hf_engine_really_route_their_gemms(fmt):
 
     model, tok = models.load("tiny-arith", "fp32")
     engine = HFEngine(model, fmt, tokenizer=tok, gemm="fp32-accumulate", progress=False)
-    rollouts = engine.generate([p["problem"] for p in arith.make_problems(16, seed=5)],
-                               SamplingConfig(max_tokens=40, n=2, seed=1))
+    rollouts = engine.generate(
+        [p["problem"] for p in arith.make_problems(16, seed=5)], SamplingConfig(max_tokens=40, n=2, seed=1)
+    )
     assert engine.gemm_routed[fmt] > 0 and engine.gemm_routed[f"sdpa/{fmt}"] > 0
-    pi = {p: np.concatenate(teacher_forced_logprobs(model, rollouts, dtype=fmt, gemm=p))
-          for p in ("native", "fp32-accumulate")}
+    pi = {
+        p: np.concatenate(teacher_forced_logprobs(model, rollouts, dtype=fmt, gemm=p))
+        for p in ("native", "fp32-accumulate")
+    }
     fp32 = np.concatenate(teacher_forced_logprobs(model, rollouts, dtype="fp32"))
     kernel_gap = np.abs(pi["native"] - pi["fp32-accumulate"])
     assert kernel_gap.max() > 0, "identical π: the fp32-accumulate policy did not run"
@@ -220,8 +235,14 @@ def _sampled_ids(model, vocab_hi: int, rows: int, length: int) -> torch.Tensor:
     torch.manual_seed(0)
     start = torch.randint(3, vocab_hi, (rows, 8))
     with torch.no_grad():
-        return model.generate(input_ids=start, attention_mask=torch.ones_like(start), do_sample=True,
-                              max_new_tokens=length, min_new_tokens=length, pad_token_id=0)
+        return model.generate(
+            input_ids=start,
+            attention_mask=torch.ones_like(start),
+            do_sample=True,
+            max_new_tokens=length,
+            min_new_tokens=length,
+            pad_token_id=0,
+        )
 
 
 def _token_logp(model, ids, dt, recipe, policy):
@@ -245,8 +266,10 @@ def test_model_level_error_of_fp32_accumulate_matches_the_native_kernel(ref, voc
     base = _token_logp(model, ids, torch.float32, "cast", "native")
     for fmt, dt in HALVES.items():
         for recipe in ("cast", "autocast"):
-            err = {p: (_token_logp(model, ids, dt, recipe, p) - base).abs().mean().item()
-                   for p in ("native", "fp32-accumulate")}
+            err = {
+                p: (_token_logp(model, ids, dt, recipe, p) - base).abs().mean().item()
+                for p in ("native", "fp32-accumulate")
+            }
             assert err["native"] > 0, f"{fmt} {recipe}: the half forward equals FP32, nothing ran in half"
             ratio = err["fp32-accumulate"] / err["native"]
             assert 0.8 <= ratio <= 1.2, f"{ref} {fmt} {recipe}: {err}"
@@ -317,8 +340,12 @@ def test_audit_fails_a_half_run_whose_policy_routed_nothing():
     assert record["audit/gemm"] == "fp32-accumulate" and record["audit/gemm_routed"] == {"bf16": 30}
     with pytest.raises(PrecisionError, match="no bf16 GEMM ran through it"):
         audit.check("bf16", counts, gemm_policy="fp32-accumulate", gemm_counts={})
-    assert audit.check("bf16", counts, gemm_policy="fp32-accumulate",
-                       gemm_counts={"bf16": 30, "sdpa/bf16": 2})["audit/gemm_routed"]["sdpa/bf16"] == 2
+    assert (
+        audit.check("bf16", counts, gemm_policy="fp32-accumulate", gemm_counts={"bf16": 30, "sdpa/bf16": 2})[
+            "audit/gemm_routed"
+        ]["sdpa/bf16"]
+        == 2
+    )
     with pytest.raises(PrecisionError, match="GEMMs ran in"):
         audit.check("bf16", counts, gemm_policy="fp32-accumulate", gemm_counts={"bf16": 30, "sdpa/fp16": 2})
     with pytest.raises(PrecisionError, match="GEMMs ran in"):
@@ -329,8 +356,17 @@ def test_audit_fails_a_half_run_whose_policy_routed_nothing():
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_rl_training_runs_and_audits_the_fp32_accumulate_policy(dtype, tmp_path, arith_jsonl):
-    cfg = RLConfig(model="tiny-arith", dataset=arith_jsonl, steps=2, prompts_per_step=2, samples_per_prompt=2,
-                   max_tokens=40, train_dtype=dtype, gemm="fp32-accumulate", output_dir=str(tmp_path / "run"))
+    cfg = RLConfig(
+        model="tiny-arith",
+        dataset=arith_jsonl,
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=40,
+        train_dtype=dtype,
+        gemm="fp32-accumulate",
+        output_dir=str(tmp_path / "run"),
+    )
     rows = train(cfg, progress=False).rows
     assert len(rows) == 2
     for row in rows:
@@ -346,10 +382,22 @@ def test_a_run_whose_policy_is_not_active_fails_the_audit(tmp_path, arith_jsonl,
     from nbkit.rl.trainer import PrecisionGRPOTrainer
 
     # sabotage: the trainer's training step no longer enters the policy mode (a broken integration)
-    monkeypatch.setattr(PrecisionGRPOTrainer, "training_step",
-                        lambda self, *a, **k: super(PrecisionGRPOTrainer, self).training_step(*a, **k))
-    cfg = RLConfig(model="tiny-arith", dataset=arith_jsonl, steps=2, prompts_per_step=2, samples_per_prompt=2,
-                   max_tokens=20, train_dtype="fp16", gemm="fp32-accumulate", output_dir=str(tmp_path / "run"))
+    monkeypatch.setattr(
+        PrecisionGRPOTrainer,
+        "training_step",
+        lambda self, *a, **k: super(PrecisionGRPOTrainer, self).training_step(*a, **k),
+    )
+    cfg = RLConfig(
+        model="tiny-arith",
+        dataset=arith_jsonl,
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=20,
+        train_dtype="fp16",
+        gemm="fp32-accumulate",
+        output_dir=str(tmp_path / "run"),
+    )
     with pytest.raises(PrecisionError, match="fp32-accumulate"):
         train(cfg, progress=False)
 
@@ -361,14 +409,24 @@ def test_the_bf16_fp16_mismatch_ratio_does_not_depend_on_the_kernel_of_pi():
     10.5× fp32-accumulate, CIs 6.6–19 and 6.1–17)."""
     from nbkit.mismatch import teacher_forced_logprobs
 
-    cfg = analysis.GridConfig(model="tiny-arith", engine="hf", engine_dtypes=("bf16", "fp16"),
-                              train_dtypes=("bf16", "fp16"), n_prompts=48, samples_per_prompt=2, max_tokens=40,
-                              n_boot=0, gemm="native")
+    cfg = analysis.GridConfig(
+        model="tiny-arith",
+        engine="hf",
+        engine_dtypes=("bf16", "fp16"),
+        train_dtypes=("bf16", "fp16"),
+        n_prompts=48,
+        samples_per_prompt=2,
+        max_tokens=40,
+        n_boot=0,
+        gemm="native",
+    )
     native = analysis.run_grid(cfg, progress=False)
     routed = copy.copy(native)
     base, _ = models.load("tiny-arith", "fp32")
-    routed.logp_pi = {(d, d): teacher_forced_logprobs(base, native.rollouts[d], dtype=d, gemm="fp32-accumulate")
-                      for d in ("bf16", "fp16")}
+    routed.logp_pi = {
+        (d, d): teacher_forced_logprobs(base, native.rollouts[d], dtype=d, gemm="fp32-accumulate")
+        for d in ("bf16", "fp16")
+    }
     a, b = (analysis.ratio_table([r], n_boot=300).to_dict("records") for r in (native, routed))
     assert len(a) == len(b) > 0
     for ra, rb in zip(a, b):

@@ -1,6 +1,7 @@
 """The GPU route (profile ``gpu``, ``nbkit plan``, colocated / server vLLM, DDP, FSDP2, ZeRO) checked on CPU: what
 can be exercised here without a GPU — lengths, batch sizes, the scalers' settings, skip counting, π's dtype, BOS,
 engine release, TRL's barrier, the μ recorder, the ZeRO-3 NaN check and the version pins."""
+
 import ast
 import inspect
 import shlex
@@ -66,8 +67,11 @@ def test_answers_ending_at_the_length_limit_are_counted(monkeypatch):
     from nbkit.engines import Rollout
 
     gen = _bare_generation()
-    gen.engine = SimpleNamespace(generate_ids=lambda prompts, s: [
-        Rollout(0, "", [1], [5, 6], "", [-1.0, -1.0], reason) for reason in ("length", "stop", "length")])
+    gen.engine = SimpleNamespace(
+        generate_ids=lambda prompts, s: [
+            Rollout(0, "", [1], [5, 6], "", [-1.0, -1.0], reason) for reason in ("length", "stop", "length")
+        ]
+    )
     gen.generate([[1]] * 3)
     assert gen.take_length_hits() == (2, 3) and gen.take_length_hits() == (0, 0)
     gen.engine = SimpleNamespace(generate_ids=lambda prompts, s: [Rollout(0, "", [1], [5], "", [-1.0], "stop")] * 2)
@@ -102,7 +106,7 @@ def test_plan_commands_fit_the_gpu_they_name(gpus):
     assert len(trainers) == 4
     for i in trainers:
         argv = shlex.split(lines[i])
-        cfg, _ = cli_train.resolve(argv[argv.index("nbkit.cli.train") + 1:])
+        cfg, _ = cli_train.resolve(argv[argv.index("nbkit.cli.train") + 1 :])
         processes = int(argv[argv.index("--num_processes") + 1])
         share = cfg.prompts_per_step * cfg.samples_per_prompt // processes
         micro = micro_batch(cfg, processes)
@@ -302,7 +306,13 @@ def _bare_generation():
     gen.engine_kind, gen.model_ref, gen.rollout_dtype, gen.seed = "hf", "tiny-arith", "fp32", 0
     gen.hf_batch_size, gen.gemm_policy, gen.enable_sleep_mode, gen.rollout_format = 8, "native", False, None
     gen.fp32_lm_head = False
-    gen.accelerator, gen.seconds, gen.length_hits, gen.asleep, gen._calls = _Barrier(), {"generate": 0.0, "sync": 0.0}, [0, 0], False, 0
+    gen.accelerator, gen.seconds, gen.length_hits, gen.asleep, gen._calls = (
+        _Barrier(),
+        {"generate": 0.0, "sync": 0.0},
+        [0, 0],
+        False,
+        0,
+    )
     gen.temperature, gen.top_p, gen.top_k, gen.max_completion_length = 1.0, 1.0, 0, 8
     gen.engine = gen.llm = None
     gen._launch_env = {}
@@ -347,8 +357,9 @@ def test_the_hf_engines_mu_equals_a_teacher_forced_pass_without_keeping_every_st
     model, tok = models.load("tiny-arith", "fp32")
     engine = engines.HFEngine(model, "fp32", tokenizer=tok, progress=False, gemm="native")
     prompt = engines.encode_prompt(tok, "347+058=")
-    sampling = engines.SamplingConfig(temperature=temperature, top_p=top_p, max_tokens=12, n=4, seed=3,
-                                      logprobs_mode=mode)
+    sampling = engines.SamplingConfig(
+        temperature=temperature, top_p=top_p, max_tokens=12, n=4, seed=3, logprobs_mode=mode
+    )
     kept = []
     original = engines.SampledLogprobs.__call__
 
@@ -366,7 +377,7 @@ def test_the_hf_engines_mu_equals_a_teacher_forced_pass_without_keeping_every_st
     for r in rollouts:
         ids = torch.tensor([r.prompt_ids + r.token_ids])
         with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, len(r.prompt_ids) - 1:-1].float()
+            logits = model(input_ids=ids).logits[0, len(r.prompt_ids) - 1 : -1].float()
         if mode == "processed_logprobs":
             logits = TopPLogitsWarper(top_p)(ids, logits / temperature) if top_p < 1 else logits / temperature
         want = logits.log_softmax(-1).gather(-1, torch.tensor(r.token_ids)[:, None]).squeeze(-1)

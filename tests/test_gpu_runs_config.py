@@ -1,5 +1,6 @@
 """What a long GPU run needs from its config: bounded checkpoints, gradients accumulated and reduced in FP32 under
 ZeRO (as under DDP), LoRA refused where its merges would round the frozen base, and the user's own tracker."""
+
 import json
 
 import pytest
@@ -36,8 +37,9 @@ def test_zero_accumulates_and_reduces_gradients_in_fp32(stage, precision):
     from deepspeed.runtime.config import DeepSpeedConfig
 
     ds = json.loads((launch.ROOT / "configs" / "deepspeed" / f"zero{stage}-{precision}.json").read_text())
-    ds.update(train_batch_size=16, train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=16,
-              gradient_clipping=1.0)  # what transformers fills in for "auto"
+    ds.update(
+        train_batch_size=16, train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=16, gradient_clipping=1.0
+    )  # what transformers fills in for "auto"
     ds["zero_optimization"] = {k: (1_000_000 if v == "auto" else v) for k, v in ds["zero_optimization"].items()}
     parsed = DeepSpeedConfig(ds, mpu=None)
     assert parsed.grad_accum_dtype == "fp32"  # the engine hands ZeRO an FP32 gradient accumulation buffer

@@ -1,4 +1,5 @@
 """The hunt (notebook 04): its grid, its labels, the phase map's gap, the verdict, and a resumable grid run."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,11 @@ def _rows(acc: list[float], mismatch: float = 1e-4, growth: float = 1.0, alarm_a
     n = len(acc)
     out = []
     for i, a in enumerate(acc):
-        row = {"step": i + 1, "accuracy": a,
-               "mismatch/token_abs_logp_diff/mean": mismatch * (1 + (growth - 1) * i / max(n - 1, 1))}
+        row = {
+            "step": i + 1,
+            "accuracy": a,
+            "mismatch/token_abs_logp_diff/mean": mismatch * (1 + (growth - 1) * i / max(n - 1, 1)),
+        }
         if alarm_at == i + 1:
             row["alarm"] = "reward fell"
         out.append(row)
@@ -23,8 +27,7 @@ def _grid(bf16_final: dict[int, float], fp16_final: float = 0.8, cell=("long", 1
     runs = {}
     for seed, bf in bf16_final.items():
         runs[hunt.label(length, lr, algorithm, "fp16", seed)] = _rows([0.6] * 5 + [fp16_final] * 5, mismatch=1e-4)
-        runs[hunt.label(length, lr, algorithm, "bf16", seed)] = _rows([0.6] * 5 + [bf] * 5, mismatch=8e-4,
-                                                                      growth=3.0)
+        runs[hunt.label(length, lr, algorithm, "bf16", seed)] = _rows([0.6] * 5 + [bf] * 5, mismatch=8e-4, growth=3.0)
     return runs
 
 
@@ -39,8 +42,9 @@ def meta_of(runs: dict) -> dict:
     out = {}
     for name in runs:
         length, lr, algorithm, dtype, seed = name.split("-")
-        cfg = hunt.configs(hunt.HuntConfig(lengths=(length,), lrs=(float(lr[2:]),), algorithms=(algorithm,),
-                                           seeds=(int(seed[1:]),)))[name]
+        cfg = hunt.configs(
+            hunt.HuntConfig(lengths=(length,), lrs=(float(lr[2:]),), algorithms=(algorithm,), seeds=(int(seed[1:]),))
+        )[name]
         out[name] = study.coords(cfg.to_dict())
     return out
 
@@ -69,18 +73,31 @@ def test_every_bf16_run_has_an_fp16_twin_with_everything_else_equal():
 def test_a_runs_coordinates_come_from_its_config_and_a_foreign_run_is_refused():
     cfg = hunt.configs(hunt.HuntConfig(lengths=("medium",), lrs=(1e-4,), algorithms=("pg_seq_is",), seeds=(2,)))
     name = hunt.label("medium", 1e-4, "pg_seq_is", "bf16", 2)
-    assert hunt.Hunt().coords(cfg[name].to_dict()) == {"length": "medium", "lr": 1e-4, "algorithm": "pg_seq_is",
-                                                       "dtype": "bf16", "seed": 2}
+    assert hunt.Hunt().coords(cfg[name].to_dict()) == {
+        "length": "medium",
+        "lr": 1e-4,
+        "algorithm": "pg_seq_is",
+        "dtype": "bf16",
+        "seed": 2,
+    }
     renamed = cfg[name].to_dict() | {"output_dir": "runs/whatever-name"}  # the folder name plays no part
     assert hunt.Hunt().coords(renamed) == hunt.Hunt().coords(cfg[name].to_dict())
     with pytest.raises(ValueError, match="not a hunt run"):
         hunt.Hunt().coords(cfg[name].to_dict() | {"dataset": "data/tiny_arith_sanity"})
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    ({"lengths": ("huge",)}, "huge"), ({"algorithms": ("ppo2",)}, "ppo2"), ({"dtypes": ("bf16",)}, "fp16 and bf16"),
-    ({"dtypes": ("fp16", "bf16", "fp8")}, "fp8"), ({"lrs": (0.0,)}, "positive"), ({"seeds": ()}, "seeds"),
-    ({"steps": 0}, "steps")])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"lengths": ("huge",)}, "huge"),
+        ({"algorithms": ("ppo2",)}, "ppo2"),
+        ({"dtypes": ("bf16",)}, "fp16 and bf16"),
+        ({"dtypes": ("fp16", "bf16", "fp8")}, "fp8"),
+        ({"lrs": (0.0,)}, "positive"),
+        ({"seeds": ()}, "seeds"),
+        ({"steps": 0}, "steps"),
+    ],
+)
 def test_bad_grid_settings_name_the_value_and_the_choices(kwargs, named):
     with pytest.raises(ValueError, match=named):
         hunt.HuntConfig(**kwargs)
@@ -92,7 +109,9 @@ def test_a_gap_counts_only_when_every_seed_agrees_and_it_exceeds_the_margin():
     assert behind[0]["gap (bf16 − fp16)"] == pytest.approx(-0.25)
     assert behind[0]["mismatch bf16/fp16"] == pytest.approx(16.0)  # 8x at the start, growing 3x over the run
     # last 5 steps over first 5 of a ramp 1 → 3 over 10 steps: (1 + 14/9) / (1 + 4/9)
-    assert behind[0]["bf16 mismatch growth"] == pytest.approx(23 / 13, rel=1e-3) and behind[0]["fp16 mismatch growth"] == pytest.approx(1.0)
+    assert behind[0]["bf16 mismatch growth"] == pytest.approx(23 / 13, rel=1e-3) and behind[0][
+        "fp16 mismatch growth"
+    ] == pytest.approx(1.0)
     mixed = pm(_grid({0: 0.5, 1: 0.9, 2: 0.6}))  # one seed has BF16 ahead: not separated
     assert mixed[0]["gap sign"] == "within seed spread"
     small = pm(_grid({0: 0.78, 1: 0.79, 2: 0.77}))  # every seed behind, but by less than the margin
@@ -140,8 +159,16 @@ def test_the_phase_map_figure_has_one_row_per_length():
 
 
 def test_a_grid_runs_both_twins_on_tiny_long_and_a_finished_cell_is_not_rerun(tmp_path):
-    opts = dict(lengths=["short"], lrs=[1e-4], algorithms=["grpo_mu_old"], seeds=[0], steps=1, prompts_per_step=2,
-                samples_per_prompt=2, output_dir=str(tmp_path / "hunt"))
+    opts = dict(
+        lengths=["short"],
+        lrs=[1e-4],
+        algorithms=["grpo_mu_old"],
+        seeds=[0],
+        steps=1,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        output_dir=str(tmp_path / "hunt"),
+    )
     runs, meta, _ = hunt.Hunt().live(progress=False, **opts)
     assert sorted(runs) == ["short-lr0.0001-grpo_mu_old-bf16-s0", "short-lr0.0001-grpo_mu_old-fp16-s0"]
     for name, rows in runs.items():
@@ -170,9 +197,9 @@ def test_a_run_collapsed_when_its_final_accuracy_ends_far_below_its_first_step_e
 def test_the_store_keeps_finished_runs_only_and_its_card_names_the_rest(tmp_path):
     import json
 
-
-    opts = dict(lengths=["short"], lrs=[1e-4], algorithms=["grpo"], seeds=[0], steps=3,
-                output_dir=str(tmp_path / "hunt"))
+    opts = dict(
+        lengths=["short"], lrs=[1e-4], algorithms=["grpo"], seeds=[0], steps=3, output_dir=str(tmp_path / "hunt")
+    )
     study = hunt.Hunt()
     grid = study.grid(**opts)
     done, cut = (hunt.label("short", 1e-4, "grpo", d, 0) for d in ("fp16", "bf16"))
@@ -184,8 +211,9 @@ def test_the_store_keeps_finished_runs_only_and_its_card_names_the_rest(tmp_path
     study.store(wall_seconds=1.0, command="test", root=tmp_path / "results", **opts)
     assert list(study.load(tmp_path / "results")) == [done]
     assert cut in study.card(tmp_path / "results")["notes"]
-    assert study.stored_meta(tmp_path / "results") == {done: {"length": "short", "lr": 1e-4, "algorithm": "grpo",
-                                                              "dtype": "fp16", "seed": 0}}
+    assert study.stored_meta(tmp_path / "results") == {
+        done: {"length": "short", "lr": 1e-4, "algorithm": "grpo", "dtype": "fp16", "seed": 0}
+    }
     for name in (done, cut):
         (tmp_path / "hunt" / name / "metrics.jsonl").unlink()
     with pytest.raises(ValueError, match="no finished run"):

@@ -1,4 +1,5 @@
 """Importing the library changes nothing in the process; the entry points set the cache variables."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ def clean_env() -> dict[str, str]:
 
 
 def test_import_nbkit_sets_no_environment_variable_and_no_warning_filter():
-    out = subprocess.run([sys.executable, "-c", PROBE], env=clean_env(), capture_output=True, text=True,
-                         timeout=300, cwd=paths.ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], env=clean_env(), capture_output=True, text=True, timeout=300, cwd=paths.ROOT
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     ours = sorted(set(result["changed"]) & set(paths.cache_env()))
@@ -36,11 +38,14 @@ def test_import_nbkit_sets_no_environment_variable_and_no_warning_filter():
 
 
 def test_the_nbkit_command_sets_the_cache_variables_for_what_it_runs():
-    code = ("import os, sys; from nbkit.cli import main as cli_main; sys.argv=['nbkit','list'];\n"
-            "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()): cli_main.main(['list'])\n"
-            "print(os.environ.get('HF_HUB_OFFLINE'), os.environ.get('VLLM_CACHE_ROOT'))")
-    out = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=300,
-                         cwd=paths.ROOT)
+    code = (
+        "import os, sys; from nbkit.cli import main as cli_main; sys.argv=['nbkit','list'];\n"
+        "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()): cli_main.main(['list'])\n"
+        "print(os.environ.get('HF_HUB_OFFLINE'), os.environ.get('VLLM_CACHE_ROOT'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=300, cwd=paths.ROOT
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     offline, vllm_cache = out.stdout.strip().splitlines()[-1].split()
     assert offline == "1" and vllm_cache == paths.cache_env()["VLLM_CACHE_ROOT"]

@@ -1,5 +1,6 @@
 """The main job's estimate: stored per-notebook times of a measured run, scaled by this CPU's calibration; the
 findings page's time table sets the measured times against it."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,19 @@ from nbkit.workbook.runner import NotebookResult
 
 
 def _record(policy: str, date: str, calib: float, **times) -> dict:
-    return {"profile": "cpu", "cpu": f"cpu-{policy}", "cores": 2, "cpu_flags": ["avx2"], "gemm_auto": policy,
-            "calibration": {"seconds": calib}, "commit": "abc", "date": date, "fresh_clone": True, "note": "",
-            "notebooks": times}
+    return {
+        "profile": "cpu",
+        "cpu": f"cpu-{policy}",
+        "cores": 2,
+        "cpu_flags": ["avx2"],
+        "gemm_auto": policy,
+        "calibration": {"seconds": calib},
+        "commit": "abc",
+        "date": date,
+        "fresh_clone": True,
+        "note": "",
+        "notebooks": times,
+    }
 
 
 AVX512 = _record("native", "2026-11-20", 2.0, a=100.0, b=300.0)
@@ -36,8 +47,10 @@ def test_without_a_record_of_this_policy_the_estimate_says_it_extrapolates():
 
 
 def test_a_record_made_on_a_cpu_running_its_own_kernels_is_preferred_to_a_newer_emulation():
-    emulated = {**_record("fp32-accumulate", "2026-11-25", 2.0, a=150.0, b=600.0),
-                "kernel_caps": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+    emulated = {
+        **_record("fp32-accumulate", "2026-11-25", 2.0, a=150.0, b=600.0),
+        "kernel_caps": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    }
     here = {"gemm_auto": "fp32-accumulate"}
     assert jobtime.estimate(["a"], "cpu", {"seconds": 4.0}, here, stored=[AVX2, emulated]).reference is AVX2
     est = jobtime.estimate(["a"], "cpu", {"seconds": 4.0}, here, stored=[AVX512, emulated])
@@ -57,8 +70,17 @@ def test_this_cpu_names_the_kernel_caps_in_force(monkeypatch):
 
 
 def test_the_benchmark_header_names_the_cpu_model_its_cores_and_how_busy_they_are(monkeypatch):
-    monkeypatch.setattr(jobtime, "cpu", lambda: {"cpu": "Some CPU 9000", "cores": 2, "cpu_flags": ["avx2"],
-                                                 "gemm_auto": "fp32-accumulate", "kernel_caps": {}})
+    monkeypatch.setattr(
+        jobtime,
+        "cpu",
+        lambda: {
+            "cpu": "Some CPU 9000",
+            "cores": 2,
+            "cpu_flags": ["avx2"],
+            "gemm_auto": "fp32-accumulate",
+            "kernel_caps": {},
+        },
+    )
     monkeypatch.setattr("os.getloadavg", lambda: (1.25, 1.0, 1.0))
     line = jobtime.cpu_header()
     assert line.startswith("CPU: Some CPU 9000 (avx2; gemm auto = fp32-accumulate), 2 cores;")
@@ -77,8 +99,14 @@ def test_every_benchmark_prints_the_cpu_header():
 
 def test_notebooks_whose_parameters_changed_since_the_record_are_named():
     rec = {**AVX512, "parameters": {"a": {"steps": 100}, "b": {}}}
-    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[rec],
-                           parameters={"a": {"steps": 50}, "b": {}})
+    est = jobtime.estimate(
+        ["a", "b"],
+        "cpu",
+        {"seconds": 2.0},
+        {"gemm_auto": "native"},
+        stored=[rec],
+        parameters={"a": {"steps": 50}, "b": {}},
+    )
     assert est.changed == ["a"] and "parameters changed since for ['a']" in est.describe()
     assert jobtime.estimate(["a"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[rec]).changed == []
 
@@ -86,8 +114,11 @@ def test_notebooks_whose_parameters_changed_since_the_record_are_named():
 def test_a_notebook_default_changed_since_the_record_is_named_too():
     """The profile injects the same parameters as before, but the notebook's own default changed: a record that kept
     the notebook's defaults tells it (an older record without them is compared on the injected parameters only)."""
-    rec = {**AVX512, "parameters": {"a": {}, "b": {}},
-           "effective_parameters": {"a": {"engine": "hf", "n": 4}, "b": {"n": 1}}}
+    rec = {
+        **AVX512,
+        "parameters": {"a": {}, "b": {}},
+        "effective_parameters": {"a": {"engine": "hf", "n": 4}, "b": {"n": 1}},
+    }
     now = {"a": {"engine": "auto", "n": 4}, "b": {"n": 1}}
     args = (["a", "b"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"})
     assert jobtime.estimate(*args, stored=[rec], parameters={"a": {}, "b": {}}, effective=now).changed == ["a"]
@@ -112,18 +143,28 @@ def test_the_time_table_sets_measured_against_estimated_and_totals_them():
     est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 2.0}, {"gemm_auto": "native"}, stored=[AVX512])
     rows = report.time_table([NotebookResult("a", True, 120.0, {}), NotebookResult("b", False, 150.0, {})], est)
     assert rows[0] == {"notebook": "a", "ok": True, "measured s": 120, "estimated s": 100, "measured / estimated": 1.2}
-    assert rows[-1] == {"notebook": "total", "ok": False, "measured s": 270, "estimated s": 400,
-                        "measured / estimated": 0.68}
+    assert rows[-1] == {
+        "notebook": "total",
+        "ok": False,
+        "measured s": 270,
+        "estimated s": 400,
+        "measured / estimated": 0.68,
+    }
     assert report.time_table([NotebookResult("a", True, 5.0, {})], None)[0]["estimated s"] is None
 
 
 def _run_json(folder, ok=True):
     folder.mkdir()
-    (folder / "run.json").write_text(json.dumps({
-        "provenance": {"profile": "cpu", "commit": "def", "date": "2026-11-24"},
-        "notebooks": [{"stem": "a", "ok": ok, "seconds": 12.34, "parameters": {"steps": 3}}],
-        "cpu": {"cpu": "X", "cores": 2, "cpu_flags": [], "gemm_auto": "native"},
-        "calibration": {"seconds": 2.5}}))
+    (folder / "run.json").write_text(
+        json.dumps(
+            {
+                "provenance": {"profile": "cpu", "commit": "def", "date": "2026-11-24"},
+                "notebooks": [{"stem": "a", "ok": ok, "seconds": 12.34, "parameters": {"steps": 3}}],
+                "cpu": {"cpu": "X", "cores": 2, "cpu_flags": [], "gemm_auto": "native"},
+                "calibration": {"seconds": 2.5},
+            }
+        )
+    )
 
 
 def test_a_finished_report_is_appended_to_the_stored_records(tmp_path):
@@ -161,11 +202,18 @@ def test_every_stored_record_names_its_cpu_policy_and_a_complete_notebook_list()
 
 def test_a_report_that_kept_the_notebooks_defaults_is_recorded_with_its_effective_parameters(tmp_path):
     (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "run.json").write_text(json.dumps({
-        "provenance": {"profile": "cpu", "commit": "def", "date": "2026-11-25"},
-        "notebooks": [{"stem": "a", "ok": True, "seconds": 1.0, "parameters": {"steps": 3},
-                       "defaults": {"lr": 0.1}}],
-        "cpu": {"cpu": "X", "cores": 2, "cpu_flags": [], "gemm_auto": "native"}, "calibration": {"seconds": 2.5}}))
+    (tmp_path / "r" / "run.json").write_text(
+        json.dumps(
+            {
+                "provenance": {"profile": "cpu", "commit": "def", "date": "2026-11-25"},
+                "notebooks": [
+                    {"stem": "a", "ok": True, "seconds": 1.0, "parameters": {"steps": 3}, "defaults": {"lr": 0.1}}
+                ],
+                "cpu": {"cpu": "X", "cores": 2, "cpu_flags": [], "gemm_auto": "native"},
+                "calibration": {"seconds": 2.5},
+            }
+        )
+    )
     rec = jobtime.record(tmp_path / "r", fresh_clone=True, path=tmp_path / "t.json")
     assert rec["effective_parameters"] == {"a": {"lr": 0.1, "steps": 3}}
 
@@ -182,20 +230,25 @@ def _epyc_report(date: str, calib: float, measured: dict, estimated: dict | None
 
 def test_a_second_report_on_the_same_kind_of_cpu_is_estimated_from_the_first_one():
     first = _epyc_report("2026-11-22", 4.0, {"a": 400.0, "b": 1800.0}, {"a": 200.0, "b": 900.0}, {"a": {}, "b": {}})
-    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 4.4}, EPYC, stored=[AVX2, first],
-                           parameters={"a": {}, "b": {}})
+    est = jobtime.estimate(
+        ["a", "b"], "cpu", {"seconds": 4.4}, EPYC, stored=[AVX2, first], parameters={"a": {}, "b": {}}
+    )
     assert est.own is first and est.learned == {"a": "own", "b": "own"}
     assert est.seconds == {"a": pytest.approx(400.0), "b": pytest.approx(1800.0)}  # its own times, not rescaled
     assert "learned on this kind of CPU: 2 notebook(s) from its own report" in est.describe()
 
 
 def test_a_notebook_whose_parameters_changed_is_corrected_by_the_ratio_that_cpu_measured():
-    first = _epyc_report("2026-11-22", 4.0, {"a": 400.0, "b": 1800.0}, {"a": 200.0, "b": 900.0},
-                         {"a": {}, "b": {"steps": 50}})
-    newer = {**_record("fp32-accumulate", "2026-11-23", 4.0, a=200.0, b=900.0),
-             "parameters": {"a": {}, "b": {"steps": 100}}}  # another CPU's report, already with today's parameters
-    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 4.0}, EPYC, stored=[first, newer],
-                           parameters={"a": {}, "b": {"steps": 100}})
+    first = _epyc_report(
+        "2026-11-22", 4.0, {"a": 400.0, "b": 1800.0}, {"a": 200.0, "b": 900.0}, {"a": {}, "b": {"steps": 50}}
+    )
+    newer = {
+        **_record("fp32-accumulate", "2026-11-23", 4.0, a=200.0, b=900.0),
+        "parameters": {"a": {}, "b": {"steps": 100}},
+    }  # another CPU's report, already with today's parameters
+    est = jobtime.estimate(
+        ["a", "b"], "cpu", {"seconds": 4.0}, EPYC, stored=[first, newer], parameters={"a": {}, "b": {"steps": 100}}
+    )
     assert est.reference is newer and est.learned == {"a": "own", "b": "ratio"}
     # b: the reference's 900 s (calibration ratio 1) x the 1800 / 900 this CPU measured against its estimate
     assert est.seconds["b"] == pytest.approx(1800.0)
@@ -217,9 +270,13 @@ def test_another_kind_of_cpu_or_a_report_without_its_estimate_teaches_nothing():
 
 
 def test_a_recorded_report_keeps_the_estimate_printed_before_it_and_the_ratio(tmp_path):
-    run = {"provenance": {"profile": "cpu", "commit": "abc", "date": "2026-11-25"},
-           "notebooks": [{"stem": "a", "ok": True, "seconds": 300.0, "parameters": {}}],
-           "cpu": {**EPYC, "cores": 2}, "calibration": {"seconds": 4.0}, "estimate": {"a": 200.0}}
+    run = {
+        "provenance": {"profile": "cpu", "commit": "abc", "date": "2026-11-25"},
+        "notebooks": [{"stem": "a", "ok": True, "seconds": 300.0, "parameters": {}}],
+        "cpu": {**EPYC, "cores": 2},
+        "calibration": {"seconds": 4.0},
+        "estimate": {"a": 200.0},
+    }
     (tmp_path / "run.json").write_text(json.dumps(run))
     rec = jobtime.record(tmp_path, fresh_clone=True, path=tmp_path / "timings.json")
     assert rec["estimated"] == {"a": 200.0} and rec["measured_over_estimated"] == {"a": 1.5}
@@ -227,15 +284,31 @@ def test_a_recorded_report_keeps_the_estimate_printed_before_it_and_the_ratio(tm
 
 def test_a_notebook_rewritten_since_this_cpu_measured_it_is_named_beside_the_old_notebook_s_time():
     """Its parts may now run beside each other: the estimate says its time is the old notebook's."""
-    first = {**_epyc_report("2026-11-22", 4.0, {"a": 400.0, "b": 1800.0}, {"a": 200.0, "b": 900.0},
-                            {"a": {}, "b": {}}), "code": {"a": "aaaa", "b": "bbbb"}}
-    est = jobtime.estimate(["a", "b"], "cpu", {"seconds": 4.0}, EPYC, stored=[AVX2, first],
-                           parameters={"a": {}, "b": {}}, code={"a": "aaaa", "b": "b-new"})
+    first = {
+        **_epyc_report("2026-11-22", 4.0, {"a": 400.0, "b": 1800.0}, {"a": 200.0, "b": 900.0}, {"a": {}, "b": {}}),
+        "code": {"a": "aaaa", "b": "bbbb"},
+    }
+    est = jobtime.estimate(
+        ["a", "b"],
+        "cpu",
+        {"seconds": 4.0},
+        EPYC,
+        stored=[AVX2, first],
+        parameters={"a": {}, "b": {}},
+        code={"a": "aaaa", "b": "b-new"},
+    )
     assert est.learned == {"a": "own", "b": "own"} and est.rewritten == ["b"]
     assert est.seconds == {"a": pytest.approx(400.0), "b": pytest.approx(1800.0)}
     assert "notebook code changed since for ['b']" in est.describe()
-    unknown = jobtime.estimate(["a", "b"], "cpu", {"seconds": 4.0}, EPYC, stored=[AVX2, first],
-                               parameters={"a": {}, "b": {}}, code={"a": None, "b": None})
+    unknown = jobtime.estimate(
+        ["a", "b"],
+        "cpu",
+        {"seconds": 4.0},
+        EPYC,
+        stored=[AVX2, first],
+        parameters={"a": {}, "b": {}},
+        code={"a": None, "b": None},
+    )
     assert unknown.learned == {"a": "own", "b": "own"} and unknown.rewritten == []  # unknown code: as before
 
 

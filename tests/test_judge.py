@@ -4,6 +4,7 @@ engine holding the trainer's current weights, logged at step 0, every ``judge_ev
 The unit tests hand the judge a stand-in trainer (the shipped tiny-arith weights behind TRL's weight-iterator
 interface); one slow test trains for real and checks the rows.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -25,7 +26,9 @@ class StandIn:
     def __init__(self, model):
         self.model = model
         self.accelerator = SimpleNamespace(process_index=0, num_processes=1, device=torch.device("cpu"))
-        self.vllm_generation = SimpleNamespace(_iter_named_params=lambda: ((n, p.data) for n, p in model.named_parameters()))
+        self.vllm_generation = SimpleNamespace(
+            _iter_named_params=lambda: ((n, p.data) for n, p in model.named_parameters())
+        )
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +70,13 @@ def test_unseen_drops_exactly_the_seen_problems():
 
 
 def test_a_judge_set_that_overlaps_the_training_set_or_is_too_small_is_refused_before_any_model_loads(
-        tmp_path, arith_jsonl, monkeypatch):
+    tmp_path, arith_jsonl, monkeypatch
+):
     from transformers import AutoModelForCausalLM
 
     def no_model(*a, **k):
         raise AssertionError("a model was loaded before the judge set was checked")
+
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_model)
     with pytest.raises(ValueError, match=r"judge_set 'data/tiny_arith_sanity' shares 585 problems with the training"):
         train(RLConfig(dataset=TRAIN_SET, judge_every=2, judge_set=TRAIN_SET, output_dir=str(tmp_path / "a")))
@@ -126,9 +131,20 @@ def test_a_judge_whose_matmuls_are_not_fp32_stops_the_run(judge_problems, policy
 
 
 def short_run(tmp_path, name, **kw):
-    cfg = RLConfig(dataset=TRAIN_SET, algorithm="dr_grpo", train_dtype="fp32", rollout_dtype="bf16", steps=3,
-                   prompts_per_step=4, samples_per_prompt=4, max_tokens=40, lr=1e-3, seed=5,
-                   output_dir=str(tmp_path / name), **kw)
+    cfg = RLConfig(
+        dataset=TRAIN_SET,
+        algorithm="dr_grpo",
+        train_dtype="fp32",
+        rollout_dtype="bf16",
+        steps=3,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=40,
+        lr=1e-3,
+        seed=5,
+        output_dir=str(tmp_path / name),
+        **kw,
+    )
     return train(cfg, progress=False).rows
 
 
@@ -138,17 +154,31 @@ def test_a_run_logs_the_judge_at_step_0_every_k_steps_and_the_last_and_trains_as
     plain = short_run(tmp_path, "plain")
     assert [r[schema.STEP] for r in judged] == [0, 1, 2, 3]
     assert [schema.JUDGE_ACCURACY in r for r in judged] == [True, False, True, True]  # 0, every 2nd, the last
-    assert set(judged[0]) == {schema.STEP, schema.JUDGE_ACCURACY, schema.JUDGE_RESPONSES, schema.JUDGE_MATMUL_DTYPES,
-                              schema.TIME_JUDGE}  # step 0: before any update, the judge alone
+    assert set(judged[0]) == {
+        schema.STEP,
+        schema.JUDGE_ACCURACY,
+        schema.JUDGE_RESPONSES,
+        schema.JUDGE_MATMUL_DTYPES,
+        schema.TIME_JUDGE,
+    }  # step 0: before any update, the judge alone
     n = len(judge_problems[1])
     for row in (judged[0], judged[2], judged[3]):
         assert row[schema.JUDGE_RESPONSES] == n
         assert set(row[schema.JUDGE_MATMUL_DTYPES]) == {"fp32"}  # FP32 judge beside a BF16 rollout engine
         assert 0 <= row[schema.JUDGE_ACCURACY] <= 1
     for a, b in zip(judged[1:], plain, strict=True):  # the judge changes nothing of training
-        assert a[schema.ACCURACY] == b[schema.ACCURACY] and a["loss"] == b["loss"] and a["audit/rollout_dtype"] == "bf16"
-    for key in (schema.ESS_TOKEN, schema.ESS_SEQ, schema.PPL_RATIO, schema.LOG_PPL_DIFF, schema.GRAD_NORM,
-                schema.ENTROPY, schema.PHANTOM_FRACTION):  # the mechanism metrics, every step
+        assert (
+            a[schema.ACCURACY] == b[schema.ACCURACY] and a["loss"] == b["loss"] and a["audit/rollout_dtype"] == "bf16"
+        )
+    for key in (
+        schema.ESS_TOKEN,
+        schema.ESS_SEQ,
+        schema.PPL_RATIO,
+        schema.LOG_PPL_DIFF,
+        schema.GRAD_NORM,
+        schema.ENTROPY,
+        schema.PHANTOM_FRACTION,
+    ):  # the mechanism metrics, every step
         assert all(key in r for r in plain), key
         assert all(schema.known(k) for r in judged for k in r)
 

@@ -1,6 +1,7 @@
 """The accelerate configs of ``configs/accelerate``: every one parses and validates with accelerate's own launcher
 code (and DeepSpeed's own config parser where DeepSpeed is installed), FP16 and BF16 are never enabled together,
 and a launch for one precision refuses a run in the other."""
+
 import json
 
 import pytest
@@ -53,10 +54,15 @@ def test_deepspeeds_own_parser_accepts_the_file_with_autos_filled(stage, precisi
     pytest.importorskip("deepspeed", reason="DeepSpeed not installed here")
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    ds = json.loads(launch.config_path(f"zero{stage}", precision).parent.parent.joinpath(
-        "deepspeed", f"zero{stage}-{precision}.json").read_text())
+    ds = json.loads(
+        launch.config_path(f"zero{stage}", precision)
+        .parent.parent.joinpath("deepspeed", f"zero{stage}-{precision}.json")
+        .read_text()
+    )
     # what transformers fills in for "auto" from the TrainingArguments (one process here)
-    ds.update(train_batch_size=16, train_micro_batch_size_per_gpu=16, gradient_accumulation_steps=1, gradient_clipping=1.0)
+    ds.update(
+        train_batch_size=16, train_micro_batch_size_per_gpu=16, gradient_accumulation_steps=1, gradient_clipping=1.0
+    )
     ds["zero_optimization"] = {k: (1_000_000 if v == "auto" else v) for k, v in ds["zero_optimization"].items()}
     parsed = DeepSpeedConfig(ds, mpu=None)
     assert parsed.zero_optimization_stage == stage
@@ -75,13 +81,16 @@ def test_unknown_config_names_the_choices():
         launch.config_path("zero1", "fp16")
 
 
-@pytest.mark.parametrize("env,train_dtype,ok", [
-    ({}, "fp16", True),  # not under accelerate
-    ({"ACCELERATE_MIXED_PRECISION": "no"}, "fp16", True),  # accelerate's default: the run decides
-    ({"ACCELERATE_MIXED_PRECISION": "fp16"}, "fp16", True),
-    ({"ACCELERATE_MIXED_PRECISION": "bf16"}, "fp16", False),
-    ({"ACCELERATE_MIXED_PRECISION": "fp16"}, "fp32", False),
-])
+@pytest.mark.parametrize(
+    "env,train_dtype,ok",
+    [
+        ({}, "fp16", True),  # not under accelerate
+        ({"ACCELERATE_MIXED_PRECISION": "no"}, "fp16", True),  # accelerate's default: the run decides
+        ({"ACCELERATE_MIXED_PRECISION": "fp16"}, "fp16", True),
+        ({"ACCELERATE_MIXED_PRECISION": "bf16"}, "fp16", False),
+        ({"ACCELERATE_MIXED_PRECISION": "fp16"}, "fp32", False),
+    ],
+)
 def test_a_launch_for_another_precision_is_refused(env, train_dtype, ok):
     if ok:
         launch.check_launch(train_dtype, env)

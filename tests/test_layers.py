@@ -1,6 +1,7 @@
 """The library's layers hold by themselves: pyproject's import-linter contract (``[tool.importlinter]``) passes, an
 upward import planted anywhere (at a module's top or inside a function) breaks it, no import cycle joins two modules,
 and reading stored results needs no torch."""
+
 from __future__ import annotations
 
 import shutil
@@ -14,20 +15,31 @@ import pytest
 
 from nbkit.paths import ROOT
 
-LINT = ("import sys; from importlinter.cli import lint_imports; "
-        "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))")
+LINT = (
+    "import sys; from importlinter.cli import lint_imports; "
+    "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))"
+)
 """import-linter on the ``pyproject.toml`` of the current folder, the ``nbkit`` found first on ``sys.path``."""
 
 
 def lint(root: Path) -> subprocess.CompletedProcess:
     """Run import-linter with ``root``'s contract on ``root``'s copy of ``nbkit`` (``root`` first on the path)."""
-    return subprocess.run([sys.executable, "-c", LINT], cwd=root, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", LINT],
+        cwd=root,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def layers() -> list[str]:
-    (contract,) = [c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-                   if c["id"] == "layers"]
+    (contract,) = [
+        c
+        for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+        if c["id"] == "layers"
+    ]
     return contract["layers"]
 
 
@@ -50,8 +62,11 @@ def test_an_upward_import_planted_in_a_copy_breaks_the_contract(tmp_path, where)
     shutil.copytree(ROOT / "nbkit", tmp_path / "nbkit", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     target = tmp_path / "nbkit" / "paths.py"
-    planted = ("\nimport nbkit.cli.main\n" if where == "top" else
-               "\n\ndef _planted():\n    from nbkit.cli import main\n\n    return main\n")
+    planted = (
+        "\nimport nbkit.cli.main\n"
+        if where == "top"
+        else "\n\ndef _planted():\n    from nbkit.cli import main\n\n    return main\n"
+    )
     target.write_text(target.read_text() + planted)
     out = lint(tmp_path)
     assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
@@ -81,12 +96,20 @@ def test_no_import_cycle_joins_two_modules_deferred_imports_included():
 def test_reading_stored_results_and_the_command_line_import_no_torch():
     """RESULTS.md, ``nbkit study NAME show``, ``nbkit --help`` / ``list`` and a run's metric rows read without torch
     (seconds saved on every command line); training, engines and figures import it when they run."""
-    code = ("import sys\nimport nbkit.studies.catalog, nbkit.studies.results_md, nbkit.results, nbkit.runlog, "
-            "nbkit.cli.main, nbkit.cli.commands, nbkit.cli.study, nbkit.cli.results_md, nbkit.workbook.runner, "
-            "nbkit.dtypes, nbkit.paths\nprint(sorted(m for m in ('torch', 'transformers', 'trl', 'vllm') "
-            "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys\nimport nbkit.studies.catalog, nbkit.studies.results_md, nbkit.results, nbkit.runlog, "
+        "nbkit.cli.main, nbkit.cli.commands, nbkit.cli.study, nbkit.cli.results_md, nbkit.workbook.runner, "
+        "nbkit.dtypes, nbkit.paths\nprint(sorted(m for m in ('torch', 'transformers', 'trl', 'vllm') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
 
@@ -94,7 +117,13 @@ def test_reading_stored_results_and_the_command_line_import_no_torch():
 def test_paths_runs_with_the_standard_library_alone():
     """The Makefile runs ``python3 nbkit/paths.py`` with the system python before any venv exists: without site
     packages (``-S``) and isolated from the environment (``-I``) it still prints the cache variables."""
-    out = subprocess.run([sys.executable, "-I", "-S", "nbkit/paths.py"], cwd=ROOT, env={"PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "nbkit/paths.py"],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "HF_HOME=" in out.stdout

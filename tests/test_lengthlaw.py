@@ -1,5 +1,6 @@
 """The length-law helper: recovers a planted per-token bias as a slope per 1,000 tokens, and finds none where none
 was planted; the slope agrees with −1,000 × the per-token k1 KL when the bias is the only effect."""
+
 import numpy as np
 import pytest
 
@@ -38,8 +39,10 @@ def test_a_slope_that_is_not_minus_k1_is_reported_as_such():
 
 
 def test_bf16_over_fp16_sequence_kl_ratio():
-    laws = {"bf16": lengthlaw.fit(_sequences(1e-3, noise=0.005), n_boot=50),
-            "fp16": lengthlaw.fit(_sequences(1e-4, noise=0.005), n_boot=50)}
+    laws = {
+        "bf16": lengthlaw.fit(_sequences(1e-3, noise=0.005), n_boot=50),
+        "fp16": lengthlaw.fit(_sequences(1e-4, noise=0.005), n_boot=50),
+    }
     reading = lengthlaw.seq_kl_ratio(laws)
     assert reading.kind == "ratio" and reading.value == pytest.approx(10, rel=0.2)
     assert reading.sentence.startswith(f"{reading.value:.3g}×")
@@ -47,8 +50,10 @@ def test_bf16_over_fp16_sequence_kl_ratio():
 
 
 def test_a_sequence_kl_ratio_over_an_fp16_kl_that_covers_zero_is_a_lower_bound_only():
-    laws = {"bf16": lengthlaw.fit(_sequences(1e-3, noise=0.005), n_boot=200),
-            "fp16": lengthlaw.fit(_sequences(0.0, noise=0.005), n_boot=200)}
+    laws = {
+        "bf16": lengthlaw.fit(_sequences(1e-3, noise=0.005), n_boot=200),
+        "fp16": lengthlaw.fit(_sequences(0.0, noise=0.005), n_boot=200),
+    }
     assert laws["fp16"].seq_kl_ci[0] < 0 < laws["fp16"].seq_kl_ci[1]
     reading = lengthlaw.seq_kl_ratio(laws)
     assert reading.kind == "lower bound"
@@ -57,17 +62,29 @@ def test_a_sequence_kl_ratio_over_an_fp16_kl_that_covers_zero_is_a_lower_bound_o
     assert [r["run"] for r in lengthlaw.table(laws)] == ["bf16", "fp16"]
 
 
-@pytest.mark.parametrize("bad, match", [([[0.1], [0.2]], "at least 3 sequences"),
-                                        ([[0.1, 0.2]] * 4, "varied lengths"),
-                                        ([[0.1], [np.nan, 0.1], [0.1, 0.2, 0.3]], "NaN")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ([[0.1], [0.2]], "at least 3 sequences"),
+        ([[0.1, 0.2]] * 4, "varied lengths"),
+        ([[0.1], [np.nan, 0.1], [0.1, 0.2, 0.3]], "NaN"),
+    ],
+)
 def test_bad_inputs_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         lengthlaw.fit(bad)
 
 
 def test_measure_gives_cast_and_autocast_pi_per_half_dtype_and_one_row_per_sequence():
-    runs = lengthlaw.measure("tiny-arith", ("bf16", "fp32"), n_prompts=4, samples_per_prompt=2, max_tokens=40,
-                             prompt_source="arith", engine="hf")
+    runs = lengthlaw.measure(
+        "tiny-arith",
+        ("bf16", "fp32"),
+        n_prompts=4,
+        samples_per_prompt=2,
+        max_tokens=40,
+        prompt_source="arith",
+        engine="hf",
+    )
     assert sorted(runs) == ["bf16-autocast", "bf16-cast", "fp32-cast"]  # FP32 autocast is the cast itself
     for label, rows in runs.items():
         assert len(rows) == 8 and all(r["length"] > 0 and np.isfinite(r["sum_log_ratio"]) for r in rows), label

@@ -1,6 +1,7 @@
 """The mismatch metrics have one registry (``nbkit.metrics``): the computed keys, the aliases, the trainer's logged
 keys, the schema's row keys and the headline lists all come from it; every stored study card says which version of
 the definitions its rows were computed under, and cards older than the field still load."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,8 @@ def _ragged(seed=0):
 def test_mismatch_metrics_returns_exactly_the_registered_keys_and_aliases_in_order():
     pi, mu = _ragged()
     out = mismatch.mismatch_metrics(pi, mu)
-    assert list(out)[:len(metrics.MISMATCH)] == list(metrics.MISMATCH)
-    assert list(out)[len(metrics.MISMATCH):] == list(metrics.aliases())
+    assert list(out)[: len(metrics.MISMATCH)] == list(metrics.MISMATCH)
+    assert list(out)[len(metrics.MISMATCH) :] == list(metrics.aliases())
     assert all(out[alias] == out[key] for alias, key in metrics.aliases().items())
     assert mismatch.METRICS == metrics.meanings() and mismatch.ALIASES == metrics.aliases()
 
@@ -64,7 +65,10 @@ def test_a_new_card_carries_the_metrics_version_and_an_old_card_still_loads(tmp_
     root = tmp_path / "results"
     results.store("demo", {"a": [{"step": 1, schema.KL_K3: 0.1}]}, command="x", wall_seconds=1, root=root)
     assert results.card("demo", root=root)["metrics_version"] == metrics.VERSION
-    old = [p.parent.name for p in results.RESULTS.glob(f"*/{results.CARD}")
-           if "metrics_version" not in results.card(p.parent.name)]
+    old = [
+        p.parent.name
+        for p in results.RESULTS.glob(f"*/{results.CARD}")
+        if "metrics_version" not in results.card(p.parent.name)
+    ]
     assert old, "every shipped card has a metrics_version: this check needs one stored before the field"
     assert results.load(old[0]) and results.describe(old[0])

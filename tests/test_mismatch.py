@@ -3,6 +3,7 @@
 Notation: log π = training log-probs, log μ = rollout log-probs, one 1-D array per sequence; r = π/μ per
 token, R = ∏ r per sequence. Tokens are samples from μ, so KL[μ‖π] and χ²(π‖μ) are sample means under μ.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,11 +28,27 @@ def ragged_logps(n_seq=12, seed=0, lo=1, hi=30):
 def test_equal_inputs_give_zero_divergence_and_unit_correlation():
     lp = ragged_logps()
     m = mm.mismatch_metrics(lp, [x.copy() for x in lp])
-    zero = ["token_abs_logp_diff/mean", "token_abs_logp_diff/max", "token_abs_logp_diff/p99",
-            "rollout_probs_diff_max", "rollout_probs_diff_mean", "rollout_probs_diff_std",
-            "sampler_learner_prob_diff_max", "sampler_learner_prob_diff_min", "kl_k1", "kl_k2", "kl_k3",
-            "chi2_token", "chi2_seq", "log_ppl_abs_diff", "seq_log_ratio/mean", "seq_log_ratio/abs_mean",
-            "seq_kl", "seq_log_ratio_slope/per_token", "seq_log_ratio_slope/intercept"]
+    zero = [
+        "token_abs_logp_diff/mean",
+        "token_abs_logp_diff/max",
+        "token_abs_logp_diff/p99",
+        "rollout_probs_diff_max",
+        "rollout_probs_diff_mean",
+        "rollout_probs_diff_std",
+        "sampler_learner_prob_diff_max",
+        "sampler_learner_prob_diff_min",
+        "kl_k1",
+        "kl_k2",
+        "kl_k3",
+        "chi2_token",
+        "chi2_seq",
+        "log_ppl_abs_diff",
+        "seq_log_ratio/mean",
+        "seq_log_ratio/abs_mean",
+        "seq_kl",
+        "seq_log_ratio_slope/per_token",
+        "seq_log_ratio_slope/intercept",
+    ]
     for key in zero:
         assert m[key] == 0.0, key
     assert m["rollout_actor_probs_pearson_corr"] == 1.0
@@ -153,13 +170,16 @@ def test_mismatch_metrics_returns_every_documented_key_and_the_aliases():
     assert list(mm.mismatch_metrics(lp, lp, aliases=False)) == list(mm.METRICS)
 
 
-@pytest.mark.parametrize("pi, mu, match", [
-    ([], [], "no sequences"),
-    ([[-1.0]], [[-1.0], [-2.0]], "1 sequences but log μ has 2"),
-    ([[-1.0, -2.0]], [[-1.0]], "sequence 0: log π has 2 tokens but log μ has 1"),
-    ([[], []], [[], []], "no tokens"),
-    ([[-1.0, float("nan")]], [[-1.0, -1.0]], "non-finite"),
-])
+@pytest.mark.parametrize(
+    "pi, mu, match",
+    [
+        ([], [], "no sequences"),
+        ([[-1.0]], [[-1.0], [-2.0]], "1 sequences but log μ has 2"),
+        ([[-1.0, -2.0]], [[-1.0]], "sequence 0: log π has 2 tokens but log μ has 1"),
+        ([[], []], [[], []], "no tokens"),
+        ([[-1.0, float("nan")]], [[-1.0, -1.0]], "non-finite"),
+    ],
+)
 def test_bad_input_raises_a_clear_error(pi, mu, match):
     with pytest.raises(ValueError, match=match):
         mm.mismatch_metrics(pi, mu)
@@ -174,8 +194,15 @@ def model():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                      intermediate_size=64, vocab_size=40, initializer_range=0.2)
+    cfg = Qwen2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=40,
+        initializer_range=0.2,
+    )
     return Qwen2ForCausalLM(cfg).eval()
 
 
@@ -184,7 +211,7 @@ def full_forward_logprobs(model, r: Rollout, temperature=1.0) -> np.ndarray:
     ids = torch.tensor([r.prompt_ids + r.token_ids])
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].double() / temperature
-    lp = torch.log_softmax(logits, -1)[len(r.prompt_ids) - 1:-1]
+    lp = torch.log_softmax(logits, -1)[len(r.prompt_ids) - 1 : -1]
     return lp.gather(-1, torch.tensor(r.token_ids)[:, None])[:, 0].numpy()
 
 
@@ -195,8 +222,9 @@ def rollouts(model):
     for i in range(16):
         prompt = rng.integers(0, 40, rng.integers(2, 9)).tolist()
         tokens = rng.integers(0, 40, rng.integers(1, 40)).tolist()
-        r = Rollout(prompt_index=i, prompt="", prompt_ids=prompt, token_ids=tokens, text="", logprobs=[],
-                    finish_reason="length")
+        r = Rollout(
+            prompt_index=i, prompt="", prompt_ids=prompt, token_ids=tokens, text="", logprobs=[], finish_reason="length"
+        )
         r.logprobs = full_forward_logprobs(model, r).tolist()
         out.append(r)
     return out
@@ -222,8 +250,9 @@ def test_ragged_padded_batches_equal_one_by_one(model, rollouts):
 def test_bf16_and_fp16_mismatch_is_nonzero_and_fp16_smaller(model, rollouts):
     mu = [r.logprobs for r in rollouts]
     assert sum(len(m) for m in mu) > 200
-    err = {dt: mm.mismatch_metrics(mm.teacher_forced_logprobs(model, rollouts, dtype=dt), mu)
-           for dt in ("bf16", "fp16")}
+    err = {
+        dt: mm.mismatch_metrics(mm.teacher_forced_logprobs(model, rollouts, dtype=dt), mu) for dt in ("bf16", "fp16")
+    }
     bf16, fp16 = (err[dt]["token_abs_logp_diff/mean"] for dt in ("bf16", "fp16"))
     assert fp16 > 0 and bf16 > 0
     assert fp16 < bf16, (fp16, bf16)
@@ -264,8 +293,10 @@ def test_figures_build_from_plain_data():
     pairs = {"bf16": ([x - 0.01 for x in mu], mu), "fp16": ([x - 0.001 for x in mu], mu)}
     assert len(pm.token_scatter(pairs).data) == 3  # two dtypes and the diagonal
     fig = pm.seq_log_ratio_vs_length(pairs)
-    assert [t.name for t in fig.data if t.mode == "lines"] == ["bf16: slope -10 per 1k tokens",
-                                                               "fp16: slope -1 per 1k tokens"]
+    assert [t.name for t in fig.data if t.mode == "lines"] == [
+        "bf16: slope -10 per 1k tokens",
+        "fp16: slope -1 per 1k tokens",
+    ]
     metrics = {dt: mm.mismatch_metrics(*p) for dt, p in pairs.items()}
     bar = pm.ratio_bar(metrics, keys=["token_abs_logp_diff/mean", "kl_k1"])
     np.testing.assert_allclose(bar.data[0].y, [10.0, 10.0], rtol=1e-6)
@@ -281,8 +312,10 @@ def test_a_ratio_of_two_estimates_is_read_only_where_the_denominator_lies_above_
     bound = mm.read_ratio(10.0, (8.0, 12.0), 0.5, (-1.0, 2.0), ratio_ci=(-50.0, 80.0))  # the bootstrap CI is ignored
     assert (bound.kind, bound.value, bound.low, bound.high) == ("lower bound", 4.0, 4.0, math.inf)
     assert "FP16 0.5 (95% CI -1 to 2)" in bound.sentence
-    for num_ci, den_ci, why in [((-1.0, 2.0), (-1.0, 2.0), "neither estimate lies above 0"),
-                                ((8.0, 12.0), (-2.0, -0.1), "FP16's CI does not lie above 0")]:
+    for num_ci, den_ci, why in [
+        ((-1.0, 2.0), (-1.0, 2.0), "neither estimate lies above 0"),
+        ((8.0, 12.0), (-2.0, -0.1), "FP16's CI does not lie above 0"),
+    ]:
         none = mm.read_ratio(0.3, num_ci, -0.5, den_ci, names=("BF16", "FP16"))
         assert none.kind == "undefined" and math.isnan(none.value) and why in none.sentence
     bare = mm.read_ratio(10.0, (math.nan, math.nan), 2.0, (math.nan, math.nan))  # n_boot=0: no CIs to read

@@ -1,6 +1,7 @@
 """Specification of the IS-weight diagnostics of ``nbkit.mismatch``: the effective sample size of the weights π/μ
 (token and sequence level, verl's ``rollout_is_eff_sample_size`` = (Σw)² / (N Σw²)) and verl's perplexity ratio,
 each checked against a plain-Python loop written from the definition, on hand-made and random cases."""
+
 from __future__ import annotations
 
 import math
@@ -114,8 +115,17 @@ def test_the_diagnostics_are_logged_by_the_trainer_under_schema_names():
     for key in ("ess_token", "ess_seq", "ppl_ratio", "log_ppl_diff"):
         assert key in MISMATCH_KEYS and schema.mismatch_key(key) in schema.KEYS
     assert (schema.ESS_TOKEN, schema.ESS_SEQ, schema.PPL_RATIO, schema.LOG_PPL_DIFF) == tuple(
-        schema.mismatch_key(k) for k in ("ess_token", "ess_seq", "ppl_ratio", "log_ppl_diff"))
-    for key in (schema.IS_MASKED_TOKEN_FRACTION, schema.IS_TRUNCATED_TOKEN_FRACTION, schema.JUDGE_ACCURACY,
-                schema.JUDGE_RESPONSES, schema.JUDGE_MATMUL_DTYPES, schema.TIME_JUDGE, schema.GRAD_NORM,
-                schema.ENTROPY, schema.PHANTOM_FRACTION):
+        schema.mismatch_key(k) for k in ("ess_token", "ess_seq", "ppl_ratio", "log_ppl_diff")
+    )
+    for key in (
+        schema.IS_MASKED_TOKEN_FRACTION,
+        schema.IS_TRUNCATED_TOKEN_FRACTION,
+        schema.JUDGE_ACCURACY,
+        schema.JUDGE_RESPONSES,
+        schema.JUDGE_MATMUL_DTYPES,
+        schema.TIME_JUDGE,
+        schema.GRAD_NORM,
+        schema.ENTROPY,
+        schema.PHANTOM_FRACTION,
+    ):
         assert key in schema.KEYS, key

@@ -1,5 +1,6 @@
 """Specification of ``nbkit.models.load``: refs and dtypes are checked before anything loads, and a model
 loaded in a dtype really holds its weights in that dtype."""
+
 from __future__ import annotations
 
 import pytest
@@ -36,8 +37,7 @@ def test_directory_without_config_is_rejected(tmp_path):
         models.load(tmp_path, "fp32")
 
 
-@pytest.mark.parametrize("dtype,expected", [("fp32", torch.float32), ("bf16", torch.bfloat16),
-                                            ("fp16", torch.float16)])
+@pytest.mark.parametrize("dtype,expected", [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
 def test_tiny_arith_loads_with_every_parameter_in_the_requested_dtype(dtype, expected):
     model, tok = models.load("tiny-arith", dtype)
     assert {p.dtype for p in model.parameters()} == {expected}
@@ -57,7 +57,9 @@ def test_dtype_names_round_trip():
 
 
 @pytest.mark.slow
-def test_the_converted_smollm2_is_reused_while_its_gguf_is_unchanged_and_converted_again_when_not(tmp_path, monkeypatch):
+def test_the_converted_smollm2_is_reused_while_its_gguf_is_unchanged_and_converted_again_when_not(
+    tmp_path, monkeypatch
+):
     import json
     import shutil
 

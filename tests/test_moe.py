@@ -3,6 +3,7 @@
 A tiny random Qwen3-MoE (hidden 32, 2 layers, 4 experts, top-2) keeps these in seconds; the shipped
 ``tiny-moe-arith`` is only loaded, never trained here.
 """
+
 import json
 
 import pytest
@@ -15,8 +16,16 @@ from nbkit.rl.amp import PrecisionAudit
 from nbkit.tasks import arith
 from nbkit.toymodels import tiny_arith, tiny_moe
 
-CFG = tiny_moe.TinyMoeConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, num_experts=4,
-                             top_k=2, moe_intermediate_size=32, seed=1)
+CFG = tiny_moe.TinyMoeConfig(
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=64,
+    num_experts=4,
+    top_k=2,
+    moe_intermediate_size=32,
+    seed=1,
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +82,7 @@ def test_router_replay_makes_the_trainer_route_like_the_engine(moe_dir):
     # in chunks, row by row, as a trainer forwards a batch
     with torch.no_grad(), routing.replay(model, theirs), routing.capture(model) as rec:
         for lo in range(0, ids.shape[0], 3):
-            model(input_ids=ids[lo:lo + 3], attention_mask=mask[lo:lo + 3])
+            model(input_ids=ids[lo : lo + 3], attention_mask=mask[lo : lo + 3])
     assert routing.flip_rates(rec.choices(along="batch"), theirs, mask) == [0.0, 0.0]
 
 
@@ -87,8 +96,9 @@ def test_router_replay_keeps_gradients_to_the_router(moe_dir):
 
 
 def test_router_replay_leaves_a_dense_model_untouched():
-    dense = tiny_arith.build_model(tiny_arith.TinyArithConfig(hidden_size=32, num_layers=2, num_heads=2,
-                                                              intermediate_size=64)).eval()
+    dense = tiny_arith.build_model(
+        tiny_arith.TinyArithConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    ).eval()
     ids, mask = _batch(tiny_arith.build_tokenizer())
     before = dense(input_ids=ids, attention_mask=mask).logits
     with routing.replay(dense, torch.zeros(ids.shape[0], ids.shape[1], 2, 2, dtype=torch.long)):
@@ -169,9 +179,18 @@ def test_router_replay_needs_the_hf_engine():
 def test_rl_on_a_moe_logs_flip_rate_and_replay_zeroes_nothing_else(tmp_path, moe_dir, replay):
     data = tmp_path / "arith.jsonl"
     data.write_text("".join(json.dumps(p) + "\n" for p in arith.make_problems(16, seed=7)))
-    cfg = RLConfig(model=moe_dir, dataset=str(data), steps=2, prompts_per_step=2, samples_per_prompt=2,
-                   max_tokens=12, output_dir=str(tmp_path / "run"), rollout_engine="hf", train_dtype="bf16",
-                   router_replay=replay)
+    cfg = RLConfig(
+        model=moe_dir,
+        dataset=str(data),
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=12,
+        output_dir=str(tmp_path / "run"),
+        rollout_engine="hf",
+        train_dtype="bf16",
+        router_replay=replay,
+    )
     result = train(cfg, progress=False)
     rows = [json.loads(line) for line in (result.out / "metrics.jsonl").read_text().splitlines()]
     assert all(0.0 <= r["moe/flip_rate"] <= 1.0 for r in rows)

@@ -3,6 +3,7 @@
 One step of the shipped ``tiny-arith`` with an FP32 HF engine and an FP32 trainer: π = μ up to summation order,
 so nothing may be clipped; a known shift put on μ must then show up as clipping, and only where μ is π_old.
 """
+
 import pytest
 from trl import GRPOTrainer
 
@@ -12,9 +13,20 @@ SHIFT = 1.0  # nats taken off μ on every token: π/μ = e ≈ 2.7, far above 1 
 
 
 def one_step(tmp_path, algorithm, **kw):
-    cfg = RLConfig(dataset="data/tiny_arith_sanity", algorithm=algorithm, train_dtype="fp32", rollout_dtype="fp32",
-                   rollout_engine="hf", steps=1, prompts_per_step=4, samples_per_prompt=4, max_tokens=40, seed=3,
-                   output_dir=str(tmp_path / algorithm), **kw)
+    cfg = RLConfig(
+        dataset="data/tiny_arith_sanity",
+        algorithm=algorithm,
+        train_dtype="fp32",
+        rollout_dtype="fp32",
+        rollout_engine="hf",
+        steps=1,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=40,
+        seed=3,
+        output_dir=str(tmp_path / algorithm),
+        **kw,
+    )
     return train(cfg, progress=False).rows[0]
 
 
@@ -27,12 +39,16 @@ def shifted_mu(monkeypatch):
         out = original(self, inputs)
         out["sampling_per_token_logps"] = out["sampling_per_token_logps"] - SHIFT
         return out
+
     monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", shifted)
 
 
 def test_the_mu_as_old_presets_exist_and_clip():
     assert ALGORITHMS["grpo_mu_old"].mu_as_old and ALGORITHMS["grpo_mu_old"].is_mode is None
-    assert ALGORITHMS["grpo_mu_old_token_tis"].mu_as_old and ALGORITHMS["grpo_mu_old_token_tis"].is_mode == "token_truncate"
+    assert (
+        ALGORITHMS["grpo_mu_old_token_tis"].mu_as_old
+        and ALGORITHMS["grpo_mu_old_token_tis"].is_mode == "token_truncate"
+    )
     assert all(a.mu_as_old == ("mu_old" in a.corrections) for a in ALGORITHMS.values())  # the field, not the name
 
 

@@ -3,6 +3,7 @@
 One ``metrics.jsonl`` (rank 0), rewards gathered across ranks and equal to the per-rank logs, the precision audit
 run on every rank, and a resume from a checkpoint across ranks without duplicate rows. ~1 min on 2 cores.
 """
+
 import json
 import socket
 import subprocess
@@ -12,8 +13,23 @@ import pytest
 
 from nbkit.rl import RLConfig, train
 
-RUN = ["--model", "tiny-arith", "--prompts-per-step", "2", "--samples-per-prompt", "2", "--max-tokens", "40",
-       "--train-dtype", "fp16", "--rollout-engine", "hf", "--checkpoint-every", "2", "--quiet"]
+RUN = [
+    "--model",
+    "tiny-arith",
+    "--prompts-per-step",
+    "2",
+    "--samples-per-prompt",
+    "2",
+    "--max-tokens",
+    "40",
+    "--train-dtype",
+    "fp16",
+    "--rollout-engine",
+    "hf",
+    "--checkpoint-every",
+    "2",
+    "--quiet",
+]
 
 
 def free_port() -> int:
@@ -25,9 +41,28 @@ def free_port() -> int:
 def launch(out, *extra) -> subprocess.CompletedProcess:
     """``accelerate launch`` of ``nbkit train`` on 2 CPU processes (``--multi_gpu`` is accelerate's torchrun
     launcher; without CUDA it runs gloo on CPU)."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(free_port()), "-m", "nbkit.cli.train", *RUN, "--output-dir", str(out), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        "-m",
+        "nbkit.cli.train",
+        *RUN,
+        "--output-dir",
+        str(out),
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -58,8 +93,17 @@ def test_two_processes_train_log_once_gather_rewards_audit_every_rank_and_resume
         assert row["loss_scale"] > 0 and row["audit/rollout_dtype"] == "fp16"
     assert json.loads((out / "summary.json").read_text())["num_processes"] == 2
 
-    single = train(RLConfig(model="tiny-arith", prompts_per_step=2, samples_per_prompt=2, max_tokens=40, steps=2,
-                            output_dir=str(tmp_path / "one")), progress=False).rows
+    single = train(
+        RLConfig(
+            model="tiny-arith",
+            prompts_per_step=2,
+            samples_per_prompt=2,
+            max_tokens=40,
+            steps=2,
+            output_dir=str(tmp_path / "one"),
+        ),
+        progress=False,
+    ).rows
     assert set(single[0]) == set(metrics[0]), "a 2-process row differs in format from a 1-process row"
     assert single[0]["ranks/reward_count"] == [4] and not (tmp_path / "one" / "ranks").exists()
 

@@ -1,5 +1,6 @@
 """``nbkit.noninferiority``: the rule's error rates by simulation against the closed form (normal noise, known SD),
 Holm's step-down, and what a second look does."""
+
 from __future__ import annotations
 
 import math
@@ -28,9 +29,10 @@ def test_at_the_margin_each_claim_errs_2_5_percent_and_with_no_gap_a_break_almos
 def test_the_family_wise_error_is_the_product_rule_unadjusted_and_held_at_alpha_by_holm():
     cells = [(0.03, 5)] * 10
     p_any_no_harm = 1 - (1 - 0.025) ** 10  # ten independent cells at the margin, "no detectable harm" claims only
-    assert N.familywise(cells, -0.05, known_sd=True, sims=100_000, claims=(N.NO_HARM,)) == \
-        pytest.approx(p_any_no_harm, abs=0.006)
-    assert N.familywise(cells, -0.05, known_sd=True, sims=100_000) == pytest.approx(1 - 0.95 ** 10, abs=0.006)
+    assert N.familywise(cells, -0.05, known_sd=True, sims=100_000, claims=(N.NO_HARM,)) == pytest.approx(
+        p_any_no_harm, abs=0.006
+    )
+    assert N.familywise(cells, -0.05, known_sd=True, sims=100_000) == pytest.approx(1 - 0.95**10, abs=0.006)
     assert N.familywise(cells, -0.05, adjust="holm", sims=50_000) <= 0.05 + 0.004
     with pytest.raises(ValueError, match="'bonferoni'.*holm"):
         N.familywise(cells, 0.0, adjust="bonferoni")

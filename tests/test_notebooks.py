@@ -2,6 +2,7 @@
 
 A notebook that the main job would break on fails here; a new notebook without a smoke entry fails too.
 """
+
 import json
 from pathlib import Path
 
@@ -22,8 +23,9 @@ def test_the_workbook_has_notebooks():
 def test_notebook_is_committed_stripped_with_a_parameters_cell(path: Path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), \
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), (
         f"{path.name} has outputs: strip it (make strip)"
+    )
     tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, f"{path.name} needs exactly one code cell tagged 'parameters'"
 
@@ -32,8 +34,11 @@ def test_notebook_is_committed_stripped_with_a_parameters_cell(path: Path):
 def test_every_profile_names_only_parameters_the_notebook_declares(path: Path):
     nb = nbformat.read(path, as_version=4)
     params_cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    declared = {line.split("=")[0].strip().split(":")[0].strip() for line in params_cell.source.splitlines()
-                if "=" in line and not line.lstrip().startswith("#")}
+    declared = {
+        line.split("=")[0].strip().split(":")[0].strip()
+        for line in params_cell.source.splitlines()
+        if "=" in line and not line.lstrip().startswith("#")
+    }
     for profile, entries in PROFILES.items():
         unknown = set(entries.get(path.stem, {})) - declared
         assert not unknown, f"profile {profile!r} passes {sorted(unknown)} that {path.name} does not declare"
@@ -47,8 +52,9 @@ def test_papermill_reads_every_parameter_with_its_help(path: Path):
 
     seen = papermill.inspect_notebook(str(path))
     assert set(seen) == runner.notebook_parameters(path)
-    assert all(p["help"] for p in seen.values()), f"{path.name}: parameters without a comment: " \
-        f"{sorted(n for n, p in seen.items() if not p['help'])}"
+    assert all(p["help"] for p in seen.values()), (
+        f"{path.name}: parameters without a comment: {sorted(n for n, p in seen.items() if not p['help'])}"
+    )
 
 
 @pytest.mark.slow

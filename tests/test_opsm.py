@@ -1,5 +1,6 @@
 """DeepSeek-V3.2's off-policy sequence mask as ``correction='opsm'`` (``nbkit.rl.opsm``): it drops exactly the
 sequences with a negative advantage whose per-token KL(μ‖π) exceeds δ, and a run with it trains."""
+
 from __future__ import annotations
 
 import math
@@ -14,13 +15,20 @@ from nbkit.rl import RLConfig, algorithms, opsm, train
 def hand_built_batch():
     """Four completions of three tokens (the last of row 3 is padding): log μ − log π per token chosen per row."""
     logp_pi = torch.full((4, 3), -1.0)
-    gap = torch.tensor([[0.3, 0.3, 0.3],     # far (KL 0.3 per token), advantage < 0: dropped
-                        [0.3, 0.3, 0.3],     # far, advantage > 0: kept
-                        [0.001, 0.0, 0.002],  # near (KL 0.001), advantage < 0: kept
-                        [0.0, 0.0, 50.0]])   # near on its real tokens (the 50 sits on padding), advantage < 0: kept
+    gap = torch.tensor(
+        [
+            [0.3, 0.3, 0.3],  # far (KL 0.3 per token), advantage < 0: dropped
+            [0.3, 0.3, 0.3],  # far, advantage > 0: kept
+            [0.001, 0.0, 0.002],  # near (KL 0.001), advantage < 0: kept
+            [0.0, 0.0, 50.0],
+        ]
+    )  # near on its real tokens (the 50 sits on padding), advantage < 0: kept
     mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 0]])
-    return {"sampling_per_token_logps": logp_pi + gap, "completion_mask": mask,
-            "advantages": torch.tensor([-1.0, 2.0, -0.5, -3.0])}, logp_pi
+    return {
+        "sampling_per_token_logps": logp_pi + gap,
+        "completion_mask": mask,
+        "advantages": torch.tensor([-1.0, 2.0, -0.5, -3.0]),
+    }, logp_pi
 
 
 def test_it_drops_exactly_the_far_negative_advantage_sequences():
@@ -28,8 +36,9 @@ def test_it_drops_exactly_the_far_negative_advantage_sequences():
     out, dropped = opsm.apply(batch, logp_pi, delta=0.01)
     assert out["advantages"].tolist() == [0.0, 2.0, -0.5, -3.0] and dropped == 1
     assert torch.equal(out["completion_mask"], batch["completion_mask"])  # the mismatch metrics see every token
-    assert opsm.sequence_kl(logp_pi, batch["sampling_per_token_logps"], batch["completion_mask"]).tolist() == \
-        pytest.approx([0.3, 0.3, 0.001, 0.0], abs=1e-6)
+    assert opsm.sequence_kl(
+        logp_pi, batch["sampling_per_token_logps"], batch["completion_mask"]
+    ).tolist() == pytest.approx([0.3, 0.3, 0.001, 0.0], abs=1e-6)
 
 
 def test_delta_is_a_per_token_threshold():
@@ -69,9 +78,20 @@ def test_a_run_with_it_trains_and_drops_what_the_rule_says(tmp_path, arith_jsonl
     monkeypatch.setattr(opsm, "apply", spy)
     # the shipped model (rewards vary, so advantages do), a BF16 rollout against FP32 training, and a δ small enough
     # that some sampled sequences are far
-    cfg = RLConfig(model="tiny-arith", dataset=arith_jsonl, steps=2, prompts_per_step=4, samples_per_prompt=4,
-                   max_tokens=40, algorithm="dr_grpo", correction="opsm", opsm_delta=1e-5, train_dtype="fp32",
-                   rollout_dtype="bf16", output_dir=str(tmp_path / "run"))
+    cfg = RLConfig(
+        model="tiny-arith",
+        dataset=arith_jsonl,
+        steps=2,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=40,
+        algorithm="dr_grpo",
+        correction="opsm",
+        opsm_delta=1e-5,
+        train_dtype="fp32",
+        rollout_dtype="bf16",
+        output_dir=str(tmp_path / "run"),
+    )
     rows = train(cfg, progress=False).rows
     assert [r["step"] for r in rows] == [1, 2] and len(seen) == 2
     for row, (batch, logp_pi, delta, out, _dropped) in zip(rows, seen):

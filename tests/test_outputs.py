@@ -1,4 +1,5 @@
 """Output folders: the workbook deletes and overwrites only what it wrote itself, and every write is whole."""
+
 import json
 import os
 

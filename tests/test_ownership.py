@@ -5,6 +5,7 @@ The decoy holds exactly the names the workbook itself writes (``config.json``, `
 ``index.html``, ``doctor.html``, ...): only the workbook's marker makes a folder the workbook's, never its file
 names. Every call here is refused before a model loads (seconds in all).
 """
+
 import hashlib
 import json
 import types
@@ -45,14 +46,19 @@ def make_decoy(folder: Path) -> Path:
 def snapshot(folder: Path) -> dict:
     """relative path -> (sha256, mode) of everything in the decoy's parent: the decoy and any neighbour."""
     root = folder.parent
-    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir",
-                                       p.stat().st_mode)
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (
+            hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir",
+            p.stat().st_mode,
+        )
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def rl(data: str, out: Path, **kw) -> RLConfig:
-    return RLConfig(dataset=data, train_dtype="fp32", steps=1, prompts_per_step=2, samples_per_prompt=2,
-                    output_dir=str(out), **kw)
+    return RLConfig(
+        dataset=data, train_dtype="fp32", steps=1, prompts_per_step=2, samples_per_prompt=2, output_dir=str(out), **kw
+    )
 
 
 def cli(argv: list[str]):
@@ -80,21 +86,24 @@ ENTRY_POINTS = {
     "train": lambda d, data: train(rl(data, d), progress=False),
     "train-overwrite": lambda d, data: train(rl(data, d, overwrite=True), progress=False),
     "train-resume": lambda d, data: train(rl(data, d, resume=True), progress=False),
-    "nbkit-train-overwrite": lambda d, data: cli(["train", "--dataset", data, "--train-dtype", "fp32", "--steps", "1",
-                                                  "--output-dir", str(d), "--overwrite"]),
+    "nbkit-train-overwrite": lambda d, data: cli(
+        ["train", "--dataset", data, "--train-dtype", "fp32", "--steps", "1", "--output-dir", str(d), "--overwrite"]
+    ),
     "nbkit-run": lambda d, data: cli(["run", "--profile", "smoke", "--only", "00", "--out", str(d)]),
     "runner-run": lambda d, data: runner.run("smoke", d, only=["00"]),
     "nbkit-doctor": lambda d, data: cli(["doctor", "--model", "tiny-arith", "--engine", "hf", "--out", str(d)]),
     "doctor-write-html": lambda d, data: doctor_cli.write_html(types.SimpleNamespace(), d),
     "dataset-build": lambda d, data: dataset.build(
         tasks.make_task(tasks.TaskConfig(source="arith", pool_size=4)),
-        dataset.BuildConfig(out_dir=str(d), cache_dir=str(d.parent / "cache")), progress=False),
+        dataset.BuildConfig(out_dir=str(d), cache_dir=str(d.parent / "cache")),
+        progress=False,
+    ),
     "dataset-write": lambda d, data: dataset.write_dataset([], [], {"name": "x"}, d),
-    "study-store": lambda d, data: results.store(d.name, {"a": [{"step": 1}]}, command="nbkit study x run",
-                                                 wall_seconds=1, root=d.parent),
+    "study-store": lambda d, data: results.store(
+        d.name, {"a": [{"step": 1}]}, command="nbkit study x run", wall_seconds=1, root=d.parent
+    ),
     "study-run": grid_study_run,
 }
-
 
 
 def refusal(entry: str, folder: Path, data: str, capsys) -> str:
@@ -163,9 +172,11 @@ def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(tmp_path)
     import sys
 
     out = tmp_path / "set"
-    code = ("import os, sys; from pathlib import Path; from nbkit import outputs; "
-            f"t = outputs.temp_folder_beside(Path({str(out)!r})); (t / 'half.parquet').write_text('x'); "
-            "os.kill(os.getpid(), 9)")
+    code = (
+        "import os, sys; from pathlib import Path; from nbkit import outputs; "
+        f"t = outputs.temp_folder_beside(Path({str(out)!r})); (t / 'half.parquet').write_text('x'); "
+        "os.kill(os.getpid(), 9)"
+    )
     subprocess.run([sys.executable, "-c", code], check=False)
     left = [p for p in tmp_path.iterdir() if p.name.startswith(".set.")]
     assert len(left) == 1 and (left[0] / "half.parquet").exists()  # what a kill -9 leaves
@@ -198,16 +209,22 @@ def test_file_names_the_workbook_uses_do_not_make_a_folder_its_own(entry, tmp_pa
     assert snapshot(decoy) == before
 
 
-MARKED_KINDS = {"dataset-build": "dataset", "dataset-write": "dataset", "study-store": "results",
-                "train-overwrite": runfolder.KIND, "nbkit-train-overwrite": runfolder.KIND}
+MARKED_KINDS = {
+    "dataset-build": "dataset",
+    "dataset-write": "dataset",
+    "study-store": "results",
+    "train-overwrite": runfolder.KIND,
+    "nbkit-train-overwrite": runfolder.KIND,
+}
 """Entry points that replace a marked folder of their own kind (a rebuild, a re-store, an overwrite)."""
 EXTRAS = {"NOTES.md": "my notes\n", "README.md": "# my project\n"}
 """What a user adds to a folder the workbook made (issue 41: a rebuild took them with it)."""
 
 
 @pytest.mark.parametrize("entry", MARKED_KINDS, ids=list(MARKED_KINDS))
-def test_a_marked_folder_holding_the_users_files_is_refused_and_left_byte_for_byte(entry, tmp_path, arith_jsonl,
-                                                                                     capsys):
+def test_a_marked_folder_holding_the_users_files_is_refused_and_left_byte_for_byte(
+    entry, tmp_path, arith_jsonl, capsys
+):
     folder = tmp_path / "work" / "mine"
     outputs.write_marker(folder, MARKED_KINDS[entry], files=[])  # the workbook's, and it wrote nothing listed
     if MARKED_KINDS[entry] == runfolder.KIND:  # a run there, so that --overwrite has something to replace
@@ -225,8 +242,9 @@ def test_a_marked_folder_holding_the_users_files_is_refused_and_left_byte_for_by
 
 
 @pytest.mark.parametrize("entry", ["nbkit-doctor", "nbkit-run", "runner-run"])
-def test_a_report_or_doctor_folder_listing_its_files_refuses_a_users_file_added_to_it(entry, tmp_path, arith_jsonl,
-                                                                                      capsys):
+def test_a_report_or_doctor_folder_listing_its_files_refuses_a_users_file_added_to_it(
+    entry, tmp_path, arith_jsonl, capsys
+):
     folder = tmp_path / "work" / "mine"
     kind = "doctor" if "doctor" in entry else "report"
     outputs.write_marker(folder, kind, files=["doctor.html"] if kind == "doctor" else ["index.html"])

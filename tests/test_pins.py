@@ -1,6 +1,7 @@
 """The GPU install is consistent: the vLLM wheel the ``vllm`` extra names declares requirements (vendored in
 ``requirements/vllm-metadata``) that the project's transformers / torch pins meet, and the install step a GPU user is
 told to run installs the same vLLM and nothing else."""
+
 import importlib.metadata
 import shutil
 
@@ -35,7 +36,8 @@ def test_a_transformers_pin_outside_the_wheels_range_is_named(tmp_path):
     base = root / "requirements" / "base.txt"
     base.write_text(base.read_text().replace("transformers==5.19.0", "transformers==5.20.0"))
     assert gpu_pins.conflicts(root) == [
-        f"transformers==5.20.0 is pinned but vllm {plan.SERVER_VLLM} requires transformers<5.20.0,>=5.16.1"]
+        f"transformers==5.20.0 is pinned but vllm {plan.SERVER_VLLM} requires transformers<5.20.0,>=5.16.1"
+    ]
 
 
 def test_trls_newest_vllm_cannot_run_beside_the_transformers_pin(tmp_path):
@@ -45,7 +47,8 @@ def test_trls_newest_vllm_cannot_run_beside_the_transformers_pin(tmp_path):
     project.write_text(project.read_text().replace('vllm = ["vllm==0.32.0"]', 'vllm = ["vllm>=0.22,<0.32"]'))
     assert gpu_pins.chosen_gpu_vllm(root) == "0.31.0"
     assert gpu_pins.conflicts(root) == [
-        "transformers==5.19.0 is pinned but vllm 0.31.0 requires transformers<5.18.0,>=5.10.4"]
+        "transformers==5.19.0 is pinned but vllm 0.31.0 requires transformers<5.18.0,>=5.10.4"
+    ]
 
 
 def test_a_spec_without_vendored_metadata_is_refused(tmp_path):

@@ -1,5 +1,6 @@
 """``nbkit plan``: the printed commands are exact — each trainer command parses into the profile's RLConfig, its
 accelerate config launches the run's precision, and each server serves the rollout dtype with TRL's flags."""
+
 import re
 import shlex
 
@@ -23,9 +24,15 @@ def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate
     assert len(trainers) == len(expected) == 4  # grpo and pg_seq_is, in FP16 and BF16
     for argv, want in zip(trainers, expected):
         i = argv.index("nbkit.cli.train")
-        cfg, _ = cli_train.resolve(argv[i + 1:])
+        cfg, _ = cli_train.resolve(argv[i + 1 :])
         assert (cfg.model, cfg.algorithm, cfg.train_dtype, cfg.steps, cfg.lr, cfg.max_tokens) == (
-            want.model, want.algorithm, want.train_dtype, want.steps, want.lr, want.max_tokens)
+            want.model,
+            want.algorithm,
+            want.train_dtype,
+            want.steps,
+            want.lr,
+            want.max_tokens,
+        )
         assert cfg.rollout_engine == "vllm" and cfg.vllm_mode == mode
         config_file = argv[argv.index("--config_file") + 1]
         processes = int(argv[argv.index("--num_processes") + 1])
@@ -47,18 +54,24 @@ def test_each_precision_gets_a_server_in_that_dtype_with_trls_flags():
 
 
 def test_a_gpu_count_that_cannot_split_the_batch_names_the_ones_that_can():
-    with pytest.raises(ValueError, match=r"512 completions cannot be split evenly over 7 processes.*"
-                                         r"--server-gpus in \[4, 6, 7\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"512 completions cannot be split evenly over 7 processes.*"
+        r"--server-gpus in \[4, 6, 7\]",
+    ):
         plan.make_plan("gpu", gpus=8, server_gpus=1)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"profile": "laptop"}, "unknown profile 'laptop'"),
-    ({"profile": "cpu"}, "profile 'cpu' sets no RL algorithms"),  # the notebook's own defaults: nothing to plan
-    ({"mode": "remote"}, "unknown mode 'remote'"),
-    ({"gpus": 1, "mode": "server"}, "server mode needs >= 2 GPUs"),
-    ({"kind": "zero1"}, "unknown accelerate config 'zero1'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"profile": "laptop"}, "unknown profile 'laptop'"),
+        ({"profile": "cpu"}, "profile 'cpu' sets no RL algorithms"),  # the notebook's own defaults: nothing to plan
+        ({"mode": "remote"}, "unknown mode 'remote'"),
+        ({"gpus": 1, "mode": "server"}, "server mode needs >= 2 GPUs"),
+        ({"kind": "zero1"}, "unknown accelerate config 'zero1'"),
+    ],
+)
 def test_bad_requests_are_refused_with_the_choices(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         plan.make_plan(**{"profile": "gpu", **kwargs})
@@ -89,7 +102,7 @@ def test_the_commands_run_as_printed_on_a_fresh_node():
         for argv in commands("\n".join(lines)):
             exe = next(a for a in argv if "=" not in a)
             assert exe.startswith(".venv/bin/"), (title, exe)
-            assert model in argv and "HF_HUB_OFFLINE=0" in argv[:argv.index(exe)]
+            assert model in argv and "HF_HUB_OFFLINE=0" in argv[: argv.index(exe)]
     from nbkit import paths
 
     assert paths.cache_env()["HF_HUB_OFFLINE"] == "1"  # why the flag is needed: the entry points' default

@@ -1,5 +1,6 @@
 """Independent jobs on the free cores (``nbkit.pool``): placement from the affinity mask and an explicit limit, each
 child on the cores and threads it was given, the same rows however many run at once, failures named."""
+
 import os
 
 import pytest
@@ -55,9 +56,13 @@ def where_am_i() -> dict:
     """A job that reports the cores and threads its process was given."""
     import torch
 
-    return {"cores": sorted(os.sched_getaffinity(0)), "torch_threads": torch.get_num_threads(),
-            "omp": os.environ.get("OMP_NUM_THREADS"), "workers_env": os.environ.get(pool.WORKERS_ENV),
-            "pid": os.getpid()}
+    return {
+        "cores": sorted(os.sched_getaffinity(0)),
+        "torch_threads": torch.get_num_threads(),
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+        "workers_env": os.environ.get(pool.WORKERS_ENV),
+        "pid": os.getpid(),
+    }
 
 
 def fail_loudly(message: str):
@@ -85,8 +90,10 @@ def test_a_slot_s_worker_runs_its_later_jobs_too_and_only_one_starts_per_slot():
 
 def test_a_failed_job_is_named_with_its_log_and_the_finished_ones_are_returned_first():
     done = []
-    jobs = {"fine": pool.Job("tests.test_pool:where_am_i"),
-            "broken": pool.Job("tests.test_pool:fail_loudly", {"message": "the planted failure"})}
+    jobs = {
+        "fine": pool.Job("tests.test_pool:where_am_i"),
+        "broken": pool.Job("tests.test_pool:fail_loudly", {"message": "the planted failure"}),
+    }
     with pytest.raises(pool.JobFailed, match=r"(?s)job 'broken' failed.*the planted failure"):
         pool.run(jobs, workers=1, progress=False, on_done=lambda label, value: done.append(label))
     assert done == ["fine"]  # it ran first and was handed over before the failure was raised
@@ -106,9 +113,17 @@ def _science(rows: list[dict]) -> list[dict]:
 @pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
 def test_a_grid_run_two_at_a_time_gives_the_rows_it_gives_one_at_a_time(tmp_path, tiny_random_model, arith_jsonl):
     def grid(folder, workers):
-        base = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=2, prompts_per_step=2,
-                        samples_per_prompt=2, max_tokens=8, rollout_engine="hf", checkpoint_every=0,
-                        output_dir=str(folder))
+        base = RLConfig(
+            model=tiny_random_model,
+            dataset=arith_jsonl,
+            steps=2,
+            prompts_per_step=2,
+            samples_per_prompt=2,
+            max_tokens=8,
+            rollout_engine="hf",
+            checkpoint_every=0,
+            output_dir=str(folder),
+        )
         train_grid(base, ["grpo"], ["fp32", "bf16"], progress=False, threads=1, workers=workers)
         return runlog.load_runs(folder)
 

@@ -1,5 +1,6 @@
 """Other jobs beside a grid's runs (``nbkit.rl.grid.train_all(beside=...)``, ``GridStudy.live(beside=...)``): one
 pool for both, their values handed back under their labels, the same numbers however many jobs run at once."""
+
 import os
 
 import numpy as np
@@ -39,10 +40,18 @@ def test_a_live_slice_with_a_ladder_beside_it_gives_the_rows_and_ladder_of_one_j
 
     def live(folder, workers):
         return DoseResponse().live(
-            progress=False, workers=workers, formats=["fp32", "mxfp4"], seeds=[0], steps=1, pairs=[], more_seeds={},
-            corrected={"formats": [], "corrections": []}, output_dir=str(folder),
+            progress=False,
+            workers=workers,
+            formats=["fp32", "mxfp4"],
+            seeds=[0],
+            steps=1,
+            pairs=[],
+            more_seeds={},
+            corrected={"formats": [], "corrections": []},
+            output_dir=str(folder),
             overrides={"judge_every": 0, "prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
-            beside={"ladder": pool.Job("nbkit.offline.ladder:run_ladder", {"cfg": ladder})})
+            beside={"ladder": pool.Job("nbkit.offline.ladder:run_ladder", {"cfg": ladder})},
+        )
 
     together, alone = live(tmp_path / "two", 2), live(tmp_path / "one", 1)
     runs, meta, _, values = together
@@ -66,21 +75,51 @@ def test_notebook_02_s_later_parts_beside_the_grid_give_the_numbers_of_one_job_a
     from nbkit.offline import analysis
     from nbkit.offline.moe_analysis import MoeConfig
 
-    cfg = analysis.GridConfig(model="tiny-arith", engine="hf", n_prompts=4, samples_per_prompt=2, max_tokens=16,
-                              n_boot=10, engine_dtypes=("fp32", "bf16"), train_dtypes=("fp32", "bf16"))
-    later = {"lengthlaw": pool.Job("nbkit.offline.lengthlaw:measure", {
-                 "model": "tiny-arith", "dtypes": ("bf16",), "n_prompts": 4, "samples_per_prompt": 2,
-                 "max_tokens": 40, "prompt_source": "arith", "engine": "hf"}),
-             "moe": pool.Job("nbkit.offline.moe_analysis:run", {"cfg": MoeConfig(n_prompts=4, samples_per_prompt=2)}),
-             "anatomy": pool.Job("nbkit.offline.anatomy:run", {
-                 "model": "tiny-arith", "engine": "hf", "dtype": "fp16", "n_prompts": 2, "max_tokens": 16,
-                 "sequences": 2, "n_boot": 20})}
-    (together, t_later), (alone, a_later) = (analysis.run_grids([cfg], progress=False, workers=w, beside=later)
-                                             for w in (2, 1))
+    cfg = analysis.GridConfig(
+        model="tiny-arith",
+        engine="hf",
+        n_prompts=4,
+        samples_per_prompt=2,
+        max_tokens=16,
+        n_boot=10,
+        engine_dtypes=("fp32", "bf16"),
+        train_dtypes=("fp32", "bf16"),
+    )
+    later = {
+        "lengthlaw": pool.Job(
+            "nbkit.offline.lengthlaw:measure",
+            {
+                "model": "tiny-arith",
+                "dtypes": ("bf16",),
+                "n_prompts": 4,
+                "samples_per_prompt": 2,
+                "max_tokens": 40,
+                "prompt_source": "arith",
+                "engine": "hf",
+            },
+        ),
+        "moe": pool.Job("nbkit.offline.moe_analysis:run", {"cfg": MoeConfig(n_prompts=4, samples_per_prompt=2)}),
+        "anatomy": pool.Job(
+            "nbkit.offline.anatomy:run",
+            {
+                "model": "tiny-arith",
+                "engine": "hf",
+                "dtype": "fp16",
+                "n_prompts": 2,
+                "max_tokens": 16,
+                "sequences": 2,
+                "n_boot": 20,
+            },
+        ),
+    }
+    (together, t_later), (alone, a_later) = (
+        analysis.run_grids([cfg], progress=False, workers=w, beside=later) for w in (2, 1)
+    )
     assert list(t_later) == list(a_later) == ["lengthlaw", "moe", "anatomy"]
     np.testing.assert_equal(together[0].metrics, alone[0].metrics)
     assert {k: _no_time(v) for k, v in t_later["lengthlaw"].items()} == {
-        k: _no_time(v) for k, v in a_later["lengthlaw"].items()}
+        k: _no_time(v) for k, v in a_later["lengthlaw"].items()
+    }
     assert t_later["moe"].table() == a_later["moe"].table()
     assert t_later["anatomy"].table().equals(a_later["anatomy"].table())
 
@@ -88,7 +127,8 @@ def test_notebook_02_s_later_parts_beside_the_grid_give_the_numbers_of_one_job_a
 @pytest.mark.slow
 @pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
 def test_a_study_s_runs_trained_beside_a_grid_are_read_back_by_live_with_the_rows_of_live_alone(
-        tmp_path, tiny_random_model, arith_jsonl):
+    tmp_path, tiny_random_model, arith_jsonl
+):
     """Notebook 03: the live PPO slice (``GridStudy.jobs``) in the GRPO grid's pool, then ``live`` reads it back."""
     from nbkit.rl import RLConfig
     from nbkit.studies.ppo import PPOStudy
@@ -96,8 +136,17 @@ def test_a_study_s_runs_trained_beside_a_grid_are_read_back_by_live_with_the_row
     def opts(folder):
         return {**PPOStudy.toy, "output_dir": str(folder)}
 
-    base = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=2, prompts_per_step=2, samples_per_prompt=2,
-                    max_tokens=8, rollout_engine="hf", checkpoint_every=0, output_dir=str(tmp_path / "grpo"))
+    base = RLConfig(
+        model=tiny_random_model,
+        dataset=arith_jsonl,
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=8,
+        rollout_engine="hf",
+        checkpoint_every=0,
+        output_dir=str(tmp_path / "grpo"),
+    )
     jobs = PPOStudy().jobs(**opts(tmp_path / "ppo"))
     assert sorted(jobs) == sorted(PPOStudy().grid(**opts(tmp_path / "ppo")))
     values = grid.train_grid(base, ["grpo"], ["fp32"], progress=False, workers=2, beside=jobs)

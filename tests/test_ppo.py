@@ -1,4 +1,5 @@
 """PPO's per-token math (nbkit.rl.gae) against hand-computed cases, and PPO's config checks."""
+
 import pytest
 import torch
 

@@ -1,5 +1,6 @@
 """The PPO study's precision comparison (issue 36, deliverable 7): per dtype the π–μ mismatch KL, PPO's KL and the
 critic's value error with intervals over seeds, and BF16 − FP16 paired by seed, from synthetic runs of known values."""
+
 from __future__ import annotations
 
 import math
@@ -21,10 +22,18 @@ def _runs(dtypes=("fp16", "bf16"), seeds=range(5)):
         for s in seeds:
             rows = []
             for step in range(1, 41):  # EV is -1 for the first 20 steps: only the last 20 count
-                rows.append({schema.STEP: step, schema.KL_K3: K3[d][s], schema.SEQ_KL: K3[d][s] * 40 - 1e-4,
-                             schema.TOKEN_ABS_LOGP_DIFF: 10 * K3[d][s], schema.PPO_APPROX_KL: 0.01,
-                             schema.VALUE_LOSS: 0.1 if step <= 20 else 0.05 + 0.01 * s,
-                             schema.VALUE_EXPLAINED_VARIANCE: -1.0 if step <= 20 else EV[d][s], "accuracy": 0.5})
+                rows.append(
+                    {
+                        schema.STEP: step,
+                        schema.KL_K3: K3[d][s],
+                        schema.SEQ_KL: K3[d][s] * 40 - 1e-4,
+                        schema.TOKEN_ABS_LOGP_DIFF: 10 * K3[d][s],
+                        schema.PPO_APPROX_KL: 0.01,
+                        schema.VALUE_LOSS: 0.1 if step <= 20 else 0.05 + 0.01 * s,
+                        schema.VALUE_EXPLAINED_VARIANCE: -1.0 if step <= 20 else EV[d][s],
+                        "accuracy": 0.5,
+                    }
+                )
             runs[f"ppo-{d}-s{s}"], meta[f"ppo-{d}-s{s}"] = rows, {"dtype": d, "seed": s}
     return runs, meta
 

@@ -1,5 +1,6 @@
 """The ``ppo`` preset end to end on the real tiny-arith model (it solves some problems, so rewards vary):
 two models with live FP16 scalers, both audited; several updates per rollout batch; critic checkpoints; LoRA."""
+
 import pytest
 import torch
 
@@ -9,8 +10,16 @@ from nbkit.rl.trainer import PrecisionGRPOTrainer
 
 
 def ppo(tmp_path, name="run", **kw) -> RLConfig:
-    base = dict(algorithm="ppo", steps=4, prompts_per_step=4, samples_per_prompt=4, max_tokens=40,
-                ppo_epochs=2, ppo_minibatches=2, output_dir=str(tmp_path / name))
+    base = dict(
+        algorithm="ppo",
+        steps=4,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=40,
+        ppo_epochs=2,
+        ppo_minibatches=2,
+        output_dir=str(tmp_path / name),
+    )
     return RLConfig(**{**base, **kw})
 
 
@@ -47,8 +56,9 @@ def test_resume_restores_the_critic_and_continues_the_same_run(tmp_path):
     train(ppo(tmp_path, "cut", train_dtype="fp32", steps=4, checkpoint_every=4), progress=False)
     state = torch.load(tmp_path / "cut" / "checkpoint-4" / CRITIC_FILE, weights_only=True)
     assert {"weights", "optimizer", "scaler"} <= set(state) and state["optimizer"]["state"]  # Adam moments kept
-    resumed = train(ppo(tmp_path, "cut", train_dtype="fp32", steps=8, checkpoint_every=4, resume=True),
-                    progress=False).rows
+    resumed = train(
+        ppo(tmp_path, "cut", train_dtype="fp32", steps=8, checkpoint_every=4, resume=True), progress=False
+    ).rows
     assert len(resumed) == len(full) == 8
     for a, b in zip(full[4:], resumed[4:]):  # the critic's loss after the resume is the uninterrupted run's
         assert a["step"] == b["step"]
@@ -81,15 +91,18 @@ def test_ppo_presets_are_registered_with_a_critic():
     assert algorithms.trainer_class(ALGORITHMS["grpo"]) is PrecisionGRPOTrainer
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("ppo_epochs", 0, "ppo_epochs must be >= 1, got 0"),
-    ("ppo_lambda", 1.5, "ppo_lambda must be in [0, 1], got 1.5"),
-    ("ppo_gamma", -0.1, "ppo_gamma must be in [0, 1], got -0.1"),
-    ("ppo_value_clip", 0.0, "ppo_value_clip must be > 0, got 0.0"),
-    ("critic_lr", -1e-4, "critic_lr must be > 0, got -0.0001"),
-    ("ppo_minibatches", 3, "ppo_minibatches=3 must divide"),
-    ("checkpoint_every", 3, "checkpoint_every=3 must be a multiple of ppo_epochs × ppo_minibatches = 4"),
-])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("ppo_epochs", 0, "ppo_epochs must be >= 1, got 0"),
+        ("ppo_lambda", 1.5, "ppo_lambda must be in [0, 1], got 1.5"),
+        ("ppo_gamma", -0.1, "ppo_gamma must be in [0, 1], got -0.1"),
+        ("ppo_value_clip", 0.0, "ppo_value_clip must be > 0, got 0.0"),
+        ("critic_lr", -1e-4, "critic_lr must be > 0, got -0.0001"),
+        ("ppo_minibatches", 3, "ppo_minibatches=3 must divide"),
+        ("checkpoint_every", 3, "checkpoint_every=3 must be a multiple of ppo_epochs × ppo_minibatches = 4"),
+    ],
+)
 def test_bad_ppo_settings_fail_naming_the_value_and_the_range(field, value, needle):
     with pytest.raises(ValueError, match=__import__("re").escape(needle)):
         RLConfig(algorithm="ppo", **{field: value})
@@ -98,8 +111,19 @@ def test_bad_ppo_settings_fail_naming_the_value_and_the_range(field, value, need
 def test_ppo_token_tis_weights_the_loss_by_the_engines_mu_on_the_same_batch(tmp_path):
     rows = {}
     for algorithm in ("ppo", "ppo_token_tis"):  # same seed and weights: the same rollouts
-        rows[algorithm] = train(ppo(tmp_path, algorithm, algorithm=algorithm, train_dtype="fp32", rollout_dtype="bf16",
-                                    steps=1, is_cap=1.002, seed=3), progress=False).rows[0]
+        rows[algorithm] = train(
+            ppo(
+                tmp_path,
+                algorithm,
+                algorithm=algorithm,
+                train_dtype="fp32",
+                rollout_dtype="bf16",
+                steps=1,
+                is_cap=1.002,
+                seed=3,
+            ),
+            progress=False,
+        ).rows[0]
     plain, tis = rows["ppo"], rows["ppo_token_tis"]
     assert tis["reward"] == plain["reward"] and tis["value/loss"] == plain["value/loss"]  # the same batch, same critic
     assert "is/truncated_fraction" not in plain and tis["is/truncated_fraction"] > 0  # π_old/μ reached C = 1.002
@@ -116,9 +140,11 @@ def test_resume_works_where_accelerate_names_the_cpu_cpu_0(tmp_path, monkeypatch
     try:
         train(ppo(tmp_path, "cut", train_dtype="fp32", steps=4, checkpoint_every=4), progress=False)
         from accelerate import PartialState
+
         assert str(PartialState().device) == "cpu:0"
-        resumed = train(ppo(tmp_path, "cut", train_dtype="fp32", steps=8, checkpoint_every=4, resume=True),
-                        progress=False).rows
+        resumed = train(
+            ppo(tmp_path, "cut", train_dtype="fp32", steps=8, checkpoint_every=4, resume=True), progress=False
+        ).rows
         assert [r["step"] for r in resumed] == list(range(1, 9))
     finally:
         monkeypatch.delenv("ACCELERATE_TORCH_DEVICE")

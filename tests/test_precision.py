@@ -1,5 +1,6 @@
 """Specification of nbkit.number_formats: the format table against torch.finfo, rounding against torch's casts bit for
 bit, the grid/ulp properties, the primer's experiments and the errors bad input gets."""
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,7 @@ def random_inputs(f: P.NumberFormat, n: int = 40_000, seed: int = 0) -> torch.Te
     """≥ 100,000 float32 values for casting to ``f``: random bit patterns (every exponent, inf, NaN), log-uniform
     magnitudes over the format's range incl. subnormals and past its max, exact ties, and edge cases."""
     g = torch.Generator().manual_seed(seed)
-    patterns = torch.randint(-2 ** 31, 2 ** 31, (n,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    patterns = torch.randint(-(2**31), 2**31, (n,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
     lo, hi = math.log2(f.smallest_subnormal) - 3, math.log2(f.max_finite) + 1
     mags = torch.exp2(torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo)
     signs = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double()
@@ -35,15 +36,35 @@ def random_inputs(f: P.NumberFormat, n: int = 40_000, seed: int = 0) -> torch.Te
     ties = torch.tensor((lo_v[ok] + hi_v[ok]) / 2).float()
     assert torch.equal(ties.double(), torch.tensor((lo_v[ok] + hi_v[ok]) / 2))  # really exact in float32
     top_tie = f.max_finite + P.ulp(f.max_finite, f) / 2
-    edges = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, f.max_finite, -f.max_finite, top_tie,
-                          -top_tie, np.nextafter(np.float32(top_tie), np.float32(0)), 2 * f.max_finite,
-                          f.smallest_subnormal, f.smallest_subnormal / 2, f.smallest_subnormal * 0.75,
-                          f.smallest_normal, f.smallest_normal - f.smallest_subnormal, 1.0, -1.0, 3.4e38],
-                         dtype=torch.float32)
+    edges = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            math.inf,
+            -math.inf,
+            math.nan,
+            f.max_finite,
+            -f.max_finite,
+            top_tie,
+            -top_tie,
+            np.nextafter(np.float32(top_tie), np.float32(0)),
+            2 * f.max_finite,
+            f.smallest_subnormal,
+            f.smallest_subnormal / 2,
+            f.smallest_subnormal * 0.75,
+            f.smallest_normal,
+            f.smallest_normal - f.smallest_subnormal,
+            1.0,
+            -1.0,
+            3.4e38,
+        ],
+        dtype=torch.float32,
+    )
     return torch.cat([patterns, log_uniform, ties, edges])
 
 
 # ------------------------------------------------------------------------------------------------ the table
+
 
 @pytest.mark.parametrize("name", list(P.NUMBER_FORMATS))
 def test_format_table_matches_torch_finfo(name):
@@ -60,19 +81,37 @@ def test_format_table_matches_torch_finfo(name):
 
 def test_format_widths_are_the_published_ones():
     widths = {n: (f.sign_bits, f.exponent_bits, f.mantissa_bits) for n, f in P.NUMBER_FORMATS.items()}
-    assert widths == {"fp32": (1, 8, 23), "fp16": (1, 5, 10), "bf16": (1, 8, 7),
-                      "fp8_e4m3fn": (1, 4, 3), "fp8_e5m2": (1, 5, 2)}
+    assert widths == {
+        "fp32": (1, 8, 23),
+        "fp16": (1, 5, 10),
+        "bf16": (1, 8, 7),
+        "fp8_e4m3fn": (1, 4, 3),
+        "fp8_e5m2": (1, 5, 2),
+    }
 
 
-@pytest.mark.parametrize("alias, name", [("float16", "fp16"), ("half", "fp16"), ("HALF", "fp16"),
-                                         ("bfloat16", "bf16"), ("torch.bfloat16", "bf16"), ("float32", "fp32"),
-                                         ("e4m3", "fp8_e4m3fn"), ("float8_e5m2", "fp8_e5m2"),
-                                         (torch.float16, "fp16"), (torch.bfloat16, "bf16"), (torch.float32, "fp32")])
+@pytest.mark.parametrize(
+    "alias, name",
+    [
+        ("float16", "fp16"),
+        ("half", "fp16"),
+        ("HALF", "fp16"),
+        ("bfloat16", "bf16"),
+        ("torch.bfloat16", "bf16"),
+        ("float32", "fp32"),
+        ("e4m3", "fp8_e4m3fn"),
+        ("float8_e5m2", "fp8_e5m2"),
+        (torch.float16, "fp16"),
+        (torch.bfloat16, "bf16"),
+        (torch.float32, "fp32"),
+    ],
+)
 def test_get_format_accepts_aliases_and_torch_dtypes(alias, name):
     assert P.get_format(alias) is P.NUMBER_FORMATS[name]
 
 
 # ------------------------------------------------------------------------------------------ bit for bit
+
 
 @pytest.mark.parametrize("name", LOW)
 def test_rounding_matches_torch_cast_bit_for_bit(name):
@@ -106,7 +145,7 @@ def test_fp32_rounding_from_float64_matches_torch_cast_bit_for_bit():
     g = torch.Generator().manual_seed(1)
     n = 50_000
     mags = torch.exp2(torch.rand(n, generator=g, dtype=torch.float64) * 290 - 155)  # subnormal .. overflow
-    patterns = torch.randint(-2 ** 63, 2 ** 63 - 1, (n,), generator=g, dtype=torch.int64).view(torch.float64)
+    patterns = torch.randint(-(2**63), 2**63 - 1, (n,), generator=g, dtype=torch.int64).view(torch.float64)
     pats = torch.randint(0, 0x7F7FFFFF, (n,), generator=g, dtype=torch.int64).numpy()
     ties = torch.tensor((P.from_bits(pats, f) + P.from_bits(pats + 1, f)) / 2)
     x = torch.cat([mags, -mags, patterns, ties])
@@ -140,11 +179,10 @@ def test_decompose_fields_and_kind_agree_with_torch(name):
         assert d.bits == b and d.bit_string == format(b, f"0{f.bits}b")
         assert d.bit_string == str(d.sign) + d.exponent_bits + d.mantissa_bits
         assert (d.sign, d.exponent, d.mantissa) == (b >> (f.bits - 1), int(d.exponent_bits, 2), int(d.mantissa_bits, 2))
-        kind = ("inf" if math.isinf(v) else "zero" if v == 0 else
-                "subnormal" if abs(v) < f.smallest_normal else "normal")
+        kind = "inf" if math.isinf(v) else "zero" if v == 0 else "subnormal" if abs(v) < f.smallest_normal else "normal"
         assert d.kind == kind and (d.rounded == v)
         if kind == "normal":
-            assert 2.0 ** d.unbiased_exponent <= abs(v) < 2.0 ** (d.unbiased_exponent + 1)
+            assert 2.0**d.unbiased_exponent <= abs(v) < 2.0 ** (d.unbiased_exponent + 1)
 
 
 def test_decompose_of_one_tenth_in_bf16():
@@ -164,12 +202,13 @@ def test_overflow_goes_to_inf_except_e4m3fn_which_saturates_like_torch():
 
 def test_round_to_rounds_float64_once_where_torch_double_rounds_via_float32():
     # just above the tie between 1 and 1 + 2^-7; float32 rounds it onto the tie, then ties-to-even gives 1
-    x = 1.0 + 2.0 ** -8 + 2.0 ** -30
-    assert P.round_to(x, "bf16") == 1.0 + 2.0 ** -7
+    x = 1.0 + 2.0**-8 + 2.0**-30
+    assert P.round_to(x, "bf16") == 1.0 + 2.0**-7
     assert torch.tensor(x, dtype=torch.float64).to(torch.bfloat16).item() == 1.0
 
 
 # ---------------------------------------------------------------------------------------- ulp and the grid
+
 
 @pytest.mark.parametrize("name", list(P.NUMBER_FORMATS))
 def test_ulp_is_eps_at_one_and_smallest_subnormal_at_zero(name):
@@ -208,8 +247,12 @@ def test_subnormals_lose_relative_precision():
 @pytest.mark.parametrize("name", ["fp16", "bf16", "fp32"])
 def test_representable_grid_holds_2_to_the_m_values_per_binade(name):
     f = P.NUMBER_FORMATS[name]
-    grid = P.representable_grid(1.0, 2.0 - 1e-12, f) if f.mantissa_bits < 17 else P.representable_grid(1.0, 1.0 + 1e3 * f.eps, f)
-    expected = 2 ** f.mantissa_bits if f.mantissa_bits < 17 else 1001
+    grid = (
+        P.representable_grid(1.0, 2.0 - 1e-12, f)
+        if f.mantissa_bits < 17
+        else P.representable_grid(1.0, 1.0 + 1e3 * f.eps, f)
+    )
+    expected = 2**f.mantissa_bits if f.mantissa_bits < 17 else 1001
     assert len(grid) == expected and grid[0] == 1.0
     assert np.all(np.diff(grid) == f.eps) and np.array_equal(P.round_to(grid, f), grid)
 
@@ -223,27 +266,31 @@ def test_representable_grid_spans_zero_and_is_symmetric():
 def test_fp16_grid_near_one_is_eight_times_finer_than_bf16_and_equally_fine_near_1e_minus_5():
     near_one = [len(P.representable_grid(0.97, 1.03, f)) for f in ("fp16", "bf16")]
     assert 7 <= near_one[0] / near_one[1] <= 9
-    assert P.ulp(1e-5, "fp16") == P.ulp(1e-5, "bf16") == 2.0 ** -24
+    assert P.ulp(1e-5, "fp16") == P.ulp(1e-5, "bf16") == 2.0**-24
 
 
 # ------------------------------------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize("call, bad, choices", [
-    (lambda: P.get_format("fp12"), "'fp12'", "fp16"),
-    (lambda: P.get_format(torch.int32), "torch.int32", "torch.float16"),
-    (lambda: P.round_to(1.0, "float8"), "'float8'", "bf16"),
-    (lambda: P.ulp(math.nan, "fp16"), "nan", "finite"),
-    (lambda: P.relative_rounding_error([1.0, math.inf], "bf16"), "inf", "finite"),
-    (lambda: P.representable_grid(0.0, math.inf, "fp16"), "inf", "finite"),
-    (lambda: P.representable_grid(0.0, 10.0, "fp32"), "max_points", "narrow the interval"),
-    (lambda: P.compose(0, 32, 0, "fp16"), "32", "0..31"),
-    (lambda: P.from_bits(256, "fp8_e5m2"), "256", "0..255"),
-    (lambda: P.probability_ratios(1.5, 0.9), "1.5", "(0, 1]"),
-    (lambda: P.one_ulp_ratio(0.0, "bf16"), "0.0", "(0, 1]"),
-    (lambda: P.accumulation_error(max_length=512, n_random=100), "100", "max_length=512"),
-    (lambda: P.loss_scaling_demo(scale=-1.0), "-1.0", "positive"),
-    (lambda: P.grad_scaler_trace(n_steps=5, inject_inf_at=[7]), "[7]", "0..4"),
-])
+
+@pytest.mark.parametrize(
+    "call, bad, choices",
+    [
+        (lambda: P.get_format("fp12"), "'fp12'", "fp16"),
+        (lambda: P.get_format(torch.int32), "torch.int32", "torch.float16"),
+        (lambda: P.round_to(1.0, "float8"), "'float8'", "bf16"),
+        (lambda: P.ulp(math.nan, "fp16"), "nan", "finite"),
+        (lambda: P.relative_rounding_error([1.0, math.inf], "bf16"), "inf", "finite"),
+        (lambda: P.representable_grid(0.0, math.inf, "fp16"), "inf", "finite"),
+        (lambda: P.representable_grid(0.0, 10.0, "fp32"), "max_points", "narrow the interval"),
+        (lambda: P.compose(0, 32, 0, "fp16"), "32", "0..31"),
+        (lambda: P.from_bits(256, "fp8_e5m2"), "256", "0..255"),
+        (lambda: P.probability_ratios(1.5, 0.9), "1.5", "(0, 1]"),
+        (lambda: P.one_ulp_ratio(0.0, "bf16"), "0.0", "(0, 1]"),
+        (lambda: P.accumulation_error(max_length=512, n_random=100), "100", "max_length=512"),
+        (lambda: P.loss_scaling_demo(scale=-1.0), "-1.0", "positive"),
+        (lambda: P.grad_scaler_trace(n_steps=5, inject_inf_at=[7]), "[7]", "0..4"),
+    ],
+)
 def test_bad_input_raises_value_error_naming_the_value_and_the_choices(call, bad, choices):
     with pytest.raises(ValueError) as e:
         call()
@@ -251,6 +298,7 @@ def test_bad_input_raises_value_error_naming_the_value_and_the_choices(call, bad
 
 
 # -------------------------------------------------------------------------------- the primer's experiments
+
 
 def test_bf16_rounds_0_9001_and_0_9002_to_the_same_value_so_the_ratio_is_exactly_one():
     rows = {r.format: r for r in P.probability_ratios(0.9002, 0.9001)}
@@ -291,15 +339,19 @@ def test_accumulation_error_grows_with_length_and_is_largest_in_bf16():
 
 
 def test_loss_scaling_rescues_gradients_that_fp16_flushes_to_zero():
-    demo = P.loss_scaling_demo(scale=2.0 ** 16)
+    demo = P.loss_scaling_demo(scale=2.0**16)
     g32 = demo.grads.astype(np.float32).astype(np.float64)
     fp16 = P.NUMBER_FORMATS["fp16"]
     counts = demo.counts()
     assert counts["without scale"]["zero"] == np.sum(g32 <= fp16.smallest_subnormal / 2) > 0
-    assert counts["without scale"]["subnormal"] == np.sum((g32 > fp16.smallest_subnormal / 2) & (g32 < fp16.smallest_normal)) > 0
+    assert (
+        counts["without scale"]["subnormal"]
+        == np.sum((g32 > fp16.smallest_subnormal / 2) & (g32 < fp16.smallest_normal))
+        > 0
+    )
     assert counts["with scale"] == {"zero": 0, "subnormal": 0, "normal": len(demo.grads), "inf": 0}
     assert demo.rel_error_scaled.max() <= fp16.unit_roundoff < demo.rel_error_unscaled.max()
-    assert P.loss_scaling_demo(scale=2.0 ** 30).counts()["with scale"]["inf"] > 0  # too large a scale overflows
+    assert P.loss_scaling_demo(scale=2.0**30).counts()["with scale"]["inf"] > 0  # too large a scale overflows
 
 
 def test_grad_scaler_skips_the_injected_step_halves_the_scale_then_grows_back():
@@ -317,6 +369,7 @@ def test_grad_scaler_skips_the_injected_step_halves_the_scale_then_grows_back():
 
 # ------------------------------------------------------------------------------------------------ figures
 
+
 def test_figures_show_the_measured_data():
     from nbkit.plots import precision as PP
 
@@ -324,7 +377,9 @@ def test_figures_show_the_measured_data():
     marked = PP.grad_scaler_figure(trace).data[1]
     assert list(marked.x) == [2, 5] and list(marked.y) == [trace[2].scale, trace[5].scale]
     grid = PP.grid_figure(centers=(1.0,), rel_width=0.03)
-    assert {t.name: len(t.x) for t in grid.data} == {f: len(P.representable_grid(0.97, 1.03, f)) for f in ("fp16", "bf16")}
+    assert {t.name: len(t.x) for t in grid.data} == {
+        f: len(P.representable_grid(0.97, 1.03, f)) for f in ("fp16", "bf16")
+    }
 
 
 def test_show_embeds_plotlyjs_once_per_kernel(monkeypatch):

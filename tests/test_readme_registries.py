@@ -2,6 +2,7 @@
 (``nbkit.workbook.readme``) and a test fails the moment the two disagree, as for RESULTS.md. Adding an entry in its
 one place (a temporary one here, never a file edit) makes it appear in the README's table, in what the command line
 accepts, and in the tests that read the registry."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -79,13 +80,17 @@ def test_a_preset_added_in_one_place_reaches_the_readme_the_cli_and_the_tests(re
 
 
 def test_a_format_added_in_one_place_reaches_the_readme_the_cli_and_the_quantizer(restore):
-    fmt = formats.register(formats.RolloutFormat("tmp-e4m3-fp16", "fp16", "fp8", formats.E4M3, "channel",
-                                                 "FP8 E4M3 linears on an FP16 forward"))
+    fmt = formats.register(
+        formats.RolloutFormat(
+            "tmp-e4m3-fp16", "fp16", "fp8", formats.E4M3, "channel", "FP8 E4M3 linears on an FP16 forward"
+        )
+    )
     assert "`tmp-e4m3-fp16`" in readme.formats() and "fp16" in readme.formats()
     from nbkit.cli.train import resolve
 
-    cfg, _ = resolve(["--rollout-format", "tmp-e4m3-fp16", "--rollout-engine", "hf", "--train-dtype", "fp16",
-                      "--print-config"])
+    cfg, _ = resolve(
+        ["--rollout-format", "tmp-e4m3-fp16", "--rollout-engine", "hf", "--train-dtype", "fp16", "--print-config"]
+    )
     assert cfg.rollout == "fp16"
     with pytest.raises(ValueError, match="'tmp-e4m3-fp16'"):
         formats.validate("nope")
@@ -97,16 +102,23 @@ def test_a_format_added_in_one_place_reaches_the_readme_the_cli_and_the_quantize
 
 
 def test_a_metric_added_in_one_place_reaches_the_readme_the_computed_row_and_the_trainers_keys(restore, monkeypatch):
-    metrics.register(metrics.Metric("tmp/abs_log_ratio_max", "max over tokens of |log r|", ("oat/tmp",),
-                                    ("tmp/abs_log_ratio_max",)))
+    metrics.register(
+        metrics.Metric("tmp/abs_log_ratio_max", "max over tokens of |log r|", ("oat/tmp",), ("tmp/abs_log_ratio_max",))
+    )
     real = mismatch.ess_metrics
-    monkeypatch.setattr(mismatch, "ess_metrics", lambda pi, mu: {
-        **real(pi, mu), "tmp/abs_log_ratio_max": float(max(np.abs(p - m).max() for p, m in zip(pi, mu, strict=True)))})
+    monkeypatch.setattr(
+        mismatch,
+        "ess_metrics",
+        lambda pi, mu: {
+            **real(pi, mu),
+            "tmp/abs_log_ratio_max": float(max(np.abs(p - m).max() for p, m in zip(pi, mu, strict=True))),
+        },
+    )
     assert "| `tmp/abs_log_ratio_max` | `mismatch/tmp/abs_log_ratio_max` | `oat/tmp` |" in readme.metrics()
     out = mismatch.mismatch_metrics([np.array([-1.0, -2.0])], [np.array([-1.5, -2.0])])
     assert out["tmp/abs_log_ratio_max"] == out["oat/tmp"] == 0.5
     assert "tmp/abs_log_ratio_max" in metrics.logged()
-    assert list(out)[:len(metrics.MISMATCH)] == list(metrics.MISMATCH)  # in the registry's order
+    assert list(out)[: len(metrics.MISMATCH)] == list(metrics.MISMATCH)  # in the registry's order
 
 
 def test_a_study_added_in_one_place_reaches_the_readme_and_the_study_command(restore, capsys):

@@ -6,6 +6,7 @@ the same study stored twice is byte for byte the same. A study never replaces a 
 ``--overwrite``. A user's README.md in a run folder is never TRL's model card. Every data-loss check compares the
 sha256 of every file of the user's before and after.
 """
+
 import datetime
 import hashlib
 import json
@@ -35,8 +36,9 @@ def sha256_tree(folder: Path) -> dict:
 
 def build(tmp_path, out, **kw):
     task = arith_task(12)
-    return ds.build(task, cfg(tmp_path, out_dir=str(out), lo=0.0, hi=1.0, **kw), FakeEngine(planned(task)),
-                    progress=False)
+    return ds.build(
+        task, cfg(tmp_path, out_dir=str(out), lo=0.0, hi=1.0, **kw), FakeEngine(planned(task)), progress=False
+    )
 
 
 # --- 2. a dataset rebuilt in its own folder never takes the user's files with it -----------------------------------
@@ -56,8 +58,14 @@ def users_things(folder: Path) -> list[Path]:
 def test_a_dataset_rebuild_refuses_a_folder_holding_anything_it_did_not_write(tmp_path):
     out = tmp_path / "sets" / "t"
     build(tmp_path, out)
-    assert set(outputs.read_marker(out)["files"]) == {"README.md", "card.json", "dataset_dict.json",
-                                                        "pool.parquet", "train", "train.parquet"}
+    assert set(outputs.read_marker(out)["files"]) == {
+        "README.md",
+        "card.json",
+        "dataset_dict.json",
+        "pool.parquet",
+        "train",
+        "train.parquet",
+    }
     users_things(out)
     before = sha256_tree(tmp_path / "sets")
     engine_calls = []
@@ -151,15 +159,23 @@ def marked_run(folder: Path, cfg: RLConfig, steps: int, files: list[str] | None 
     """A finished run of ``cfg`` in ``folder`` as the workbook leaves one (no model: the folder's files only)."""
     outputs.write_marker(folder, runfolder.KIND, **({"files": files} if files is not None else {}))
     outputs.write_json(folder / "config.json", {**cfg.to_dict(), "output_dir": str(folder)})
-    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "accuracy": 0.5}) + "\n"
-                                                  for s in range(1, steps + 1)))
+    (folder / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "accuracy": 0.5}) + "\n" for s in range(1, steps + 1))
+    )
     outputs.write_json(folder / "summary.json", {"steps": steps})
 
 
 def test_overwrite_never_deletes_a_users_readme_in_a_marked_run_folder(tmp_path, arith_jsonl):
     out = tmp_path / "run"
-    cfg = RLConfig(dataset=arith_jsonl, train_dtype="fp32", steps=1, prompts_per_step=2, samples_per_prompt=2,
-                   output_dir=str(out), overwrite=True)
+    cfg = RLConfig(
+        dataset=arith_jsonl,
+        train_dtype="fp32",
+        steps=1,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        output_dir=str(out),
+        overwrite=True,
+    )
     marked_run(out, cfg, 1, files=[])
     (out / "README.md").write_text("# what I learned from this run\n")
     before = sha256_tree(tmp_path)
@@ -171,8 +187,15 @@ def test_overwrite_never_deletes_a_users_readme_in_a_marked_run_folder(tmp_path,
 
 def test_a_readme_the_workbook_recorded_is_replaced_with_its_run(tmp_path, arith_jsonl):
     out = tmp_path / "run"
-    cfg = RLConfig(dataset=arith_jsonl, train_dtype="fp32", steps=1, prompts_per_step=2, samples_per_prompt=2,
-                   output_dir=str(out), overwrite=True)
+    cfg = RLConfig(
+        dataset=arith_jsonl,
+        train_dtype="fp32",
+        steps=1,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        output_dir=str(out),
+        overwrite=True,
+    )
     marked_run(out, cfg, 1, files=["README.md"])  # TRL's model card, recorded when a checkpoint wrote it
     (out / "README.md").write_text("---\nlibrary_name: transformers\ntags: [trl]\n---\n")
     plan = runfolder.plan_run(cfg)
@@ -183,8 +206,15 @@ def test_a_readme_the_workbook_recorded_is_replaced_with_its_run(tmp_path, arith
 
 def test_a_user_readme_is_refused_when_trl_would_write_its_model_card_there(tmp_path, arith_jsonl):
     out = tmp_path / "run"
-    cfg = RLConfig(dataset=arith_jsonl, train_dtype="fp32", steps=2, prompts_per_step=2, samples_per_prompt=2,
-                   output_dir=str(out), checkpoint_every=1)
+    cfg = RLConfig(
+        dataset=arith_jsonl,
+        train_dtype="fp32",
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        output_dir=str(out),
+        checkpoint_every=1,
+    )
     marked_run(out, cfg, 1, files=[])
     (out / "checkpoint-1").mkdir()
     (out / "checkpoint-1" / "trainer_state.json").write_text("{}")
@@ -244,7 +274,7 @@ def test_storing_another_grid_is_refused_with_the_count_and_the_differing_fields
 
 
 def before_under(tree: dict, prefix: str) -> dict:
-    return {k[len(prefix) + 1:]: v for k, v in tree.items() if k.startswith(prefix + "/")}
+    return {k[len(prefix) + 1 :]: v for k, v in tree.items() if k.startswith(prefix + "/")}
 
 
 def test_storing_with_keep_stored_adds_runs_without_replace(tmp_path):
@@ -263,6 +293,7 @@ def test_a_study_run_refuses_a_finished_run_of_another_setting_naming_the_fields
     from nbkit.rl import grid
 
     trained = []
+
     def stand_in(cfg, progress=True):  # the grid's trainer: records the run instead of training it
         trained.append(cfg)
         return grid.RunResult(cfg.out, [], 0.0, [])

@@ -1,5 +1,6 @@
 """The findings page and clean reports: what a notebook publishes, what the index shows, what the HTML keeps,
 and where library chatter goes."""
+
 import json
 import os
 import sys
@@ -47,11 +48,13 @@ def test_publish_rejects_a_headline_the_page_cannot_show(as_runner):
 
 def test_index_shows_headlines_figures_provenance_and_failures(as_runner):
     report.publish({"BF16/FP16 token |Δlog p|": "8.0× (95% CI 7.3–9.0)"}, figure=go.Figure(go.Bar(y=[8])))
-    results = [runner.NotebookResult("07_demo", True, 12.0, {"n": 1}),
-               runner.NotebookResult("08_broken", False, 3.0, {}, "ValueError: boom")]
+    results = [
+        runner.NotebookResult("07_demo", True, 12.0, {"n": 1}),
+        runner.NotebookResult("08_broken", False, 3.0, {}, "ValueError: boom"),
+    ]
     prov = {"profile": "smoke", "commit": "abc123", "machine": "test box", "date": "today"}
     page = report.write_index(as_runner, "smoke", results, prov).read_text()
-    assert "8.0× (95% CI 7.3–9.0)" in page and "id=\"figure-07_demo\"" in page
+    assert "8.0× (95% CI 7.3–9.0)" in page and 'id="figure-07_demo"' in page
     assert "href='07_demo.html'" not in page  # no report file, no dead link
     assert "FAILED" in page and "ValueError: boom" in page
     for fact in ("abc123", "test box", "today", "15 s in total"):
@@ -67,8 +70,13 @@ def test_provenance_names_commit_machine_and_date():
 
 
 def test_the_runner_hands_the_kernel_its_report_folder_and_clears_stale_findings(tmp_path):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "from nbkit.workbook import report\nreport.publish({'answer': 42})\nraise ValueError('boom')")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "from nbkit.workbook import report\nreport.publish({'answer': 42})\nraise ValueError('boom')"
+            )
+        ]
+    )
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     source = tmp_path / "src" / "07_demo.ipynb"
     source.parent.mkdir()
@@ -91,9 +99,14 @@ def _notebook_with(outputs) -> nbformat.NotebookNode:
 
 def test_report_html_keeps_one_line_per_progress_bar_and_widget_fallbacks(tmp_path):
     bar = nbformat.v4.new_output("stream", name="stderr", text="\rsampling:   0%\rsampling:  50%\rsampling: 100%\n")
-    widget = nbformat.v4.new_output("display_data", data={
-        "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
-        "text/html": "<p>Live widget: run <code>make lab</code></p>", "text/plain": "widget"})
+    widget = nbformat.v4.new_output(
+        "display_data",
+        data={
+            "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
+            "text/html": "<p>Live widget: run <code>make lab</code></p>",
+            "text/plain": "widget",
+        },
+    )
     path = tmp_path / "x.ipynb"
     nbformat.write(_notebook_with([bar, widget]), path)
     page = report.export_html(path).read_text()
@@ -138,9 +151,17 @@ def test_quiet_shows_the_end_of_the_output_when_the_step_fails(tmp_path, capfd):
 
 
 def _rows(dtype, accs, matmul=None, scaler=True):
-    return [{"step": i + 1, "accuracy": a, "mismatch/token_abs_logp_diff/mean": 1e-4,
-             "audit/matmul_dtypes": {matmul or dtype: 12}, "audit/requested": dtype, "audit/scaler_enabled": scaler}
-            for i, a in enumerate(accs)]
+    return [
+        {
+            "step": i + 1,
+            "accuracy": a,
+            "mismatch/token_abs_logp_diff/mean": 1e-4,
+            "audit/matmul_dtypes": {matmul or dtype: 12},
+            "audit/requested": dtype,
+            "audit/scaler_enabled": scaler,
+        }
+        for i, a in enumerate(accs)
+    ]
 
 
 def test_training_headline_gives_the_sanity_outcome_and_the_audit_verdict():
@@ -160,8 +181,10 @@ def test_a_kernel_run_by_the_runner_draws_text_progress_bars(tmp_path):
 
     code = "import nbkit, tqdm.auto; print(tqdm.auto.tqdm.__module__)"
     env = {**os.environ, report.REPORT_DIR_ENV: str(tmp_path), report.NOTEBOOK_ENV: "07_demo"}
-    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip() == "tqdm.std"
+    assert (
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+        == "tqdm.std"
+    )
 
 
 def test_a_nested_quiet_block_still_announces_in_the_notebook(tmp_path, capfd):
@@ -180,14 +203,16 @@ def test_a_logger_made_inside_quiet_can_still_log_while_the_process_exits(tmp_pa
     import subprocess
 
     log = tmp_path / "x.log"
-    code = ("import atexit, logging, sys, weakref\n"
-            "atexit.register(lambda: logging.getLogger('engine').warning('a daemon thread, after every finaliser'))\n"
-            "weakref.finalize(logging, print)  # an earlier finaliser, as importing vLLM makes\n"
-            "from nbkit import logs\n"
-            f"with logs.quiet('engine', path={str(log)!r}):\n"
-            "    logging.getLogger('engine').addHandler(logging.StreamHandler(sys.stderr))\n"
-            "    engine = logging.getLogger('engine')\n"
-            "    weakref.finalize(engine, engine.warning, 'shutting the engine down')\n")
+    code = (
+        "import atexit, logging, sys, weakref\n"
+        "atexit.register(lambda: logging.getLogger('engine').warning('a daemon thread, after every finaliser'))\n"
+        "weakref.finalize(logging, print)  # an earlier finaliser, as importing vLLM makes\n"
+        "from nbkit import logs\n"
+        f"with logs.quiet('engine', path={str(log)!r}):\n"
+        "    logging.getLogger('engine').addHandler(logging.StreamHandler(sys.stderr))\n"
+        "    engine = logging.getLogger('engine')\n"
+        "    weakref.finalize(engine, engine.warning, 'shutting the engine down')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "Logging error" not in done.stderr and "closed file" not in done.stderr
     assert "shutting the engine down" in log.read_text() and "daemon thread" not in done.stderr

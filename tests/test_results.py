@@ -1,5 +1,6 @@
 """Stored results (``nbkit.results``): a study written from run folders reads back row for row, with a provenance
 card naming a commit that exists, the machine, date, command and wall time."""
+
 import gzip
 import json
 import subprocess
@@ -22,16 +23,28 @@ def _runs(tmp_path):
 
 def test_a_stored_study_reads_back_row_for_row_with_its_card(tmp_path):
     root = tmp_path / "results"
-    out = results.store("demo", _runs(tmp_path), command="make report PROFILE=cpu-full", wall_seconds=12.34,
-                        configs={"grpo-fp16-s0": {"lr": 1e-4}}, root=root)
+    out = results.store(
+        "demo",
+        _runs(tmp_path),
+        command="make report PROFILE=cpu-full",
+        wall_seconds=12.34,
+        configs={"grpo-fp16-s0": {"lr": 1e-4}},
+        root=root,
+    )
     assert (out / "runs" / "grpo-fp16-s0.jsonl.gz").is_file()
     with gzip.open(out / "runs" / "grpo-fp16-s0.jsonl.gz", "rt") as fh:  # really compressed JSON lines
         assert json.loads(fh.readline())["accuracy"] == 0.1
     runs = results.load("demo", root=root)
-    assert runs == {"grpo-bf16-s0": [{"step": 1, "accuracy": 0.2, "mismatch/kl_k3": 1e-4},
-                                     {"step": 2, "accuracy": 0.4, "mismatch/kl_k3": 2e-4}],
-                    "grpo-fp16-s0": [{"step": 1, "accuracy": 0.1, "mismatch/kl_k3": 1e-4},
-                                     {"step": 2, "accuracy": 0.5, "mismatch/kl_k3": 2e-4}]}
+    assert runs == {
+        "grpo-bf16-s0": [
+            {"step": 1, "accuracy": 0.2, "mismatch/kl_k3": 1e-4},
+            {"step": 2, "accuracy": 0.4, "mismatch/kl_k3": 2e-4},
+        ],
+        "grpo-fp16-s0": [
+            {"step": 1, "accuracy": 0.1, "mismatch/kl_k3": 1e-4},
+            {"step": 2, "accuracy": 0.5, "mismatch/kl_k3": 2e-4},
+        ],
+    }
     card = results.card("demo", root=root)
     assert card["command"] == "make report PROFILE=cpu-full" and card["wall_seconds"] == 12.3
     assert card["runs"] == ["grpo-bf16-s0", "grpo-fp16-s0"] and card["rows"] == 4
@@ -84,5 +97,7 @@ def test_storing_the_same_rows_again_writes_the_same_bytes(tmp_path, monkeypatch
     monkeypatch.setattr(gzip.time, "time", lambda: 2e9)  # a later sitting (gzip stamps the time unless told not to)
     second = results.store("s", rows, command="c", wall_seconds=1.0, root=tmp_path / "two")
     for label in rows:
-        assert (first / "runs" / f"{label}.jsonl.gz").read_bytes() == (second / "runs" / f"{label}.jsonl.gz").read_bytes()
+        assert (first / "runs" / f"{label}.jsonl.gz").read_bytes() == (
+            second / "runs" / f"{label}.jsonl.gz"
+        ).read_bytes()
     assert results.load("s", tmp_path / "two") == rows

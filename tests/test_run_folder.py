@@ -4,6 +4,7 @@ never blocks a resume, and nothing is changed before every check has passed.
 
 Cheap runs: tiny-arith, HF engine, fp32, 2 prompts x 2 samples.
 """
+
 import json
 
 import pytest
@@ -14,8 +15,18 @@ from nbkit.rl.trainer import StepLogger
 
 
 def config(out, data, **kw) -> RLConfig:
-    base = dict(model="tiny-arith", dataset=data, train_dtype="fp32", rollout_engine="hf", steps=4,
-                prompts_per_step=2, samples_per_prompt=2, max_tokens=40, checkpoint_every=2, output_dir=str(out))
+    base = dict(
+        model="tiny-arith",
+        dataset=data,
+        train_dtype="fp32",
+        rollout_engine="hf",
+        steps=4,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=40,
+        checkpoint_every=2,
+        output_dir=str(out),
+    )
     return RLConfig(**{**base, **kw})
 
 
@@ -43,7 +54,9 @@ def trace(rows) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_a_killed_and_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(tmp_path, arith_jsonl, monkeypatch, capsys):
+def test_a_killed_and_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(
+    tmp_path, arith_jsonl, monkeypatch, capsys
+):
     straight = train(config(tmp_path / "straight", arith_jsonl), progress=False)
     assert [r["step"] for r in straight.rows] == [1, 2, 3, 4]
     assert len({r["reward"] for r in straight.rows} | {r["completions/mean_length"] for r in straight.rows}) > 2
@@ -124,8 +137,10 @@ def test_only_a_partial_checkpoint_is_reported_by_name(tmp_path, arith_jsonl):
 
 def test_resume_may_change_only_the_declared_safe_fields(tmp_path, arith_jsonl):
     saved = config(tmp_path, arith_jsonl).to_dict()
-    assert runfolder.differing_fields(saved, config(tmp_path, arith_jsonl, steps=99, checkpoint_every=5,
-                                                    resume=True)) == []
+    assert (
+        runfolder.differing_fields(saved, config(tmp_path, arith_jsonl, steps=99, checkpoint_every=5, resume=True))
+        == []
+    )
     diffs = runfolder.differing_fields(saved, config(tmp_path, arith_jsonl, seed=3, algorithm="gspo"))
     assert diffs == ["algorithm (run: 'grpo', now: 'gspo')", "seed (run: 0, now: 3)"]
     del saved["lora_rank"]  # a config written before a field existed holds the field's default

@@ -1,6 +1,7 @@
 """A run folder is held by one process: a second one, fresh or resume, is refused naming the holder, and the
 lock of a process that died (kill -9) is taken over without a hand. The holder here is a real second process
 taking the run folder's lock as ``train`` does (``runfolder.hold``, rank 0: ``locks.FolderLock(out)``)."""
+
 import os
 import signal
 import subprocess
@@ -12,8 +13,10 @@ from nbkit import locks
 from nbkit.cli import main as cli_main
 from nbkit.rl import RLConfig, runfolder, train
 
-HOLDER = ("import sys, time; from nbkit import locks; "  # runfolder.hold's rank-0 lock, without importing torch
-          "lock = locks.FolderLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
+HOLDER = (
+    "import sys, time; from nbkit import locks; "  # runfolder.hold's rank-0 lock, without importing torch
+    "lock = locks.FolderLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)"
+)
 
 
 @pytest.fixture
@@ -30,8 +33,9 @@ def holder(tmp_path):
 
 
 def cfg(out, data, **kw) -> RLConfig:
-    return RLConfig(dataset=data, train_dtype="fp32", steps=1, prompts_per_step=2, samples_per_prompt=2,
-                    output_dir=str(out), **kw)
+    return RLConfig(
+        dataset=data, train_dtype="fp32", steps=1, prompts_per_step=2, samples_per_prompt=2, output_dir=str(out), **kw
+    )
 
 
 @pytest.mark.parametrize("how", [{}, {"resume": True}, {"overwrite": True}], ids=["fresh", "resume", "overwrite"])

@@ -1,4 +1,5 @@
 """The runner: profiles are validated before anything runs, and the index links every executed notebook."""
+
 import pytest
 
 from nbkit.workbook import report, runner
@@ -15,8 +16,10 @@ def test_unknown_notebook_filter_names_the_notebooks():
 
 
 def test_index_links_each_result_with_status(tmp_path):
-    results = [runner.NotebookResult("00_a", True, 1.5, {"x": 1}),
-               runner.NotebookResult("01_b", False, 2.0, {}, "ValueError: boom")]
+    results = [
+        runner.NotebookResult("00_a", True, 1.5, {"x": 1}),
+        runner.NotebookResult("01_b", False, 2.0, {}, "ValueError: boom"),
+    ]
     for r in results:
         (tmp_path / f"{r.stem}.html").write_text("<html></html>")
     page = report.write_index(tmp_path, "smoke", results).read_text()
@@ -66,7 +69,9 @@ def test_a_notebooks_defaults_are_read_as_values_and_a_non_literal_is_named(tmp_
 
     defaults = runner.notebook_defaults(runner.NOTEBOOKS / "03_rl_training.ipynb")
     assert defaults["train_dtypes"] == ["fp16", "bf16"] and defaults["config_overrides"] == {}
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("steps = 2 ** 4  # =", metadata={"tags": ["parameters"]})])
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("steps = 2 ** 4  # =", metadata={"tags": ["parameters"]})]
+    )
     nbformat.write(nb, tmp_path / "x.ipynb")
     assert runner.notebook_parameters(tmp_path / "x.ipynb") == {"steps"}  # names still read for the refusal check
     with pytest.raises(ValueError, match=r"parameter steps = 2 \*\* 4 is not a literal"):
@@ -81,7 +86,13 @@ def test_the_makefile_exports_exactly_the_cache_environment_of_nbkit_paths():
     from nbkit.paths import ROOT, cache_env
 
     env = {k: v for k, v in os.environ.items() if k not in cache_env()}
-    out = subprocess.run(["make", "-s", "--eval", "envdump: ; @env", "envdump"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["make", "-s", "--eval", "envdump: ; @env", "envdump"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     seen = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     assert {k: seen.get(k) for k in cache_env()} == cache_env()

@@ -1,5 +1,6 @@
 """IS under sampling filters: an engine's processed log-probs (top-p/top-k) are renormalised over the kept tokens;
 π scored under the same filter makes the IS ratio's mean ≈ 1 when π = μ, where the unfiltered π gives the kept mass."""
+
 import numpy as np
 import pytest
 import torch
@@ -26,8 +27,9 @@ def test_is_ratio_mean_is_one_under_top_p_when_pi_equals_mu():
     model, tok = models.load("tiny-arith", "fp32")
     engine = HFEngine(model, "fp32", tokenizer=tok, progress=False)
     top_p, temperature = 0.6, 1.5  # a wide distribution, so the nucleus drops real mass
-    sampling = SamplingConfig(max_tokens=40, n=4, top_p=top_p, temperature=temperature, seed=3,
-                              logprobs_mode="processed_logprobs")
+    sampling = SamplingConfig(
+        max_tokens=40, n=4, top_p=top_p, temperature=temperature, seed=3, logprobs_mode="processed_logprobs"
+    )
     rollouts = engine.generate([p["problem"] for p in arith.make_problems(8, seed=2)], sampling)
     mu = [np.asarray(r.logprobs) for r in rollouts]
     filtered = mismatch.teacher_forced_logprobs(model, rollouts, temperature=temperature, top_p=top_p)

@@ -1,4 +1,5 @@
 """The FP16 loss scaler is found whoever owns it: torch's GradScaler, or DeepSpeed's (fp16 block) under ZeRO."""
+
 from types import SimpleNamespace
 
 import torch
@@ -22,9 +23,14 @@ class FakeDeepSpeedEngine:
 
 
 def accelerator(scaler=None, engine=None, distributed_type=DistributedType.NO, mixed_precision="fp16"):
-    return SimpleNamespace(scaler=scaler, distributed_type=distributed_type, native_amp=False,
-                           deepspeed_engine_wrapped=SimpleNamespace(engine=engine) if engine else None,
-                           state=SimpleNamespace(mixed_precision=mixed_precision), device=torch.device("cpu"))
+    return SimpleNamespace(
+        scaler=scaler,
+        distributed_type=distributed_type,
+        native_amp=False,
+        deepspeed_engine_wrapped=SimpleNamespace(engine=engine) if engine else None,
+        state=SimpleNamespace(mixed_precision=mixed_precision),
+        device=torch.device("cpu"),
+    )
 
 
 def test_torch_gradscaler_is_used_as_is():

@@ -1,4 +1,5 @@
 """The metrics row has one schema: every key a stored run wrote is accounted for, and the studies read through it."""
+
 from __future__ import annotations
 
 from nbkit import mismatch, results, schema

@@ -3,6 +3,7 @@
 A fake client stands in for TRL's ``VLLMClient`` (no server runs on CPU: TRL's weight sync is NCCL-only); the
 format of its answer is checked against vLLM's own serialisation of a real ``VllmConfig``.
 """
+
 from types import SimpleNamespace
 
 import pytest
@@ -17,8 +18,14 @@ class FakeClient:
 
     instances: list = []
 
-    def __init__(self, base_url=None, group_port=None, connection_timeout=None, dtype="torch.bfloat16",
-                 logprobs_mode="processed_logprobs"):
+    def __init__(
+        self,
+        base_url=None,
+        group_port=None,
+        connection_timeout=None,
+        dtype="torch.bfloat16",
+        logprobs_mode="processed_logprobs",
+    ):
         self.base_url, self.dtype, self.logprobs_mode, self.communicator = base_url, dtype, logprobs_mode, None
         FakeClient.instances.append(self)
 
@@ -35,8 +42,11 @@ def test_the_servers_dtype_is_read_in_the_workbooks_names(raw, ours):
 
 
 def test_a_server_in_another_dtype_is_refused_naming_both_and_the_fix():
-    with pytest.raises(ServerDtypeError, match=r"requested fp16 rollouts but the vLLM server at http://gpu0:8000 "
-                                               r"serves bf16: restart it with --dtype float16"):
+    with pytest.raises(
+        ServerDtypeError,
+        match=r"requested fp16 rollouts but the vLLM server at http://gpu0:8000 "
+        r"serves bf16: restart it with --dtype float16",
+    ):
         check_server_dtype(FakeClient("http://gpu0:8000", dtype="torch.bfloat16"), "fp16")
     assert check_server_dtype(FakeClient("http://gpu0:8000", dtype="torch.float16"), "fp16") == "fp16"
 
@@ -50,11 +60,14 @@ def test_an_answer_without_a_dtype_is_an_error_not_a_pass():
 
 def _generation(monkeypatch, served: str, requested: str, logprobs_mode="processed_logprobs") -> ServerGeneration:
     """``ServerGeneration._init_vllm`` on one process with the fake client (TRL's constructor is not run)."""
-    monkeypatch.setattr("trl.generation.vllm_client.VLLMClient",
-                        lambda **kw: FakeClient(**kw, dtype=served, logprobs_mode=logprobs_mode))
+    monkeypatch.setattr(
+        "trl.generation.vllm_client.VLLMClient",
+        lambda **kw: FakeClient(**kw, dtype=served, logprobs_mode=logprobs_mode),
+    )
     gen = ServerGeneration.__new__(ServerGeneration)
-    gen.accelerator = SimpleNamespace(is_main_process=True, num_processes=1, device="cuda:0",
-                                      wait_for_everyone=lambda: None)
+    gen.accelerator = SimpleNamespace(
+        is_main_process=True, num_processes=1, device="cuda:0", wait_for_everyone=lambda: None
+    )
     gen.server_base_url, gen.group_port, gen.server_timeout = "http://gpu0:8000", 51216, 1.0
     gen.rollout_dtype, gen.served = requested, None
     gen._init_vllm()
@@ -97,7 +110,9 @@ def test_vllms_own_server_info_serialisation_is_what_the_check_reads(vllm_dtype,
 
     from nbkit import models
 
-    config = VllmConfig(model_config=ModelConfig(model=models.resolve("tiny-arith"), dtype=vllm_dtype, max_model_len=128))
+    config = VllmConfig(
+        model_config=ModelConfig(model=models.resolve("tiny-arith"), dtype=vllm_dtype, max_model_len=128)
+    )
     # exactly what vLLM's /server_info?config_format=json returns as "vllm_config" (and TRL's client hands back)
     info = pydantic.TypeAdapter(VllmConfig).dump_python(config, mode="json", fallback=str)
     assert served_dtype(info) == ours

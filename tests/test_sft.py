@@ -1,4 +1,5 @@
 """The project's own models are trained by a short SFT loop: a few steps of it lower the loss on its batches."""
+
 from __future__ import annotations
 
 from dataclasses import replace

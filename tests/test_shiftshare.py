@@ -1,5 +1,6 @@
 """The shift-share split of the growth in sequence-level mismatch (``nbkit.shiftshare``): exact parts, each cause
 found where it was planted, bootstrap CIs over steps and over runs, rows read through the ``bins/`` keys."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,9 @@ import pytest
 from nbkit import shiftshare, tokenbins
 
 
-def simulated_window(rng, steps=10, sequences=32, length=30.0, mix=(0.6, 0.3, 0.1), per_bin=(1e-3, 1e-2, 0.1),
-                     noise=0.05):
+def simulated_window(
+    rng, steps=10, sequences=32, length=30.0, mix=(0.6, 0.3, 0.1), per_bin=(1e-3, 1e-2, 0.1), noise=0.05
+):
     """Per-step bins drawn from fixed truths: tokens multinomial over the mix, per-bin means with relative noise."""
     mix, per_bin = np.asarray(mix), np.asarray(per_bin)
     tokens = np.stack([rng.multinomial(round(length * sequences), mix) for _ in range(steps)]).astype(float)
@@ -81,9 +83,17 @@ def test_a_bootstrap_over_runs_draws_whole_runs():
 
 def test_windows_are_read_from_metrics_rows_by_their_bin_keys():
     k = tokenbins.n_bins("prob")
-    rows = [{"step": s, tokenbins.SEQUENCES: 4, tokenbins.RESPONSE_LENGTH: 2.5,
-             **{tokenbins.tokens_key("prob", i): (2 if i == 0 else 8 if i == k - 1 else 0) for i in range(k)},
-             tokenbins.mismatch_key("prob", 0): 0.5, tokenbins.mismatch_key("prob", k - 1): 0.01} for s in (1, 2, 3)]
+    rows = [
+        {
+            "step": s,
+            tokenbins.SEQUENCES: 4,
+            tokenbins.RESPONSE_LENGTH: 2.5,
+            **{tokenbins.tokens_key("prob", i): (2 if i == 0 else 8 if i == k - 1 else 0) for i in range(k)},
+            tokenbins.mismatch_key("prob", 0): 0.5,
+            tokenbins.mismatch_key("prob", k - 1): 0.01,
+        }
+        for s in (1, 2, 3)
+    ]
     w = shiftshare.window(rows, "prob", steps=[2, 3])
     assert w.tokens.shape == (2, k) and w.tokens[0, 0] == 2 and w.mismatch[1, k - 1] == 0.01
     with pytest.raises(ValueError, match="no bins"):

@@ -1,6 +1,7 @@
 """A GPU run's micro-batch and vLLM sleep come from the memory estimate when the run starts (``nbkit.rl.sizing``):
 the 1.5B model on an 80 GiB device gets the accumulation ``nbkit.rl.memory`` says, PPO's critic is counted, one
 sequence that cannot fit is refused before the model loads, and without a GPU nothing changes."""
+
 import json
 import types
 from dataclasses import replace
@@ -55,8 +56,18 @@ def test_ppos_critic_is_counted_and_what_cannot_fit_is_refused_with_the_terms():
     ppo = next(cfg for _, run, cfg in gpu_budget.notebook_runs("gpu") if run.startswith("PPO"))  # notebook 03's
     assert ppo.vllm_gpu_memory_utilization == 0.15 and ppo.prompts_per_step * ppo.samples_per_prompt == 512
     sized, fit = sizing.size(ppo, 1, SEQ, 80, "single_gpu")
-    expected = memory.fit_micro_batch(SHAPE, 512, SEQ, "single_gpu", 1, 80, vllm_share=0.15, vllm_sleeps=True,
-                                      critic=True, minibatches=ppo.ppo_minibatches)
+    expected = memory.fit_micro_batch(
+        SHAPE,
+        512,
+        SEQ,
+        "single_gpu",
+        1,
+        80,
+        vllm_share=0.15,
+        vllm_sleeps=True,
+        critic=True,
+        minibatches=ppo.ppo_minibatches,
+    )
     assert fit == expected and fit.states_gib > 55  # policy and critic with their AdamW states
     assert micro_batch(sized, 1) == expected.micro_batch < 16  # the critic leaves less room than GRPO's 16
     with pytest.raises(ValueError, match=r"one sequence of 10240 tokens does not fit a 80 GiB GPU: states 55\.7 GiB"):
@@ -68,7 +79,10 @@ def test_ppos_critic_is_counted_and_what_cannot_fit_is_refused_with_the_terms():
 def test_a_larger_configured_accumulation_is_kept_and_a_smaller_one_raised():
     cap = gpu_run(gradient_accumulation_steps=128)  # 4 sequences per micro-batch: the user's cap
     assert sizing.size(cap, 1, SEQ, 80, "single_gpu")[0].gradient_accumulation_steps == 128
-    assert sizing.size(gpu_run(gradient_accumulation_steps=8), 1, SEQ, 80, "single_gpu")[0].gradient_accumulation_steps == 32
+    assert (
+        sizing.size(gpu_run(gradient_accumulation_steps=8), 1, SEQ, 80, "single_gpu")[0].gradient_accumulation_steps
+        == 32
+    )
 
 
 def test_the_launch_kind_comes_from_accelerates_environment(tmp_path):
@@ -89,7 +103,10 @@ def test_without_a_gpu_the_cpu_path_is_unchanged():
     assert same is cfg and fit is None  # nothing read: the dataset would have been refused
     args = grpo_config(cfg)
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.vllm_enable_sleep_mode) == (
-        64, 2, False)
+        64,
+        2,
+        False,
+    )
 
 
 def test_a_run_that_cannot_fit_its_stated_gpu_is_refused_before_the_model_loads(tmp_path, monkeypatch):
@@ -99,8 +116,13 @@ def test_a_run_that_cannot_fit_its_stated_gpu_is_refused_before_the_model_loads(
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", no_model)
-    cfg = RLConfig(rollout_engine="hf", prompts_per_step=4, samples_per_prompt=4, gpu_memory_gib=0.01,
-                   output_dir=str(tmp_path / "run"))
+    cfg = RLConfig(
+        rollout_engine="hf",
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        gpu_memory_gib=0.01,
+        output_dir=str(tmp_path / "run"),
+    )
     with pytest.raises(ValueError, match="one sequence of 48 tokens does not fit a 0.01 GiB GPU"):
         run.train(cfg, progress=False)
     assert not (tmp_path / "run" / "config.json").exists()
@@ -111,8 +133,9 @@ def test_a_run_trains_with_the_accumulation_sized_for_its_stated_gpu(tmp_path):
     """tiny-arith, one step, on a stated GPU that holds 5 of its 16 sequences: 4 per micro-batch, 4 micro-batches."""
     from nbkit.rl import run
 
-    cfg = RLConfig(rollout_engine="hf", prompts_per_step=4, samples_per_prompt=4, steps=1,
-                   output_dir=str(tmp_path / "run"))
+    cfg = RLConfig(
+        rollout_engine="hf", prompts_per_step=4, samples_per_prompt=4, steps=1, output_dir=str(tmp_path / "run")
+    )
     shape, seq = memory.model_shape("tiny-arith"), sizing.longest_sequence(cfg)
     room = memory.state_bytes(shape, "single_gpu", 1) + memory.activation_bytes(shape, 5, seq)
     cfg = replace(cfg, gpu_memory_gib=room / memory.HEADROOM / memory.GIB)

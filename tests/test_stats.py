@@ -1,4 +1,5 @@
 """``nbkit.stats``: the t quantile against printed tables, t-intervals, pooled SDs and what a t-test can detect."""
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,9 @@ def test_t_quantile_matches_the_printed_table(df, expected):
 
 def test_mean_ci_is_a_t_interval_and_one_value_has_none():
     m, lo, hi = stats.mean_ci([1.0, 2.0, 3.0])
-    assert m == 2.0 and hi - m == pytest.approx(4.303 * 1.0 / math.sqrt(3), abs=1e-2) and m - lo == pytest.approx(hi - m)
+    assert (
+        m == 2.0 and hi - m == pytest.approx(4.303 * 1.0 / math.sqrt(3), abs=1e-2) and m - lo == pytest.approx(hi - m)
+    )
     m, lo, hi = stats.mean_ci([0.5])
     assert m == 0.5 and math.isnan(lo) and math.isnan(hi)
 

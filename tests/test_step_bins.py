@@ -1,6 +1,7 @@
 """Per-step token bins of the mismatch (``nbkit.rl.bins``, keys of ``nbkit.tokenbins``): binned by π's entropy and by
 π's probability of the sampled token, padding left out, logged on every step of a run and consistent with the
 headline mismatch and the response length."""
+
 from __future__ import annotations
 
 import math
@@ -43,10 +44,18 @@ def test_loss_forwards_of_one_step_add_up():
     assert row[tokenbins.mismatch_key("prob", 0)] == pytest.approx(0.5)
 
 
-def test_every_step_of_a_run_logs_bins_that_add_up_to_its_mismatch_and_length(tmp_path, tiny_random_model,
-                                                                                 arith_jsonl):
-    cfg = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=2, prompts_per_step=2, samples_per_prompt=2,
-                   max_tokens=12, algorithm="dr_grpo", rollout_dtype="bf16", output_dir=str(tmp_path / "run"))
+def test_every_step_of_a_run_logs_bins_that_add_up_to_its_mismatch_and_length(tmp_path, tiny_random_model, arith_jsonl):
+    cfg = RLConfig(
+        model=tiny_random_model,
+        dataset=arith_jsonl,
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=12,
+        algorithm="dr_grpo",
+        rollout_dtype="bf16",
+        output_dir=str(tmp_path / "run"),
+    )
     rows = train(cfg, progress=False).rows
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:

@@ -1,5 +1,6 @@
 """Every study shares one shape: grid → run a shard (resumable) → store finished runs with a card → load →
 coordinates from configs → table → figure. Each registered grid study runs its smallest grid through it here."""
+
 from __future__ import annotations
 
 import pytest
@@ -90,15 +91,33 @@ def test_a_stored_run_of_other_settings_is_not_kept(tmp_path):
     grid = study.grid(**opts)
     label = next(iter(grid))
     rows = [{"step": s, "accuracy": 0.5} for s in range(1, grid[label].steps + 1)]
-    results.store(study.name, {label: rows}, command="x", wall_seconds=1.0, root=root,
-                  configs={"runs": {label: grid[label].to_dict()}})
+    results.store(
+        study.name,
+        {label: rows},
+        command="x",
+        wall_seconds=1.0,
+        root=root,
+        configs={"runs": {label: grid[label].to_dict()}},
+    )
     assert set(study.stored_runs(grid, root)[0]) == {label}
-    results.store(study.name, {label: rows}, command="x", wall_seconds=1.0, root=root,
-                  configs={"runs": {label: grid[label].to_dict() | {"lr": 0.5}}})
+    results.store(
+        study.name,
+        {label: rows},
+        command="x",
+        wall_seconds=1.0,
+        root=root,
+        configs={"runs": {label: grid[label].to_dict() | {"lr": 0.5}}},
+    )
     assert study.stored_runs(grid, root) == ({}, {})
     cut_off = [{**r, "step": r["step"] - 1} for r in rows]  # its last step not logged
-    results.store(study.name, {label: cut_off}, command="x", wall_seconds=1.0, root=root,
-                  configs={"runs": {label: grid[label].to_dict()}})
+    results.store(
+        study.name,
+        {label: cut_off},
+        command="x",
+        wall_seconds=1.0,
+        root=root,
+        configs={"runs": {label: grid[label].to_dict()}},
+    )
     assert study.stored_runs(grid, root) == ({}, {})
 
 

@@ -1,4 +1,5 @@
 """Study helpers: run labels round-trip, and seeds condense into mean and range per (algorithm, dtype)."""
+
 import pytest
 
 from nbkit import runlog
@@ -17,10 +18,12 @@ def test_a_runs_coordinates_are_read_from_its_config_json_not_its_folder_name(tm
     folder = tmp_path / "any-name-at-all"
     folder.mkdir()
     (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, "accuracy": 1.0}) + "\n")
-    (folder / "config.json").write_text(json.dumps(RLConfig(algorithm="gspo", train_dtype="bf16", seed=4,
-                                                            rollout_dtype="fp32").to_dict()))
-    assert runlog.load_meta(tmp_path) == {"any-name-at-all": {"algorithm": "gspo", "train": "bf16", "rollout": "fp32",
-                                                             "dtype": "bf16-fp32r", "seed": 4}}
+    (folder / "config.json").write_text(
+        json.dumps(RLConfig(algorithm="gspo", train_dtype="bf16", seed=4, rollout_dtype="fp32").to_dict())
+    )
+    assert runlog.load_meta(tmp_path) == {
+        "any-name-at-all": {"algorithm": "gspo", "train": "bf16", "rollout": "fp32", "dtype": "bf16-fp32r", "seed": 4}
+    }
 
 
 def _rows(accuracies):
@@ -28,8 +31,12 @@ def _rows(accuracies):
 
 
 def test_seed_summary_gives_mean_range_and_how_many_seeds_passed():
-    runs = {"grpo-fp16-s0": _rows([0.5] * 5 + [1.0] * 10), "grpo-fp16-s1": _rows([0.5] * 10 + [1.0] * 5),
-            "grpo-bf16-s0": _rows([0.5] * 15), "grpo-bf16-s1": _rows([0.9] * 15)}
+    runs = {
+        "grpo-fp16-s0": _rows([0.5] * 5 + [1.0] * 10),
+        "grpo-fp16-s1": _rows([0.5] * 10 + [1.0] * 5),
+        "grpo-bf16-s0": _rows([0.5] * 15),
+        "grpo-bf16-s1": _rows([0.9] * 15),
+    }
     meta = {k: runlog.coords({"algorithm": "grpo", "train_dtype": k.split("-")[1], "seed": int(k[-1])}) for k in runs}
     table = runlog.seed_summary(runlog.summary_table(runs, target=0.95, window=5), meta, target=0.95, window=5)
     by = {(r["algorithm"], r["dtype"]): r for r in table}

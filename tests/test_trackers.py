@@ -3,6 +3,7 @@ the workbook's metric rows (mismatch, audit, loss scale, timings) beside TRL's o
 
 No tracker package is installed here: the feed is checked with a transformers ``TrainerCallback`` registered as a
 reporting integration, which receives the ``on_log`` payloads a tracker's callback would."""
+
 import importlib.util
 
 import pytest
@@ -48,14 +49,24 @@ class Recorder(TrainerCallback):
 
 
 @pytest.mark.slow
-def test_every_key_of_the_workbooks_metric_rows_reaches_the_trackers_callbacks(tmp_path, tiny_random_model,
-                                                                              arith_jsonl, monkeypatch):
+def test_every_key_of_the_workbooks_metric_rows_reaches_the_trackers_callbacks(
+    tmp_path, tiny_random_model, arith_jsonl, monkeypatch
+):
     Recorder.payloads = []
     monkeypatch.setitem(integration_utils.INTEGRATION_TO_CALLBACK, "tensorboard", Recorder)
     monkeypatch.setitem(trackers.PACKAGES, "tensorboard", ("transformers",))  # no tensorboard installed here
-    cfg = RLConfig(model=tiny_random_model, dataset=arith_jsonl, steps=2, prompts_per_step=2, samples_per_prompt=2,
-                   max_tokens=12, train_dtype="fp16", rollout_engine="hf", report_to="tensorboard",
-                   output_dir=str(tmp_path / "run"))
+    cfg = RLConfig(
+        model=tiny_random_model,
+        dataset=arith_jsonl,
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=12,
+        train_dtype="fp16",
+        rollout_engine="hf",
+        report_to="tensorboard",
+        output_dir=str(tmp_path / "run"),
+    )
     rows = MetricsLog.read(train(cfg, progress=False).out / "metrics.jsonl")
     steps = [p for p in Recorder.payloads if "loss" in p]  # the end-of-run summary carries train_loss instead
     assert [r["step"] for r in rows] == [1, 2] and len(steps) == 2

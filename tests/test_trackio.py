@@ -1,6 +1,7 @@
 """``report_to='trackio'`` end to end, offline: a tiny run reports to trackio's local store (``TRACKIO_DIR`` under the
 test's folder, no Space, ``HF_HUB_OFFLINE=1``), and trackio's own API, in a fresh process, reads back the run with
 TRL's loss and the workbook's metrics (mismatch, audit, loss scale) at each of its optimiser steps."""
+
 import json
 import os
 import subprocess
@@ -30,16 +31,22 @@ print(json.dumps([{"name": r.name, "output_dir": r.config.get("output_dir"),
 
 
 def _python(code: str, env: dict) -> str:
-    done = subprocess.run([sys.executable, "-c", code], check=False, env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
 
 @pytest.mark.slow
 def test_a_run_reported_to_trackio_offline_is_read_back_by_trackio(tmp_path):
-    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "TRACKIO_DIR": str(tmp_path / "trackio"),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     out = tmp_path / "run"
     _python(TRAIN.format(out=str(out)), env)
     assert (tmp_path / "trackio" / "huggingface.db").exists()  # trackio's local store, where TRACKIO_DIR says
@@ -52,8 +59,14 @@ def test_a_run_reported_to_trackio_offline_is_read_back_by_trackio(tmp_path):
     assert [log["train/global_step"] for log in steps] == [1, 2]  # one row per optimiser step, in order
     for row, log in zip(rows, steps):
         assert log["train/loss"] == pytest.approx(row["loss"])  # TRL's loss
-        for key in ("mismatch/token_abs_logp_diff/mean", "mismatch/kl_k3", "loss_scale", "audit/matmul_dtypes",
-                    "audit/scaler_enabled", "time/rollout"):  # the workbook's mismatch, audit, scaler, timings
+        for key in (
+            "mismatch/token_abs_logp_diff/mean",
+            "mismatch/kl_k3",
+            "loss_scale",
+            "audit/matmul_dtypes",
+            "audit/scaler_enabled",
+            "time/rollout",
+        ):  # the workbook's mismatch, audit, scaler, timings
             expected = pytest.approx(row[key]) if isinstance(row[key], float) else row[key]
             assert log[f"train/{key}"] == expected, key
         numeric = {k for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}

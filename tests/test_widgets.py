@@ -1,4 +1,5 @@
 """Specification of the primer's widgets: their callbacks, called directly, update state and what is displayed."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,10 +30,10 @@ def test_bit_explorer_shows_the_typed_value_in_every_format():
 def test_flipping_the_last_mantissa_bit_moves_one_by_eps():
     ex = BitExplorer("1.0")
     ex.flip_bit("bf16", 15)
-    assert ex.decomposition("bf16").rounded == 1.0 + 2.0 ** -7
+    assert ex.decomposition("bf16").rounded == 1.0 + 2.0**-7
     assert shown_bits(ex, "bf16").endswith("1") and "1.0078125" in ex.labels["bf16"].value
     ex.flip_bit("fp16", 15)
-    assert ex.decomposition("fp16").rounded == 1.0 + 2.0 ** -10
+    assert ex.decomposition("fp16").rounded == 1.0 + 2.0**-10
     ex.flip_bit("bf16", 15)
     assert ex.decomposition("bf16").rounded == 1.0  # flipping back restores
 
@@ -95,7 +96,7 @@ def test_ratio_explorer_shows_the_error_for_a_probability_out_of_range():
 
 def test_loss_scale_explorer_follows_the_slider():
     ex = LossScaleExplorer(log2_scale=16)
-    assert ex.demo.scale == 2.0 ** 16 and ex.demo.counts()["with scale"]["zero"] == 0
+    assert ex.demo.scale == 2.0**16 and ex.demo.counts()["with scale"]["zero"] == 0
     ex.log2_scale.value = 0  # scale 1 = no scaling: both rows agree
     counts = ex.demo.counts()
     assert ex.demo.scale == 1.0 and counts["with scale"] == counts["without scale"]
@@ -105,4 +106,4 @@ def test_loss_scale_explorer_follows_the_slider():
     overflowed = ex.demo.counts()["with scale"]["inf"]
     assert overflowed > 0 and ex.table.value != table_unscaled
     assert f"<td style='padding:2px 8px'>{overflowed}</td>" in ex.table.value
-    assert ex.figure.data[1].name == f"with scale {2.0 ** 30:g}"
+    assert ex.figure.data[1].name == f"with scale {2.0**30:g}"

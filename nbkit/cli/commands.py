@@ -1,6 +1,7 @@
 """The ``nbkit`` subcommands besides ``run`` and ``list`` (``nbkit.cli.main``): name → (module with ``main(argv)``, help),
 and how every command line reports a refusal: one line naming the value, exit status 2, no traceback unless
 ``--debug``."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "jobtime": ("nbkit.cli.jobtime", "the main job's time estimate for this CPU, or record a finished report's times"),
     "gpu-budget": ("nbkit.cli.gpu_budget", "the memory estimate of every RL run of the gpu profile's notebooks"),
     "lengthlaw": ("nbkit.cli.lengthlaw", "measure the length law's long version and store it under data/results"),
-    "build": ("nbkit.cli.build", "rebuild a shipped toy model or the held-out set (tiny-arith, tiny-moe, tiny-long, "
-                                 "heldout)"),
+    "build": (
+        "nbkit.cli.build",
+        "rebuild a shipped toy model or the held-out set (tiny-arith, tiny-moe, tiny-long, heldout)",
+    ),
     "regimes": ("nbkit.cli.regimes", "tiny-long's sets, step cost and sanity test per length regime"),
 }
 """Every subcommand but ``run`` and ``list``: its module under ``nbkit/cli`` (imported only when it runs) and help."""
@@ -103,11 +106,15 @@ class Parser(argparse.ArgumentParser):
         parsers = [self]
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction):
-                parsers += [action.choices[name] for name in [getattr(namespace, action.dest, None)]
-                            if name in action.choices]
-        return {flag: next(f for f in action.option_strings if f.startswith("--"))
-                for parser in parsers for flag, action in parser._option_string_actions.items()
-                if flag.startswith("--") and flag != "--help"}
+                parsers += [
+                    action.choices[name] for name in [getattr(namespace, action.dest, None)] if name in action.choices
+                ]
+        return {
+            flag: next(f for f in action.option_strings if f.startswith("--"))
+            for parser in parsers
+            for flag, action in parser._option_string_actions.items()
+            if flag.startswith("--") and flag != "--help"
+        }
 
 
 def unknown_arguments(extras: list[str], flags: dict[str, str]) -> str:

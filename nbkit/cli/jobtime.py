@@ -1,5 +1,6 @@
 """``nbkit jobtime``: the main job's time estimate for this CPU, or a finished report's times recorded
 (``nbkit.workbook.jobtime``; the runner's notebooks, in its order, with its parameters)."""
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # an unknown profile, named with the choices
         p.error(str(exc))
     effective = {n.stem: runner.effective_parameters(n, parameters[n.stem]) for n in runner.notebooks()}
-    est = jobtime.estimate(stems, profile, jobtime.calibrate(), jobtime.cpu(), parameters=parameters,
-                           effective=effective)
+    est = jobtime.estimate(
+        stems, profile, jobtime.calibrate(), jobtime.cpu(), parameters=parameters, effective=effective
+    )
     print(est.describe() if est else f"no stored measurement of profile {profile!r} in {jobtime.TIMINGS}: no estimate")
     return 0

@@ -1,5 +1,6 @@
 """``nbkit lengthlaw`` (also ``python -m nbkit.offline.lengthlaw``, the spelling its stored card names): measure the
 length law's long version and store it under ``data/results`` (``nbkit.offline.lengthlaw``)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--study", default=lengthlaw.STUDY)
     a = p.parse_args(argv)
     start = time.time()
-    runs = lengthlaw.measure(a.model, tuple(a.dtypes), a.n_prompts, a.samples_per_prompt, a.max_tokens,
-                             engine=a.engine, engine_kwargs=a.engine_kwargs)
+    runs = lengthlaw.measure(
+        a.model,
+        tuple(a.dtypes),
+        a.n_prompts,
+        a.samples_per_prompt,
+        a.max_tokens,
+        engine=a.engine,
+        engine_kwargs=a.engine_kwargs,
+    )
     for row in lengthlaw.table(lengthlaw.laws(runs)):
         print(row, flush=True)
     command = "python -m nbkit.offline.lengthlaw " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -4,6 +4,7 @@ It puts the caches inside the project (``nbkit.paths.setup_environment``; a user
 subcommand (``run`` and ``list`` here, the others from ``nbkit.cli.commands.COMMANDS``, each ``nbkit/cli/<command>.py``)
 and reports a refusal as one line with exit status 2 (``--debug``: the traceback too).
 """
+
 from __future__ import annotations
 
 import sys
@@ -40,8 +41,10 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--version", action="version", version=f"nbkit {__version__}")
     sub.add_parser("list", help="notebooks and their parameters per profile")
     if not argv:  # no command: what there is to do, not argparse's "arguments are required: cmd"
-        print(parser.format_help().rstrip() + "\n\nStart with `nbkit run --profile smoke` (every notebook, small "
-              "parameters) or `nbkit list`; `nbkit COMMAND --help` describes a command.")
+        print(
+            parser.format_help().rstrip() + "\n\nStart with `nbkit run --profile smoke` (every notebook, small "
+            "parameters) or `nbkit list`; `nbkit COMMAND --help` describes a command."
+        )
         return 0
     args = parser.parse_args(argv)
     if args.cmd == "list":

@@ -23,6 +23,7 @@ project's cache, and every executable is the venv's (``.venv/bin/...``). The wor
 ``HF_HUB_OFFLINE=1`` (``nbkit.paths``), so a command that names a hub model carries ``HF_HUB_OFFLINE=0``, and the
 tools that are not the workbook's (``hf``, ``vllm``) get the project's ``HF_HOME``, so all read one cache.
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # run as a program (python -m, accelerate launch): caches in the project before HF loads
@@ -84,8 +85,14 @@ class Plan:
     """Memory of one GPU the sizes were fitted to."""
 
     def text(self) -> str:
-        out = [f"# {self.gpus} GPU{'s' * (self.gpus > 1)} of {self.gpu_gib:g} GiB: " + (f"vLLM server on {self.server_gpus}, training on {self.gpus - self.server_gpus}"
-                                          if self.mode == "server" else f"training on {self.gpus}, vLLM colocated")]
+        out = [
+            f"# {self.gpus} GPU{'s' * (self.gpus > 1)} of {self.gpu_gib:g} GiB: "
+            + (
+                f"vLLM server on {self.server_gpus}, training on {self.gpus - self.server_gpus}"
+                if self.mode == "server"
+                else f"training on {self.gpus}, vLLM colocated"
+            )
+        ]
         for title, commands in self.steps:
             out += ["", f"# {title}", *commands]
         return "\n".join(out) + "\n"
@@ -98,15 +105,27 @@ def run_configs(profile: str) -> list[RLConfig]:
         raise ValueError(f"unknown profile {profile!r}; choose one of {tuple(PROFILES)}")
     params = dict(PROFILES[profile].get(NOTEBOOK, {}))
     if "algorithms" not in params:
-        raise ValueError(f"profile {profile!r} sets no RL algorithms for {NOTEBOOK}; profiles that do: "
-                         f"{[p for p, v in PROFILES.items() if 'algorithms' in v.get(NOTEBOOK, {})]}")
+        raise ValueError(
+            f"profile {profile!r} sets no RL algorithms for {NOTEBOOK}; profiles that do: "
+            f"{[p for p, v in PROFILES.items() if 'algorithms' in v.get(NOTEBOOK, {})]}"
+        )
     algorithms, dtypes = params["algorithms"], params.get("train_dtypes", ["fp16", "bf16"])
     base = config_from(params.get("config_overrides", {}))  # the notebook's own recipe, as it builds it
     seeds = params.get("seeds") or [None]
     # overwrite=False: a command re-run after a crash is refused, never replaces the run (--resume continues it)
-    return [dataclasses.replace(base, algorithm=a, train_dtype=d, seed=base.seed if s is None else s,
-                                output_dir=f"runs/{profile}/{run_label(a, d, s)}", overwrite=False)
-            for d in dtypes for a in algorithms for s in seeds]
+    return [
+        dataclasses.replace(
+            base,
+            algorithm=a,
+            train_dtype=d,
+            seed=base.seed if s is None else s,
+            output_dir=f"runs/{profile}/{run_label(a, d, s)}",
+            overwrite=False,
+        )
+        for d in dtypes
+        for a in algorithms
+        for s in seeds
+    ]
 
 
 def trainer_flags(cfg: RLConfig) -> list[str]:
@@ -129,11 +148,16 @@ def server_command(cfg: RLConfig, tensor_parallel: int, port: int) -> list[str]:
     """``vllm serve`` as TRL builds it for ``trl vllm-serve``, serving ``cfg``'s model in its rollout dtype."""
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
-    args = ScriptArguments(model=cfg.model, tensor_parallel_size=tensor_parallel, port=port,
-                           dtype=VLLM_NAMES[cfg.rollout], max_model_len=cfg.max_tokens + PROMPT_BUDGET)
+    args = ScriptArguments(
+        model=cfg.model,
+        tensor_parallel_size=tensor_parallel,
+        port=port,
+        dtype=VLLM_NAMES[cfg.rollout],
+        max_model_len=cfg.max_tokens + PROMPT_BUDGET,
+    )
     with server_vllm_version(SERVER_VLLM):
         command = build_command(args)
-    return [f"{VENV_BIN}/vllm", *command[command.index("serve"):]]
+    return [f"{VENV_BIN}/vllm", *command[command.index("serve") :]]
 
 
 @contextlib.contextmanager
@@ -144,15 +168,24 @@ def server_vllm_version(version: str):
     from trl.scripts import vllm_serve
 
     original = vllm_serve.is_vllm_available
-    vllm_serve.is_vllm_available = lambda min_version=None, **_: min_version is None or Version(version) >= Version(min_version)
+    vllm_serve.is_vllm_available = lambda min_version=None, **_: (
+        min_version is None or Version(version) >= Version(min_version)
+    )
     try:
         yield
     finally:
         vllm_serve.is_vllm_available = original
 
 
-def make_plan(profile: str = "gpu", gpus: int = 8, mode: str | None = None, server_gpus: int | None = None,
-              kind: str | None = None, port: int = 8000, gpu_gib: float = 80) -> Plan:
+def make_plan(
+    profile: str = "gpu",
+    gpus: int = 8,
+    mode: str | None = None,
+    server_gpus: int | None = None,
+    kind: str | None = None,
+    port: int = 8000,
+    gpu_gib: float = 80,
+) -> Plan:
     """The commands for ``gpus`` GPUs of ``gpu_gib`` GiB each; every choice is validated (and the batch split
     checked) first. ``mode`` None: a server when there are GPUs to spare for one, colocated on one GPU."""
     mode = mode or ("colocate" if gpus == 1 else "server")
@@ -185,31 +218,62 @@ def make_plan(profile: str = "gpu", gpus: int = 8, mode: str | None = None, serv
     train_devices = ",".join(map(str, range(trainers)))
     server_devices = ",".join(map(str, range(trainers, gpus)))
     steps = []
-    steps.append(("install (once): the venv, vLLM first with its CUDA torch (`make venv` installs, runs nothing)",
-                  [f"make venv TORCH_SPEC={GPU_VLLM_SPEC} VLLM_SPEC="]))
+    steps.append(
+        (
+            "install (once): the venv, vLLM first with its CUDA torch (`make venv` installs, runs nothing)",
+            [f"make venv TORCH_SPEC={GPU_VLLM_SPEC} VLLM_SPEC="],
+        )
+    )
     hub = dict.fromkeys(c.model for c in configs if is_hub_model(c.model))
     if hub:
-        steps.append(("download the model into the project's cache (once)",
-                      [shlex.join([*_hub_env(), f"{VENV_BIN}/hf", "download", m]) for m in hub]))
+        steps.append(
+            (
+                "download the model into the project's cache (once)",
+                [shlex.join([*_hub_env(), f"{VENV_BIN}/hf", "download", m]) for m in hub],
+            )
+        )
     for dtype in dict.fromkeys(c.train_dtype for c in configs):
         runs = [c for c in configs if c.train_dtype == dtype]
         online = _hub_env(workbook=True) if is_hub_model(runs[0].model) else []
-        accel = [*online, f"{VENV_BIN}/accelerate", "launch", "--config_file", str(launch.config_path(kind, dtype).relative_to(launch.ROOT)),
-                 "--num_processes", str(trainers), "-m", "nbkit.cli.train"]
+        accel = [
+            *online,
+            f"{VENV_BIN}/accelerate",
+            "launch",
+            "--config_file",
+            str(launch.config_path(kind, dtype).relative_to(launch.ROOT)),
+            "--num_processes",
+            str(trainers),
+            "-m",
+            "nbkit.cli.train",
+        ]
         if mode == "server":
-            steps.append((f"{dtype.upper()}: the vLLM server (keep it running for the {dtype.upper()} runs; stop it after)",
-                          [f"CUDA_VISIBLE_DEVICES={server_devices} VLLM_SERVER_DEV_MODE=1 "
-                           + shlex.join([*_hub_env(), *server_command(runs[0], server_gpus, port)])]))
-            extra = ["--rollout-engine", "vllm", "--vllm-mode", "server",
-                     "--vllm-server-base-url", f"http://localhost:{port}"]
+            steps.append(
+                (
+                    f"{dtype.upper()}: the vLLM server (keep it running for the {dtype.upper()} runs; stop it after)",
+                    [
+                        f"CUDA_VISIBLE_DEVICES={server_devices} VLLM_SERVER_DEV_MODE=1 "
+                        + shlex.join([*_hub_env(), *server_command(runs[0], server_gpus, port)])
+                    ],
+                )
+            )
+            extra = [
+                "--rollout-engine",
+                "vllm",
+                "--vllm-mode",
+                "server",
+                "--vllm-server-base-url",
+                f"http://localhost:{port}",
+            ]
         else:
             extra = ["--rollout-engine", "vllm", "--vllm-mode", "colocate"]
         commands = []
         for cfg in runs:
             cfg, fit = sized(cfg, kind, trainers, gpu_gib, colocated=mode == "colocate")
             flags = _drop(trainer_flags(cfg), ("--rollout-engine", "--vllm-mode", "--vllm-server-base-url"))
-            commands += ["# " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
-                         f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags + extra)]
+            commands += [
+                "# " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
+                f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags + extra),
+            ]
         steps.append((f"{dtype.upper()}: training runs ({len(runs)})", commands))
     return Plan(gpus, mode, server_gpus, kind, steps, gpu_gib)
 
@@ -264,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="nbkit plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="gpu", help=f"a profile with RL runs, one of {tuple(PROFILES)}")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs on the node")
-    parser.add_argument("--mode", choices=MODES, help="vLLM as a server or colocated (default: server, colocated on 1 GPU)")
+    parser.add_argument(
+        "--mode", choices=MODES, help="vLLM as a server or colocated (default: server, colocated on 1 GPU)"
+    )
     parser.add_argument("--server-gpus", type=int, help="GPUs for the vLLM server (default: fewest that fit)")
     parser.add_argument("--kind", choices=launch.KINDS, help="accelerate config family (default: DDP, or single_gpu)")
     parser.add_argument("--port", type=int, default=8000, help="vLLM server port")

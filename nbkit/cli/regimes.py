@@ -1,5 +1,6 @@
 """``nbkit regimes``: tiny-long's perfectible set per length regime, the cost of an RL step per regime, and its
 FP16/BF16 sanity test (``nbkit.studies.tiny_long_regimes``)."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,14 @@ def main(argv: list[str] | None = None) -> int:
         for regime in args.regimes:
             res = regimes.build_set(regime, args.pool_size, args.n_samples, engine=args.engine)
             h = res.card["histogram_pool"]
-            print(regime, res.path, f"kept {len(res.kept)}/{len(res.records)}", f"mean pass {h['mean']:.3f}",
-                  f"{res.card['sampling_seconds']} s", flush=True)
+            print(
+                regime,
+                res.path,
+                f"kept {len(res.kept)}/{len(res.records)}",
+                f"mean pass {h['mean']:.3f}",
+                f"{res.card['sampling_seconds']} s",
+                flush=True,
+            )
     elif args.what == "timing":
         print(json.dumps(regimes.timing(tuple(args.regimes), args.engine), indent=1))
     else:

@@ -1,5 +1,6 @@
 """``nbkit results-md`` (also ``python -m nbkit.studies.results_md``): write RESULTS.md from the stored studies, or
 check it (``nbkit.studies.results_md``)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -13,6 +13,7 @@ setting without ``--overwrite``; ``store`` never replaces a stored study of othe
 re-run, so ``run`` resumes a study cut off half-way, and two shards (``--shard 0/2``, ``--shard 1/2``)
 split it between two processes.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,9 +52,11 @@ def check_options(study, options: dict) -> None:
     for key in options:
         if key not in valid:
             close = difflib.get_close_matches(key, valid, n=3)
-            raise ValueError(f"--set {key}=...: {study.name} has no grid option {key!r}"
-                             + (f" (did you mean {' or '.join(close)}?)" if close else "")
-                             + f"; its options: {', '.join(valid)}")
+            raise ValueError(
+                f"--set {key}=...: {study.name} has no grid option {key!r}"
+                + (f" (did you mean {' or '.join(close)}?)" if close else "")
+                + f"; its options: {', '.join(valid)}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,22 +64,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name", nargs="?", help=f"one of {sorted(STUDIES)}")
     p.add_argument("action", nargs="?", choices=("show", "run", "store"), default="show")
     p.add_argument("--shard", default="0/1", help="run: i/n, this process's share of the grid (default 0/1)")
-    p.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
-                   help="an option of the study's grid (repeatable)")
-    p.add_argument("--keep-stored", action="store_true",
-                   help="run: skip the runs the stored study already holds with the same config; store: keep them "
-                        "beside the new ones (a study continued in a later sitting)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="run: replace a run folder that holds a run of another setting (keeps nothing of it)")
-    p.add_argument("--replace", action="store_true",
-                   help="store: replace a stored study of other runs or another grid (the old one is kept beside "
-                        "as data/results/NAME.replaced-<date>)")
-    p.add_argument("--wall-seconds", type=float, default=None,
-                   help="store: the study's wall time to record (default: this command's)")
+    p.add_argument(
+        "--set",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the study's grid (repeatable)",
+    )
+    p.add_argument(
+        "--keep-stored",
+        action="store_true",
+        help="run: skip the runs the stored study already holds with the same config; store: keep them "
+        "beside the new ones (a study continued in a later sitting)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="run: replace a run folder that holds a run of another setting (keeps nothing of it)",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="store: replace a stored study of other runs or another grid (the old one is kept beside "
+        "as data/results/NAME.replaced-<date>)",
+    )
+    p.add_argument(
+        "--wall-seconds",
+        type=float,
+        default=None,
+        help="store: the study's wall time to record (default: this command's)",
+    )
     a = p.parse_args(argv)
     if a.name is None:
-        print(markdown_table([{"study": s.name, "grid of runs": isinstance(s, GridStudy), "asks": s.question}
-                              for s in STUDIES.values()]))
+        print(
+            markdown_table(
+                [
+                    {"study": s.name, "grid of runs": isinstance(s, GridStudy), "asks": s.question}
+                    for s in STUDIES.values()
+                ]
+            )
+        )
         return 0
     if a.name not in STUDIES:
         p.error(f"unknown study {a.name!r}; choose one of {sorted(STUDIES)}")

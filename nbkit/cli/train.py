@@ -14,6 +14,7 @@ dataset loads, naming the key and the valid choices. A run folder's ``config.jso
 On the command line ``null`` (or ``None``) sets an optional field to None; ``none`` stays the string (a choice of
 ``correction``).
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # run as a program (python -m, accelerate launch): caches in the project before HF loads
@@ -86,12 +87,16 @@ def read_config_file(path: str | Path) -> dict:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ValueError(f"config file {str(path)!r}{where} is not valid YAML "
-                         f"({getattr(exc, 'problem', None) or exc}); give a mapping of RLConfig fields") from None
+        raise ValueError(
+            f"config file {str(path)!r}{where} is not valid YAML "
+            f"({getattr(exc, 'problem', None) or exc}); give a mapping of RLConfig fields"
+        ) from None
     data = {} if data is None else data
     if not isinstance(data, dict):
-        raise ValueError(f"config file {str(path)!r}: expects a mapping of RLConfig fields (key: value lines), got "
-                         f"a {type(data).__name__}")
+        raise ValueError(
+            f"config file {str(path)!r}: expects a mapping of RLConfig fields (key: value lines), got "
+            f"a {type(data).__name__}"
+        )
     types_, lines = field_types(), key_lines(text)
     out = {}
     for key, value in data.items():
@@ -99,16 +104,22 @@ def read_config_file(path: str | Path) -> dict:
         where = f"config file {str(path)!r}" + (f", line {lines[str(key)]}" if str(key) in lines else "")
         if name not in types_:
             close = difflib.get_close_matches(name, list(types_), n=3)
-            raise ValueError(f"{where}: unknown key {key!r}" + (f" (did you mean {close}?)" if close else "")
-                             + f"; valid keys: {sorted(types_)}")
+            raise ValueError(
+                f"{where}: unknown key {key!r}"
+                + (f" (did you mean {close}?)" if close else "")
+                + f"; valid keys: {sorted(types_)}"
+            )
         try:
             value = convert(name, value, *types_[name])
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         if name in BOOKKEEPING:  # how a run was invoked: never replayed from a file (runfolder.BOOKKEEPING)
             if value:
-                print(f"[nbkit] {where}: {name}: true is ignored (a config file never replaces or continues a "
-                      f"run); pass --{name} on the command line", file=sys.stderr)
+                print(
+                    f"[nbkit] {where}: {name}: true is ignored (a config file never replaces or continues a "
+                    f"run); pass --{name} on the command line",
+                    file=sys.stderr,
+                )
             continue
         out[name] = value
     return out
@@ -122,8 +133,10 @@ def _config_text(path: Path) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}): give a YAML or JSON "
-                         f"file of RLConfig fields") from None
+        raise ValueError(
+            f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}): give a YAML or JSON "
+            f"file of RLConfig fields"
+        ) from None
 
 
 def key_lines(text: str) -> dict[str, int]:
@@ -164,9 +177,13 @@ class RLConfigParser(Parser, HfArgumentParser):
     def _parse_dataclass_field(self, parser, field):
         base, optional = self._field_types[field.name]
         if base is bool:
-            parser.add_argument(*dict.fromkeys([f"--{field.name}", f"--{field.name.replace('_', '-')}"]),
-                                dest=field.name, action=argparse.BooleanOptionalAction, default=field.default,
-                                help=field.metadata.get("help"))
+            parser.add_argument(
+                *dict.fromkeys([f"--{field.name}", f"--{field.name.replace('_', '-')}"]),
+                dest=field.name,
+                action=argparse.BooleanOptionalAction,
+                default=field.default,
+                help=field.metadata.get("help"),
+            )
         else:
             HfArgumentParser._parse_dataclass_field(parser, field)
             parser._actions[-1].type = _flag_type(field.name, base, optional)
@@ -178,8 +195,11 @@ def build_parser() -> RLConfigParser:
     """The ``nbkit train`` parser: ``--config``, ``--print-config``, ``--quiet`` and one flag per ``RLConfig`` field."""
     parser = RLConfigParser(prog="nbkit train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", metavar="FILE", help="YAML (or JSON) file of RLConfig fields; flags override it")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved config as YAML and exit without loading anything")
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config as YAML and exit without loading anything",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -190,6 +210,7 @@ def _flag_type(name: str, base: type, optional: bool):
             return convert(name, text, base, optional)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+
     parse.__name__ = base.__name__
     return parse
 
@@ -230,11 +251,15 @@ def interrupted(cfg: RLConfig) -> str:
     done = runfolder.last_logged_step(cfg.out)
     complete = runfolder.checkpoints(cfg.out)[0]
     if complete:
-        return (f"\nnbkit train: interrupted at step {done}; last checkpoint {complete[-1].name}; resume with "
-                f"`nbkit train ... --resume` (the same flags, --resume instead of --overwrite)")
-    return (f"\nnbkit train: interrupted at step {done}; no checkpoint to resume from (checkpoint_every="
-            f"{cfg.checkpoint_every}): start it again with --overwrite, or set --checkpoint-every K to make it "
-            f"resumable")
+        return (
+            f"\nnbkit train: interrupted at step {done}; last checkpoint {complete[-1].name}; resume with "
+            f"`nbkit train ... --resume` (the same flags, --resume instead of --overwrite)"
+        )
+    return (
+        f"\nnbkit train: interrupted at step {done}; no checkpoint to resume from (checkpoint_every="
+        f"{cfg.checkpoint_every}): start it again with --overwrite, or set --checkpoint-every K to make it "
+        f"resumable"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,8 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         print(interrupted(cfg), file=sys.stderr, flush=True)
         return INTERRUPTED
     if world()[0] == 0:
-        print(f"[nbkit] {result.steps} steps in {result.seconds:.0f} s, final accuracy "
-              f"{result.final_accuracy:.3f}; metrics: {result.out / 'metrics.jsonl'}", flush=True)
+        print(
+            f"[nbkit] {result.steps} steps in {result.seconds:.0f} s, final accuracy "
+            f"{result.final_accuracy:.3f}; metrics: {result.out / 'metrics.jsonl'}",
+            flush=True,
+        )
     return 0
 
 

@@ -10,6 +10,7 @@ the off-diagonal cells separate the engine's rounding from the trainer's.
     res.grid("seq_kl")               # {engine dtype: {train dtype: value}} for the heatmap
     ratio_table([res])               # BF16/FP16 ratios with bootstrap CIs
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,16 +29,19 @@ SHORT_ANSWER = "\nGive a short answer."
 """Appended to math problems for chat models: short responses with varied lengths (some stop early), so the
 length slope has a spread of lengths to fit and generation stays cheap on a CPU."""
 
-SHARED_RECIPE = ("the HF engine ran the trainer's own fp32-accumulate recipe, so its μ equals π up to FP32 roundings "
-                 "by construction: no rollout engine is compared with the trainer here (use vLLM)")
+SHARED_RECIPE = (
+    "the HF engine ran the trainer's own fp32-accumulate recipe, so its μ equals π up to FP32 roundings "
+    "by construction: no rollout engine is compared with the trainer here (use vLLM)"
+)
 """The warning of a grid whose HF engine shared the trainer's recipe (``GridResult.shares_trainer_recipe``)."""
 
 RATIOS = {
     "token |Δlog p| (mean)": lambda pi, mu: float(np.mean(np.abs(np.concatenate(pi) - np.concatenate(mu)))),
     "sequence |log π/μ| (mean)": lambda pi, mu: float(np.mean([abs((a - b).sum()) for a, b in zip(pi, mu)])),
     "sequence KL[μ‖π] (k1)": lambda pi, mu: float(np.mean([(b - a).sum() for a, b in zip(pi, mu)])),
-    "sequence KL[μ‖π] (Σ k3)": lambda pi, mu: float(np.mean([(np.expm1(a - b) - (a - b)).sum()
-                                                             for a, b in zip(pi, mu)])),
+    "sequence KL[μ‖π] (Σ k3)": lambda pi, mu: float(
+        np.mean([(np.expm1(a - b) - (a - b)).sum() for a, b in zip(pi, mu)])
+    ),
 }
 """The headline BF16/FP16 comparisons: name → metric(logp_pi, logp_mu) on ragged per-sequence arrays.
 Sequence KL (k1) is the paper's Fig. 5 quantity (mean over sequences of Σ_t log μ − log π): unbiased but
@@ -48,39 +52,76 @@ noisy and can come out negative on small samples; Σ k3 estimates the same KL wi
 class GridConfig:
     """One model's engine dtype × training dtype analysis."""
 
-    model: str = field(default="tiny-arith", metadata={"help": (
-        "Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory or a hub id).")})
-    engine: str = field(default="auto", metadata={"help": (
-        "Rollout engine: ``hf``, ``vllm``, or ``auto`` (vLLM where it is installed, else HF).")})
-    engine_dtypes: tuple[str, ...] = field(default=("fp32", "bf16", "fp16"), metadata={"help": (
-        "Dtypes the rollout engine runs in (μ); one engine is started per dtype.")})
-    train_dtypes: tuple[str, ...] = field(default=("fp32", "bf16", "fp16"), metadata={"help": (
-        "Dtypes of the teacher-forced training forward (π).")})
-    prompt_source: str = field(default="auto", metadata={"help": (
-        "``arith`` (tiny-arith problems), ``eval/<name>`` or ``sanity_math_1460`` (shipped data), a "
-        "``save_to_disk`` folder, or ``auto`` (``arith`` for tiny-arith, ``eval/math`` otherwise).")})
+    model: str = field(
+        default="tiny-arith",
+        metadata={
+            "help": ("Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory or a hub id).")
+        },
+    )
+    engine: str = field(
+        default="auto",
+        metadata={"help": ("Rollout engine: ``hf``, ``vllm``, or ``auto`` (vLLM where it is installed, else HF).")},
+    )
+    engine_dtypes: tuple[str, ...] = field(
+        default=("fp32", "bf16", "fp16"),
+        metadata={"help": ("Dtypes the rollout engine runs in (μ); one engine is started per dtype.")},
+    )
+    train_dtypes: tuple[str, ...] = field(
+        default=("fp32", "bf16", "fp16"), metadata={"help": ("Dtypes of the teacher-forced training forward (π).")}
+    )
+    prompt_source: str = field(
+        default="auto",
+        metadata={
+            "help": (
+                "``arith`` (tiny-arith problems), ``eval/<name>`` or ``sanity_math_1460`` (shipped data), a "
+                "``save_to_disk`` folder, or ``auto`` (``arith`` for tiny-arith, ``eval/math`` otherwise)."
+            )
+        },
+    )
     n_prompts: int = field(default=16, metadata={"help": "Number of prompts."})
     samples_per_prompt: int = field(default=2, metadata={"help": "Responses sampled per prompt."})
     max_tokens: int = field(default=64, metadata={"help": "Longest response (tokens)."})
-    temperature: float = field(default=1.0, metadata={"help": (
-        "Sampling temperature (1.0 = the paper's setting; π is computed at the same temperature).")})
+    temperature: float = field(
+        default=1.0,
+        metadata={"help": ("Sampling temperature (1.0 = the paper's setting; π is computed at the same temperature).")},
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the prompt choice and of the samplers."})
-    shortest: bool = field(default=True, metadata={"help": (
-        "Take the shortest problems of a dataset source (cheaper prompts), else a seeded random subset.")})
-    chat_template: bool | None = field(default=None, metadata={"help": (
-        "Wrap dataset problems in the tokenizer's chat template; None = when the tokenizer has one.")})
-    instruction: str = field(default=SHORT_ANSWER, metadata={"help": (
-        "Text appended to every dataset problem (not to ``arith`` prompts).")})
+    shortest: bool = field(
+        default=True,
+        metadata={
+            "help": ("Take the shortest problems of a dataset source (cheaper prompts), else a seeded random subset.")
+        },
+    )
+    chat_template: bool | None = field(
+        default=None,
+        metadata={
+            "help": ("Wrap dataset problems in the tokenizer's chat template; None = when the tokenizer has one.")
+        },
+    )
+    instruction: str = field(
+        default=SHORT_ANSWER, metadata={"help": ("Text appended to every dataset problem (not to ``arith`` prompts).")}
+    )
     batch_size: int = field(default=8, metadata={"help": "Sequences per teacher-forced forward."})
-    n_boot: int = field(default=200, metadata={"help": (
-        "Bootstrap resamples for the headline CIs of every cell (0 = none).")})
-    engine_kwargs: dict = field(default_factory=dict, metadata={"help": (
-        "Extra arguments for the engine (e.g. ``kv_cache_gib``, ``max_model_len`` for vLLM).")})
-    device: str | None = field(default=None, metadata={"help": (
-        "Device of the training forward (and of the HF engine), e.g. ``cuda``; None = CPU.")})
-    gemm: str = field(default="auto", metadata={"help": (
-        "Half-precision GEMM policy of the π forward and the engines (``nbkit.gemm``; vLLM-CPU's half linear "
-        "layers through ``nbkit.vllm_gemm``).")})
+    n_boot: int = field(
+        default=200, metadata={"help": ("Bootstrap resamples for the headline CIs of every cell (0 = none).")}
+    )
+    engine_kwargs: dict = field(
+        default_factory=dict,
+        metadata={"help": ("Extra arguments for the engine (e.g. ``kv_cache_gib``, ``max_model_len`` for vLLM).")},
+    )
+    device: str | None = field(
+        default=None,
+        metadata={"help": ("Device of the training forward (and of the HF engine), e.g. ``cuda``; None = CPU.")},
+    )
+    gemm: str = field(
+        default="auto",
+        metadata={
+            "help": (
+                "Half-precision GEMM policy of the π forward and the engines (``nbkit.gemm``; vLLM-CPU's half linear "
+                "layers through ``nbkit.vllm_gemm``)."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         gemm.validate(self.gemm)
@@ -132,18 +173,24 @@ class GridResult:
     def setting(self) -> str:
         """What was sampled and by what: engine, its GEMM recipe, prompts, samples, length, and a warning when
         ``shares_trainer_recipe``."""
-        text = (f"{self.engine} engine" + (f" (GEMM {', '.join(self.recipes)})" if self.recipes else "") +
-                f", {len(self.prompts)} prompts × {self.config.samples_per_prompt} samples, ≤ {self.config.max_tokens}"
-                " tokens")
+        text = (
+            f"{self.engine} engine"
+            + (f" (GEMM {', '.join(self.recipes)})" if self.recipes else "")
+            + f", {len(self.prompts)} prompts × {self.config.samples_per_prompt} samples, ≤ {self.config.max_tokens}"
+            " tokens"
+        )
         if self.shares_trainer_recipe:
-            text += ("; " + SHARED_RECIPE)
+            text += "; " + SHARED_RECIPE
         return text
 
     def pairs(self, train_dtype: str | None = None) -> dict[str, tuple]:
         """Engine dtype → (log π, log μ); π in the same dtype as the engine (the paper's setting), or in
         ``train_dtype`` for every engine."""
-        return {e: (self.logp_pi[(e, train_dtype or e)], self.logp_mu(e)) for e in self.rollouts
-                if (e, train_dtype or e) in self.logp_pi}
+        return {
+            e: (self.logp_pi[(e, train_dtype or e)], self.logp_mu(e))
+            for e in self.rollouts
+            if (e, train_dtype or e) in self.logp_pi
+        }
 
     def grid(self, metric: str) -> dict[str, dict[str, float]]:
         """{engine dtype: {training dtype: metric}} for ``nbkit.plots.mismatch.grid_heatmap``."""
@@ -152,9 +199,21 @@ class GridResult:
             out.setdefault(e, {})[t] = m.get(metric, float("nan"))
         return out
 
-    def table(self, keys=("n_tokens", schema.METRIC_TOKEN_ABS_LOGP_DIFF, schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX,
-                          "kl_k1", "kl_k3", "seq_kl", "seq_log_ratio/abs_mean", "seq_log_ratio_slope/per_1k_tokens",
-                          "rollout_actor_probs_pearson_corr", "rel_prob_err/mean")):
+    def table(
+        self,
+        keys=(
+            "n_tokens",
+            schema.METRIC_TOKEN_ABS_LOGP_DIFF,
+            schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX,
+            "kl_k1",
+            "kl_k3",
+            "seq_kl",
+            "seq_log_ratio/abs_mean",
+            "seq_log_ratio_slope/per_1k_tokens",
+            "rollout_actor_probs_pearson_corr",
+            "rel_prob_err/mean",
+        ),
+    ):
         """Tidy pandas table: one row per cell, the chosen metrics as columns, with the headline CIs."""
         import pandas as pd
 
@@ -168,8 +227,15 @@ class GridResult:
         return pd.DataFrame(rows)
 
 
-def load_prompts(source: str, n: int, tokenizer=None, seed: int = 0, shortest: bool = True,
-                 chat_template: bool | None = None, instruction: str = SHORT_ANSWER) -> list[str]:
+def load_prompts(
+    source: str,
+    n: int,
+    tokenizer=None,
+    seed: int = 0,
+    shortest: bool = True,
+    chat_template: bool | None = None,
+    instruction: str = SHORT_ANSWER,
+) -> list[str]:
     """``n`` prompt strings from ``source`` (see ``GridConfig.prompt_source``), chat-formatted where asked."""
     if source == "arith":
         return [p["problem"] for p in arith.make_problems(n, seed=seed)]
@@ -183,8 +249,12 @@ def load_prompts(source: str, n: int, tokenizer=None, seed: int = 0, shortest: b
     use_chat = chat_template if chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
     if not use_chat:
         return [p + instruction + "\n" for p in chosen]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p + instruction}], tokenize=False,
-                                          add_generation_prompt=True) for p in chosen]
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p + instruction}], tokenize=False, add_generation_prompt=True
+        )
+        for p in chosen
+    ]
 
 
 def _dataset_problems(source: str) -> list[str]:
@@ -196,8 +266,10 @@ def _dataset_problems(source: str) -> list[str]:
             ds = datasets.load_from_disk(str(base / source))
             break
     else:
-        raise FileNotFoundError(f"prompt source {source!r} not found under {paths.DATA} or {paths.ROOT}; "
-                                "use 'arith', 'eval/math', 'sanity_math_1460' or a save_to_disk folder")
+        raise FileNotFoundError(
+            f"prompt source {source!r} not found under {paths.DATA} or {paths.ROOT}; "
+            "use 'arith', 'eval/math', 'sanity_math_1460' or a save_to_disk folder"
+        )
     if isinstance(ds, datasets.DatasetDict):
         ds = ds["train"] if "train" in ds else ds[list(ds)[0]]
     if "problem" not in ds.column_names:
@@ -225,21 +297,32 @@ def run_grid(cfg: GridConfig, progress: bool = True, vllm_log_level: str = "ERRO
         models.torch_dtype(dt)  # validate before anything loads
     kind = cfg.engine_kind()
     base, tok = models.load(cfg.model, "fp32", device=cfg.device)
-    train = {dt: base if dt == "fp32" else copy.deepcopy(base).to(models.torch_dtype(dt))
-             for dt in dict.fromkeys((*cfg.train_dtypes, *(cfg.engine_dtypes if kind == "hf" else ())))}
-    source = cfg.prompt_source if cfg.prompt_source != "auto" else (
-        "arith" if cfg.model == "tiny-arith" else "eval/math")
+    train = {
+        dt: base if dt == "fp32" else copy.deepcopy(base).to(models.torch_dtype(dt))
+        for dt in dict.fromkeys((*cfg.train_dtypes, *(cfg.engine_dtypes if kind == "hf" else ())))
+    }
+    source = (
+        cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
+    )
     prompts = load_prompts(source, cfg.n_prompts, tok, cfg.seed, cfg.shortest, cfg.chat_template, cfg.instruction)
     res = GridResult(cfg, kind, prompts)
-    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt,
-                              seed=cfg.seed)
+    sampling = SamplingConfig(
+        temperature=cfg.temperature, max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt, seed=cfg.seed
+    )
     for e in cfg.engine_dtypes:
         res.rollouts[e] = _sample(kind, cfg, e, train.get(e), tok, prompts, sampling, res.seconds, progress)
         mu = res.logp_mu(e)
         for t in cfg.train_dtypes:
             start = time.time()
-            pi = teacher_forced_logprobs(train[t], res.rollouts[e], dtype=t, batch_size=cfg.batch_size,
-                                         temperature=cfg.temperature, progress=progress, gemm=cfg.gemm)
+            pi = teacher_forced_logprobs(
+                train[t],
+                res.rollouts[e],
+                dtype=t,
+                batch_size=cfg.batch_size,
+                temperature=cfg.temperature,
+                progress=progress,
+                gemm=cfg.gemm,
+            )
             res.seconds[f"forward/{e}/{t}"] = time.time() - start
             res.logp_pi[(e, t)], res.metrics[(e, t)] = pi, mismatch_metrics(pi, mu)
             if cfg.n_boot:
@@ -250,8 +333,13 @@ def run_grid(cfg: GridConfig, progress: bool = True, vllm_log_level: str = "ERRO
     return res
 
 
-def run_grids(configs: list[GridConfig], progress: bool = True, threads: int = 1,
-              workers: int | None = None, beside: dict | None = None):
+def run_grids(
+    configs: list[GridConfig],
+    progress: bool = True,
+    threads: int = 1,
+    workers: int | None = None,
+    beside: dict | None = None,
+):
     """``run_grid`` of every config, one job per (model, engine dtype) through ``nbkit.pool``: as many at once as
     the free cores hold (``workers``, else ``NBKIT_WORKERS``), each in its own process on ``threads`` cores. A
     job samples its engine dtype and computes π in every training dtype of its config on those rollouts, so the
@@ -268,9 +356,13 @@ def run_grids(configs: list[GridConfig], progress: bool = True, threads: int = 1
     if pool.place(sum(len(cfg.engine_dtypes) for cfg in configs) + len(extra), threads, workers).workers == 0:
         out = [run_grid(cfg, progress=progress) for cfg in configs]
         return out if beside is None else (out, {k: pool.call(job.target, job.kwargs) for k, job in extra.items()})
-    jobs = {f"{i}:{cfg.model}:{e}": pool.Job("nbkit.offline.analysis:run_grid",
-                                             {"cfg": replace(cfg, engine_dtypes=(e,)), "progress": False})
-            for i, cfg in enumerate(configs) for e in cfg.engine_dtypes}
+    jobs = {
+        f"{i}:{cfg.model}:{e}": pool.Job(
+            "nbkit.offline.analysis:run_grid", {"cfg": replace(cfg, engine_dtypes=(e,)), "progress": False}
+        )
+        for i, cfg in enumerate(configs)
+        for e in cfg.engine_dtypes
+    }
     clash = sorted(set(jobs) & set(extra))
     if clash:
         raise ValueError(f"beside job label(s) {clash} are also grid job labels; give them other names")
@@ -292,11 +384,17 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
     """Rollouts of one engine dtype; a vLLM engine is started for them and closed afterwards."""
     start = time.time()
     if kind == "hf":
-        engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, gemm=cfg.gemm,
-                             **cfg.engine_kwargs)
+        engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, gemm=cfg.gemm, **cfg.engine_kwargs)
     else:
-        engine = make_engine("vllm", cfg.model, dtype, gemm=cfg.gemm, progress=progress, seed=sampling.seed,
-                             **{**vllm_sized_for(tok, prompts, sampling), **cfg.engine_kwargs})
+        engine = make_engine(
+            "vllm",
+            cfg.model,
+            dtype,
+            gemm=cfg.gemm,
+            progress=progress,
+            seed=sampling.seed,
+            **{**vllm_sized_for(tok, prompts, sampling), **cfg.engine_kwargs},
+        )
     seconds[f"start/{dtype}"] = time.time() - start
     try:
         start = time.time()
@@ -307,8 +405,7 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
     return rollouts
 
 
-def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 1000, level: float = 0.95,
-                seed: int = 0):
+def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 1000, level: float = 0.95, seed: int = 0):
     """BF16/FP16 ratios of the ``RATIOS`` metrics on the diagonal cells (engine = training dtype), per model:
     each cell's estimate with its percentile bootstrap CI (sequences resampled independently in the two cells)
     and what the pair can say (``nbkit.mismatch.read_ratio``). ``{num}/{den}`` and its ``CI low``/``CI high`` are
@@ -328,14 +425,38 @@ def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 100
             a_ci, b_ci, r_ci = _percentiles(a_b, level), _percentiles(b_b, level), _percentiles(a_b / b_b, level)
             read = read_ratio(a, a_ci, b, b_ci, r_ci, names=(num.upper(), den.upper()), level=level)
             ratio = read.kind == "ratio"
-            rows.append({"model": res.config.model, "engine": res.engine, "metric": name,
-                         num: a, f"{num} CI": a_ci, den: b, f"{den} CI": b_ci,
-                         f"{num}/{den}": read.value if ratio else np.nan,
-                         "CI low": read.low if ratio else np.nan, "CI high": read.high if ratio else np.nan,
-                         "reading": read.kind, "lower bound": read.value if read.kind == "lower bound" else np.nan,
-                         "finding": read.sentence})
-    columns = ["model", "engine", "metric", num, f"{num} CI", den, f"{den} CI", f"{num}/{den}", "CI low", "CI high",
-               "reading", "lower bound", "finding"]
+            rows.append(
+                {
+                    "model": res.config.model,
+                    "engine": res.engine,
+                    "metric": name,
+                    num: a,
+                    f"{num} CI": a_ci,
+                    den: b,
+                    f"{den} CI": b_ci,
+                    f"{num}/{den}": read.value if ratio else np.nan,
+                    "CI low": read.low if ratio else np.nan,
+                    "CI high": read.high if ratio else np.nan,
+                    "reading": read.kind,
+                    "lower bound": read.value if read.kind == "lower bound" else np.nan,
+                    "finding": read.sentence,
+                }
+            )
+    columns = [
+        "model",
+        "engine",
+        "metric",
+        num,
+        f"{num} CI",
+        den,
+        f"{den} CI",
+        f"{num}/{den}",
+        "CI low",
+        "CI high",
+        "reading",
+        "lower bound",
+        "finding",
+    ]
     return pd.DataFrame(rows, columns=columns)  # the columns also when no model has both dtypes
 
 
@@ -361,8 +482,7 @@ def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
 
 def slopes(res: GridResult) -> dict[str, float]:
     """Fitted slope of the sequence log-ratio against length, per 1k tokens, on the diagonal cells."""
-    return {e: res.metrics[(e, e)]["seq_log_ratio_slope/per_1k_tokens"] for e in res.rollouts
-            if (e, e) in res.metrics}
+    return {e: res.metrics[(e, e)]["seq_log_ratio_slope/per_1k_tokens"] for e in res.rollouts if (e, e) in res.metrics}
 
 
 def summary(results, ratios) -> str:
@@ -373,8 +493,10 @@ def summary(results, ratios) -> str:
         lines.append(f"{res.config.model} ({res.setting()}; tokens per dtype {n}):")
         for e, slope in slopes(res).items():
             m = res.metrics[(e, e)]
-            lines.append(f"  {e}: mean |Δlog p| {m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}, seq KL {m['seq_kl']:.3g}, "
-                         f"slope {slope:+.3g} per 1k tokens")
+            lines.append(
+                f"  {e}: mean |Δlog p| {m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}, seq KL {m['seq_kl']:.3g}, "
+                f"slope {slope:+.3g} per 1k tokens"
+            )
         for _, row in ratios[ratios["model"] == res.config.model].iterrows():
             lines.append(f"  BF16/FP16 {row['metric']}: {row['finding']}")
     return "\n".join(lines)
@@ -391,5 +513,6 @@ def headline(results, ratios) -> dict:
         for _, row in ratios[ratios["model"] == m].iterrows():
             out[f"{m}: BF16/FP16 {row['metric']}"] = row["finding"]
         out[f"{m}: slope of sequence log(π/μ) vs length, per 1k tokens"] = ", ".join(
-            f"{e.upper()} {s:+.3g}" for e, s in slopes(res).items())
+            f"{e.upper()} {s:+.3g}" for e, s in slopes(res).items()
+        )
     return out

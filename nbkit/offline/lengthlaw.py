@@ -5,6 +5,7 @@ falls by L·KL on average, and the fitted slope per 1,000 tokens should be −1,
 function takes per-sequence arrays of per-token log π − log μ; every CI is a percentile bootstrap over sequences
 (the tokens of one response are not independent draws).
 """
+
 from __future__ import annotations
 
 import copy
@@ -66,8 +67,10 @@ def fit_sums(lengths, sums, n_boot: int = 2000, level: float = 0.95, seed: int =
     """``fit`` from per-sequence (length, Σ log π − log μ): all the law needs, so stored studies keep only these."""
     lengths, sums = np.asarray(lengths, dtype=np.float64), np.asarray(sums, dtype=np.float64)
     if len(lengths) < 3 or len(lengths) != len(sums):
-        raise ValueError(f"the length law needs at least 3 sequences (as many lengths as sums), got "
-                         f"{len(lengths)} lengths and {len(sums)} sums")
+        raise ValueError(
+            f"the length law needs at least 3 sequences (as many lengths as sums), got "
+            f"{len(lengths)} lengths and {len(sums)} sums"
+        )
     if not np.isfinite(sums).all():
         raise ValueError("token log-ratios hold NaN/inf")
     if lengths.min() == lengths.max():
@@ -86,9 +89,18 @@ def fit_sums(lengths, sums, n_boot: int = 2000, level: float = 0.95, seed: int =
     seq_kl_b = -sums[idx].mean(axis=1)
     slope_ci, k1_ci = ci(slope_b), ci(k1_b)
     overlap = slope_ci[0] <= -1000 * k1_ci[0] and -1000 * k1_ci[1] <= slope_ci[1]
-    return LengthLaw(n=len(lengths), mean_length=float(lengths.mean()), max_length=int(lengths.max()), slope=slope,
-                     slope_ci=slope_ci, k1=k1, k1_ci=k1_ci, seq_kl=float(-sums.mean()), seq_kl_ci=ci(seq_kl_b),
-                     slope_matches_k1=bool(overlap))
+    return LengthLaw(
+        n=len(lengths),
+        mean_length=float(lengths.mean()),
+        max_length=int(lengths.max()),
+        slope=slope,
+        slope_ci=slope_ci,
+        k1=k1,
+        k1_ci=k1_ci,
+        seq_kl=float(-sums.mean()),
+        seq_kl_ci=ci(seq_kl_b),
+        slope_matches_k1=bool(overlap),
+    )
 
 
 def table(laws: dict[str, LengthLaw]) -> list[dict]:
@@ -96,13 +108,23 @@ def table(laws: dict[str, LengthLaw]) -> list[dict]:
     rows = []
     for label, law in laws.items():
         dtype = label.split()[0].split("-")[0]
-        rows.append({"run": label, "sequences": law.n, "mean length": round(law.mean_length, 1),
-                     "max length": law.max_length, "slope per 1k tokens": f"{law.slope:.3g}",
-                     "slope CI": f"[{law.slope_ci[0]:.3g}, {law.slope_ci[1]:.3g}]",
-                     "paper slope": PAPER_SLOPES.get(dtype), "k1 per token": f"{law.k1:.3g}",
-                     "k1 CI": f"[{law.k1_ci[0]:.3g}, {law.k1_ci[1]:.3g}]", "−1000·k1": f"{-1000 * law.k1:.3g}",
-                     "slope ≈ −k1 (CIs overlap)": law.slope_matches_k1, "sequence KL": f"{law.seq_kl:.3g}",
-                     "sequence KL CI": f"[{law.seq_kl_ci[0]:.3g}, {law.seq_kl_ci[1]:.3g}]"})
+        rows.append(
+            {
+                "run": label,
+                "sequences": law.n,
+                "mean length": round(law.mean_length, 1),
+                "max length": law.max_length,
+                "slope per 1k tokens": f"{law.slope:.3g}",
+                "slope CI": f"[{law.slope_ci[0]:.3g}, {law.slope_ci[1]:.3g}]",
+                "paper slope": PAPER_SLOPES.get(dtype),
+                "k1 per token": f"{law.k1:.3g}",
+                "k1 CI": f"[{law.k1_ci[0]:.3g}, {law.k1_ci[1]:.3g}]",
+                "−1000·k1": f"{-1000 * law.k1:.3g}",
+                "slope ≈ −k1 (CIs overlap)": law.slope_matches_k1,
+                "sequence KL": f"{law.seq_kl:.3g}",
+                "sequence KL CI": f"[{law.seq_kl_ci[0]:.3g}, {law.seq_kl_ci[1]:.3g}]",
+            }
+        )
     return rows
 
 
@@ -128,10 +150,21 @@ STUDY = "lengthlaw_smollm2"
 """The stored long run's folder under ``data/results`` (one row per sequence and π recipe)."""
 
 
-def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prompts: int = 12,
-            samples_per_prompt: int = 2, max_tokens: int = 1024, prompt_source: str = "eval/math",
-            instruction: str = INSTRUCTION, seed: int = 0, engine: str = "auto", engine_kwargs: dict | None = None,
-            gemm: str = "auto", batch_size: int = 4, device: str | None = None) -> dict[str, list[dict]]:
+def measure(
+    model: str = "smollm2-135m",
+    dtypes=("bf16", "fp16", "fp32"),
+    n_prompts: int = 12,
+    samples_per_prompt: int = 2,
+    max_tokens: int = 1024,
+    prompt_source: str = "eval/math",
+    instruction: str = INSTRUCTION,
+    seed: int = 0,
+    engine: str = "auto",
+    engine_kwargs: dict | None = None,
+    gemm: str = "auto",
+    batch_size: int = 4,
+    device: str | None = None,
+) -> dict[str, list[dict]]:
     """Sample ``n_prompts × samples_per_prompt`` responses at temperature 1 with the engine in each dtype (μ), and
     recompute π two ways: ``cast`` (weights and compute in the dtype, notebook 02's π) and ``autocast`` (FP32
     weights under ``torch.autocast`` in the dtype: how the RL trainer computes π). Returns ``label → rows`` with
@@ -164,31 +197,48 @@ def measure(model: str = "smollm2-135m", dtypes=("bf16", "fp16", "fp32"), n_prom
         finally:
             eng.close()
         mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
-        recipes = {"cast": lambda cast=cast, rollouts=rollouts, d=d: teacher_forced_logprobs(
-            cast, rollouts, dtype=d, batch_size=batch_size, gemm=gemm)}
+        recipes = {
+            "cast": lambda cast=cast, rollouts=rollouts, d=d: teacher_forced_logprobs(
+                cast, rollouts, dtype=d, batch_size=batch_size, gemm=gemm
+            )
+        }
         if d != "fp32":
+
             def autocast(d=d, rollouts=rollouts):
                 with torch.autocast(device_type=dev.type, dtype=models.torch_dtype(d)):
                     return teacher_forced_logprobs(base, rollouts, dtype=None, batch_size=batch_size, gemm=gemm)
+
             recipes["autocast"] = autocast
         for recipe, compute in recipes.items():
             start = time.time()
             pi = compute()
             seconds = time.time() - start
             out[f"{d}-{recipe}"] = [
-                {"sequence": i, "prompt": r.prompt_index, "length": len(r.token_ids), "finish": r.finish_reason,
-                 "sum_log_ratio": float((p - m).sum()), "sum_abs_log_ratio": float(np.abs(p - m).sum()),
-                 "engine": kind, "generate_seconds": round(gen_seconds, 1), "pi_seconds": round(seconds, 1)}
-                for i, (r, p, m) in enumerate(zip(rollouts, pi, mu))]
+                {
+                    "sequence": i,
+                    "prompt": r.prompt_index,
+                    "length": len(r.token_ids),
+                    "finish": r.finish_reason,
+                    "sum_log_ratio": float((p - m).sum()),
+                    "sum_abs_log_ratio": float(np.abs(p - m).sum()),
+                    "engine": kind,
+                    "generate_seconds": round(gen_seconds, 1),
+                    "pi_seconds": round(seconds, 1),
+                }
+                for i, (r, p, m) in enumerate(zip(rollouts, pi, mu))
+            ]
         del cast
     return out
 
 
 def laws(runs: dict[str, list[dict]], n_boot: int = 2000, seed: int = 0) -> dict[str, LengthLaw]:
     """``label → LengthLaw`` from ``measure``'s rows (or a stored study's): labels read ``bf16 · cast π``."""
-    return {label.replace("-", " · ", 1) + " π": fit_sums([r["length"] for r in rows],
-                                                          [r["sum_log_ratio"] for r in rows], n_boot, seed=seed)
-            for label, rows in runs.items()}
+    return {
+        label.replace("-", " · ", 1) + " π": fit_sums(
+            [r["length"] for r in rows], [r["sum_log_ratio"] for r in rows], n_boot, seed=seed
+        )
+        for label, rows in runs.items()
+    }
 
 
 if __name__ == "__main__":  # the spelling stored cards and RESULTS.md name: the command ``nbkit lengthlaw``

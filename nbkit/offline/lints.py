@@ -4,6 +4,7 @@ Each lint reads a ``Setup`` (what the user's run will do: from flags or an ``RLC
 measurements, and returns a ``Finding`` naming the setting, its measured consequence and the fix, or None. The
 lints are pure functions: the doctor measures, the lints judge. ``LINTS`` lists them in the order printed.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,21 +70,31 @@ class Setup:
         if self.logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
             raise ValueError(f"unknown logprobs_mode {self.logprobs_mode!r}; choose raw_logprobs or processed_logprobs")
         if not 0 < self.top_p <= 1 or self.top_k < 0 or not self.is_cap > 1 or self.target_length < 1:
-            raise ValueError(f"top_p must be in (0, 1], top_k >= 0, is_cap > 1, target_length >= 1; got top_p="
-                             f"{self.top_p!r}, top_k={self.top_k!r}, is_cap={self.is_cap!r}, "
-                             f"target_length={self.target_length!r}")
+            raise ValueError(
+                f"top_p must be in (0, 1], top_k >= 0, is_cap > 1, target_length >= 1; got top_p="
+                f"{self.top_p!r}, top_k={self.top_k!r}, is_cap={self.is_cap!r}, "
+                f"target_length={self.target_length!r}"
+            )
 
     @classmethod
     def from_rlconfig(cls, cfg, target_length: int | None = None) -> Setup:
         """The setup of an ``RLConfig`` (the workbook's trainer: processed μ, and π renormalised over the same filter
         for the IS ratio and the mismatch metrics, ``nbkit.rl.trainer``)."""
         mode = cfg.algo.is_mode or ""
-        return cls(train_dtype=cfg.train_dtype, engine_dtype=cfg.rollout,
-                   engine_dtype_source="RLConfig.rollout_dtype" if cfg.rollout_dtype else "RLConfig: = train_dtype",
-                   fp32_lm_head=getattr(cfg, "fp32_lm_head", "none"), temperature=cfg.temperature, top_p=cfg.top_p,
-                   top_k=cfg.top_k, is_level="sequence" if mode.startswith("sequence") else "token",
-                   is_cap=cfg.is_cap if mode else 3.0, target_length=target_length or cfg.max_tokens,
-                   router_replay=cfg.router_replay, pi_filtered=True)
+        return cls(
+            train_dtype=cfg.train_dtype,
+            engine_dtype=cfg.rollout,
+            engine_dtype_source="RLConfig.rollout_dtype" if cfg.rollout_dtype else "RLConfig: = train_dtype",
+            fp32_lm_head=getattr(cfg, "fp32_lm_head", "none"),
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            is_level="sequence" if mode.startswith("sequence") else "token",
+            is_cap=cfg.is_cap if mode else 3.0,
+            target_length=target_length or cfg.max_tokens,
+            router_replay=cfg.router_replay,
+            pi_filtered=True,
+        )
 
 
 def engine_dtype(setup: Setup, model_path: str | None = None) -> tuple[str, str]:
@@ -149,33 +160,42 @@ def lint_dtype_mismatch(s: Setup, m: Measured, model_path: str | None = None) ->
     if engine == s.train_dtype:
         return None
     off, same = m.token_abs.get((engine, s.train_dtype)), m.token_abs.get((s.train_dtype, s.train_dtype))
-    return Finding("dtype-mismatch", f"trainer in {s.train_dtype}, engine in {engine} ({source})",
-                   f"mean |Δ log p| {_fmt(off)} per token with this pair, against {_fmt(same)} with the engine in "
-                   f"{s.train_dtype} too: one side's rounding is the whole mismatch",
-                   f"set the engine's dtype to {s.train_dtype} explicitly (vLLM dtype=, `trl vllm-serve --dtype`, "
-                   f"RLConfig.rollout_dtype); TRL's colocated vLLM takes none: use the workbook's engine")
+    return Finding(
+        "dtype-mismatch",
+        f"trainer in {s.train_dtype}, engine in {engine} ({source})",
+        f"mean |Δ log p| {_fmt(off)} per token with this pair, against {_fmt(same)} with the engine in "
+        f"{s.train_dtype} too: one side's rounding is the whole mismatch",
+        f"set the engine's dtype to {s.train_dtype} explicitly (vLLM dtype=, `trl vllm-serve --dtype`, "
+        f"RLConfig.rollout_dtype); TRL's colocated vLLM takes none: use the workbook's engine",
+    )
 
 
 def lint_one_sided_head(s: Setup, m: Measured, model_path: str | None = None) -> Finding | None:
     if s.fp32_lm_head not in ("trainer", "engine"):
         return None
     heads = m.heads.get(s.train_dtype, {})
-    return Finding("one-sided-fp32-head", f"fp32_lm_head={s.fp32_lm_head!r}: the LM head is FP32 on one side only",
-                   f"mean |Δ log p| {_fmt(heads.get(s.fp32_lm_head))} per token with it, {_fmt(heads.get('none'))} "
-                   f"with no FP32 head and {_fmt(heads.get('both'))} with it on both sides ({s.train_dtype}): the "
-                   f"other side keeps its rounded logits, so the gap can widen",
-                   "put the FP32 head on both sides (fp32_lm_head='both') or on neither")
+    return Finding(
+        "one-sided-fp32-head",
+        f"fp32_lm_head={s.fp32_lm_head!r}: the LM head is FP32 on one side only",
+        f"mean |Δ log p| {_fmt(heads.get(s.fp32_lm_head))} per token with it, {_fmt(heads.get('none'))} "
+        f"with no FP32 head and {_fmt(heads.get('both'))} with it on both sides ({s.train_dtype}): the "
+        f"other side keeps its rounded logits, so the gap can widen",
+        "put the FP32 head on both sides (fp32_lm_head='both') or on neither",
+    )
 
 
 def lint_processed_logprobs(s: Setup, m: Measured, model_path: str | None = None) -> Finding | None:
     filtered = s.top_p < 1 or s.top_k > 0
     if not (filtered and s.logprobs_mode == "processed_logprobs" and not s.pi_filtered):
         return None
-    return Finding("filtered-mu", f"top_p={s.top_p:g}, top_k={s.top_k} with processed log-probs and an unfiltered π",
-                   f"μ is renormalised over the kept tokens, π is not: the IS ratio's mean is the kept mass "
-                   f"({_fmt(m.kept_mass)} measured on the sampled tokens) instead of 1, a bias unrelated to precision",
-                   "score π under the same filter (nbkit.sampling_filter, teacher_forced_logprobs(top_p=, top_k=)), "
-                   "or ask the engine for raw_logprobs, or sample without top-p/top-k (the paper's setting)")
+    return Finding(
+        "filtered-mu",
+        f"top_p={s.top_p:g}, top_k={s.top_k} with processed log-probs and an unfiltered π",
+        f"μ is renormalised over the kept tokens, π is not: the IS ratio's mean is the kept mass "
+        f"({_fmt(m.kept_mass)} measured on the sampled tokens) instead of 1, a bias unrelated to precision",
+        "score π under the same filter (nbkit.sampling_filter, teacher_forced_logprobs(top_p=, top_k=)), "
+        "or ask the engine for raw_logprobs, or sample without top-p/top-k (the paper's setting)",
+    )
 
 
 def _share_outside(mean: float, var: float, length: float, threshold: float) -> float:
@@ -190,54 +210,80 @@ def lint_sequence_clamp(s: Setup, m: Measured, model_path: str | None = None) ->
         return None
     stats = m.token_stats.get(s.train_dtype)
     if stats is None:
-        return Finding("sequence-is-clamp", f"sequence IS (∏ π/μ from summed log-ratios) capped at {s.is_cap:g}",
-                       f"not measured for {s.train_dtype}: run the doctor with that dtype",
-                       "measure before training at long lengths")
+        return Finding(
+            "sequence-is-clamp",
+            f"sequence IS (∏ π/μ from summed log-ratios) capped at {s.is_cap:g}",
+            f"not measured for {s.train_dtype}: run the doctor with that dtype",
+            "measure before training at long lengths",
+        )
     length = crossing_length(stats[0], stats[1], math.log(s.is_cap))
     if length >= s.target_length:
         return None
     share = _share_outside(stats[0], stats[1], s.target_length, math.log(s.is_cap))
-    return Finding("sequence-is-clamp", f"sequence IS (∏ π/μ from summed log-ratios) capped at C={s.is_cap:g}, "
-                   f"responses of {s.target_length} tokens in {s.train_dtype}",
-                   f"the RMS of log R reaches log {s.is_cap:g} at ~{length:.3g} tokens; at {s.target_length} tokens "
-                   f"~{share:.1%} of sequences fall outside [1/C, C] and are truncated or masked",
-                   "train in FP16 on both sides (the per-token drift shrinks), use token-level or geometric-mean "
-                   "(GSPO) ratios, or shorten the responses")
+    return Finding(
+        "sequence-is-clamp",
+        f"sequence IS (∏ π/μ from summed log-ratios) capped at C={s.is_cap:g}, "
+        f"responses of {s.target_length} tokens in {s.train_dtype}",
+        f"the RMS of log R reaches log {s.is_cap:g} at ~{length:.3g} tokens; at {s.target_length} tokens "
+        f"~{share:.1%} of sequences fall outside [1/C, C] and are truncated or masked",
+        "train in FP16 on both sides (the per-token drift shrinks), use token-level or geometric-mean "
+        "(GSPO) ratios, or shorten the responses",
+    )
 
 
 def lint_fp16_refused(s: Setup, m: Measured, model_path: str | None = None) -> Finding | None:
     if m.engine_refused_fp16:
-        return Finding("fp16-refused", "the engine refuses FP16 for this model", m.engine_refused_fp16,
-                       "train in BF16 on both sides with the same kernels, or use another engine")
+        return Finding(
+            "fp16-refused",
+            "the engine refuses FP16 for this model",
+            m.engine_refused_fp16,
+            "train in BF16 on both sides with the same kernels, or use another engine",
+        )
     for what, value in (("weight", m.max_abs_weight), ("hidden state", m.max_abs_activation)):
         if value is not None and value > FP16_MAX:
-            return Finding("fp16-overflow", f"a {what} of magnitude {value:.3g} in an FP32 forward",
-                           f"FP16's largest number is {FP16_MAX:.0f}: in FP16 it becomes inf and the logits NaN",
-                           "stay in BF16 (its range is FP32's), or rescale the model before switching")
+            return Finding(
+                "fp16-overflow",
+                f"a {what} of magnitude {value:.3g} in an FP32 forward",
+                f"FP16's largest number is {FP16_MAX:.0f}: in FP16 it becomes inf and the logits NaN",
+                "stay in BF16 (its range is FP32's), or rescale the model before switching",
+            )
     return None
 
 
 def lint_skip_rate(s: Setup, m: Measured, model_path: str | None = None) -> Finding | None:
     if s.skip_rate is None or s.skip_rate <= SKIP_RATE_LIMIT:
         return None
-    return Finding("loss-scale-skips", f"FP16 loss scaling skipped {s.skip_rate:.1%} of updates in the given run",
-                   f"above {SKIP_RATE_LIMIT:.0%}: those steps trained nothing and the scale keeps overflowing",
-                   "lower the initial loss scale (loss_scale_init) or the growth interval's rate, clip gradients "
-                   "after unscaling, check for inf/NaN inputs")
+    return Finding(
+        "loss-scale-skips",
+        f"FP16 loss scaling skipped {s.skip_rate:.1%} of updates in the given run",
+        f"above {SKIP_RATE_LIMIT:.0%}: those steps trained nothing and the scale keeps overflowing",
+        "lower the initial loss scale (loss_scale_init) or the growth interval's rate, clip gradients "
+        "after unscaling, check for inf/NaN inputs",
+    )
 
 
 def lint_moe_replay(s: Setup, m: Measured, model_path: str | None = None) -> Finding | None:
     if not m.moe or s.router_replay:
         return None
-    return Finding("moe-no-replay", "a mixture-of-experts model trained without routing replay",
-                   f"engine and trainer can route a token to different experts (flip rate {_fmt(m.moe_flip_rate)} "
-                   f"measured); a flipped token runs through other weights, so its π and μ differ by far more "
-                   f"than rounding",
-                   "router_replay=True (the trainer reuses the engine's expert choices, nbkit.routing)")
+    return Finding(
+        "moe-no-replay",
+        "a mixture-of-experts model trained without routing replay",
+        f"engine and trainer can route a token to different experts (flip rate {_fmt(m.moe_flip_rate)} "
+        f"measured); a flipped token runs through other weights, so its π and μ differ by far more "
+        f"than rounding",
+        "router_replay=True (the trainer reuses the engine's expert choices, nbkit.routing)",
+    )
 
 
-LINTS = (lint_dtype_mismatch, lint_one_sided_head, lint_processed_logprobs, lint_sequence_clamp, lint_fp16_refused,
-         lint_skip_rate, lint_moe_replay)
+LINTS = (
+    lint_dtype_mismatch,
+    lint_one_sided_head,
+    lint_processed_logprobs,
+    lint_sequence_clamp,
+    lint_fp16_refused,
+    lint_skip_rate,
+    lint_moe_replay,
+)
 """Every lint, in the order the doctor prints them."""
 
 

@@ -15,6 +15,7 @@ those tokens carry, next to their share of tokens (``upstream_*``: a flip at tha
 which reaches the token through attention). vLLM is not used here: its CPU build's routing is not read
 by the workbook (see README).
 """
+
 from __future__ import annotations
 
 import time
@@ -32,12 +33,16 @@ from nbkit.offline import analysis
 class MoeConfig:
     """What the routing-flip analysis samples."""
 
-    model: str = field(default="tiny-moe-arith", metadata={"help": (
-        "A mixture-of-experts model ref for ``nbkit.models.load``.")})
-    dtypes: tuple = field(default=("fp32", "bf16", "fp16"), metadata={"help": (
-        "Engine = trainer dtypes compared (FP32 is also the reference routing).")})
-    n_prompts: int = field(default=32, metadata={"help": (
-        "tiny-arith problems (``nbkit.offline.analysis.load_prompts('arith', ...)``).")})
+    model: str = field(
+        default="tiny-moe-arith", metadata={"help": ("A mixture-of-experts model ref for ``nbkit.models.load``.")}
+    )
+    dtypes: tuple = field(
+        default=("fp32", "bf16", "fp16"),
+        metadata={"help": ("Engine = trainer dtypes compared (FP32 is also the reference routing).")},
+    )
+    n_prompts: int = field(
+        default=32, metadata={"help": ("tiny-arith problems (``nbkit.offline.analysis.load_prompts('arith', ...)``).")}
+    )
     samples_per_prompt: int = field(default=4, metadata={"help": "Responses per prompt."})
     max_tokens: int = field(default=40, metadata={"help": "Longest response."})
     seed: int = field(default=0, metadata={"help": "Prompt choice and sampler seed."})
@@ -70,8 +75,10 @@ class MoeResult:
         cfg = self.config
         text = f"hf engine (GEMM {self.gemm or 'n/a'}), {cfg.n_prompts} prompts × {cfg.samples_per_prompt} samples"
         if self.gemm == "fp32-accumulate":
-            text += ("; the HF engine ran the trainer's own fp32-accumulate recipe, so engine-vs-trainer flips and "
-                     "mismatch are that recipe's floor, not an engine's; trainer-vs-FP32 flips are the format's")
+            text += (
+                "; the HF engine ran the trainer's own fp32-accumulate recipe, so engine-vs-trainer flips and "
+                "mismatch are that recipe's floor, not an engine's; trainer-vs-FP32 flips are the format's"
+            )
         return text
 
     def table(self) -> list[dict]:
@@ -79,8 +86,14 @@ class MoeResult:
         rows = []
         for d, comps in self.flips.items():
             for comp, rates in comps.items():
-                rows.append({"dtype": d, "comparison": comp, "mean": round(float(np.mean(rates)), 5),
-                             **{f"layer {i}": round(r, 5) for i, r in enumerate(rates)}})
+                rows.append(
+                    {
+                        "dtype": d,
+                        "comparison": comp,
+                        "mean": round(float(np.mean(rates)), 5),
+                        **{f"layer {i}": round(r, 5) for i, r in enumerate(rates)},
+                    }
+                )
         return rows
 
     def headline(self) -> dict:
@@ -101,22 +114,22 @@ def _teacher_forced_routing(model, rollouts, batch: int = 32) -> list[torch.Tens
     """The model's top-k choice per position of prompt + response of each rollout (right-padded batches)."""
     out = []
     for lo in range(0, len(rollouts), batch):
-        rows = [list(r.prompt_ids) + list(r.token_ids) for r in rollouts[lo:lo + batch]]
+        rows = [list(r.prompt_ids) + list(r.token_ids) for r in rollouts[lo : lo + batch]]
         width = max(map(len, rows))
         ids = torch.zeros(len(rows), width, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for i, r in enumerate(rows):
-            ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
+            ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
         with torch.no_grad(), routing.capture(model) as rec:
             model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device))
         chosen = rec.choices()
-        out += [chosen[i, :len(r)] for i, r in enumerate(rows)]
+        out += [chosen[i, : len(r)] for i, r in enumerate(rows)]
     return out
 
 
 def _response_positions(choice: torch.Tensor, prompt_len: int, n: int) -> torch.Tensor:
     """Rows of the positions that predict the ``n`` response tokens (``prompt_len - 1`` …)."""
-    return choice[prompt_len - 1:prompt_len - 1 + n]
+    return choice[prompt_len - 1 : prompt_len - 1 + n]
 
 
 def _rates(a: list, b: list, rollouts) -> list[float]:
@@ -146,20 +159,38 @@ def run(cfg: MoeConfig = MoeConfig(), progress: bool = False) -> MoeResult:
             own = _teacher_forced_routing(trainer, rollouts)
         ref = _teacher_forced_routing(base, rollouts)
         eng = [r.routing for r in rollouts]
-        res.flips[d] = {"engine_vs_trainer": _rates(eng, own, rollouts), "trainer_vs_fp32": _rates(own, ref, rollouts),
-                        "engine_vs_fp32": _rates(eng, ref, rollouts)}
+        res.flips[d] = {
+            "engine_vs_trainer": _rates(eng, own, rollouts),
+            "trainer_vs_fp32": _rates(own, ref, rollouts),
+            "engine_vs_fp32": _rates(eng, ref, rollouts),
+        }
         pi = mismatch.teacher_forced_logprobs(trainer, rollouts, gemm=cfg.gemm, progress=False)
         diff = np.concatenate([np.abs(p - np.asarray(r.logprobs)) for p, r in zip(pi, rollouts)])
-        flipped = np.concatenate([
-            routing.flips(_response_positions(e, len(r.prompt_ids), len(r))[None],
-                          _response_positions(o, len(r.prompt_ids), len(r))[None]).any(-1)[0].numpy()
-            for e, o, r in zip(eng, own, rollouts)])
-        upstream = np.concatenate([  # any position up to the predicting one flipped (reaches it via attention)
-            routing.flips(e[None], o[None]).any(-1)[0].cummax(0).values[len(r.prompt_ids) - 1:len(r.prompt_ids) - 1 + len(r)].numpy()
-            for e, o, r in zip(eng, own, rollouts)])
+        flipped = np.concatenate(
+            [
+                routing.flips(
+                    _response_positions(e, len(r.prompt_ids), len(r))[None],
+                    _response_positions(o, len(r.prompt_ids), len(r))[None],
+                )
+                .any(-1)[0]
+                .numpy()
+                for e, o, r in zip(eng, own, rollouts)
+            ]
+        )
+        upstream = np.concatenate(
+            [  # any position up to the predicting one flipped (reaches it via attention)
+                routing.flips(e[None], o[None])
+                .any(-1)[0]
+                .cummax(0)
+                .values[len(r.prompt_ids) - 1 : len(r.prompt_ids) - 1 + len(r)]
+                .numpy()
+                for e, o, r in zip(eng, own, rollouts)
+            ]
+        )
         total = float(diff.sum())
         res.split[d] = {
-            "tokens": int(diff.size), "flipped_tokens": int(flipped.sum()),
+            "tokens": int(diff.size),
+            "flipped_tokens": int(flipped.sum()),
             "mean_abs_dlogp_flipped": float(diff[flipped].mean()) if flipped.any() else float("nan"),
             "mean_abs_dlogp_unflipped": float(diff[~flipped].mean()) if (~flipped).any() else float("nan"),
             "flipped_share_of_tokens": round(float(flipped.mean()), 5),
@@ -178,15 +209,22 @@ def figure(res: MoeResult):
     from plotly.subplots import make_subplots
 
     comps = ("engine_vs_trainer", "trainer_vs_fp32", "engine_vs_fp32")
-    fig = make_subplots(rows=1, cols=len(comps), subplot_titles=[c.replace("_", " ") for c in comps],
-                        shared_yaxes=True)
+    fig = make_subplots(rows=1, cols=len(comps), subplot_titles=[c.replace("_", " ") for c in comps], shared_yaxes=True)
     for d, by in res.flips.items():
         for col, comp in enumerate(comps, start=1):
             rates = by[comp]
-            fig.add_trace(go.Bar(name=d, x=[f"layer {i}" for i in range(len(rates))], y=rates,
-                                 legendgroup=d, showlegend=col == 1), row=1, col=col)
-    fig.update_layout(title=f"{res.config.model}: routing flip rate per layer (share of response tokens)",
-                      barmode="group", yaxis_title="flip rate")
+            fig.add_trace(
+                go.Bar(
+                    name=d, x=[f"layer {i}" for i in range(len(rates))], y=rates, legendgroup=d, showlegend=col == 1
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_layout(
+        title=f"{res.config.model}: routing flip rate per layer (share of response tokens)",
+        barmode="group",
+        yaxis_title="flip rate",
+    )
     return fig
 
 

@@ -11,6 +11,7 @@ The harm-threshold study (issue 37: ``nbkit.threshold`` on the dial's paired gap
 unit and each task's threshold with its CI, or that task's outcome when it had no crossing inside its doses. With
 nothing stored it says so for every dtype and reads no risk: no threshold is guessed.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,22 +44,32 @@ def _place(dose: float, task: str, t: dict) -> str:
         return f"{task}: no threshold inside its measured doses (it lies {where} them)"
     lo, hi = t.get("ci") or (None, None)
     ci = f"CI {'below the doses' if lo is None else f'{lo:.3g}'}–{'above the doses' if hi is None else f'{hi:.3g}'}"
-    side = ("above it, beyond its CI" if hi is not None and dose > hi else
-            "below it, short of its CI" if lo is not None and dose < lo else "inside its CI")
+    side = (
+        "above it, beyond its CI"
+        if hi is not None and dose > hi
+        else "below it, short of its CI"
+        if lo is not None and dose < lo
+        else "inside its CI"
+    )
     return f"{task} threshold {t['dose']:.3g} ({ci}): {side}"
 
 
 def lines(diagnoses: dict[str, dict], stored: dict | None) -> list[str]:
     """One risk line per dtype of ``diagnoses`` (the doctor's per-dtype metrics) against ``stored`` (``load``)."""
     if stored is None:
-        return [f"risk {d.upper()}: no stored harm threshold (the harm-threshold study has not stored "
-                f"{STORE.parent.name}/{STORE.name}), so no risk is read" for d in diagnoses]
+        return [
+            f"risk {d.upper()}: no stored harm threshold (the harm-threshold study has not stored "
+            f"{STORE.parent.name}/{STORE.name}), so no risk is read"
+            for d in diagnoses
+        ]
     unit, out = stored["unit"], []
     for d, diag in diagnoses.items():
         if unit not in diag:
             out.append(f"risk {d.upper()}: the thresholds are in {unit!r}, which this diagnosis did not measure")
             continue
         placed = "; ".join(_place(diag[unit], task, t) for task, t in stored["tasks"].items())
-        out.append(f"risk {d.upper()} here: dose {diag[unit]:.3g} ({unit}); {placed} "
-                   f"[measured on {stored.get('measured_on', 'unstated models')}; {CAVEAT}]")
+        out.append(
+            f"risk {d.upper()} here: dose {diag[unit]:.3g} ({unit}); {placed} "
+            f"[measured on {stored.get('measured_on', 'unstated models')}; {CAVEAT}]"
+        )
     return out

@@ -3,6 +3,7 @@
 ``show(fig)`` embeds the figure as HTML with plotly.js inlined the first time in a kernel, so executed notebooks
 converted to HTML display their figures offline (no CDN, no renderer configuration).
 """
+
 from __future__ import annotations
 
 from nbkit.plots import precision

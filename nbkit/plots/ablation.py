@@ -1,5 +1,6 @@
 """The precision ablation's figure: one curve per (train, rollout) pair, averaged over its seeds, in the layout of
 the paper's ablation (accuracy, mismatch, KL, step time against step)."""
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -23,7 +24,9 @@ def by_pair(runs: dict[str, list[dict]], meta: dict[str, dict]) -> dict[str, lis
     for label, rows in runs.items():
         train_dtype, rollout_dtype = meta[label]["train"], meta[label]["rollout"]
         for r in rows:
-            groups.setdefault(f"{train_dtype} train / {rollout_dtype} rollout", {}).setdefault(r[schema.STEP], []).append(r)
+            groups.setdefault(f"{train_dtype} train / {rollout_dtype} rollout", {}).setdefault(
+                r[schema.STEP], []
+            ).append(r)
     out = {}
     for name, steps in groups.items():
         out[name] = []
@@ -46,10 +49,20 @@ def ablation_curves(runs: dict[str, list[dict]], meta: dict[str, dict], smooth: 
 def cost_bars(table: list[dict]) -> go.Figure:
     """Seconds per step split into rollout and update per pair (rows of ``nbkit.studies.ablation.table``)."""
     names = [f"{r['train']}/{r['rollout']}" for r in table]
-    fig = go.Figure([go.Bar(name="rollout (generate + sync)", x=names, y=[r["s/step rollout"] for r in table]),
-                     go.Bar(name="update", x=names, y=[r["s/step update"] for r in table]),
-                     go.Bar(name="other (scoring, mismatch pass)", x=names,
-                            y=[max(0.0, (r["s/step total"] or 0) - r["s/step rollout"] - (r["s/step update"] or 0))
-                               for r in table])])
-    return fig.update_layout(barmode="stack", yaxis_title="seconds per step", xaxis_title="train / rollout dtype",
-                             title="Cost of each precision pair")
+    fig = go.Figure(
+        [
+            go.Bar(name="rollout (generate + sync)", x=names, y=[r["s/step rollout"] for r in table]),
+            go.Bar(name="update", x=names, y=[r["s/step update"] for r in table]),
+            go.Bar(
+                name="other (scoring, mismatch pass)",
+                x=names,
+                y=[max(0.0, (r["s/step total"] or 0) - r["s/step rollout"] - (r["s/step update"] or 0)) for r in table],
+            ),
+        ]
+    )
+    return fig.update_layout(
+        barmode="stack",
+        yaxis_title="seconds per step",
+        xaxis_title="train / rollout dtype",
+        title="Cost of each precision pair",
+    )

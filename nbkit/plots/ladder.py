@@ -5,6 +5,7 @@ A log axis cannot show a value ≤ 0 (an unbiased KL estimate of a tiny mismatch
 is left out and named under its panel, never clipped to a made-up positive value; a point whose lower CI bound is
 ≤ 0 is drawn hollow, with no lower bar.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,11 @@ from nbkit import schema
 from nbkit.mismatch import METRICS
 from nbkit.offline.ladder import HEADLINE_KEYS
 
-TITLES = {schema.METRIC_TOKEN_ABS_LOGP_DIFF: "per-token mean |Δ log p|", "kl_k1": "token KL[μ‖π] (k1)",
-          "seq_kl": "sequence KL[μ‖π]"}
+TITLES = {
+    schema.METRIC_TOKEN_ABS_LOGP_DIFF: "per-token mean |Δ log p|",
+    "kl_k1": "token KL[μ‖π] (k1)",
+    "seq_kl": "sequence KL[μ‖π]",
+}
 """Panel titles of the headline metrics."""
 
 
@@ -32,15 +36,29 @@ def ladder_figure(table, keys=HEADLINE_KEYS, title: str = "Rollout format vs FP3
         if f"{key} low" in table:
             low, high = table[f"{key} low"].to_numpy(dtype=float), table[f"{key} high"].to_numpy(dtype=float)
             hollow = ~(low > 0)
-            err = dict(error_y=dict(type="data", symmetric=False, array=(high - y)[ok],
-                                    arrayminus=np.where(hollow, 0.0, y - low)[ok]))
+            err = dict(
+                error_y=dict(
+                    type="data", symmetric=False, array=(high - y)[ok], arrayminus=np.where(hollow, 0.0, y - low)[ok]
+                )
+            )
         symbols = np.where(hollow, "circle-open", "circle")[ok]
-        fig.add_trace(go.Scatter(
-            x=table["format"][ok], y=y[ok], mode="markers+lines",
-            marker=dict(size=9, color=np.array(colors)[ok], symbol=symbols,
-                        line=dict(width=2, color=np.array(colors)[ok])),
-            line=dict(color="#BBBBBB"), name=key, showlegend=False,
-            hovertemplate="%{x}: %{y:.3g}<extra>" + METRICS.get(key, key) + "</extra>", **err), row=1, col=col)
+        fig.add_trace(
+            go.Scatter(
+                x=table["format"][ok],
+                y=y[ok],
+                mode="markers+lines",
+                marker=dict(
+                    size=9, color=np.array(colors)[ok], symbol=symbols, line=dict(width=2, color=np.array(colors)[ok])
+                ),
+                line=dict(color="#BBBBBB"),
+                name=key,
+                showlegend=False,
+                hovertemplate="%{x}: %{y:.3g}<extra>" + METRICS.get(key, key) + "</extra>",
+                **err,
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_yaxes(type="log", row=1, col=col)
         hidden = [f for f, v in zip(table["format"], y) if not v > 0]
         fig.update_xaxes(title_text=f"≤ 0, not drawn: {', '.join(hidden)}" if hidden else "", row=1, col=col)

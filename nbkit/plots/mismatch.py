@@ -3,6 +3,7 @@
 Every function takes plain data, never engines or models: ragged per-token log-probs as lists of 1-D arrays
 (one per sequence), keyed by a label such as the dtype, or metric dicts from ``nbkit.mismatch``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -13,8 +14,16 @@ import plotly.graph_objects as go
 from nbkit import schema
 from nbkit.mismatch import METRICS, fit_slope, seq_log_ratio, token_log_ratio
 
-RATIO_KEYS = (schema.METRIC_TOKEN_ABS_LOGP_DIFF, schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX, "rollout_probs_diff_mean",
-              "kl_k1", "kl_k3", "chi2_token", "seq_kl", "seq_log_ratio/abs_mean")
+RATIO_KEYS = (
+    schema.METRIC_TOKEN_ABS_LOGP_DIFF,
+    schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX,
+    "rollout_probs_diff_mean",
+    "kl_k1",
+    "kl_k3",
+    "chi2_token",
+    "seq_kl",
+    "seq_log_ratio/abs_mean",
+)
 """Metrics compared as BF16/FP16 ratios by default (all ≥ 0 or sign-stable and growing with the mismatch)."""
 
 COLORS = {"fp32": "#4C78A8", "bf16": "#E45756", "fp16": "#54A24B"}
@@ -35,20 +44,23 @@ def token_scatter(pairs: Pairs, space: str = "log", max_points: int = 5000, seed
     fig, lo = go.Figure(), 1.0
     for label, (logp_pi, logp_mu) in pairs.items():
         token_log_ratio(logp_pi, logp_mu)  # validates the pair
-        pi, mu = (np.exp(np.concatenate([np.asarray(x, dtype=np.float64) for x in lp]))
-                  for lp in (logp_pi, logp_mu))
+        pi, mu = (np.exp(np.concatenate([np.asarray(x, dtype=np.float64) for x in lp])) for lp in (logp_pi, logp_mu))
         if mu.size > max_points:
             keep = rng.choice(mu.size, max_points, replace=False)
             mu, pi = mu[keep], pi[keep]
         lo = min(lo, float(mu.min()), float(pi.min()))
-        fig.add_scatter(x=mu, y=pi, mode="markers", name=label, opacity=0.5, marker=dict(size=4,
-                        color=COLORS.get(label)))
+        fig.add_scatter(
+            x=mu, y=pi, mode="markers", name=label, opacity=0.5, marker=dict(size=4, color=COLORS.get(label))
+        )
     lo = max(lo, 1e-12) if space == "log" else 0.0
-    fig.add_scatter(x=[lo, 1.0], y=[lo, 1.0], mode="lines", name="π = μ",
-                    line=dict(color="black", dash="dash"))
+    fig.add_scatter(x=[lo, 1.0], y=[lo, 1.0], mode="lines", name="π = μ", line=dict(color="black", dash="dash"))
     axis = dict(type="log") if space == "log" else dict(range=[0, 1])
-    fig.update_layout(title="Token probabilities: training π vs rollout μ", legend_title="dtype",
-                      xaxis=dict(title="μ (rollout)", **axis), yaxis=dict(title="π (training)", **axis))
+    fig.update_layout(
+        title="Token probabilities: training π vs rollout μ",
+        legend_title="dtype",
+        xaxis=dict(title="μ (rollout)", **axis),
+        yaxis=dict(title="π (training)", **axis),
+    )
     return fig
 
 
@@ -65,14 +77,30 @@ def seq_log_ratio_vs_length(pairs: Pairs, max_points: int = 3000, seed: int = 0)
         slope, intercept = fit_slope(n, s)
         color = COLORS.get(label)
         shown = rng.choice(s.size, max_points, replace=False) if s.size > max_points else np.arange(s.size)
-        fig.add_scatter(x=n[shown], y=s[shown], mode="markers", name=label, opacity=0.5, legendgroup=label,
-                        marker=dict(size=5, color=color))
+        fig.add_scatter(
+            x=n[shown],
+            y=s[shown],
+            mode="markers",
+            name=label,
+            opacity=0.5,
+            legendgroup=label,
+            marker=dict(size=5, color=color),
+        )
         if np.isfinite(slope):
             xs = np.array([n.min(), n.max()])
-            fig.add_scatter(x=xs, y=intercept + slope * xs, mode="lines", legendgroup=label,
-                            name=f"{label}: slope {1000 * slope:+.3g} per 1k tokens", line=dict(color=color))
-    fig.update_layout(title="Sequence log-ratio vs response length", xaxis_title="response length (tokens)",
-                      yaxis_title="log(π/μ) summed over the response")
+            fig.add_scatter(
+                x=xs,
+                y=intercept + slope * xs,
+                mode="lines",
+                legendgroup=label,
+                name=f"{label}: slope {1000 * slope:+.3g} per 1k tokens",
+                line=dict(color=color),
+            )
+    fig.update_layout(
+        title="Sequence log-ratio vs response length",
+        xaxis_title="response length (tokens)",
+        yaxis_title="log(π/μ) summed over the response",
+    )
     return fig
 
 
@@ -82,12 +110,20 @@ def _ratio(metrics: Mapping[str, Mapping[str, float]], key: str, num: str, den: 
     return float(a / b) if b not in (0, 0.0) and np.isfinite(b) else float("nan")
 
 
-def ratio_bar(metrics: Mapping[str, Mapping[str, float]], keys: Sequence[str] = RATIO_KEYS,
-              num: str = "bf16", den: str = "fp16") -> go.Figure:
+def ratio_bar(
+    metrics: Mapping[str, Mapping[str, float]], keys: Sequence[str] = RATIO_KEYS, num: str = "bf16", den: str = "fp16"
+) -> go.Figure:
     """Bar chart of ``metrics[num][k] / metrics[den][k]`` per metric (log y axis; 1 = no difference)."""
     ratios = [_ratio(metrics, k, num, den) for k in keys]
-    fig = go.Figure(go.Bar(x=list(keys), y=ratios, text=[f"{r:.3g}×" for r in ratios], textposition="outside",
-                           hovertext=[METRICS.get(k, k) for k in keys]))
+    fig = go.Figure(
+        go.Bar(
+            x=list(keys),
+            y=ratios,
+            text=[f"{r:.3g}×" for r in ratios],
+            textposition="outside",
+            hovertext=[METRICS.get(k, k) for k in keys],
+        )
+    )
     fig.add_hline(y=1.0, line_dash="dash", line_color="black")
     fig.update_layout(title=f"Mismatch ratio {num.upper()} / {den.upper()}", yaxis=dict(type="log", title="ratio"))
     return fig
@@ -105,24 +141,49 @@ def ratio_ci_bar(ratios, num: str = "bf16", den: str = "fp16") -> go.Figure:
         missing += [f"{model}: {m}" for m in rows.loc[rows["reading"] == "undefined", "metric"]]
         bound = shown["reading"] == "lower bound"
         y = shown[col].where(~bound, shown["lower bound"])
-        fig.add_trace(go.Bar(
-            x=list(shown["metric"]), y=list(y), name=model, textposition="outside",
-            text=[("≥ " if b else "") + f"{v:.3g}×" for v, b in zip(y, bound)],
-            marker_pattern_shape=["/" if b else "" for b in bound],
-            error_y=dict(type="data", symmetric=False, array=list((shown["CI high"] - y).fillna(0)),
-                         arrayminus=list((y - shown["CI low"]).fillna(0)))))
+        fig.add_trace(
+            go.Bar(
+                x=list(shown["metric"]),
+                y=list(y),
+                name=model,
+                textposition="outside",
+                text=[("≥ " if b else "") + f"{v:.3g}×" for v, b in zip(y, bound)],
+                marker_pattern_shape=["/" if b else "" for b in bound],
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=list((shown["CI high"] - y).fillna(0)),
+                    arrayminus=list((y - shown["CI low"]).fillna(0)),
+                ),
+            )
+        )
     fig.add_hline(y=1.0, line_dash="dash", line_color="black")
     if missing:
-        fig.add_annotation(text=f"no ratio ({den.upper()}'s CI does not lie above 0): " + "; ".join(missing),
-                           showarrow=False, xref="paper", yref="paper", x=0, y=-0.3, xanchor="left", align="left")
-    fig.update_layout(title=f"Mismatch ratio {num.upper()} / {den.upper()} with 95% CIs (engine and training in "
-                            "the same dtype; hatched: lower bound only)", yaxis=dict(type="log", title="ratio"),
-                      barmode="group", margin=dict(b=140 if missing else 80))
+        fig.add_annotation(
+            text=f"no ratio ({den.upper()}'s CI does not lie above 0): " + "; ".join(missing),
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=-0.3,
+            xanchor="left",
+            align="left",
+        )
+    fig.update_layout(
+        title=f"Mismatch ratio {num.upper()} / {den.upper()} with 95% CIs (engine and training in "
+        "the same dtype; hatched: lower bound only)",
+        yaxis=dict(type="log", title="ratio"),
+        barmode="group",
+        margin=dict(b=140 if missing else 80),
+    )
     return fig
 
 
-def metrics_table(metrics: Mapping[str, Mapping[str, float]], keys: Sequence[str] | None = None,
-                  ratio: tuple[str, str] | None = ("bf16", "fp16")) -> go.Figure:
+def metrics_table(
+    metrics: Mapping[str, Mapping[str, float]],
+    keys: Sequence[str] | None = None,
+    ratio: tuple[str, str] | None = ("bf16", "fp16"),
+) -> go.Figure:
     """The metric dicts side by side as a table figure, one column per label, plus a num/den ratio column."""
     labels = list(metrics)
     keys = list(keys) if keys is not None else [k for k in METRICS if any(k in m for m in metrics.values())]
@@ -136,8 +197,9 @@ def metrics_table(metrics: Mapping[str, Mapping[str, float]], keys: Sequence[str
     return fig
 
 
-def grid_heatmap(grid: Mapping[str, Mapping[str, float]], metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF,
-                 log_color: bool = True) -> go.Figure:
+def grid_heatmap(
+    grid: Mapping[str, Mapping[str, float]], metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF, log_color: bool = True
+) -> go.Figure:
     """Heatmap of one metric over engine dtype (rows, ``grid`` keys) × training dtype (columns, inner keys).
 
     ``log_color`` colours by log10 of the value (the cells span orders of magnitude); the text shows the value.
@@ -147,9 +209,20 @@ def grid_heatmap(grid: Mapping[str, Mapping[str, float]], metric: str = schema.M
     z = np.array([[grid[r].get(c, np.nan) for c in cols] for r in rows], dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         color = np.where(z > 0, np.log10(z), np.nan) if log_color else z
-    fig = go.Figure(go.Heatmap(z=color, x=cols, y=rows, text=[[f"{v:.3g}" for v in row] for row in z],
-                               texttemplate="%{text}", colorscale="Reds",
-                               colorbar=dict(title="log10" if log_color else "")))
-    fig.update_layout(title=f"{metric}: engine dtype × training dtype", xaxis_title="training dtype (π)",
-                      yaxis_title="engine dtype (μ)")
+    fig = go.Figure(
+        go.Heatmap(
+            z=color,
+            x=cols,
+            y=rows,
+            text=[[f"{v:.3g}" for v in row] for row in z],
+            texttemplate="%{text}",
+            colorscale="Reds",
+            colorbar=dict(title="log10" if log_color else ""),
+        )
+    )
+    fig.update_layout(
+        title=f"{metric}: engine dtype × training dtype",
+        xaxis_title="training dtype (π)",
+        yaxis_title="engine dtype (μ)",
+    )
     return fig

@@ -1,5 +1,6 @@
 """Training curves in the layout of the paper's Fig. 3: reward, π–μ mismatch (log scale), gradient norm and
 loss scale against step, one colour per run."""
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -27,9 +28,18 @@ def training_curves(runs: dict[str, list[dict]], panels=PANELS, smooth: int = 1)
             if not pts:
                 continue
             steps, values = zip(*pts)
-            fig.add_trace(go.Scatter(x=steps, y=_moving(values, smooth), name=label, legendgroup=label,
-                                     showlegend=j == 0, line=dict(color=colours[i % len(colours)])),
-                          row=j // 2 + 1, col=j % 2 + 1)
+            fig.add_trace(
+                go.Scatter(
+                    x=steps,
+                    y=_moving(values, smooth),
+                    name=label,
+                    legendgroup=label,
+                    showlegend=j == 0,
+                    line=dict(color=colours[i % len(colours)]),
+                ),
+                row=j // 2 + 1,
+                col=j % 2 + 1,
+            )
     for j, (_, _, log) in enumerate(panels):
         if log:
             fig.update_yaxes(type="log", row=j // 2 + 1, col=j % 2 + 1)
@@ -43,8 +53,13 @@ def step_time_breakdown(runs: dict[str, list[dict]]) -> go.Figure:
     parts = (schema.TIME_ROLLOUT, schema.TIME_SYNC, schema.TIME_SCORE, schema.TIME_MISMATCH, schema.TIME_UPDATE)
     fig = go.Figure()
     for part in parts:
-        fig.add_trace(go.Bar(name=part.split("/")[1], x=list(runs),
-                             y=[sum(r.get(part, 0) for r in rows) / max(schema.optimiser_steps(rows), 1) for rows in runs.values()]))
+        fig.add_trace(
+            go.Bar(
+                name=part.split("/")[1],
+                x=list(runs),
+                y=[sum(r.get(part, 0) for r in rows) / max(schema.optimiser_steps(rows), 1) for rows in runs.values()],
+            )
+        )
     fig.update_layout(barmode="stack", yaxis_title="seconds per step", title="Where a step's time goes")
     return fig
 
@@ -54,6 +69,6 @@ def _moving(values, k: int):
         return list(values)
     out = []
     for i in range(len(values)):
-        chunk = values[max(0, i - k + 1):i + 1]
+        chunk = values[max(0, i - k + 1) : i + 1]
         out.append(sum(chunk) / len(chunk))
     return out

@@ -8,6 +8,7 @@ Modules: ``algorithms`` (presets), ``config`` (``RLConfig``), ``amp`` (precision
 server instead, dtype-checked), ``trainer`` (the narrow ``GRPOTrainer`` subclass), ``monitor`` (JSONL, alarm),
 ``run`` (the entry point; ``nbkit train`` is its command line).
 """
+
 from nbkit.rl.algorithms import ALGORITHMS
 from nbkit.rl.config import SANITY_RUN, RLConfig, config_from, runnable_here
 from nbkit.rl.run import RunResult, train

@@ -24,6 +24,7 @@ IcePop (the Ring-1T report's fix for the training–inference mismatch) keeps a 
 ``CORRECTIONS`` names the ways μ can enter the loss apart from the loss itself, so a study can cross them with
 any preset: ``RLConfig.correction`` replaces the preset's own (``resolve``), e.g. ``dr_grpo`` + ``icepop``.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -75,31 +76,52 @@ class Correction:
     """Drop negative-advantage sequences whose KL(μ‖π) per token exceeds δ (``nbkit.rl.opsm``)."""
 
 
-LOSSES: dict[str, Loss] = {x.name: x for x in (
-    Loss("grpo", "clipped surrogate, std-normalised group advantages", {"loss_type": "grpo", "scale_rewards": "group"}),
-    Loss("dr_grpo", "no std division, constant length normaliser", {"loss_type": "dr_grpo", "scale_rewards": "none"}),
-    Loss("gspo", "sequence-level geometric-mean ratio, tight clip",
-         {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}),
-    Loss("ppo", "token-mean clipped surrogate on GAE advantages", {"loss_type": "bnpo", "scale_rewards": "none"}),
-)}
+LOSSES: dict[str, Loss] = {
+    x.name: x
+    for x in (
+        Loss(
+            "grpo",
+            "clipped surrogate, std-normalised group advantages",
+            {"loss_type": "grpo", "scale_rewards": "group"},
+        ),
+        Loss(
+            "dr_grpo", "no std division, constant length normaliser", {"loss_type": "dr_grpo", "scale_rewards": "none"}
+        ),
+        Loss(
+            "gspo",
+            "sequence-level geometric-mean ratio, tight clip",
+            {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
+        ),
+        Loss("ppo", "token-mean clipped surrogate on GAE advantages", {"loss_type": "bnpo", "scale_rewards": "none"}),
+    )
+}
 """Name → loss (``Algorithm.loss``)."""
 
-TRAINERS: dict[str, Trainer] = {t.name: t for t in (
-    Trainer("grpo", "nbkit.rl.trainer:PrecisionGRPOTrainer"),
-    Trainer("ppo", "nbkit.rl.ppo_trainer:PPOTrainer", critic=True),
-)}
+TRAINERS: dict[str, Trainer] = {
+    t.name: t
+    for t in (
+        Trainer("grpo", "nbkit.rl.trainer:PrecisionGRPOTrainer"),
+        Trainer("ppo", "nbkit.rl.ppo_trainer:PPOTrainer", critic=True),
+    )
+}
 """Name → trainer class (``Algorithm.trainer``)."""
 
-CORRECTIONS: dict[str, Correction] = {c.name: c for c in (
-    Correction("none", "μ does not enter the loss (it only drew the samples)"),
-    Correction("token_tis", "Token-TIS: × min(π/μ, C) per token", "token_truncate"),
-    Correction("seq_tis", "sequence TIS: × min(∏π/μ, C) per sequence", "sequence_truncate"),
-    Correction("seq_mis", "sequence MIS: sequences with ∏π/μ > C masked out", "sequence_mask"),
-    Correction("icepop", "IcePop: × π/μ per token, tokens with π/μ outside [low, high] masked", "token_mask"),
-    Correction("mu_old", "μ as π_old: the mismatch enters the PPO clip (async/decoupled PPO)", mu_as_old=True),
-    Correction("opsm", "DeepSeek-V3.2's off-policy sequence mask: negative-advantage sequences with per-token "
-               "KL(μ‖π) > δ dropped", off_policy_mask=True),
-)}
+CORRECTIONS: dict[str, Correction] = {
+    c.name: c
+    for c in (
+        Correction("none", "μ does not enter the loss (it only drew the samples)"),
+        Correction("token_tis", "Token-TIS: × min(π/μ, C) per token", "token_truncate"),
+        Correction("seq_tis", "sequence TIS: × min(∏π/μ, C) per sequence", "sequence_truncate"),
+        Correction("seq_mis", "sequence MIS: sequences with ∏π/μ > C masked out", "sequence_mask"),
+        Correction("icepop", "IcePop: × π/μ per token, tokens with π/μ outside [low, high] masked", "token_mask"),
+        Correction("mu_old", "μ as π_old: the mismatch enters the PPO clip (async/decoupled PPO)", mu_as_old=True),
+        Correction(
+            "opsm",
+            "DeepSeek-V3.2's off-policy sequence mask: negative-advantage sequences with per-token KL(μ‖π) > δ dropped",
+            off_policy_mask=True,
+        ),
+    )
+}
 """Name → correction (``RLConfig.correction``; None there keeps the preset's own)."""
 
 
@@ -125,8 +147,9 @@ class Algorithm:
                 raise ValueError(f"preset {self.name!r}: unknown {what} {value!r}; choose one of {tuple(table)}")
         bad = [c for c in self.corrections if c not in CORRECTIONS]
         if bad or not self.corrections:
-            raise ValueError(f"preset {self.name!r}: unknown correction(s) {bad or '()'}; choose from "
-                             f"{tuple(CORRECTIONS)}")
+            raise ValueError(
+                f"preset {self.name!r}: unknown correction(s) {bad or '()'}; choose from {tuple(CORRECTIONS)}"
+            )
         if sum(CORRECTIONS[c].is_mode is not None for c in self.corrections) > 1:
             raise ValueError(f"preset {self.name!r}: corrections {self.corrections} set more than one IS mode")
 
@@ -177,13 +200,25 @@ for _algo in (
     Algorithm("gspo", "GSPO: sequence-level geometric-mean ratio, tight clip", "gspo"),
     Algorithm("pg_seq_is", "policy gradient × min(∏π/μ, C) per sequence", "dr_grpo", ("seq_tis",)),
     Algorithm("grpo_mu_old", "GRPO clipped against μ as π_old (async/decoupled PPO)", "grpo", ("mu_old",)),
-    Algorithm("grpo_mu_old_token_tis", "GRPO clipped against μ as π_old, × min(π_old/μ, C) per token", "grpo",
-              ("mu_old", "token_tis")),
-    Algorithm("ppo", "PPO: critic from the policy, GAE per token, clipped policy and value loss, several epochs",
-              "ppo", trainer="ppo"),
+    Algorithm(
+        "grpo_mu_old_token_tis",
+        "GRPO clipped against μ as π_old, × min(π_old/μ, C) per token",
+        "grpo",
+        ("mu_old", "token_tis"),
+    ),
+    Algorithm(
+        "ppo",
+        "PPO: critic from the policy, GAE per token, clipped policy and value loss, several epochs",
+        "ppo",
+        trainer="ppo",
+    ),
     Algorithm("ppo_token_tis", "PPO × min(π_old/μ, C) per token (Token-TIS)", "ppo", ("token_tis",), "ppo"),
-    Algorithm("grpo_icepop", "Dr.GRPO × π/μ per token, tokens with π/μ outside [low, high] masked (IcePop)",
-              "dr_grpo", ("icepop",)),
+    Algorithm(
+        "grpo_icepop",
+        "Dr.GRPO × π/μ per token, tokens with π/μ outside [low, high] masked (IcePop)",
+        "dr_grpo",
+        ("icepop",),
+    ),
 ):
     register(_algo)
 
@@ -202,8 +237,9 @@ def resolve(name: str, correction: str | None = None) -> Algorithm:
     if correction is None:
         return algo
     if correction not in CORRECTIONS:
-        raise ValueError(f"unknown correction {correction!r}; choose one of {tuple(CORRECTIONS)} or None (the "
-                         f"preset's own)")
+        raise ValueError(
+            f"unknown correction {correction!r}; choose one of {tuple(CORRECTIONS)} or None (the preset's own)"
+        )
     return replace(algo, corrections=(correction,))
 
 
@@ -228,8 +264,9 @@ def grpo_options(algo: Algorithm, is_cap: float, band: tuple[float, float] = (0.
     return opts
 
 
-def is_weights(log_ratio: torch.Tensor, mask: torch.Tensor, mode: str, clip_min: float | None,
-               clip_max: float) -> torch.Tensor:
+def is_weights(
+    log_ratio: torch.Tensor, mask: torch.Tensor, mode: str, clip_min: float | None, clip_max: float
+) -> torch.Tensor:
     """The IS weight TRL's ``vllm_importance_sampling_mode`` puts on each token (the workbook's statement of it,
     which the tests hold TRL's applied weights to): ``log_ratio`` = log π − log μ per token (B, T), ``mask`` the
     completion tokens. Token modes give (B, T), sequence modes (B, 1) from Σ_t log_ratio; ``*_truncate`` clamps

@@ -8,6 +8,7 @@ unscaled before gradient clipping, steps skipped on overflow): what accelerate d
 ``PrecisionAudit`` watches every ``nn.Linear`` of the training model and records the dtype its matmul really
 produced, and which GEMM kernel policy ran (``nbkit.gemm``), so a run can fail when either differs from the request.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,10 @@ def deepspeed_loss_scaling(ds_config: dict, init_scale: float, growth_interval: 
         return ds_config
     power = math.log2(init_scale)
     if power != int(power):
-        raise ValueError(f"DeepSpeed starts its loss scale at a power of two; loss_scale_init={init_scale!r} is "
-                         f"none (choose e.g. {2.0 ** round(power)!r})")
+        raise ValueError(
+            f"DeepSpeed starts its loss scale at a power of two; loss_scale_init={init_scale!r} is "
+            f"none (choose e.g. {2.0 ** round(power)!r})"
+        )
     block.update(loss_scale=0, initial_scale_power=int(power), loss_scale_window=int(growth_interval))
     return ds_config
 
@@ -66,8 +69,7 @@ class PrecisionAudit:
 
     def __init__(self, model: torch.nn.Module):
         self.counts: Counter[str] = Counter()
-        self._handles = [m.register_forward_hook(self._hook) for m in model.modules()
-                         if isinstance(m, torch.nn.Linear)]
+        self._handles = [m.register_forward_hook(self._hook) for m in model.modules() if isinstance(m, torch.nn.Linear)]
         if not self._handles:
             raise ValueError("the model has no nn.Linear layer to audit")
         self._handles += self._moe_hooks(model)
@@ -77,8 +79,11 @@ class PrecisionAudit:
         logits dtype and the dtype of every matmul inside the experts (``moe_router`` / ``moe_experts`` keys)."""
         handles, seen = [], []
         for block in routing.moe_blocks(model):
-            handles.append(block.gate.register_forward_hook(
-                lambda m, i, out: self.counts.update({"moe_router:" + _short(out[0].dtype): 1})))
+            handles.append(
+                block.gate.register_forward_hook(
+                    lambda m, i, out: self.counts.update({"moe_router:" + _short(out[0].dtype): 1})
+                )
+            )
             mode = _MatmulDtypes(seen)
             handles.append(block.experts.register_forward_pre_hook(lambda m, i, mode=mode: (mode.__enter__(), None)[1]))
 
@@ -99,28 +104,39 @@ class PrecisionAudit:
         out, self.counts = self.counts, Counter()
         return out
 
-    def check(self, requested: str, counts: Counter, scaler=None, gemm_policy: str = "native",
-              gemm_counts: Counter | None = None) -> dict:
+    def check(
+        self,
+        requested: str,
+        counts: Counter,
+        scaler=None,
+        gemm_policy: str = "native",
+        gemm_counts: Counter | None = None,
+    ) -> dict:
         """Audit record of one step; raises ``PrecisionError`` when the matmuls, the GEMM policy or the scaler
         differ from the request (FP16 needs every linear in fp16 and a live scaler; a half-precision run under
         the ``fp32-accumulate`` policy needs its GEMMs to have gone through it, in the requested format)."""
         ran = dict(counts)
         routed = dict(gemm_counts or {})
-        record = {schema.AUDIT_MATMUL_DTYPES: ran, schema.AUDIT_REQUESTED: requested,
-                  schema.AUDIT_SCALER_ENABLED: bool(scaler is not None and scaler.is_enabled()),
-                  schema.AUDIT_GEMM: gemm_policy, schema.AUDIT_GEMM_ROUTED: routed}
+        record = {
+            schema.AUDIT_MATMUL_DTYPES: ran,
+            schema.AUDIT_REQUESTED: requested,
+            schema.AUDIT_SCALER_ENABLED: bool(scaler is not None and scaler.is_enabled()),
+            schema.AUDIT_GEMM: gemm_policy,
+            schema.AUDIT_GEMM_ROUTED: routed,
+        }
         if gemm_policy == "fp32-accumulate" and requested in ("fp16", "bf16"):
             if not routed.get(requested):
-                raise PrecisionError(f"requested the fp32-accumulate GEMM policy for {requested} training but no "
-                                     f"{requested} GEMM ran through it this step (routed: {routed})")
+                raise PrecisionError(
+                    f"requested the fp32-accumulate GEMM policy for {requested} training but no "
+                    f"{requested} GEMM ran through it this step (routed: {routed})"
+                )
             if set(routed) - {requested, f"sdpa/{requested}"}:  # GEMMs and attentions, all in the request
                 raise PrecisionError(f"requested {requested} training but GEMMs ran in {routed}")
         if not ran:
             raise PrecisionError("no linear layer ran in the training model during this step")
         wrong = {k: v for k, v in ran.items() if k.split(":")[-1] != requested}
         if wrong:
-            raise PrecisionError(f"requested {requested} training but linear layers ran in {wrong} "
-                                 f"(all counts {ran})")
+            raise PrecisionError(f"requested {requested} training but linear layers ran in {wrong} (all counts {ran})")
         if requested == "fp16" and not record[schema.AUDIT_SCALER_ENABLED]:
             raise PrecisionError("requested fp16 training but no live GradScaler is attached")
         return record

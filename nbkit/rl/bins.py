@@ -11,6 +11,7 @@ bucketize/bincount calls on (B, T) tensors per loss forward and one small all-re
 hold π's distance from μ after those updates, as ``clip/*`` does. Under top-p/top-k, π is put on the filter's
 support first (the trainer's ``_on_filter_support``), as for the headline mismatch.
 """
+
 from __future__ import annotations
 
 import time
@@ -64,7 +65,7 @@ class StepBins:
         at = 2
         for name in tokenbins.EDGES:
             k = tokenbins.n_bins(name)
-            counts, total = values[at:at + k], values[at + k:at + 2 * k]
+            counts, total = values[at : at + k], values[at + k : at + 2 * k]
             at += 2 * k
             for i in range(k):
                 row[tokenbins.tokens_key(name, i)] = int(counts[i])

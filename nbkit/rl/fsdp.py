@@ -16,6 +16,7 @@ accelerate (1.15) builds FSDP2's ``MixedPrecisionPolicy`` from ``mixed_precision
     fp32_reduce_and_outputs(accelerator)      # after the Accelerator is built, before prepare(); True if changed
     policy("bf16")                            # the MixedPrecisionPolicy the trainer installs
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,8 +31,9 @@ def policy(precision: str):
 
     if precision not in HALF:
         raise ValueError(f"FSDP2 mixed precision is for {tuple(HALF)}, not {precision!r}")
-    return MixedPrecisionPolicy(param_dtype=HALF[precision], reduce_dtype=torch.float32, output_dtype=None,
-                                cast_forward_inputs=True)
+    return MixedPrecisionPolicy(
+        param_dtype=HALF[precision], reduce_dtype=torch.float32, output_dtype=None, cast_forward_inputs=True
+    )
 
 
 def fp32_reduce_and_outputs(accelerator) -> bool:

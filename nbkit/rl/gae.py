@@ -5,13 +5,15 @@ the diagnostics PPO users read (approx KL, clip fraction, explained variance). T
 Pure tensor functions (no model, no trainer) so they can be checked against hand-computed cases; the PPO trainer
 wiring (issue 11) builds on them. Shapes are ``(batch, tokens)`` with a 0/1 ``mask`` of completion tokens.
 """
+
 from __future__ import annotations
 
 import torch
 
 
-def gae(values: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
-        lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(
+    values: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation with the outcome reward on each sequence's last completion token.
 
     ``values`` (B, T): the critic's value per token; ``rewards`` (B,): the outcome reward; ``mask`` (B, T): 1 on
@@ -39,8 +41,9 @@ def gae(values: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, gamma: 
     return adv, (adv + values) * mask
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               clip: float = 0.2) -> torch.Tensor:
+def value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float = 0.2
+) -> torch.Tensor:
     """PPO's clipped value loss: ``0.5 * max((v - R)^2, (clip(v, v_old ± clip) - R)^2)`` averaged over tokens."""
     if not clip > 0:
         raise ValueError(f"value_clip must be > 0, got {clip!r}")

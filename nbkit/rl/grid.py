@@ -6,6 +6,7 @@ ablation.
 runs' configs and ``train_all`` trains any ``label → RLConfig`` through ``nbkit.pool``. ``nbkit.runlog`` reads the
 run folders back (``load_runs``, ``load_meta``) and condenses them into tables.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -18,9 +19,17 @@ from nbkit.rl.run import RunResult, train
 from nbkit.runlog import pair_tag, run_label
 
 
-def train_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progress: bool = True,
-               seeds: list[int] | None = None, pairs: list[tuple[str, str]] | None = None, threads: int = 1,
-               workers: int | None = None, beside: dict[str, pool.Job] | None = None) -> dict[str, RunResult]:
+def train_grid(
+    base: RLConfig,
+    algorithms: list[str],
+    dtypes: list[str],
+    progress: bool = True,
+    seeds: list[int] | None = None,
+    pairs: list[tuple[str, str]] | None = None,
+    threads: int = 1,
+    workers: int | None = None,
+    beside: dict[str, pool.Job] | None = None,
+) -> dict[str, RunResult]:
     """Train each (algorithm, dtype[, seed]); every config is validated before the first run starts.
 
     ``seeds=None`` trains ``base.seed`` only, into folders without a seed suffix. ``pairs=[(train, rollout), ...]``
@@ -37,25 +46,47 @@ def train_grid(base: RLConfig, algorithms: list[str], dtypes: list[str], progres
     return train_all(configs, progress=progress, threads=threads, workers=workers, beside=beside)
 
 
-def grid_configs(base: RLConfig, algorithms: list[str], dtypes: list[str], seeds: list[int] | None = None,
-                 pairs: list[tuple[str, str]] | None = None) -> dict[str, RLConfig]:
+def grid_configs(
+    base: RLConfig,
+    algorithms: list[str],
+    dtypes: list[str],
+    seeds: list[int] | None = None,
+    pairs: list[tuple[str, str]] | None = None,
+) -> dict[str, RLConfig]:
     """``label → RLConfig`` of ``train_grid``'s runs (arguments as there), each in ``<base.output_dir>/<label>``."""
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
         raise ValueError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}")
-    if pairs is not None and (dtypes or not pairs or len(set(map(tuple, pairs))) != len(pairs)
-                              or any(len(p) != 2 for p in pairs)):
-        raise ValueError(f"pairs must be a non-empty list of distinct (train_dtype, rollout_dtype) with dtypes=[], "
-                         f"got pairs={pairs!r}, dtypes={dtypes!r}")
+    if pairs is not None and (
+        dtypes or not pairs or len(set(map(tuple, pairs))) != len(pairs) or any(len(p) != 2 for p in pairs)
+    ):
+        raise ValueError(
+            f"pairs must be a non-empty list of distinct (train_dtype, rollout_dtype) with dtypes=[], "
+            f"got pairs={pairs!r}, dtypes={dtypes!r}"
+        )
     grid = [(d, base.rollout_dtype) for d in dtypes] if pairs is None else [tuple(p) for p in pairs]
     tag = (lambda d, r: d) if pairs is None else pair_tag  # without pairs: the labels runs had before pairs
-    return {run_label(a, tag(d, r), s): replace(base, algorithm=a, train_dtype=d, rollout_dtype=r,
-                                                seed=base.seed if s is None else s,
-                                                output_dir=str(base.out / run_label(a, tag(d, r), s)))
-            for a in algorithms for d, r in grid for s in (seeds or [None])}
+    return {
+        run_label(a, tag(d, r), s): replace(
+            base,
+            algorithm=a,
+            train_dtype=d,
+            rollout_dtype=r,
+            seed=base.seed if s is None else s,
+            output_dir=str(base.out / run_label(a, tag(d, r), s)),
+        )
+        for a in algorithms
+        for d, r in grid
+        for s in (seeds or [None])
+    }
 
 
-def train_all(configs: dict[str, RLConfig], progress: bool = True, threads: int = 1,
-              workers: int | None = None, beside: dict[str, pool.Job] | None = None) -> dict[str, object]:
+def train_all(
+    configs: dict[str, RLConfig],
+    progress: bool = True,
+    threads: int = 1,
+    workers: int | None = None,
+    beside: dict[str, pool.Job] | None = None,
+) -> dict[str, object]:
     """Train every run of ``label → RLConfig`` through ``nbkit.pool`` (see ``train_grid``); ``label → RunResult``.
     With a GPU the runs train one after another in this process unless ``workers`` says otherwise
     (``nbkit.pool.place``): two runs on one GPU would share the memory ``nbkit.rl.memory`` gives to one.
@@ -74,21 +105,41 @@ def train_all(configs: dict[str, RLConfig], progress: bool = True, threads: int 
             _finished(label, results[label])
         return results
     if progress:
-        print(f"[nbkit] {len(configs)} run(s)" + (f" and {len(beside)} other job(s)" if beside else "")
-              + f": {placement.describe()}", flush=True)
-    return pool.run({**beside, **train_jobs(configs)}, threads, workers, progress=progress, desc="runs",
-                    on_done=lambda label, value: isinstance(value, RunResult) and _finished(label, value))
+        print(
+            f"[nbkit] {len(configs)} run(s)"
+            + (f" and {len(beside)} other job(s)" if beside else "")
+            + f": {placement.describe()}",
+            flush=True,
+        )
+    return pool.run(
+        {**beside, **train_jobs(configs)},
+        threads,
+        workers,
+        progress=progress,
+        desc="runs",
+        on_done=lambda label, value: isinstance(value, RunResult) and _finished(label, value),
+    )
 
 
 def train_jobs(configs: dict[str, RLConfig]) -> dict[str, pool.Job]:
     """``label → pool.Job`` training each run of ``label → RLConfig`` (its progress: the rows its log holds)."""
-    return {label: pool.Job("nbkit.rl.run:train", {"cfg": cfg, "progress": False}, units=cfg.steps,
-                            poll=_rows_logged(cfg.out / "metrics.jsonl")) for label, cfg in configs.items()}
+    return {
+        label: pool.Job(
+            "nbkit.rl.run:train",
+            {"cfg": cfg, "progress": False},
+            units=cfg.steps,
+            poll=_rows_logged(cfg.out / "metrics.jsonl"),
+        )
+        for label, cfg in configs.items()
+    }
 
 
 def _announce(label: str, cfg: RLConfig) -> None:
-    print(f"[nbkit] run {label}: {cfg.steps} steps, {cfg.prompts_per_step}x{cfg.samples_per_prompt} per step, "
-          f"rollout {cfg.rollout_engine}/{cfg.rollout}", flush=True)
+    print(
+        f"[nbkit] run {label}: {cfg.steps} steps, {cfg.prompts_per_step}x{cfg.samples_per_prompt} per step, "
+        f"rollout {cfg.rollout_engine}/{cfg.rollout}",
+        flush=True,
+    )
 
 
 def _finished(label: str, result: RunResult) -> None:
@@ -97,9 +148,11 @@ def _finished(label: str, result: RunResult) -> None:
 
 def _rows_logged(path: Path):
     """A poll for ``pool.Job``: metric rows written so far (a resumed run's earlier rows count as done)."""
+
     def poll() -> int:
         if not path.is_file():
             return 0
         with open(path, "rb") as f:
             return sum(1 for _ in f)
+
     return poll

@@ -5,6 +5,7 @@ Torch-free apart from the tokenizer config a prompt check reads, so ``nbkit.rl.r
 ``nbkit.rl.sizing`` and ``nbkit.rl.memory`` (which size a GPU run before it starts) all read the same rules here
 instead of importing each other.
 """
+
 from __future__ import annotations
 
 import nbkit.rl.algorithms as algorithms
@@ -15,18 +16,24 @@ from nbkit.rl.config import RLConfig
 FIT_ROWS = 32
 """How many first problems ``check_grader_fits`` reads to judge whether the grader fits the dataset."""
 
+
 def load_task(cfg: RLConfig) -> tuple[tasks.Task, list[dict]]:
     """The task and its usable problems (those with a checkable answer); errors name what is wrong."""
     task = tasks.make_task(tasks.TaskConfig(source=cfg.dataset, template=cfg.template, grader=cfg.grader))
     usable = [p for p in task.problems if task.answer_ok(p["answer"])]
     if not usable:
-        raise ValueError(f"dataset {cfg.dataset!r} has no problem with a checkable answer "
-                         f"({len(task.problems)} problems, all answers unreadable)")
+        raise ValueError(
+            f"dataset {cfg.dataset!r} has no problem with a checkable answer "
+            f"({len(task.problems)} problems, all answers unreadable)"
+        )
     check_grader_fits(task, cfg)
     if len(usable) < cfg.prompts_per_step:
-        raise ValueError(f"dataset {cfg.dataset!r} has {len(usable)} usable problems, fewer than one step's "
-                         f"prompts_per_step={cfg.prompts_per_step}")
+        raise ValueError(
+            f"dataset {cfg.dataset!r} has {len(usable)} usable problems, fewer than one step's "
+            f"prompts_per_step={cfg.prompts_per_step}"
+        )
     return task, usable
+
 
 def check_grader_fits(task: tasks.Task, cfg: RLConfig) -> None:
     """Score the first rows' references with the chosen grader: a grader that cannot read an eighth or more of
@@ -35,15 +42,20 @@ def check_grader_fits(task: tasks.Task, cfg: RLConfig) -> None:
     first = task.problems[:FIT_ROWS]
     unreadable = [p["answer"] for p in first if not task.answer_ok(p["answer"])]
     if len(unreadable) * 8 >= len(first):
-        raise ValueError(f"grader {cfg.grader!r} cannot read {len(unreadable)} of the first {len(first)} reference "
-                         f"answers of dataset {cfg.dataset!r} (e.g. {unreadable[:3]}): it does not fit this data; "
-                         f"choose one of {sorted(tasks.GRADERS)}")
+        raise ValueError(
+            f"grader {cfg.grader!r} cannot read {len(unreadable)} of the first {len(first)} reference "
+            f"answers of dataset {cfg.dataset!r} (e.g. {unreadable[:3]}): it does not fit this data; "
+            f"choose one of {sorted(tasks.GRADERS)}"
+        )
     solved = [p for p in first if task.answer_ok(p["answer"]) and isinstance(p.get("solution"), str)]
     failed = [p["solution"] for p in solved if task.reward(p["solution"], p["answer"]) < 1]
     if solved and len(failed) * 2 > len(solved):
-        raise ValueError(f"grader {cfg.grader!r} scores {len(failed)} of {len(solved)} reference solutions of "
-                         f"dataset {cfg.dataset!r} as wrong (e.g. {failed[0][:80]!r}): it does not fit this data; "
-                         f"choose one of {sorted(tasks.GRADERS)}")
+        raise ValueError(
+            f"grader {cfg.grader!r} scores {len(failed)} of {len(solved)} reference solutions of "
+            f"dataset {cfg.dataset!r} as wrong (e.g. {failed[0][:80]!r}): it does not fit this data; "
+            f"choose one of {sorted(tasks.GRADERS)}"
+        )
+
 
 def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str) -> int:
     """Every prompt tokenizes to something, loses no visible character, and leaves room for ``max_tokens``
@@ -58,32 +70,43 @@ def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str)
     for prompt in prompts:
         ids = encode_prompt(tokenizer, prompt)
         if not ids:
-            raise ValueError(f"the tokenizer of model {cfg.model!r} turns prompt {prompt[:80]!r} into no tokens "
-                             f"(characters outside its vocabulary?)")
+            raise ValueError(
+                f"the tokenizer of model {cfg.model!r} turns prompt {prompt[:80]!r} into no tokens "
+                f"(characters outside its vocabulary?)"
+            )
         if "".join(tokenizer.decode(ids).split()) != "".join(prompt.split()):
-            raise ValueError(f"the tokenizer of model {cfg.model!r} cannot represent prompt {prompt[:80]!r} (it "
-                             f"reads back as {tokenizer.decode(ids)[:80]!r}): characters outside its vocabulary")
+            raise ValueError(
+                f"the tokenizer of model {cfg.model!r} cannot represent prompt {prompt[:80]!r} (it "
+                f"reads back as {tokenizer.decode(ids)[:80]!r}): characters outside its vocabulary"
+            )
         longest = max(longest, (len(ids), prompt))
     return needed_context(cfg, longest[0], context, longest[1])
+
 
 def needed_context(cfg: RLConfig, longest_prompt: int, context: int | None, example: str = "") -> int:
     """``longest_prompt + max_tokens``; ValueError naming both when the model's ``context`` cannot hold it."""
     needed = longest_prompt + cfg.max_tokens
     if context and needed > context:
-        raise ValueError(f"prompt {example[:60]!r} has {longest_prompt} tokens; with max_tokens={cfg.max_tokens} "
-                         f"that exceeds model {cfg.model!r}'s context of {context} positions (vLLM would cut the "
-                         f"answers at {context} tokens); lower max_tokens to at most {context - longest_prompt}")
+        raise ValueError(
+            f"prompt {example[:60]!r} has {longest_prompt} tokens; with max_tokens={cfg.max_tokens} "
+            f"that exceeds model {cfg.model!r}'s context of {context} positions (vLLM would cut the "
+            f"answers at {context} tokens); lower max_tokens to at most {context - longest_prompt}"
+        )
     return needed
+
 
 def per_device_batch(cfg: RLConfig, world_size: int) -> int:
     """Completions per process and step: the run's batch (prompts × samples) split evenly over the processes,
     so a 2-process run trains the same global batch as a 1-process run."""
     total = cfg.prompts_per_step * cfg.samples_per_prompt
     if total % world_size:
-        raise ValueError(f"prompts_per_step × samples_per_prompt = {total} completions cannot be split evenly over "
-                         f"{world_size} processes; choose prompts_per_step so that the product is a multiple of "
-                         f"{world_size}")
+        raise ValueError(
+            f"prompts_per_step × samples_per_prompt = {total} completions cannot be split evenly over "
+            f"{world_size} processes; choose prompts_per_step so that the product is a multiple of "
+            f"{world_size}"
+        )
     return total // world_size
+
 
 def micro_batch(cfg: RLConfig, world_size: int) -> int:
     """Completions per loss forward on one process: its share of the step's batch (``per_device_batch``) split
@@ -91,8 +114,10 @@ def micro_batch(cfg: RLConfig, world_size: int) -> int:
     share = per_device_batch(cfg, world_size)
     parts = cfg.gradient_accumulation_steps * (cfg.ppo_minibatches if algorithms.get(cfg.algorithm).critic else 1)
     if share % parts:
-        raise ValueError(f"each of {world_size} processes holds {share} completions per step, which "
-                         f"gradient_accumulation_steps={cfg.gradient_accumulation_steps}"
-                         + (f" × ppo_minibatches={cfg.ppo_minibatches}" if parts != cfg.gradient_accumulation_steps else "")
-                         + f" cannot split evenly; choose a divisor of {share}")
+        raise ValueError(
+            f"each of {world_size} processes holds {share} completions per step, which "
+            f"gradient_accumulation_steps={cfg.gradient_accumulation_steps}"
+            + (f" × ppo_minibatches={cfg.ppo_minibatches}" if parts != cfg.gradient_accumulation_steps else "")
+            + f" cannot split evenly; choose a divisor of {share}"
+        )
     return share // parts

@@ -19,6 +19,7 @@ training's random stream, and a run trains the same with or without it.
 The engine's matmuls are audited (``amp.PrecisionAudit``): a judge whose matmuls did not all run in FP32 stops the
 run (``amp.PrecisionError``).
 """
+
 from __future__ import annotations
 
 import time
@@ -39,13 +40,17 @@ def load_set(cfg, train_problems: list[dict]) -> tuple[tasks.Task, list[dict]]:
     task = tasks.make_task(tasks.TaskConfig(source=cfg.judge_set, template=cfg.template, grader=cfg.grader))
     usable = [p for p in task.problems if task.answer_ok(p["answer"])]
     if len(usable) < MIN_PROBLEMS:
-        raise ValueError(f"judge_set {cfg.judge_set!r} has {len(usable)} problems with an answer grader "
-                         f"{cfg.grader!r} can read ({len(task.problems)} in all); the judge needs at least "
-                         f"{MIN_PROBLEMS}")
+        raise ValueError(
+            f"judge_set {cfg.judge_set!r} has {len(usable)} problems with an answer grader "
+            f"{cfg.grader!r} can read ({len(task.problems)} in all); the judge needs at least "
+            f"{MIN_PROBLEMS}"
+        )
     shared = sorted({p["problem"] for p in usable} & {p["problem"] for p in train_problems})
     if shared:
-        raise ValueError(f"judge_set {cfg.judge_set!r} shares {len(shared)} problems with the training set "
-                         f"{cfg.dataset!r} (e.g. {shared[:3]}): a held-out judge needs problems never trained on")
+        raise ValueError(
+            f"judge_set {cfg.judge_set!r} shares {len(shared)} problems with the training set "
+            f"{cfg.dataset!r} (e.g. {shared[:3]}): a held-out judge needs problems never trained on"
+        )
     return task, usable
 
 
@@ -58,8 +63,9 @@ class Judge:
 
     def _engine(self, device):
         if self.engine is None:
-            self.engine = engines.HFEngine(self.cfg.model, "fp32", device=device,
-                                           batch_size=self.cfg.hf_engine_batch_size, progress=False)
+            self.engine = engines.HFEngine(
+                self.cfg.model, "fp32", device=device, batch_size=self.cfg.hf_engine_batch_size, progress=False
+            )
             self.audit = amp.PrecisionAudit(self.engine.model)
         return self.engine
 
@@ -78,10 +84,13 @@ class Judge:
         start = time.perf_counter()
         acc = trainer.accelerator
         device = acc.device
-        mine = self.problems[acc.process_index::acc.num_processes]
-        sampling = engines.SamplingConfig(temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens,
-                                  n=self.cfg.judge_samples,
-                                  seed=(self.cfg.seed * 1_000_003 + step * 7_919 + acc.process_index) % 2**31)
+        mine = self.problems[acc.process_index :: acc.num_processes]
+        sampling = engines.SamplingConfig(
+            temperature=self.cfg.temperature,
+            max_tokens=self.cfg.max_tokens,
+            n=self.cfg.judge_samples,
+            seed=(self.cfg.seed * 1_000_003 + step * 7_919 + acc.process_index) % 2**31,
+        )
         devices = [device.index or 0] if device.type == "cuda" else []
         # (building the engine may draw random numbers too: everything inside the forked stream)
         with torch.random.fork_rng(devices=devices), torch.autocast(device.type, enabled=False):
@@ -93,15 +102,20 @@ class Judge:
         correct = sum(self.task.reward(r.text, mine[r.prompt_index]["answer"]) >= 1 for r in rollouts)
         tallies = gather_object([(float(correct), len(rollouts), ran)])
         if any(set(t[2]) - {"fp32"} for t in tallies) or not any(t[2] for t in tallies):
-            raise amp.PrecisionError(f"step {step}: the held-out judge must sample in FP32, but its matmuls ran in "
-                                     f"{[t[2] for t in tallies]}")
+            raise amp.PrecisionError(
+                f"step {step}: the held-out judge must sample in FP32, but its matmuls ran in {[t[2] for t in tallies]}"
+            )
         total = sum(t[1] for t in tallies)
         dtypes: dict = {}
         for t in tallies:
             for k, v in t[2].items():
                 dtypes[k] = dtypes.get(k, 0) + v
-        return {schema.JUDGE_ACCURACY: sum(t[0] for t in tallies) / total, schema.JUDGE_RESPONSES: total,
-                schema.JUDGE_MATMUL_DTYPES: dtypes, schema.TIME_JUDGE: time.perf_counter() - start}
+        return {
+            schema.JUDGE_ACCURACY: sum(t[0] for t in tallies) / total,
+            schema.JUDGE_RESPONSES: total,
+            schema.JUDGE_MATMUL_DTYPES: dtypes,
+            schema.TIME_JUDGE: time.perf_counter() - start,
+        }
 
     def close(self) -> None:
         if self.audit is not None:

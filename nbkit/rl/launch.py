@@ -10,6 +10,7 @@ is the ``fp16`` / ``bf16`` block of the DeepSpeed file the config points to (FP1
 scaler). ``launch_env`` runs accelerate's own launcher code on the file (argument parser, config loader,
 validation, environment preparation) without starting anything, so a config accelerate would reject fails here.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,10 @@ def config_path(kind: str, precision: str) -> Path:
     if kind not in KINDS:
         raise ValueError(f"unknown accelerate config {kind!r}; choose one of {KINDS}")
     if precision not in PRECISIONS:
-        raise ValueError(f"accelerate configs exist for {PRECISIONS}, not {precision!r} (fp32 needs none: "
-                         "use the bf16 file's layout with mixed_precision: 'no')")
+        raise ValueError(
+            f"accelerate configs exist for {PRECISIONS}, not {precision!r} (fp32 needs none: "
+            "use the bf16 file's layout with mixed_precision: 'no')"
+        )
     return CONFIGS / f"{kind}-{precision}.yaml"
 
 
@@ -77,7 +80,9 @@ def deepspeed_precision(ds_config: dict | str | Path) -> str:
         ds_config = json.loads(Path(ds_config).read_text())
     on = [p for p in PRECISIONS if _enabled(ds_config.get(p, {}))]
     if len(on) > 1:
-        raise ValueError(f"DeepSpeed config enables both fp16 and bf16: {ds_config.get('fp16')}, {ds_config.get('bf16')}")
+        raise ValueError(
+            f"DeepSpeed config enables both fp16 and bf16: {ds_config.get('fp16')}, {ds_config.get('bf16')}"
+        )
     return on[0] if on else "no"
 
 
@@ -102,23 +107,30 @@ def check_launch(train_dtype: str, env=None, has_accelerator: bool | None = None
     when no precision is given) lets the run's ``train_dtype`` decide. Also refuse an FSDP or DeepSpeed launch
     without a GPU: on CPU the trainer runs plain DDP (``MULTI_CPU``) whatever the config says."""
     env = os.environ if env is None else env
-    sharded = [name for key, name in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"))
-               if str(env.get(key, "")).lower() == "true"]
+    sharded = [
+        name
+        for key, name in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"))
+        if str(env.get(key, "")).lower() == "true"
+    ]
     if sharded:
         if has_accelerator is None:
             import torch
 
             has_accelerator = torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
         if not has_accelerator:
-            raise ValueError(f"accelerate was launched with a {sharded[0]} config but there is no GPU here: the run "
-                             "would silently train as plain DDP on CPU; use `accelerate launch --multi_gpu` (gloo) "
-                             "or a GPU machine")
+            raise ValueError(
+                f"accelerate was launched with a {sharded[0]} config but there is no GPU here: the run "
+                "would silently train as plain DDP on CPU; use `accelerate launch --multi_gpu` (gloo) "
+                "or a GPU machine"
+            )
     launched = launched_precision(env)
     if launched in (None, "no") or launched == _LAUNCH_NAMES[train_dtype]:
         return
-    raise ValueError(f"accelerate was launched for {launched} but train_dtype={train_dtype!r}: use the "
-                     f"{_LAUNCH_NAMES[train_dtype]} variant of the config (configs/accelerate/*-{train_dtype}.yaml) "
-                     f"or set train_dtype={launched!r}")
+    raise ValueError(
+        f"accelerate was launched for {launched} but train_dtype={train_dtype!r}: use the "
+        f"{_LAUNCH_NAMES[train_dtype]} variant of the config (configs/accelerate/*-{train_dtype}.yaml) "
+        f"or set train_dtype={launched!r}"
+    )
 
 
 def check_weight_sync(train_dtype: str, rollout_dtype: str, env=None) -> None:
@@ -127,12 +139,17 @@ def check_weight_sync(train_dtype: str, rollout_dtype: str, env=None) -> None:
     are half-valued and an "FP32 rollout" would sample from BF16/FP16-rounded weights. DDP, one GPU and FSDP2
     keep FP32 weights in the module and sync those."""
     env = os.environ if env is None else env
-    if (str(env.get("ACCELERATE_USE_DEEPSPEED", "")).lower() == "true" and train_dtype in PRECISIONS
-            and rollout_dtype == "fp32"):
-        raise ValueError(f"a DeepSpeed launch trains {train_dtype} with half-precision module weights, so an fp32 "
-                         f"rollout would sample from {train_dtype}-rounded weights: use multi_gpu or fsdp2 "
-                         f"(FP32 weights, autocast / param casts) for this train {train_dtype} / rollout fp32 run, "
-                         f"or set rollout_dtype to {train_dtype!r}")
+    if (
+        str(env.get("ACCELERATE_USE_DEEPSPEED", "")).lower() == "true"
+        and train_dtype in PRECISIONS
+        and rollout_dtype == "fp32"
+    ):
+        raise ValueError(
+            f"a DeepSpeed launch trains {train_dtype} with half-precision module weights, so an fp32 "
+            f"rollout would sample from {train_dtype}-rounded weights: use multi_gpu or fsdp2 "
+            f"(FP32 weights, autocast / param casts) for this train {train_dtype} / rollout fp32 run, "
+            f"or set rollout_dtype to {train_dtype!r}"
+        )
 
 
 def check_lora(lora: bool, train_dtype: str, env=None) -> None:
@@ -143,7 +160,9 @@ def check_lora(lora: bool, train_dtype: str, env=None) -> None:
     trained. DDP, one GPU and FSDP2 keep FP32 base weights in the module."""
     env = os.environ if env is None else env
     if lora and str(env.get("ACCELERATE_USE_DEEPSPEED", "")).lower() == "true" and train_dtype in PRECISIONS:
-        raise ValueError(f"lora=True under a DeepSpeed {train_dtype} launch: TRL merges the adapters into the "
-                         f"{train_dtype} base weights and unmerges them at every sync to vLLM, and DeepSpeed keeps "
-                         f"no FP32 copy of frozen weights, so the base drifts by a {train_dtype} rounding per sync; "
-                         f"use multi_gpu or fsdp2 (FP32 base weights) for LoRA, or train all weights under ZeRO")
+        raise ValueError(
+            f"lora=True under a DeepSpeed {train_dtype} launch: TRL merges the adapters into the "
+            f"{train_dtype} base weights and unmerges them at every sync to vLLM, and DeepSpeed keeps "
+            f"no FP32 copy of frozen weights, so the base drifts by a {train_dtype} rounding per sync; "
+            f"use multi_gpu or fsdp2 (FP32 base weights) for LoRA, or train all weights under ZeRO"
+        )

@@ -12,6 +12,7 @@ The layers come from the model's own class built on the ``meta`` device from its
 memory), so any architecture transformers knows is read as peft will see it. Built-in names use their shipped
 config, or their known shape when not prepared yet (nothing is built or converted for this check).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,9 +24,17 @@ from nbkit.paths import CACHE, DATA
 from nbkit.toymodels import tiny_arith, tiny_long, tiny_moe
 
 KNOWN_SHAPES: dict[str, dict] = {
-    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_attention_heads=9,
-                         num_key_value_heads=3, head_dim=64, num_hidden_layers=30, vocab_size=49152,
-                         tie_word_embeddings=True),
+    "smollm2-135m": dict(
+        model_type="llama",
+        hidden_size=576,
+        intermediate_size=1536,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        num_hidden_layers=30,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+    ),
 }
 """Shape fields of built-in models whose checkpoint is prepared on first use (SmolLM2-135M-Instruct's published
 config; the converted checkpoint's ``config.json`` is read instead once it exists)."""
@@ -61,17 +70,22 @@ def model_config(ref: str):
         return _builtin_skeleton_config(ref)
     folder = Path(ref).expanduser()
     try:  # a local checkpoint; a hub id only from the HF cache (no network before the run's own download)
-        return AutoConfig.from_pretrained(str(folder)) if folder.is_dir() else \
-            AutoConfig.from_pretrained(ref, local_files_only=True)
+        return (
+            AutoConfig.from_pretrained(str(folder))
+            if folder.is_dir()
+            else AutoConfig.from_pretrained(ref, local_files_only=True)
+        )
     except (OSError, ValueError, KeyError):
         return None
 
 
 def _builtin_skeleton_config(ref: str):
     """The config a built-in tiny model is built with (its builder on the meta device: nothing is trained)."""
-    build = {"tiny-arith": lambda: tiny_arith.build_model(tiny_arith.TinyArithConfig()),
-             "tiny-long": lambda: tiny_long.build_model(tiny_long.TinyLongConfig()),
-             "tiny-moe-arith": lambda: tiny_moe.build_model(tiny_moe.TinyMoeConfig())}[ref]
+    build = {
+        "tiny-arith": lambda: tiny_arith.build_model(tiny_arith.TinyArithConfig()),
+        "tiny-long": lambda: tiny_long.build_model(tiny_long.TinyLongConfig()),
+        "tiny-moe-arith": lambda: tiny_moe.build_model(tiny_moe.TinyMoeConfig()),
+    }[ref]
     with torch.device("meta"):
         return build().config
 
@@ -96,6 +110,8 @@ def check_rank(rank: int, ref: str) -> None:
         return
     limit, name, (n_in, n_out) = max_rank(config)
     if rank > limit:
-        raise ValueError(f"lora_rank={rank} is more than model {ref!r} can hold: its widest adapted layer, {name}, "
-                         f"maps {n_in} -> {n_out} features, so no adapter of this model has rank above {limit}; "
-                         f"choose lora_rank in [1, {limit}]")
+        raise ValueError(
+            f"lora_rank={rank} is more than model {ref!r} can hold: its widest adapted layer, {name}, "
+            f"maps {n_in} -> {n_out} features, so no adapter of this model has rank above {limit}; "
+            f"choose lora_rank in [1, {limit}]"
+        )

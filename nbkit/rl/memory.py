@@ -27,6 +27,7 @@ Peak = states + activations + vLLM share, or states + max(activations, vLLM shar
 between rollouts. The micro-batch is the largest divisor of the process's share whose peak stays within
 ``HEADROOM`` of the GPU.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,8 +67,8 @@ KNOWN_SHAPES = {
     # vocabulary 151,936, untied embeddings, 131,072 positions); parameters counted from these as model_shape
     # counts a local config (biases and norms, 0.1 M, left out)
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": ModelShape(
-        params=1_776_943_104, layers=28, hidden=1536, intermediate=8960, vocab=151_936, kv_dim=256,
-        context=131_072),
+        params=1_776_943_104, layers=28, hidden=1536, intermediate=8960, vocab=151_936, kv_dim=256, context=131_072
+    ),
 }
 """Shapes of hub models the profiles name (a plan is printed where the model is not downloaded yet)."""
 
@@ -84,11 +85,19 @@ def model_shape(ref: str) -> ModelShape:
     heads = c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
     kv_dim = getattr(c, "num_key_value_heads", heads) * head_dim
-    per_layer = c.hidden_size * (heads * head_dim) * 2 + c.hidden_size * kv_dim * 2 + 3 * c.hidden_size * c.intermediate_size
+    per_layer = (
+        c.hidden_size * (heads * head_dim) * 2 + c.hidden_size * kv_dim * 2 + 3 * c.hidden_size * c.intermediate_size
+    )
     embeddings = c.vocab_size * c.hidden_size * (1 if getattr(c, "tie_word_embeddings", False) else 2)
-    return ModelShape(params=c.num_hidden_layers * per_layer + embeddings, layers=c.num_hidden_layers,
-                      hidden=c.hidden_size, intermediate=c.intermediate_size, vocab=c.vocab_size, kv_dim=kv_dim,
-                      context=c.max_position_embeddings)
+    return ModelShape(
+        params=c.num_hidden_layers * per_layer + embeddings,
+        layers=c.num_hidden_layers,
+        hidden=c.hidden_size,
+        intermediate=c.intermediate_size,
+        vocab=c.vocab_size,
+        kv_dim=kv_dim,
+        context=c.max_position_embeddings,
+    )
 
 
 def critic_params(shape: ModelShape) -> int:
@@ -100,12 +109,24 @@ def state_bytes(shape: ModelShape, kind: str, trainers: int, critic: bool = Fals
     """Weights, gradients and optimiser moments held by one training process under launch ``kind`` (with PPO's
     critic and its AdamW state when ``critic``)."""
     if critic:
-        backbone = ModelShape(critic_params(shape), shape.layers, shape.hidden, shape.intermediate, shape.vocab,
-                              shape.kv_dim, shape.context)
+        backbone = ModelShape(
+            critic_params(shape),
+            shape.layers,
+            shape.hidden,
+            shape.intermediate,
+            shape.vocab,
+            shape.kv_dim,
+            shape.context,
+        )
         return state_bytes(shape, kind, trainers) + state_bytes(backbone, kind, trainers)
     p = shape.params
-    per_kind = {"single_gpu": 18 * p, "multi_gpu": 18 * p, "fsdp2": 18 * p / trainers,
-                "zero2": 2 * p + 14 * p / trainers, "zero3": 16 * p / trainers}
+    per_kind = {
+        "single_gpu": 18 * p,
+        "multi_gpu": 18 * p,
+        "fsdp2": 18 * p / trainers,
+        "zero2": 2 * p + 14 * p / trainers,
+        "zero3": 16 * p / trainers,
+    }
     if kind not in per_kind:
         raise ValueError(f"unknown launch kind {kind!r}; choose one of {tuple(per_kind)}")
     return per_kind[kind]
@@ -118,12 +139,21 @@ def head_bytes(shape: ModelShape, tokens: int, fused: bool = True) -> float:
     if not fused:
         return tokens * LOGIT_BYTES * shape.vocab
     rows, cols = HEAD_TILE
-    return (tokens * (8 * shape.hidden + 16) + 4 * shape.vocab * shape.hidden
-            + min(tokens, rows) * min(shape.vocab, cols) * 6)
+    return (
+        tokens * (8 * shape.hidden + 16)
+        + 4 * shape.vocab * shape.hidden
+        + min(tokens, rows) * min(shape.vocab, cols) * 6
+    )
 
 
-def activation_bytes(shape: ModelShape, sequences: int, seq_tokens: int, checkpointing: bool = True,
-                     fused_head: bool = True, value_bytes: int = 2) -> float:
+def activation_bytes(
+    shape: ModelShape,
+    sequences: int,
+    seq_tokens: int,
+    checkpointing: bool = True,
+    fused_head: bool = True,
+    value_bytes: int = 2,
+) -> float:
     """Loss forward + backward of ``sequences`` padded to ``seq_tokens`` tokens each: with gradient checkpointing
     each layer keeps its input hidden state and one layer's activations are live at a time; without, all are;
     plus π's head (``head_bytes``). ``value_bytes``: 2 for FP16/BF16 training, 4 for FP32."""
@@ -155,14 +185,28 @@ class Fit:
     def text(self, seq_tokens: int) -> str:
         """One comment line for a printed plan."""
         vllm = f" + colocated vLLM {self.vllm_gib:.1f}" if self.vllm_gib else ""
-        return (f"per training GPU (estimate, nbkit/rl/memory.py): states {self.states_gib:.1f} GiB + "
-                f"activations of {self.micro_batch} × {seq_tokens} tokens {self.activations_gib:.1f}{vllm} -> peak "
-                f"{self.peak_gib:.1f} of {self.gpu_gib:g} GiB; {self.gradient_accumulation_steps} micro-batches per step")
+        return (
+            f"per training GPU (estimate, nbkit/rl/memory.py): states {self.states_gib:.1f} GiB + "
+            f"activations of {self.micro_batch} × {seq_tokens} tokens {self.activations_gib:.1f}{vllm} -> peak "
+            f"{self.peak_gib:.1f} of {self.gpu_gib:g} GiB; {self.gradient_accumulation_steps} micro-batches per step"
+        )
 
 
-def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, trainers: int, gpu_gib: float,
-                    vllm_share: float = 0.0, vllm_sleeps: bool = True, checkpointing: bool = True,
-                    critic: bool = False, minibatches: int = 1, value_bytes: int = 2, largest: int | None = None) -> Fit:
+def fit_micro_batch(
+    shape: ModelShape,
+    share: int,
+    seq_tokens: int,
+    kind: str,
+    trainers: int,
+    gpu_gib: float,
+    vllm_share: float = 0.0,
+    vllm_sleeps: bool = True,
+    checkpointing: bool = True,
+    critic: bool = False,
+    minibatches: int = 1,
+    value_bytes: int = 2,
+    largest: int | None = None,
+) -> Fit:
     """The largest micro-batch (a divisor of ``share`` / ``minibatches``: the process's completions per optimiser
     step; at most ``largest`` when given) whose estimated peak stays within ``HEADROOM`` × ``gpu_gib``; ValueError
     naming the terms when even one sequence does not fit. ``critic``: PPO's critic and its optimiser are held too (its forward and backward run
@@ -187,12 +231,18 @@ def fit_micro_batch(shape: ModelShape, share: int, seq_tokens: int, kind: str, t
             f"{activation_bytes(shape, 1, seq_tokens, checkpointing, value_bytes=value_bytes) / GIB:.1f} GiB + vLLM "
             f"{vllm / GIB:.1f} GiB > "
             f"{HEADROOM:.0%} of the GPU; use a sharded kind (fsdp2, zero2, zero3), more GPUs, shorter max_tokens "
-            f"or a smaller vLLM share")
+            f"or a smaller vLLM share"
+        )
     m = max(fits)
-    return Fit(micro_batch=m, gradient_accumulation_steps=share // m, states_gib=states / GIB,
-               activations_gib=activation_bytes(shape, m, seq_tokens, checkpointing, value_bytes=value_bytes) / GIB,
-               vllm_gib=vllm / GIB,
-               peak_gib=peak(m) / GIB, gpu_gib=gpu_gib)
+    return Fit(
+        micro_batch=m,
+        gradient_accumulation_steps=share // m,
+        states_gib=states / GIB,
+        activations_gib=activation_bytes(shape, m, seq_tokens, checkpointing, value_bytes=value_bytes) / GIB,
+        vllm_gib=vllm / GIB,
+        peak_gib=peak(m) / GIB,
+        gpu_gib=gpu_gib,
+    )
 
 
 def fit_run(cfg, trainers: int, gpu_gib: float, kind: str, colocated: bool, prompt_tokens: int) -> Fit:
@@ -202,8 +252,17 @@ def fit_run(cfg, trainers: int, gpu_gib: float, kind: str, colocated: bool, prom
     from nbkit.rl.inputs import per_device_batch
 
     ppo = algorithms.get(cfg.algorithm).critic
-    return fit_micro_batch(model_shape(cfg.model), per_device_batch(cfg, trainers), cfg.max_tokens + prompt_tokens,
-                           kind, trainers, gpu_gib, vllm_share=cfg.vllm_gpu_memory_utilization if colocated else 0.0,
-                           vllm_sleeps=cfg.vllm_sleep_mode, checkpointing=cfg.gradient_checkpointing, critic=ppo,
-                           minibatches=cfg.ppo_minibatches if ppo else 1,
-                           value_bytes=4 if cfg.train_dtype == "fp32" else 2)
+    return fit_micro_batch(
+        model_shape(cfg.model),
+        per_device_batch(cfg, trainers),
+        cfg.max_tokens + prompt_tokens,
+        kind,
+        trainers,
+        gpu_gib,
+        vllm_share=cfg.vllm_gpu_memory_utilization if colocated else 0.0,
+        vllm_sleeps=cfg.vllm_sleep_mode,
+        checkpointing=cfg.gradient_checkpointing,
+        critic=ppo,
+        minibatches=cfg.ppo_minibatches if ppo else 1,
+        value_bytes=4 if cfg.train_dtype == "fp32" else 2,
+    )

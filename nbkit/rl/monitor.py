@@ -1,4 +1,5 @@
 """What a long run watches as it goes: a collapse alarm, non-finite detection (its metric rows: ``nbkit.runlog``)."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,14 @@ class NonFiniteError(RuntimeError):
 class CollapseAlarm:
     """Fires when the π–μ mismatch grows by a factor over the run, or the reward drops from its best window."""
 
-    def __init__(self, window: int, mismatch_factor: float, reward_drop: float,
-                 mismatch_key: str = "mismatch/token_abs_logp_diff/mean", reward_key: str = "reward"):
+    def __init__(
+        self,
+        window: int,
+        mismatch_factor: float,
+        reward_drop: float,
+        mismatch_key: str = "mismatch/token_abs_logp_diff/mean",
+        reward_key: str = "reward",
+    ):
         self.window, self.factor, self.drop = window, mismatch_factor, reward_drop
         self.mismatch_key, self.reward_key = mismatch_key, reward_key
         self.mismatch: list[float] = []
@@ -37,8 +44,10 @@ class CollapseAlarm:
             latest = _mean(self.reward[-w:])
             self.best_reward = max(self.best_reward, latest)
             if self.best_reward - latest > self.drop:
-                msgs.append(f"reward fell {self.best_reward - latest:.2f} below its best {w}-step mean "
-                            f"({self.best_reward:.2f} -> {latest:.2f})")
+                msgs.append(
+                    f"reward fell {self.best_reward - latest:.2f} below its best {w}-step mean "
+                    f"({self.best_reward:.2f} -> {latest:.2f})"
+                )
         return "; ".join(msgs) or None
 
 

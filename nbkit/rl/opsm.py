@@ -15,6 +15,7 @@ The surrogate is proportional to the advantage, so M = 0 is the same as an advan
 how ``apply`` masks, leaving the completion mask (and with it every mismatch metric and the loss's normaliser, as in
 DeepSeek's formula) as it was. A KL penalty to a reference (β > 0) stays, as in DeepSeek's objective.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,9 @@ def sequence_kl(logp_pi: torch.Tensor, logp_mu: torch.Tensor, mask: torch.Tensor
     return ((logp_mu - logp_pi) * m).sum(-1) / m.sum(-1).clamp(min=1)
 
 
-def keep_mask(logp_pi: torch.Tensor, logp_mu: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-              delta: float) -> torch.Tensor:
+def keep_mask(
+    logp_pi: torch.Tensor, logp_mu: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, delta: float
+) -> torch.Tensor:
     """M: 1 where a token's surrogate is kept, 0 where OPSM drops it; the shape of ``advantages`` ((B,) per sequence
     as GRPO's, or (B, T) per token as PPO's GAE)."""
     if not delta > 0:

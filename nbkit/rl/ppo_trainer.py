@@ -12,6 +12,7 @@ What PPO adds, and nothing else (TRL's clipped surrogate already takes per-token
    ``value/mean``, ``value/grad_norm``, ``value/loss_scale``; the critic's weights, optimizer and scaler in every
    checkpoint.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,17 +35,22 @@ class PPOTrainer(PrecisionGRPOTrainer):
     def __init__(self, *args, run, **kwargs):
         super().__init__(*args, run=run, **kwargs)
         if self.accelerator.num_processes > 1:  # the critic is not wrapped in DDP: its replicas would drift apart
-            raise NotImplementedError(f"the {run.algorithm!r} preset trains its critic in one process only; got "
-                                      f"{self.accelerator.num_processes} processes (launch it without --multi_gpu)")
+            raise NotImplementedError(
+                f"the {run.algorithm!r} preset trains its critic in one process only; got "
+                f"{self.accelerator.num_processes} processes (launch it without --multi_gpu)"
+            )
         device = self.accelerator.device
         self.critic = Critic(self.accelerator.unwrap_model(self.model)).to(device).train()
-        self.critic_optimizer = torch.optim.AdamW([p for p in self.critic.parameters() if p.requires_grad],
-                                                  lr=run.critic_lr, weight_decay=0.0)
-        self.critic_scaler = make_scaler(device, run.train_dtype, init_scale=run.loss_scale_init,
-                                         growth_interval=run.loss_scale_growth_interval)
+        self.critic_optimizer = torch.optim.AdamW(
+            [p for p in self.critic.parameters() if p.requires_grad], lr=run.critic_lr, weight_decay=0.0
+        )
+        self.critic_scaler = make_scaler(
+            device, run.train_dtype, init_scale=run.loss_scale_init, growth_interval=run.loss_scale_growth_interval
+        )
         self.critic_audit = amp.PrecisionAudit(self.critic)
-        self.param_counts[schema.PARAMS_CRITIC_TRAINABLE] = sum(p.numel() for p in self.critic.parameters()
-                                                                if p.requires_grad)
+        self.param_counts[schema.PARAMS_CRITIC_TRAINABLE] = sum(
+            p.numel() for p in self.critic.parameters() if p.requires_grad
+        )
         self._rewards = None
 
     def _autocast(self):
@@ -58,7 +64,7 @@ class PPOTrainer(PrecisionGRPOTrainer):
         width = batch["completion_ids"].size(1)
         with self._autocast():
             values = self.critic(ids, attn)
-        return values[:, -width - 1:-1]
+        return values[:, -width - 1 : -1]
 
     # -- rollout: values and GAE advantages ----------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -71,7 +77,7 @@ class PPOTrainer(PrecisionGRPOTrainer):
         n = out["completion_ids"].size(0)
         rank = self.accelerator.process_index
         weights = self.reward_weights.to(self._rewards.device).unsqueeze(0)
-        rewards = (self._rewards * weights).nansum(dim=1)[rank * n:(rank + 1) * n].float()
+        rewards = (self._rewards * weights).nansum(dim=1)[rank * n : (rank + 1) * n].float()
         mask = out["completion_mask"].float()
         with torch.no_grad():
             values = self._values(out) * mask
@@ -98,7 +104,8 @@ class PPOTrainer(PrecisionGRPOTrainer):
         if self._loss_logps is not None and old is not None:
             metrics[schema.PPO_APPROX_KL].append(float(gae.approx_kl(self._loss_logps.float(), old.float(), mask)))
             metrics[schema.PPO_CLIP_FRACTION].append(
-                float(gae.clip_fraction(self._loss_logps.float(), old.float(), mask, self.epsilon_low)))
+                float(gae.clip_fraction(self._loss_logps.float(), old.float(), mask, self.epsilon_low))
+            )
         values = self._values(inputs)
         vloss = gae.value_loss(values, inputs["old_values"], inputs["returns"], mask, clip=self.run.ppo_value_clip)
         step = critic_step(self.critic, self.critic_optimizer, self.critic_scaler, vloss, self.args.max_grad_norm)
@@ -136,13 +143,17 @@ class PPOTrainer(PrecisionGRPOTrainer):
             if not os.path.exists(path):
                 raise FileNotFoundError(f"PPO checkpoint {checkpoint} has no {CRITIC_FILE}: the critic cannot resume")
             device = self.accelerator.device  # torch.load refuses "cpu:0", which accelerate can report on CPU
-            self.load_critic_state(torch.load(path, map_location="cpu" if device.type == "cpu" else device,
-                                              weights_only=True))
+            self.load_critic_state(
+                torch.load(path, map_location="cpu" if device.type == "cpu" else device, weights_only=True)
+            )
 
     def critic_state(self) -> dict:
         """Weights, optimizer and scaler of the critic (what a checkpoint keeps)."""
-        return {"weights": self.critic.state_dict(), "optimizer": self.critic_optimizer.state_dict(),
-                "scaler": self.critic_scaler.state_dict()}
+        return {
+            "weights": self.critic.state_dict(),
+            "optimizer": self.critic_optimizer.state_dict(),
+            "scaler": self.critic_scaler.state_dict(),
+        }
 
     def load_critic_state(self, state: dict) -> None:
         self.critic.load_state_dict(state["weights"])

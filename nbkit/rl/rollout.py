@@ -8,6 +8,7 @@ FSDP/DeepSpeed gathering included), but the engine is an ``nbkit.engines`` engin
 dtype — vLLM (colocated, in-process) or transformers ``generate`` on a separate copy of the weights — and
 weights are synced with vLLM's ``reload_weights`` (or a plain copy for the HF engine).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,9 +31,21 @@ DDP, OMP threads reset to 2); ``close`` puts back what was there before."""
 class EngineGeneration(VLLMGeneration):
     """TRL's generation backend with an nbkit engine behind it (``engine`` = ``hf`` | ``vllm``)."""
 
-    def __init__(self, *, engine: str, model_ref: str, dtype: str, seed: int, kv_cache_gib: float | None = None,
-                 hf_batch_size: int = 1024, max_num_batched_tokens: int = 4096, gemm_policy: str = "auto",
-                 rollout_format: str | None = None, fp32_lm_head: bool = False, **trl_kwargs):
+    def __init__(
+        self,
+        *,
+        engine: str,
+        model_ref: str,
+        dtype: str,
+        seed: int,
+        kv_cache_gib: float | None = None,
+        hf_batch_size: int = 1024,
+        max_num_batched_tokens: int = 4096,
+        gemm_policy: str = "auto",
+        rollout_format: str | None = None,
+        fp32_lm_head: bool = False,
+        **trl_kwargs,
+    ):
         self.engine_kind, self.model_ref, self.rollout_dtype, self.seed = engine, model_ref, dtype, seed
         self.rollout_format = rollout_format
         """``nbkit.formats`` name the engine runs (None: the plain ``dtype``); audited by ``format_audit``."""
@@ -56,9 +69,16 @@ class EngineGeneration(VLLMGeneration):
     def _init_vllm(self) -> None:
         """Build the workbook engine instead of TRL's own ``LLM(...)``."""
         if self.engine_kind == "hf":
-            self.engine = HFEngine(self.model_ref, self.rollout_dtype, device=self.accelerator.device,
-                                   batch_size=self.hf_batch_size, progress=False, gemm=self.gemm_policy,
-                                   format=self.rollout_format, fp32_lm_head=self.fp32_lm_head)
+            self.engine = HFEngine(
+                self.model_ref,
+                self.rollout_dtype,
+                device=self.accelerator.device,
+                batch_size=self.hf_batch_size,
+                progress=False,
+                gemm=self.gemm_policy,
+                format=self.rollout_format,
+                fp32_lm_head=self.fp32_lm_head,
+            )
         else:
             self._init_vllm_engine()
         # TRL's own closing barrier: without it the processes leave in step with the slowest engine start-up
@@ -71,15 +91,24 @@ class EngineGeneration(VLLMGeneration):
 
         acc = self.accelerator
         self._launch_env = {k: os.environ.get(k) for k in LAUNCH_ENV}
-        os.environ.update(RANK=str(acc.process_index), LOCAL_RANK=str(acc.local_process_index),
-                          WORLD_SIZE=str(acc.num_processes))
+        os.environ.update(
+            RANK=str(acc.process_index), LOCAL_RANK=str(acc.local_process_index), WORLD_SIZE=str(acc.num_processes)
+        )
         ensure_master_addr_port()
         self.engine = VLLMEngine(
-            self.model_ref, self.rollout_dtype, logprobs_mode="processed_logprobs",
-            gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed + acc.process_index,
-            kv_cache_gib=self.kv_cache_gib, progress=False, max_model_len=self.max_model_length,
-            distributed_executor_backend="external_launcher", max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens, format=self.rollout_format, gemm=self.gemm_policy,
+            self.model_ref,
+            self.rollout_dtype,
+            logprobs_mode="processed_logprobs",
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            seed=self.seed + acc.process_index,
+            kv_cache_gib=self.kv_cache_gib,
+            progress=False,
+            max_model_len=self.max_model_length,
+            distributed_executor_backend="external_launcher",
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            format=self.rollout_format,
+            gemm=self.gemm_policy,
             **({"enable_sleep_mode": True} if self.sleeps else {}),
         )
         self.llm = self.engine.llm
@@ -110,8 +139,9 @@ class EngineGeneration(VLLMGeneration):
         weights = self._iter_named_params()
         if self.engine_kind == "vllm":
             with gemm.suspended():  # no torch-level policy inside vLLM: its half layers follow its own gemm setting
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
-                                                                  "is_checkpoint_format": True})
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+                )
                 self.llm.reset_prefix_cache()
         else:
             target = dict(self.engine.model.named_parameters())
@@ -129,10 +159,14 @@ class EngineGeneration(VLLMGeneration):
             raise ValueError("the workbook's rollout engines are text-only")
         start = time.perf_counter()
         sampling = SamplingConfig(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
-            max_tokens=self.max_completion_length, n=1,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k or 0,
+            max_tokens=self.max_completion_length,
+            n=1,
             # vLLM: the engine's generator, seeded once per rank (SamplingConfig.seeding); HF: reseeded every call
-            seed=self.seed + self.accelerator.process_index if self.engine_kind == "vllm"
+            seed=self.seed + self.accelerator.process_index
+            if self.engine_kind == "vllm"
             else (self.seed + 7919 * self.accelerator.process_index) * 100_003 + self._calls,  # ranks differ
             logprobs_mode="processed_logprobs",
         )
@@ -145,8 +179,12 @@ class EngineGeneration(VLLMGeneration):
         self.last_routing = [r.routing for r in rollouts] if rollouts and rollouts[0].routing is not None else None
         self.last_prompt_lens = [len(r.prompt_ids) for r in rollouts]
         self.seconds["generate"] += time.perf_counter() - start
-        return ([r.prompt_ids for r in rollouts], [r.token_ids for r in rollouts],
-                [[[lp] for lp in r.logprobs] for r in rollouts], None)
+        return (
+            [r.prompt_ids for r in rollouts],
+            [r.token_ids for r in rollouts],
+            [[[lp] for lp in r.logprobs] for r in rollouts],
+            None,
+        )
 
     def engine_head_dtype(self) -> str:
         """The dtype of the logits the engine's LM head produced last (HF engine; ``n/a`` for vLLM, whose head is
@@ -166,12 +204,17 @@ class EngineGeneration(VLLMGeneration):
             # the worker's tensors (in-process here, so no serialisation flag is needed); never vLLM's own config,
             # which echoes the request and so could not disagree with it
             try:
-                held = {dtype_name(getattr(torch, d.removeprefix("torch."))) for d in self.engine.worker_param_dtypes()
-                        if not d.startswith("torch.float8")}  # FP8 weights: the format audit's evidence
+                held = {
+                    dtype_name(getattr(torch, d.removeprefix("torch.")))
+                    for d in self.engine.worker_param_dtypes()
+                    if not d.startswith("torch.float8")
+                }  # FP8 weights: the format audit's evidence
             except RuntimeError as exc:
                 from nbkit.errors import PrecisionError
 
-                raise PrecisionError(f"cannot inspect the rollout engine's weights to audit their dtype: {exc}") from exc
+                raise PrecisionError(
+                    f"cannot inspect the rollout engine's weights to audit their dtype: {exc}"
+                ) from exc
         else:
             held = {dtype_name(p.dtype) for p in self.engine.model.parameters()}
         return "+".join(sorted(held))

@@ -6,6 +6,7 @@ run), the dataset (exists, enough problems with answers the grader can read), th
 one tokenizes to something, nothing the tokenizer cannot represent, fits the model's context with
 ``max_tokens``), the reward function (called once).
 """
+
 from __future__ import annotations
 
 import os
@@ -70,11 +71,13 @@ def trl_prompt(tokenizer, prompt: str) -> str:
     text = prompt
     bos = getattr(tokenizer, "bos_token", None)
     if bos and prompt.startswith(bos) and tokenizer(prompt)["input_ids"] != own:
-        text = prompt[len(bos):]
+        text = prompt[len(bos) :]
     if tokenizer(text)["input_ids"] != own:
-        raise ValueError(f"the tokenizer adds special tokens to prompt {prompt[:60]!r} that its template does not "
-                         f"hold ({tokenizer(text)['input_ids'][:8]}... vs {own[:8]}...): TRL would train on other "
-                         f"ids than the engines sample from; put them in the template (nbkit.tasks.TEMPLATES)")
+        raise ValueError(
+            f"the tokenizer adds special tokens to prompt {prompt[:60]!r} that its template does not "
+            f"hold ({tokenizer(text)['input_ids'][:8]}... vs {own[:8]}...): TRL would train on other "
+            f"ids than the engines sample from; put them in the template (nbkit.tasks.TEMPLATES)"
+        )
     return text
 
 
@@ -84,6 +87,7 @@ def reward_function(task: tasks.Task, kind: str = "correctness", max_tokens: int
 
     ``fn.tally`` collects (sum, count) of every call on this process: the per-rank record that the gathered
     reward of a multi-process run is checked against."""
+
     def correctness(completions, answer, **_):
         values = [task.reward(c if isinstance(c, str) else c[-1]["content"], a) for c, a in zip(completions, answer)]
         correctness.tally.append((float(sum(values)), len(values)))
@@ -109,8 +113,11 @@ def world() -> tuple[int, int]:
 def check_reward(fn, problems: list[dict]) -> None:
     """Call the reward once; a reward that raises or returns no number fails here, not mid-run."""
     try:
-        value = fn(completions=["", problems[0].get("solution", "") or ""], answer=[problems[0]["answer"]] * 2,
-                   completion_ids=[[], [0, 0, 0]])
+        value = fn(
+            completions=["", problems[0].get("solution", "") or ""],
+            answer=[problems[0]["answer"]] * 2,
+            completion_ids=[[], [0, 0, 0]],
+        )
     except Exception as exc:
         raise ValueError(f"the reward function {getattr(fn, '__name__', fn)!r} raised on a sample: {exc!r}") from exc
     if len(value) != 2 or not all(isinstance(v, (int, float)) for v in value):
@@ -122,22 +129,47 @@ def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
     ``max_model_length``: the vLLM context the run needs (``check_prompts``: longest prompt + ``max_tokens``)."""
     from trl import GRPOConfig
 
-    return GRPOConfig(**{**dict(
-        output_dir=str(cfg.out), max_steps=cfg.steps, learning_rate=cfg.lr, lr_scheduler_type="constant",
-        warmup_steps=0, weight_decay=0.0, max_grad_norm=cfg.max_grad_norm, seed=cfg.seed,
-        per_device_train_batch_size=micro_batch(cfg, world()[1]),
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        num_generations=cfg.samples_per_prompt, max_completion_length=cfg.max_tokens,
-        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, beta=cfg.beta, num_iterations=1,
-        bf16=cfg.train_dtype == "bf16", fp16=cfg.train_dtype == "fp16",
-        logging_steps=1, report_to=cfg.report_to, disable_tqdm=False, use_cpu=not _has_accelerator(),
-        save_strategy="steps" if cfg.checkpoint_every else "no", save_steps=cfg.checkpoint_every or 500,
-        save_total_limit=cfg.save_total_limit,
-        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, vllm_max_model_length=max_model_length,
-        vllm_enable_sleep_mode=cfg.vllm_sleep_mode, gradient_checkpointing=cfg.gradient_checkpointing,
-        cast_lm_head_to_fp32=lm_head.sides(cfg.fp32_lm_head)[0],  # π's FP32 head: TRL's own switch (its fused head)
-        **algorithms.grpo_options(cfg.algo, cfg.is_cap, (cfg.icepop_low, cfg.icepop_high)),
-    ), **ppo_options(cfg)})
+    return GRPOConfig(
+        **{
+            **dict(
+                output_dir=str(cfg.out),
+                max_steps=cfg.steps,
+                learning_rate=cfg.lr,
+                lr_scheduler_type="constant",
+                warmup_steps=0,
+                weight_decay=0.0,
+                max_grad_norm=cfg.max_grad_norm,
+                seed=cfg.seed,
+                per_device_train_batch_size=micro_batch(cfg, world()[1]),
+                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                num_generations=cfg.samples_per_prompt,
+                max_completion_length=cfg.max_tokens,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                top_k=cfg.top_k,
+                beta=cfg.beta,
+                num_iterations=1,
+                bf16=cfg.train_dtype == "bf16",
+                fp16=cfg.train_dtype == "fp16",
+                logging_steps=1,
+                report_to=cfg.report_to,
+                disable_tqdm=False,
+                use_cpu=not _has_accelerator(),
+                save_strategy="steps" if cfg.checkpoint_every else "no",
+                save_steps=cfg.checkpoint_every or 500,
+                save_total_limit=cfg.save_total_limit,
+                vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                vllm_max_model_length=max_model_length,
+                vllm_enable_sleep_mode=cfg.vllm_sleep_mode,
+                gradient_checkpointing=cfg.gradient_checkpointing,
+                cast_lm_head_to_fp32=lm_head.sides(cfg.fp32_lm_head)[
+                    0
+                ],  # π's FP32 head: TRL's own switch (its fused head)
+                **algorithms.grpo_options(cfg.algo, cfg.is_cap, (cfg.icepop_low, cfg.icepop_high)),
+            ),
+            **ppo_options(cfg),
+        }
+    )
 
 
 def ppo_options(cfg: RLConfig) -> dict:
@@ -145,9 +177,11 @@ def ppo_options(cfg: RLConfig) -> dict:
     (``steps_per_generation``) over each rollout batch, so the per-step batch is a minibatch; {} otherwise."""
     if not algorithms.get(cfg.algorithm).critic:
         return {}
-    return {"num_iterations": cfg.ppo_epochs,
-            "steps_per_generation": cfg.ppo_minibatches * cfg.gradient_accumulation_steps,
-            "per_device_train_batch_size": micro_batch(cfg, world()[1])}
+    return {
+        "num_iterations": cfg.ppo_epochs,
+        "steps_per_generation": cfg.ppo_minibatches * cfg.gradient_accumulation_steps,
+        "per_device_train_batch_size": micro_batch(cfg, world()[1]),
+    }
 
 
 def _has_accelerator() -> bool:
@@ -231,26 +265,46 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
     print(f"[nbkit] {plan.message}", flush=True)
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")  # FP32 master weights
-    data = datasets.Dataset.from_list([{"prompt": trl_prompt(tokenizer, task.prompt(p)), "answer": p["answer"]}
-                                       for p in problems])
-    peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, target_modules="all-linear",
-                             task_type="CAUSAL_LM") if cfg.lora else None
+    data = datasets.Dataset.from_list(
+        [{"prompt": trl_prompt(tokenizer, task.prompt(p)), "answer": p["answer"]} for p in problems]
+    )
+    peft_config = (
+        LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, target_modules="all-linear", task_type="CAUSAL_LM")
+        if cfg.lora
+        else None
+    )
     args = grpo_config(cfg, max_model_length)
     args.disable_tqdm = not progress
     with logs.quiet(f"TRL trainer ({cfg.algorithm}, {cfg.train_dtype}, rollouts {cfg.rollout_engine})"):
         trainer_class = algorithms.trainer_class(algorithms.get(cfg.algorithm))
-        trainer = trainer_class(model=model, reward_funcs=[reward], args=args, train_dataset=data,
-                                       processing_class=tokenizer, peft_config=peft_config, run=cfg)
+        trainer = trainer_class(
+            model=model,
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=data,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            run=cfg,
+        )
     log = MetricsLog(out / "metrics.jsonl")  # written by rank 0 only (runfolder.begin prepares it)
-    logger = StepLogger(trainer, log, CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor,
-                                                    cfg.collapse_reward_drop), cfg.max_consecutive_skips,
-                        reward_tally=reward.tally, rank_log=rank_log, accuracy=cfg.reward == "correctness")
+    logger = StepLogger(
+        trainer,
+        log,
+        CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor, cfg.collapse_reward_drop),
+        cfg.max_consecutive_skips,
+        reward_tally=reward.tally,
+        rank_log=rank_log,
+        accuracy=cfg.reward == "correctness",
+    )
     trainer.callback_handler.callbacks.insert(0, logger)  # first: its row reaches the trackers' on_log
     folder = runfolder.RunFolderCallback(plan, cfg, trainer, logger)
     trainer.add_callback(folder)
     if judge_set is not None:  # after the logger (it adds to the row the logger holds) and the folder (begun)
-        trainer.add_callback(judge.JudgeCallback(judge.Judge(cfg, *judge_set), trainer, logger, cfg.judge_every,
-                                                 fresh=plan.action == "fresh"))
+        trainer.add_callback(
+            judge.JudgeCallback(
+                judge.Judge(cfg, *judge_set), trainer, logger, cfg.judge_every, fresh=plan.action == "fresh"
+            )
+        )
     _quiet_console(trainer)
     try:
         trainer.train(resume_from_checkpoint=str(plan.checkpoint) if plan.checkpoint else None)
@@ -260,8 +314,16 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
         trainer.accelerator.wait_for_everyone()  # (single process: closing a colocated vLLM may end its group)
     result = RunResult(out, log.rows(), time.time() - start, logger.alarms)
     if rank == 0:
-        outputs.write_json(out / "summary.json", {
-            "run_id": folder.run_id, "final_accuracy": result.final_accuracy, "steps": result.steps,
-            "last_step": result.rows[-1]["step"] if result.rows else 0, "seconds": result.seconds,
-            "alarms": result.alarms, "num_processes": world_size})
+        outputs.write_json(
+            out / "summary.json",
+            {
+                "run_id": folder.run_id,
+                "final_accuracy": result.final_accuracy,
+                "steps": result.steps,
+                "last_step": result.rows[-1]["step"] if result.rows else 0,
+                "seconds": result.seconds,
+                "alarms": result.alarms,
+                "num_processes": world_size,
+            },
+        )
     return result

@@ -20,6 +20,7 @@ itself: the rollout seed counter and the skipped-step counts, so that a resumed 
 uninterrupted one. A checkpoint without it (written before it existed, or a kill in between) gets the same
 values from its step and the metric rows up to it.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,19 @@ BOOKKEEPING = ("resume", "overwrite")
 """How a run was invoked, not what it is: saved as False in ``config.json`` and never read from a config file, so
 replaying a run's config (``nbkit train --config run/config.json``) never replaces or continues a run by itself."""
 
-SAFE_TO_CHANGE = ("steps", "resume", "overwrite", "checkpoint_every", "output_dir", "max_consecutive_skips",
-                  "vllm_kv_cache_gib", "gradient_checkpointing", "save_total_limit", "report_to",
-                  "gpu_memory_gib")
+SAFE_TO_CHANGE = (
+    "steps",
+    "resume",
+    "overwrite",
+    "checkpoint_every",
+    "output_dir",
+    "max_consecutive_skips",
+    "vllm_kv_cache_gib",
+    "gradient_checkpointing",
+    "save_total_limit",
+    "report_to",
+    "gpu_memory_gib",
+)
 """Config fields a resume may change: they do not change what the steps already taken would have computed
 (``steps`` extends or shortens the run, the rest are bookkeeping or resources)."""
 
@@ -121,8 +132,13 @@ def foreign_entries(out: Path) -> list[str]:
     """The top-level names in run folder ``out`` that are not the run's: neither ``RUN_FILES``, a ``checkpoint-N``
     folder, the lock files, nor listed by its marker (``outputs.foreign_entries``)."""
     legacy = "files" not in (outputs.read_marker(out) or {})
-    return [n for n in outputs.foreign_entries(out, RUN_FILES) if n not in RUN_FILES and not _CHECKPOINT.match(n)
-            and not (legacy and n in WRITTEN_BY_TRL and _trl_card(out / n))]
+    return [
+        n
+        for n in outputs.foreign_entries(out, RUN_FILES)
+        if n not in RUN_FILES
+        and not _CHECKPOINT.match(n)
+        and not (legacy and n in WRITTEN_BY_TRL and _trl_card(out / n))
+    ]
 
 
 def _trl_card(path: Path) -> bool:
@@ -156,44 +172,68 @@ def plan_run(cfg) -> RunPlan:
             f"run folder {str(out)!r} holds a run and also {', '.join(extra[:5])}{', ...' if len(extra) > 5 else ''}, "
             f"which the workbook did not write (its {outputs.MARKER} does not list them): replacing the run would "
             f"leave them among a new run's files, or write over them; move them out of it, or choose another "
-            f"output_dir")
+            f"output_dir"
+        )
     clobbered = [n for n in WRITTEN_BY_TRL if n in extra] if cfg.checkpoint_every else []
     if clobbered:
         raise outputs.OutputFolderError(
             f"run folder {str(out)!r} holds {', '.join(clobbered)}, which the workbook did not write: TRL writes its "
-            f"model card there with every checkpoint; move it out of the folder, or choose another output_dir")
+            f"model card there with every checkpoint; move it out of the folder, or choose another output_dir"
+        )
     if not cfg.resume:
         if has_run and not cfg.overwrite:
             raise FileExistsError(
                 f"run folder {str(out)!r} already holds a run ({last_logged_step(out)} steps logged): pass "
                 f"resume=True to continue it, overwrite=True to replace it (keeps nothing), or choose another "
-                f"output_dir")
-        return RunPlan(out, "fresh", clear=has_run,
-                       message=f"new run in {out}" + (" (replacing the run that was there)" if has_run else ""))
+                f"output_dir"
+            )
+        return RunPlan(
+            out,
+            "fresh",
+            clear=has_run,
+            message=f"new run in {out}" + (" (replacing the run that was there)" if has_run else ""),
+        )
     saved = _read_json(out / "config.json") if has_run else None
     if saved is None:
-        raise FileNotFoundError(f"resume=True but {out} holds no run to continue (no config.json and no "
-                                f"checkpoint-N folder); start it with resume=False")
+        raise FileNotFoundError(
+            f"resume=True but {out} holds no run to continue (no config.json and no "
+            f"checkpoint-N folder); start it with resume=False"
+        )
     diffs = differing_fields(saved, cfg)
     if diffs:
         raise RunMismatchError(
             f"resume=True continues the run in {str(out)!r} only with its own config, but these fields differ: "
             f"{'; '.join(diffs)}. Only {', '.join(SAFE_TO_CHANGE)} may change; start a new run in another "
-            f"output_dir, or pass overwrite=True (and resume=False) to replace this one")
+            f"output_dir, or pass overwrite=True (and resume=False) to replace this one"
+        )
     run_id = mark.get("id", "")
     done = last_logged_step(out)
     summary = _read_json(out / "summary.json")
     if summary is not None and done >= cfg.steps:
-        return RunPlan(out, "finished", run_id, message=f"run {run_id or out.name} already finished at step "
-                       f"{done} (steps={cfg.steps}): nothing to do; raise steps to extend it")
+        return RunPlan(
+            out,
+            "finished",
+            run_id,
+            message=f"run {run_id or out.name} already finished at step "
+            f"{done} (steps={cfg.steps}): nothing to do; raise steps to extend it",
+        )
     complete, partial = checkpoints(out)
     named = f"; ignored partial checkpoint(s) {[p.name for p in partial]} (cut short by a kill)" if partial else ""
     if not complete:
-        raise FileNotFoundError(f"resume=True but {out} holds no complete checkpoint-N folder{named} "
-                                f"(checkpoint_every was {saved.get('checkpoint_every', 0)})")
+        raise FileNotFoundError(
+            f"resume=True but {out} holds no complete checkpoint-N folder{named} "
+            f"(checkpoint_every was {saved.get('checkpoint_every', 0)})"
+        )
     ckpt = complete[-1]
-    return RunPlan(out, "resume", run_id, ckpt, _read_json(ckpt / STATE_FILE) or {}, partial,
-                   message=f"resuming run {run_id or out.name} from {ckpt.name} ({done} steps logged){named}")
+    return RunPlan(
+        out,
+        "resume",
+        run_id,
+        ckpt,
+        _read_json(ckpt / STATE_FILE) or {},
+        partial,
+        message=f"resuming run {run_id or out.name} from {ckpt.name} ({done} steps logged){named}",
+    )
 
 
 def hold(out: Path, rank: int = 0) -> FolderLock:
@@ -249,8 +289,9 @@ class RunFolderCallback(TrainerCallback):
                 self.logger.alarm.update(row)  # the alarm sees the run's history again (its messages were logged)
             saved = self.plan.state
             self.trainer.vllm_generation._calls = int(saved.get("rollout_calls", state.global_step))  # 1 per step
-            self.logger.skipped_total = int(saved.get("skipped_steps_total",
-                                                  rows[-1].get("skipped_steps_total", 0) if rows else 0))
+            self.logger.skipped_total = int(
+                saved.get("skipped_steps_total", rows[-1].get("skipped_steps_total", 0) if rows else 0)
+            )
             self.logger.skips_in_row = int(saved.get("skips_in_row", in_row))
 
     def on_step_end(self, args, state, control, **kw):
@@ -262,8 +303,13 @@ class RunFolderCallback(TrainerCallback):
             return
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         outputs.record_files(Path(args.output_dir), [n for n in WRITTEN_BY_TRL if (Path(args.output_dir) / n).exists()])
-        outputs.write_json(ckpt / STATE_FILE, {
-            "run_id": self.run_id, "step": state.global_step,
-            "rollout_calls": self.trainer.vllm_generation._calls,
-            "skipped_steps_total": self.logger.skipped_total, "skips_in_row": self.logger.skips_in_row,
-        })
+        outputs.write_json(
+            ckpt / STATE_FILE,
+            {
+                "run_id": self.run_id,
+                "step": state.global_step,
+                "rollout_calls": self.trainer.vllm_generation._calls,
+                "skipped_steps_total": self.logger.skipped_total,
+                "skips_in_row": self.logger.skips_in_row,
+            },
+        )

@@ -5,6 +5,7 @@ or DeepSpeed's own dynamic loss scaler (its ``fp16`` block; accelerate then leav
 ``loss_scaler`` returns either behind the two calls the precision audit and the step log make:
 ``is_enabled()`` and ``get_scale()``.
 """
+
 from __future__ import annotations
 
 

@@ -8,6 +8,7 @@ opened, the main process asks the server which dtype it resolved (``/server_info
 TRL's client already requires) and every process stops when it differs from the requested rollout dtype, or when
 the server reports log-probs before temperature / top-p (``--logprobs-mode`` other than ``processed_logprobs``).
 """
+
 from __future__ import annotations
 
 import time
@@ -27,8 +28,10 @@ def served_dtype(server_info: dict) -> str:
     try:
         raw = server_info["model_config"]["dtype"]
     except (KeyError, TypeError) as exc:
-        raise ServerDtypeError(f"the server's /server_info has no model_config.dtype (got keys "
-                               f"{sorted(server_info) if isinstance(server_info, dict) else type(server_info)})") from exc
+        raise ServerDtypeError(
+            f"the server's /server_info has no model_config.dtype (got keys "
+            f"{sorted(server_info) if isinstance(server_info, dict) else type(server_info)})"
+        ) from exc
     name = str(raw).removeprefix("torch.")
     if name not in SERVER_DTYPES:
         raise ServerDtypeError(f"the server serves dtype {raw!r}, which is none of {sorted(SERVER_DTYPES)}")
@@ -42,9 +45,9 @@ def check_server_dtype(client, requested: str) -> str:
     if served != requested:
         raise ServerDtypeError(
             f"requested {requested} rollouts but the vLLM server at {getattr(client, 'base_url', '?')} serves "
-            f"{served}: restart it with --dtype {VLLM_NAMES[requested]} (or set rollout_dtype={served!r})")
+            f"{served}: restart it with --dtype {VLLM_NAMES[requested]} (or set rollout_dtype={served!r})"
+        )
     return served
-
 
 
 def check_server_logprobs(client) -> None:
@@ -52,8 +55,10 @@ def check_server_logprobs(client) -> None:
     engines report it: refuse a server started without ``--logprobs-mode processed_logprobs`` (TRL only warns)."""
     mode = client.get_server_info().get("model_config", {}).get("logprobs_mode")
     if mode != "processed_logprobs":
-        raise ServerDtypeError(f"the vLLM server at {getattr(client, 'base_url', '?')} reports logprobs_mode "
-                               f"{mode!r}: restart it with --logprobs-mode processed_logprobs (TRL's vllm-serve does)")
+        raise ServerDtypeError(
+            f"the vLLM server at {getattr(client, 'base_url', '?')} reports logprobs_mode "
+            f"{mode!r}: restart it with --logprobs-mode processed_logprobs (TRL's vllm-serve does)"
+        )
 
 
 def check_server_context(client, needed: int | None) -> None:
@@ -63,12 +68,16 @@ def check_server_context(client, needed: int | None) -> None:
         return
     served = client.get_server_info().get("model_config", {}).get("max_model_len")
     if not isinstance(served, int):
-        raise ServerDtypeError(f"the vLLM server at {getattr(client, 'base_url', '?')} reports no max_model_len "
-                               f"(got {served!r}): cannot check it holds the run's {needed} tokens")
+        raise ServerDtypeError(
+            f"the vLLM server at {getattr(client, 'base_url', '?')} reports no max_model_len "
+            f"(got {served!r}): cannot check it holds the run's {needed} tokens"
+        )
     if served < needed:
-        raise ServerDtypeError(f"the vLLM server at {getattr(client, 'base_url', '?')} has max_model_len {served} "
-                               f"but the run needs {needed} (longest prompt + max_tokens): restart it with "
-                               f"--max-model-len {needed} or more")
+        raise ServerDtypeError(
+            f"the vLLM server at {getattr(client, 'base_url', '?')} has max_model_len {served} "
+            f"but the run needs {needed} (longest prompt + max_tokens): restart it with "
+            f"--max-model-len {needed} or more"
+        )
 
 
 class ServerGeneration(VLLMGeneration):
@@ -77,8 +86,15 @@ class ServerGeneration(VLLMGeneration):
     trainer calls."""
 
     def __init__(self, *, dtype: str, server_base_url: str, server_timeout: float = 240.0, **trl_kwargs):
-        for colocate_only in ("engine", "model_ref", "seed", "kv_cache_gib", "gemm_policy", "hf_batch_size",
-                              "max_num_batched_tokens"):
+        for colocate_only in (
+            "engine",
+            "model_ref",
+            "seed",
+            "kv_cache_gib",
+            "gemm_policy",
+            "hf_batch_size",
+            "max_num_batched_tokens",
+        ):
             trl_kwargs.pop(colocate_only, None)  # the server owns its engine
         self.rollout_dtype, self.served = dtype, None
         self.seconds = {"generate": 0.0, "sync": 0.0}
@@ -93,8 +109,9 @@ class ServerGeneration(VLLMGeneration):
         acc = self.accelerator
         verdict = [None]
         if acc.is_main_process:
-            self.vllm_client = VLLMClient(base_url=self.server_base_url, group_port=self.group_port,
-                                          connection_timeout=self.server_timeout)
+            self.vllm_client = VLLMClient(
+                base_url=self.server_base_url, group_port=self.group_port, connection_timeout=self.server_timeout
+            )
             try:
                 served = check_server_dtype(self.vllm_client, self.rollout_dtype)
                 check_server_logprobs(self.vllm_client)
@@ -122,8 +139,9 @@ class ServerGeneration(VLLMGeneration):
         out = super().generate(*args, **kwargs)
         self.seconds["generate"] += time.perf_counter() - start
         eos = getattr(self.processing_class, "eos_token_id", None)
-        self.length_hits[0] += sum(len(ids) >= self.max_completion_length and (not ids or ids[-1] != eos)
-                                   for ids in out[1])  # reached max_tokens without a stop token
+        self.length_hits[0] += sum(
+            len(ids) >= self.max_completion_length and (not ids or ids[-1] != eos) for ids in out[1]
+        )  # reached max_tokens without a stop token
         self.length_hits[1] += len(out[1])
         return out
 

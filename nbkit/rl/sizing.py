@@ -18,6 +18,7 @@ runs, ``nbkit train``): where a GPU's memory is known (``RLConfig.gpu_memory_gib
 Even one sequence per micro-batch that does not fit is refused before the model loads, with the estimate's terms.
 Where no GPU memory is known (the CPU path) nothing changes. ``nbkit plan`` prints commands sized by ``size`` too.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,10 @@ def launch_kind(world_size: int, env: Mapping[str, str] = os.environ) -> str:
         path = env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
         stage = json.loads(Path(path).read_text()).get("zero_optimization", {}).get("stage") if path else None
         if stage not in (2, 3):
-            raise ValueError(f"DeepSpeed launch with ZeRO stage {stage!r} ({path}): the memory estimate knows stages "
-                             f"2 and 3 (configs/deepspeed/zero2-*.json, zero3-*.json)")
+            raise ValueError(
+                f"DeepSpeed launch with ZeRO stage {stage!r} ({path}): the memory estimate knows stages "
+                f"2 and 3 (configs/deepspeed/zero2-*.json, zero3-*.json)"
+            )
         return f"zero{stage}"
     if str(env.get("ACCELERATE_USE_FSDP", "")).lower() == "true":
         return "fsdp2"
@@ -73,10 +76,20 @@ def size(cfg, world_size: int, seq_tokens: int, gpu_gib: float, kind: str):
 
     def fit(sleeps: bool) -> memory.Fit:
         return memory.fit_micro_batch(
-            memory.model_shape(cfg.model), per_device_batch(cfg, world_size), seq_tokens, kind, world_size, gpu_gib,
-            vllm_share=cfg.vllm_gpu_memory_utilization if colocated(cfg) else 0.0, vllm_sleeps=sleeps,
-            checkpointing=cfg.gradient_checkpointing, critic=ppo, minibatches=cfg.ppo_minibatches if ppo else 1,
-            value_bytes=4 if cfg.train_dtype == "fp32" else 2, largest=configured)
+            memory.model_shape(cfg.model),
+            per_device_batch(cfg, world_size),
+            seq_tokens,
+            kind,
+            world_size,
+            gpu_gib,
+            vllm_share=cfg.vllm_gpu_memory_utilization if colocated(cfg) else 0.0,
+            vllm_sleeps=sleeps,
+            checkpointing=cfg.gradient_checkpointing,
+            critic=ppo,
+            minibatches=cfg.ppo_minibatches if ppo else 1,
+            value_bytes=4 if cfg.train_dtype == "fp32" else 2,
+            largest=configured,
+        )
 
     sleep = cfg.vllm_sleep_mode
     if colocated(cfg) and not sleep:
@@ -103,9 +116,12 @@ def for_device(cfg, world_size: int, env: Mapping[str, str] = os.environ, rank: 
     kind = launch_kind(world_size, env)
     sized, fit = size(cfg, world_size, seq_tokens, gib, kind)
     if rank == 0:
-        print(f"[nbkit] sized for {world_size} x {gib:.1f} GiB ({kind}"
-              f"{', vLLM asleep in the update' if sized.vllm_sleep_mode and colocated(sized) else ''}): "
-              f"{fit.text(seq_tokens)}", flush=True)
+        print(
+            f"[nbkit] sized for {world_size} x {gib:.1f} GiB ({kind}"
+            f"{', vLLM asleep in the update' if sized.vllm_sleep_mode and colocated(sized) else ''}): "
+            f"{fit.text(seq_tokens)}",
+            flush=True,
+        )
     return sized, fit
 
 

@@ -9,6 +9,7 @@
 logged as ``train/<key>`` with ``train/global_step`` the optimiser step. ``trackio show`` opens the dashboard;
 ``tests/test_trackio.py`` reads a run back with trackio's own API.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,9 +29,13 @@ def check_report_to(report_to: str, environ: Mapping[str, str] = os.environ) -> 
     if report_to == "none":
         return
     if report_to == "wandb" and environ.get("WANDB_MODE", "").lower() == "disabled":
-        raise ValueError("report_to='wandb' but WANDB_MODE=disabled (the workbook's default environment): wandb would "
-                         "record nothing; set WANDB_MODE=online or offline before starting, or pick another tracker")
+        raise ValueError(
+            "report_to='wandb' but WANDB_MODE=disabled (the workbook's default environment): wandb would "
+            "record nothing; set WANDB_MODE=online or offline before starting, or pick another tracker"
+        )
     packages = PACKAGES.get(report_to, ())
     if packages and not any(importlib.util.find_spec(p) for p in packages):
-        raise ValueError(f"report_to={report_to!r} needs the {packages[0]!r} package, which is not installed: "
-                         f"pip install {packages[0]}, or report_to='none'")
+        raise ValueError(
+            f"report_to={report_to!r} needs the {packages[0]!r} package, which is not installed: "
+            f"pip install {packages[0]}, or report_to='none'"
+        )

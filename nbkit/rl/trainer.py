@@ -11,6 +11,7 @@ What it adds, and nothing else:
    ``metrics.jsonl`` by ``StepLogger``; NaN/inf stop the run with the step and tensor named;
 4. π comparable with μ under top-p/top-k sampling (``PrecisionGRPOTrainer._log_kept_mass``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,16 +50,31 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self.gemm_policy = gemm.resolve(run.gemm, self.accelerator.device)
         self.gemm_mode = gemm.Fp32AccumulateGemm() if self.gemm_policy == "fp32-accumulate" else None
         self.vllm_generation = (ServerGeneration if run.vllm_mode == "server" else EngineGeneration)(
-            engine=run.rollout_engine, gemm_policy=self.gemm_policy, model_ref=run.model, dtype=run.rollout, seed=run.seed,
-            kv_cache_gib=run.vllm_kv_cache_gib, model=self.model, accelerator=self.accelerator,
-            hf_batch_size=run.hf_engine_batch_size, max_num_batched_tokens=run.vllm_max_num_batched_tokens,
-            **({"server_base_url": run.vllm_server_base_url, "server_timeout": run.vllm_server_timeout}
-               if run.vllm_mode == "server" else {}),
-            processing_class=self.processing_class, gpu_memory_utilization=self.args.vllm_gpu_memory_utilization,
-            max_model_length=self.args.vllm_max_model_length, enable_sleep_mode=run.vllm_sleep_mode,
+            engine=run.rollout_engine,
+            gemm_policy=self.gemm_policy,
+            model_ref=run.model,
+            dtype=run.rollout,
+            seed=run.seed,
+            kv_cache_gib=run.vllm_kv_cache_gib,
+            model=self.model,
+            accelerator=self.accelerator,
+            hf_batch_size=run.hf_engine_batch_size,
+            max_num_batched_tokens=run.vllm_max_num_batched_tokens,
+            **(
+                {"server_base_url": run.vllm_server_base_url, "server_timeout": run.vllm_server_timeout}
+                if run.vllm_mode == "server"
+                else {}
+            ),
+            processing_class=self.processing_class,
+            gpu_memory_utilization=self.args.vllm_gpu_memory_utilization,
+            max_model_length=self.args.vllm_max_model_length,
+            enable_sleep_mode=run.vllm_sleep_mode,
             max_num_seqs=self.args.per_device_train_batch_size * self.args.steps_per_generation,  # a whole rollout
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
-            max_completion_length=self.max_completion_length, logprobs=0,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k or 0,
+            max_completion_length=self.max_completion_length,
+            logprobs=0,
             **({"rollout_format": run.rollout_format} if run.rollout_format is not None else {}),
             **({"fp32_lm_head": True} if lm_head.sides(run.fp32_lm_head)[1] else {}),
         )
@@ -88,18 +104,22 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         """transformers' accelerator arguments + the run's FP16 loss scaling (``GradScalerKwargs``), which
         accelerate's own scaler (one GPU, DDP, FSDP2) would otherwise build with torch's defaults."""
         args = super()._build_accelerator_args(**kwargs)
-        args["kwargs_handlers"] = [*args.get("kwargs_handlers", []),
-                                   amp.scaler_kwargs(self.run.loss_scale_init, self.run.loss_scale_growth_interval)]
+        args["kwargs_handlers"] = [
+            *args.get("kwargs_handlers", []),
+            amp.scaler_kwargs(self.run.loss_scale_init, self.run.loss_scale_growth_interval),
+        ]
         return args
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
         if plugin is not None:  # DeepSpeed's own scaler: the run's settings into its config, before prepare()
-            amp.deepspeed_loss_scaling(plugin.deepspeed_config, self.run.loss_scale_init,
-                                       self.run.loss_scale_growth_interval)
-        amp.enable_cpu_fp16(self.accelerator, growth_interval=self.run.loss_scale_growth_interval,
-                            init_scale=self.run.loss_scale_init)
+            amp.deepspeed_loss_scaling(
+                plugin.deepspeed_config, self.run.loss_scale_init, self.run.loss_scale_growth_interval
+            )
+        amp.enable_cpu_fp16(
+            self.accelerator, growth_interval=self.run.loss_scale_growth_interval, init_scale=self.run.loss_scale_init
+        )
         fsdp.fp32_reduce_and_outputs(self.accelerator)  # FSDP2: π (TRL's fused-head log_probs) never cast to half
 
     def training_step(self, *args, **kwargs):
@@ -120,8 +140,13 @@ class PrecisionGRPOTrainer(GRPOTrainer):
                 self._filter_pending = False
                 ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
                 attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-                self._pi_log_kept_mass = self._log_kept_mass(self.model, ids, attn, out["completion_ids"].size(1),
-                                                             batch_size=self.args.per_device_train_batch_size)
+                self._pi_log_kept_mass = self._log_kept_mass(
+                    self.model,
+                    ids,
+                    attn,
+                    out["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )
         finally:
             self._routing, self._filter_pending = None, False
         if getattr(self.vllm_generation, "last_routing", None) is not None:
@@ -148,8 +173,9 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             logps = self._training_logps(out)
             self._mismatch_seconds += time.perf_counter() - start
         out, dropped = opsm.apply(out, self._on_filter_support(logps, out), self.run.opsm_delta)
-        counts = self.accelerator.reduce(torch.tensor([float(dropped), float(len(out["advantages"]))],
-                                                      device=self.accelerator.device), "sum")
+        counts = self.accelerator.reduce(
+            torch.tensor([float(dropped), float(len(out["advantages"]))], device=self.accelerator.device), "sum"
+        )
         self._metrics["train"][schema.OPSM_MASKED_FRACTION].append(float(counts[0] / counts[1]))
         return out
 
@@ -180,12 +206,17 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         with self._replay(model, input_ids, logits_to_keep):
             for lo in range(0, input_ids.size(0), rows):
                 with self.accelerator.autocast(), fp32_logits(model):
-                    logits = model(input_ids=input_ids[lo:lo + rows], attention_mask=attention_mask[lo:lo + rows],
-                                   logits_to_keep=logits_to_keep + 1).logits[:, :-1]
-                chunk = tokens[lo:lo + rows]
-                parts.append(sampling_filter.log_kept_mass(
-                    logits.reshape(-1, logits.size(-1)), chunk.reshape(-1), self.temperature,
-                    **self.pi_filter).view(chunk.shape))
+                    logits = model(
+                        input_ids=input_ids[lo : lo + rows],
+                        attention_mask=attention_mask[lo : lo + rows],
+                        logits_to_keep=logits_to_keep + 1,
+                    ).logits[:, :-1]
+                chunk = tokens[lo : lo + rows]
+                parts.append(
+                    sampling_filter.log_kept_mass(
+                        logits.reshape(-1, logits.size(-1)), chunk.reshape(-1), self.temperature, **self.pi_filter
+                    ).view(chunk.shape)
+                )
         elapsed = time.perf_counter() - start
         self._filter_seconds += elapsed
         self._mismatch_seconds += elapsed
@@ -201,15 +232,18 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         """Mean kept mass over the batch's completion tokens, all processes: what the unfiltered π/μ would average."""
         mask = batch["completion_mask"].bool()
         kept = torch.exp(batch["pi_log_kept_mass"].float())[mask]
-        total = self.accelerator.reduce(torch.stack([kept.sum(), torch.tensor(float(kept.numel()), device=kept.device)]),
-                                        "sum")
+        total = self.accelerator.reduce(
+            torch.stack([kept.sum(), torch.tensor(float(kept.numel()), device=kept.device)]), "sum"
+        )
         return float(total[0] / total[1]) if total[1] > 0 else float("nan")
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
         if self._routing is not None and routing.is_moe(model):
             result = self._routed_logps(model, *args, **kwargs)
         else:
-            with fp32_logits(model):  # π in FP32 from the model's (half) logits, whatever the wrapper casts its output to
+            with fp32_logits(
+                model
+            ):  # π in FP32 from the model's (half) logits, whatever the wrapper casts its output to
                 result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
             if torch.is_grad_enabled():  # the loss forward: π of the weights that produced this batch
                 self._loss_logps = result[0].detach()
@@ -253,8 +287,12 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         self._loss_logps = None
         loss = super()._compute_loss(model, inputs)
         if self._loss_logps is not None and self._loss_entropies is not None:
-            self.step_bins.add(self._on_filter_support(self._loss_logps, inputs), self._loss_entropies,
-                               inputs["sampling_per_token_logps"], inputs["completion_mask"])
+            self.step_bins.add(
+                self._on_filter_support(self._loss_logps, inputs),
+                self._loss_entropies,
+                inputs["sampling_per_token_logps"],
+                inputs["completion_mask"],
+            )
             self._loss_entropies = None
         if self._phantom_pending and self._loss_logps is not None:
             self._phantom_pending = False
@@ -318,9 +356,14 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         batch's real tokens) once per batch, and replays the engine's routing when ``router_replay`` is on."""
         chosen = self._chosen_experts(input_ids, logits_to_keep)
         replay = routing.replay(model, chosen) if self.run.router_replay else contextlib.nullcontext()
-        with routing.capture(model) as rec, replay, fp32_logits(model):  # capture first: it sees the trainer's own choice
-            result = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
-                                                                *args, **kwargs)
+        with (
+            routing.capture(model) as rec,
+            replay,
+            fp32_logits(model),
+        ):  # capture first: it sees the trainer's own choice
+            result = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
         if torch.is_grad_enabled():
             own = rec.choices(along="batch")
             rates = routing.flip_rates(own, chosen, attention_mask.bool().cpu())
@@ -335,7 +378,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
         attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
         logps, _, _ = self._get_per_token_logps_and_entropies(
-            self.model, ids, attn, out["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size)
+            self.model, ids, attn, out["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size
+        )
         return logps
 
     def _log_is_fractions(self, ratio: torch.Tensor, mask: torch.Tensor) -> None:
@@ -353,8 +397,9 @@ class PrecisionGRPOTrainer(GRPOTrainer):
 
         unit = ratio.float().cpu()
         unit = unit[mask] if unit.shape == mask.shape else unit.flatten()
-        counts = self.accelerator.reduce(torch.tensor(shares(unit) + shares(full[mask]),
-                                                      device=self.accelerator.device), "sum").cpu()
+        counts = self.accelerator.reduce(
+            torch.tensor(shares(unit) + shares(full[mask]), device=self.accelerator.device), "sum"
+        ).cpu()
         metrics = self._metrics["train"]
         if counts[2] > 0:  # all ranks' counts: the fractions of the whole step's batch
             metrics[schema.IS_MASKED_FRACTION].append(float(counts[0] / counts[2]))
@@ -372,35 +417,53 @@ class PrecisionGRPOTrainer(GRPOTrainer):
     def end_step(self) -> dict:
         """Audit, scaler state, timings and non-finite checks of the step that just ended."""
         scaler = loss_scaler(self.accelerator)
-        record = self.audit.check(self.run.train_dtype, self.audit.take(), scaler, gemm_policy=self.gemm_policy,
-                                  gemm_counts=self.gemm_mode.take() if self.gemm_mode is not None else None)
+        record = self.audit.check(
+            self.run.train_dtype,
+            self.audit.take(),
+            scaler,
+            gemm_policy=self.gemm_policy,
+            gemm_counts=self.gemm_mode.take() if self.gemm_mode is not None else None,
+        )
         # π's head: TRL's fused LM head reads lm_head.weight directly (no module to hook); what TRL was told to run
         record[schema.AUDIT_TRL_FP32_HEAD] = bool(self.args.cast_lm_head_to_fp32)
         if record[schema.AUDIT_TRL_FP32_HEAD] != lm_head.sides(self.run.fp32_lm_head)[0]:
-            raise amp.PrecisionError(f"fp32_lm_head={self.run.fp32_lm_head!r} but TRL's cast_lm_head_to_fp32 is "
-                                     f"{self.args.cast_lm_head_to_fp32}")
+            raise amp.PrecisionError(
+                f"fp32_lm_head={self.run.fp32_lm_head!r} but TRL's cast_lm_head_to_fp32 is "
+                f"{self.args.cast_lm_head_to_fp32}"
+            )
         record[schema.AUDIT_ENGINE_HEAD_DTYPE] = self.vllm_generation.engine_head_dtype()
         if lm_head.sides(self.run.fp32_lm_head)[1] and record[schema.AUDIT_ENGINE_HEAD_DTYPE] != "fp32":
-            raise amp.PrecisionError(f"requested an FP32 LM head in the engine but it produced "
-                                     f"{record[schema.AUDIT_ENGINE_HEAD_DTYPE]} logits")
+            raise amp.PrecisionError(
+                f"requested an FP32 LM head in the engine but it produced "
+                f"{record[schema.AUDIT_ENGINE_HEAD_DTYPE]} logits"
+            )
         record.update(self.param_counts)
         record[schema.AUDIT_ROLLOUT_GEMM] = self.vllm_generation.engine_gemm()
         record[schema.AUDIT_ROLLOUT_DTYPE] = self.vllm_generation.engine_dtype()
         if record[schema.AUDIT_ROLLOUT_DTYPE] != self.run.rollout:
-            raise amp.PrecisionError(f"requested a {self.run.rollout} rollout but the engine holds "
-                                     f"{record[schema.AUDIT_ROLLOUT_DTYPE]} weights")
+            raise amp.PrecisionError(
+                f"requested a {self.run.rollout} rollout but the engine holds "
+                f"{record[schema.AUDIT_ROLLOUT_DTYPE]} weights"
+            )
         if self.run.rollout_format is not None:  # the format's GEMMs ran this step, or the run stops here
             record.update(self.vllm_generation.format_audit())
         record["loss_scale"] = self.loss_scale()
         record.update(self.step_bins.take(self.accelerator))
-        capped, answers = self.accelerator.reduce(torch.tensor(
-            self.vllm_generation.take_length_hits(), dtype=torch.float64, device=self.accelerator.device), "sum").tolist()
+        capped, answers = self.accelerator.reduce(
+            torch.tensor(self.vllm_generation.take_length_hits(), dtype=torch.float64, device=self.accelerator.device),
+            "sum",
+        ).tolist()
         record[schema.LENGTH_CAPPED] = int(capped)  # ended at max_tokens: no closing tag, reward 0 for a grader
         record[schema.LENGTH_CAPPED_FRACTION] = capped / answers if answers else 0.0
         seconds = self.vllm_generation.take_seconds()
-        record.update({schema.TIME_ROLLOUT: seconds["generate"], schema.TIME_SYNC: seconds["sync"],
-                       schema.TIME_MISMATCH: self._mismatch_seconds,
-                       schema.TIME_SCORE: self._score_seconds - seconds["generate"] - seconds["sync"]})
+        record.update(
+            {
+                schema.TIME_ROLLOUT: seconds["generate"],
+                schema.TIME_SYNC: seconds["sync"],
+                schema.TIME_MISMATCH: self._mismatch_seconds,
+                schema.TIME_SCORE: self._score_seconds - seconds["generate"] - seconds["sync"],
+            }
+        )
         if self._needs_pi:
             raise RuntimeError(f"step {self.state.global_step}: a batch ended without its mismatch metrics")
         self._mismatch_seconds = self._score_seconds = 0.0
@@ -424,6 +487,7 @@ def fp32_logits(model: torch.nn.Module):
     0.016). Under autocast the logits are the half ``lm_head`` output either way; only the log-softmax changes.
     It reaches ``.logits`` only (the kept-mass forward); TRL's fused head returns ``log_probs``, which FSDP2 would
     already have rounded: that path is kept in FP32 by FSDP2's policy itself (``nbkit.rl.fsdp``)."""
+
     def upcast(module, inputs, output):
         logits = getattr(output, "logits", None)
         if isinstance(logits, torch.Tensor) and logits.dtype in (torch.float16, torch.bfloat16):
@@ -440,8 +504,16 @@ def fp32_logits(model: torch.nn.Module):
 class StepLogger(TrainerCallback):
     """Appends one row per optimiser step to ``metrics.jsonl`` and watches for collapse and overflow."""
 
-    def __init__(self, trainer: PrecisionGRPOTrainer, log: MetricsLog, alarm: CollapseAlarm, max_skips: int,
-                 reward_tally: list | None = None, rank_log: MetricsLog | None = None, accuracy: bool = True):
+    def __init__(
+        self,
+        trainer: PrecisionGRPOTrainer,
+        log: MetricsLog,
+        alarm: CollapseAlarm,
+        max_skips: int,
+        reward_tally: list | None = None,
+        rank_log: MetricsLog | None = None,
+        accuracy: bool = True,
+    ):
         self.trainer, self.log, self.alarm, self.max_skips = trainer, log, alarm, max_skips
         self.accuracy = accuracy  # the reward is 0/1 correctness: log it as ``accuracy`` too
         self.reward_tally, self.rank_log = reward_tally, rank_log  # this process's (sum, count) per reward call
@@ -460,16 +532,23 @@ class StepLogger(TrainerCallback):
         rec = self.trainer.end_step()
         rec["skipped_step"] = step_was_skipped(self.trainer.accelerator, self.scale_before, rec["loss_scale"])
         rec[schema.TIME_STEP] = time.perf_counter() - self.step_start
-        rec[schema.TIME_UPDATE] = (rec[schema.TIME_STEP] - rec[schema.TIME_ROLLOUT] - rec[schema.TIME_SYNC]
-                                   - rec[schema.TIME_MISMATCH] - rec[schema.TIME_SCORE])
+        rec[schema.TIME_UPDATE] = (
+            rec[schema.TIME_STEP]
+            - rec[schema.TIME_ROLLOUT]
+            - rec[schema.TIME_SYNC]
+            - rec[schema.TIME_MISMATCH]
+            - rec[schema.TIME_SCORE]
+        )
         self.skips_in_row = self.skips_in_row + 1 if rec["skipped_step"] else 0
         self.skipped_total += rec["skipped_step"]
         rec["skipped_steps_total"] = self.skipped_total
         rec.update(self._per_rank(state.global_step, rec))
         self.pending = rec
         if self.skips_in_row >= self.max_skips:
-            raise NonFiniteError(f"step {state.global_step}: {self.skips_in_row} FP16 steps in a row overflowed "
-                                 f"(gradients inf/NaN; loss scale now {rec['loss_scale']})")
+            raise NonFiniteError(
+                f"step {state.global_step}: {self.skips_in_row} FP16 steps in a row overflowed "
+                f"(gradients inf/NaN; loss scale now {rec['loss_scale']})"
+            )
 
     def on_log(self, args, state, control, logs=None, **kw):
         if not self.pending:  # the trainer's end-of-run summary, not a step
@@ -500,11 +579,17 @@ class StepLogger(TrainerCallback):
         calls = list(self.reward_tally or ())
         if self.reward_tally is not None:
             self.reward_tally.clear()
-        own = {"rank": acc.process_index, schema.AUDIT_MATMUL_DTYPES: rec[schema.AUDIT_MATMUL_DTYPES],
-               "reward_sum": sum(c[0] for c in calls), "reward_count": sum(c[1] for c in calls)}
+        own = {
+            "rank": acc.process_index,
+            schema.AUDIT_MATMUL_DTYPES: rec[schema.AUDIT_MATMUL_DTYPES],
+            "reward_sum": sum(c[0] for c in calls),
+            "reward_count": sum(c[1] for c in calls),
+        }
         if self.rank_log is not None:
             self.rank_log.append({"step": step, **own})
         ranks = gather_object([own])
-        return {schema.RANKS_AUDIT_MATMUL_DTYPES: [r[schema.AUDIT_MATMUL_DTYPES] for r in ranks],
-                schema.RANKS_REWARD_SUM: [r["reward_sum"] for r in ranks],
-                schema.RANKS_REWARD_COUNT: [r["reward_count"] for r in ranks]}
+        return {
+            schema.RANKS_AUDIT_MATMUL_DTYPES: [r[schema.AUDIT_MATMUL_DTYPES] for r in ranks],
+            schema.RANKS_REWARD_SUM: [r["reward_sum"] for r in ranks],
+            schema.RANKS_REWARD_COUNT: [r["reward_count"] for r in ranks],
+        }

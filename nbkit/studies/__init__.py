@@ -6,6 +6,7 @@ comes from the stored data through the study's own functions, never typed by han
 Each study's own module sits here too: ``ablation``, ``hunt``, ``ppo``, ``moe``, ``brevity``, ``tiny_long_regimes``,
 ``dose_response``.
 """
+
 from nbkit.studies.base import GridStudy, Study, markdown_table
 
 __all__ = ["GridStudy", "Study", "markdown_table"]

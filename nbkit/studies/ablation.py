@@ -4,6 +4,7 @@
 vLLM rollouts) and ``... store`` stores it as ``data/results/<study>/`` (``nbkit.results``) so notebook 05 renders
 without re-running. A run's pair and seed are read from its config (``nbkit.runlog.coords``).
 """
+
 from __future__ import annotations
 
 from nbkit import schema
@@ -38,18 +39,27 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.
             return float(f"{sum(xs) / len(xs):.3g}") if xs else None
 
         rollout = (mean(schema.TIME_ROLLOUT) or 0) + (mean(schema.TIME_SYNC) or 0)
-        out.append({
-            "train": train_dtype, "rollout": rollout_dtype, "seeds": len(group), "steps": max(schema.optimiser_steps(r) for r in group.values()),
-            f"reached {target:.0%}": f"{sum(x is not None for x in reach)}/{len(reach)}",
-            f"steps to {target:.0%} (each)": ", ".join("—" if x is None else str(x) for x in reach),
-            "final accuracy (mean)": round(sum(final) / len(final), 3),
-            "final accuracy [min, max]": f"[{min(final)}, {max(final)}]",
-            "mean |Δ log p|": mean(schema.TOKEN_ABS_LOGP_DIFF), "k3 KL": mean(schema.KL_K3),
-            "s/step rollout": round(rollout, 2), "s/step update": mean(schema.TIME_UPDATE),
-            "s/step total": mean(schema.TIME_STEP),
-            "rollout dtype (audit)": ", ".join(sorted({str(r.get(schema.AUDIT_ROLLOUT_DTYPE)) for r in rows})),
-            "train matmuls (audit)": ", ".join(sorted({d for r in rows for d in r.get(schema.AUDIT_MATMUL_DTYPES) or []})),
-        })
+        out.append(
+            {
+                "train": train_dtype,
+                "rollout": rollout_dtype,
+                "seeds": len(group),
+                "steps": max(schema.optimiser_steps(r) for r in group.values()),
+                f"reached {target:.0%}": f"{sum(x is not None for x in reach)}/{len(reach)}",
+                f"steps to {target:.0%} (each)": ", ".join("—" if x is None else str(x) for x in reach),
+                "final accuracy (mean)": round(sum(final) / len(final), 3),
+                "final accuracy [min, max]": f"[{min(final)}, {max(final)}]",
+                "mean |Δ log p|": mean(schema.TOKEN_ABS_LOGP_DIFF),
+                "k3 KL": mean(schema.KL_K3),
+                "s/step rollout": round(rollout, 2),
+                "s/step update": mean(schema.TIME_UPDATE),
+                "s/step total": mean(schema.TIME_STEP),
+                "rollout dtype (audit)": ", ".join(sorted({str(r.get(schema.AUDIT_ROLLOUT_DTYPE)) for r in rows})),
+                "train matmuls (audit)": ", ".join(
+                    sorted({d for r in rows for d in r.get(schema.AUDIT_MATMUL_DTYPES) or []})
+                ),
+            }
+        )
     return out
 
 
@@ -80,14 +90,17 @@ def findings(rows: list[dict], target: float = 0.95, reference: tuple[str, str] 
         s, missed = steps(r)
         if s and ref_steps:
             apart = max(s) < min(ref_steps) or min(s) > max(ref_steps)
-            reach = (f"steps to {target:.0%} {min(s)}–{max(s)} vs {min(ref_steps)}–{max(ref_steps)}: "
-                     + ("ranges separated" if apart else "ranges overlap (no difference shown at this size)"))
+            reach = f"steps to {target:.0%} {min(s)}–{max(s)} vs {min(ref_steps)}–{max(ref_steps)}: " + (
+                "ranges separated" if apart else "ranges overlap (no difference shown at this size)"
+            )
         else:
             reach = f"steps to {target:.0%}: " + ("no seed reached it" if not s else "the reference never reached it")
         if missed:
             reach += f"; {missed} of {r['seeds']} seeds never reached it"
-        out.append(f"{pair[0]} train / {pair[1]} rollout vs {reference[0]}/{reference[1]} ({r['seeds']} seeds): "
-                   f"mismatch |Δ log p| {ratio(r, 'mean |Δ log p|')}, step time {ratio(r, 's/step total')}, {reach}.")
+        out.append(
+            f"{pair[0]} train / {pair[1]} rollout vs {reference[0]}/{reference[1]} ({r['seeds']} seeds): "
+            f"mismatch |Δ log p| {ratio(r, 'mean |Δ log p|')}, step time {ratio(r, 's/step total')}, {reach}."
+        )
     if resolution and any("ranges overlap" in line for line in out):
         out.append(f"What an overlap can rule out: {resolution}.")
     return out
@@ -106,8 +119,10 @@ def _resolution(reached: list[list[int]], power: float = 0.8, alpha: float = 0.0
         return ""
     n = min(len(s) for s in reached if len(s) >= 2)
     gap = stats.detectable_difference(sd * math.sqrt(2 / n), 2 * n - 2, power, alpha)
-    return (f"with {n} seeds a pair and a pooled seed SD of {sd:.3g} steps to the target, a two-sample t-test "
-            f"({alpha:.0%} two-sided) finds a difference with {power:.0%} power only from {gap:.3g} steps up")
+    return (
+        f"with {n} seeds a pair and a pooled seed SD of {sd:.3g} steps to the target, a two-sample t-test "
+        f"({alpha:.0%} two-sided) finds a difference with {power:.0%} power only from {gap:.3g} steps up"
+    )
 
 
 def base_config(**overrides):
@@ -115,8 +130,17 @@ def base_config(**overrides):
     ``overrides``."""
     from nbkit.rl.config import config_from, runnable_here
 
-    return runnable_here(config_from({"train_dtype": "bf16", "output_dir": "reports/runs/05_precision_ablation",
-                                      "checkpoint_every": 0, "overwrite": True, **overrides}))
+    return runnable_here(
+        config_from(
+            {
+                "train_dtype": "bf16",
+                "output_dir": "reports/runs/05_precision_ablation",
+                "checkpoint_every": 0,
+                "overwrite": True,
+                **overrides,
+            }
+        )
+    )
 
 
 class Ablation(GridStudy):
@@ -125,22 +149,44 @@ class Ablation(GridStudy):
 
     name = STUDY
     title = "Precision ablation: train dtype × rollout dtype"
-    question = ("Does the (train, rollout) precision pair change how fast the sanity test is passed, and what does "
-                "each pair cost? Primary comparison: each pair against BF16/BF16 by the range of steps to 95 % over "
-                "seeds.")
-    statistic = ("steps to 95 % = first step whose 5-step mean training accuracy ≥ 0.95, per seed; final accuracy = "
-                 "last 5-step mean, mean and [min, max] over seeds; mismatch and seconds averaged over steps and seeds.")
+    question = (
+        "Does the (train, rollout) precision pair change how fast the sanity test is passed, and what does "
+        "each pair cost? Primary comparison: each pair against BF16/BF16 by the range of steps to 95 % over "
+        "seeds."
+    )
+    statistic = (
+        "steps to 95 % = first step whose 5-step mean training accuracy ≥ 0.95, per seed; final accuracy = "
+        "last 5-step mean, mean and [min, max] over seeds; mismatch and seconds averaged over steps and seeds."
+    )
     notebook = "05_precision_ablation"
     output_dir = "reports/runs/05_precision_ablation"
-    toy = {"pairs": [["fp32", "fp32"], ["bf16", "fp32"]], "seeds": [0], "steps": 1, "rollout_engine": "hf",
-           "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8}}
+    toy = {
+        "pairs": [["fp32", "fp32"], ["bf16", "fp32"]],
+        "seeds": [0],
+        "steps": 1,
+        "rollout_engine": "hf",
+        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+    }
 
     def defaults(self) -> dict:
-        return {"pairs": [list(p) for p in PAIRS], "seeds": [0, 1, 2], "steps": 100, "algorithm": "grpo",
-                "rollout_engine": "vllm"}
+        return {
+            "pairs": [list(p) for p in PAIRS],
+            "seeds": [0, 1, 2],
+            "steps": 100,
+            "algorithm": "grpo",
+            "rollout_engine": "vllm",
+        }
 
-    def grid(self, pairs=None, seeds=(0, 1, 2), steps: int = 100, algorithm: str = "grpo",
-             rollout_engine: str | None = None, output_dir: str | None = None, overrides: dict | None = None) -> dict:
+    def grid(
+        self,
+        pairs=None,
+        seeds=(0, 1, 2),
+        steps: int = 100,
+        algorithm: str = "grpo",
+        rollout_engine: str | None = None,
+        output_dir: str | None = None,
+        overrides: dict | None = None,
+    ) -> dict:
         from dataclasses import replace
 
         from nbkit import runlog
@@ -148,14 +194,24 @@ class Ablation(GridStudy):
         pairs = [tuple(p) for p in (pairs or PAIRS)]
         if any(len(p) != 2 for p in pairs) or len(set(pairs)) != len(pairs):
             raise ValueError(f"pairs must be distinct [train, rollout] pairs such as ['bf16', 'fp32'], got {pairs!r}")
-        base = base_config(steps=steps, algorithm=algorithm, output_dir=output_dir or self.output_dir,
-                           **({"rollout_engine": rollout_engine} if rollout_engine else {}), **(overrides or {}))
+        base = base_config(
+            steps=steps,
+            algorithm=algorithm,
+            output_dir=output_dir or self.output_dir,
+            **({"rollout_engine": rollout_engine} if rollout_engine else {}),
+            **(overrides or {}),
+        )
         out = {}
         for seed in seeds:
             for train_dtype, rollout_dtype in pairs:
                 label = runlog.run_label(algorithm, runlog.pair_tag(train_dtype, rollout_dtype), seed)
-                out[label] = replace(base, train_dtype=train_dtype, rollout_dtype=rollout_dtype, seed=seed,
-                                     output_dir=str(base.out / label))
+                out[label] = replace(
+                    base,
+                    train_dtype=train_dtype,
+                    rollout_dtype=rollout_dtype,
+                    seed=seed,
+                    output_dir=str(base.out / label),
+                )
         return out
 
     def coords(self, config: dict) -> dict:

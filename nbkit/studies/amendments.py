@@ -11,6 +11,7 @@ A page may say a rule was "fixed before the results" only when the card proves i
 the first run's start. An amendment is reported as made after training began (with how long after), never as fixed
 before the results. ``record_lines`` writes those sentences; ``amend`` adds an amendment to a stored card.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -39,8 +40,12 @@ class Amendment:
     """Each verdict the change moved ("cell: before → after"); empty when none did."""
 
     def to_card(self) -> dict:
-        return {"what": self.what, "when": {"commit": self.commit, "time": self.time}, "why": self.why,
-                "verdicts_moved": list(self.verdicts_moved)}
+        return {
+            "what": self.what,
+            "when": {"commit": self.commit, "time": self.time},
+            "why": self.why,
+            "verdicts_moved": list(self.verdicts_moved),
+        }
 
 
 def _time(text: str, where: str) -> _dt.datetime:
@@ -57,11 +62,14 @@ def read(card: dict) -> list[Amendment]:
     """The card's amendments (a clear error naming the first malformed one)."""
     out = []
     for i, a in enumerate(card.get("amendments") or []):
-        missing = [k for k in ("what", "when", "why", "verdicts_moved") if k not in a] + \
-            [f"when.{k}" for k in ("commit", "time") if k not in (a.get("when") or {})]
+        missing = [k for k in ("what", "when", "why", "verdicts_moved") if k not in a] + [
+            f"when.{k}" for k in ("commit", "time") if k not in (a.get("when") or {})
+        ]
         if missing:
-            raise ValueError(f"amendment {i} on the card of {card.get('study')!r} lacks {missing}; each needs what, "
-                             "when (commit, time), why and verdicts_moved")
+            raise ValueError(
+                f"amendment {i} on the card of {card.get('study')!r} lacks {missing}; each needs what, "
+                "when (commit, time), why and verdicts_moved"
+            )
         _time(a["when"]["time"], f"amendment {i}'s time")
         out.append(Amendment(a["what"], a["when"]["commit"], a["when"]["time"], a["why"], list(a["verdicts_moved"])))
     return out
@@ -95,16 +103,25 @@ def record_lines(card: dict) -> list[str]:
     out = []
     rule, start = card.get("rule") or {}, training_start(card)
     began = card.get("training_started") or {}
-    begun = (f"{_short(began['time'])}, at commit `{str(began.get('commit', '?'))[:7]}`"
-             + (f"; {began['evidence']}" if began.get("evidence") else "")) if start else ""
+    begun = (
+        (
+            f"{_short(began['time'])}, at commit `{str(began.get('commit', '?'))[:7]}`"
+            + (f"; {began['evidence']}" if began.get("evidence") else "")
+        )
+        if start
+        else ""
+    )
     if rule:
-        head = (f"The rule as first committed (`{str(rule.get('commit', '?'))[:7]}`, {_short(rule['time'])}: "
-                f"{rule['what']})")
+        head = (
+            f"The rule as first committed (`{str(rule.get('commit', '?'))[:7]}`, {_short(rule['time'])}: "
+            f"{rule['what']})"
+        )
         if rule_fixed_before_results(card):
             out.append(f"{head} precedes the first run's start ({begun}): that rule was fixed before the results.")
         elif start:
-            out.append(f"{head} is dated after the first run's start ({begun}): the card cannot show it was fixed "
-                       "in advance.")
+            out.append(
+                f"{head} is dated after the first run's start ({begun}): the card cannot show it was fixed in advance."
+            )
         else:
             out.append(f"{head}; the card names no training start, so it cannot show the rule came first.")
     elif start:
@@ -119,8 +136,10 @@ def record_lines(card: dict) -> list[str]:
             minutes = (_time(a.time, "time") - start).total_seconds() / 60
             when = f"after training began: {minutes:,.0f} min after the first run started"
         moved = ("verdicts moved: " + "; ".join(a.verdicts_moved)) if a.verdicts_moved else "no verdict moved"
-        out.append(f"Amendment, commit `{a.commit[:7]}`, {_short(a.time)}, {when}. {a.what} Why: {a.why} "
-                   f"{moved[0].upper() + moved[1:]}.")
+        out.append(
+            f"Amendment, commit `{a.commit[:7]}`, {_short(a.time)}, {when}. {a.what} Why: {a.why} "
+            f"{moved[0].upper() + moved[1:]}."
+        )
     return out
 
 

@@ -7,6 +7,7 @@ trains the unfinished runs of a shard (a finished run is never re-run, so a kill
 ``store`` keeps finished runs only and lists the missing ones on the card. A run's coordinates in the grid (dtype,
 seed, ...) are read from its config (``coords``), never parsed from its folder name.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,9 @@ class Study:
         """Plain sentences computed from the runs and the table (no number typed by hand)."""
         return []
 
-    def page_tables(self, runs: dict[str, list[dict]], meta: dict[str, dict],
-                    rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    def page_tables(
+        self, runs: dict[str, list[dict]], meta: dict[str, dict], rows: list[dict]
+    ) -> list[tuple[str, list[dict]]]:
         """Further ``(caption, rows)`` tables the page shows under the main one (none by default)."""
         return []
 
@@ -135,9 +137,18 @@ class GridStudy(Study):
         return (j + j // self.twins) % n
 
     # -- write half ------------------------------------------------------------------------------------------
-    def run(self, shard: tuple[int, int] = (0, 1), progress: bool = True, keep_stored: bool = False,
-            root: Path = results.RESULTS, overwrite: bool = False, threads: int = 1, workers: int | None = None,
-            beside: dict | None = None, **options):
+    def run(
+        self,
+        shard: tuple[int, int] = (0, 1),
+        progress: bool = True,
+        keep_stored: bool = False,
+        root: Path = results.RESULTS,
+        overwrite: bool = False,
+        threads: int = 1,
+        workers: int | None = None,
+        beside: dict | None = None,
+        **options,
+    ):
         """Train every unfinished run of shard ``i/n`` (an unfinished run restarts from step 0; a finished one is
         read back); returns ``label → rows`` of the shard's runs trained or found in their folders.
         ``keep_stored``: a run the stored study already holds with this very config counts as finished (a study
@@ -151,10 +162,15 @@ class GridStudy(Study):
 
         todo, fresh = self._todo(shard, keep_stored, root, overwrite, **options)
         if fresh:
-            print(f"[nbkit] {self.name} shard {shard[0]}/{shard[1]}: {len(fresh)} of {len(todo)} run(s) to train",
-                  flush=True)
-        values = grid.train_all(fresh, progress=progress, threads=threads, workers=workers, beside=beside) if (
-            fresh or beside) else {}
+            print(
+                f"[nbkit] {self.name} shard {shard[0]}/{shard[1]}: {len(fresh)} of {len(todo)} run(s) to train",
+                flush=True,
+            )
+        values = (
+            grid.train_all(fresh, progress=progress, threads=threads, workers=workers, beside=beside)
+            if (fresh or beside)
+            else {}
+        )
         runs, _ = self.collect(**options)
         rows = {k: runs[k] for k in todo if k in runs}
         return rows if beside is None else (rows, {k: values[k] for k in beside})
@@ -166,18 +182,26 @@ class GridStudy(Study):
         stored = self.stored_runs(grid, root)[1] if keep_stored else {}
         todo = {k: c for j, (k, c) in enumerate(grid.items()) if self.shard_of(j, n) == i and k not in stored}
         if not overwrite:  # before any run trains: a run of another setting is never replaced silently
-            others = [f"{cfg.output_dir}: {'; '.join(diffs)}" for cfg in todo.values()
-                      if (diffs := self.other_setting(cfg))]
+            others = [
+                f"{cfg.output_dir}: {'; '.join(diffs)}" for cfg in todo.values() if (diffs := self.other_setting(cfg))
+            ]
             if others:
                 raise FileExistsError(
                     f"study {self.name}: {len(others)} run folder(s) hold a run of another setting, which this grid "
                     f"would replace: {' | '.join(others[:3])}{' | ...' if len(others) > 3 else ''}; pass --overwrite "
-                    f"(overwrite=True) to replace them, keeping nothing, or --set output_dir=<another folder>")
+                    f"(overwrite=True) to replace them, keeping nothing, or --set output_dir=<another folder>"
+                )
         fresh = {k: replace(c, overwrite=True, resume=False) for k, c in todo.items() if not self.finished(c)}
         return todo, fresh
 
-    def jobs(self, shard: tuple[int, int] = (0, 1), keep_stored: bool = False, root: Path = results.RESULTS,
-             overwrite: bool = False, **options) -> dict:
+    def jobs(
+        self,
+        shard: tuple[int, int] = (0, 1),
+        keep_stored: bool = False,
+        root: Path = results.RESULTS,
+        overwrite: bool = False,
+        **options,
+    ) -> dict:
         """``label → nbkit.pool.Job`` of the runs ``run`` would train now (after its checks), to train in another
         pool (``nbkit.rl.grid.train_grid(beside=...)``); ``live`` with the same options then reads them back."""
         from nbkit.rl import grid
@@ -194,8 +218,11 @@ class GridStudy(Study):
             return {}, {}
         saved = self.card(root).get("configs", {}).get("runs", {})
         rows = self.load(root)
-        keep = [k for k, cfg in grid.items() if k in saved and k in rows and not differing_fields(saved[k], cfg)
-                and last_step(rows[k]) >= cfg.steps]
+        keep = [
+            k
+            for k, cfg in grid.items()
+            if k in saved and k in rows and not differing_fields(saved[k], cfg) and last_step(rows[k]) >= cfg.steps
+        ]
         return {k: rows[k] for k in keep}, {k: saved[k] for k in keep}
 
     def collect(self, **options) -> tuple[dict[str, list[dict]], dict[str, dict]]:
@@ -210,8 +237,16 @@ class GridStudy(Study):
                 configs[label] = json.loads((out / "config.json").read_text())
         return runs, configs
 
-    def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, keep_stored: bool = False,
-              replace: bool = False, **options) -> Path:
+    def store(
+        self,
+        *,
+        wall_seconds: float,
+        command: str,
+        root: Path = results.RESULTS,
+        keep_stored: bool = False,
+        replace: bool = False,
+        **options,
+    ) -> Path:
         """Store every finished run of the grid (a partial run is never stored); the card holds each run's config
         and names the grid's runs that are missing or were cut off. ``keep_stored``: the stored study's runs of
         this grid are kept beside the new ones (a run trained again replaces its stored copy), and the card lists
@@ -226,8 +261,9 @@ class GridStudy(Study):
             kept, kept_configs = self.stored_runs(grid, root)
             kept = {k: v for k, v in kept.items() if k not in runs}
             if kept:
-                earlier = [{**p, "runs": sorted(set(p.get("runs") or []) & set(kept))}
-                           for p in results.parts(self.card(root))]
+                earlier = [
+                    {**p, "runs": sorted(set(p.get("runs") or []) & set(kept))} for p in results.parts(self.card(root))
+                ]
                 earlier = [p for p in earlier if p["runs"]]
                 from nbkit.studies.amendments import RECORD_KEYS
 
@@ -241,23 +277,38 @@ class GridStudy(Study):
         if not keep_stored and (results.study_dir(self.name, root) / results.CARD).is_file():
             change = self.store_change(options, runs, configs, root)
             if not change:  # the same study again: nothing is written, so the stored files stay byte for byte
-                print(f"[nbkit] {self.name}: the stored study already holds these {len(runs)} runs of this grid: "
-                      f"unchanged", flush=True)
+                print(
+                    f"[nbkit] {self.name}: the stored study already holds these {len(runs)} runs of this grid: "
+                    f"unchanged",
+                    flush=True,
+                )
                 return results.study_dir(self.name, root)
             if not replace:
-                raise StoredStudyError(f"study {self.name}: {change}; the stored study is replaced only on purpose: "
-                                       f"pass --replace (it is kept beside as {self.name}.replaced-<date>), or "
-                                       f"--keep-stored to add runs to it")
+                raise StoredStudyError(
+                    f"study {self.name}: {change}; the stored study is replaced only on purpose: "
+                    f"pass --replace (it is kept beside as {self.name}.replaced-<date>), or "
+                    f"--keep-stored to add runs to it"
+                )
         missing = sorted(set(grid) - set(runs))
         record = {**self.card_record(options), **(record or {})}  # a stored card's record (first sitting) wins
-        return results.store(self.name, runs, command=command, wall_seconds=wall_seconds, root=root, earlier=earlier,
-                             record=record, keep_old=replace,
-                             configs={"grid": {k: v for k, v in options.items()}, "runs": configs},
-                             notes=f"{len(missing)} of the grid's {len(grid)} runs not stored (not run or not "
-                                   f"finished): {missing}" if missing else "")
+        return results.store(
+            self.name,
+            runs,
+            command=command,
+            wall_seconds=wall_seconds,
+            root=root,
+            earlier=earlier,
+            record=record,
+            keep_old=replace,
+            configs={"grid": {k: v for k, v in options.items()}, "runs": configs},
+            notes=f"{len(missing)} of the grid's {len(grid)} runs not stored (not run or not finished): {missing}"
+            if missing
+            else "",
+        )
 
-    def store_change(self, options: dict, runs: dict[str, list[dict]], configs: dict[str, dict],
-                     root: Path = results.RESULTS) -> str:
+    def store_change(
+        self, options: dict, runs: dict[str, list[dict]], configs: dict[str, dict], root: Path = results.RESULTS
+    ) -> str:
         """How ``runs`` of the grid ``options`` differ from the stored study ("" when they are the same runs, row for
         row, of the same grid): ``N stored runs -> M``, then the differing grid fields and runs."""
         from nbkit.rl.runfolder import SAFE_TO_CHANGE
@@ -265,20 +316,26 @@ class GridStudy(Study):
         card = self.card(root)
         stored_grid = self.grid_options(card)
         now = json.loads(json.dumps(options, default=str))
-        fields = [f"{k} (stored: {json.dumps(stored_grid.get(k))}, now: {json.dumps(now.get(k))})"
-                  for k in sorted(set(stored_grid) | set(now))
-                  if k != "output_dir" and stored_grid.get(k) != now.get(k)]
+        fields = [
+            f"{k} (stored: {json.dumps(stored_grid.get(k))}, now: {json.dumps(now.get(k))})"
+            for k in sorted(set(stored_grid) | set(now))
+            if k != "output_dir" and stored_grid.get(k) != now.get(k)
+        ]
         stored_configs = card.get("configs", {}).get("runs", {})
         stored_rows = self.load(root)
 
         def same_config(a: dict, b: dict) -> bool:
             return {k: v for k, v in a.items() if k not in SAFE_TO_CHANGE} == {
-                k: v for k, v in b.items() if k not in SAFE_TO_CHANGE}
+                k: v for k, v in b.items() if k not in SAFE_TO_CHANGE
+            }
 
         plain = json.loads(json.dumps(runs, default=results._plain))
         plain_configs = json.loads(json.dumps(configs, default=str))
-        changed = sorted(k for k in set(runs) & set(stored_rows)
-                         if stored_rows[k] != plain[k] or not same_config(stored_configs.get(k, {}), plain_configs[k]))
+        changed = sorted(
+            k
+            for k in set(runs) & set(stored_rows)
+            if stored_rows[k] != plain[k] or not same_config(stored_configs.get(k, {}), plain_configs[k])
+        )
         if not fields and set(runs) == set(stored_rows) and not changed:
             return ""
         parts = [f"{len(stored_rows)} stored runs -> {len(runs)}"]
@@ -319,12 +376,22 @@ class GridStudy(Study):
         import shlex
 
         plain = json.loads(json.dumps(self.defaults()))  # tuples as lists, as they come back from a card
-        sets = "".join(f" --set {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in self.grid_options(card).items()
-                       if k != "output_dir" and plain.get(k, object()) != v)
+        sets = "".join(
+            f" --set {shlex.quote(f'{k}={json.dumps(v)}')}"
+            for k, v in self.grid_options(card).items()
+            if k != "output_dir" and plain.get(k, object()) != v
+        )
         return f"nbkit study {self.name} run{sets} && nbkit study {self.name} store{sets}"
 
-    def live(self, shard: tuple[int, int] = (0, 1), progress: bool = True, threads: int = 1,
-             workers: int | None = None, beside: dict | None = None, **options):
+    def live(
+        self,
+        shard: tuple[int, int] = (0, 1),
+        progress: bool = True,
+        threads: int = 1,
+        workers: int | None = None,
+        beside: dict | None = None,
+        **options,
+    ):
         """Train (or read back) the grid now: ``(label → rows, label → coordinates)`` and the seconds it took;
         with ``beside`` (other jobs run in the same pool as the runs, see ``run``) a fourth item, their values."""
         start = time.perf_counter()

@@ -12,6 +12,7 @@ response length, the mismatch and the phantom-clip fraction.
 A finished run (all its steps logged) is not trained again, so a cut-off study resumes. A run's pair and seed are
 read from its config.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,16 +28,32 @@ SHORT = 0.1
 """A run has converged once its 3-step mean response is at most this share of ``max_tokens``."""
 
 
-def config(train_dtype: str, rollout_dtype: str, seed: int, out: Path, steps: int = 10, engine: str = "vllm",
-           **overrides):
+def config(
+    train_dtype: str, rollout_dtype: str, seed: int, out: Path, steps: int = 10, engine: str = "vllm", **overrides
+):
     """One run: SmolLM2-135M-Instruct, LoRA, MATH prompts (ChatML), brevity reward, grpo_mu_old, 4 × 4 per step."""
     from nbkit.rl import RLConfig
 
-    kw = dict(model="smollm2-135m", dataset="eval/math", template="qwen_math", grader="math_verify",
-              reward="brevity", algorithm="grpo_mu_old", train_dtype=train_dtype, rollout_dtype=rollout_dtype,
-              rollout_engine=engine, lora=True, lr=5e-4, steps=steps, prompts_per_step=4, samples_per_prompt=4,
-              max_tokens=128, seed=seed, checkpoint_every=0,
-              output_dir=str(out / label(train_dtype, rollout_dtype, seed)))
+    kw = dict(
+        model="smollm2-135m",
+        dataset="eval/math",
+        template="qwen_math",
+        grader="math_verify",
+        reward="brevity",
+        algorithm="grpo_mu_old",
+        train_dtype=train_dtype,
+        rollout_dtype=rollout_dtype,
+        rollout_engine=engine,
+        lora=True,
+        lr=5e-4,
+        steps=steps,
+        prompts_per_step=4,
+        samples_per_prompt=4,
+        max_tokens=128,
+        seed=seed,
+        checkpoint_every=0,
+        output_dir=str(out / label(train_dtype, rollout_dtype, seed)),
+    )
     kw.update(overrides)
     return RLConfig(**kw)
 
@@ -58,6 +75,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], max_tokens: int = 
     order = {p: i for i, p in enumerate(PAIRS)}
     out = []
     for pair, seeds in sorted(groups.items(), key=lambda kv: order.get(kv[0], 99)):
+
         def mean(key, rows_of=lambda rows: rows, seeds=seeds):
             xs = [r[key] for rows in seeds for r in rows_of(rows) if isinstance(r.get(key), (int, float))]
             return float(f"{sum(xs) / len(xs):.3g}") if xs else None
@@ -65,18 +83,24 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], max_tokens: int = 
         def converged(rows):
             lengths = [r["completions/mean_length"] for r in rows]
             for i in range(3, len(lengths) + 1):
-                if sum(lengths[i - 3:i]) / 3 <= SHORT * max_tokens:
+                if sum(lengths[i - 3 : i]) / 3 <= SHORT * max_tokens:
                     return rows[i - 1][schema.STEP]
             return None
 
         steps = [converged(rows) for rows in seeds]
-        out.append({"train": pair[0], "rollout": pair[1], "seeds": len(seeds),
-                    "length, first step": mean("completions/mean_length", lambda rows: rows[:1]),
-                    "length, last 3 steps": mean("completions/mean_length", lambda rows: rows[-3:]),
-                    f"converged (≤ {SHORT:.0%} of max) at step": ", ".join("—" if s is None else str(s) for s in steps),
-                    "mean |Δ log p|": mean(schema.TOKEN_ABS_LOGP_DIFF),
-                    "phantom-clip fraction": mean(schema.PHANTOM_FRACTION),
-                    "s/step": mean(schema.TIME_STEP)})
+        out.append(
+            {
+                "train": pair[0],
+                "rollout": pair[1],
+                "seeds": len(seeds),
+                "length, first step": mean("completions/mean_length", lambda rows: rows[:1]),
+                "length, last 3 steps": mean("completions/mean_length", lambda rows: rows[-3:]),
+                f"converged (≤ {SHORT:.0%} of max) at step": ", ".join("—" if s is None else str(s) for s in steps),
+                "mean |Δ log p|": mean(schema.TOKEN_ABS_LOGP_DIFF),
+                "phantom-clip fraction": mean(schema.PHANTOM_FRACTION),
+                "s/step": mean(schema.TIME_STEP),
+            }
+        )
     return out
 
 
@@ -90,17 +114,32 @@ class BrevityStudy(GridStudy):
     statistic = "mean response length at the first step and over the last 3 steps; seeds as the table says."
     notebook = "04_where_bf16_breaks"
     output_dir = "runs/brevity"
-    toy = {"pairs": [["fp32", "fp32"]], "seeds": [0], "steps": 1, "engine": "hf",
-           "overrides": {"prompts_per_step": 1, "samples_per_prompt": 2, "max_tokens": 8}}
+    toy = {
+        "pairs": [["fp32", "fp32"]],
+        "seeds": [0],
+        "steps": 1,
+        "engine": "hf",
+        "overrides": {"prompts_per_step": 1, "samples_per_prompt": 2, "max_tokens": 8},
+    }
 
     def defaults(self) -> dict:
         return {"pairs": [list(p) for p in PAIRS], "seeds": [0, 1, 2], "steps": 10, "engine": "vllm"}
 
-    def grid(self, pairs=None, seeds=(0, 1, 2), steps: int = 10, engine: str = "vllm",
-             output_dir: str | None = None, overrides: dict | None = None) -> dict:
+    def grid(
+        self,
+        pairs=None,
+        seeds=(0, 1, 2),
+        steps: int = 10,
+        engine: str = "vllm",
+        output_dir: str | None = None,
+        overrides: dict | None = None,
+    ) -> dict:
         out = Path(output_dir or self.output_dir)
-        return {label(t, r, s): config(t, r, s, out, steps, engine, **(overrides or {}))
-                for s in seeds for t, r in (pairs or PAIRS)}
+        return {
+            label(t, r, s): config(t, r, s, out, steps, engine, **(overrides or {}))
+            for s in seeds
+            for t, r in (pairs or PAIRS)
+        }
 
     def coords(self, config: dict) -> dict:
         from nbkit import runlog
@@ -115,8 +154,11 @@ class BrevityStudy(GridStudy):
         out = []
         if seeds == [1]:
             out.append("One seed per pair: an anecdote, not evidence of a difference between the pairs.")
-        never = [f"{r['train']}/{r['rollout']}" for r in rows if set(r["converged (≤ 10% of max) at step"].split(", "))
-                 == {"—"}]
+        never = [
+            f"{r['train']}/{r['rollout']}"
+            for r in rows
+            if set(r["converged (≤ 10% of max) at step"].split(", ")) == {"—"}
+        ]
         if never:
             out.append(f"No run of {', '.join(never)} reached {SHORT:.0%} of max_tokens within its steps.")
         return out

@@ -4,6 +4,7 @@ A study made of RL runs is a ``GridStudy`` defined next to its grid (``nbkit.stu
 whose runs are sampled sequences rather than RL runs, declares its read half here. RESULTS.md, the notebooks and
 ``nbkit study`` read every study through this registry, so they agree by construction.
 """
+
 from __future__ import annotations
 
 from nbkit.offline import lengthlaw
@@ -14,10 +15,14 @@ from nbkit.studies.base import Study
 class _LengthLaw(Study):
     name = lengthlaw.STUDY
     title = "The length law at up to 1,024 tokens"
-    question = ("Does Σ log(π/μ) fall with response length at BF16's rate and stay flat in FP16, as in the paper "
-                "(slopes −1.01 and −0.07 per 1k tokens)?")
-    statistic = ("least-squares slope of each sequence's Σ log(π/μ) against its length, per 1k tokens; per-token k1 "
-                 "and sequence KL; 95 % bootstrap CIs over sequences (2,000 resamples, seed 0).")
+    question = (
+        "Does Σ log(π/μ) fall with response length at BF16's rate and stay flat in FP16, as in the paper "
+        "(slopes −1.01 and −0.07 per 1k tokens)?"
+    )
+    statistic = (
+        "least-squares slope of each sequence's Σ log(π/μ) against its length, per 1k tokens; per-token k1 "
+        "and sequence KL; 95 % bootstrap CIs over sequences (2,000 resamples, seed 0)."
+    )
     notebook = "02_mismatch_analysis"
 
     def reproduce(self, card: dict) -> str:
@@ -28,8 +33,18 @@ class _LengthLaw(Study):
         return " ".join(words)
 
     def table(self, runs, meta):
-        keep = ("run", "sequences", "mean length", "slope per 1k tokens", "slope CI", "paper slope", "k1 per token",
-                "k1 CI", "sequence KL", "sequence KL CI")
+        keep = (
+            "run",
+            "sequences",
+            "mean length",
+            "slope per 1k tokens",
+            "slope CI",
+            "paper slope",
+            "k1 per token",
+            "k1 CI",
+            "sequence KL",
+            "sequence KL CI",
+        )
         return [{k: r[k] for k in keep} for r in lengthlaw.table(lengthlaw.laws(runs))]
 
     def findings(self, runs, meta, rows):
@@ -40,15 +55,27 @@ class _LengthLaw(Study):
             if bf is None or fp is None:
                 continue
             ratio = f"BF16/FP16 sequence KL: {lengthlaw.seq_kl_ratio({'bf16': bf, 'fp16': fp}).sentence}"
-            out.append(f"π by {recipe}: BF16 slope {bf.slope:.3g} per 1k tokens (CI {bf.slope_ci[0]:.3g} to "
-                       f"{bf.slope_ci[1]:.3g}; slope ≈ −1000·k1: {bf.slope_matches_k1}), FP16 {fp.slope:.3g} (CI "
-                       f"{fp.slope_ci[0]:.3g} to {fp.slope_ci[1]:.3g}); {ratio}.")
+            out.append(
+                f"π by {recipe}: BF16 slope {bf.slope:.3g} per 1k tokens (CI {bf.slope_ci[0]:.3g} to "
+                f"{bf.slope_ci[1]:.3g}; slope ≈ −1000·k1: {bf.slope_matches_k1}), FP16 {fp.slope:.3g} (CI "
+                f"{fp.slope_ci[0]:.3g} to {fp.slope_ci[1]:.3g}); {ratio}."
+            )
         return out
 
 
-STUDIES: dict[str, Study] = {s.name: s for s in (ablation.Ablation(), hunt.Hunt(), ppo.PPOStudy(),
-                                                 moe.MoEStudy(), _LengthLaw(), brevity.BrevityStudy(),
-                                                 dose_response.DoseResponse(), corrections.CorrectionsStudy())}
+STUDIES: dict[str, Study] = {
+    s.name: s
+    for s in (
+        ablation.Ablation(),
+        hunt.Hunt(),
+        ppo.PPOStudy(),
+        moe.MoEStudy(),
+        _LengthLaw(),
+        brevity.BrevityStudy(),
+        dose_response.DoseResponse(),
+        corrections.CorrectionsStudy(),
+    )
+}
 """Every stored study a reader can see, in RESULTS.md order."""
 
 PLANNED = {"corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained"}

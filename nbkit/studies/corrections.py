@@ -46,6 +46,7 @@ unfinished runs (seed by seed, so a cut-off study has every cell on the same see
 ones, ``store --keep-stored`` adds a later sitting's. The first ``run`` to train anything writes its start time to
 ``STARTED`` in the runs' folder; ``store`` puts it on the card as ``training_started`` beside ``RULE_RECORD``.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -90,7 +91,8 @@ RULE_TEXT = (
     "uncorrected per seed, 95 % t-interval at its own SD; rescues: contrast interval above 0 and corrected - FP32 "
     "interval above -0.05 (intersection-union, p = max); helps / harms / no detectable effect otherwise; < 5 seeds: "
     "direction only; family: the 6 rescue claims, Holm at 5 % (helps/harms: Holm over the 6 contrasts); FP32, "
-    "uncorrected and corrected arms all trained by this study (no reuse); verdicts read once, after the last sitting")
+    "uncorrected and corrected arms all trained by this study (no reuse); verdicts read once, after the last sitting"
+)
 """The rule in one line, as the card records it."""
 RULE_RECORD = {"commit": "cbe5febd81f216c8ce293ad020dd50ab52ca9ab4", "time": "2026-11-25T22:20:27+00:00"}
 """The commit that fixed ``RULE_TEXT`` and its time (``git log -1 --format=%cI``), before any run of the study."""
@@ -107,30 +109,53 @@ class CorrectionsStudy(GridStudy):
 
     name = STUDY
     title = "Corrections tested: does a correction rescue the formats around the break?"
-    question = ("With an FP32 trainer and NVFP4 or e8m2 rollouts (the formats the dose–response left worse than FP32 "
-                "at five seeds, chosen after reading it), does Token-TIS, sequence MIS or IcePop rescue the run? Per "
-                "format and correction, paired by seed: corrected − uncorrected, and corrected − FP32 against −"
-                f"{MARGIN:g}. A correction rescues when both intervals clear (above 0, above −{MARGIN:g}); the six "
-                "rescue claims are one family (Holm). Rule fixed in nbkit.studies.corrections before any of its runs "
-                "trained; every arm trained by this study on one machine and commit.")
-    statistic = ("outcome = held-out judge accuracy (351 problems × 1 sample, FP32 engine), mean of the judgments at "
-                 "steps 40 and 50; contrast = corrected − uncorrected per seed, mean over seeds; CI = 95 % interval "
-                 "bounded in (−1, 1) (t on Fisher's atanh scale); verdict = the rule on the plain t-intervals at each "
-                 "cell's own SD (rescues: contrast above 0 and corrected − FP32 above −0.05); verdict (Holm) = the "
-                 "six rescue claims with family-wise error 5 % (helps/harms: Holm over the six contrasts); fewer than "
-                 "5 paired seeds: direction only.")
+    question = (
+        "With an FP32 trainer and NVFP4 or e8m2 rollouts (the formats the dose–response left worse than FP32 "
+        "at five seeds, chosen after reading it), does Token-TIS, sequence MIS or IcePop rescue the run? Per "
+        "format and correction, paired by seed: corrected − uncorrected, and corrected − FP32 against −"
+        f"{MARGIN:g}. A correction rescues when both intervals clear (above 0, above −{MARGIN:g}); the six "
+        "rescue claims are one family (Holm). Rule fixed in nbkit.studies.corrections before any of its runs "
+        "trained; every arm trained by this study on one machine and commit."
+    )
+    statistic = (
+        "outcome = held-out judge accuracy (351 problems × 1 sample, FP32 engine), mean of the judgments at "
+        "steps 40 and 50; contrast = corrected − uncorrected per seed, mean over seeds; CI = 95 % interval "
+        "bounded in (−1, 1) (t on Fisher's atanh scale); verdict = the rule on the plain t-intervals at each "
+        "cell's own SD (rescues: contrast above 0 and corrected − FP32 above −0.05); verdict (Holm) = the "
+        "six rescue claims with family-wise error 5 % (helps/harms: Holm over the six contrasts); fewer than "
+        "5 paired seeds: direction only."
+    )
     notebook = "06_dose_response"
     output_dir = f"runs/{STUDY}"
-    toy = {"formats": ["mxfp4"], "corrections": ["icepop"], "seeds": [0], "steps": 1, "reuse": None,
-           "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0}}
+    toy = {
+        "formats": ["mxfp4"],
+        "corrections": ["icepop"],
+        "seeds": [0],
+        "steps": 1,
+        "reuse": None,
+        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+    }
 
     def defaults(self) -> dict:
-        return {"formats": list(FORMATS), "corrections": list(CORRECTIONS), "seeds": list(SEEDS), "steps": 50,
-                "reuse": None}
+        return {
+            "formats": list(FORMATS),
+            "corrections": list(CORRECTIONS),
+            "seeds": list(SEEDS),
+            "steps": 50,
+            "reuse": None,
+        }
 
     # -- write half -------------------------------------------------------------------------------------------
-    def grid(self, formats=FORMATS, corrections=CORRECTIONS, seeds=SEEDS, steps: int = 50,
-             output_dir: str | None = None, overrides: dict | None = None, reuse: str | None = None) -> dict:
+    def grid(
+        self,
+        formats=FORMATS,
+        corrections=CORRECTIONS,
+        seeds=SEEDS,
+        steps: int = 50,
+        output_dir: str | None = None,
+        overrides: dict | None = None,
+        reuse: str | None = None,
+    ) -> dict:
         from nbkit import formats as F
         from nbkit.rl.algorithms import CORRECTIONS as KNOWN
 
@@ -161,15 +186,25 @@ class CorrectionsStudy(GridStudy):
         if not reuse or not (results.study_dir(reuse, root) / results.CARD).is_file():
             return {}
         saved = results.card(reuse, root).get("configs", {}).get("runs", {})
-        arms = {k: c for k, c in grid.items() if c.correction is None and k in saved
-                and not differing_fields(saved[k], c)}
+        arms = {
+            k: c for k, c in grid.items() if c.correction is None and k in saved and not differing_fields(saved[k], c)
+        }
         if not arms:
             return {}
         rows = results.load(reuse, root)
         return {k: saved[k] for k, c in arms.items() if k in rows and last_step(rows[k]) >= c.steps}
 
-    def run(self, shard=(0, 1), progress=True, keep_stored=False, root=results.RESULTS, overwrite=False, threads=1,
-            workers=None, **options):
+    def run(
+        self,
+        shard=(0, 1),
+        progress=True,
+        keep_stored=False,
+        root=results.RESULTS,
+        overwrite=False,
+        threads=1,
+        workers=None,
+        **options,
+    ):
         """``GridStudy.run``, writing the first training start to ``STARTED`` (never rewritten) before anything
         trains: the card's proof that the rule came first."""
         grid = self.grid(**options)
@@ -179,8 +214,14 @@ class CorrectionsStudy(GridStudy):
                 from nbkit import outputs
 
                 path.parent.mkdir(parents=True, exist_ok=True)
-                outputs.write_json(path, {"time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-                                          **results.git_state(), "shard": list(shard)})
+                outputs.write_json(
+                    path,
+                    {
+                        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                        **results.git_state(),
+                        "shard": list(shard),
+                    },
+                )
         return super().run(shard, progress, keep_stored, root, overwrite, threads, workers, **options)
 
     def card_record(self, options: dict) -> dict:
@@ -194,9 +235,12 @@ class CorrectionsStudy(GridStudy):
         path = self.folder(options) / STARTED
         if path.is_file():
             started = json.loads(path.read_text())
-            out["training_started"] = {"time": started["time"], "commit": started.get("commit") or "?",
-                                       "evidence": f"written by the first `nbkit study {STUDY} run` that trained "
-                                                   f"(shard {started.get('shard')}) before its first run began"}
+            out["training_started"] = {
+                "time": started["time"],
+                "commit": started.get("commit") or "?",
+                "evidence": f"written by the first `nbkit study {STUDY} run` that trained "
+                f"(shard {started.get('shard')}) before its first run began",
+            }
         return out
 
     def coords(self, config: dict) -> dict:
@@ -235,15 +279,18 @@ class CorrectionsStudy(GridStudy):
             d = DR.DoseResponse()
             corrected, uncorrected = d.gaps(by_seed, ref, seeds=seeds), d.gaps(plain, ref, seeds=seeds)
             both = sorted(set(corrected) & set(uncorrected))
-            out[(fmt, corr)] = {"contrast": {s: corrected[s] - uncorrected[s] for s in both},
-                                "vs fp32": {s: corrected[s] for s in both},
-                                "uncorrected vs fp32": {s: uncorrected[s] for s in both}}
+            out[(fmt, corr)] = {
+                "contrast": {s: corrected[s] - uncorrected[s] for s in both},
+                "vs fp32": {s: corrected[s] for s in both},
+                "uncorrected vs fp32": {s: uncorrected[s] for s in both},
+            }
         return dict(sorted(out.items(), key=lambda kv: (_order(FORMATS, kv[0][0]), _order(CORRECTIONS, kv[0][1]))))
 
     def table(self, runs, meta) -> list[dict]:
         con = self.contrasts(runs, meta)
-        fam = NI.rescue_family({_name(*k): (list(v["contrast"].values()), list(v["vs fp32"].values()))
-                                for k, v in con.items()}, RULE)
+        fam = NI.rescue_family(
+            {_name(*k): (list(v["contrast"].values()), list(v["vs fp32"].values())) for k, v in con.items()}, RULE
+        )
         rows = []
         for (fmt, corr), v in con.items():
             c, g, u = (list(v[k].values()) for k in ("contrast", "vs fp32", "uncorrected vs fp32"))
@@ -262,21 +309,29 @@ class CorrectionsStudy(GridStudy):
         for r in rows:
             if r["contrast"] is None:
                 continue
+
             def ci(k, r=r):
                 return f" (95 % CI {r[k][0]:+.3f} to {r[k][1]:+.3f})" if r[k] else ""
 
-            out.append(f"{r['format']} + {r['correction']} ({r['paired seeds']} paired seeds): corrected − "
-                       f"uncorrected {r['contrast']:+.3f}{ci('contrast CI')}, corrected − FP32 {r['corrected − fp32']:+.3f}"
-                       f"{ci('corrected − fp32 CI')}, uncorrected − FP32 {r['uncorrected − fp32']:+.3f} on the same "
-                       f"seeds: {r['verdict']}; family-wise (Holm): {r['verdict (Holm)']}.")
+            out.append(
+                f"{r['format']} + {r['correction']} ({r['paired seeds']} paired seeds): corrected − "
+                f"uncorrected {r['contrast']:+.3f}{ci('contrast CI')}, corrected − FP32 {r['corrected − fp32']:+.3f}"
+                f"{ci('corrected − fp32 CI')}, uncorrected − FP32 {r['uncorrected − fp32']:+.3f} on the same "
+                f"seeds: {r['verdict']}; family-wise (Holm): {r['verdict (Holm)']}."
+            )
         judged = [r for r in rows if r["paired seeds"] >= RULE.min_seeds]
         rescued = [f"{r['format']} + {r['correction']}" for r in judged if r["verdict (Holm)"] == NI.RESCUES]
-        out.append(f"Rescued by the rule (Holm over the {len(judged)} rescue claims with a verdict): "
-                   + (", ".join(rescued) if rescued else "none") + ".")
+        out.append(
+            f"Rescued by the rule (Holm over the {len(judged)} rescue claims with a verdict): "
+            + (", ".join(rescued) if rescued else "none")
+            + "."
+        )
         short = sorted({r["paired seeds"] for r in rows} - {len(SEEDS)})
         if short and rows:
-            out.append(f"The rule planned {len(SEEDS)} paired seeds per cell; cells here have {short}: the study "
-                       "stopped short of its plan, and its power is below the planned power.")
+            out.append(
+                f"The rule planned {len(SEEDS)} paired seeds per cell; cells here have {short}: the study "
+                "stopped short of its plan, and its power is below the planned power."
+            )
         out += self.power_findings()
         return out
 
@@ -289,27 +344,41 @@ class CorrectionsStudy(GridStudy):
         out = {}
         for fmt in FORMATS:
             sds = (PLANNING_SD["fp32"], PLANNING_SD[fmt], PLANNING_SD["corrected"])
-            out[fmt] = {"full rescue": NI.rescue_power(PLANNING_GAP[fmt], 0.0, sds, seeds, k, sims=sims),
-                        "false rescue": NI.rescue_power(PLANNING_GAP[fmt] - 0.1, -MARGIN, sds, seeds, k, sims=sims)}
+            out[fmt] = {
+                "full rescue": NI.rescue_power(PLANNING_GAP[fmt], 0.0, sds, seeds, k, sims=sims),
+                "false rescue": NI.rescue_power(PLANNING_GAP[fmt] - 0.1, -MARGIN, sds, seeds, k, sims=sims),
+            }
         return out
 
     def power_findings(self) -> list[str]:
         p = self.planned_power()
-        parts = [f"{fmt} (uncorrected gap {PLANNING_GAP[fmt]:+.3f}): {v['full rescue']['holm']:.2f} after Holm "
-                 f"(≥, Holm's first threshold), {v['full rescue']['unadjusted']:.2f} unadjusted; a false rescue at "
-                 f"a corrected gap of −{MARGIN:g}: {v['false rescue']['unadjusted']:.3f} per cell unadjusted"
-                 for fmt, v in p.items()]
+        parts = [
+            f"{fmt} (uncorrected gap {PLANNING_GAP[fmt]:+.3f}): {v['full rescue']['holm']:.2f} after Holm "
+            f"(≥, Holm's first threshold), {v['full rescue']['unadjusted']:.2f} unadjusted; a false rescue at "
+            f"a corrected gap of −{MARGIN:g}: {v['false rescue']['unadjusted']:.3f} per cell unadjusted"
+            for fmt, v in p.items()
+        ]
         sds = ", ".join(f"{k} {v:g}" for k, v in PLANNING_SD.items())
-        return [f"Power as planned ({len(SEEDS)} seeds; per-arm SDs of the outcome over seeds: {sds}; simulated, "
-                "20,000 studies): the "
-                "chance of 'rescues' at a full rescue (corrected gap 0): " + "; ".join(parts) + "."]
+        return [
+            f"Power as planned ({len(SEEDS)} seeds; per-arm SDs of the outcome over seeds: {sds}; simulated, "
+            "20,000 studies): the "
+            "chance of 'rescues' at a full rescue (corrected gap 0): " + "; ".join(parts) + "."
+        ]
 
     def plan(self) -> list[str]:
-        rule = (f"The rule, committed at `{RULE_RECORD['commit'][:7]}` ({RULE_RECORD['time']}) before any of the "
-                f"study's runs: {RULE_TEXT}." if RULE_RECORD else f"The rule (not yet committed): {RULE_TEXT}.")
+        rule = (
+            f"The rule, committed at `{RULE_RECORD['commit'][:7]}` ({RULE_RECORD['time']}) before any of the "
+            f"study's runs: {RULE_TEXT}."
+            if RULE_RECORD
+            else f"The rule (not yet committed): {RULE_TEXT}."
+        )
         n = len(SEEDS) * (1 + len(FORMATS) * (1 + len(CORRECTIONS)))
-        return [rule, f"Planned runs: {n} ({len(SEEDS)} seeds × FP32, {len(FORMATS)} formats uncorrected and "
-                      f"{len(FORMATS) * len(CORRECTIONS)} corrected cells).", *self.power_findings()]
+        return [
+            rule,
+            f"Planned runs: {n} ({len(SEEDS)} seeds × FP32, {len(FORMATS)} formats uncorrected and "
+            f"{len(FORMATS) * len(CORRECTIONS)} corrected cells).",
+            *self.power_findings(),
+        ]
 
     def figure(self, runs, meta):
         return None

@@ -23,6 +23,7 @@ are simulated at each cell's own SD (``nbkit.noninferiority``).
 ``nbkit study dose_response_tiny_arith run [--shard i/n]`` trains the grid (the primary contrast first, seed by seed, so a
 cut-off study still covers every format), ``... store`` stores the finished runs under ``data/results/``.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -39,8 +40,10 @@ LADDER = ("fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "nvfp4", "mxfp4", "e8m
 """The ladder of the primary contrast, ordered by the mismatch measured on tiny-arith in a 1-step probe."""
 PAIRS = (("bf16", "bf16"), ("fp16", "fp16"))
 """The paper's same-format pairs (train, rollout), marked on the figure (no correction)."""
-CORRECTED = {"formats": ("bf16", "fp8-e5m2", "mxfp4", "e8m2"),
-             "corrections": ("token_tis", "seq_mis", "icepop", "mu_old")}
+CORRECTED = {
+    "formats": ("bf16", "fp8-e5m2", "mxfp4", "e8m2"),
+    "corrections": ("token_tis", "seq_mis", "icepop", "mu_old"),
+}
 """Where the corrections run (the formats around the break, BF16, FP8): ``nbkit.rl.algorithms.CORRECTIONS``."""
 MORE_SEEDS = {"formats": ("fp32", "nvfp4", "mxfp4", "e8m2"), "seeds": (5, 6)}
 """Seeds added after the first five, without correction, for the formats whose verdict was inconclusive at five
@@ -61,34 +64,51 @@ PAIR_CONTRAST = "bf16/bf16 − fp16/fp16"
 """The family's name of the paper's own comparison (BF16/BF16 against FP16/FP16, paired by seed)."""
 
 
-RULE_RECORD = {"what": "the held-out accuracy at the last judged step, each format against FP32 on the same seed, 95 % "
-                       "t-interval of the mean paired gap against −0.05",
-               "commit": "8e330504616b470ffc3581fa7e4d90fa2d036497", "time": "2026-11-24T20:44:14+00:00"}
+RULE_RECORD = {
+    "what": "the held-out accuracy at the last judged step, each format against FP32 on the same seed, 95 % "
+    "t-interval of the mean paired gap against −0.05",
+    "commit": "8e330504616b470ffc3581fa7e4d90fa2d036497",
+    "time": "2026-11-24T20:44:14+00:00",
+}
 """The rule as first committed (the study's first commit)."""
 TRAINING_STARTED = {
-    "time": "2026-11-24T21:03:23+00:00", "commit": "45fd0fb9a3aec50b2e57239bded2d9ccdb934cad",
+    "time": "2026-11-24T21:03:23+00:00",
+    "commit": "45fd0fb9a3aec50b2e57239bded2d9ccdb934cad",
     "evidence": "the study's first stored sitting (commit 2309504) is dated 21:47:03 UTC with 2,620 s of wall time, "
-                "so its first run began by 21:03:23; the code it trained, 45fd0fb, was committed at 21:03:02"}
+    "so its first run began by 21:03:23; the code it trained, 45fd0fb, was committed at 21:03:02",
+}
 """When the first run began, and how that is known."""
 AMENDMENTS = (
-    {"key": "outcome", "commit": "baa750fa08aedd1500eec54108951a371f89c10a", "time": "2026-11-24T21:09:19+00:00",
-     "what": "The primary outcome changed from the held-out accuracy at the last judgment (step 50) to the mean of "
-             "the last two judgments (steps 40 and 50).",
-     "why": "The judge samples each of the 351 held-out problems once, so two judgments halve its sampling variance "
-            "(the commit's reason). The commit says the change came before any contrast was read; the card cannot "
-            "show that: the first sitting had been training for about six minutes."},
-    {"key": "seeds", "commit": "698570e2f4f9ce20db9520b711c1fd535ea4b1ab", "time": "2026-11-24T23:44:25+00:00",
-     "what": "Seeds 5 and 6 were added for FP32, NVFP4, MXFP4 and e8m2 (no correction), after their first five seeds "
-             "had been stored and read: a second, sequential look (trained at e366061).",
-     "why": "Five seeds had left NVFP4, MXFP4 and e8m2 inconclusive, and the noise measured then (pooled over "
-            "formats) said a 0.05 gap needed more seeds."},
-    {"key": "reanalysis", "commit": "49495a35b65bfeb6d621d99fe4e4a22388cd760d", "time": "2026-11-25T19:25:37+00:00",
-     "what": "Issue 36's re-analysis: a cell with fewer than 5 paired seeds reports its direction only; the claims are "
-             "also read family-wise (Holm); the intervals shown are bounded in (−1, 1); each cell's own SD replaces "
-             "the pooled one; the x-axis is the mismatch at step 0 instead of the run average.",
-     "why": "A reviewer's reading: 2-df SDs are no basis for a claim, ten unadjusted claims at the margin carry a "
-            "large family-wise error, an accuracy difference cannot lie below −1, the pooled SD mixed 0.02 with 0.07, "
-            "and the run average is moved by the run's own fate."},
+    {
+        "key": "outcome",
+        "commit": "baa750fa08aedd1500eec54108951a371f89c10a",
+        "time": "2026-11-24T21:09:19+00:00",
+        "what": "The primary outcome changed from the held-out accuracy at the last judgment (step 50) to the mean of "
+        "the last two judgments (steps 40 and 50).",
+        "why": "The judge samples each of the 351 held-out problems once, so two judgments halve its sampling variance "
+        "(the commit's reason). The commit says the change came before any contrast was read; the card cannot "
+        "show that: the first sitting had been training for about six minutes.",
+    },
+    {
+        "key": "seeds",
+        "commit": "698570e2f4f9ce20db9520b711c1fd535ea4b1ab",
+        "time": "2026-11-24T23:44:25+00:00",
+        "what": "Seeds 5 and 6 were added for FP32, NVFP4, MXFP4 and e8m2 (no correction), after their first five seeds "
+        "had been stored and read: a second, sequential look (trained at e366061).",
+        "why": "Five seeds had left NVFP4, MXFP4 and e8m2 inconclusive, and the noise measured then (pooled over "
+        "formats) said a 0.05 gap needed more seeds.",
+    },
+    {
+        "key": "reanalysis",
+        "commit": "49495a35b65bfeb6d621d99fe4e4a22388cd760d",
+        "time": "2026-11-25T19:25:37+00:00",
+        "what": "Issue 36's re-analysis: a cell with fewer than 5 paired seeds reports its direction only; the claims are "
+        "also read family-wise (Holm); the intervals shown are bounded in (−1, 1); each cell's own SD replaces "
+        "the pooled one; the x-axis is the mismatch at step 0 instead of the run average.",
+        "why": "A reviewer's reading: 2-df SDs are no basis for a claim, ten unadjusted claims at the margin carry a "
+        "large family-wise error, an accuracy difference cannot lie below −1, the pooled SD mixed 0.02 with 0.07, "
+        "and the run average is moved by the run's own fate.",
+    },
 )
 """The changes made after training began (``nbkit.studies.amendments``); ``verdicts_moved`` is computed from the
 stored runs (``DoseResponse.moves``), the commits' times from git."""
@@ -99,8 +119,17 @@ def base_config(**overrides):
     steps on the held-out set: ``SANITY_RUN`` with these changes (``overrides`` replace any field)."""
     from nbkit.rl.config import config_from
 
-    return config_from({"train_dtype": "fp32", "rollout_engine": "hf", "steps": 50, "judge_every": 10,
-                        "output_dir": f"runs/{STUDY}", "checkpoint_every": 0, **overrides})
+    return config_from(
+        {
+            "train_dtype": "fp32",
+            "rollout_engine": "hf",
+            "steps": 50,
+            "judge_every": 10,
+            "output_dir": f"runs/{STUDY}",
+            "checkpoint_every": 0,
+            **overrides,
+        }
+    )
 
 
 JUDGE_WINDOW = 2
@@ -141,8 +170,10 @@ def _below_zero(row: dict) -> str:
     """What an inconclusive interval still says when it lies wholly below 0 (worse than FP32, size undecided)."""
     hi = row.get("gap CI high")
     if row.get("verdict") == "inconclusive" and hi is not None and hi == hi and hi < 0:
-        return (" by the rule, though its interval lies wholly below 0: worse than FP32, but not surely by more "
-                f"than {MARGIN:g}")
+        return (
+            " by the rule, though its interval lies wholly below 0: worse than FP32, but not surely by more "
+            f"than {MARGIN:g}"
+        )
     return ""
 
 
@@ -158,41 +189,67 @@ class DoseResponse(GridStudy):
 
     name = STUDY
     title = "Rollout-precision dose–response: the mismatch RL training takes before it breaks"
-    question = ("With an FP32 trainer, how far can the rollout engine's precision fall (FP32 → FP16 → BF16 → FP8 → FP4 "
-                "→ the e8m<k> dial) before the trained policy gets worse, and which correction rescues it? Primary "
-                "comparison: held-out accuracy late in the run (FP32-sampled judge), each format without correction "
-                "against FP32 rollouts of the same seed; mean paired gap over seeds with a 95 % t-interval; a format "
-                f"breaks when the whole interval lies below −{MARGIN:g}, does no detectable harm when it lies above "
-                f"−{MARGIN:g}, and is inconclusive otherwise. The outcome as first committed was the last judgment; "
-                "it was amended after training began (the record below says when, and what it moved).")
-    statistic = ("judge = accuracy on 351 held-out problems × 1 sample drawn by an FP32 engine; outcome = the mean of "
-                 "the judgments at steps 40 and 50 (as amended; 'original outcome' = the step-50 judgment alone); "
-                 "gap = format − FP32 paired by seed, mean over seeds; CI = 95 % interval bounded in (−1, 1) (the "
-                 "t-interval on Fisher's atanh scale); verdict = the rule on the plain t-interval (the findings name any "
-                 "cell where the bounded interval reads otherwise), "
-                 f"only for cells with ≥ {NI.RULE.min_seeds} paired seeds (fewer: direction only); verdict (Holm) = "
-                 "the same claims with the family-wise error over every claim on the page held at 5 % (Holm); own "
-                 "SD = the SD of that cell's paired gaps (no pooling); breaks detectable at = the true gap the rule "
-                 "calls a break with 80 % power; P(no harm | gap 0), P(breaks | gap −0.12) = the rule's chances at "
-                 "those true gaps, simulated at the cell's own SD and seeds; dose = mismatch (mean per-token "
-                 "|Δ log p|, π FP32 vs μ) of the first optimiser step's rollouts, before any update; run mean = the "
-                 "same over every step and seed (a mechanism: the run's fate moves it); training accuracy = last "
-                 "5-step mean. Seeds 5 and 6 of FP32, NVFP4, MXFP4 and e8m2 were added after their first five seeds "
-                 "had left them inconclusive: a second, sequential look.")
+    question = (
+        "With an FP32 trainer, how far can the rollout engine's precision fall (FP32 → FP16 → BF16 → FP8 → FP4 "
+        "→ the e8m<k> dial) before the trained policy gets worse, and which correction rescues it? Primary "
+        "comparison: held-out accuracy late in the run (FP32-sampled judge), each format without correction "
+        "against FP32 rollouts of the same seed; mean paired gap over seeds with a 95 % t-interval; a format "
+        f"breaks when the whole interval lies below −{MARGIN:g}, does no detectable harm when it lies above "
+        f"−{MARGIN:g}, and is inconclusive otherwise. The outcome as first committed was the last judgment; "
+        "it was amended after training began (the record below says when, and what it moved)."
+    )
+    statistic = (
+        "judge = accuracy on 351 held-out problems × 1 sample drawn by an FP32 engine; outcome = the mean of "
+        "the judgments at steps 40 and 50 (as amended; 'original outcome' = the step-50 judgment alone); "
+        "gap = format − FP32 paired by seed, mean over seeds; CI = 95 % interval bounded in (−1, 1) (the "
+        "t-interval on Fisher's atanh scale); verdict = the rule on the plain t-interval (the findings name any "
+        "cell where the bounded interval reads otherwise), "
+        f"only for cells with ≥ {NI.RULE.min_seeds} paired seeds (fewer: direction only); verdict (Holm) = "
+        "the same claims with the family-wise error over every claim on the page held at 5 % (Holm); own "
+        "SD = the SD of that cell's paired gaps (no pooling); breaks detectable at = the true gap the rule "
+        "calls a break with 80 % power; P(no harm | gap 0), P(breaks | gap −0.12) = the rule's chances at "
+        "those true gaps, simulated at the cell's own SD and seeds; dose = mismatch (mean per-token "
+        "|Δ log p|, π FP32 vs μ) of the first optimiser step's rollouts, before any update; run mean = the "
+        "same over every step and seed (a mechanism: the run's fate moves it); training accuracy = last "
+        "5-step mean. Seeds 5 and 6 of FP32, NVFP4, MXFP4 and e8m2 were added after their first five seeds "
+        "had left them inconclusive: a second, sequential look."
+    )
     notebook = "06_dose_response"
     output_dir = f"runs/{STUDY}"
-    toy = {"formats": ["fp32", "mxfp4"], "seeds": [0], "steps": 1, "pairs": [], "more_seeds": {},
-           "corrected": {"formats": ["mxfp4"], "corrections": ["icepop"]}, "corrected_seeds": [0],
-           "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0}}
+    toy = {
+        "formats": ["fp32", "mxfp4"],
+        "seeds": [0],
+        "steps": 1,
+        "pairs": [],
+        "more_seeds": {},
+        "corrected": {"formats": ["mxfp4"], "corrections": ["icepop"]},
+        "corrected_seeds": [0],
+        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+    }
 
     def defaults(self) -> dict:
-        return {"formats": list(LADDER), "seeds": [0, 1, 2, 3, 4], "steps": 50,
-                "corrected": {k: list(v) for k, v in CORRECTED.items()}, "corrected_seeds": [0, 1, 2],
-                "pairs": [list(p) for p in PAIRS], "more_seeds": {k: list(v) for k, v in MORE_SEEDS.items()}}
+        return {
+            "formats": list(LADDER),
+            "seeds": [0, 1, 2, 3, 4],
+            "steps": 50,
+            "corrected": {k: list(v) for k, v in CORRECTED.items()},
+            "corrected_seeds": [0, 1, 2],
+            "pairs": [list(p) for p in PAIRS],
+            "more_seeds": {k: list(v) for k, v in MORE_SEEDS.items()},
+        }
 
-    def grid(self, formats=LADDER, seeds=(0, 1, 2, 3, 4), steps: int = 50, corrected: dict | None = None,
-             corrected_seeds=(0, 1, 2), pairs=PAIRS, output_dir: str | None = None,
-             overrides: dict | None = None, more_seeds: dict | None = None) -> dict:
+    def grid(
+        self,
+        formats=LADDER,
+        seeds=(0, 1, 2, 3, 4),
+        steps: int = 50,
+        corrected: dict | None = None,
+        corrected_seeds=(0, 1, 2),
+        pairs=PAIRS,
+        output_dir: str | None = None,
+        overrides: dict | None = None,
+        more_seeds: dict | None = None,
+    ) -> dict:
         from nbkit import formats as F
 
         formats = [F.validate(f) for f in formats]
@@ -224,8 +281,12 @@ class DoseResponse(GridStudy):
 
     def coords(self, config: dict) -> dict:
         fmt = config.get("rollout_format") or config.get("rollout_dtype") or config["train_dtype"]
-        return {"format": fmt, "train": config["train_dtype"], "correction": config.get("correction") or "none",
-                "seed": int(config["seed"])}
+        return {
+            "format": fmt,
+            "train": config["train_dtype"],
+            "correction": config.get("correction") or "none",
+            "seed": int(config["seed"]),
+        }
 
     # -- read half --------------------------------------------------------------------------------------------
     def cells(self, runs, meta) -> dict[tuple[str, str, str], dict[int, list[dict]]]:
@@ -237,8 +298,9 @@ class DoseResponse(GridStudy):
         return out
 
     # -- the outcome and its gaps --------------------------------------------------------------------------------
-    def gaps(self, by_seed: dict[int, list[dict]], ref: dict[int, list[dict]], window: int = JUDGE_WINDOW,
-             seeds=None) -> dict[int, float]:
+    def gaps(
+        self, by_seed: dict[int, list[dict]], ref: dict[int, list[dict]], window: int = JUDGE_WINDOW, seeds=None
+    ) -> dict[int, float]:
         """``seed → gap`` (cell − reference, same seed) of the outcome over the last ``window`` judgments (2: the
         amended outcome, 1: the original), on ``seeds`` (None: every seed both sides have)."""
         out = {}
@@ -292,51 +354,93 @@ class DoseResponse(GridStudy):
         for (train, fmt, corr), by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
             finals = {s: v for s, r in by_seed.items() if (v := final_judge(r)) is not None}
             all_rows = [x for r in by_seed.values() for x in r]
-            row = {"train": train, "format": fmt, "correction": corr, "seeds": len(by_seed),
-                   "dose: mismatch at step 0": schema.mean([x for r in by_seed.values()
-                                                            if (x := step0_mismatch(r)) is not None]),
-                   "judge final (mean)": statistics.fmean(finals.values()) if finals else None}
+            row = {
+                "train": train,
+                "format": fmt,
+                "correction": corr,
+                "seeds": len(by_seed),
+                "dose: mismatch at step 0": schema.mean(
+                    [x for r in by_seed.values() if (x := step0_mismatch(r)) is not None]
+                ),
+                "judge final (mean)": statistics.fmean(finals.values()) if finals else None,
+            }
             gaps = list(self.gaps(by_seed, ref).values())
             if (train, fmt, corr) != ("fp32", REFERENCE, "none") and gaps:
                 m, blo, bhi = bounded_mean_ci(gaps)
                 sd = statistics.stdev(gaps) if len(gaps) >= 2 else float("nan")
                 judged = len(gaps) >= NI.RULE.min_seeds and sd > 0
                 original = list(self.gaps(by_seed, ref, ORIGINAL_WINDOW).values())
-                row.update({
-                    "gap vs fp32": m, "gap CI low": blo, "gap CI high": bhi, "paired seeds": len(gaps),
-                    "gap SD (own)": sd, "verdict": self.cell_verdict(gaps),
-                    "verdict (Holm)": holm.get(_name((train, fmt, corr)), "—"),
-                    "verdict, original outcome": self.cell_verdict(original) if original else "—",
-                    "breaks detectable at (80 %)": NI.break_detectable(sd, len(gaps)) if judged else None,
-                    "P(no harm | gap 0)": NI.rates(0.0, sd, len(gaps))[NI.NO_HARM] if judged else None,
-                    f"P(breaks | gap {BREAK_GAP:+g})":
-                        NI.rates(BREAK_GAP, sd, len(gaps))[NI.BREAKS] if judged else None})
+                row.update(
+                    {
+                        "gap vs fp32": m,
+                        "gap CI low": blo,
+                        "gap CI high": bhi,
+                        "paired seeds": len(gaps),
+                        "gap SD (own)": sd,
+                        "verdict": self.cell_verdict(gaps),
+                        "verdict (Holm)": holm.get(_name((train, fmt, corr)), "—"),
+                        "verdict, original outcome": self.cell_verdict(original) if original else "—",
+                        "breaks detectable at (80 %)": NI.break_detectable(sd, len(gaps)) if judged else None,
+                        "P(no harm | gap 0)": NI.rates(0.0, sd, len(gaps))[NI.NO_HARM] if judged else None,
+                        f"P(breaks | gap {BREAK_GAP:+g})": NI.rates(BREAK_GAP, sd, len(gaps))[NI.BREAKS]
+                        if judged
+                        else None,
+                    }
+                )
             else:
-                row.update({"gap vs fp32": None, "gap CI low": None, "gap CI high": None, "paired seeds": 0,
-                            "gap SD (own)": None, "verdict": "reference" if (train, fmt, corr) ==
-                            ("fp32", REFERENCE, "none") else "not judged" if not finals else "no fp32 twin",
-                            "verdict (Holm)": "—", "verdict, original outcome": "—",
-                            "breaks detectable at (80 %)": None, "P(no harm | gap 0)": None,
-                            f"P(breaks | gap {BREAK_GAP:+g})": None})
-            growth = [(schema.last_window(r, schema.TOKEN_ABS_LOGP_DIFF) or 0) /
-                      (schema.first_window(r, schema.TOKEN_ABS_LOGP_DIFF) or float("nan")) for r in by_seed.values()]
-            row.update({
-                "mismatch, run mean (mechanism)": _mean_of(all_rows, schema.TOKEN_ABS_LOGP_DIFF),
-                "mismatch growth (last/first 5)": statistics.fmean(growth) if growth else None,
-                "train accuracy (last 5)": schema.mean([x for r in by_seed.values()
-                                                        if (x := schema.last_window(r, schema.ACCURACY)) is not None]),
-                "judge step 0": _mean_of([x for r in by_seed.values() for x in r if x.get(schema.STEP) == 0],
-                                         schema.JUDGE_ACCURACY),
-                "IS masked/truncated tokens": _mean_of(all_rows, schema.IS_MASKED_TOKEN_FRACTION)
-                or _mean_of(all_rows, schema.IS_TRUNCATED_TOKEN_FRACTION),
-                "phantom clip": _mean_of(all_rows, schema.PHANTOM_FRACTION),
-                "ESS token": _mean_of(all_rows, "mismatch/ess_token"), "ESS seq": _mean_of(all_rows, "mismatch/ess_seq"),
-                "grad norm": _mean_of(all_rows, schema.GRAD_NORM), "entropy": _mean_of(all_rows, schema.ENTROPY),
-                "s/step": _mean_of(all_rows, schema.TIME_STEP),
-                "format ran (audit)": ", ".join(sorted({str(x.get(schema.AUDIT_ROLLOUT_FORMAT) or
-                                                            x.get(schema.AUDIT_ROLLOUT_DTYPE)) for x in all_rows
-                                                        if schema.ACCURACY in x})),
-            })
+                row.update(
+                    {
+                        "gap vs fp32": None,
+                        "gap CI low": None,
+                        "gap CI high": None,
+                        "paired seeds": 0,
+                        "gap SD (own)": None,
+                        "verdict": "reference"
+                        if (train, fmt, corr) == ("fp32", REFERENCE, "none")
+                        else "not judged"
+                        if not finals
+                        else "no fp32 twin",
+                        "verdict (Holm)": "—",
+                        "verdict, original outcome": "—",
+                        "breaks detectable at (80 %)": None,
+                        "P(no harm | gap 0)": None,
+                        f"P(breaks | gap {BREAK_GAP:+g})": None,
+                    }
+                )
+            growth = [
+                (schema.last_window(r, schema.TOKEN_ABS_LOGP_DIFF) or 0)
+                / (schema.first_window(r, schema.TOKEN_ABS_LOGP_DIFF) or float("nan"))
+                for r in by_seed.values()
+            ]
+            row.update(
+                {
+                    "mismatch, run mean (mechanism)": _mean_of(all_rows, schema.TOKEN_ABS_LOGP_DIFF),
+                    "mismatch growth (last/first 5)": statistics.fmean(growth) if growth else None,
+                    "train accuracy (last 5)": schema.mean(
+                        [x for r in by_seed.values() if (x := schema.last_window(r, schema.ACCURACY)) is not None]
+                    ),
+                    "judge step 0": _mean_of(
+                        [x for r in by_seed.values() for x in r if x.get(schema.STEP) == 0], schema.JUDGE_ACCURACY
+                    ),
+                    "IS masked/truncated tokens": _mean_of(all_rows, schema.IS_MASKED_TOKEN_FRACTION)
+                    or _mean_of(all_rows, schema.IS_TRUNCATED_TOKEN_FRACTION),
+                    "phantom clip": _mean_of(all_rows, schema.PHANTOM_FRACTION),
+                    "ESS token": _mean_of(all_rows, "mismatch/ess_token"),
+                    "ESS seq": _mean_of(all_rows, "mismatch/ess_seq"),
+                    "grad norm": _mean_of(all_rows, schema.GRAD_NORM),
+                    "entropy": _mean_of(all_rows, schema.ENTROPY),
+                    "s/step": _mean_of(all_rows, schema.TIME_STEP),
+                    "format ran (audit)": ", ".join(
+                        sorted(
+                            {
+                                str(x.get(schema.AUDIT_ROLLOUT_FORMAT) or x.get(schema.AUDIT_ROLLOUT_DTYPE))
+                                for x in all_rows
+                                if schema.ACCURACY in x
+                            }
+                        )
+                    ),
+                }
+            )
             rows.append(row)
         return rows
 
@@ -370,11 +474,13 @@ class DoseResponse(GridStudy):
             more = sorted(set(by_seed) - set(FIRST_LOOK))
             row = {"train": key[0], "format": key[1]}
             for label, window in (("original", ORIGINAL_WINDOW), ("amended", JUDGE_WINDOW)):
-                row[f"{label} outcome · first look ({_seeds(len(set(by_seed) & set(FIRST_LOOK)))})"] = \
-                    cell(by_seed, window, set(FIRST_LOOK))
+                row[f"{label} outcome · first look ({_seeds(len(set(by_seed) & set(FIRST_LOOK)))})"] = cell(
+                    by_seed, window, set(FIRST_LOOK)
+                )
             for label, window in (("original", ORIGINAL_WINDOW), ("amended", JUDGE_WINDOW)):
                 row[f"{label} outcome · second look, sequential"] = (
-                    f"{cell(by_seed, window, None)} ({_seeds(len(by_seed))})" if more else "— (no seeds added)")
+                    f"{cell(by_seed, window, None)} ({_seeds(len(by_seed))})" if more else "— (no seeds added)"
+                )
             out.append({k.replace(" (5 seeds)", " (seeds 0–4)"): v for k, v in row.items()})
         return out
 
@@ -425,13 +531,23 @@ class DoseResponse(GridStudy):
         root = root or results.RESULTS
         moved = self.moves(self.load(root), self.meta(self.card(root)["configs"]["runs"]))
         for a in AMENDMENTS:
-            A.amend(self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"],
-                                           moved[a["key"]]), root, rule=RULE_RECORD, training_started=TRAINING_STARTED)
+            A.amend(
+                self.name,
+                A.Amendment(a["what"], a["commit"], a["time"], a["why"], moved[a["key"]]),
+                root,
+                rule=RULE_RECORD,
+                training_started=TRAINING_STARTED,
+            )
 
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
-        return [("The outcome as first committed (last judgment) and as amended (mean of the last two), at the first "
-                 "look (seeds 0–4) and the second (seeds 5–6 added after the first look; a sequential look, not a "
-                 "fresh experiment)", self.looks(runs, meta))]
+        return [
+            (
+                "The outcome as first committed (last judgment) and as amended (mean of the last two), at the first "
+                "look (seeds 0–4) and the second (seeds 5–6 added after the first look; a sequential look, not a "
+                "fresh experiment)",
+                self.looks(runs, meta),
+            )
+        ]
 
     # -- sentences --------------------------------------------------------------------------------------------
     def error_rates(self, runs, meta) -> dict:
@@ -445,15 +561,22 @@ class DoseResponse(GridStudy):
             return out
         for gap in TRUE_GAPS:
             out["by_gap"][gap] = {adj: NI.familywise(spec, gap, adjust=adj, sims=SIMS) for adj in ("none", "holm")}
-        second = sorted(_name(k) for k, by_seed in self.cells(runs, meta).items()
-                        if k[2] == "none" and k[0] == "fp32" and k[1] != REFERENCE and set(by_seed) - set(FIRST_LOOK))
+        second = sorted(
+            _name(k)
+            for k, by_seed in self.cells(runs, meta).items()
+            if k[2] == "none" and k[0] == "fp32" and k[1] != REFERENCE and set(by_seed) - set(FIRST_LOOK)
+        )
         if second:  # at a true gap of exactly −margin the chance is the same at any SD (the t-statistic's law)
             n1 = len(FIRST_LOOK)
-            n = n1 + len(set.union(*(set(b) for k, b in self.cells(runs, meta).items() if _name(k) in second)) -
-                         set(FIRST_LOOK))
-            out["second_look"] = {"cells": second, "seeds": (n1, n),
-                                  "two looks": NI.rates(-MARGIN, 1.0, n, looks=(n1,), sims=SIMS)[NI.NO_HARM],
-                                  "one look": NI.rates(-MARGIN, 1.0, n, sims=SIMS)[NI.NO_HARM]}
+            n = n1 + len(
+                set.union(*(set(b) for k, b in self.cells(runs, meta).items() if _name(k) in second)) - set(FIRST_LOOK)
+            )
+            out["second_look"] = {
+                "cells": second,
+                "seeds": (n1, n),
+                "two looks": NI.rates(-MARGIN, 1.0, n, looks=(n1,), sims=SIMS)[NI.NO_HARM],
+                "one look": NI.rates(-MARGIN, 1.0, n, sims=SIMS)[NI.NO_HARM],
+            }
         return out
 
     def findings(self, runs, meta, rows) -> list[str]:
@@ -463,22 +586,33 @@ class DoseResponse(GridStudy):
         for r in primary:
             if r["gap vs fp32"] is None:
                 continue
-            ci = (f"95 % CI {r['gap CI low']:+.3f} to {r['gap CI high']:+.3f}" if r["gap CI low"] == r["gap CI low"]
-                  else "one seed, no interval")
-            extra = (f"; family-wise (Holm over the page's {len(fam)} claims): {r['verdict (Holm)']}"
-                     if r["verdict (Holm)"] != "—" else "")
+            ci = (
+                f"95 % CI {r['gap CI low']:+.3f} to {r['gap CI high']:+.3f}"
+                if r["gap CI low"] == r["gap CI low"]
+                else "one seed, no interval"
+            )
+            extra = (
+                f"; family-wise (Holm over the page's {len(fam)} claims): {r['verdict (Holm)']}"
+                if r["verdict (Holm)"] != "—"
+                else ""
+            )
             if r["verdict, original outcome"] not in ("—", r["verdict"]):
                 extra += f"; under the outcome as first committed (last judgment): {r['verdict, original outcome']}"
-            out.append(f"{r['format']} rollouts (dose: mismatch {r['dose: mismatch at step 0']:.2g} per token at step "
-                       f"0; {r['mismatch, run mean (mechanism)']:.2g} averaged over the run): held-out accuracy "
-                       f"{r['judge final (mean)']:.3f}, gap to FP32 {r['gap vs fp32']:+.3f} ({ci}, "
-                       f"{_seeds(r['paired seeds'])}"
-                       + (f", own SD {r['gap SD (own)']:.3f}" if r["paired seeds"] >= 2 else "")
-                       + f"): {r['verdict']}"
-                       f"{_below_zero(r)}{extra}.")
+            out.append(
+                f"{r['format']} rollouts (dose: mismatch {r['dose: mismatch at step 0']:.2g} per token at step "
+                f"0; {r['mismatch, run mean (mechanism)']:.2g} averaged over the run): held-out accuracy "
+                f"{r['judge final (mean)']:.3f}, gap to FP32 {r['gap vs fp32']:+.3f} ({ci}, "
+                f"{_seeds(r['paired seeds'])}"
+                + (f", own SD {r['gap SD (own)']:.3f}" if r["paired seeds"] >= 2 else "")
+                + f"): {r['verdict']}"
+                f"{_below_zero(r)}{extra}."
+            )
         broken = [r["format"] for r in primary if r["verdict"] == NI.BREAKS]
-        out.append("Formats that break by the rule: " + (", ".join(broken) if broken else "none") +
-                   f" (of {len(primary)} tested).")
+        out.append(
+            "Formats that break by the rule: "
+            + (", ".join(broken) if broken else "none")
+            + f" (of {len(primary)} tested)."
+        )
         out += self.error_findings(runs, meta, rows)
         out += self.correction_findings(runs, meta, rows)
         out += self.pair_findings(runs, meta, rows)
@@ -494,33 +628,40 @@ class DoseResponse(GridStudy):
         b = er["by_gap"]
         judged = [r for r in rows if r["P(no harm | gap 0)"] is not None]
         key = f"P(breaks | gap {BREAK_GAP:+g})"
-        out = [f"Error rates of the rule, simulated ({SIMS:,} studies; normal seed noise at each cell's own SD and "
-               f"seeds; the {er['cells']} claims the page makes, taken as independent): with no true gap a false "
-               f"'breaks' anywhere has chance {b[0.0]['none']:.3f} (each cell's one-sided error at a gap of 0 is "
-               f"≈ 0, not 2.5 %); with every true gap at exactly −{MARGIN:g} at least one claim is false with chance "
-               f"{b[-MARGIN]['none']:.2f} unadjusted and {b[-MARGIN]['holm']:.3f} after Holm's adjustment (the "
-               f"'verdict (Holm)' column); at {BREAK_GAP:+g} a false 'no detectable harm' anywhere has chance "
-               f"{b[BREAK_GAP]['none']:.3f}.",
-               f"Power against the margin, not against 0 (each cell's own SD and seeds): the chance of 'no detectable "
-               f"harm' when the true gap is 0 ranges {min(r['P(no harm | gap 0)'] for r in judged):.2f}–"
-               f"{max(r['P(no harm | gap 0)'] for r in judged):.2f}, of 'breaks' at a true gap of {BREAK_GAP:+g} "
-               f"{min(r[key] for r in judged):.2f}–{max(r[key] for r in judged):.2f}; 'breaks' is called with 80 % "
-               f"power only from a true gap of "
-               f"{max(r['breaks detectable at (80 %)'] for r in judged):+.3f} (the smallest SD) to "
-               f"{min(r['breaks detectable at (80 %)'] for r in judged):+.3f} (the largest)."]
+        out = [
+            f"Error rates of the rule, simulated ({SIMS:,} studies; normal seed noise at each cell's own SD and "
+            f"seeds; the {er['cells']} claims the page makes, taken as independent): with no true gap a false "
+            f"'breaks' anywhere has chance {b[0.0]['none']:.3f} (each cell's one-sided error at a gap of 0 is "
+            f"≈ 0, not 2.5 %); with every true gap at exactly −{MARGIN:g} at least one claim is false with chance "
+            f"{b[-MARGIN]['none']:.2f} unadjusted and {b[-MARGIN]['holm']:.3f} after Holm's adjustment (the "
+            f"'verdict (Holm)' column); at {BREAK_GAP:+g} a false 'no detectable harm' anywhere has chance "
+            f"{b[BREAK_GAP]['none']:.3f}.",
+            f"Power against the margin, not against 0 (each cell's own SD and seeds): the chance of 'no detectable "
+            f"harm' when the true gap is 0 ranges {min(r['P(no harm | gap 0)'] for r in judged):.2f}–"
+            f"{max(r['P(no harm | gap 0)'] for r in judged):.2f}, of 'breaks' at a true gap of {BREAK_GAP:+g} "
+            f"{min(r[key] for r in judged):.2f}–{max(r[key] for r in judged):.2f}; 'breaks' is called with 80 % "
+            f"power only from a true gap of "
+            f"{max(r['breaks detectable at (80 %)'] for r in judged):+.3f} (the smallest SD) to "
+            f"{min(r['breaks detectable at (80 %)'] for r in judged):+.3f} (the largest).",
+        ]
         if er.get("second_look"):
             sl = er["second_look"]
-            out.append(f"Seeds {sl['seeds'][0]}–{sl['seeds'][1] - 1} were a second look at {', '.join(sl['cells'])}, "
-                       "taken because the first look was inconclusive: at a true gap of exactly "
-                       f"−{MARGIN:g} the two-look procedure ({sl['seeds'][0]} seeds, then {sl['seeds'][1]} if "
-                       f"inconclusive) calls 'no detectable harm' with chance {sl['two looks']:.3f}, against "
-                       f"{sl['one look']:.3f} for one look at {sl['seeds'][1]} seeds (simulated; at the margin the "
-                       "chance does not depend on the SD). The table above shows both looks.")
+            out.append(
+                f"Seeds {sl['seeds'][0]}–{sl['seeds'][1] - 1} were a second look at {', '.join(sl['cells'])}, "
+                "taken because the first look was inconclusive: at a true gap of exactly "
+                f"−{MARGIN:g} the two-look procedure ({sl['seeds'][0]} seeds, then {sl['seeds'][1]} if "
+                f"inconclusive) calls 'no detectable harm' with chance {sl['two looks']:.3f}, against "
+                f"{sl['one look']:.3f} for one look at {sl['seeds'][1]} seeds (simulated; at the margin the "
+                "chance does not depend on the SD). The table above shows both looks."
+            )
         differ = self.interval_disagreements(runs, meta)
-        out.append("The intervals shown are bounded (the t-interval on Fisher's atanh scale, inside (−1, 1), where "
-                   "the plain t-interval of a large gap on few seeds can reach below −1); the verdicts read the rule's "
-                   "own t-interval; the bounded interval gives a different verdict in "
-                   + ("; ".join(differ) if differ else "no cell with a verdict") + ".")
+        out.append(
+            "The intervals shown are bounded (the t-interval on Fisher's atanh scale, inside (−1, 1), where "
+            "the plain t-interval of a large gap on few seeds can reach below −1); the verdicts read the rule's "
+            "own t-interval; the bounded interval gives a different verdict in "
+            + ("; ".join(differ) if differ else "no cell with a verdict")
+            + "."
+        )
         return out
 
     def interval_disagreements(self, runs, meta) -> list[str]:
@@ -530,17 +671,24 @@ class DoseResponse(GridStudy):
         ref = cells.get(("fp32", REFERENCE, "none"), {})
         out = []
         for key, by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
-            for label, window in (("the outcome as first committed", ORIGINAL_WINDOW), ("the amended outcome",
-                                                                                      JUDGE_WINDOW)):
+            for label, window in (
+                ("the outcome as first committed", ORIGINAL_WINDOW),
+                ("the amended outcome", JUDGE_WINDOW),
+            ):
                 for look, seeds in (("first look", set(FIRST_LOOK)), ("every seed", None)):
                     g = list(self.gaps(by_seed, ref, window, seeds).values())
-                    if key == ("fp32", REFERENCE, "none") or len(g) < NI.RULE.min_seeds or \
-                            (seeds is None and not set(by_seed) - set(FIRST_LOOK)):
+                    if (
+                        key == ("fp32", REFERENCE, "none")
+                        or len(g) < NI.RULE.min_seeds
+                        or (seeds is None and not set(by_seed) - set(FIRST_LOOK))
+                    ):
                         continue
                     _, lo, hi = bounded_mean_ci(g)
                     if NI.verdict(lo, hi) != self.cell_verdict(g):
-                        out.append(f"{_name(key)} under {label} at the {look} ({_seeds(len(g))}): "
-                                   f"{self.cell_verdict(g)} by the rule, {NI.verdict(lo, hi)} by the bounded interval")
+                        out.append(
+                            f"{_name(key)} under {label} at the {look} ({_seeds(len(g))}): "
+                            f"{self.cell_verdict(g)} by the rule, {NI.verdict(lo, hi)} by the bounded interval"
+                        )
         return out
 
     def correction_findings(self, runs, meta, rows) -> list[str]:
@@ -557,12 +705,17 @@ class DoseResponse(GridStudy):
             corrected = self.gaps(by_seed, ref)
             same = self.gaps(plain, ref, seeds=set(corrected))
             contrast = [corrected[s] - same[s] for s in same]
-            versus = (f"; uncorrected on the same {_seeds(len(same))} {statistics.fmean(same.values()):+.3f}, "
-                      f"corrected − uncorrected {statistics.fmean(contrast):+.3f} "
-                      f"({self.cell_verdict(contrast).split(' (')[0].replace('reference', 'uncorrected')})"
-                      if contrast else "")
-            out.append(f"{r['format']} + {r['correction']}: gap to FP32 {r['gap vs fp32']:+.3f} "
-                       f"({_seeds(r['paired seeds'])}): {r['verdict']}{versus}.")
+            versus = (
+                f"; uncorrected on the same {_seeds(len(same))} {statistics.fmean(same.values()):+.3f}, "
+                f"corrected − uncorrected {statistics.fmean(contrast):+.3f} "
+                f"({self.cell_verdict(contrast).split(' (')[0].replace('reference', 'uncorrected')})"
+                if contrast
+                else ""
+            )
+            out.append(
+                f"{r['format']} + {r['correction']}: gap to FP32 {r['gap vs fp32']:+.3f} "
+                f"({_seeds(r['paired seeds'])}): {r['verdict']}{versus}."
+            )
         return out
 
     def pair_findings(self, runs, meta, rows) -> list[str]:
@@ -573,43 +726,67 @@ class DoseResponse(GridStudy):
         fam = self.family(runs, meta)
         for r in rows:
             if r["train"] != "fp32" and r["gap vs fp32"] is not None:
-                out.append(f"The paper's {r['train'].upper()}/{r['format'].upper()} pair (dose "
-                           f"{r['dose: mismatch at step 0']:.2g} per token at step 0, both sides {r['train']}): gap to "
-                           f"FP32/FP32 {r['gap vs fp32']:+.3f} (95 % CI {r['gap CI low']:+.3f} to "
-                           f"{r['gap CI high']:+.3f}, {_seeds(r['paired seeds'])}): {r['verdict']}{_below_zero(r)}; "
-                           f"Holm: {r['verdict (Holm)']}; under the outcome as first committed: "
-                           f"{r['verdict, original outcome']}.")
+                out.append(
+                    f"The paper's {r['train'].upper()}/{r['format'].upper()} pair (dose "
+                    f"{r['dose: mismatch at step 0']:.2g} per token at step 0, both sides {r['train']}): gap to "
+                    f"FP32/FP32 {r['gap vs fp32']:+.3f} (95 % CI {r['gap CI low']:+.3f} to "
+                    f"{r['gap CI high']:+.3f}, {_seeds(r['paired seeds'])}): {r['verdict']}{_below_zero(r)}; "
+                    f"Holm: {r['verdict (Holm)']}; under the outcome as first committed: "
+                    f"{r['verdict, original outcome']}."
+                )
         cells = self.cells(runs, meta)
         bf, fp = cells.get(("bf16", "bf16", "none"), {}), cells.get(("fp16", "fp16", "none"), {})
         gaps = list(self.gaps(bf, fp).values())
         if len(gaps) >= 2:
             m, lo, hi = bounded_mean_ci(gaps)
             v = self.cell_verdict(gaps)
-            reading = {NI.NO_HARM: "BF16 is no detectably worse than FP16 (the interval lies above -0.05)",
-                       NI.BREAKS: "BF16 is worse than FP16 by more than 0.05",
-                       NI.INCONCLUSIVE: "inconclusive"}.get(v, v)
-            out.append(f"BF16/BF16 against FP16/FP16, paired by seed: {m:+.3f} (95 % CI {lo:+.3f} to {hi:+.3f}, "
-                       f"{_seeds(len(gaps))}; own SD {statistics.stdev(gaps):.3f}): {reading}"
-                       + (f"; Holm over the page's {len(fam)} claims: {holm[PAIR_CONTRAST]}" if PAIR_CONTRAST in holm
-                          else "") + ".")
+            reading = {
+                NI.NO_HARM: "BF16 is no detectably worse than FP16 (the interval lies above -0.05)",
+                NI.BREAKS: "BF16 is worse than FP16 by more than 0.05",
+                NI.INCONCLUSIVE: "inconclusive",
+            }.get(v, v)
+            out.append(
+                f"BF16/BF16 against FP16/FP16, paired by seed: {m:+.3f} (95 % CI {lo:+.3f} to {hi:+.3f}, "
+                f"{_seeds(len(gaps))}; own SD {statistics.stdev(gaps):.3f}): {reading}"
+                + (f"; Holm over the page's {len(fam)} claims: {holm[PAIR_CONTRAST]}" if PAIR_CONTRAST in holm else "")
+                + "."
+            )
         return out
 
     def dose_findings(self, rows) -> list[str]:
         """The x-axis: the dose fixed before training (step 0) against the run average the run's own fate moves."""
-        primary = [r for r in rows if r["correction"] == "none" and r["train"] == "fp32"
-                   and r["dose: mismatch at step 0"] and r["mismatch, run mean (mechanism)"]]
+        primary = [
+            r
+            for r in rows
+            if r["correction"] == "none"
+            and r["train"] == "fp32"
+            and r["dose: mismatch at step 0"]
+            and r["mismatch, run mean (mechanism)"]
+        ]
         if len(primary) < 2:
             return []
         by_dose = [r["format"] for r in sorted(primary, key=lambda r: r["dose: mismatch at step 0"])]
         by_mean = [r["format"] for r in sorted(primary, key=lambda r: r["mismatch, run mean (mechanism)"])]
-        moved = [f"{r['format']} {r['dose: mismatch at step 0']:.2g} → {r['mismatch, run mean (mechanism)']:.2g}"
-                 for r in primary if r["format"] != REFERENCE]
-        return [("The dose (x-axis) is each format's mismatch at step 0, the first optimiser step's rollouts drawn "
-                 "with the initial weights, fixed before any training; the run average stays as a mechanism column, "
-                 "since the run's own fate moves it (step 0 → run mean: " + "; ".join(moved) + "). "
-                 + ("Both order the formats alike." if by_dose == by_mean else
-                    f"They order the formats differently: by dose {', '.join(by_dose)}; by run mean "
-                    f"{', '.join(by_mean)}."))]
+        moved = [
+            f"{r['format']} {r['dose: mismatch at step 0']:.2g} → {r['mismatch, run mean (mechanism)']:.2g}"
+            for r in primary
+            if r["format"] != REFERENCE
+        ]
+        return [
+            (
+                "The dose (x-axis) is each format's mismatch at step 0, the first optimiser step's rollouts drawn "
+                "with the initial weights, fixed before any training; the run average stays as a mechanism column, "
+                "since the run's own fate moves it (step 0 → run mean: "
+                + "; ".join(moved)
+                + "). "
+                + (
+                    "Both order the formats alike."
+                    if by_dose == by_mean
+                    else f"They order the formats differently: by dose {', '.join(by_dose)}; by run mean "
+                    f"{', '.join(by_mean)}."
+                )
+            )
+        ]
 
     def figure(self, runs, meta):
         from nbkit.plots.dose_response import dose_response

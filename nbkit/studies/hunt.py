@@ -13,6 +13,7 @@ A finished cell (its metrics.jsonl has every step) is skipped, so a grid cut off
 ``verdict`` says in plain words where BF16 fell behind, or that it did not anywhere in the explored range. A run's
 coordinates come from its config (``Hunt.coords``), never from its folder name.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -36,23 +37,31 @@ STUDY = "hunt_tiny_long"
 GAP_MARGIN = 0.05
 """A BF16 − FP16 accuracy gap counts only beyond this and when every seed agrees on its sign."""
 
+
 @dataclass(frozen=True)
 class HuntConfig:
     """The grid and the budget of each cell's run (all cells share it)."""
 
-    lengths: tuple[str, ...] = field(default=LENGTHS, metadata={"help": (
-        "Length regimes of tiny-long (``short``, ``medium``, ``long``).")})
+    lengths: tuple[str, ...] = field(
+        default=LENGTHS, metadata={"help": ("Length regimes of tiny-long (``short``, ``medium``, ``long``).")}
+    )
     lrs: tuple[float, ...] = field(default=LRS, metadata={"help": "Learning rates."})
     algorithms: tuple[str, ...] = field(default=HUNT_ALGORITHMS, metadata={"help": "RL presets (``nbkit.rl`` names)."})
-    dtypes: tuple[str, ...] = field(default=HUNT_DTYPES, metadata={"help": (
-        "Precisions; must hold both fp16 and bf16 (every BF16 result is reported next to its FP16 twin).")})
+    dtypes: tuple[str, ...] = field(
+        default=HUNT_DTYPES,
+        metadata={
+            "help": ("Precisions; must hold both fp16 and bf16 (every BF16 result is reported next to its FP16 twin).")
+        },
+    )
     seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "Seeds of every cell."})
     steps: int = field(default=16, metadata={"help": "Optimiser steps per run."})
     prompts_per_step: int = field(default=4, metadata={"help": "Distinct prompts per step."})
     samples_per_prompt: int = field(default=4, metadata={"help": "Group size."})
     engine: str = field(default="hf", metadata={"help": "Rollout engine (``hf`` or ``vllm``)."})
-    output_dir: str = field(default="runs/hunt", metadata={"help": (
-        "Parent folder of the cells' run folders (kept, so a cut-off grid resumes).")})
+    output_dir: str = field(
+        default="runs/hunt",
+        metadata={"help": ("Parent folder of the cells' run folders (kept, so a cut-off grid resumes).")},
+    )
 
     def __post_init__(self) -> None:
         from nbkit.rl.algorithms import ALGORITHMS as PRESETS  # (torch: nbkit.rl imports its config)
@@ -94,14 +103,23 @@ def configs(hc: HuntConfig) -> dict:
                     for dtype in hc.dtypes:
                         name = label(length, lr, algorithm, dtype, seed)
                         out[name] = tiny_long_regimes.rl_config(
-                            length, dtype, seed, hc.steps, hc.engine, output_dir=str(Path(hc.output_dir) / name),
-                            algorithm=algorithm, lr=lr, prompts_per_step=hc.prompts_per_step,
-                            samples_per_prompt=hc.samples_per_prompt, checkpoint_every=0)
+                            length,
+                            dtype,
+                            seed,
+                            hc.steps,
+                            hc.engine,
+                            output_dir=str(Path(hc.output_dir) / name),
+                            algorithm=algorithm,
+                            lr=lr,
+                            prompts_per_step=hc.prompts_per_step,
+                            samples_per_prompt=hc.samples_per_prompt,
+                            checkpoint_every=0,
+                        )
     return out
 
 
 def _window_means(values: list[float], window: int) -> list[float]:
-    return [sum(values[i - window:i]) / window for i in range(window, len(values) + 1)]
+    return [sum(values[i - window : i]) / window for i in range(window, len(values) + 1)]
 
 
 COLLAPSE_DROP = 0.3
@@ -116,21 +134,30 @@ def run_summary(rows: list[dict], target: float = 0.95, window: int = 5) -> dict
 
     acc = [r[schema.ACCURACY] for r in rows if schema.ACCURACY in r]
     means = _window_means(acc, min(window, len(acc))) if acc else []
-    mism = [r[schema.TOKEN_ABS_LOGP_DIFF] for r in rows
-            if isinstance(r.get(schema.TOKEN_ABS_LOGP_DIFF), (int, float))]
+    mism = [r[schema.TOKEN_ABS_LOGP_DIFF] for r in rows if isinstance(r.get(schema.TOKEN_ABS_LOGP_DIFF), (int, float))]
     w = max(1, min(window, len(mism) // 2))
     phantom = [r[schema.PHANTOM_FRACTION] for r in rows if isinstance(r.get(schema.PHANTOM_FRACTION), (int, float))]
     final = means[-1] if means else None
-    return {"first": means[0] if means else None, "best": max(means) if means else None, "final": final,
-            "collapsed": bool(acc and final is not None and final < acc[0] - COLLAPSE_DROP), "steps_to_target": steps_to(rows, target, window),
-            "alarms": sum(1 for r in rows if r.get("alarm")),
-            "mismatch": sum(mism) / len(mism) if mism else None,
-            "mismatch_growth": (sum(mism[-w:]) / sum(mism[:w])) if len(mism) >= 2 and sum(mism[:w]) > 0 else None,
-            "phantom": sum(phantom) / len(phantom) if phantom else None}
+    return {
+        "first": means[0] if means else None,
+        "best": max(means) if means else None,
+        "final": final,
+        "collapsed": bool(acc and final is not None and final < acc[0] - COLLAPSE_DROP),
+        "steps_to_target": steps_to(rows, target, window),
+        "alarms": sum(1 for r in rows if r.get("alarm")),
+        "mismatch": sum(mism) / len(mism) if mism else None,
+        "mismatch_growth": (sum(mism[-w:]) / sum(mism[:w])) if len(mism) >= 2 and sum(mism[:w]) > 0 else None,
+        "phantom": sum(phantom) / len(phantom) if phantom else None,
+    }
 
 
-def phase_map(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.95, window: int = 5,
-              margin: float = GAP_MARGIN) -> list[dict]:
+def phase_map(
+    runs: dict[str, list[dict]],
+    meta: dict[str, dict],
+    target: float = 0.95,
+    window: int = 5,
+    margin: float = GAP_MARGIN,
+) -> list[dict]:
     """One row per (length, lr, algorithm): FP16 and BF16 over seeds, and the BF16 − FP16 gap of the final
     accuracy per seed (paired by seed). ``meta`` holds each run's coordinates (``Hunt.coords``). ``gap sign`` is ``BF16 behind`` / ``BF16 ahead`` only when the mean gap is
     beyond ``margin`` and every seed's gap has that sign; otherwise ``within seed spread``."""
@@ -141,12 +168,16 @@ def phase_map(runs: dict[str, list[dict]], meta: dict[str, dict], target: float 
         cells.setdefault(key, {}).setdefault(p["dtype"], {})[p["seed"]] = run_summary(rows, target, window)
     order = {x: i for i, x in enumerate(LENGTHS)}
     out = []
-    for (length, lr, algorithm), by_dtype in sorted(cells.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1],
-                                                                                  kv[0][2])):
+    for (length, lr, algorithm), by_dtype in sorted(
+        cells.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1], kv[0][2])
+    ):
         fp16, bf16 = by_dtype.get("fp16", {}), by_dtype.get("bf16", {})
         seeds = sorted(set(fp16) & set(bf16))
-        gaps = [bf16[s]["final"] - fp16[s]["final"] for s in seeds
-                if bf16[s]["final"] is not None and fp16[s]["final"] is not None]
+        gaps = [
+            bf16[s]["final"] - fp16[s]["final"]
+            for s in seeds
+            if bf16[s]["final"] is not None and fp16[s]["final"] is not None
+        ]
         mean_gap = sum(gaps) / len(gaps) if gaps else None
         sign = "within seed spread" if gaps else "no FP16/BF16 twin"
         if gaps and mean_gap < -margin and all(g < 0 for g in gaps):
@@ -162,22 +193,34 @@ def phase_map(runs: dict[str, list[dict]], meta: dict[str, dict], target: float 
             return ", ".join("—" if d[s][k] is None else str(d[s][k]) for s in sorted(d))
 
         m16, m_bf = mean(fp16, "mismatch"), mean(bf16, "mismatch")
-        out.append({"length": length, "lr": lr, "algorithm": algorithm, "seeds": len(seeds),
-                    "fp16 final": _r(mean(fp16, "final")), "bf16 final": _r(mean(bf16, "final")),
-                    "gap (bf16 − fp16)": _r(mean_gap), "gap [min, max]": f"[{_r(min(gaps))}, {_r(max(gaps))}]"
-                    if gaps else "—", "gap sign": sign,
-                    "fp16 best": _r(mean(fp16, "best")), "bf16 best": _r(mean(bf16, "best")),
-                    f"fp16 steps to {target:.0%}": each(fp16, "steps_to_target"),
-                    f"bf16 steps to {target:.0%}": each(bf16, "steps_to_target"),
-                    "fp16 alarms": sum(v["alarms"] for v in fp16.values()),
-                    "bf16 alarms": sum(v["alarms"] for v in bf16.values()),
-                    "fp16 collapsed": sum(v["collapsed"] for v in fp16.values()),
-                    "bf16 collapsed": sum(v["collapsed"] for v in bf16.values()),
-                    "fp16 mismatch": _r(m16, 3), "bf16 mismatch": _r(m_bf, 3),
-                    "mismatch bf16/fp16": _r(m_bf / m16, 3) if m16 and m_bf else None,
-                    "bf16 mismatch growth": _r(mean(bf16, "mismatch_growth"), 3),
-                    "fp16 mismatch growth": _r(mean(fp16, "mismatch_growth"), 3),
-                    "bf16 phantom": _r(mean(bf16, "phantom"), 3), "fp16 phantom": _r(mean(fp16, "phantom"), 3)})
+        out.append(
+            {
+                "length": length,
+                "lr": lr,
+                "algorithm": algorithm,
+                "seeds": len(seeds),
+                "fp16 final": _r(mean(fp16, "final")),
+                "bf16 final": _r(mean(bf16, "final")),
+                "gap (bf16 − fp16)": _r(mean_gap),
+                "gap [min, max]": f"[{_r(min(gaps))}, {_r(max(gaps))}]" if gaps else "—",
+                "gap sign": sign,
+                "fp16 best": _r(mean(fp16, "best")),
+                "bf16 best": _r(mean(bf16, "best")),
+                f"fp16 steps to {target:.0%}": each(fp16, "steps_to_target"),
+                f"bf16 steps to {target:.0%}": each(bf16, "steps_to_target"),
+                "fp16 alarms": sum(v["alarms"] for v in fp16.values()),
+                "bf16 alarms": sum(v["alarms"] for v in bf16.values()),
+                "fp16 collapsed": sum(v["collapsed"] for v in fp16.values()),
+                "bf16 collapsed": sum(v["collapsed"] for v in bf16.values()),
+                "fp16 mismatch": _r(m16, 3),
+                "bf16 mismatch": _r(m_bf, 3),
+                "mismatch bf16/fp16": _r(m_bf / m16, 3) if m16 and m_bf else None,
+                "bf16 mismatch growth": _r(mean(bf16, "mismatch_growth"), 3),
+                "fp16 mismatch growth": _r(mean(fp16, "mismatch_growth"), 3),
+                "bf16 phantom": _r(mean(bf16, "phantom"), 3),
+                "fp16 phantom": _r(mean(fp16, "phantom"), 3),
+            }
+        )
     return out
 
 
@@ -197,9 +240,11 @@ def most_telling(rows: list[dict]) -> dict:
 
 def cell_runs(runs: dict[str, list[dict]], meta: dict[str, dict], cell: dict) -> dict[str, list[dict]]:
     """The runs of one phase-map cell (both precisions, every seed)."""
-    return {k: v for k, v in runs.items()
-            if (p := meta[k])["length"] == cell["length"] and p["lr"] == cell["lr"]
-            and p["algorithm"] == cell["algorithm"]}
+    return {
+        k: v
+        for k, v in runs.items()
+        if (p := meta[k])["length"] == cell["length"] and p["lr"] == cell["lr"] and p["algorithm"] == cell["algorithm"]
+    }
 
 
 def verdict(rows: list[dict], margin: float = GAP_MARGIN) -> str:
@@ -218,25 +263,37 @@ def verdict(rows: list[dict], margin: float = GAP_MARGIN) -> str:
     axes = [sorted({r[k] for r in rows + incomplete}, key=str) for k in ("length", "lr", "algorithm")]
     have = {(r["length"], r["lr"], r["algorithm"]) for r in rows + incomplete}
     absent = [c for c in itertools.product(*axes) if c not in have]
-    head = (f"Over {len(rows)} cells ({len(axes[0])} lengths × {len(axes[1])} learning rates × {len(axes[2])} "
-            f"algorithms, {'/'.join(map(str, seeds))} seeds each"
-            + (f"; not run: {'; '.join(f'{a} responses, lr {b:g}, {c}' for a, b, c in absent)}" if absent else "")
-            + "), ")
+    head = (
+        f"Over {len(rows)} cells ({len(axes[0])} lengths × {len(axes[1])} learning rates × {len(axes[2])} "
+        f"algorithms, {'/'.join(map(str, seeds))} seeds each"
+        + (f"; not run: {'; '.join(f'{a} responses, lr {b:g}, {c}' for a, b, c in absent)}" if absent else "")
+        + "), "
+    )
     if behind:
-        body = (f"BF16 ended behind FP16 beyond the seed spread (every seed, mean gap < −{margin:g}) in "
-                f"{len(behind)}: " + "; ".join(f"{where(r)} ({r['gap (bf16 − fp16)']:+.3f})" for r in behind) + ".")
+        body = (
+            f"BF16 ended behind FP16 beyond the seed spread (every seed, mean gap < −{margin:g}) in "
+            f"{len(behind)}: " + "; ".join(f"{where(r)} ({r['gap (bf16 − fp16)']:+.3f})" for r in behind) + "."
+        )
     else:
-        body = (f"BF16 never ended behind FP16 beyond the seed spread (every seed, mean gap < −{margin:g}). The "
-                f"largest mean gap against BF16 was {worst['gap (bf16 − fp16)']:+.3f} (per seed "
-                f"{worst['gap [min, max]']}) at {where(worst)}.")
+        body = (
+            f"BF16 never ended behind FP16 beyond the seed spread (every seed, mean gap < −{margin:g}). The "
+            f"largest mean gap against BF16 was {worst['gap (bf16 − fp16)']:+.3f} (per seed "
+            f"{worst['gap [min, max]']}) at {where(worst)}."
+        )
     if ahead:
         body += f" BF16 ended ahead beyond the seed spread in {len(ahead)}: " + "; ".join(map(where, ahead)) + "."
     n16, n_bf = (sum(r[f"{d} collapsed"] for r in rows) for d in ("fp16", "bf16"))
     gone = [where(r) for r in rows if r["fp16 collapsed"] + r["bf16 collapsed"]]
-    body += (f" Runs whose final accuracy ended ≥ {COLLAPSE_DROP:g} below their first step's: FP16 {n16}, BF16 "
-             f"{n_bf}" + (f" (in {'; '.join(gone)})" if gone else "") + ".")
-    body += (f" Collapse alarms: FP16 {alarms16}, BF16 {alarms_bf}. BF16's mean |Δ log p| was "
-             f"{min(ratios):.1f}–{max(ratios):.1f}× FP16's across cells." if ratios else "")
+    body += (
+        f" Runs whose final accuracy ended ≥ {COLLAPSE_DROP:g} below their first step's: FP16 {n16}, BF16 "
+        f"{n_bf}" + (f" (in {'; '.join(gone)})" if gone else "") + "."
+    )
+    body += (
+        f" Collapse alarms: FP16 {alarms16}, BF16 {alarms_bf}. BF16's mean |Δ log p| was "
+        f"{min(ratios):.1f}–{max(ratios):.1f}× FP16's across cells."
+        if ratios
+        else ""
+    )
     if incomplete:
         body += f" Left out, no FP16/BF16 twin: {'; '.join(map(where, incomplete))}."
     return head + body
@@ -250,12 +307,13 @@ def seed_gaps(runs: dict[str, list[dict]], meta: dict[str, dict], window: int = 
         final = run_summary(rows, window=window)["final"]
         if final is not None:
             finals.setdefault((p["length"], p["lr"], p["algorithm"]), {}).setdefault(p["dtype"], {})[p["seed"]] = final
-    return {cell: [d["bf16"][s] - d["fp16"][s] for s in sorted(set(d.get("bf16", {})) & set(d.get("fp16", {})))]
-            for cell, d in finals.items()}
+    return {
+        cell: [d["bf16"][s] - d["fp16"][s] for s in sorted(set(d.get("bf16", {})) & set(d.get("fp16", {})))]
+        for cell, d in finals.items()
+    }
 
 
-def false_flag_rate(sd: float, n_seeds: int, margin: float = GAP_MARGIN, n_sim: int = 200_000,
-                    seed: int = 0) -> float:
+def false_flag_rate(sd: float, n_seeds: int, margin: float = GAP_MARGIN, n_sim: int = 200_000, seed: int = 0) -> float:
     """Chance that a cell with *no* true gap is flagged *BF16 behind* by ``phase_map``'s rule (every one of
     ``n_seeds`` paired gaps negative and their mean below −``margin``), when each seed's gap is N(0, ``sd``²)."""
     import numpy as np
@@ -266,8 +324,9 @@ def false_flag_rate(sd: float, n_seeds: int, margin: float = GAP_MARGIN, n_sim: 
     return float(np.mean((g < 0).all(axis=1) & (g.mean(axis=1) < -margin)))
 
 
-def chance_caveat(runs: dict[str, list[dict]], meta: dict[str, dict], margin: float = GAP_MARGIN,
-                  window: int = 5) -> str:
+def chance_caveat(
+    runs: dict[str, list[dict]], meta: dict[str, dict], margin: float = GAP_MARGIN, window: int = 5
+) -> str:
     """How often chance alone would flag a cell, from the grid's own seed noise: the pooled within-cell SD of the
     paired gaps, the per-cell false-flag rate under that noise, and the chance of ≥ 1 flag among the grid's cells."""
     gaps = {c: g for c, g in seed_gaps(runs, meta, window).items() if len(g) >= 2}
@@ -281,11 +340,13 @@ def chance_caveat(runs: dict[str, list[dict]], meta: dict[str, dict], margin: fl
     n_seeds = min(len(g) for g in gaps.values())
     p = false_flag_rate(sd, n_seeds, margin)
     k = len(gaps)
-    return (f"Noise: the paired gap of one seed has a pooled within-cell SD of {sd:.3f} (over {k} cells); with that "
-            f"noise and no true gap, the rule flags a cell with probability {p:.1%}, so among {k} cells the chance of "
-            f"at least one flag is {1 - (1 - p) ** k:.0%}. A single flagged cell is what chance predicts, not "
-            f"evidence; a true gap of {margin:g} at this noise needs about "
-            f"{seeds_needed(sd, margin)} seeds per cell to be seen with 80 % power (two-sided 5 % paired t-test).")
+    return (
+        f"Noise: the paired gap of one seed has a pooled within-cell SD of {sd:.3f} (over {k} cells); with that "
+        f"noise and no true gap, the rule flags a cell with probability {p:.1%}, so among {k} cells the chance of "
+        f"at least one flag is {1 - (1 - p) ** k:.0%}. A single flagged cell is what chance predicts, not "
+        f"evidence; a true gap of {margin:g} at this noise needs about "
+        f"{seeds_needed(sd, margin)} seeds per cell to be seen with 80 % power (two-sided 5 % paired t-test)."
+    )
 
 
 class Hunt(GridStudy):
@@ -294,16 +355,27 @@ class Hunt(GridStudy):
 
     name = STUDY
     title = "Where BF16 breaks: the hunt on tiny-long"
-    question = ("Is there a response length × learning rate × algorithm cell where BF16 RL ends behind FP16? Rule, "
-                "stated before the results: a cell counts as *BF16 behind* when every seed's paired gap is negative "
-                f"and the mean gap is below −{GAP_MARGIN:g}.")
-    statistic = ("final = last 5-step mean of training accuracy, mean over seeds; gap = BF16 − FP16 paired by seed, "
-                 "mean and [min, max]; mismatch ratio = mean |Δ log p| over steps; growth = last window over first.")
+    question = (
+        "Is there a response length × learning rate × algorithm cell where BF16 RL ends behind FP16? Rule, "
+        "stated before the results: a cell counts as *BF16 behind* when every seed's paired gap is negative "
+        f"and the mean gap is below −{GAP_MARGIN:g}."
+    )
+    statistic = (
+        "final = last 5-step mean of training accuracy, mean over seeds; gap = BF16 − FP16 paired by seed, "
+        "mean and [min, max]; mismatch ratio = mean |Δ log p| over steps; growth = last window over first."
+    )
     notebook = "04_where_bf16_breaks"
     output_dir = HuntConfig.output_dir
     twins = len(HUNT_DTYPES)
-    toy = {"lengths": ["short"], "lrs": [1e-4], "algorithms": ["grpo"], "seeds": [0], "steps": 1,
-           "prompts_per_step": 2, "samples_per_prompt": 2}
+    toy = {
+        "lengths": ["short"],
+        "lrs": [1e-4],
+        "algorithms": ["grpo"],
+        "seeds": [0],
+        "steps": 1,
+        "prompts_per_step": 2,
+        "samples_per_prompt": 2,
+    }
 
     def grid(self, **options) -> dict:
         opts = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
@@ -324,12 +396,29 @@ class Hunt(GridStudy):
         regime = {f"data/{tiny_long_regimes.set_name(r)}": r for r in long_arith.REGIMES}.get(config["dataset"])
         if regime is None:
             raise ValueError(f"{config['dataset']!r} is not one of tiny-long's perfectible sets: not a hunt run")
-        return {"length": regime, "lr": float(config["lr"]), "algorithm": config["algorithm"],
-                "dtype": config["train_dtype"], "seed": int(config["seed"])}
+        return {
+            "length": regime,
+            "lr": float(config["lr"]),
+            "algorithm": config["algorithm"],
+            "dtype": config["train_dtype"],
+            "seed": int(config["seed"]),
+        }
 
     def table(self, runs, meta):
-        keep = ("length", "lr", "algorithm", "seeds", "fp16 final", "bf16 final", "gap (bf16 − fp16)",
-                "gap [min, max]", "gap sign", "mismatch bf16/fp16", "bf16 mismatch growth", "bf16 phantom")
+        keep = (
+            "length",
+            "lr",
+            "algorithm",
+            "seeds",
+            "fp16 final",
+            "bf16 final",
+            "gap (bf16 − fp16)",
+            "gap [min, max]",
+            "gap sign",
+            "mismatch bf16/fp16",
+            "bf16 mismatch growth",
+            "bf16 phantom",
+        )
         return [{k: r[k] for k in keep} for r in phase_map(runs, meta)]
 
     def findings(self, runs, meta, rows):

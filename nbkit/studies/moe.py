@@ -14,6 +14,7 @@ Run labels are ``<variant>.grpo-<dtype>-s<seed>``; a run's variant, dtype and se
     nbkit study moe_tiny_arith run --set 'variants=["moe"]'      # also: dense, moe_replay
     nbkit study moe_tiny_arith store
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,8 +39,16 @@ def base_config(variant: str, steps: int, out: Path):
 
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {tuple(VARIANTS)}")
-    return config_from({**VARIANTS[variant], "rollout_engine": "hf", "steps": steps, "checkpoint_every": 0,
-                        "output_dir": str(out / variant), "overwrite": True})
+    return config_from(
+        {
+            **VARIANTS[variant],
+            "rollout_engine": "hf",
+            "steps": steps,
+            "checkpoint_every": 0,
+            "output_dir": str(out / variant),
+            "overwrite": True,
+        }
+    )
 
 
 def summary(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
@@ -50,8 +59,13 @@ def summary(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
     groups = {k: {**m, "algorithm": f"{m['variant']}.{m['algorithm']}"} for k, m in meta.items()}
     table = runlog.seed_summary(runlog.summary_table(runs, target=0.95), groups)
     for row in table:
-        flips = [r[schema.MOE_FLIP_RATE] for label, rows in runs.items() for r in rows if schema.MOE_FLIP_RATE in r
-                 and (groups[label]["algorithm"], groups[label]["dtype"]) == (row["algorithm"], row["dtype"])]
+        flips = [
+            r[schema.MOE_FLIP_RATE]
+            for label, rows in runs.items()
+            for r in rows
+            if schema.MOE_FLIP_RATE in r
+            and (groups[label]["algorithm"], groups[label]["dtype"]) == (row["algorithm"], row["dtype"])
+        ]
         row["moe/flip_rate (mean over steps and seeds)"] = round(sum(flips) / len(flips), 5) if flips else None
     return table
 
@@ -63,19 +77,33 @@ class MoEStudy(GridStudy):
     name = STUDY
     title = "Mixture of experts: routing and router replay"
     question = "Does a mixture-of-experts model widen the BF16 gap, and does router replay close it?"
-    statistic = ("final accuracy = last 5-step mean, mean and [min, max] over seeds; mismatch = mean |Δ log p| of the "
-                 "last 5 steps, mean over seeds; flip rate = mean over steps and seeds.")
+    statistic = (
+        "final accuracy = last 5-step mean, mean and [min, max] over seeds; mismatch = mean |Δ log p| of the "
+        "last 5 steps, mean over seeds; flip rate = mean over steps and seeds."
+    )
     notebook = "02_mismatch_analysis"
     output_dir = "runs/moe_tiny_arith"
     twins = 2
-    toy = {"variants": ["moe"], "dtypes": ["fp32"], "seeds": [0], "steps": 1,
-           "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8}}
+    toy = {
+        "variants": ["moe"],
+        "dtypes": ["fp32"],
+        "seeds": [0],
+        "steps": 1,
+        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+    }
 
     def defaults(self) -> dict:
         return {"variants": list(VARIANTS), "dtypes": ["fp16", "bf16"], "seeds": [0, 1, 2], "steps": 40}
 
-    def grid(self, variants=tuple(VARIANTS), dtypes=("fp16", "bf16"), seeds=(0, 1, 2), steps: int = 40,
-             output_dir: str | None = None, overrides: dict | None = None) -> dict:
+    def grid(
+        self,
+        variants=tuple(VARIANTS),
+        dtypes=("fp16", "bf16"),
+        seeds=(0, 1, 2),
+        steps: int = 40,
+        output_dir: str | None = None,
+        overrides: dict | None = None,
+    ) -> dict:
         from dataclasses import replace
 
         from nbkit import runlog
@@ -83,27 +111,43 @@ class MoEStudy(GridStudy):
         out = {}
         for variant in variants:
             base = base_config(variant, steps, Path(output_dir or self.output_dir))
-            for seed in (seeds.get(variant, []) if isinstance(seeds, dict) else seeds):
+            for seed in seeds.get(variant, []) if isinstance(seeds, dict) else seeds:
                 for dtype in dtypes:
                     run = runlog.run_label("grpo", dtype, seed)
-                    out[f"{variant}.{run}"] = replace(base, train_dtype=dtype, seed=seed,
-                                                      output_dir=str(base.out / run), **(overrides or {}))
+                    out[f"{variant}.{run}"] = replace(
+                        base, train_dtype=dtype, seed=seed, output_dir=str(base.out / run), **(overrides or {})
+                    )
         return out
 
     def coords(self, config: dict) -> dict:
         from nbkit import runlog
 
-        variant = next((v for v, fields in VARIANTS.items()
-                        if fields["model"] == config["model"] and fields["router_replay"] == config["router_replay"]),
-                       None)
+        variant = next(
+            (
+                v
+                for v, fields in VARIANTS.items()
+                if fields["model"] == config["model"] and fields["router_replay"] == config["router_replay"]
+            ),
+            None,
+        )
         if variant is None:
-            raise ValueError(f"model {config['model']!r} with router_replay={config['router_replay']} is not a "
-                             f"variant of this study ({sorted(VARIANTS)})")
+            raise ValueError(
+                f"model {config['model']!r} with router_replay={config['router_replay']} is not a "
+                f"variant of this study ({sorted(VARIANTS)})"
+            )
         return {**runlog.coords(config), "variant": variant}
 
     def table(self, runs, meta):
-        keep = ("algorithm", "dtype", "seeds", "reached 95%", "final accuracy (mean)", "final accuracy [min, max]",
-                "mean |Δ log p| last 5 (mean)", "moe/flip_rate (mean over steps and seeds)")
+        keep = (
+            "algorithm",
+            "dtype",
+            "seeds",
+            "reached 95%",
+            "final accuracy (mean)",
+            "final accuracy [min, max]",
+            "mean |Δ log p| last 5 (mean)",
+            "moe/flip_rate (mean over steps and seeds)",
+        )
         return [{k: r[k] for k in keep} for r in summary(runs, meta)]
 
     def findings(self, runs, meta, rows):
@@ -112,8 +156,10 @@ class MoEStudy(GridStudy):
         for variant in ("moe.grpo", "moe_replay.grpo"):
             a, b = by.get((variant, "bf16")), by.get((variant, "fp16"))
             if a and b and a["mean |Δ log p| last 5 (mean)"] and b["mean |Δ log p| last 5 (mean)"]:
-                out.append(f"{variant.split('.')[0]}: BF16's mismatch over the last 5 steps is "
-                           f"{a['mean |Δ log p| last 5 (mean)'] / b['mean |Δ log p| last 5 (mean)']:.1f}× FP16's; "
-                           f"final accuracy {a['final accuracy (mean)']} (BF16) vs {b['final accuracy (mean)']} "
-                           f"(FP16), ranges {a['final accuracy [min, max]']} and {b['final accuracy [min, max]']}.")
+                out.append(
+                    f"{variant.split('.')[0]}: BF16's mismatch over the last 5 steps is "
+                    f"{a['mean |Δ log p| last 5 (mean)'] / b['mean |Δ log p| last 5 (mean)']:.1f}× FP16's; "
+                    f"final accuracy {a['final accuracy (mean)']} (BF16) vs {b['final accuracy (mean)']} "
+                    f"(FP16), ranges {a['final accuracy [min, max]']} and {b['final accuracy [min, max]']}."
+                )
         return out

@@ -5,6 +5,7 @@ rollout engine in the training dtype, so μ comes from BF16 or FP16 weights) and
 runs as ``data/results/ppo_tiny_arith/`` (``nbkit.results``); ``--set seeds=[1]`` runs a part, so a study can be
 trained in pieces and stored once.
 """
+
 from __future__ import annotations
 
 from nbkit import schema
@@ -17,8 +18,17 @@ OUTPUT_DIR = "reports/runs/ppo_tiny_arith"
 """Where the study's run folders go."""
 
 
-SHARED_WITH_GRPO = ("model", "dataset", "template", "grader", "lr", "prompts_per_step", "samples_per_prompt",
-                    "max_tokens", "gradient_checkpointing")
+SHARED_WITH_GRPO = (
+    "model",
+    "dataset",
+    "template",
+    "grader",
+    "lr",
+    "prompts_per_step",
+    "samples_per_prompt",
+    "max_tokens",
+    "gradient_checkpointing",
+)
 """The fields notebook 03's PPO slice takes from its GRPO runs: the same task, sizes and learning rate (and the
 same memory-for-time choice, which changes no number)."""
 
@@ -28,8 +38,18 @@ def base_config(**overrides):
     minibatches), with ``overrides``."""
     from nbkit.rl.config import config_from
 
-    return config_from({"algorithm": "ppo", "train_dtype": "bf16", "rollout_engine": "hf", "critic_lr": 2e-4,
-                        "output_dir": OUTPUT_DIR, "checkpoint_every": 0, "overwrite": True, **overrides})
+    return config_from(
+        {
+            "algorithm": "ppo",
+            "train_dtype": "bf16",
+            "rollout_engine": "hf",
+            "critic_lr": 2e-4,
+            "output_dir": OUTPUT_DIR,
+            "checkpoint_every": 0,
+            "overwrite": True,
+            **overrides,
+        }
+    )
 
 
 PANELS = (
@@ -64,17 +84,22 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> 
             return float(f"{sum(xs) / len(xs):.3g}") if xs else None
 
         kl, acc, ev = col(schema.PPO_APPROX_KL), col("accuracy"), col(schema.VALUE_EXPLAINED_VARIANCE)
-        out.append({
-            "run": label, "dtype": dtype, "seed": seed, "steps": schema.optimiser_steps(rows),
-            "approx KL (mean)": mean(kl), "approx KL (max)": float(f"{max(kl):.3g}") if kl else None,
-            "value loss (first 5 → last 5)":
-                f"{mean(col(schema.VALUE_LOSS)[:5])} → {mean(col(schema.VALUE_LOSS)[-5:])}",
-            "explained variance (last 5 rollouts)": mean(ev[-tail:]),
-            "accuracy (first → last 5 rollouts)": f"{mean(acc[:tail])} → {mean(acc[-tail:])}",
-            "clip fraction (mean)": mean(col(schema.PPO_CLIP_FRACTION)),
-            "mean |Δ log p|": mean(col(schema.TOKEN_ABS_LOGP_DIFF)),
-            "s/step": mean(col(schema.TIME_STEP)),
-        })
+        out.append(
+            {
+                "run": label,
+                "dtype": dtype,
+                "seed": seed,
+                "steps": schema.optimiser_steps(rows),
+                "approx KL (mean)": mean(kl),
+                "approx KL (max)": float(f"{max(kl):.3g}") if kl else None,
+                "value loss (first 5 → last 5)": f"{mean(col(schema.VALUE_LOSS)[:5])} → {mean(col(schema.VALUE_LOSS)[-5:])}",
+                "explained variance (last 5 rollouts)": mean(ev[-tail:]),
+                "accuracy (first → last 5 rollouts)": f"{mean(acc[:tail])} → {mean(acc[-tail:])}",
+                "clip fraction (mean)": mean(col(schema.PPO_CLIP_FRACTION)),
+                "mean |Δ log p|": mean(col(schema.TOKEN_ABS_LOGP_DIFF)),
+                "s/step": mean(col(schema.TIME_STEP)),
+            }
+        )
     return out
 
 
@@ -133,8 +158,7 @@ def precision_table(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[
     """Per dtype and metric: the mean over seeds of each run's value with its 95 % t-interval (seeds as units)."""
     seeds = per_seed(runs, meta)
     out = []
-    for dtype in sorted(seeds, key=lambda d: ("fp16", "bf16", "fp32").index(d) if d in ("fp16", "bf16", "fp32")
-                        else 9):
+    for dtype in sorted(seeds, key=lambda d: ("fp16", "bf16", "fp32").index(d) if d in ("fp16", "bf16", "fp32") else 9):
         for _, name, _, positive in SUMMARY:
             xs = [v[name] for _, v in sorted(seeds[dtype].items()) if name in v]
             if xs:
@@ -142,8 +166,9 @@ def precision_table(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[
     return out
 
 
-def paired_difference(runs: dict[str, list[dict]], meta: dict[str, dict], a: str = "bf16",
-                      b: str = "fp16") -> list[dict]:
+def paired_difference(
+    runs: dict[str, list[dict]], meta: dict[str, dict], a: str = "bf16", b: str = "fp16"
+) -> list[dict]:
     """Per metric: ``a − b`` paired by seed (the seeds both dtypes have), mean with its 95 % t-interval; for the KLs
     also, for a positive metric, the ratio ``a / b`` (geometric mean of the per-seed ratios, t-interval on the log
     scale)."""
@@ -159,11 +184,17 @@ def paired_difference(runs: dict[str, list[dict]], meta: dict[str, dict], a: str
         both = sorted(s for s in set(seeds[a]) & set(seeds[b]) if name in seeds[a][s] and name in seeds[b][s])
         if not both:
             continue
-        row = {"metric": name, f"{a} − {b}": None, **{k: v for k, v in _interval(
-            [seeds[a][s][name] - seeds[b][s][name] for s in both]).items()}}
+        row = {
+            "metric": name,
+            f"{a} − {b}": None,
+            **{k: v for k, v in _interval([seeds[a][s][name] - seeds[b][s][name] for s in both]).items()},
+        }
         row[f"{a} − {b}"] = row.pop("mean")
-        logs = [math.log(seeds[a][s][name] / seeds[b][s][name]) for s in both
-                if positive and seeds[a][s][name] > 0 and seeds[b][s][name] > 0]
+        logs = [
+            math.log(seeds[a][s][name] / seeds[b][s][name])
+            for s in both
+            if positive and seeds[a][s][name] > 0 and seeds[b][s][name] > 0
+        ]
         if logs and len(logs) == len(both):
             m, lo, hi = mean_ci(logs)
             row[f"{a} / {b}"] = math.exp(m)
@@ -181,27 +212,43 @@ class PPOStudy(GridStudy):
     name = STUDY
     title = "PPO with a critic, FP16 vs BF16"
     question = "Does BF16 PPO's KL explode on tiny-arith as in the paper (KL > 40)?"
-    statistic = ("per seed: approx KL(π_old ‖ π) mean and max over minibatches; accuracy = mean of the first and the "
-                 "last 5 rollout batches; explained variance over the last 5 rollouts, mean over seeds.")
+    statistic = (
+        "per seed: approx KL(π_old ‖ π) mean and max over minibatches; accuracy = mean of the first and the "
+        "last 5 rollout batches; explained variance over the last 5 rollouts, mean over seeds."
+    )
     notebook = "03_rl_training"
     output_dir = OUTPUT_DIR
     twins = 2
-    toy = {"dtypes": ["fp32"], "seeds": [0], "steps": 4,
-           "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8}}
+    toy = {
+        "dtypes": ["fp32"],
+        "seeds": [0],
+        "steps": 4,
+        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+    }
 
     def defaults(self) -> dict:
         return {"dtypes": ["fp16", "bf16"], "seeds": [0, 1, 2], "steps": 100}
 
-    def grid(self, dtypes=("fp16", "bf16"), seeds=(0, 1, 2), steps: int = 100, output_dir: str | None = None,
-             overrides: dict | None = None) -> dict:
+    def grid(
+        self,
+        dtypes=("fp16", "bf16"),
+        seeds=(0, 1, 2),
+        steps: int = 100,
+        output_dir: str | None = None,
+        overrides: dict | None = None,
+    ) -> dict:
         from dataclasses import replace
 
         from nbkit import runlog
 
         base = base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
-        return {(label := runlog.run_label("ppo", d, s)): replace(base, train_dtype=d, seed=s,
-                                                                 output_dir=str(base.out / label))
-                for s in seeds for d in dtypes}
+        return {
+            (label := runlog.run_label("ppo", d, s)): replace(
+                base, train_dtype=d, seed=s, output_dir=str(base.out / label)
+            )
+            for s in seeds
+            for d in dtypes
+        }
 
     def coords(self, config: dict) -> dict:
         from nbkit import runlog
@@ -222,21 +269,37 @@ class PPOStudy(GridStudy):
                 xs = [x for x in each(key) if isinstance(x, (int, float))]
                 return float(f"{sum(xs) / len(xs):.3g}") if xs else None
 
-            out.append({"dtype": dtype, "seeds": len(rows),
-                        "approx KL, mean over steps (each seed)": each("approx KL (mean)"),
-                        "approx KL, max (each seed)": each("approx KL (max)"),
-                        "accuracy first → last 5 rollouts (each seed)": each("accuracy (first → last 5 rollouts)"),
-                        "explained variance, last 5 (mean)": mean("explained variance (last 5 rollouts)"),
-                        "mean |Δ log p| (mean)": mean("mean |Δ log p|")})
+            out.append(
+                {
+                    "dtype": dtype,
+                    "seeds": len(rows),
+                    "approx KL, mean over steps (each seed)": each("approx KL (mean)"),
+                    "approx KL, max (each seed)": each("approx KL (max)"),
+                    "accuracy first → last 5 rollouts (each seed)": each("accuracy (first → last 5 rollouts)"),
+                    "explained variance, last 5 (mean)": mean("explained variance (last 5 rollouts)"),
+                    "mean |Δ log p| (mean)": mean("mean |Δ log p|"),
+                }
+            )
         return out
 
     def page_tables(self, runs, meta, rows):
-        return [(("Per precision: the π–μ mismatch, PPO's KL and the critic's value error, each run's value averaged "
-                 "over seeds with its 95 % t-interval (seeds as units; a metric that cannot be negative: the interval "
-                 "on the log scale of the mean, so it stays above 0)"), precision_table(runs, meta)),
-                (("BF16 − FP16 paired by seed, with its 95 % t-interval (and BF16 / FP16 for the metrics that cannot "
-                 "be negative: geometric mean of the per-seed ratios, interval on the log scale)"),
-                 paired_difference(runs, meta))]
+        return [
+            (
+                (
+                    "Per precision: the π–μ mismatch, PPO's KL and the critic's value error, each run's value averaged "
+                    "over seeds with its 95 % t-interval (seeds as units; a metric that cannot be negative: the interval "
+                    "on the log scale of the mean, so it stays above 0)"
+                ),
+                precision_table(runs, meta),
+            ),
+            (
+                (
+                    "BF16 − FP16 paired by seed, with its 95 % t-interval (and BF16 / FP16 for the metrics that cannot "
+                    "be negative: geometric mean of the per-seed ratios, interval on the log scale)"
+                ),
+                paired_difference(runs, meta),
+            ),
+        ]
 
     def findings(self, runs, meta, rows):
         by = {r["dtype"]: r for r in rows}
@@ -244,19 +307,29 @@ class PPOStudy(GridStudy):
             return []
         out = []
         for d in paired_difference(runs, meta):
-            ci = (f"95 % CI {d['95 % CI'][0]:+.3g} to {d['95 % CI'][1]:+.3g}" if d["95 % CI"]
-                  else "one seed, no interval")
-            ratio = (f"; BF16/FP16 {d['bf16 / fp16']:.3g}×" + (f" (95 % CI {d['bf16 / fp16 95 % CI'][0]:.3g}–"
-                                                                f"{d['bf16 / fp16 95 % CI'][1]:.3g})"
-                                                                if d["bf16 / fp16 95 % CI"] else "")
-                     if d.get("bf16 / fp16") is not None else "")
-            out.append(f"BF16 − FP16 in {d['metric']}, paired over {d['seeds']} seeds: {d['bf16 − fp16']:+.3g} "
-                       f"({ci}){ratio}.")
+            ci = (
+                f"95 % CI {d['95 % CI'][0]:+.3g} to {d['95 % CI'][1]:+.3g}" if d["95 % CI"] else "one seed, no interval"
+            )
+            ratio = (
+                f"; BF16/FP16 {d['bf16 / fp16']:.3g}×"
+                + (
+                    f" (95 % CI {d['bf16 / fp16 95 % CI'][0]:.3g}–{d['bf16 / fp16 95 % CI'][1]:.3g})"
+                    if d["bf16 / fp16 95 % CI"]
+                    else ""
+                )
+                if d.get("bf16 / fp16") is not None
+                else ""
+            )
+            out.append(
+                f"BF16 − FP16 in {d['metric']}, paired over {d['seeds']} seeds: {d['bf16 − fp16']:+.3g} ({ci}){ratio}."
+            )
         ratio = by["bf16"]["mean |Δ log p| (mean)"] / by["fp16"]["mean |Δ log p| (mean)"]
         kl_max = {d: max(by[d]["approx KL, max (each seed)"]) for d in ("fp16", "bf16")}
-        return out + [f"BF16's training-time mismatch is {ratio:.1f}× FP16's (mean |Δ log p| over steps and seeds); the "
-                f"largest approx KL of any seed is {kl_max['fp16']:.3g} (FP16) and {kl_max['bf16']:.3g} (BF16), far "
-                f"from the paper's BF16 PPO KL > 40."]
+        return out + [
+            f"BF16's training-time mismatch is {ratio:.1f}× FP16's (mean |Δ log p| over steps and seeds); the "
+            f"largest approx KL of any seed is {kl_max['fp16']:.3g} (FP16) and {kl_max['bf16']:.3g} (BF16), far "
+            f"from the paper's BF16 PPO KL > 40."
+        ]
 
     def figure(self, runs, meta):
         return curves(runs)

@@ -6,6 +6,7 @@
 Nothing here is typed by hand: each number comes from the stored runs through the study's own table and sentence
 functions (``nbkit.studies.catalog``). ``tests/test_results_md.py`` fails when the file is out of date.
 """
+
 from __future__ import annotations
 
 import sys
@@ -33,21 +34,35 @@ def provenance(study: Study, card: dict | None = None) -> str:
     c = study.card() if card is None else card
     m = c.get("machine", {})
     flags = m.get("cpu_flags")
-    cpu = f"{m.get('cpu')} ({m.get('cores')} cores" + (f"; {', '.join(flags) or 'no AVX512/AMX half-precision flags'}"
-                                                      if flags is not None else "; CPU flags not recorded") + ")"
+    cpu = (
+        f"{m.get('cpu')} ({m.get('cores')} cores"
+        + (
+            f"; {', '.join(flags) or 'no AVX512/AMX half-precision flags'}"
+            if flags is not None
+            else "; CPU flags not recorded"
+        )
+        + ")"
+    )
     now = study.reproduce(c)
     sittings = results.parts(c)
 
     def where(p: dict) -> str:
         commit = (p.get("commit") or "unknown")[:10] + (" with uncommitted changes" if p.get("dirty") else "")
         cpu_p = cpu if p.get("machine") == m else f"{(p.get('machine') or {}).get('cpu')}"
-        return (f"commit `{commit}`, {cpu_p}, {str(p.get('date', '?'))[:10]}, "
-                f"{(p.get('wall_seconds') or 0) / 60:.0f} min wall")
+        return (
+            f"commit `{commit}`, {cpu_p}, {str(p.get('date', '?'))[:10]}, "
+            f"{(p.get('wall_seconds') or 0) / 60:.0f} min wall"
+        )
 
-    made = (where(sittings[0]) if len(sittings) == 1 else f"in {len(sittings)} sittings: " + "; ".join(
-        f"{len(p.get('runs') or [])} runs at {where(p)}" for p in sittings))
-    line = (f"{len(c.get('runs', []))} runs, {made}; made by `{c.get('command')}`"
-            + (f"; today: `{now}`." if now and now != c.get("command") else "."))
+    made = (
+        where(sittings[0])
+        if len(sittings) == 1
+        else f"in {len(sittings)} sittings: "
+        + "; ".join(f"{len(p.get('runs') or [])} runs at {where(p)}" for p in sittings)
+    )
+    line = f"{len(c.get('runs', []))} runs, {made}; made by `{c.get('command')}`" + (
+        f"; today: `{now}`." if now and now != c.get("command") else "."
+    )
     if "not stored" in str(c.get("notes", "")):
         line += " " + str(c["notes"]).split(":")[0] + "."
     return line
@@ -58,14 +73,25 @@ def section(study: Study) -> str:
     from nbkit import results
 
     if not (results.RESULTS / study.name).is_dir():
-        make = (f"`nbkit study {study.name} run && nbkit study {study.name} store`" if hasattr(study, "grid")
-                else "its module's command")
+        make = (
+            f"`nbkit study {study.name} run && nbkit study {study.name} store`"
+            if hasattr(study, "grid")
+            else "its module's command"
+        )
         plan = study.plan()
-        return "\n".join([f"## {study.title}", "", f"**Question.** {study.question}", "",
-                          f"**Statistic.** {study.statistic}", "", f"**Not stored yet** (`data/results/{study.name}` is missing): no run of it has been "
-                          f"stored, so there is no result; make it with {make}."]
-                         + (["", "**The plan** (nothing below is a result):", ""] + [f"- {s}" for s in plan]
-                            if plan else []))
+        return "\n".join(
+            [
+                f"## {study.title}",
+                "",
+                f"**Question.** {study.question}",
+                "",
+                f"**Statistic.** {study.statistic}",
+                "",
+                f"**Not stored yet** (`data/results/{study.name}` is missing): no run of it has been "
+                f"stored, so there is no result; make it with {make}.",
+            ]
+            + (["", "**The plan** (nothing below is a result):", ""] + [f"- {s}" for s in plan] if plan else [])
+        )
     return stored_section(study, study.load(), study.stored_meta(), study.card())
 
 
@@ -76,9 +102,16 @@ def stored_section(study: Study, runs: dict[str, list[dict]], meta: dict[str, di
     from nbkit.studies.amendments import record_lines
 
     rows = study.table(runs, meta)
-    parts = [f"## {study.title}", "", f"**Question.** {study.question}", "",
-             f"**Stored** in `data/results/{study.name}`" + (f", drawn by notebook `{study.notebook}`" if study.notebook
-                                                              else "") + f": {provenance(study, card)}", ""]
+    parts = [
+        f"## {study.title}",
+        "",
+        f"**Question.** {study.question}",
+        "",
+        f"**Stored** in `data/results/{study.name}`"
+        + (f", drawn by notebook `{study.notebook}`" if study.notebook else "")
+        + f": {provenance(study, card)}",
+        "",
+    ]
     record = record_lines(card)
     if record:
         parts += ["**The rule on the record** (from the card):", ""] + [f"- {s}" for s in record] + [""]

@@ -7,6 +7,7 @@
 Each set is built by ``nbkit.tasks.dataset.build`` (sample N times per problem with tiny-long in fp32, keep the problems
 solved in [lo, hi]) on ``long_arith`` problems of one regime; its rows carry a ``steps`` column (the length knob).
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -32,24 +33,64 @@ def max_tokens(regime: str) -> int:
     return LongArithConfig.regime(regime).response_tokens + TOKEN_MARGIN
 
 
-def build_set(regime: str, pool_size: int = 100, n_samples: int = 16, lo: float = 0.2, hi: float = 0.8,
-              batch_prompts: int = 8, engine: str = "hf", seed: int = 0) -> dataset.BuildResult:
+def build_set(
+    regime: str,
+    pool_size: int = 100,
+    n_samples: int = 16,
+    lo: float = 0.2,
+    hi: float = 0.8,
+    batch_prompts: int = 8,
+    engine: str = "hf",
+    seed: int = 0,
+) -> dataset.BuildResult:
     """The perfectible set of one regime, ``data/tiny_long_<regime>`` (notebook 01's recipe, resumable cache)."""
-    task = tasks.make_task(source="long_arith", pool_size=pool_size, seed=seed,
-                           long_arith=LongArithConfig.regime(regime))
-    cfg = dataset.BuildConfig(name=set_name(regime), model=MODEL, engine=engine, dtype="fp32", n_samples=n_samples,
-                              lo=lo, hi=hi, seed=seed, max_tokens=max_tokens(regime), batch_prompts=batch_prompts)
+    task = tasks.make_task(
+        source="long_arith", pool_size=pool_size, seed=seed, long_arith=LongArithConfig.regime(regime)
+    )
+    cfg = dataset.BuildConfig(
+        name=set_name(regime),
+        model=MODEL,
+        engine=engine,
+        dtype="fp32",
+        n_samples=n_samples,
+        lo=lo,
+        hi=hi,
+        seed=seed,
+        max_tokens=max_tokens(regime),
+        batch_prompts=batch_prompts,
+    )
     return dataset.build(task, cfg)
 
 
-def rl_config(regime: str, dtype: str = "fp16", seed: int = 0, steps: int = 30, engine: str = "hf",
-              output_dir: str = "runs/tiny_long", **overrides):
+def rl_config(
+    regime: str,
+    dtype: str = "fp16",
+    seed: int = 0,
+    steps: int = 30,
+    engine: str = "hf",
+    output_dir: str = "runs/tiny_long",
+    **overrides,
+):
     """An RL run on a regime's perfectible set (GRPO by default, trainer and engine in ``dtype``)."""
     from nbkit.rl import RLConfig
 
-    kw = dict(model=MODEL, dataset=f"data/{set_name(regime)}", template="raw", grader="arith", algorithm="grpo",
-              train_dtype=dtype, rollout_engine=engine, steps=steps, prompts_per_step=8, samples_per_prompt=8,
-              lr=1e-4, max_tokens=max_tokens(regime), seed=seed, output_dir=output_dir, overwrite=True)
+    kw = dict(
+        model=MODEL,
+        dataset=f"data/{set_name(regime)}",
+        template="raw",
+        grader="arith",
+        algorithm="grpo",
+        train_dtype=dtype,
+        rollout_engine=engine,
+        steps=steps,
+        prompts_per_step=8,
+        samples_per_prompt=8,
+        lr=1e-4,
+        max_tokens=max_tokens(regime),
+        seed=seed,
+        output_dir=output_dir,
+        overwrite=True,
+    )
     kw.update(overrides)
     return RLConfig(**kw)
 
@@ -66,12 +107,16 @@ def timing(regimes=tuple(long_arith.REGIMES), engine: str = "hf", steps: int = 3
             rows = train(cfg, progress=False).rows
             wall = time.perf_counter() - t0
             secs = [r[schema.TIME_STEP] for r in rows[1:] if schema.TIME_STEP in r]
-            out[regime] = {"engine": engine, "dtype": dtype, "prompts_per_step": cfg.prompts_per_step,
-                           "samples_per_prompt": cfg.samples_per_prompt, "max_tokens": cfg.max_tokens,
-                           "seconds_per_step": round(sum(secs) / len(secs), 2) if secs else None,
-                           "wall_seconds": round(wall, 1),
-                           "mean_response_tokens": round(sum(r.get("completions/mean_length", 0) for r in rows)
-                                                         / len(rows), 1)}
+            out[regime] = {
+                "engine": engine,
+                "dtype": dtype,
+                "prompts_per_step": cfg.prompts_per_step,
+                "samples_per_prompt": cfg.samples_per_prompt,
+                "max_tokens": cfg.max_tokens,
+                "seconds_per_step": round(sum(secs) / len(secs), 2) if secs else None,
+                "wall_seconds": round(wall, 1),
+                "mean_response_tokens": round(sum(r.get("completions/mean_length", 0) for r in rows) / len(rows), 1),
+            }
     return out
 
 

@@ -19,6 +19,7 @@ repository (sail-sg/Precision-RL) use; ``arith`` answers with ``nbkit.tasks.arit
     prompts = [task.prompt(p) for p in task.problems]
     reward = task.reward(response, task.problems[0]["answer"])   # 1.0 or 0.0, never raises
 """
+
 from __future__ import annotations
 
 import functools
@@ -63,7 +64,9 @@ TEMPLATES: dict[str, Template] = {
     for t in (
         Template("raw", "", "", "The problem unchanged: the tiny-arith model's prompt (``347+058=``); Oat's 'no'."),
         Template(
-            "plain", "", "\n" + BOXED_INSTRUCTION + "\n",
+            "plain",
+            "",
+            "\n" + BOXED_INSTRUCTION + "\n",
             "Problem then the boxed instruction, no chat markup: base models, or models whose chat template "
             "the engine applies itself.",
         ),
@@ -188,14 +191,28 @@ def _r1_correct(response: str, answer: str) -> bool:
 GRADERS: dict[str, Grader] = {
     g.name: g
     for g in (
-        Grader("arith", arith.extract_answer, arith.is_correct, _arith_answer_ok,
-               "nbkit.tasks.arith: the integer after the last '|' equals the sum."),
-        Grader("math_verify", _extract_math, math_verify_correct, lambda a: bool(parse_reference(a)),
-               "math-verify on the whole response (\\boxed{} preferred), equivalence up to sympy; several "
-               "boxes are read as one set answer, so hedging (\\boxed{3} ... \\boxed{7}) is not rewarded."),
-        Grader("r1_distill", _r1_extract, _r1_correct, lambda a: bool(parse_reference(a)),
-               "math-verify on the text after </think> only; no </think> = no answer (as Oat grades "
-               "R1-distill models)."),
+        Grader(
+            "arith",
+            arith.extract_answer,
+            arith.is_correct,
+            _arith_answer_ok,
+            "nbkit.tasks.arith: the integer after the last '|' equals the sum.",
+        ),
+        Grader(
+            "math_verify",
+            _extract_math,
+            math_verify_correct,
+            lambda a: bool(parse_reference(a)),
+            "math-verify on the whole response (\\boxed{} preferred), equivalence up to sympy; several "
+            "boxes are read as one set answer, so hedging (\\boxed{3} ... \\boxed{7}) is not rewarded.",
+        ),
+        Grader(
+            "r1_distill",
+            _r1_extract,
+            _r1_correct,
+            lambda a: bool(parse_reference(a)),
+            "math-verify on the text after </think> only; no </think> = no answer (as Oat grades R1-distill models).",
+        ),
     )
 }
 
@@ -224,26 +241,53 @@ NAMED_SOURCES = {
 class TaskConfig:
     """Which problems, which prompt, which reward."""
 
-    source: str = field(default="arith", metadata={"help": (
-        "``arith``, a ``NAMED_SOURCES`` key, or a path (``save_to_disk`` folder, ``.parquet``, ``.jsonl``, "
-        "``.json``); relative paths are resolved against the project root.")})
-    split: str | None = field(default=None, metadata={"help": (
-        "Split of a ``DatasetDict`` folder (default: ``train`` if present, else the only split).")})
+    source: str = field(
+        default="arith",
+        metadata={
+            "help": (
+                "``arith``, a ``NAMED_SOURCES`` key, or a path (``save_to_disk`` folder, ``.parquet``, ``.jsonl``, "
+                "``.json``); relative paths are resolved against the project root."
+            )
+        },
+    )
+    split: str | None = field(
+        default=None,
+        metadata={"help": ("Split of a ``DatasetDict`` folder (default: ``train`` if present, else the only split).")},
+    )
     problem_key: str = field(default="problem", metadata={"help": "Column holding the problem text."})
-    answer_key: str = field(default="answer", metadata={"help": (
-        "Column holding the reference answer (a MATH ``solution`` with its ``\\boxed{}`` works too).")})
+    answer_key: str = field(
+        default="answer",
+        metadata={
+            "help": ("Column holding the reference answer (a MATH ``solution`` with its ``\\boxed{}`` works too).")
+        },
+    )
     template: str = field(default="raw", metadata={"help": "Prompt template, a key of ``TEMPLATES``."})
-    grader: str = field(default="auto", metadata={"help": (
-        "Reward rule, a key of ``GRADERS``; ``auto`` picks with ``default_grader``.")})
-    pool_size: int = field(default=0, metadata={"help": (
-        "Number of problems to take (a seeded random subset of a file source; the count generated for ``arith``); "
-        "0 = all (``arith`` needs a positive count).")})
+    grader: str = field(
+        default="auto",
+        metadata={"help": ("Reward rule, a key of ``GRADERS``; ``auto`` picks with ``default_grader``.")},
+    )
+    pool_size: int = field(
+        default=0,
+        metadata={
+            "help": (
+                "Number of problems to take (a seeded random subset of a file source; the count generated for ``arith``); "
+                "0 = all (``arith`` needs a positive count)."
+            )
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the arith generator and of the subset choice."})
-    arith: ArithConfig = field(default_factory=ArithConfig, metadata={"help": (
-        "Difficulty knobs of ``arith`` problems (digits, scratchpad).")})
-    long_arith: LongArithConfig = field(default_factory=LongArithConfig, metadata={"help": (
-        "Length knob of ``long_arith`` problems (``steps`` 1..80; ``LongArithConfig.regime(\"long\")``): "
-        "tiny-long's task.")})
+    arith: ArithConfig = field(
+        default_factory=ArithConfig, metadata={"help": ("Difficulty knobs of ``arith`` problems (digits, scratchpad).")}
+    )
+    long_arith: LongArithConfig = field(
+        default_factory=LongArithConfig,
+        metadata={
+            "help": (
+                'Length knob of ``long_arith`` problems (``steps`` 1..80; ``LongArithConfig.regime("long")``): '
+                "tiny-long's task."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.template not in TEMPLATES:
@@ -270,8 +314,10 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
         if not path.exists() and not Path(source).expanduser().is_absolute() and (paths.ROOT / source).exists():
             path = paths.ROOT / source  # else the project's own (the default data/tiny_arith_sanity from anywhere)
     if not path.exists():
-        raise FileNotFoundError(f"problem source {source!r} not found (looked at {path}); "
-                                f"named sources: arith, long_arith, {', '.join(NAMED_SOURCES)}")
+        raise FileNotFoundError(
+            f"problem source {source!r} not found (looked at {path}); "
+            f"named sources: arith, long_arith, {', '.join(NAMED_SOURCES)}"
+        )
     if path.is_dir():
         ds = datasets.load_from_disk(str(path))
         if isinstance(ds, datasets.DatasetDict):
@@ -295,11 +341,14 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
             try:
                 rows = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})") from exc
+                raise ValueError(
+                    f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
+                ) from exc
             bad = next((i for i, r in enumerate(rows, 1) if not isinstance(r, dict)), None)
             if bad is not None:
-                raise ValueError(f"{path}: item {bad} of the list is a {type(rows[bad - 1]).__name__}, not an object "
-                                 f"with columns")
+                raise ValueError(
+                    f"{path}: item {bad} of the list is a {type(rows[bad - 1]).__name__}, not an object with columns"
+                )
             return rows
         rows = []
         for number, line in enumerate(text.splitlines(), 1):
@@ -321,16 +370,20 @@ def check_rows(cfg: TaskConfig, rows: list) -> None:
     problem; ValueError naming the source, the row (1-based) and what it holds."""
     for number, row in enumerate(rows, 1):
         if not isinstance(row, dict):
-            raise ValueError(f"problem source {cfg.source!r}: row {number} is a {type(row).__name__}, not an object "
-                             f"with columns")
+            raise ValueError(
+                f"problem source {cfg.source!r}: row {number} is a {type(row).__name__}, not an object with columns"
+            )
         missing = [k for k in (cfg.problem_key, cfg.answer_key) if k not in row]
         if missing:
-            raise ValueError(f"problem source {cfg.source!r}: row {number} has no column(s) {missing}; its columns: "
-                             f"{sorted(row)}")
+            raise ValueError(
+                f"problem source {cfg.source!r}: row {number} has no column(s) {missing}; its columns: {sorted(row)}"
+            )
         problem = row[cfg.problem_key]
         if not isinstance(problem, str) or not problem.strip():
-            raise ValueError(f"problem source {cfg.source!r}: row {number}'s {cfg.problem_key!r} is {problem!r}, "
-                             f"not a non-empty text")
+            raise ValueError(
+                f"problem source {cfg.source!r}: row {number}'s {cfg.problem_key!r} is {problem!r}, "
+                f"not a non-empty text"
+            )
 
 
 def load_problems(cfg: TaskConfig) -> list[dict]:
@@ -351,9 +404,11 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
     columns = list(rows[0])
     missing = [k for k in (cfg.problem_key, cfg.answer_key) if k not in columns]
     if missing:
-        raise ValueError(f"problem source {cfg.source!r} has no column(s) {missing}; available columns: "
-                         f"{columns}: name them {cfg.problem_key!r} and {cfg.answer_key!r} in the file (nbkit train "
-                         f"reads those names; from Python, TaskConfig's problem_key and answer_key name others)")
+        raise ValueError(
+            f"problem source {cfg.source!r} has no column(s) {missing}; available columns: "
+            f"{columns}: name them {cfg.problem_key!r} and {cfg.answer_key!r} in the file (nbkit train "
+            f"reads those names; from Python, TaskConfig's problem_key and answer_key name others)"
+        )
     check_rows(cfg, rows)
     order = list(range(len(rows)))
     if cfg.pool_size and cfg.pool_size < len(rows):
@@ -361,8 +416,14 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
     out = []
     for i in order:
         r = {k: v for k, v in rows[i].items() if k not in (cfg.problem_key, cfg.answer_key)}
-        out.append({"problem": str(rows[i][cfg.problem_key]), "answer": normalize_answer(rows[i][cfg.answer_key]),
-                    **r, "source_index": i})
+        out.append(
+            {
+                "problem": str(rows[i][cfg.problem_key]),
+                "answer": normalize_answer(rows[i][cfg.answer_key]),
+                **r,
+                "source_index": i,
+            }
+        )
     return out
 
 

@@ -9,6 +9,7 @@ Each column writes ``a+b+carry=two-digit sum``; the carry is the tens digit of t
 scratchpad spreads pass rates: a small model gets some columns right some of the time, which is what the
 paper's "perfectible" sanity set needs (problems solved sometimes, neither never nor always).
 """
+
 from __future__ import annotations
 
 import random
@@ -32,8 +33,14 @@ class ArithConfig:
     """Difficulty knobs of the arithmetic problems."""
 
     digits: int = field(default=3, metadata={"help": "Digits per operand (operands are zero-padded to this width)."})
-    scratchpad: bool = field(default=True, metadata={"help": (
-        "Answer with the column scratchpad before ``|`` (False: answer only, much harder for a tiny model).")})
+    scratchpad: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "Answer with the column scratchpad before ``|`` (False: answer only, much harder for a tiny model)."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 1 <= self.digits <= 9:
@@ -59,14 +66,14 @@ def solution_for(a: int, b: int, cfg: ArithConfig = ArithConfig()) -> str:
 
 def make_problems(n: int, cfg: ArithConfig = ArithConfig(), seed: int = 0) -> list[dict]:
     """``n`` distinct seeded problems as dicts with ``problem`` (the prompt), ``answer`` and ``solution``."""
-    space = (10 ** cfg.digits) ** 2
+    space = (10**cfg.digits) ** 2
     if n > space:
         raise ValueError(f"only {space} distinct {cfg.digits}-digit problems exist, asked for n={n}")
     rng = random.Random(seed)
     seen: set[tuple[int, int]] = set()
     out = []
     while len(out) < n:
-        a, b = rng.randrange(10 ** cfg.digits), rng.randrange(10 ** cfg.digits)
+        a, b = rng.randrange(10**cfg.digits), rng.randrange(10**cfg.digits)
         if (a, b) in seen:
             continue
         seen.add((a, b))

@@ -16,6 +16,7 @@ Resumed builds are statistically equivalent to uninterrupted ones, not bit-ident
 drawn per engine call (``BuildConfig.seed`` and the first problem of the batch), and batches regroup after a
 restart.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -42,36 +43,68 @@ EXAMPLE_CHARS = 1500
 class BuildConfig:
     """How pass rates are estimated and which problems are kept."""
 
-    name: str = field(default="tiny_arith_sanity", metadata={"help": (
-        "Output folder name: the dataset goes to ``data/<name>/`` unless ``out_dir`` is set.")})
-    out_dir: str = field(default="", metadata={"help": (
-        "Where to write instead of ``data/<name>/`` (a relative path from the current directory); \"\" = default. The "
-        "folder must be new, empty or an earlier dataset of the workbook (``nbkit.outputs``): nothing else is "
-        "overwritten.")})
-    model: str = field(default="tiny-arith", metadata={"help": (
-        "Model ref for ``nbkit.models.load`` / the engine: ``tiny-arith``, ``smollm2-135m``, a local HF path.")})
-    engine: str = field(default="hf", metadata={"help": (
-        "Rollout engine kind for ``nbkit.engines.make_engine``: ``hf`` or ``vllm``.")})
-    dtype: str = field(default="fp32", metadata={"help": (
-        "Engine dtype (``fp32``, ``bf16``, ``fp16``): pass rates are a property of model AND precision.")})
-    engine_kwargs: dict = field(default_factory=dict, metadata={"help": (
-        "Extra keyword arguments for ``make_engine`` (e.g. vLLM's memory settings).")})
+    name: str = field(
+        default="tiny_arith_sanity",
+        metadata={"help": ("Output folder name: the dataset goes to ``data/<name>/`` unless ``out_dir`` is set.")},
+    )
+    out_dir: str = field(
+        default="",
+        metadata={
+            "help": (
+                'Where to write instead of ``data/<name>/`` (a relative path from the current directory); "" = default. The '
+                "folder must be new, empty or an earlier dataset of the workbook (``nbkit.outputs``): nothing else is "
+                "overwritten."
+            )
+        },
+    )
+    model: str = field(
+        default="tiny-arith",
+        metadata={
+            "help": (
+                "Model ref for ``nbkit.models.load`` / the engine: ``tiny-arith``, ``smollm2-135m``, a local HF path."
+            )
+        },
+    )
+    engine: str = field(
+        default="hf", metadata={"help": ("Rollout engine kind for ``nbkit.engines.make_engine``: ``hf`` or ``vllm``.")}
+    )
+    dtype: str = field(
+        default="fp32",
+        metadata={
+            "help": ("Engine dtype (``fp32``, ``bf16``, ``fp16``): pass rates are a property of model AND precision.")
+        },
+    )
+    engine_kwargs: dict = field(
+        default_factory=dict,
+        metadata={"help": ("Extra keyword arguments for ``make_engine`` (e.g. vLLM's memory settings).")},
+    )
     n_samples: int = field(default=40, metadata={"help": "N: responses sampled per problem (the paper: 40)."})
     lo: float = field(default=0.2, metadata={"help": "Lowest pass rate kept (inclusive; the paper: 0.2)."})
     hi: float = field(default=0.8, metadata={"help": "Highest pass rate kept (inclusive; the paper: 0.8)."})
     seed: int = field(default=0, metadata={"help": "Sampler seed (mixed with each batch's first problem)."})
-    max_tokens: int = field(default=48, metadata={"help": (
-        "Maximum response length; a truncated response usually has no answer and counts as wrong.")})
-    temperature: float = field(default=1.0, metadata={"help": (
-        "Sampling temperature (1.0: the model's own distribution, as in RL rollouts).")})
-    top_p: float = field(default=1.0, metadata={"help": (
-        "Nucleus sampling mass (1.0 = off, as in the paper's rollouts).")})
-    batch_prompts: int = field(default=64, metadata={"help": (
-        "Problems per engine call (each call generates ``batch_prompts * n_samples`` responses).")})
-    cache_dir: str = field(default="", metadata={"help": (
-        "Root of the pass-rate caches; \"\" = ``.cache/pass_rates`` of the project.")})
-    resume: bool = field(default=True, metadata={"help": (
-        "Reuse cached pass rates (False: delete this configuration's cache first and sample everything).")})
+    max_tokens: int = field(
+        default=48,
+        metadata={"help": ("Maximum response length; a truncated response usually has no answer and counts as wrong.")},
+    )
+    temperature: float = field(
+        default=1.0, metadata={"help": ("Sampling temperature (1.0: the model's own distribution, as in RL rollouts).")}
+    )
+    top_p: float = field(
+        default=1.0, metadata={"help": ("Nucleus sampling mass (1.0 = off, as in the paper's rollouts).")}
+    )
+    batch_prompts: int = field(
+        default=64,
+        metadata={"help": ("Problems per engine call (each call generates ``batch_prompts * n_samples`` responses).")},
+    )
+    cache_dir: str = field(
+        default="", metadata={"help": ('Root of the pass-rate caches; "" = ``.cache/pass_rates`` of the project.')}
+    )
+    resume: bool = field(
+        default=True,
+        metadata={
+            "help": ("Reuse cached pass rates (False: delete this configuration's cache first and sample everything).")
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in ("n_samples", "batch_prompts", "max_tokens", "seed"):
@@ -93,8 +126,14 @@ class BuildConfig:
     def sampling(self, seed: int | None = None) -> SamplingConfig:
         """The engine's sampling parameters for one batch."""
         # one seed per request: a batch's pass rates must not depend on the batches before it (resume)
-        return SamplingConfig(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
-                              n=self.n_samples, seed=self.seed if seed is None else seed, seeding="request")
+        return SamplingConfig(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            n=self.n_samples,
+            seed=self.seed if seed is None else seed,
+            seeding="request",
+        )
 
     def output_path(self) -> Path:
         """Where the dataset is written."""
@@ -125,9 +164,20 @@ def model_fingerprint(ref: str) -> str:
 
 def cache_file(task: Task, cfg: BuildConfig) -> Path:
     """The JSONL file of this configuration: one folder per (model, engine, dtype, N, seed, template, ...)."""
-    key = dict(model=cfg.model, fingerprint=model_fingerprint(cfg.model), engine=cfg.engine, dtype=cfg.dtype,
-               engine_kwargs=cfg.engine_kwargs, n=cfg.n_samples, seed=cfg.seed, template=task.cfg.template,
-               grader=task.cfg.grader, max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    key = dict(
+        model=cfg.model,
+        fingerprint=model_fingerprint(cfg.model),
+        engine=cfg.engine,
+        dtype=cfg.dtype,
+        engine_kwargs=cfg.engine_kwargs,
+        n=cfg.n_samples,
+        seed=cfg.seed,
+        template=task.cfg.template,
+        grader=task.cfg.grader,
+        max_tokens=cfg.max_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+    )
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     slug = f"{Path(cfg.model).name}-{cfg.engine}-{cfg.dtype}-n{cfg.n_samples}-s{cfg.seed}-{task.cfg.template}-{digest}"
     folder = (Path(cfg.cache_dir) if cfg.cache_dir else paths.CACHE / "pass_rates") / slug
@@ -172,14 +222,23 @@ def _score(task: Task, problem: dict, rollouts: list, seconds: float) -> dict:
         no_answer += (not ok) and task.extract(r.text) is None
         example.setdefault("example_correct" if ok else "example_wrong", r.text[:EXAMPLE_CHARS])
     n = len(rollouts)
-    return {"key": problem_key(problem), "n_samples": n, "n_correct": correct, "pass_rate": correct / n,
-            "n_no_answer": no_answer, "n_truncated": sum(r.finish_reason == "length" for r in rollouts),
-            "mean_tokens": sum(len(r.token_ids) for r in rollouts) / n, "seconds": seconds,
-            "example_correct": example.get("example_correct"), "example_wrong": example.get("example_wrong")}
+    return {
+        "key": problem_key(problem),
+        "n_samples": n,
+        "n_correct": correct,
+        "pass_rate": correct / n,
+        "n_no_answer": no_answer,
+        "n_truncated": sum(r.finish_reason == "length" for r in rollouts),
+        "mean_tokens": sum(len(r.token_ids) for r in rollouts) / n,
+        "seconds": seconds,
+        "example_correct": example.get("example_correct"),
+        "example_wrong": example.get("example_wrong"),
+    }
 
 
-def estimate_pass_rates(task: Task, problems: list[dict], cfg: BuildConfig, engine=None,
-                        progress: bool = True, workers: int | None = None) -> tuple[list[dict], int]:
+def estimate_pass_rates(
+    task: Task, problems: list[dict], cfg: BuildConfig, engine=None, progress: bool = True, workers: int | None = None
+) -> tuple[list[dict], int]:
     """Pass rate of every problem over ``cfg.n_samples`` samples, reusing the cache.
 
     Returns (one record per problem, in order, merged with the problem's columns; number of problems
@@ -203,16 +262,20 @@ def estimate_pass_rates(task: Task, problems: list[dict], cfg: BuildConfig, engi
     _fold_parts(path)  # a split build that was cut off: its parts' finished batches count
     done = read_cache(path)
     pending = [p for p in problems if problem_key(p) not in done]
-    batches = [pending[start:start + cfg.batch_prompts] for start in range(0, len(pending), cfg.batch_prompts)]
+    batches = [pending[start : start + cfg.batch_prompts] for start in range(0, len(pending), cfg.batch_prompts)]
     parts = pool.place(len(batches), 1, workers).workers if engine is None else 0
     if parts:
         size = -(-len(batches) // parts)
-        chunks = [batches[j:j + size] for j in range(0, len(batches), size)]
-        jobs = {f"part {j}": pool.Job("nbkit.tasks.dataset:sample_batches",
-                                      {"task": task, "cfg": cfg, "batches": chunk,
-                                       "path": path.with_name(f"rates.part-{j}.jsonl")},
-                                      units=sum(map(len, chunk)), poll=_lines(path.with_name(f"rates.part-{j}.jsonl")))
-                for j, chunk in enumerate(chunks)}
+        chunks = [batches[j : j + size] for j in range(0, len(batches), size)]
+        jobs = {
+            f"part {j}": pool.Job(
+                "nbkit.tasks.dataset:sample_batches",
+                {"task": task, "cfg": cfg, "batches": chunk, "path": path.with_name(f"rates.part-{j}.jsonl")},
+                units=sum(map(len, chunk)),
+                poll=_lines(path.with_name(f"rates.part-{j}.jsonl")),
+            )
+            for j, chunk in enumerate(chunks)
+        }
         try:
             pool.run(jobs, threads=1, workers=workers, progress=progress, desc="pass rates")
         finally:
@@ -223,8 +286,13 @@ def estimate_pass_rates(task: Task, problems: list[dict], cfg: BuildConfig, engi
         from nbkit.engines import make_engine
 
         engine = make_engine(cfg.engine, cfg.model, cfg.dtype, **cfg.engine_kwargs)
-    bar = tqdm(total=len(problems), initial=len(problems) - len(pending), desc="pass rates", unit="problem",
-               disable=not progress)
+    bar = tqdm(
+        total=len(problems),
+        initial=len(problems) - len(pending),
+        desc="pass rates",
+        unit="problem",
+        disable=not progress,
+    )
     for batch in batches:
         done.update((r["key"], r) for r in _sample_batch(task, cfg, batch, engine, path))
         bar.update(len(batch))
@@ -242,8 +310,9 @@ def _sample_batch(task: Task, cfg: BuildConfig, batch: list[dict], engine, path:
     for r in rollouts:
         grouped[r.prompt_index].append(r)
     if any(len(g) != cfg.n_samples for g in grouped):
-        raise RuntimeError(f"engine returned {[len(g) for g in grouped]} rollouts per prompt, "
-                           f"expected {cfg.n_samples} each")
+        raise RuntimeError(
+            f"engine returned {[len(g) for g in grouped]} rollouts per prompt, expected {cfg.n_samples} each"
+        )
     records = [_score(task, p, g, per_problem) for p, g in zip(batch, grouped)]
     _append(path, records)
     return records
@@ -278,11 +347,13 @@ def _fold_parts(path: Path) -> None:
 
 def _lines(path: Path):
     """A poll for ``pool.Job``: records written to ``path`` so far."""
+
     def poll() -> int:
         if not path.is_file():
             return 0
         with open(path, "rb") as f:
             return sum(1 for _ in f)
+
     return poll
 
 
@@ -295,17 +366,24 @@ def histogram(rates: list[float], bins: int = HIST_BINS) -> dict:
     counts = [0] * bins
     for r in rates:
         counts[min(int(r * bins + 1e-9), bins - 1)] += 1
-    return {"edges": [round(i / bins, 6) for i in range(bins + 1)], "counts": counts, "n": len(rates),
-            "never_solved": sum(r == 0 for r in rates), "always_solved": sum(r == 1 for r in rates),
-            "mean": round(sum(rates) / len(rates), 6) if rates else None}
+    return {
+        "edges": [round(i / bins, 6) for i in range(bins + 1)],
+        "counts": counts,
+        "n": len(rates),
+        "never_solved": sum(r == 0 for r in rates),
+        "always_solved": sum(r == 1 for r in rates),
+        "mean": round(sum(rates) / len(rates), 6) if rates else None,
+    }
 
 
 def histogram_summary(h: dict) -> str:
     """One line a human can read: ``500 problems, mean 0.46, never 80, always 60; [0.0,0.1) 95 | ...``."""
     e, c = h["edges"], h["counts"]
     cells = " | ".join(f"[{e[i]:.1f},{e[i + 1]:.1f}{']' if i == len(c) - 1 else ')'} {c[i]}" for i in range(len(c)))
-    return (f"{h['n']} problems, mean pass rate {h['mean']}, never solved {h['never_solved']}, "
-            f"always solved {h['always_solved']}; {cells}")
+    return (
+        f"{h['n']} problems, mean pass rate {h['mean']}, never solved {h['never_solved']}, "
+        f"always solved {h['always_solved']}; {cells}"
+    )
 
 
 def in_window(rate: float, lo: float, hi: float) -> bool:
@@ -344,23 +422,26 @@ def _rows(records: list[dict]) -> list[dict]:
 def render_card(card: dict) -> str:
     """The card as the dataset's README.md."""
     c, h0, h1 = card["counts"], card["histogram_pool"], card["histogram_kept"]
-    table = "\n".join(f"| [{h0['edges'][i]:.1f}, {h0['edges'][i + 1]:.1f}{']' if i == len(h0['counts']) - 1 else ')'} "
-                      f"| {h0['counts'][i]} | {h1['counts'][i]} |" for i in range(len(h0["counts"])))
-    return f"""# {card['name']}
+    table = "\n".join(
+        f"| [{h0['edges'][i]:.1f}, {h0['edges'][i + 1]:.1f}{']' if i == len(h0['counts']) - 1 else ')'} "
+        f"| {h0['counts'][i]} | {h1['counts'][i]} |"
+        for i in range(len(h0["counts"]))
+    )
+    return f"""# {card["name"]}
 
 A "perfectible" problem set (the sanity test of "Defeating the Training-Inference Mismatch via FP16"):
-problems whose pass rate over {card['n_samples']} samples of `{card['model']}` ({card['engine']} engine,
-{card['dtype']}) lies in [{card['window'][0]}, {card['window'][1]}]. Built by `nbkit.tasks.dataset.build`
-(notebook `notebooks/01_build_dataset.ipynb`) on {card['created']} in {card['time_seconds']:.0f} s.
+problems whose pass rate over {card["n_samples"]} samples of `{card["model"]}` ({card["engine"]} engine,
+{card["dtype"]}) lies in [{card["window"][0]}, {card["window"][1]}]. Built by `nbkit.tasks.dataset.build`
+(notebook `notebooks/01_build_dataset.ipynb`) on {card["created"]} in {card["time_seconds"]:.0f} s.
 
-- source: `{card['task']['source']}`, template `{card['task']['template']}`, grader `{card['task']['grader']}`
-- sampling: temperature {card['sampling']['temperature']}, top_p {card['sampling']['top_p']},
-  max_tokens {card['sampling']['max_tokens']}, seed {card['seed']}
-- pool {c['pool']}, unparsable reference answers {c['unparsable_answers']}, duplicates {c['duplicates']},
-  evaluated {c['evaluated']}; **kept {c['kept']}**, below the window {c['below']}, above it {c['above']}
-- responses without an answer: {card['responses_without_answer']} of {card['responses_total']};
-  truncated at max_tokens: {card['responses_truncated']}
-- mean pass rate: pool {h0['mean']}, kept {h1['mean']}
+- source: `{card["task"]["source"]}`, template `{card["task"]["template"]}`, grader `{card["task"]["grader"]}`
+- sampling: temperature {card["sampling"]["temperature"]}, top_p {card["sampling"]["top_p"]},
+  max_tokens {card["sampling"]["max_tokens"]}, seed {card["seed"]}
+- pool {c["pool"]}, unparsable reference answers {c["unparsable_answers"]}, duplicates {c["duplicates"]},
+  evaluated {c["evaluated"]}; **kept {c["kept"]}**, below the window {c["below"]}, above it {c["above"]}
+- responses without an answer: {card["responses_without_answer"]} of {card["responses_total"]};
+  truncated at max_tokens: {card["responses_truncated"]}
+- mean pass rate: pool {h0["mean"]}, kept {h1["mean"]}
 
 | pass rate | pool | kept |
 |---|---|---|
@@ -438,25 +519,40 @@ def build(task: Task, cfg: BuildConfig, engine=None, progress: bool = True, work
             unique.append(p)
     checkable = [p for p in unique if task.answer_ok(p["answer"])]
     if not checkable:
-        raise ValueError(f"none of the {len(unique)} reference answers of {task.cfg.source!r} can be parsed "
-                         f"by grader {task.cfg.grader!r} (e.g. {unique[0]['answer']!r})")
+        raise ValueError(
+            f"none of the {len(unique)} reference answers of {task.cfg.source!r} can be parsed "
+            f"by grader {task.cfg.grader!r} (e.g. {unique[0]['answer']!r})"
+        )
     records, sampled = estimate_pass_rates(task, checkable, cfg, engine, progress, workers)
     kept, rejected = select_window(records, cfg.lo, cfg.hi)
     rates = [r["pass_rate"] for r in records]
     card = {
-        "name": cfg.name, "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "model": cfg.model, "engine": cfg.engine, "dtype": cfg.dtype, "n_samples": cfg.n_samples,
-        "window": [cfg.lo, cfg.hi], "seed": cfg.seed,
+        "name": cfg.name,
+        "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "model": cfg.model,
+        "engine": cfg.engine,
+        "dtype": cfg.dtype,
+        "n_samples": cfg.n_samples,
+        "window": [cfg.lo, cfg.hi],
+        "seed": cfg.seed,
         "sampling": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
         "task": {k: v for k, v in asdict(task.cfg).items()},
-        "counts": {"pool": len(task.problems), "duplicates": len(task.problems) - len(unique),
-                   "unparsable_answers": len(unique) - len(checkable), "evaluated": len(records),
-                   "sampled_this_run": sampled, "from_cache": len(records) - sampled, "kept": len(kept),
-                   "below": sum(r < cfg.lo - 1e-9 for r in rates), "above": sum(r > cfg.hi + 1e-9 for r in rates)},
+        "counts": {
+            "pool": len(task.problems),
+            "duplicates": len(task.problems) - len(unique),
+            "unparsable_answers": len(unique) - len(checkable),
+            "evaluated": len(records),
+            "sampled_this_run": sampled,
+            "from_cache": len(records) - sampled,
+            "kept": len(kept),
+            "below": sum(r < cfg.lo - 1e-9 for r in rates),
+            "above": sum(r > cfg.hi + 1e-9 for r in rates),
+        },
         "responses_total": sum(r["n_samples"] for r in records),
         "responses_without_answer": sum(r["n_no_answer"] for r in records),
         "responses_truncated": sum(r["n_truncated"] for r in records),
-        "histogram_pool": histogram(rates), "histogram_kept": histogram([r["pass_rate"] for r in kept]),
+        "histogram_pool": histogram(rates),
+        "histogram_kept": histogram([r["pass_rate"] for r in kept]),
         "sampling_seconds": round(sum(r["seconds"] for r in records), 2),
     }
     card["time_seconds"] = round(time.perf_counter() - t0, 2)

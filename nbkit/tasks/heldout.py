@@ -8,6 +8,7 @@ the training set's difficulty, and none of them was ever trained on::
 
     nbkit build heldout            # ~2-4 minutes on 2 CPU cores
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,8 +23,9 @@ POOL_SIZE = 600
 """Additions drawn before the seen ones are removed and the pass-rate window is applied (~58 % are kept)."""
 
 
-def seen_tiny_arith_problems(recipe: tiny_arith.TinyArithConfig = tiny_arith.TinyArithConfig(),
-                             train_pool: str = "data/tiny_arith_sanity") -> list[dict]:
+def seen_tiny_arith_problems(
+    recipe: tiny_arith.TinyArithConfig = tiny_arith.TinyArithConfig(), train_pool: str = "data/tiny_arith_sanity"
+) -> list[dict]:
     """Every problem tiny-arith has seen: its SFT problems (the shipped recipe's ``steps × batch_size`` additions
     of seed ``recipe.seed``) and every problem of the training set's pool (kept or not)."""
     import pyarrow.parquet as pq
@@ -39,15 +41,30 @@ def unseen(problems: list[dict], seen: list[dict]) -> list[dict]:
     return [p for p in problems if p["problem"] not in texts]
 
 
-def build_tiny_arith(name: str = "tiny_arith_heldout", pool_size: int = POOL_SIZE, seed: int = JUDGE_SEED,
-                     train_set: str = "data/tiny_arith_sanity", progress: bool = True) -> dataset.BuildResult:
+def build_tiny_arith(
+    name: str = "tiny_arith_heldout",
+    pool_size: int = POOL_SIZE,
+    seed: int = JUDGE_SEED,
+    train_set: str = "data/tiny_arith_sanity",
+    progress: bool = True,
+) -> dataset.BuildResult:
     """Build the tiny-arith judge set with the training set's own sampling settings (read from its card)."""
     card = dataset.load_card(paths.ROOT / train_set)
-    task = tasks.make_task(tasks.TaskConfig(source="arith", pool_size=pool_size, seed=seed, template="raw",
-                                            grader="arith"))
+    task = tasks.make_task(
+        tasks.TaskConfig(source="arith", pool_size=pool_size, seed=seed, template="raw", grader="arith")
+    )
     task = replace(task, problems=unseen(task.problems, seen_tiny_arith_problems(train_pool=train_set)))
-    cfg = dataset.BuildConfig(name=name, model=card["model"], engine=card["engine"], dtype=card["dtype"],
-                              n_samples=card["n_samples"], lo=card["window"][0], hi=card["window"][1], seed=seed,
-                              max_tokens=card["sampling"]["max_tokens"], temperature=card["sampling"]["temperature"],
-                              top_p=card["sampling"]["top_p"])
+    cfg = dataset.BuildConfig(
+        name=name,
+        model=card["model"],
+        engine=card["engine"],
+        dtype=card["dtype"],
+        n_samples=card["n_samples"],
+        lo=card["window"][0],
+        hi=card["window"][1],
+        seed=seed,
+        max_tokens=card["sampling"]["max_tokens"],
+        temperature=card["sampling"]["temperature"],
+        top_p=card["sampling"]["top_p"],
+    )
     return dataset.build(task, cfg, progress=progress)

@@ -16,6 +16,7 @@ wrong sum anywhere makes the final result wrong, so pass rates fall with length,
 The vocabulary is tiny-arith's (``nbkit.tasks.arith.vocabulary``); the reward is tiny-arith's ``arith`` grader (the
 integer after the last ``|`` equals the reference).
 """
+
 from __future__ import annotations
 
 import random
@@ -33,15 +34,23 @@ REGIMES: dict[str, int] = {"short": 9, "medium": 27, "long": 72}
 class LongArithConfig:
     """The length knob and the register width of the chain-of-additions task."""
 
-    steps: int = field(default=REGIMES["medium"], metadata={"help": (
-        "Additions in the chain (1..MAX_STEPS): the response has ``step_tokens * steps + width + 2`` tokens.")})
-    width: int = field(default=2, metadata={"help": (
-        "Digits of the register and of the addend (sums wrap modulo 10^width).")})
+    steps: int = field(
+        default=REGIMES["medium"],
+        metadata={
+            "help": (
+                "Additions in the chain (1..MAX_STEPS): the response has ``step_tokens * steps + width + 2`` tokens."
+            )
+        },
+    )
+    width: int = field(
+        default=2, metadata={"help": ("Digits of the register and of the addend (sums wrap modulo 10^width).")}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
-            raise ValueError(f"steps must be an integer between 1 and {MAX_STEPS} (named regimes: {REGIMES}), "
-                             f"got {self.steps!r}")
+            raise ValueError(
+                f"steps must be an integer between 1 and {MAX_STEPS} (named regimes: {REGIMES}), got {self.steps!r}"
+            )
         if self.width not in WIDTH_CHOICES:
             raise ValueError(f"width must be one of {WIDTH_CHOICES}, got {self.width!r}")
 
@@ -49,8 +58,9 @@ class LongArithConfig:
     def regime(cls, name: str, width: int = 2) -> LongArithConfig:
         """The config of a named length regime (``short``, ``medium``, ``long``)."""
         if name not in REGIMES:
-            raise ValueError(f"unknown length regime {name!r}; choose one of {sorted(REGIMES)} "
-                             f"or give steps=1..{MAX_STEPS}")
+            raise ValueError(
+                f"unknown length regime {name!r}; choose one of {sorted(REGIMES)} or give steps=1..{MAX_STEPS}"
+            )
         return cls(steps=REGIMES[name], width=width)
 
     @property
@@ -72,12 +82,12 @@ def prompt_for(x: int, d: int, cfg: LongArithConfig = LongArithConfig()) -> str:
 
 def answer_for(x: int, d: int, cfg: LongArithConfig = LongArithConfig()) -> str:
     """The result ``(x + d * steps) mod 10^width``, zero-padded to the width."""
-    return f"{(x + d * cfg.steps) % 10 ** cfg.width:0{cfg.width}d}"
+    return f"{(x + d * cfg.steps) % 10**cfg.width:0{cfg.width}d}"
 
 
 def solution_for(x: int, d: int, cfg: LongArithConfig = LongArithConfig()) -> str:
     """The reference response (the steps, ``|``, the result) without the end-of-sequence token."""
-    w, mod, p, lines = cfg.width, 10 ** cfg.width, x, []
+    w, mod, p, lines = cfg.width, 10**cfg.width, x, []
     for left in range(cfg.steps, 0, -1):
         q = (p + d) % mod
         lines.append(f"{left:02d}{p:0{w}d}+{d:0{w}d}={q:0{w}d},")
@@ -87,14 +97,20 @@ def solution_for(x: int, d: int, cfg: LongArithConfig = LongArithConfig()) -> st
 
 def make_problems(n: int, cfg: LongArithConfig = LongArithConfig(), seed: int = 0) -> list[dict]:
     """``n`` distinct seeded problems: dicts with ``problem``, ``answer``, ``solution`` and ``steps``."""
-    space = (10 ** cfg.width) ** 2
+    space = (10**cfg.width) ** 2
     if not 1 <= n <= space:
         raise ValueError(f"n must be between 1 and {space} (distinct width-{cfg.width} problems), got {n!r}")
     rng = random.Random(seed)
     pairs = rng.sample(range(space), n)
     out = []
     for pair in pairs:
-        x, d = divmod(pair, 10 ** cfg.width)
-        out.append({"problem": prompt_for(x, d, cfg), "answer": answer_for(x, d, cfg),
-                    "solution": solution_for(x, d, cfg), "steps": cfg.steps})
+        x, d = divmod(pair, 10**cfg.width)
+        out.append(
+            {
+                "problem": prompt_for(x, d, cfg),
+                "answer": answer_for(x, d, cfg),
+                "solution": solution_for(x, d, cfg),
+                "steps": cfg.steps,
+            }
+        )
     return out

@@ -8,6 +8,7 @@ model right on part of the columns part of the time, so pass rates over 40 sampl
 
     nbkit build tiny-arith            # ~2 minutes on 2 CPU cores
 """
+
 from __future__ import annotations
 
 import json
@@ -69,10 +70,17 @@ def build_model(cfg: TinyArithConfig, max_positions: int = 128):
     torch.manual_seed(cfg.seed)
     vocab = arith.vocabulary()
     config = Qwen2Config(
-        vocab_size=arith.VOCAB_SIZE, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
-        intermediate_size=cfg.intermediate_size, max_position_embeddings=max_positions, tie_word_embeddings=False,
-        eos_token_id=vocab["<eos>"], pad_token_id=vocab["<pad>"], bos_token_id=None,
+        vocab_size=arith.VOCAB_SIZE,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        eos_token_id=vocab["<eos>"],
+        pad_token_id=vocab["<pad>"],
+        bos_token_id=None,
     )
     return Qwen2ForCausalLM(config)
 
@@ -93,7 +101,6 @@ def _batch(tokenizer, problems: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
     return ids, mask, lab
 
 
-
 def sft_step(model, opt, sched, ids, mask, labels) -> float:
     """One SFT step (cross-entropy on the answer tokens, gradients clipped to norm 1); returns the loss."""
     loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
@@ -103,6 +110,7 @@ def sft_step(model, opt, sched, ids, mask, labels) -> float:
     opt.step()
     sched.step()
     return loss.item()
+
 
 def train(cfg: TinyArithConfig = TinyArithConfig(), progress: bool = True, builder=None, name: str = "tiny-arith"):
     """SFT in fp32 from scratch; returns (model, tokenizer, log) with the loss of every step.
@@ -118,22 +126,27 @@ def train(cfg: TinyArithConfig = TinyArithConfig(), progress: bool = True, build
     model.train()
     log = []
     for step in tqdm(range(cfg.steps), desc=f"SFT {name}", disable=not progress):
-        ids, mask, lab = _batch(tokenizer, problems[step * cfg.batch_size:(step + 1) * cfg.batch_size])
+        ids, mask, lab = _batch(tokenizer, problems[step * cfg.batch_size : (step + 1) * cfg.batch_size])
         log.append({"step": step, "loss": sft_step(model, opt, sched, ids, mask, lab)})
     model.eval()
     return model, tokenizer, log
 
 
-def build(out: Path = CHECKPOINT, cfg: TinyArithConfig = TinyArithConfig(), builder=None,
-          name: str = "tiny-arith") -> Path:
+def build(
+    out: Path = CHECKPOINT, cfg: TinyArithConfig = TinyArithConfig(), builder=None, name: str = "tiny-arith"
+) -> Path:
     """Train and save the checkpoint (safetensors, fp32) with its recipe and training log (``builder``: see ``train``)."""
     start = time.time()
     model, tokenizer, log = train(cfg, builder=builder, name=name)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    meta = {"recipe": asdict(cfg), "train_seconds": round(time.time() - start, 1),
-            "parameters": sum(p.numel() for p in model.parameters()), "final_loss": log[-1]["loss"]}
+    meta = {
+        "recipe": asdict(cfg),
+        "train_seconds": round(time.time() - start, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_loss": log[-1]["loss"],
+    }
     (out / "nbkit_build.json").write_text(json.dumps(meta, indent=2))
     (out / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
     return out

@@ -11,6 +11,7 @@ state (``.cache/tiny_long_sft``) so it can run in pieces of a bounded wall time:
 
     nbkit build tiny-long --max-seconds 800     # repeat until it prints the checkpoint path
 """
+
 from __future__ import annotations
 
 import json
@@ -71,9 +72,14 @@ def training_batch(cfg: TinyLongConfig, step: int) -> list[dict]:
     task = long_arith.LongArithConfig(steps=rng.randint(cfg.min_chain, top), width=cfg.width)
     rows = []
     for _ in range(max(2, cfg.batch_tokens // (task.response_tokens + 10))):
-        x, d = rng.randrange(10 ** cfg.width), rng.randrange(10 ** cfg.width)
-        rows.append({"problem": long_arith.prompt_for(x, d, task), "solution": long_arith.solution_for(x, d, task),
-                     "steps": task.steps})
+        x, d = rng.randrange(10**cfg.width), rng.randrange(10**cfg.width)
+        rows.append(
+            {
+                "problem": long_arith.prompt_for(x, d, task),
+                "solution": long_arith.solution_for(x, d, task),
+                "steps": task.steps,
+            }
+        )
     return rows
 
 
@@ -82,8 +88,13 @@ def _without(recipe: dict, keys: tuple) -> dict:
     return {k: v for k, v in recipe.items() if k not in keys}
 
 
-def train(cfg: TinyLongConfig = TinyLongConfig(), max_seconds: float = float("inf"), state: Path = STATE,
-          progress: bool = True, threads: int = 1) -> tuple[object, object, list[dict], bool]:
+def train(
+    cfg: TinyLongConfig = TinyLongConfig(),
+    max_seconds: float = float("inf"),
+    state: Path = STATE,
+    progress: bool = True,
+    threads: int = 1,
+) -> tuple[object, object, list[dict], bool]:
     """SFT in fp32, resuming from ``state``; returns (model, tokenizer, log, finished).
 
     Stops after ``max_seconds`` of this call (saving the state) or at ``cfg.steps`` (finished=True).
@@ -108,25 +119,38 @@ def train(cfg: TinyLongConfig = TinyLongConfig(), max_seconds: float = float("in
         log = saved["log"]
     start = time.time()
     model.train()
-    for step in tqdm(range(len(log), cfg.steps), desc="SFT tiny-long", disable=not progress,
-                     initial=len(log), total=cfg.steps):
+    for step in tqdm(
+        range(len(log), cfg.steps), desc="SFT tiny-long", disable=not progress, initial=len(log), total=cfg.steps
+    ):
         t0 = time.time()
         batch = training_batch(cfg, step)
         ids, mask, lab = tiny_arith._batch(tokenizer, batch)
         loss = tiny_arith.sft_step(model, opt, sched, ids, mask, lab)
-        log.append({"step": step, "loss": loss, "chain": batch[0]["steps"],
-                    "seconds": round(time.time() - t0, 3)})
+        log.append({"step": step, "loss": loss, "chain": batch[0]["steps"], "seconds": round(time.time() - t0, 3)})
         if time.time() - start > max_seconds:
             break
     state.mkdir(parents=True, exist_ok=True)
-    torch.save({"recipe": asdict(cfg), "model": model.state_dict(), "opt": opt.state_dict(),
-                "sched": sched.state_dict(), "log": log}, ckpt)
+    torch.save(
+        {
+            "recipe": asdict(cfg),
+            "model": model.state_dict(),
+            "opt": opt.state_dict(),
+            "sched": sched.state_dict(),
+            "log": log,
+        },
+        ckpt,
+    )
     model.eval()
     return model, tokenizer, log, len(log) >= cfg.steps
 
 
-def build(out: Path = CHECKPOINT, cfg: TinyLongConfig = TinyLongConfig(), max_seconds: float = float("inf"),
-          state: Path = STATE, threads: int = 1) -> Path | None:
+def build(
+    out: Path = CHECKPOINT,
+    cfg: TinyLongConfig = TinyLongConfig(),
+    max_seconds: float = float("inf"),
+    state: Path = STATE,
+    threads: int = 1,
+) -> Path | None:
     """Train (or resume) and, once finished, save the checkpoint with its recipe and log; None while unfinished."""
     model, tokenizer, log, finished = train(cfg, max_seconds=max_seconds, state=state, threads=threads)
     if not finished:
@@ -135,10 +159,14 @@ def build(out: Path = CHECKPOINT, cfg: TinyLongConfig = TinyLongConfig(), max_se
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     tail = log[-20:]
-    meta = {"recipe": asdict(cfg), "task": f"nbkit.tasks.long_arith (chain of additions, steps {cfg.min_chain}..{cfg.max_chain})",
-            "train_seconds": round(sum(r["seconds"] for r in log), 1),
-            "parameters": sum(p.numel() for p in model.parameters()), "final_loss": log[-1]["loss"],
-            "final_loss_mean20": sum(r["loss"] for r in tail) / len(tail)}
+    meta = {
+        "recipe": asdict(cfg),
+        "task": f"nbkit.tasks.long_arith (chain of additions, steps {cfg.min_chain}..{cfg.max_chain})",
+        "train_seconds": round(sum(r["seconds"] for r in log), 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_loss": log[-1]["loss"],
+        "final_loss_mean20": sum(r["loss"] for r in tail) / len(tail),
+    }
     (out / "nbkit_build.json").write_text(json.dumps(meta, indent=2))
     (out / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
     return out

@@ -10,6 +10,7 @@ No load-balancing loss is added (tiny-arith's recipe has none); ``nbkit_build.js
 
     nbkit build tiny-moe             # ~5 minutes on 2 CPU cores
 """
+
 from __future__ import annotations
 
 import json
@@ -45,12 +46,21 @@ def build_model(cfg: TinyMoeConfig):
     torch.manual_seed(cfg.seed)
     vocab = arith.vocabulary()
     config = Qwen3MoeConfig(
-        vocab_size=arith.VOCAB_SIZE, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
-        head_dim=cfg.hidden_size // cfg.num_heads, intermediate_size=cfg.intermediate_size,
-        moe_intermediate_size=cfg.moe_intermediate_size, num_experts=cfg.num_experts,
-        num_experts_per_tok=cfg.top_k, max_position_embeddings=128, tie_word_embeddings=False,
-        eos_token_id=vocab["<eos>"], pad_token_id=vocab["<pad>"], bos_token_id=None,
+        vocab_size=arith.VOCAB_SIZE,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        head_dim=cfg.hidden_size // cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        moe_intermediate_size=cfg.moe_intermediate_size,
+        num_experts=cfg.num_experts,
+        num_experts_per_tok=cfg.top_k,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        eos_token_id=vocab["<eos>"],
+        pad_token_id=vocab["<pad>"],
+        bos_token_id=None,
     )
     return Qwen3MoeForCausalLM(config)
 
@@ -77,8 +87,11 @@ def build(out: Path = CHECKPOINT, cfg: TinyMoeConfig = TinyMoeConfig()) -> Path:
 
     model, tokenizer = AutoModelForCausalLM.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
     meta = json.loads((out / "nbkit_build.json").read_text())
-    meta.update(architecture="Qwen3MoeForCausalLM",
-                active_parameters=active_parameters(model), expert_load=expert_load(model, tokenizer))
+    meta.update(
+        architecture="Qwen3MoeForCausalLM",
+        active_parameters=active_parameters(model),
+        expert_load=expert_load(model, tokenizer),
+    )
     (out / "nbkit_build.json").write_text(json.dumps(meta, indent=2))
     return out
 

@@ -8,6 +8,7 @@ vLLM sleep when it starts (``nbkit.rl.sizing``), and the estimate is that choice
 padded to the longest prompt ``PROMPT_BUDGET`` + ``max_tokens``. ``nbkit plan`` re-sizes its
 own multi-GPU commands with the same model.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -54,19 +55,33 @@ def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
         out.append(("03_rl_training", f"GRPO family, {dtype}", replace(base, train_dtype=dtype)))
     if p03.get("ppo_steps"):
         shared = {k: getattr(base, k) for k in ppo.SHARED_WITH_GRPO}
-        overrides = {**shared, "rollout_engine": p03.get("ppo_rollout_engine", "hf"),
-                     "critic_lr": p03.get("ppo_critic_lr", 2e-4), **p03.get("ppo_overrides", {})}
+        overrides = {
+            **shared,
+            "rollout_engine": p03.get("ppo_rollout_engine", "hf"),
+            "critic_lr": p03.get("ppo_critic_lr", 2e-4),
+            **p03.get("ppo_overrides", {}),
+        }
         for dtype in ("fp16", "bf16"):
             out.append(("03_rl_training", f"PPO (critic), {dtype}", ppo.base_config(**overrides, train_dtype=dtype)))
     p05 = PROFILES[profile].get("05_precision_ablation", {})
     if p05.get("live_pairs"):
-        cfg = config_from({"train_dtype": "bf16", "prompts_per_step": p05.get("live_prompts_per_step", 16),
-                           "samples_per_prompt": p05.get("live_samples_per_prompt", 8),
-                           **p05.get("config_overrides", {})})
+        cfg = config_from(
+            {
+                "train_dtype": "bf16",
+                "prompts_per_step": p05.get("live_prompts_per_step", 16),
+                "samples_per_prompt": p05.get("live_samples_per_prompt", 8),
+                **p05.get("config_overrides", {}),
+            }
+        )
         _ = ablation  # the grid's own base_config also moves vLLM to HF where vLLM is missing: sizes are the same
         for train, rollout in p05["live_pairs"]:
-            out.append(("05_precision_ablation", f"train {train} / rollout {rollout}",
-                        replace(cfg, train_dtype=train, rollout_dtype=rollout)))
+            out.append(
+                (
+                    "05_precision_ablation",
+                    f"train {train} / rollout {rollout}",
+                    replace(cfg, train_dtype=train, rollout_dtype=rollout),
+                )
+            )
     return out
 
 
@@ -90,11 +105,17 @@ def budget(profile: str = "gpu", gpu_gib: float = 80) -> list[Row]:
 
 def table(rows: list[Row]) -> str:
     """Markdown table of ``rows``."""
-    lines = ["| notebook | run | sequences per micro-batch | states | activations | vLLM (colocated) | peak of "
-             f"{rows[0].gpu_gib:g} GiB |" if rows else "", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| notebook | run | sequences per micro-batch | states | activations | vLLM (colocated) | peak of "
+        f"{rows[0].gpu_gib:g} GiB |"
+        if rows
+        else "",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         vllm = f"{r.vllm_gib:.1f}{', asleep in the update' if r.sleeps else ''}"
-        lines.append(f"| {r.notebook} | {r.run} | {r.micro_batch} | {r.states_gib:.1f} | {r.activations_gib:.1f} | "
-                     f"{vllm} | {r.peak_gib:.1f}{'' if r.fits else ' (does not fit)'} |")
+        lines.append(
+            f"| {r.notebook} | {r.run} | {r.micro_batch} | {r.states_gib:.1f} | {r.activations_gib:.1f} | "
+            f"{vllm} | {r.peak_gib:.1f}{'' if r.fits else ' (does not fit)'} |"
+        )
     return "\n".join(lines)
-

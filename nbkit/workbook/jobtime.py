@@ -10,6 +10,7 @@ there is none the estimate says it extrapolates across kernel families.
     nbkit jobtime                      # the estimate for this CPU and profile cpu (``nbkit.cli.jobtime``)
     nbkit jobtime record reports       # append a finished report's measured times to the stored records
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,9 +64,11 @@ def cpu() -> dict:
 def describe_cpu(here: dict) -> str:
     """One line naming a CPU record (``cpu()``, or a stored record): model, flags, policy, and any emulation."""
     caps = here.get("kernel_caps") or {}
-    return (f"{here['cpu']} ({', '.join(here['cpu_flags']) or 'no half flags'}; gemm auto = {here['gemm_auto']}"
-            + (f"; kernels capped by {', '.join(f'{k}={v}' for k, v in caps.items())}: an emulation" if caps else "")
-            + ")")
+    return (
+        f"{here['cpu']} ({', '.join(here['cpu_flags']) or 'no half flags'}; gemm auto = {here['gemm_auto']}"
+        + (f"; kernels capped by {', '.join(f'{k}={v}' for k, v in caps.items())}: an emulation" if caps else "")
+        + ")"
+    )
 
 
 def cpu_header() -> str:
@@ -76,8 +79,10 @@ def cpu_header() -> str:
     import torch
 
     here = cpu()
-    return (f"CPU: {describe_cpu(here)}, {here['cores']} cores; torch threads {torch.get_num_threads()}; "
-            f"load average {os.getloadavg()[0]:.2f}")
+    return (
+        f"CPU: {describe_cpu(here)}, {here['cores']} cores; torch threads {torch.get_num_threads()}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
 
 
 def records(path: Path = TIMINGS) -> list[dict]:
@@ -117,11 +122,15 @@ class Estimate:
 
     def describe(self) -> str:
         r = self.reference
-        line = (f"estimate ~{self.total / 60:.0f} min: the notebooks' times measured on {describe_cpu(r)} at "
-                f"{r['commit']} on {r['date']}, scaled x{self.scale:.2f} by this CPU's calibration")
+        line = (
+            f"estimate ~{self.total / 60:.0f} min: the notebooks' times measured on {describe_cpu(r)} at "
+            f"{r['commit']} on {r['date']}, scaled x{self.scale:.2f} by this CPU's calibration"
+        )
         if not self.same_policy:
-            line += (" -- that CPU ran another GEMM policy than this one: an extrapolation across kernel families, "
-                     "expect a larger error")
+            line += (
+                " -- that CPU ran another GEMM policy than this one: an extrapolation across kernel families, "
+                "expect a larger error"
+            )
         if self.unknown:
             line += f"; no reference time for {self.unknown}"
         if self.changed:
@@ -131,8 +140,10 @@ class Estimate:
         own = [s for s, how in self.learned.items() if how == "own"]
         ratio = [s for s, how in self.learned.items() if how == "ratio"]
         if own:
-            line += (f"; learned on this kind of CPU: {len(own)} notebook(s) from its own report at "
-                     f"{self.own['commit']} on {self.own['date']}")
+            line += (
+                f"; learned on this kind of CPU: {len(own)} notebook(s) from its own report at "
+                f"{self.own['commit']} on {self.own['date']}"
+            )
         if ratio:
             line += f"; {len(ratio)} corrected by the measured / estimated ratios of that report"
         return line
@@ -151,13 +162,21 @@ def code_fingerprint(stem: str, commit: str | None = None) -> str | None:
         if commit is None:
             text = path.read_text()
         else:
-            text = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:notebooks/{stem}.ipynb"],
-                                  capture_output=True, text=True, check=True, timeout=30).stdout
+            text = subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"{commit}:notebooks/{stem}.ipynb"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=30,
+            ).stdout
         cells = json.loads(text)["cells"]
     except (OSError, ValueError, KeyError, subprocess.SubprocessError):
         return None
-    code = ["".join(c["source"]) for c in cells
-            if c.get("cell_type") == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])]
+    code = [
+        "".join(c["source"])
+        for c in cells
+        if c.get("cell_type") == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])
+    ]
     return hashlib.sha256(json.dumps(code).encode()).hexdigest()[:12]
 
 
@@ -177,9 +196,16 @@ def _same_code(rec: dict, stem: str, code: dict[str, str | None] | None) -> bool
     return then is None or then == code[stem]
 
 
-def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
-             stored: list[dict] | None = None, parameters: dict[str, dict] | None = None,
-             effective: dict[str, dict] | None = None, code: dict[str, str | None] | None = None) -> Estimate | None:
+def estimate(
+    stems: list[str],
+    profile: str,
+    calibration: dict,
+    here: dict,
+    stored: list[dict] | None = None,
+    parameters: dict[str, dict] | None = None,
+    effective: dict[str, dict] | None = None,
+    code: dict[str, str | None] | None = None,
+) -> Estimate | None:
     """The estimate for ``stems`` of ``profile`` on this CPU (``here``: ``cpu()``) from the newest stored record of
     that profile, preferring one made under the same GEMM policy, and among those one made on a CPU running its
     own kernels over an emulation; None when no record of the profile exists.
@@ -203,20 +229,28 @@ def estimate(stems: list[str], profile: str, calibration: dict, here: dict,
     changed = [s for s in stems if now is not None and s in before and before[s] != now.get(s)]
     est = Estimate(seconds, scale, ref, bool(same), [s for s in stems if s not in ref["notebooks"]], changed)
     est = learn(est, pool, calibration, here, parameters, effective)
-    est.rewritten = [s for s in est.seconds
-                     if not _same_code(est.own if est.learned.get(s) == "own" else ref, s, code)]
+    est.rewritten = [s for s in est.seconds if not _same_code(est.own if est.learned.get(s) == "own" else ref, s, code)]
     return est
 
 
 def same_cpu(a: dict, b: dict) -> bool:
     """Whether two CPU records (``cpu()``, stored records) are one kind of CPU: the same model name, half-precision
     flags, GEMM policy and kernel caps (an emulation is its own kind)."""
-    return (a.get("cpu") is not None and all(a.get(k) == b.get(k) for k in ("cpu", "cpu_flags", "gemm_auto"))
-            and (a.get("kernel_caps") or {}) == (b.get("kernel_caps") or {}))
+    return (
+        a.get("cpu") is not None
+        and all(a.get(k) == b.get(k) for k in ("cpu", "cpu_flags", "gemm_auto"))
+        and (a.get("kernel_caps") or {}) == (b.get("kernel_caps") or {})
+    )
 
 
-def learn(est: Estimate, pool: list[dict], calibration: dict, here: dict, parameters: dict[str, dict] | None = None,
-          effective: dict[str, dict] | None = None) -> Estimate:
+def learn(
+    est: Estimate,
+    pool: list[dict],
+    calibration: dict,
+    here: dict,
+    parameters: dict[str, dict] | None = None,
+    effective: dict[str, dict] | None = None,
+) -> Estimate:
     """The estimate corrected by what the reports made on this kind of CPU (``same_cpu``) measured; per notebook:
 
     1. ``own``: the newest such report ran this notebook with today's parameters — its measured time as it is
@@ -242,8 +276,9 @@ def learn(est: Estimate, pool: list[dict], calibration: dict, here: dict, parame
         same_params = now is None or (stem in before and before[stem] == now.get(stem))
         if stem in own["notebooks"] and same_params:
             est.seconds[stem], est.learned[stem] = own["notebooks"][stem], "own"
-        elif (stem in est.seconds and guessed.get(stem) and stem in own["notebooks"]
-              and not same_cpu(est.reference, here)):  # the reference is another CPU's: correct it once
+        elif (
+            stem in est.seconds and guessed.get(stem) and stem in own["notebooks"] and not same_cpu(est.reference, here)
+        ):  # the reference is another CPU's: correct it once
             est.seconds[stem] *= own["notebooks"][stem] / guessed[stem]
             est.learned[stem] = "ratio"
     est.unknown = [s for s in est.unknown if s not in est.seconds]
@@ -260,10 +295,17 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
         raise ValueError(f"{report_dir}: notebooks {failed} failed; only a complete run is a reference")
     if "calibration" not in run:
         raise ValueError(f"{report_dir}/run.json has no calibration (made before nbkit.workbook.jobtime existed)")
-    rec = {"profile": prov["profile"], **run["cpu"], "calibration": run["calibration"], "commit": prov["commit"],
-           "date": prov["date"], "fresh_clone": fresh_clone, "note": note,
-           "notebooks": {n["stem"]: round(n["seconds"], 1) for n in run["notebooks"]},
-           "parameters": {n["stem"]: n["parameters"] for n in run["notebooks"]}}
+    rec = {
+        "profile": prov["profile"],
+        **run["cpu"],
+        "calibration": run["calibration"],
+        "commit": prov["commit"],
+        "date": prov["date"],
+        "fresh_clone": fresh_clone,
+        "note": note,
+        "notebooks": {n["stem"]: round(n["seconds"], 1) for n in run["notebooks"]},
+        "parameters": {n["stem"]: n["parameters"] for n in run["notebooks"]},
+    }
     code = {n["stem"]: code_fingerprint(n["stem"]) for n in run["notebooks"]}  # the checkout that made the report
     if any(code.values()):
         rec["code"] = {k: v for k, v in code.items() if v}
@@ -271,8 +313,9 @@ def record(report_dir: Path, *, fresh_clone: bool, note: str = "", path: Path = 
         rec["effective_parameters"] = {n["stem"]: {**n["defaults"], **n["parameters"]} for n in run["notebooks"]}
     if run.get("estimate"):  # what was printed before it ran: the next estimate on this kind of CPU learns from it
         rec["estimated"] = {k: round(v, 1) for k, v in run["estimate"].items()}
-        rec["measured_over_estimated"] = {k: round(rec["notebooks"][k] / v, 3) for k, v in run["estimate"].items()
-                                          if k in rec["notebooks"] and v}
+        rec["measured_over_estimated"] = {
+            k: round(rec["notebooks"][k] / v, 3) for k, v in run["estimate"].items() if k in rec["notebooks"] and v
+        }
     rows = records(path)
     rows.append(rec)
     Path(path).parent.mkdir(parents=True, exist_ok=True)

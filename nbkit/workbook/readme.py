@@ -10,6 +10,7 @@ registry: ``presets`` (``nbkit.rl.algorithms.ALGORITHMS`` and ``CORRECTIONS``), 
 ``tests/test_readme_registries.py`` fails when the file is out of date, as ``tests/test_results_md.py`` does for
 RESULTS.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,16 @@ def presets() -> str:
     """The RL presets (loss, corrections, trainer) and the corrections ``correction=`` can put into any of them."""
     from nbkit.rl import algorithms as A
 
-    rows = [{"preset": f"`{a.name}`", "loss": f"`{a.loss}`", "corrections": _code(a.corrections),
-             "trainer": f"`{A.TRAINERS[a.trainer].path.split(':')[1]}`", "what it does": a.summary}
-            for a in A.ALGORITHMS.values()]
+    rows = [
+        {
+            "preset": f"`{a.name}`",
+            "loss": f"`{a.loss}`",
+            "corrections": _code(a.corrections),
+            "trainer": f"`{A.TRAINERS[a.trainer].path.split(':')[1]}`",
+            "what it does": a.summary,
+        }
+        for a in A.ALGORITHMS.values()
+    ]
     fixes = [{"correction": f"`{c.name}`", "what it does": c.summary} for c in A.CORRECTIONS.values()]
     return markdown_table(rows) + "\n\n" + markdown_table(fixes)
 
@@ -50,9 +58,14 @@ def formats() -> str:
         fmts = list(fmts)
         names = [f.name for f in fmts]
         listed = f"`{names[0]}` … `{names[-1]}`" if len(names) >= 4 else _code(names)
-        rows.append({"formats": listed, "base dtype": " / ".join(dict.fromkeys(f.base for f in fmts)),
-                     "GEMMs": F.SCHEMES[scheme].summary,
-                     "vLLM runs it": _code(f.name for f in fmts if f.vllm_quantization) or "—"})
+        rows.append(
+            {
+                "formats": listed,
+                "base dtype": " / ".join(dict.fromkeys(f.base for f in fmts)),
+                "GEMMs": F.SCHEMES[scheme].summary,
+                "vLLM runs it": _code(f.name for f in fmts if f.vllm_quantization) or "—",
+            }
+        )
     return markdown_table(rows)
 
 
@@ -60,10 +73,16 @@ def metrics() -> str:
     """The mismatch metrics: key, what a run logs per step, other libraries' names, meaning."""
     from nbkit import metrics as M
 
-    rows = [{"metric": f"`{m.key}`", "per RL step as": _code(f"mismatch/{n}" for n in m.logged) or "—",
-             "also logged by Oat/verl/TRL as": _code(m.aliases) or "—",
-             "headline": "yes" if m.headline else ("CI" if m.ci else ""), "meaning": m.meaning}
-            for m in M.MISMATCH.values()]
+    rows = [
+        {
+            "metric": f"`{m.key}`",
+            "per RL step as": _code(f"mismatch/{n}" for n in m.logged) or "—",
+            "also logged by Oat/verl/TRL as": _code(m.aliases) or "—",
+            "headline": "yes" if m.headline else ("CI" if m.ci else ""),
+            "meaning": m.meaning,
+        }
+        for m in M.MISMATCH.values()
+    ]
     return f"Metrics version {M.VERSION} (on every stored study's card).\n\n" + markdown_table(rows)
 
 
@@ -71,13 +90,14 @@ def studies() -> str:
     """The stored studies (RESULTS.md's sections), with the notebook that draws each."""
     from nbkit.studies.catalog import STUDIES
 
-    rows = [{"study": f"`{s.name}`", "title": s.title, "notebook": f"`{s.notebook}`" if s.notebook else "—"}
-            for s in STUDIES.values()]
+    rows = [
+        {"study": f"`{s.name}`", "title": s.title, "notebook": f"`{s.notebook}`" if s.notebook else "—"}
+        for s in STUDIES.values()
+    ]
     return markdown_table(rows)
 
 
-BLOCKS: dict[str, Callable[[], str]] = {"presets": presets, "formats": formats, "metrics": metrics,
-                                        "studies": studies}
+BLOCKS: dict[str, Callable[[], str]] = {"presets": presets, "formats": formats, "metrics": metrics, "studies": studies}
 """Block name → its renderer."""
 
 

