@@ -1,7 +1,7 @@
 """One entry point for an RL run: ``train(RLConfig(...))``; ``resume`` continues a killed run.
 
 Everything that can be wrong with the request is checked before a model is loaded: the config itself, the run
-folder (``runfolder.plan_run``: a fresh run never mixes with an earlier one, a resume only continues the same
+folder (``runfolder.RunFolder``: a fresh run never mixes with an earlier one, a resume only continues the same
 run), the dataset (exists, enough problems with answers the grader can read), the model ref, the prompts (each
 one tokenizes to something, nothing the tokenizer cannot represent, fits the model's context with
 ``max_tokens``), the reward function (called once).
@@ -18,8 +18,7 @@ import nbkit.rl.algorithms as algorithms
 import nbkit.rl.judge as judge
 import nbkit.rl.launch as launch
 import nbkit.rl.lora as lora
-import nbkit.rl.runfolder as runfolder
-from nbkit import lm_head, logs, models, outputs, tasks, versions
+from nbkit import lm_head, logs, models, tasks, versions
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
 from nbkit.rl.inputs import (  # noqa: F401 - re-exported: a run's input rules, as before
@@ -31,9 +30,8 @@ from nbkit.rl.inputs import (  # noqa: F401 - re-exported: a run's input rules, 
     needed_context,
     per_device_batch,
 )
-from nbkit.rl.monitor import CollapseAlarm
+from nbkit.rl.runfolder import RunFolder
 from nbkit.rl.trackers import check_report_to
-from nbkit.runlog import MetricsLog
 
 
 @dataclass
@@ -125,14 +123,15 @@ def check_reward(fn, problems: list[dict]) -> None:
 
 
 def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
-    """TRL's ``GRPOConfig`` for the run (precision, batch geometry, the algorithm preset, checkpoints);
-    ``max_model_length``: the vLLM context the run needs (``check_prompts``: longest prompt + ``max_tokens``)."""
+    """TRL's ``GRPOConfig`` for the run (precision, batch geometry, the algorithm preset, the run folder's
+    checkpoints); ``max_model_length``: the vLLM context the run needs (``check_prompts``: longest prompt +
+    ``max_tokens``)."""
     from trl import GRPOConfig
 
     return GRPOConfig(
         **{
             **dict(
-                output_dir=str(cfg.out),
+                **RunFolder(cfg).checkpoint_args(),
                 max_steps=cfg.steps,
                 learning_rate=cfg.lr,
                 lr_scheduler_type="constant",
@@ -155,9 +154,6 @@ def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
                 report_to=cfg.report_to,
                 disable_tqdm=False,
                 use_cpu=not _has_accelerator(),
-                save_strategy="steps" if cfg.checkpoint_every else "no",
-                save_steps=cfg.checkpoint_every or 500,
-                save_total_limit=cfg.save_total_limit,
                 vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                 vllm_max_model_length=max_model_length,
                 vllm_enable_sleep_mode=cfg.vllm_sleep_mode,
@@ -208,18 +204,14 @@ def _quiet_console(trainer) -> None:
 def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     """Run (or with ``cfg.resume`` continue) one RL fine-tuning run; returns its metrics.
 
-    A resume of a finished run with no more steps returns the run's rows without training. The run folder must
-    pass ``outputs.check_folder`` (nothing is written into a folder that is not the workbook's), then this process
-    holds its lock until the run ends (``runfolder.hold``): a second process on it is refused."""
-    outputs.check_folder(cfg.out, runfolder.KIND, "run folder")
-    lock = runfolder.hold(cfg.out, world()[0])
-    try:
-        return _train(cfg, progress)
-    finally:
-        lock.release()
+    A resume of a finished run with no more steps returns the run's rows without training. The run folder
+    (``RunFolder.open``) must be the workbook's (nothing is written into a folder that is not), then this process
+    holds its lock until the run ends: a second process on it is refused."""
+    with RunFolder.open(cfg, world()[0]) as folder:
+        return _train(cfg, folder, progress)
 
 
-def _train(cfg: RLConfig, progress: bool) -> RunResult:
+def _train(cfg: RLConfig, folder: RunFolder, progress: bool) -> RunResult:
     """``train`` with the run folder's lock held."""
     rank, world_size = world()
     micro_batch(cfg, world_size)  # fails before anything loads
@@ -241,23 +233,18 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
 
     start = time.time()
     cfg, _ = sizing.for_device(cfg, world_size, rank=rank)  # a GPU's micro-batch and vLLM sleep: memory estimate
-    plan = runfolder.plan_run(cfg)  # reads only: refusals come before anything is changed or loaded
+    plan = folder.decide(cfg)  # reads only: refusals come before anything is changed or loaded
     out = cfg.out
     if plan.action == "finished":
         print(f"[nbkit] {plan.message}", flush=True)
-        return RunResult(out, MetricsLog.read(out / "metrics.jsonl"), time.time() - start, [])
+        return RunResult(out, folder.rows(), time.time() - start, [])
     task, problems = load_task(cfg)
     judge_set = judge.load_set(cfg, problems) if cfg.judge_every else None  # refused here, not mid-run
     reward = reward_function(task, cfg.reward, cfg.max_tokens)
     check_reward(reward, problems)
     reward.tally.clear()  # the check's call is not a training step
     path = models.resolve(cfg.model)
-    rank_log = MetricsLog(out / "ranks" / f"rank-{rank}.jsonl") if world_size > 1 else None
-    if rank_log is not None:  # each process keeps its own log in step with the run's
-        if plan.checkpoint:
-            rank_log.truncate_after(int(plan.checkpoint.name.split("-")[-1]))
-        else:
-            rank_log.path.unlink(missing_ok=True)
+    rank_log = folder.rank_log(world_size)  # each process keeps its own log in step with the run's
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -286,19 +273,18 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
             peft_config=peft_config,
             run=cfg,
         )
-    log = MetricsLog(out / "metrics.jsonl")  # written by rank 0 only (runfolder.begin prepares it)
+    log = folder.log  # written by rank 0 only (the folder's callback prepares it)
     logger = StepLogger(
         trainer,
         log,
-        CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor, cfg.collapse_reward_drop),
+        folder.alarm(),
         cfg.max_consecutive_skips,
         reward_tally=reward.tally,
         rank_log=rank_log,
         accuracy=cfg.reward == "correctness",
     )
     trainer.callback_handler.callbacks.insert(0, logger)  # first: its row reaches the trackers' on_log
-    folder = runfolder.RunFolderCallback(plan, cfg, trainer, logger)
-    trainer.add_callback(folder)
+    trainer.add_callback(folder.callback(trainer, logger))
     if judge_set is not None:  # after the logger (it adds to the row the logger holds) and the folder (begun)
         trainer.add_callback(
             judge.JudgeCallback(
@@ -307,23 +293,20 @@ def _train(cfg: RLConfig, progress: bool) -> RunResult:
         )
     _quiet_console(trainer)
     try:
-        trainer.train(resume_from_checkpoint=str(plan.checkpoint) if plan.checkpoint else None)
+        trainer.train(resume_from_checkpoint=str(folder.checkpoint) if folder.checkpoint else None)
     finally:
         trainer.close()
     if trainer.accelerator.num_processes > 1:  # rank 0's last row is written before anyone reads the log
         trainer.accelerator.wait_for_everyone()  # (single process: closing a colocated vLLM may end its group)
     result = RunResult(out, log.rows(), time.time() - start, logger.alarms)
-    if rank == 0:
-        outputs.write_json(
-            out / "summary.json",
-            {
-                "run_id": folder.run_id,
-                "final_accuracy": result.final_accuracy,
-                "steps": result.steps,
-                "last_step": result.rows[-1]["step"] if result.rows else 0,
-                "seconds": result.seconds,
-                "alarms": result.alarms,
-                "num_processes": world_size,
-            },
-        )
+    folder.finish(
+        {
+            "final_accuracy": result.final_accuracy,
+            "steps": result.steps,
+            "last_step": result.rows[-1]["step"] if result.rows else 0,
+            "seconds": result.seconds,
+            "alarms": result.alarms,
+            "num_processes": world_size,
+        }
+    )
     return result

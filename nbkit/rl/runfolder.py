@@ -15,6 +15,13 @@ once finished, and the marker of ``nbkit.outputs`` with the run's id. The rules:
 - ``plan_run`` only reads: every refusal happens before a model is loaded. ``begin`` makes the changes
   (clear, marker, ``config.json``, metrics truncated to the checkpoint) once training is about to start.
 
+``RunFolder`` is the one object ``train`` asks about its folder: ``RunFolder.open(cfg)`` checks the folder is the
+workbook's and takes its lock, ``decide`` plans the run (fresh / resume / finished, or a refusal), and the folder
+then hands out the metrics log, the checkpoint to resume from, TRL's checkpoint settings, the callback that begins
+the folder and saves the workbook's state with each checkpoint, and writes ``summary.json`` at the end. The
+functions below are its parts (the grid and the CLI read the folder without training: ``plan_run``,
+``checkpoints``, ``last_logged_step``).
+
 The state saved with each checkpoint (``STATE_FILE``, written right after it) is what transformers does not save
 itself: the rollout seed counter and the skipped-step counts, so that a resumed run continues exactly as the
 uninterrupted one. A checkpoint without it (written before it existed, or a kill in between) gets the same
@@ -33,6 +40,7 @@ from transformers import TrainerCallback
 
 from nbkit import outputs
 from nbkit.locks import LOCK, FolderLock
+from nbkit.rl.monitor import CollapseAlarm
 from nbkit.runlog import MetricsLog
 
 KIND = "rl-run"
@@ -272,13 +280,16 @@ class RunFolderCallback(TrainerCallback):
     """Starts the run folder when training starts, restores and saves the workbook's state with checkpoints,
     and saves a final checkpoint so that a finished run can be extended exactly."""
 
-    def __init__(self, plan: RunPlan, cfg, trainer, logger):
+    def __init__(self, plan: RunPlan, cfg, trainer, logger, folder: RunFolder | None = None):
         self.plan, self.cfg, self.trainer, self.logger = plan, cfg, trainer, logger
+        self.folder = folder
         self.run_id = plan.run_id
 
     def on_train_begin(self, args, state, control, **kw):
         if state.is_world_process_zero:  # one process prepares the folder; the others wait for it
             self.run_id = begin(self.plan, self.cfg)
+            if self.folder is not None:
+                self.folder.run_id = self.run_id
         if self.trainer.accelerator.num_processes > 1:
             self.trainer.accelerator.wait_for_everyone()
         if self.plan.action == "resume":
@@ -313,3 +324,105 @@ class RunFolderCallback(TrainerCallback):
                 "skips_in_row": self.logger.skips_in_row,
             },
         )
+
+
+class RunFolder:
+    """One RL run folder as ``train`` uses it: ownership (``outputs``), the lock (``nbkit.locks``), the plan
+    (``plan_run``), the checkpoints and the metrics log, asked of one object instead of five modules in turn.
+
+    ``RunFolder.open(cfg, rank)`` refuses a folder that is not the workbook's (``outputs.check_folder``) and takes
+    this process's lock (``hold``); ``close`` (or leaving a ``with`` block) releases it. Nothing else is written
+    before ``decide`` has passed and training begins (``callback``)."""
+
+    def __init__(self, cfg, rank: int = 0, lock: FolderLock | None = None):
+        self.cfg = cfg
+        """The run's config (the one ``decide`` planned, once it has: device sizing may change it)."""
+        self.out: Path = cfg.out
+        """The folder."""
+        self.rank = rank
+        """This process's rank (rank 0 writes the folder's files)."""
+        self.lock = lock
+        """This process's lock on the folder (None once released, or for a folder only read)."""
+        self.plan: RunPlan | None = None
+        """What the run does with the folder (``decide``)."""
+        self.run_id = ""
+        """The run's id: the plan's, then the marker's once training has begun (``callback``)."""
+
+    @classmethod
+    def open(cls, cfg, rank: int = 0) -> RunFolder:
+        """The run folder of ``cfg``, checked to be the workbook's (or new, or empty) and locked by this process."""
+        outputs.check_folder(cfg.out, KIND, "run folder")
+        return cls(cfg, rank, hold(cfg.out, rank))
+
+    def close(self) -> None:
+        """Release this process's lock (removing what taking it created, when nothing else was written)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def __enter__(self) -> RunFolder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def decide(self, cfg=None) -> RunPlan:
+        """Plan the run of ``cfg`` (default: the one opened) in this folder (``plan_run``: reads only, refusals
+        here); the plan is kept as ``plan``."""
+        self.cfg = cfg if cfg is not None else self.cfg
+        self.plan = plan_run(self.cfg)
+        self.run_id = self.plan.run_id
+        return self.plan
+
+    @property
+    def log(self) -> MetricsLog:
+        """The run's ``metrics.jsonl`` (written by rank 0; ``begin`` truncates it to the checkpoint on a resume)."""
+        return MetricsLog(self.out / "metrics.jsonl")
+
+    def rows(self) -> list[dict]:
+        """Every metrics row logged in the folder."""
+        return self.log.rows()
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The complete checkpoint a resume starts from (None for a fresh run)."""
+        return self.plan.checkpoint if self.plan else None
+
+    def rank_log(self, world_size: int) -> MetricsLog | None:
+        """This process's own log in a multi-process run (``ranks/rank-N.jsonl``), kept in step with the run's:
+        cut back to the checkpoint on a resume, started anew otherwise; None for a single process."""
+        if world_size <= 1:
+            return None
+        log = MetricsLog(self.out / "ranks" / f"rank-{self.rank}.jsonl")
+        if self.checkpoint:
+            log.truncate_after(int(self.checkpoint.name.split("-")[-1]))
+        else:
+            log.path.unlink(missing_ok=True)
+        return log
+
+    def checkpoint_args(self) -> dict:
+        """TRL's checkpoint settings for this folder: where, how often (none without ``checkpoint_every``), how many
+        kept."""
+        cfg = self.cfg
+        return dict(
+            output_dir=str(cfg.out),
+            save_strategy="steps" if cfg.checkpoint_every else "no",
+            save_steps=cfg.checkpoint_every or 500,
+            save_total_limit=cfg.save_total_limit,
+        )
+
+    def alarm(self) -> CollapseAlarm:
+        """The run's collapse alarm (``nbkit.rl.monitor``), as the config sets it; a resume replays the folder's
+        rows into it (``RunFolderCallback``)."""
+        cfg = self.cfg
+        return CollapseAlarm(cfg.collapse_window, cfg.collapse_mismatch_factor, cfg.collapse_reward_drop)
+
+    def callback(self, trainer, logger) -> RunFolderCallback:
+        """The callback that begins the folder when training starts and saves the workbook's state with each
+        checkpoint; the run id it settles on is this folder's ``run_id``."""
+        return RunFolderCallback(self.plan, self.cfg, trainer, logger, folder=self)
+
+    def finish(self, summary: dict) -> None:
+        """Write ``summary.json`` (rank 0 only): the run is finished (a resume removes it until it finishes again)."""
+        if self.rank == 0:
+            outputs.write_json(self.out / "summary.json", {"run_id": self.run_id, **summary})
