@@ -11,10 +11,11 @@ import sys
 import pytest
 import yaml
 
-from nbkit.cli import dry_run, launch
+from nbkit.cli import dry_run
 from nbkit.cli.plan import run_configs, trainer_flags
 from nbkit.paths import ROOT
-from nbkit.rl.monitor import MetricsLog
+from nbkit.rl import launch
+from nbkit.runlog import MetricsLog
 
 
 def free_port() -> int:

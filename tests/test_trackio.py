@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from nbkit.paths import ROOT
-from nbkit.rl.monitor import MetricsLog
+from nbkit.runlog import MetricsLog
 
 pytest.importorskip("trackio")
 
