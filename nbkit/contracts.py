@@ -4,7 +4,7 @@ list.
 ``nbkit.rl`` subclasses TRL's ``GRPOTrainer`` and ``VLLMGeneration`` narrowly: its overrides hook into private
 methods, and its FP16 policy gives accelerate's ``Accelerator`` a ``GradScaler`` on CPU. ``PRIVATE_NAMES`` names
 each such contact point and ``broken`` says which of them no longer holds in the installed libraries, so a version
-change fails ``tests/test_contracts.py`` naming what moved instead of failing a run hours in. A method the
+change fails ``tests/rl/test_contracts.py`` naming what moved instead of failing a run hours in. A method the
 workbook's subclasses override that is private on the base but missing here fails the tests too (the list is
 complete by construction). Checks read the installed sources (``inspect`` / ``ast``): milliseconds, no GPU.
 """

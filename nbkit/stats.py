@@ -2,7 +2,8 @@
 (and its bounded version for differences of accuracies), the pooled SD of groups, and what a t-test can detect (the
 difference it finds with a given power, the seeds a gap needs).
 
-Hand-written because scipy is not a dependency; ``tests/test_stats.py`` checks the quantiles against printed tables.
+Hand-written because scipy is not a dependency; ``tests/core/test_stats.py`` checks the quantiles against printed
+tables.
 """
 
 from __future__ import annotations

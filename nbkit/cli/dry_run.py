@@ -14,9 +14,9 @@ takes one autocast forward/backward/optimiser step and prints one JSON line of w
 processes, wrapper, loss): it separates what accelerate and DeepSpeed do on CPU from the workbook's refusals.
 
 What runs on this machine's CPU (accelerate 1.15, DeepSpeed 0.19.8, torch 2.13, 2 processes, gloo), checked by
-``tests/test_cpu_dry_run.py``: DDP (``multi_gpu``) trains the profile's first step. FSDP2: accelerate without CUDA
+``tests/cli/test_cpu_dry_run.py``: DDP (``multi_gpu``) trains the profile's first step. FSDP2: accelerate without CUDA
 builds no FSDP (``distributed_type`` NO, each process alone; with ``use_cpu`` MULTI_CPU, i.e. DDP), so
-``nbkit train`` refuses it (``nbkit.rl.launch.check_launch``); ``tests/test_fsdp2_pi.py`` runs torch's
+``nbkit train`` refuses it (``nbkit.rl.launch.check_launch``); ``tests/rl/test_fsdp2_pi.py`` runs torch's
 ``fully_shard`` itself on CPU (one gloo process). ZeRO-2/3: DeepSpeed falls back to its CPU accelerator, and
 accelerate's ``prepare`` stops at DeepSpeed's batch check (``DEEPSPEED_CPU_ERROR``: accelerate fills
 ``train_batch_size`` for one process, DeepSpeed counts two); ``nbkit train`` refuses it before that.
@@ -43,7 +43,7 @@ CPU_CANNOT: dict[str, str] = {
     "processes",
     "fsdp2": "the FSDP2 launch: accelerate 1.15 builds FSDP only with CUDA (without it each process trains alone, "
     "or as DDP with use_cpu), so `nbkit train` refuses it; torch's fully_shard and the trainer's policy "
-    "(FP32 reduce, outputs never cast) run on CPU in one gloo process (tests/test_fsdp2_pi.py)",
+    "(FP32 reduce, outputs never cast) run on CPU in one gloo process (tests/rl/test_fsdp2_pi.py)",
     "zero2": "the ZeRO-2 engine: on CPU DeepSpeed 0.19.8 falls back to its CPU accelerator and accelerate's prepare "
     f'stops at its batch check ("{DEEPSPEED_CPU_ERROR}"); only the config (DeepSpeed\'s own parser) and '
     "the workbook's refusals are checked",

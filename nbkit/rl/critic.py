@@ -9,7 +9,7 @@ What it learns on tiny-arith (``benchmarks/ppo_critic_ceiling.py`` measures each
 set's correctness reward the critic's explained variance stays ≈ 0 (|EV| < 0.01) for 100 steps at every critic
 learning rate tried (2e-4 to 1e-3), in the trainer and alone on fixed rollouts. Not a wiring fault: the same critic,
 trainer and schedule reach EV > 0.95 within 6 rollout batches when the return is fixed by a prompt token
-(``tests/test_ppo_critic_learns.py``). The correctness return is barely predictable from what the critic can read:
+(``tests/rl/test_ppo_critic_learns.py``). The correctness return is barely predictable from what the critic can read:
 the sanity set keeps only problems the model solves 20–80 % of the time, which leaves the prompt ≈ 8 % of the
 return's variance to explain (the set's own pass rates, less their sampling noise); a linear probe of the policy's
 hidden states explains < 1 %; what is left (≈ 30 % for a critic that knew whether the prefix still matches the

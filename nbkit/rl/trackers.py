@@ -7,7 +7,7 @@
 ``$TRACKIO_DIR``, else ``$HF_HOME/trackio`` (the project's cache, ``nbkit.paths``), project ``huggingface``
 (``TrainingArguments.project``), one run per training run with its ``output_dir`` in the run's config; every key
 logged as ``train/<key>`` with ``train/global_step`` the optimiser step. ``trackio show`` opens the dashboard;
-``tests/test_trackio.py`` reads a run back with trackio's own API.
+``tests/rl/test_trackio.py`` reads a run back with trackio's own API.
 """
 
 from __future__ import annotations

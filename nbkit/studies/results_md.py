@@ -4,7 +4,7 @@
     python -m nbkit.studies.results_md --check  # exit 1 when RESULTS.md differs from what the stored data give
 
 Nothing here is typed by hand: each number comes from the stored runs through the study's own table and sentence
-functions (``nbkit.studies.catalog``). ``tests/test_results_md.py`` fails when the file is out of date.
+functions (``nbkit.studies.catalog``). ``tests/studies/test_results_md.py`` fails when the file is out of date.
 """
 
 from __future__ import annotations

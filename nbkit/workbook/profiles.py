@@ -95,7 +95,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         # the point): 50 steps, where the stored 100-step runs (data/results/ablation_tiny_arith) have risen from
         # ~0.65 to ~0.9-0.95, so the bar is 0.9 here (cpu-full: the notebook's 100 steps and 0.95); PPO 20 steps.
         # No gradient checkpointing: a 1 M model's activations are small, and the update skips one forward per layer
-        # (the same numbers: tests/test_rl_fields.py)
+        # (the same numbers: tests/rl/test_rl_fields.py)
         "03_rl_training": {
             "config_overrides": {"steps": 50, "overwrite": True, "gradient_checkpointing": False},
             "target_accuracy": 0.9,

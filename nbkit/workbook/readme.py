@@ -7,8 +7,8 @@ Each block sits between ``<!-- registry:NAME -->`` and ``<!-- /registry:NAME -->
 registry: ``presets`` (``nbkit.rl.algorithms.ALGORITHMS`` and ``CORRECTIONS``), ``formats``
 (``nbkit.formats.FORMATS`` by ``SCHEMES``), ``metrics`` (``nbkit.metrics.MISMATCH``) and ``studies``
 (``nbkit.studies.catalog.STUDIES``). Everything outside the markers is the README's own prose.
-``tests/test_readme_registries.py`` fails when the file is out of date, as ``tests/test_results_md.py`` does for
-RESULTS.md.
+``tests/workbook/test_readme_registries.py`` fails when the file is out of date, as
+``tests/studies/test_results_md.py`` does for RESULTS.md.
 """
 
 from __future__ import annotations

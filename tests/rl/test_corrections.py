@@ -53,7 +53,7 @@ EXPECTED = {  # correction -> (TRL's IS mode or None, μ as π_old)
     "seq_mis": ("sequence_mask", False),
     "icepop": ("token_mask", False),
     "mu_old": (None, True),
-    "opsm": (None, False),  # DeepSeek-V3.2's off-policy sequence mask: no IS weight (tests/test_opsm.py)
+    "opsm": (None, False),  # DeepSeek-V3.2's off-policy sequence mask: no IS weight (tests/rl/test_opsm.py)
 }
 
 

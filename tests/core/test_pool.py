@@ -71,7 +71,7 @@ def fail_loudly(message: str):
 
 @pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
 def test_each_child_runs_on_the_cores_and_threads_it_was_given():
-    jobs = {f"j{i}": pool.Job("tests.test_pool:where_am_i") for i in range(2)}
+    jobs = {f"j{i}": pool.Job("tests.core.test_pool:where_am_i") for i in range(2)}
     got = pool.run(jobs, threads=1, workers=2, progress=False)
     placement = pool.place(2, 1, 2)
     assert sorted(tuple(g["cores"]) for g in got.values()) == sorted(placement.slots)
@@ -81,7 +81,7 @@ def test_each_child_runs_on_the_cores_and_threads_it_was_given():
 
 
 def test_a_slot_s_worker_runs_its_later_jobs_too_and_only_one_starts_per_slot():
-    jobs = {f"j{i}": pool.Job("tests.test_pool:where_am_i") for i in range(3)}
+    jobs = {f"j{i}": pool.Job("tests.core.test_pool:where_am_i") for i in range(3)}
     got = pool.run(jobs, threads=1, workers=1, progress=False)
     assert len({g["pid"] for g in got.values()}) == 1  # one start-up for three jobs
     assert os.getpid() not in {g["pid"] for g in got.values()}
@@ -91,8 +91,8 @@ def test_a_slot_s_worker_runs_its_later_jobs_too_and_only_one_starts_per_slot():
 def test_a_failed_job_is_named_with_its_log_and_the_finished_ones_are_returned_first():
     done = []
     jobs = {
-        "fine": pool.Job("tests.test_pool:where_am_i"),
-        "broken": pool.Job("tests.test_pool:fail_loudly", {"message": "the planted failure"}),
+        "fine": pool.Job("tests.core.test_pool:where_am_i"),
+        "broken": pool.Job("tests.core.test_pool:fail_loudly", {"message": "the planted failure"}),
     }
     with pytest.raises(pool.JobFailed, match=r"(?s)job 'broken' failed.*the planted failure"):
         pool.run(jobs, workers=1, progress=False, on_done=lambda label, value: done.append(label))
@@ -100,7 +100,7 @@ def test_a_failed_job_is_named_with_its_log_and_the_finished_ones_are_returned_f
 
 
 def test_in_this_process_calls_the_target_here():
-    got = pool.run({"here": pool.Job("tests.test_pool:where_am_i")}, workers=0, progress=False)
+    got = pool.run({"here": pool.Job("tests.core.test_pool:where_am_i")}, workers=0, progress=False)
     assert got["here"]["pid"] == os.getpid()
 
 

@@ -8,7 +8,7 @@ import pytest
 from nbkit import pool
 from nbkit.tasks import TaskConfig, make_task
 from nbkit.tasks import dataset as ds
-from tests.test_dataset import FakeEngine, planned
+from tests.tasks.test_dataset import FakeEngine, planned
 
 
 @pytest.fixture(autouse=True)

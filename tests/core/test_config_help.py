@@ -74,7 +74,7 @@ def test_every_field_of_a_user_facing_config_has_its_help_in_metadata_and_no_doc
 
 
 def test_every_config_dataclass_of_nbkit_is_covered_by_the_rule_or_named_as_outside_it():
-    root = pathlib.Path(__file__).resolve().parents[1] / "nbkit"
+    root = pathlib.Path(__file__).resolve().parents[2] / "nbkit"
     found = {
         node.name
         for path in root.rglob("*.py")

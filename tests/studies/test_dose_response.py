@@ -1,5 +1,5 @@
 """The dose–response study (notebook 06): its grid, its rule, the amendments on its card and its verdicts (the
-statistics behind them: tests/test_stats.py, tests/test_noninferiority.py)."""
+statistics behind them: tests/core/test_stats.py, tests/core/test_noninferiority.py)."""
 
 from __future__ import annotations
 

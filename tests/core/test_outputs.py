@@ -4,10 +4,10 @@ import json
 import os
 
 import pytest
-from test_dataset import FakeEngine, arith_task, cfg, planned
 
 from nbkit import outputs
 from nbkit.tasks import dataset as ds
+from tests.tasks.test_dataset import FakeEngine, arith_task, cfg, planned
 
 
 def build(tmp_path, out):

@@ -8,7 +8,7 @@ from nbkit.studies.catalog import STUDIES
 
 def test_every_key_of_every_stored_run_is_in_the_schema():
     """(Studies of RL runs: their rows have a step; the length law's rows are sequences, see nbkit.offline.lengthlaw.)"""
-    stored = [name for name in STUDIES if (results.RESULTS / name).is_dir()]  # (tests/test_results_md: all are)
+    stored = [name for name in STUDIES if (results.RESULTS / name).is_dir()]  # (tests/studies/test_results_md: all are)
     runs = [rows for name in stored for rows in results.load(name).values() if rows and schema.STEP in rows[0]]
     assert len(runs) > 100
     unknown = {k for rows in runs for r in rows for k in r if not schema.known(k)}

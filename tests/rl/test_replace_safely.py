@@ -13,13 +13,13 @@ import json
 from pathlib import Path
 
 import pytest
-from test_dataset import FakeEngine, arith_task, cfg, planned
 
 from nbkit import outputs, results
 from nbkit.cli import main as cli_main
 from nbkit.rl import RLConfig, runfolder, train
 from nbkit.studies.catalog import STUDIES
 from nbkit.tasks import dataset as ds
+from tests.tasks.test_dataset import FakeEngine, arith_task, cfg, planned
 
 
 def sha256_tree(folder: Path) -> dict:
