@@ -211,3 +211,14 @@ def policy(p: DialPoint, weights: set[int] | None, half_gemm: str, model: torch.
     mode = DialGemm(p, weights, half_gemm)
     with mode.hooked(model), mode:
         yield mode
+
+
+formats.register_family(
+    formats.Family(
+        title="dial point",
+        pattern="dial-e8m1-<n>of<U> or dial-e8m1-c<k>of<K> (nbkit.dial)",
+        point=point,
+        kind=DialPoint,
+        policy=policy,
+    )
+)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+import nbkit.dial  # noqa: F401 - registers the dial's points with nbkit.formats (FAMILIES)
 from nbkit import logs
 from nbkit.models import DTYPES
 

@@ -374,23 +374,52 @@ def choices_text() -> str:
     return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class Family:
+    """A parametric family of rollout formats: its points are named by a pattern instead of listed in ``FORMATS``
+    (``nbkit.dial``'s points between e8m2 and e8m1). The module that defines one registers it on import
+    (``register_family``); ``validate``/``get``/``policy`` then know its points without importing that module."""
+
+    title: str
+    """What one of its points is called in a refusal (e.g. ``dial point``)."""
+    pattern: str
+    """How its names read, for the refusal of an unknown name (e.g. ``dial-e8m1-<n>of<U>``)."""
+    point: Callable[[str], RolloutFormat | None]
+    """The point called ``name``, or None when the name is not one of this family's."""
+    kind: type
+    """The class of its points (``policy`` recognises them by it)."""
+    policy: Callable
+    """``(point, weights, half_gemm, model)`` → the context manager that rounds as the point says."""
+
+
+FAMILIES: list[Family] = []
+"""The registered parametric families (``register_family``)."""
+
+
+def register_family(family: Family) -> Family:
+    """Add ``family`` to ``FAMILIES`` (once per pattern)."""
+    if all(f.pattern != family.pattern for f in FAMILIES):
+        FAMILIES.append(family)
+    return family
+
+
+def _family_point(name: str) -> RolloutFormat | None:
+    return next((p for p in (f.point(name) for f in FAMILIES) if p is not None), None)
+
+
 def validate(name: str) -> str:
     """``name`` if it is a known rollout format, else a ``ValueError`` naming it and listing the choices."""
-    from nbkit import dial  # the layer dial's points: names, not registry entries (``nbkit.dial``)
-
-    if name not in FORMATS and dial.point(name) is None:
+    if name not in FORMATS and _family_point(name) is None:
         raise ValueError(
-            f"unknown rollout format {name!r}; choose one of {tuple(FORMATS)} or a dial point "
-            f"'dial-e8m1-<n>of<U>' (nbkit.dial)"
+            f"unknown rollout format {name!r}; choose one of {tuple(FORMATS)}"
+            + "".join(f" or a {f.title} {f.pattern}" for f in FAMILIES)
         )
     return name
 
 
 def get(name: str | RolloutFormat) -> RolloutFormat:
     """The format called ``name`` (a ``RolloutFormat`` passes through)."""
-    from nbkit import dial
-
-    return name if isinstance(name, RolloutFormat) else FORMATS.get(validate(name)) or dial.point(name)
+    return name if isinstance(name, RolloutFormat) else FORMATS.get(validate(name)) or _family_point(name)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -583,11 +612,8 @@ def policy(fmt: str | RolloutFormat, half_gemm: str = "auto", model: torch.nn.Mo
             "the dispatch mode): use torch.no_grad()"
         )
     weights = quantized_weights(model, head=fmt.all_gemms) if model is not None else None
-    from nbkit import dial
-
-    with (
-        dial.policy(fmt, weights, half, model) if isinstance(fmt, dial.DialPoint) else FormatGemm(fmt, weights, half)
-    ) as mode:
+    family = next((f for f in FAMILIES if isinstance(fmt, f.kind)), None)
+    with family.policy(fmt, weights, half, model) if family else FormatGemm(fmt, weights, half) as mode:
         yield mode
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import nbkit.dial  # noqa: F401 - registers the dial's points with nbkit.formats (FAMILIES)
 from nbkit import formats, gemm, models, schema
 from nbkit import metrics as metric_registry
 from nbkit.engines import SamplingConfig, make_engine

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated
 
+import nbkit.dial  # noqa: F401 - registers the dial's points with nbkit.formats (FAMILIES)
 import nbkit.rl.algorithms as algorithms
 from nbkit import formats, gemm, lm_head, tasks
 from nbkit.engines import ENGINE_KINDS
