@@ -380,9 +380,6 @@ class CorrectionsStudy(GridStudy):
             *self.power_findings(),
         ]
 
-    def figure(self, runs, meta):
-        return None
-
 
 def _order(seq, x) -> int:
     return seq.index(x) if x in seq else len(seq)
