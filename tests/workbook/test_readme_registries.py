@@ -66,8 +66,7 @@ def test_a_preset_added_in_one_place_reaches_the_readme_the_cli_and_the_tests(re
     assert cfg.algo.is_mode == "token_mask" and cfg.algo.critic and not cfg.algo.mu_as_old
     with pytest.raises(ValueError, match="'tmp_ppo_icepop'"):  # the refusal lists it among the choices
         RLConfig(algorithm="nope")
-    from tests.rl import test_mu_old
-    from tests.rl import test_ppo_trainer
+    from tests.rl import test_mu_old, test_ppo_trainer
 
     test_mu_old.test_the_mu_as_old_presets_exist_and_clip()  # field-reading checks cover the new preset
     test_ppo_trainer.test_ppo_presets_are_registered_with_a_critic()
