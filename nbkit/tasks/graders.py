@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nbkit.tasks import arith
+from nbkit.tasks.arith import extract_answer, is_correct
 
 
 def _parse_timeout() -> int | None:
@@ -114,8 +114,8 @@ GRADERS: dict[str, Grader] = {
     for g in (
         Grader(
             "arith",
-            arith.extract_answer,
-            arith.is_correct,
+            extract_answer,
+            is_correct,
             _arith_answer_ok,
             "nbkit.tasks.arith: the integer after the last '|' equals the sum.",
         ),

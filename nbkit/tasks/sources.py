@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbkit import paths
-from nbkit.tasks import arith, long_arith
 from nbkit.tasks.arith import ArithConfig
+from nbkit.tasks.arith import make_problems as make_additions
 from nbkit.tasks.graders import GRADERS, normalize_answer
 from nbkit.tasks.long_arith import LongArithConfig
+from nbkit.tasks.long_arith import make_problems as make_chains
 from nbkit.tasks.templates import TEMPLATES
 
 GENERATED_SOURCES = ("arith", "long_arith")
@@ -191,10 +192,10 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
     that exist). Answers that cannot be read stay None here; the dataset builder counts them.
     """
     if cfg.source == "arith":
-        rows = arith.make_problems(cfg.pool_size, cfg.arith, seed=cfg.seed)
+        rows = make_additions(cfg.pool_size, cfg.arith, seed=cfg.seed)
         return [{**r, "source_index": i} for i, r in enumerate(rows)]
     if cfg.source == "long_arith":
-        rows = long_arith.make_problems(cfg.pool_size, cfg.long_arith, seed=cfg.seed)
+        rows = make_chains(cfg.pool_size, cfg.long_arith, seed=cfg.seed)
         return [{**r, "source_index": i} for i, r in enumerate(rows)]
     rows = _read_rows(cfg.source, cfg.split)
     if not rows:
