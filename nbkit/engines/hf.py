@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
+from nbkit import formats, lm_head, models, routing
+from nbkit import gemm as gemm_policies
 from nbkit.engines.base import LOGPROBS_MODES, Rollout, SamplingConfig, encode_prompt, release_memory
 
 
@@ -47,9 +49,6 @@ class HFEngine:
         format: str | None = None,
         fp32_lm_head: bool = False,
     ):
-        from nbkit import formats, lm_head, models
-        from nbkit import gemm as gemm_policies
-
         gemm_policies.validate(gemm)
         if format is None:
             models.torch_dtype(dtype or "fp32")  # validated before the model loads
@@ -123,15 +122,10 @@ class HFEngine:
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=self.model.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=self.model.device)
-        from nbkit import (
-            formats,  # the engine's own format and GEMM policy, whatever the caller runs
-            gemm,
-            routing,
-        )
-
         moe = routing.capture(self.model) if routing.is_moe(self.model) else contextlib.nullcontext()
         mu = SampledLogprobs(sampling.logprobs_mode)
-        with gemm.suspended(), formats.policy(self.format, self.gemm, self.model) as mode, moe as rec:
+        # the engine's own format and GEMM policy, whatever the caller runs
+        with gemm_policies.suspended(), formats.policy(self.format, self.gemm, self.model) as mode, moe as rec:
             res = self.model.generate(
                 input_ids=ids, attention_mask=mask, generation_config=gen_cfg, logits_processor=mu.processors(sampling)
             )

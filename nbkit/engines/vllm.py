@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from nbkit import logs
+from nbkit import formats, logs, models, paths, vllm_gemm
+from nbkit import gemm as gemm_policies
 from nbkit.engines.base import LOGPROBS_MODES, Rollout, SamplingConfig, encode_prompt, release_memory
 from nbkit.engines.sizing import (
     check_fits,
@@ -26,8 +27,6 @@ def vllm_gemm_policy(gemm: str, dtype: str) -> str:
     """The GEMM policy a vLLM engine runs (``nbkit.gemm``'s ``auto`` resolved for this device): ``fp32-accumulate``
     only for half dtypes on a CPU without native half GEMMs (``nbkit.vllm_gemm``), else ``native`` (vLLM's own
     kernels; CUDA's tensor cores already follow the contract)."""
-    from nbkit import gemm as gemm_policies
-
     policy = gemm_policies.resolve(gemm)
     if policy == "fp32-accumulate" and torch.cuda.is_available():
         if gemm == "auto":
@@ -75,8 +74,6 @@ class VLLMEngine:
         gemm: str = "auto",
         **llm_kwargs,
     ):
-        from nbkit import formats, models, paths, vllm_gemm
-
         models.torch_dtype(dtype or "fp32")  # validate before the slow start-up
         self.format = formats.get(format or dtype or "fp32")  # a quantized one: vLLM's own (FP8 on CUDA) or refused
         if dtype is not None and dtype != self.format.base:
@@ -140,9 +137,9 @@ class VLLMEngine:
         check_fits(self.max_model_len, prompt_ids, sampling.max_tokens)
         params = sampling_params(sampling, len(prompt_ids), self.seed)
         texts = texts or [self.tokenizer.decode(ids) for ids in prompt_ids]
-        from nbkit import gemm
-
-        with gemm.suspended():  # no torch-level policy inside vLLM: its half layers follow self.gemm (vllm_gemm)
+        with (
+            gemm_policies.suspended()
+        ):  # no torch-level policy inside vLLM: its half layers follow self.gemm (vllm_gemm)
             outputs = self.llm.generate(
                 [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids],
                 params,
@@ -182,8 +179,6 @@ class VLLMEngine:
     def linear_kernels(self) -> dict[str, int]:
         """How many of the worker's layers run each linear kernel (``nbkit.vllm_gemm.kernels``; asked of the running
         worker as ``worker_param_dtypes`` is)."""
-        from nbkit import vllm_gemm
-
         return dict(sum((Counter(w) for w in self._ask_workers(vllm_gemm.kernels)), Counter()))
 
     def _ask_workers(self, fn) -> list:

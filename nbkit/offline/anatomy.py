@@ -44,9 +44,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nbkit import forced, lm_head, mismatch, models
 from nbkit import gemm as gemm_policies
-from nbkit import lm_head, mismatch, models
 from nbkit import metrics as metric_registry
+from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
+from nbkit.fieldcheck import check_fields
+from nbkit.offline import analysis
 from nbkit.offline.anatomy_surgery import (
     MODEL_HEAD,
     emulate,
@@ -156,8 +159,6 @@ class AnatomyConfig:
     )
 
     def __post_init__(self) -> None:
-        from nbkit.fieldcheck import check_fields
-
         check_fields(self)
         models.torch_dtype(self.dtype)
         gemm_policies.validate(self.gemm)
@@ -173,8 +174,6 @@ class AnatomyConfig:
 
     def engine_kind(self) -> str:
         """The engine actually used (``auto`` resolved)."""
-        from nbkit.engines import vllm_available
-
         return ("vllm" if vllm_available() else "hf") if self.engine == "auto" else self.engine
 
 
@@ -343,9 +342,6 @@ def row_metrics(before, after, n_boot: int = 0, seed: int = 0) -> dict:
 
 def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
     """The real engine's responses in ``cfg.dtype`` (μ in ``Rollout.logprobs``)."""
-    from nbkit.engines import SamplingConfig, make_engine, vllm_sized_for
-    from nbkit.offline import analysis
-
     source = (
         cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
     )
@@ -391,8 +387,6 @@ def run(
     ``rollouts``: responses the engine already sampled in ``dtype`` (e.g. the doctor's), reused as they are; their
     ``meta['engine']`` must name ``engine``. None samples them here. ``loaded``: (the model in FP32, its tokenizer)
     already loaded by the caller (left as it was), None loads them."""
-    from nbkit import forced
-
     cfg = AnatomyConfig(model=model, engine=engine, dtype=dtype, **settings)
     kind = cfg.engine_kind()
     if rollouts is not None:

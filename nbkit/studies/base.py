@@ -15,7 +15,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nbkit import results
+from nbkit import outputs, results
+from nbkit.runlog import MetricsLog
 
 
 class StoredStudyError(FileExistsError):
@@ -118,7 +119,6 @@ class GridStudy(Study):
     def other_setting(cfg) -> list[str]:
         """The differing fields (``runfolder.differing_fields``) when ``cfg``'s run folder holds a workbook run of
         another setting ([] for none, an unreadable config, or a run of this one)."""
-        from nbkit import outputs
         from nbkit.rl.runfolder import KIND, differing_fields
 
         if (outputs.read_marker(Path(cfg.output_dir)) or {}).get("kind") != KIND:
@@ -227,8 +227,6 @@ class GridStudy(Study):
 
     def collect(self, **options) -> tuple[dict[str, list[dict]], dict[str, dict]]:
         """``(label → rows, label → config)`` of the grid's *finished* runs found in their folders."""
-        from nbkit.runlog import MetricsLog
-
         runs, configs = {}, {}
         for label, cfg in self.grid(**options).items():
             out = Path(cfg.output_dir)

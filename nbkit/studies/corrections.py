@@ -56,7 +56,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nbkit import noninferiority as NI
-from nbkit import results
+from nbkit import outputs, results
 from nbkit.stats import bounded_mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies.base import GridStudy
@@ -211,8 +211,6 @@ class CorrectionsStudy(GridStudy):
         if any(not self.finished(c) for c in grid.values()):
             path = self.folder(options) / STARTED
             if not path.is_file():
-                from nbkit import outputs
-
                 path.parent.mkdir(parents=True, exist_ok=True)
                 outputs.write_json(
                     path,
