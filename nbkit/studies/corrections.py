@@ -57,6 +57,7 @@ from pathlib import Path
 
 from nbkit import noninferiority as NI
 from nbkit import outputs, results
+from nbkit.runlog import differing_fields, last_step
 from nbkit.stats import bounded_mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies.base import GridStudy
@@ -181,8 +182,6 @@ class CorrectionsStudy(GridStudy):
     def reused(self, grid: dict, reuse: str | None, root: Path = results.RESULTS) -> dict[str, dict]:
         """``label → stored config`` of the control arms (no correction) of ``grid`` that the stored study ``reuse``
         holds with an identical config (``runfolder.differing_fields`` empty) and every step logged."""
-        from nbkit.rl.runfolder import differing_fields, last_step
-
         if not reuse or not (results.study_dir(reuse, root) / results.CARD).is_file():
             return {}
         saved = results.card(reuse, root).get("configs", {}).get("runs", {})
