@@ -147,7 +147,8 @@ STUDY = "lengthlaw_smollm2"
 
 
 def laws(runs: dict[str, list[dict]], n_boot: int = 2000, seed: int = 0) -> dict[str, LengthLaw]:
-    """``label → LengthLaw`` from ``lengthlaw_measure.measure``'s rows (or a stored study's): labels read ``bf16 · cast π``."""
+    """``label → LengthLaw`` from ``lengthlaw_measure.measure``'s rows (or a stored study's): labels read
+    ``bf16 · cast π``."""
     return {
         label.replace("-", " · ", 1) + " π": fit_sums(
             [r["length"] for r in rows], [r["sum_log_ratio"] for r in rows], n_boot, seed=seed

@@ -1,5 +1,5 @@
-"""Measuring the length law (``nbkit.offline.lengthlaw``): sample with the engine in each dtype (μ), recompute π by the
-pure cast and by the RL trainer's recipe, one row per sequence; the law fitted to the rows is ``lengthlaw.laws``."""
+"""Measuring the length law (``nbkit.offline.lengthlaw``): sample with the engine in each dtype (μ), recompute π by
+the pure cast and by the RL trainer's recipe, one row per sequence; the law fitted to the rows is ``lengthlaw.laws``."""
 
 from __future__ import annotations
 
