@@ -10,12 +10,10 @@ studies read it); measuring it with an engine is ``nbkit.offline.lengthlaw_measu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from nbkit.mismatch import RatioReading
+from nbkit.stats import RatioReading, read_ratio
 
 PAPER_SLOPES = {"bf16": -1.01, "fp16": -0.07}
 """The paper's fitted slopes of log(π/μ) per 1,000 tokens (R1-Distill-Qwen-1.5B, 8k tokens)."""
@@ -129,10 +127,8 @@ def table(laws: dict[str, LengthLaw]) -> list[dict]:
 
 def seq_kl_ratio(laws: dict[str, LengthLaw], num: str = "bf16", den: str = "fp16") -> RatioReading | None:
     """Sequence KL of ``num`` over that of ``den`` (the paper: 7.64 / 0.32 ≈ 24), read from both CIs by
-    ``nbkit.mismatch.read_ratio``: a ratio only where ``den``'s sequence KL lies above 0 beyond its CI, else a lower
+    ``nbkit.stats.read_ratio``: a ratio only where ``den``'s sequence KL lies above 0 beyond its CI, else a lower
     bound or none. No CI of the ratio itself (each law is bootstrapped on its own). None if either run is missing."""
-    from nbkit.mismatch import read_ratio
-
     if num not in laws or den not in laws:
         return None
     a, b = laws[num], laws[den]
