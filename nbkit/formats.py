@@ -51,6 +51,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from nbkit import gemm, schema
+from nbkit.errors import PrecisionError
 
 # ---------------------------------------------------------------------------------------------------------
 # Element formats: round to nearest even on a minifloat grid
@@ -624,8 +625,6 @@ def policy(fmt: str | RolloutFormat, half_gemm: str = "auto", model: torch.nn.Mo
 def audit(requested: str, counts: Counter | dict) -> dict:
     """Audit record of a rollout in format ``requested`` from its GEMM counts (``FormatGemm.counts``); raises
     ``nbkit.rl.amp.PrecisionError`` when a quantized format's GEMMs did not run in it, or another format's did."""
-    from nbkit.errors import PrecisionError
-
     fmt = get(requested)
     counts = dict(counts)
     others = {k: v for k, v in counts.items() if k in FORMATS and FORMATS[k].quantized and k != fmt.name}

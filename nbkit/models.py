@@ -27,6 +27,7 @@ import torch
 
 from nbkit.dtypes import NAMES, TORCH_NAMES
 from nbkit.paths import CACHE, DATA
+from nbkit.toymodels import tiny_arith, tiny_long, tiny_moe
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, TORCH_NAMES[name]) for name in NAMES}
 """The precisions the workbook compares, by the paper's short names (``nbkit.dtypes``) → torch dtypes."""
@@ -60,8 +61,6 @@ def resolve(ref: str | os.PathLike) -> str:
     if ref == "tiny-arith":
         path = DATA / "models" / "tiny-arith"
         if not (path / "model.safetensors").exists():
-            from nbkit.toymodels import tiny_arith
-
             tiny_arith.build(path)
         return str(path)
     if ref == "smollm2-135m":
@@ -69,15 +68,11 @@ def resolve(ref: str | os.PathLike) -> str:
     if ref == "tiny-moe-arith":
         path = DATA / "models" / "tiny-moe-arith"
         if not (path / "model.safetensors").exists():
-            from nbkit.toymodels import tiny_moe
-
             tiny_moe.build(path)
         return str(path)
     if ref == "tiny-long":
         path = DATA / "models" / "tiny-long"
         if not (path / "model.safetensors").exists():
-            from nbkit.toymodels import tiny_long
-
             if tiny_long.build(path) is None:
                 raise RuntimeError("tiny-long's SFT stopped unfinished; run `nbkit build tiny-long` to finish it")
         return str(path)

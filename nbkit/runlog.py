@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import fields
 from pathlib import Path
 
 from nbkit import outputs, schema, stats
@@ -299,3 +300,51 @@ def audit_verdict(runs: dict[str, list[dict]]) -> str:
         f"passed: in all {audited} audited steps every linear layer ran in the requested dtype "
         "(a live GradScaler in every FP16 step)" + (f"; GEMM policy {', '.join(policies)}" if policies else "")
     )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A run folder's identity, read back (``nbkit.rl.runfolder`` writes and guards run folders; stored studies and the
+# command line read these without importing training)
+
+KIND = "rl-run"
+"""The ``nbkit.outputs`` kind of a run folder."""
+
+SAFE_TO_CHANGE = (
+    "steps",
+    "resume",
+    "overwrite",
+    "checkpoint_every",
+    "output_dir",
+    "max_consecutive_skips",
+    "vllm_kv_cache_gib",
+    "gradient_checkpointing",
+    "save_total_limit",
+    "report_to",
+    "gpu_memory_gib",
+)
+"""Config fields a resume may change: they do not change what the steps already taken would have computed
+(``steps`` extends or shortens the run, the rest are bookkeeping or resources)."""
+
+
+def differing_fields(saved: dict, cfg) -> list[str]:
+    """``name (run: old, now: new)`` for every field outside ``SAFE_TO_CHANGE`` where ``cfg`` differs from the
+    saved config (a field the saved config lacks counts as its default: it did not exist then)."""
+    diffs = []
+    for f in fields(cfg):
+        if f.name in SAFE_TO_CHANGE:
+            continue
+        old = saved.get(f.name, f.default)
+        new = getattr(cfg, f.name)
+        if old != new:
+            diffs.append(f"{f.name} (run: {old!r}, now: {new!r})")
+    return diffs
+
+
+def last_logged_step(out: Path) -> int:
+    """The step of the last metrics row in run folder ``out`` (0 when none)."""
+    return last_step(MetricsLog.read(out / "metrics.jsonl"))
+
+
+def last_step(rows: list[dict]) -> int:
+    """The step of the last of ``rows`` (0 when none): a run folder's log or a stored run alike."""
+    return max((int(r.get("step", 0)) for r in rows), default=0)

@@ -1,6 +1,7 @@
 """Small-sample statistics the studies' findings share: Student's t quantile and two-sided tail, a mean's t-interval
 (and its bounded version for differences of accuracies), the pooled SD of groups, and what a t-test can detect (the
-difference it finds with a given power, the seeds a gap needs).
+difference it finds with a given power, the seeds a gap needs), and what a ratio of two noisy estimates can say
+(``read_ratio``, the one rule of every BF16/FP16 ratio the workbook prints).
 
 Hand-written because scipy is not a dependency; ``tests/core/test_stats.py`` checks the quantiles against printed
 tables.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+from dataclasses import dataclass
 from statistics import NormalDist
 
 
@@ -118,3 +120,68 @@ def seeds_needed(sd: float, gap: float, power: float = 0.8, alpha: float = 0.05)
     while detectable_gap(sd, n, power, alpha) > gap and n < 10_000:
         n += 1
     return n
+
+
+@dataclass(frozen=True)
+class RatioReading:
+    """What ``num / den`` of two noisy estimates can say (``read_ratio``): a ``ratio`` with its CI when ``den``'s CI
+    lies above 0, a ``lower bound`` when only ``num``'s does, else ``undefined``. A signed estimator (k1 KL) whose
+    CI covers 0 makes a ratio's bootstrap CI meaningless: it runs through ±∞ and prints as e.g. "−2×"."""
+
+    kind: str
+    """``ratio``, ``lower bound`` or ``undefined``."""
+    value: float
+    """The ratio (``ratio``), the lower bound (num's lower CI bound over den's upper one), or NaN."""
+    low: float
+    """Lower end of the ratio's CI (NaN when there is none; ``value`` for a lower bound)."""
+    high: float
+    """Upper end of the ratio's CI (NaN when there is none; inf for a lower bound)."""
+    sentence: str
+    """The reading in words, with both estimates' CIs where the ratio is not defined."""
+
+
+def read_ratio(
+    num: float,
+    num_ci: tuple[float, float],
+    den: float,
+    den_ci: tuple[float, float],
+    ratio_ci: tuple[float, float] | None = None,
+    names: tuple[str, str] = ("BF16", "FP16"),
+    level: float = 0.95,
+) -> RatioReading:
+    """Read ``num / den`` from the two estimates and their CIs (``ratio_ci``: a bootstrap CI of the ratio itself,
+    quoted only when ``den``'s CI lies above 0). The one rule of every BF16/FP16 ratio the workbook prints. NaN CIs
+    (no bootstrap asked for) leave the point estimates, and the reading says no CI was computed."""
+    pct = f"{100 * level:g}%"
+    if math.isnan(num_ci[0]) or math.isnan(den_ci[0]):  # no CIs (no bootstrap): the point estimates alone
+        if den > 0:
+            return RatioReading("ratio", num / den, math.nan, math.nan, f"{num / den:.3g}× (no CI computed)")
+        return RatioReading(
+            "undefined",
+            math.nan,
+            math.nan,
+            math.nan,
+            f"no ratio: {names[1]}'s estimate {den:.3g} is not above 0 (no CI computed)",
+        )
+    cis = (
+        f"{names[0]} {num:.3g} ({pct} CI {num_ci[0]:.3g} to {num_ci[1]:.3g}), {names[1]} {den:.3g} "
+        f"({pct} CI {den_ci[0]:.3g} to {den_ci[1]:.3g})"
+    )
+    if den_ci[0] > 0:
+        low, high = ratio_ci if ratio_ci is not None else (math.nan, math.nan)
+        ci = f" ({pct} CI {low:.3g}–{high:.3g})" if ratio_ci is not None else ""
+        return RatioReading("ratio", num / den, low, high, f"{num / den:.3g}×{ci}")
+    if num_ci[0] > 0 and den_ci[1] > 0:
+        bound = num_ci[0] / den_ci[1]
+        return RatioReading(
+            "lower bound",
+            bound,
+            bound,
+            math.inf,
+            (
+                f"≥ {bound:.3g}×: {names[1]}'s value cannot be told from 0, so the ratio has a lower bound only "
+                f"({names[0]}'s lower CI bound over {names[1]}'s upper one); {cis}"
+            ),
+        )
+    why = f"{names[1]}'s CI does not lie above 0" if num_ci[0] > 0 else "neither estimate lies above 0 beyond its CI"
+    return RatioReading("undefined", math.nan, math.nan, math.nan, f"no ratio: {why}; {cis}")

@@ -28,7 +28,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from nbkit.rl import launch
+from nbkit import models
+from nbkit.cli.plan import run_configs
+from nbkit.rl import fsdp, launch
 
 KINDS = ("multi_gpu", "zero2", "zero3", "fsdp2")
 """The multi-process launch kinds the gpu profile's plan can print (``single_gpu`` is one process: the CPU path)."""
@@ -85,8 +87,6 @@ def cpu_config(kind: str, precision: str, folder: Path) -> Path:
 def first_run(output_dir: str, profile: str = "gpu"):
     """The profile's first training run (``nbkit plan``'s first trainer command) on tiny-arith: model, data,
     template, grader and lengths swapped, 1 step, 2 prompts x 4 samples, HF rollouts, no checkpoints."""
-    from nbkit.cli.plan import run_configs
-
     return dataclasses.replace(
         run_configs(profile)[0],
         model="tiny-arith",
@@ -115,9 +115,6 @@ def main() -> int:
     """One step of tiny-arith under the launch's Accelerator (see the module's docstring); prints one JSON line."""
     import torch
     from accelerate import Accelerator
-
-    from nbkit import models
-    from nbkit.rl import fsdp
 
     accelerator = Accelerator()
     replaced = fsdp.fp32_reduce_and_outputs(accelerator)

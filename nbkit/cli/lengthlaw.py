@@ -9,7 +9,7 @@ import time
 
 from nbkit import results
 from nbkit.cli.commands import Parser
-from nbkit.offline import lengthlaw
+from nbkit.offline import lengthlaw, lengthlaw_measure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--study", default=lengthlaw.STUDY)
     a = p.parse_args(argv)
     start = time.time()
-    runs = lengthlaw.measure(
+    runs = lengthlaw_measure.measure(
         a.model,
         tuple(a.dtypes),
         a.n_prompts,

@@ -41,7 +41,7 @@ from nbkit import paths
 from nbkit.cli.commands import Parser
 from nbkit.dtypes import VLLM_NAMES
 from nbkit.fieldcheck import Range, check_value
-from nbkit.rl import launch
+from nbkit.rl import launch, sizing
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.inputs import per_device_batch
 from nbkit.runlog import run_label
@@ -281,8 +281,6 @@ def make_plan(
 def sized(cfg: RLConfig, kind: str, trainers: int, gpu_gib: float, colocated: bool):
     """``cfg`` with ``gradient_accumulation_steps`` and vLLM sleep as the run itself will choose them when it starts
     (``nbkit.rl.sizing.size``, every sequence padded to ``PROMPT_BUDGET`` + ``max_tokens``), and that fit."""
-    from nbkit.rl import sizing
-
     engine = {"rollout_engine": "vllm", "vllm_mode": "colocate" if colocated else "server"}
     cfg, fit = sizing.size(dataclasses.replace(cfg, **engine), trainers, cfg.max_tokens + PROMPT_BUDGET, gpu_gib, kind)
     return dataclasses.replace(cfg, vllm_sleep_mode=cfg.vllm_sleep_mode and colocated), fit

@@ -29,6 +29,11 @@ of the engine's batch) are kept for comparison with notebook 02's grid.
 
 On an FP32 model every format step is exactly 0 and every implementation step is kernel noise (the tests check both).
 Per-layer divergence: ‖h − h_FP32‖ / ‖h_FP32‖ of every layer's hidden states over the response positions.
+
+The anatomy is cut in three: the model edits (``nbkit.offline.anatomy_surgery``), this module's measurement (the two
+paths, their config and result, the run that scores every state and telescopes it), and the result told in prose
+(``nbkit.offline.anatomy_report``); its figures are ``nbkit.plots.anatomy``. Over ~400 lines because the measurement
+is one piece: the paths, the config fields that steer ``run`` and the result it fills are read together.
 """
 
 from __future__ import annotations
@@ -39,19 +44,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nbkit import forced, lm_head, mismatch, models
 from nbkit import gemm as gemm_policies
-from nbkit import lm_head, mismatch, models, schema
 from nbkit import metrics as metric_registry
-from nbkit.offline.anatomy_surgery import (  # noqa: F401
+from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
+from nbkit.fieldcheck import check_fields
+from nbkit.offline import analysis
+from nbkit.offline.anatomy_surgery import (
     MODEL_HEAD,
-    Scored,
-    attention,
     emulate,
     forward_heads,
     fp32_head_fn,
-    half_head,
-    half_head_fn,
-    layer_divergence,
     rounded_weights,
     state_divergence,
 )
@@ -156,8 +159,6 @@ class AnatomyConfig:
     )
 
     def __post_init__(self) -> None:
-        from nbkit.fieldcheck import check_fields
-
         check_fields(self)
         models.torch_dtype(self.dtype)
         gemm_policies.validate(self.gemm)
@@ -173,8 +174,6 @@ class AnatomyConfig:
 
     def engine_kind(self) -> str:
         """The engine actually used (``auto`` resolved)."""
-        from nbkit.engines import vllm_available
-
         return ("vllm" if vllm_available() else "hf") if self.engine == "auto" else self.engine
 
 
@@ -343,9 +342,6 @@ def row_metrics(before, after, n_boot: int = 0, seed: int = 0) -> dict:
 
 def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
     """The real engine's responses in ``cfg.dtype`` (μ in ``Rollout.logprobs``)."""
-    from nbkit.engines import SamplingConfig, make_engine, vllm_sized_for
-    from nbkit.offline import analysis
-
     source = (
         cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
     )
@@ -391,8 +387,6 @@ def run(
     ``rollouts``: responses the engine already sampled in ``dtype`` (e.g. the doctor's), reused as they are; their
     ``meta['engine']`` must name ``engine``. None samples them here. ``loaded``: (the model in FP32, its tokenizer)
     already loaded by the caller (left as it was), None loads them."""
-    from nbkit import forced
-
     cfg = AnatomyConfig(model=model, engine=engine, dtype=dtype, **settings)
     kind = cfg.engine_kind()
     if rollouts is not None:
@@ -476,70 +470,3 @@ def run(
         res.layers = state_divergence(exact.states, trainer.states)
     res.seconds["total"] = time.time() - clock
     return res
-
-
-def _delta(entry: dict) -> str:
-    ci = entry["CI"]
-    return f"{entry[DELTA]:+.2g}" + (f" [{ci[0]:+.2g}, {ci[1]:+.2g}]" if ci else "")
-
-
-def summary(res: AnatomyResult) -> str:
-    """A few printed lines: each group's steps, unattributed remainder and total (signed Δ log p per token)."""
-    lines = [
-        f"anatomy of π − μ: {res.config.model}, {res.engine} engine, {res.config.dtype}, GEMM "
-        f"{res.gemm_policy} ({DELTA}, 95 % CI over sequences; steps + unattributed = total)"
-    ]
-    for group in PATHS:
-        parts = ", ".join(f"{f} {_delta(res.split[group][f])}" for f in res.factors(group))
-        lines.append(
-            f"  {group}: {parts}; unattributed {_delta(res.split[group][UNATTRIBUTED])}; "
-            f"total {_delta(res.split[group]['total'])}"
-        )
-    token = schema.METRIC_TOKEN_ABS_LOGP_DIFF
-    lines.append(
-        "  mean |Δ log p| from FP32: " + ", ".join(f"{side} {m[token]:.3g}" for side, m in res.from_fp32.items())
-    )
-    lines.append(
-        "  LM head in FP32 (mean |Δ log p|): " + ", ".join(f"{c} {m[token]:.3g}" for c, m in res.heads.items())
-    )
-    return "\n".join(lines)
-
-
-def compare(results: dict[str, AnatomyResult], metric: str = schema.METRIC_TOKEN_ABS_LOGP_DIFF) -> str:
-    """This run's reading of its anatomies, as markdown generated from the numbers (``dtype → result``): each
-    format's π − μ (``metric``) with its CI, the largest implementation step and the format's unattributed share,
-    and whether FP16 sits further from π than BF16 (an order is called only when the CIs are apart)."""
-
-    def value(m: dict) -> str:
-        ci = m.get(f"{metric} CI")
-        return f"{m[metric]:.2g}" + (f" (95 % CI {ci[0]:.2g}–{ci[1]:.2g})" if ci else "")
-
-    if not results:
-        return "_no anatomy in this run_"
-    first = next(iter(results.values()))
-    name = "mean |log π − log μ| per token" if metric == schema.METRIC_TOKEN_ABS_LOGP_DIFF else metric
-    lines = [
-        f"**This run** ({first.config.model}, {first.engine} engine, GEMM {first.gemm_policy}; {name}, "
-        f"CIs by bootstrap over sequences):"
-    ]
-    for dtype, res in results.items():
-        total = res.metrics[("implementation", "total")]
-        big = res.largest("implementation")
-        fmt = res.split["format"]
-        share = fmt[UNATTRIBUTED][DELTA] / fmt["total"][DELTA] if fmt["total"][DELTA] else float("nan")
-        lines.append(
-            f"- {dtype}: π − μ {value(total)}; largest implementation step `{big}` "
-            f"{_delta(res.split['implementation'][big])} of {_delta(res.split['implementation']['total'])} "
-            f"(signed Δ log p per token); format path unattributed {share:.0%} of its total."
-        )
-    if {"bf16", "fp16"} <= set(results):
-        bf, fp = (results[d].metrics[("implementation", "total")] for d in ("bf16", "fp16"))
-        cb, cf = bf.get(f"{metric} CI"), fp.get(f"{metric} CI")
-        if cb and cf and cf[0] > cb[1]:
-            verdict = "FP16's μ is further from π than BF16's (CIs apart), against the paper's order, on this CPU"
-        elif cb and cf and cb[0] > cf[1]:
-            verdict = "BF16's μ is further from π than FP16's (CIs apart), as in the paper"
-        else:
-            verdict = "the two cannot be told apart at this size (CIs overlap or were not computed)"
-        lines.append(f"- BF16 against FP16: {verdict}.")
-    return "\n".join(lines)

@@ -33,7 +33,7 @@ from nbkit import mismatch, models, routing, schema
 from nbkit.fieldcheck import check_fields
 from nbkit.mismatch import crossing_length  # (re-exported: the doctor's length model)
 from nbkit.models import DTYPES
-from nbkit.offline import analysis, anatomy, lints, risk
+from nbkit.offline import analysis, anatomy, anatomy_report, lints, risk
 
 MASK_CAP = 3.0
 """TRL's default ``vllm_importance_sampling_clip_max`` (mode ``sequence_mask``): sequences with π/μ > 3 are dropped."""
@@ -240,7 +240,7 @@ class DoctorResult:
         lines.append(f"verdict: {self.verdict}")
         lines += [f"  - {r}" for r in self.reasons]
         lines += risk.lines(self.diagnoses, risk.load())  # the stored harm thresholds, or "none stored"
-        lines += [anatomy.summary(a) for a in self.anatomies.values()]
+        lines += [anatomy_report.summary(a) for a in self.anatomies.values()]
         lines.append(f"setup: {len(self.findings)} finding(s)" if self.findings else "setup: no finding")
         lines += [f.text() for f in self.findings]
         return "\n".join(lines)

@@ -3,20 +3,17 @@
 Tokens are sampled from μ, so per token E_μ[log π − log μ] = −KL(μ‖π): Σ log(π/μ) over a response of L tokens
 falls by L·KL on average, and the fitted slope per 1,000 tokens should be −1,000 × the per-token k1 KL. Each
 function takes per-sequence arrays of per-token log π − log μ; every CI is a percentile bootstrap over sequences
-(the tokens of one response are not independent draws).
+(the tokens of one response are not independent draws). This module fits and reads the law (no torch: stored
+studies read it); measuring it with an engine is ``nbkit.offline.lengthlaw_measure``.
 """
 
 from __future__ import annotations
 
-import copy
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from nbkit.mismatch import RatioReading
+from nbkit.stats import RatioReading, read_ratio
 
 PAPER_SLOPES = {"bf16": -1.01, "fp16": -0.07}
 """The paper's fitted slopes of log(π/μ) per 1,000 tokens (R1-Distill-Qwen-1.5B, 8k tokens)."""
@@ -130,18 +127,13 @@ def table(laws: dict[str, LengthLaw]) -> list[dict]:
 
 def seq_kl_ratio(laws: dict[str, LengthLaw], num: str = "bf16", den: str = "fp16") -> RatioReading | None:
     """Sequence KL of ``num`` over that of ``den`` (the paper: 7.64 / 0.32 ≈ 24), read from both CIs by
-    ``nbkit.mismatch.read_ratio``: a ratio only where ``den``'s sequence KL lies above 0 beyond its CI, else a lower
+    ``nbkit.stats.read_ratio``: a ratio only where ``den``'s sequence KL lies above 0 beyond its CI, else a lower
     bound or none. No CI of the ratio itself (each law is bootstrapped on its own). None if either run is missing."""
-    from nbkit.mismatch import read_ratio
-
     if num not in laws or den not in laws:
         return None
     a, b = laws[num], laws[den]
     return read_ratio(a.seq_kl, a.seq_kl_ci, b.seq_kl, b.seq_kl_ci, names=(num.upper(), den.upper()))
 
-
-# ---------------------------------------------------------------------------------------------------------
-# Measuring it: sample with vLLM (μ), recompute π by the pure cast and by the RL trainer's recipe
 
 INSTRUCTION = " Please reason step by step, and put your final answer within \\boxed{}."
 """Appended to every MATH problem so that the model writes long answers (the paper's R1 instruction)."""
@@ -150,89 +142,9 @@ STUDY = "lengthlaw_smollm2"
 """The stored long run's folder under ``data/results`` (one row per sequence and π recipe)."""
 
 
-def measure(
-    model: str = "smollm2-135m",
-    dtypes=("bf16", "fp16", "fp32"),
-    n_prompts: int = 12,
-    samples_per_prompt: int = 2,
-    max_tokens: int = 1024,
-    prompt_source: str = "eval/math",
-    instruction: str = INSTRUCTION,
-    seed: int = 0,
-    engine: str = "auto",
-    engine_kwargs: dict | None = None,
-    gemm: str = "auto",
-    batch_size: int = 4,
-    device: str | None = None,
-) -> dict[str, list[dict]]:
-    """Sample ``n_prompts × samples_per_prompt`` responses at temperature 1 with the engine in each dtype (μ), and
-    recompute π two ways: ``cast`` (weights and compute in the dtype, notebook 02's π) and ``autocast`` (FP32
-    weights under ``torch.autocast`` in the dtype: how the RL trainer computes π). Returns ``label → rows`` with
-    labels ``<dtype>-cast`` / ``<dtype>-autocast`` and one row per sequence (length, Σ log π − log μ, Σ |…|)."""
-    import torch
-
-    from nbkit import gemm as gemm_policies
-    from nbkit import models
-    from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
-    from nbkit.mismatch import teacher_forced_logprobs
-    from nbkit.offline import analysis
-
-    for d in dtypes:
-        models.torch_dtype(d)  # validated before anything loads
-    gemm_policies.validate(gemm)
-    kind = engine if engine != "auto" else ("vllm" if vllm_available() else "hf")
-    base, tok = models.load(model, "fp32", device=device)
-    prompts = analysis.load_prompts(prompt_source, n_prompts, tok, seed, shortest=False, instruction=instruction)
-    sampling = SamplingConfig(temperature=1.0, max_tokens=max_tokens, n=samples_per_prompt, seed=seed)
-    dev = next(base.parameters()).device
-    out: dict[str, list[dict]] = {}
-    for d in dtypes:
-        cast = base if d == "fp32" else copy.deepcopy(base).to(models.torch_dtype(d))
-        own = {"tokenizer": tok} if kind == "hf" else {**vllm_sized_for(tok, prompts, sampling), "seed": seed}
-        eng = make_engine(kind, cast if kind == "hf" else model, d, gemm=gemm, **{**own, **(engine_kwargs or {})})
-        try:
-            start = time.time()
-            rollouts = [r for r in eng.generate(prompts, sampling) if len(r.token_ids)]
-            gen_seconds = time.time() - start
-        finally:
-            eng.close()
-        mu = [np.asarray(r.logprobs, dtype=np.float64) for r in rollouts]
-        recipes = {
-            "cast": lambda cast=cast, rollouts=rollouts, d=d: teacher_forced_logprobs(
-                cast, rollouts, dtype=d, batch_size=batch_size, gemm=gemm
-            )
-        }
-        if d != "fp32":
-
-            def autocast(d=d, rollouts=rollouts):
-                with torch.autocast(device_type=dev.type, dtype=models.torch_dtype(d)):
-                    return teacher_forced_logprobs(base, rollouts, dtype=None, batch_size=batch_size, gemm=gemm)
-
-            recipes["autocast"] = autocast
-        for recipe, compute in recipes.items():
-            start = time.time()
-            pi = compute()
-            seconds = time.time() - start
-            out[f"{d}-{recipe}"] = [
-                {
-                    "sequence": i,
-                    "prompt": r.prompt_index,
-                    "length": len(r.token_ids),
-                    "finish": r.finish_reason,
-                    "sum_log_ratio": float((p - m).sum()),
-                    "sum_abs_log_ratio": float(np.abs(p - m).sum()),
-                    "engine": kind,
-                    "generate_seconds": round(gen_seconds, 1),
-                    "pi_seconds": round(seconds, 1),
-                }
-                for i, (r, p, m) in enumerate(zip(rollouts, pi, mu))
-            ]
-        del cast
-    return out
-
-
 def laws(runs: dict[str, list[dict]], n_boot: int = 2000, seed: int = 0) -> dict[str, LengthLaw]:
-    """``label → LengthLaw`` from ``measure``'s rows (or a stored study's): labels read ``bf16 · cast π``."""
+    """``label → LengthLaw`` from ``lengthlaw_measure.measure``'s rows (or a stored study's): labels read
+    ``bf16 · cast π``."""
     return {
         label.replace("-", " · ", 1) + " π": fit_sums(
             [r["length"] for r in rows], [r["sum_log_ratio"] for r in rows], n_boot, seed=seed

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from nbkit import mismatch, models, routing
+from nbkit import gemm, mismatch, models, routing
 from nbkit.engines import HFEngine, SamplingConfig
 from nbkit.offline import analysis
 
@@ -153,7 +153,6 @@ def run(cfg: MoeConfig = MoeConfig(), progress: bool = False) -> MoeResult:
             res.gemm = engine.gemm
         rollouts = [r for r in engine.generate(prompts, sampling) if len(r)]
         trainer = engine.model  # the same cast weights, full teacher-forced forward (as the trainer runs it)
-        from nbkit import gemm
 
         with gemm.policy(gemm.resolve(cfg.gemm, trainer.device) if d != "fp32" else "native"):
             own = _teacher_forced_routing(trainer, rollouts)

@@ -11,7 +11,8 @@ from nbkit.offline import lengthlaw
 
 
 def seq_log_ratio_vs_length(runs: dict[str, list[dict]], laws: dict | None = None) -> go.Figure:
-    """Scatter of per-sequence rows (``nbkit.offline.lengthlaw.measure``) with each label's least-squares line."""
+    """Scatter of per-sequence rows (``nbkit.offline.lengthlaw_measure.measure``) with each label's least-squares
+    line."""
     laws = laws or lengthlaw.laws(runs, n_boot=200)
     fig = go.Figure()
     for i, ((label, rows), law) in enumerate(zip(runs.items(), laws.values())):

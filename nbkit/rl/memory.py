@@ -32,6 +32,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nbkit import models
+from nbkit.rl import algorithms
+from nbkit.rl.inputs import per_device_batch
+
 GIB = 2**30
 HEADROOM = 0.9
 """Share of the GPU's memory the estimate may fill (the rest: CUDA context, allocator fragmentation, NCCL buffers)."""
@@ -78,8 +82,6 @@ def model_shape(ref: str) -> ModelShape:
     if ref in KNOWN_SHAPES:
         return KNOWN_SHAPES[ref]
     from transformers import AutoConfig
-
-    from nbkit import models
 
     c = AutoConfig.from_pretrained(models.resolve(ref))
     heads = c.num_attention_heads
@@ -248,9 +250,6 @@ def fit_micro_batch(
 def fit_run(cfg, trainers: int, gpu_gib: float, kind: str, colocated: bool, prompt_tokens: int) -> Fit:
     """``fit_micro_batch`` for an ``RLConfig`` run on ``trainers`` processes: its model, share of the batch, sequence
     length (``prompt_tokens`` + ``max_tokens``), vLLM share when colocated, PPO's critic and minibatches."""
-    from nbkit.rl import algorithms
-    from nbkit.rl.inputs import per_device_batch
-
     ppo = algorithms.get(cfg.algorithm).critic
     return fit_micro_batch(
         model_shape(cfg.model),

@@ -19,6 +19,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from nbkit import formats, gemm, lm_head, paths, pool
 from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine, release_memory
+from nbkit.errors import PrecisionError
 from nbkit.models import dtype_name
 
 LAUNCH_ENV = pool.LAUNCH_ENV
@@ -210,8 +211,6 @@ class EngineGeneration(VLLMGeneration):
                     if not d.startswith("torch.float8")
                 }  # FP8 weights: the format audit's evidence
             except RuntimeError as exc:
-                from nbkit.errors import PrecisionError
-
                 raise PrecisionError(
                     f"cannot inspect the rollout engine's weights to audit their dtype: {exc}"
                 ) from exc

@@ -18,6 +18,7 @@ import nbkit.rl.algorithms as algorithms
 import nbkit.rl.judge as judge
 import nbkit.rl.launch as launch
 import nbkit.rl.lora as lora
+import nbkit.rl.sizing as sizing
 from nbkit import lm_head, logs, models, tasks, versions
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
@@ -228,8 +229,6 @@ def _train(cfg: RLConfig, folder: RunFolder, progress: bool) -> RunResult:
 
     with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
         from nbkit.rl.trainer import StepLogger
-
-    from nbkit.rl import sizing
 
     start = time.time()
     cfg, _ = sizing.for_device(cfg, world_size, rank=rank)  # a GPU's micro-batch and vLLM sleep: memory estimate

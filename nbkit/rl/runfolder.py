@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -41,10 +41,14 @@ from transformers import TrainerCallback
 from nbkit import outputs
 from nbkit.locks import LOCK, FolderLock
 from nbkit.rl.monitor import CollapseAlarm
-from nbkit.runlog import MetricsLog
-
-KIND = "rl-run"
-"""The ``nbkit.outputs`` kind of a run folder."""
+from nbkit.runlog import (  # noqa: F401 - re-exported: a run folder's identity, read back torch-free in runlog
+    KIND,
+    SAFE_TO_CHANGE,
+    MetricsLog,
+    differing_fields,
+    last_logged_step,
+    last_step,
+)
 
 STATE_FILE = "nbkit_state.json"
 """Written into ``checkpoint-N`` after transformers' files: the workbook's own state of the run at that step."""
@@ -52,22 +56,6 @@ STATE_FILE = "nbkit_state.json"
 BOOKKEEPING = ("resume", "overwrite")
 """How a run was invoked, not what it is: saved as False in ``config.json`` and never read from a config file, so
 replaying a run's config (``nbkit train --config run/config.json``) never replaces or continues a run by itself."""
-
-SAFE_TO_CHANGE = (
-    "steps",
-    "resume",
-    "overwrite",
-    "checkpoint_every",
-    "output_dir",
-    "max_consecutive_skips",
-    "vllm_kv_cache_gib",
-    "gradient_checkpointing",
-    "save_total_limit",
-    "report_to",
-    "gpu_memory_gib",
-)
-"""Config fields a resume may change: they do not change what the steps already taken would have computed
-(``steps`` extends or shortens the run, the rest are bookkeeping or resources)."""
 
 RUN_FILES = ("metrics.jsonl", "config.json", "summary.json", "ranks")
 """The files of a run that ``overwrite=True`` removes (with every ``checkpoint-N`` folder and the files the marker
@@ -115,20 +103,6 @@ def checkpoints(out: Path) -> tuple[list[Path], list[Path]]:
     return complete, [p for _, p in found if p not in complete]
 
 
-def differing_fields(saved: dict, cfg) -> list[str]:
-    """``name (run: old, now: new)`` for every field outside ``SAFE_TO_CHANGE`` where ``cfg`` differs from the
-    saved config (a field the saved config lacks counts as its default: it did not exist then)."""
-    diffs = []
-    for f in fields(cfg):
-        if f.name in SAFE_TO_CHANGE:
-            continue
-        old = saved.get(f.name, f.default)
-        new = getattr(cfg, f.name)
-        if old != new:
-            diffs.append(f"{f.name} (run: {old!r}, now: {new!r})")
-    return diffs
-
-
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -156,16 +130,6 @@ def _trl_card(path: Path) -> bool:
     except OSError:
         return False
     return head.startswith("---") and "trl" in head.lower() and "library_name" in head
-
-
-def last_logged_step(out: Path) -> int:
-    """The step of the last metrics row in run folder ``out`` (0 when none)."""
-    return last_step(MetricsLog.read(out / "metrics.jsonl"))
-
-
-def last_step(rows: list[dict]) -> int:
-    """The step of the last of ``rows`` (0 when none): a run folder's log or a stored run alike."""
-    return max((int(r.get("step", 0)) for r in rows), default=0)
 
 
 def plan_run(cfg) -> RunPlan:

@@ -27,7 +27,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from nbkit.rl import memory
+from nbkit import models
+from nbkit.rl import algorithms, memory
+from nbkit.rl.inputs import check_prompts, load_task, micro_batch, per_device_batch
 
 
 def device_gib(cfg) -> float | None:
@@ -68,9 +70,6 @@ def size(cfg, world_size: int, seq_tokens: int, gpu_gib: float, kind: str):
     """``(cfg with gradient_accumulation_steps and vllm_sleep_mode chosen, the memory.Fit of its micro-batch)`` for
     ``world_size`` training processes of ``gpu_gib`` GiB each under launch ``kind``, every sequence padded to
     ``seq_tokens``; ValueError with the estimate's terms when one sequence per micro-batch does not fit."""
-    from nbkit.rl import algorithms
-    from nbkit.rl.inputs import micro_batch, per_device_batch
-
     ppo = algorithms.get(cfg.algorithm).critic
     configured = micro_batch(cfg, world_size)  # also refuses a configured accumulation that does not divide
 
@@ -129,9 +128,6 @@ def longest_sequence(cfg) -> int:
     """The run's longest prompt in tokens + ``max_tokens``, as ``nbkit.rl.run.check_prompts`` finds it (dataset and
     tokenizer only: no weights are read)."""
     from transformers import AutoTokenizer
-
-    from nbkit import models
-    from nbkit.rl.inputs import check_prompts, load_task
 
     task, problems = load_task(cfg)
     path = models.resolve(cfg.model)

@@ -7,7 +7,7 @@ without re-running. A run's pair and seed are read from its config (``nbkit.runl
 
 from __future__ import annotations
 
-from nbkit import schema
+from nbkit import runlog, schema, stats
 from nbkit.studies.base import GridStudy
 
 PAIRS: list[tuple[str, str]] = [("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32")]
@@ -21,8 +21,6 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.
     """One row per (train, rollout) pair over its seeds: steps to ``target`` (``window``-step mean accuracy), final
     accuracy mean and range, the training-time mismatch (mean |Δ log p| and k3 KL per token, averaged over steps and
     seeds) and seconds per step split into rollout (generation + weight sync) and update."""
-    from nbkit import runlog
-
     groups: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for label, rows in runs.items():
         groups.setdefault((meta[label]["train"], meta[label]["rollout"]), {})[label] = rows
@@ -112,8 +110,6 @@ def _resolution(reached: list[list[int]], power: float = 0.8, alpha: float = 0.0
     (each pair's seeds that reached the target); "" with fewer than two such seeds in every pair."""
     import math
 
-    from nbkit import stats
-
     sd, df = stats.pooled_sd(reached)
     if not df:
         return ""
@@ -189,8 +185,6 @@ class Ablation(GridStudy):
     ) -> dict:
         from dataclasses import replace
 
-        from nbkit import runlog
-
         pairs = [tuple(p) for p in (pairs or PAIRS)]
         if any(len(p) != 2 for p in pairs) or len(set(pairs)) != len(pairs):
             raise ValueError(f"pairs must be distinct [train, rollout] pairs such as ['bf16', 'fp32'], got {pairs!r}")
@@ -215,8 +209,6 @@ class Ablation(GridStudy):
         return out
 
     def coords(self, config: dict) -> dict:
-        from nbkit import runlog
-
         return runlog.coords(config)
 
     def table(self, runs, meta):

@@ -15,7 +15,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nbkit import results
+from nbkit import outputs, results
+from nbkit.runlog import KIND, SAFE_TO_CHANGE, MetricsLog, differing_fields, last_logged_step, last_step
 
 
 class StoredStudyError(FileExistsError):
@@ -103,8 +104,6 @@ class GridStudy(Study):
     def finished(cfg) -> bool:
         """Whether ``cfg``'s run folder holds this very run (its ``config.json`` equals ``cfg`` in every field that
         changes the run) with all its steps logged: a finished run of other settings is not this run."""
-        from nbkit.rl.runfolder import differing_fields, last_logged_step
-
         out = Path(cfg.output_dir)
         if not (out / "metrics.jsonl").is_file() or not (out / "config.json").is_file():
             return False
@@ -118,9 +117,6 @@ class GridStudy(Study):
     def other_setting(cfg) -> list[str]:
         """The differing fields (``runfolder.differing_fields``) when ``cfg``'s run folder holds a workbook run of
         another setting ([] for none, an unreadable config, or a run of this one)."""
-        from nbkit import outputs
-        from nbkit.rl.runfolder import KIND, differing_fields
-
         if (outputs.read_marker(Path(cfg.output_dir)) or {}).get("kind") != KIND:
             return []  # not a run of the workbook: train refuses the folder itself (nbkit.outputs)
         try:
@@ -212,8 +208,6 @@ class GridStudy(Study):
         """``(label → rows, label → config)`` of the stored study's runs that are runs of ``grid``: same label, the
         saved config equal in every field that changes the run, and every step logged (empty when nothing is
         stored)."""
-        from nbkit.rl.runfolder import differing_fields, last_step
-
         if not (results.study_dir(self.name, root) / results.CARD).is_file():
             return {}, {}
         saved = self.card(root).get("configs", {}).get("runs", {})
@@ -227,8 +221,6 @@ class GridStudy(Study):
 
     def collect(self, **options) -> tuple[dict[str, list[dict]], dict[str, dict]]:
         """``(label → rows, label → config)`` of the grid's *finished* runs found in their folders."""
-        from nbkit.runlog import MetricsLog
-
         runs, configs = {}, {}
         for label, cfg in self.grid(**options).items():
             out = Path(cfg.output_dir)
@@ -311,8 +303,6 @@ class GridStudy(Study):
     ) -> str:
         """How ``runs`` of the grid ``options`` differ from the stored study ("" when they are the same runs, row for
         row, of the same grid): ``N stored runs -> M``, then the differing grid fields and runs."""
-        from nbkit.rl.runfolder import SAFE_TO_CHANGE
-
         card = self.card(root)
         stored_grid = self.grid_options(card)
         now = json.loads(json.dumps(options, default=str))

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbkit import schema
+from nbkit import runlog, schema
+from nbkit.runlog import pair_tag
 from nbkit.studies.base import GridStudy
 
 PAIRS: list[tuple[str, str]] = [("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32")]
@@ -60,8 +61,6 @@ def config(
 
 def label(train_dtype: str, rollout_dtype: str, seed: int) -> str:
     """``brevity-<train>-<rollout>r-s<seed>`` (``brevity-fp16-s0`` when both sides agree)."""
-    from nbkit.runlog import pair_tag
-
     return f"brevity-{pair_tag(train_dtype, rollout_dtype)}-s{seed}"
 
 
@@ -142,8 +141,6 @@ class BrevityStudy(GridStudy):
         }
 
     def coords(self, config: dict) -> dict:
-        from nbkit import runlog
-
         return runlog.coords(config)
 
     def table(self, runs, meta):

@@ -56,7 +56,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from nbkit import noninferiority as NI
-from nbkit import results
+from nbkit import outputs, results
+from nbkit.runlog import differing_fields, last_step
 from nbkit.stats import bounded_mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies.base import GridStudy
@@ -181,8 +182,6 @@ class CorrectionsStudy(GridStudy):
     def reused(self, grid: dict, reuse: str | None, root: Path = results.RESULTS) -> dict[str, dict]:
         """``label → stored config`` of the control arms (no correction) of ``grid`` that the stored study ``reuse``
         holds with an identical config (``runfolder.differing_fields`` empty) and every step logged."""
-        from nbkit.rl.runfolder import differing_fields, last_step
-
         if not reuse or not (results.study_dir(reuse, root) / results.CARD).is_file():
             return {}
         saved = results.card(reuse, root).get("configs", {}).get("runs", {})
@@ -211,8 +210,6 @@ class CorrectionsStudy(GridStudy):
         if any(not self.finished(c) for c in grid.values()):
             path = self.folder(options) / STARTED
             if not path.is_file():
-                from nbkit import outputs
-
                 path.parent.mkdir(parents=True, exist_ok=True)
                 outputs.write_json(
                     path,

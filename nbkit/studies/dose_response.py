@@ -30,8 +30,9 @@ import statistics
 from dataclasses import replace
 
 from nbkit import noninferiority as NI
-from nbkit import schema
+from nbkit import results, schema
 from nbkit.stats import bounded_mean_ci, mean_ci
+from nbkit.studies import amendments as A
 from nbkit.studies.base import GridStudy
 
 STUDY = "dose_response_tiny_arith"
@@ -525,9 +526,6 @@ class DoseResponse(GridStudy):
     def record(self, root=None) -> None:
         """Write the rule, the training start and ``AMENDMENTS`` (with the verdicts each moved, computed now) onto the
         stored card."""
-        from nbkit import results
-        from nbkit.studies import amendments as A
-
         root = root or results.RESULTS
         moved = self.moves(self.load(root), self.meta(self.card(root)["configs"]["runs"]))
         for a in AMENDMENTS:

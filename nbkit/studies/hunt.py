@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbkit import schema
+from nbkit.runlog import steps_to
+from nbkit.stats import seeds_needed
 from nbkit.studies.base import GridStudy
 from nbkit.tasks import long_arith
 
@@ -130,8 +132,6 @@ the untouched model): the training's collapse alarm compares 10-step windows, so
 def run_summary(rows: list[dict], target: float = 0.95, window: int = 5) -> dict:
     """One run in numbers: first, best and final ``window``-step mean accuracy, steps to ``target``, alarms, the
     mean mismatch, its growth (last window over first), and the mean phantom-clip fraction."""
-    from nbkit.runlog import steps_to
-
     acc = [r[schema.ACCURACY] for r in rows if schema.ACCURACY in r]
     means = _window_means(acc, min(window, len(acc))) if acc else []
     mism = [r[schema.TOKEN_ABS_LOGP_DIFF] for r in rows if isinstance(r.get(schema.TOKEN_ABS_LOGP_DIFF), (int, float))]
@@ -333,8 +333,6 @@ def chance_caveat(
     if not gaps:
         return "Too few seeds per cell to estimate how often chance alone would flag one."
     import statistics
-
-    from nbkit.stats import seeds_needed  # the paired t-test's own quantiles, not the normal's
 
     sd = statistics.fmean(statistics.variance(g) for g in gaps.values()) ** 0.5
     n_seeds = min(len(g) for g in gaps.values())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbkit import schema
+from nbkit import runlog, schema
 from nbkit.studies.base import GridStudy
 
 VARIANTS = {
@@ -54,8 +54,6 @@ def base_config(variant: str, steps: int, out: Path):
 def summary(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
     """Per variant × dtype over seeds (``nbkit.runlog.seed_summary``; the group reads ``<variant>.<algorithm>``)
     plus the mean ``moe/flip_rate``; ``meta`` holds each run's coordinates (``MoEStudy.coords``)."""
-    from nbkit import runlog
-
     groups = {k: {**m, "algorithm": f"{m['variant']}.{m['algorithm']}"} for k, m in meta.items()}
     table = runlog.seed_summary(runlog.summary_table(runs, target=0.95), groups)
     for row in table:
@@ -106,8 +104,6 @@ class MoEStudy(GridStudy):
     ) -> dict:
         from dataclasses import replace
 
-        from nbkit import runlog
-
         out = {}
         for variant in variants:
             base = base_config(variant, steps, Path(output_dir or self.output_dir))
@@ -120,8 +116,6 @@ class MoEStudy(GridStudy):
         return out
 
     def coords(self, config: dict) -> dict:
-        from nbkit import runlog
-
         variant = next(
             (
                 v

@@ -8,7 +8,8 @@ trained in pieces and stored once.
 
 from __future__ import annotations
 
-from nbkit import schema
+from nbkit import runlog, schema
+from nbkit.stats import mean_ci, t_quantile
 from nbkit.studies.base import GridStudy
 
 STUDY = "ppo_tiny_arith"
@@ -124,8 +125,6 @@ def positive_mean_ci(xs: list[float], level: float = 0.95) -> tuple[float, float
     import math
     import statistics
 
-    from nbkit.stats import t_quantile
-
     m = statistics.fmean(xs)
     if len(xs) < 2 or m <= 0:
         return m, float("nan"), float("nan")
@@ -148,8 +147,6 @@ def per_seed(runs: dict[str, list[dict]], meta: dict[str, dict]) -> dict[str, di
 
 
 def _interval(xs: list[float], positive: bool = False) -> dict:
-    from nbkit.stats import mean_ci
-
     m, lo, hi = positive_mean_ci(xs) if positive and min(xs) > 0 else mean_ci(xs)
     return {"mean": m, "95 % CI": None if lo != lo else [lo, hi], "seeds": len(xs)}
 
@@ -173,8 +170,6 @@ def paired_difference(
     also, for a positive metric, the ratio ``a / b`` (geometric mean of the per-seed ratios, t-interval on the log
     scale)."""
     import math
-
-    from nbkit.stats import mean_ci
 
     seeds = per_seed(runs, meta)
     if a not in seeds or b not in seeds:
@@ -239,8 +234,6 @@ class PPOStudy(GridStudy):
     ) -> dict:
         from dataclasses import replace
 
-        from nbkit import runlog
-
         base = base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         return {
             (label := runlog.run_label("ppo", d, s)): replace(
@@ -251,8 +244,6 @@ class PPOStudy(GridStudy):
         }
 
     def coords(self, config: dict) -> dict:
-        from nbkit import runlog
-
         return runlog.coords(config)
 
     def table(self, runs, meta):

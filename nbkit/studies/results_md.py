@@ -13,6 +13,7 @@ import sys
 
 from nbkit import results
 from nbkit.paths import ROOT
+from nbkit.studies.amendments import record_lines
 from nbkit.studies.base import Study, markdown_table
 from nbkit.studies.catalog import STUDIES
 
@@ -70,8 +71,6 @@ def provenance(study: Study, card: dict | None = None) -> str:
 
 def section(study: Study) -> str:
     """The markdown of one study (a study not stored yet: its question and the command that makes it)."""
-    from nbkit import results
-
     if not (results.RESULTS / study.name).is_dir():
         make = (
             f"`nbkit study {study.name} run && nbkit study {study.name} store`"
@@ -99,8 +98,6 @@ def stored_section(study: Study, runs: dict[str, list[dict]], meta: dict[str, di
     """The markdown of a stored study from its runs, their coordinates and its card: question, provenance, the
     rule's record (``nbkit.studies.amendments``: what the card proves was fixed before training, each amendment
     after), statistic, tables, findings."""
-    from nbkit.studies.amendments import record_lines
-
     rows = study.table(runs, meta)
     parts = [
         f"## {study.title}",

@@ -13,7 +13,8 @@ from __future__ import annotations
 import tempfile
 import time
 
-from nbkit import schema, tasks
+from nbkit import rl, schema, tasks
+from nbkit.rl import RLConfig
 from nbkit.tasks import dataset, long_arith
 from nbkit.tasks.long_arith import LongArithConfig
 
@@ -72,8 +73,6 @@ def rl_config(
     **overrides,
 ):
     """An RL run on a regime's perfectible set (GRPO by default, trainer and engine in ``dtype``)."""
-    from nbkit.rl import RLConfig
-
     kw = dict(
         model=MODEL,
         dataset=f"data/{set_name(regime)}",
@@ -97,14 +96,12 @@ def rl_config(
 
 def timing(regimes=tuple(long_arith.REGIMES), engine: str = "hf", steps: int = 3, dtype: str = "fp16") -> dict:
     """Seconds per RL step per regime (mean over ``steps`` steps after the first, which also warms up)."""
-    from nbkit.rl import train
-
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for regime in regimes:
             cfg = rl_config(regime, dtype, steps=steps + 1, engine=engine, output_dir=f"{tmp}/{regime}")
             t0 = time.perf_counter()
-            rows = train(cfg, progress=False).rows
+            rows = rl.train(cfg, progress=False).rows
             wall = time.perf_counter() - t0
             secs = [r[schema.TIME_STEP] for r in rows[1:] if schema.TIME_STEP in r]
             out[regime] = {
@@ -123,13 +120,11 @@ def timing(regimes=tuple(long_arith.REGIMES), engine: str = "hf", steps: int = 3
 def sanity(regime: str = "short", seeds=(0,), steps: int = 30, engine: str = "hf") -> dict:
     """GRPO FP16 vs BF16 on a regime's set (trainer and engine in the same dtype): ``label → rows``, a check before
     a study, not stored (the stored tiny-long study is the hunt, ``nbkit.studies.hunt``)."""
-    from nbkit.rl import train
-
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
             for dtype in ("fp16", "bf16"):
                 label = f"{regime}-grpo-{dtype}-s{seed}"
                 cfg = rl_config(regime, dtype, seed, steps, engine, output_dir=f"{tmp}/{label}")
-                runs[label] = train(cfg, progress=False).rows
+                runs[label] = rl.train(cfg, progress=False).rows
     return runs

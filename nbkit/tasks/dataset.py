@@ -29,8 +29,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nbkit import outputs, paths
-from nbkit.engines import ENGINE_DTYPES, SamplingConfig
+from nbkit import outputs, paths, pool
+from nbkit.engines import ENGINE_DTYPES, SamplingConfig, make_engine
 from nbkit.tasks import Task
 
 HIST_BINS = 10
@@ -253,8 +253,6 @@ def estimate_pass_rates(
     """
     from tqdm.auto import tqdm
 
-    from nbkit import pool
-
     path = cache_file(task, cfg)
     if not cfg.resume:
         for old in (path, *_part_files(path)):
@@ -283,8 +281,6 @@ def estimate_pass_rates(
         done = read_cache(path)
         return [{**p, **done[problem_key(p)]} for p in problems], len(pending)
     if pending and engine is None:
-        from nbkit.engines import make_engine
-
         engine = make_engine(cfg.engine, cfg.model, cfg.dtype, **cfg.engine_kwargs)
     bar = tqdm(
         total=len(problems),
@@ -321,8 +317,6 @@ def _sample_batch(task: Task, cfg: BuildConfig, batch: list[dict], engine, path:
 def sample_batches(task: Task, cfg: BuildConfig, batches: list[list[dict]], path: Path) -> int:
     """A pool job of ``estimate_pass_rates``: sample ``batches`` with an engine of its own into ``path``; the
     number of problems sampled."""
-    from nbkit.engines import make_engine
-
     engine = make_engine(cfg.engine, cfg.model, cfg.dtype, **cfg.engine_kwargs)
     try:
         return sum(len(_sample_batch(task, cfg, batch, engine, path)) for batch in batches)

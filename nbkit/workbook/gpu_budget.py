@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from nbkit.rl import memory
+from nbkit.rl import memory, sizing
+from nbkit.rl.config import config_from
+from nbkit.studies import ablation, ppo
+from nbkit.workbook.profiles import PROFILES
 
 PROMPT_BUDGET = 2048
 """Prompt tokens budgeted per sequence (``nbkit.cli.plan.PROMPT_BUDGET``)."""
@@ -44,10 +47,6 @@ class Row:
 def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
     """(notebook, run, RLConfig) of each kind of RL run the profile's notebooks 03 and 05 start (one per dtype
     set: the memory does not depend on the seed or the algorithm's loss)."""
-    from nbkit.rl.config import config_from
-    from nbkit.studies import ablation, ppo
-    from nbkit.workbook.profiles import PROFILES
-
     out = []
     p03 = PROFILES[profile].get("03_rl_training", {})
     base = config_from(p03.get("config_overrides", {}))
@@ -88,8 +87,6 @@ def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
 def estimate(cfg, gpu_gib: float = 80) -> tuple[int, float, float, float, float, bool]:
     """(micro-batch, peak, states, activations, vLLM, vLLM asleep) in GiB of ``cfg`` on one GPU with vLLM colocated, as the run
     sizes itself when it starts there (``nbkit.rl.sizing.size``; the configured accumulation is a floor)."""
-    from nbkit.rl import sizing
-
     sized, fit = sizing.size(cfg, 1, cfg.max_tokens + PROMPT_BUDGET, gpu_gib, "single_gpu")
     return fit.micro_batch, fit.peak_gib, fit.states_gib, fit.activations_gib, fit.vllm_gib, sized.vllm_sleep_mode
 

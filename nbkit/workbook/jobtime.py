@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbkit.paths import DATA
+from nbkit import results
+from nbkit.paths import DATA, ROOT
 
 TIMINGS = DATA / "timings" / "main_job.json"
 """Stored measurements of the main job: a JSON list of records (see ``record``)."""
@@ -55,8 +56,6 @@ def calibrate(passes: int = 7, batch: int = 16, length: int = 48) -> dict:
 def cpu() -> dict:
     """This CPU: model name, cores, the half-precision flags, the GEMM policy ``auto`` picks and the kernel caps in
     force (non-empty when an ISA is emulated, e.g. AVX2 on an AVX512 CPU by ``benchmarks/avx2.py``)."""
-    from nbkit import results
-
     m = results.machine()
     return {k: m[k] for k in ("cpu", "cores", "cpu_flags", "gemm_auto", "kernel_caps")}
 
@@ -154,8 +153,6 @@ def code_fingerprint(stem: str, commit: str | None = None) -> str | None:
     read from the working tree, or from git at ``commit``; None where it cannot be read."""
     import hashlib
     import subprocess
-
-    from nbkit.paths import ROOT
 
     path = ROOT / "notebooks" / f"{stem}.ipynb"
     try:

@@ -20,8 +20,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from nbkit import formats as F
+from nbkit import metrics as M
 from nbkit.paths import ROOT
+from nbkit.rl import algorithms as A
 from nbkit.studies.base import markdown_table
+from nbkit.studies.catalog import STUDIES
 
 PATH = ROOT / "README.md"
 """The file whose blocks are generated."""
@@ -33,8 +37,6 @@ def _code(names) -> str:
 
 def presets() -> str:
     """The RL presets (loss, corrections, trainer) and the corrections ``correction=`` can put into any of them."""
-    from nbkit.rl import algorithms as A
-
     rows = [
         {
             "preset": f"`{a.name}`",
@@ -51,8 +53,6 @@ def presets() -> str:
 
 def formats() -> str:
     """The rollout formats, one row per quantization scheme."""
-    from nbkit import formats as F
-
     rows = []
     for scheme, fmts in itertools.groupby(F.FORMATS.values(), key=lambda f: f.scheme):
         fmts = list(fmts)
@@ -71,8 +71,6 @@ def formats() -> str:
 
 def metrics() -> str:
     """The mismatch metrics: key, what a run logs per step, other libraries' names, meaning."""
-    from nbkit import metrics as M
-
     rows = [
         {
             "metric": f"`{m.key}`",
@@ -88,8 +86,6 @@ def metrics() -> str:
 
 def studies() -> str:
     """The stored studies (RESULTS.md's sections), with the notebook that draws each."""
-    from nbkit.studies.catalog import STUDIES
-
     rows = [
         {"study": f"`{s.name}`", "title": s.title, "notebook": f"`{s.notebook}`" if s.notebook else "—"}
         for s in STUDIES.values()

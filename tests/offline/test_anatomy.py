@@ -11,7 +11,7 @@ import torch
 
 from nbkit import forced, lm_head, models, schema
 from nbkit.engines import HFEngine, SamplingConfig
-from nbkit.offline import anatomy
+from nbkit.offline import anatomy, anatomy_report
 from nbkit.plots import anatomy as anatomy_plots
 from nbkit.tasks import arith
 
@@ -218,7 +218,7 @@ def _result(dtype: str, total: float, ci: tuple[float, float]) -> anatomy.Anatom
 def test_the_anatomys_sentence_is_generated_from_the_numbers_and_calls_an_order_only_when_the_cis_are_apart(
     bf16, fp16, verdict
 ):
-    text = anatomy.compare({"bf16": _result("bf16", *bf16), "fp16": _result("fp16", *fp16)})
+    text = anatomy_report.compare({"bf16": _result("bf16", *bf16), "fp16": _result("fp16", *fp16)})
     assert verdict in text
     assert f"π − μ {bf16[0]:.2g} (95 % CI {bf16[1][0]:.2g}–{bf16[1][1]:.2g})" in text
     assert "largest implementation step `engine`" in text

@@ -11,7 +11,7 @@ import torch
 
 from nbkit import forced, lm_head, mismatch, models
 from nbkit.engines import HFEngine, SamplingConfig
-from nbkit.offline import anatomy, anatomy_surgery
+from nbkit.offline import anatomy_surgery
 from nbkit.tasks import arith
 
 
@@ -35,17 +35,19 @@ def same(a, b):
 def test_one_forward_gives_pi_pi_with_an_fp32_head_and_the_layer_states(setup):
     base, half, _, rollouts = setup
     w32 = lm_head.head_of(base).weight
-    scored = anatomy.forward_heads(half, rollouts, {"fp32_head": anatomy.fp32_head_fn(w32)}, batch_size=4, states=True)
-    same(scored.logp[anatomy.MODEL_HEAD], mismatch.teacher_forced_logprobs(half, rollouts, batch_size=4))
+    scored = anatomy_surgery.forward_heads(
+        half, rollouts, {"fp32_head": anatomy_surgery.fp32_head_fn(w32)}, batch_size=4, states=True
+    )
+    same(scored.logp[anatomy_surgery.MODEL_HEAD], mismatch.teacher_forced_logprobs(half, rollouts, batch_size=4))
     lm_head.install(half, w32)
     try:
         same(scored.logp["fp32_head"], mismatch.teacher_forced_logprobs(half, rollouts, batch_size=4))
     finally:
         lm_head.remove(half)
-    exact = anatomy.forward_heads(base, rollouts, batch_size=4, states=True)
+    exact = anatomy_surgery.forward_heads(base, rollouts, batch_size=4, states=True)
     assert [s.shape[1] for s in exact.states] == [len(r.token_ids) for r in rollouts]
-    shared = anatomy.state_divergence(exact.states, scored.states)
-    separate = anatomy.layer_divergence(base, half, rollouts, batch_size=4)
+    shared = anatomy_surgery.state_divergence(exact.states, scored.states)
+    separate = anatomy_surgery.layer_divergence(base, half, rollouts, batch_size=4)
     assert len(shared) == len(separate) == base.config.num_hidden_layers + 1 and shared[0] > 0
     np.testing.assert_allclose(shared, separate, rtol=1e-3)  # other batch compositions: kernel noise only
 
@@ -53,17 +55,19 @@ def test_one_forward_gives_pi_pi_with_an_fp32_head_and_the_layer_states(setup):
 def test_the_head_in_the_format_from_the_fp32_pass_is_the_lm_head_factors_pass(setup):
     base, _, _, rollouts = setup
     head = lm_head.head_of(base)
-    scored = anatomy.forward_heads(base, rollouts, {"lm_head": anatomy.half_head_fn(head, torch.bfloat16)})
-    with anatomy.half_head(base, torch.bfloat16):
+    scored = anatomy_surgery.forward_heads(
+        base, rollouts, {"lm_head": anatomy_surgery.half_head_fn(head, torch.bfloat16)}
+    )
+    with anatomy_surgery.half_head(base, torch.bfloat16):
         separate = mismatch.teacher_forced_logprobs(base, rollouts)
     same(scored.logp["lm_head"], separate)
-    assert not np.array_equal(np.concatenate(separate), np.concatenate(scored.logp[anatomy.MODEL_HEAD]))
+    assert not np.array_equal(np.concatenate(separate), np.concatenate(scored.logp[anatomy_surgery.MODEL_HEAD]))
 
 
 def test_one_decode_gives_mu_under_both_heads(setup):
     base, half, tok, rollouts = setup
     w32 = lm_head.head_of(base).weight
-    both = forced.decode_heads(half, tok, rollouts, {"fp32_head": anatomy.fp32_head_fn(w32)}, batch_size=64)
+    both = forced.decode_heads(half, tok, rollouts, {"fp32_head": anatomy_surgery.fp32_head_fn(w32)}, batch_size=64)
     same(both[forced.MODEL_HEAD], forced.decode_logprobs(half, tok, rollouts, batch_size=64))
     same(both[forced.MODEL_HEAD], [np.asarray(r.logprobs) for r in rollouts])  # still the engine's μ bit for bit
     lm_head.install(half, w32)
@@ -75,14 +79,14 @@ def test_one_decode_gives_mu_under_both_heads(setup):
 
 def test_each_switch_moves_log_p_and_is_undone_when_its_context_ends(setup):
     base, _, _, rollouts = setup
-    rounded = anatomy.rounded_weights(base, torch.bfloat16)
+    rounded = anatomy_surgery.rounded_weights(base, torch.bfloat16)
     plain = np.concatenate(mismatch.teacher_forced_logprobs(rounded, rollouts))
     for switch in anatomy_surgery.SWITCHES:  # each one alone changes log p
-        with anatomy.emulate(rounded, torch.bfloat16, [switch]):
+        with anatomy_surgery.emulate(rounded, torch.bfloat16, [switch]):
             alone = np.concatenate(mismatch.teacher_forced_logprobs(rounded, rollouts))
         assert not np.array_equal(alone, plain), switch
         np.testing.assert_array_equal(np.concatenate(mismatch.teacher_forced_logprobs(rounded, rollouts)), plain)
     assert rounded.config._attn_implementation == base.config._attn_implementation
     with pytest.raises(ValueError, match=r"unknown switch\(es\) \['gelu'\]"):
-        with anatomy.emulate(rounded, torch.bfloat16, ["gelu"]):
+        with anatomy_surgery.emulate(rounded, torch.bfloat16, ["gelu"]):
             pass

@@ -4,7 +4,7 @@ was planted; the slope agrees with −1,000 × the per-token k1 KL when the bias
 import numpy as np
 import pytest
 
-from nbkit.offline import lengthlaw
+from nbkit.offline import lengthlaw, lengthlaw_measure
 
 
 def _sequences(bias_per_token, n=400, noise=0.05, seed=0):
@@ -76,7 +76,7 @@ def test_bad_inputs_are_refused(bad, match):
 
 
 def test_measure_gives_cast_and_autocast_pi_per_half_dtype_and_one_row_per_sequence():
-    runs = lengthlaw.measure(
+    runs = lengthlaw_measure.measure(
         "tiny-arith",
         ("bf16", "fp32"),
         n_prompts=4,

@@ -87,7 +87,7 @@ def test_notebook_02_s_later_parts_beside_the_grid_give_the_numbers_of_one_job_a
     )
     later = {
         "lengthlaw": pool.Job(
-            "nbkit.offline.lengthlaw:measure",
+            "nbkit.offline.lengthlaw_measure:measure",
             {
                 "model": "tiny-arith",
                 "dtypes": ("bf16",),
