@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import nbkit.rl.algorithms as algorithms
 from nbkit import models
-from nbkit.rl import algorithms
 from nbkit.rl.inputs import per_device_batch
 
 GIB = 2**30

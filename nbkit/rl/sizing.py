@@ -27,8 +27,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+import nbkit.rl.algorithms as algorithms
+import nbkit.rl.memory as memory
 from nbkit import models
-from nbkit.rl import algorithms, memory
 from nbkit.rl.inputs import check_prompts, load_task, micro_batch, per_device_batch
 
 
