@@ -36,6 +36,9 @@ them per format: the evidence ``audit`` reads, so a run fails when the format it
 
     fmt = formats.get("nvfp4")
     engine = make_engine("hf", "tiny-arith", format="nvfp4")  # the engine runs it; audit: engine.format_gemms
+
+Over ~400 lines: the format registry, its schemes and the GEMM policy that applies them are one contract with the
+audit; the dial's points live in ``nbkit.dial``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ mantissa bits (8x finer) at the price of a narrow range, which dynamic loss scal
 - ``ulp``, ``relative_rounding_error``, ``representable_grid``: the spacing of the grid and where it lies.
 - ``probability_ratios``, ``one_ulp_ratio``, ``accumulation_error``, ``loss_scaling_demo``,
   ``grad_scaler_trace``: the primer's experiments, measured, not drawn by hand.
+
+Over ~400 lines: the exact rounding maths and the precision primer's small experiments that use it (notebook 00).
 """
 
 from __future__ import annotations

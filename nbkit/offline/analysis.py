@@ -9,6 +9,9 @@ the off-diagonal cells separate the engine's rounding from the trainer's.
     res.pairs()                      # {"fp32": (logp_pi, logp_mu), "bf16": ..., "fp16": ...} for the plots
     res.grid("seq_kl")               # {engine dtype: {train dtype: value}} for the heatmap
     ratio_table([res])               # BF16/FP16 ratios with bootstrap CIs
+
+Over ~400 lines: the grid's config, its job per model × engine dtype and its tables are one measurement (notebook
+02's core); the length law, MoE flips and anatomy live in their own modules.
 """
 
 from __future__ import annotations

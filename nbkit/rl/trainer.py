@@ -10,6 +10,8 @@ What it adds, and nothing else:
    loss scale and skipped steps, step time split into rollout / mismatch / update, all appended to
    ``metrics.jsonl`` by ``StepLogger``; NaN/inf stop the run with the step and tensor named;
 4. π comparable with μ under top-p/top-k sampling (``PrecisionGRPOTrainer._log_kept_mass``).
+
+Over ~400 lines: the TRL overrides the experiment needs; its MoE replay and IS logging are the next seams to split.
 """
 
 from __future__ import annotations

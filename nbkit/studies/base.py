@@ -6,6 +6,9 @@
 trains the unfinished runs of a shard (a finished run is never re-run, so a killed study resumes where it stopped),
 ``store`` keeps finished runs only and lists the missing ones on the card. A run's coordinates in the grid (dtype,
 seed, ...) are read from its config (``coords``), never parsed from its folder name.
+
+Over ~400 lines on purpose: the one base class every study inherits (grid, shards, resume checks, store, load,
+card) reads best in one place.
 """
 
 from __future__ import annotations

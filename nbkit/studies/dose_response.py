@@ -22,6 +22,9 @@ are simulated at each cell's own SD (``nbkit.noninferiority``).
 
 ``nbkit study dose_response_tiny_arith run [--shard i/n]`` trains the grid (the primary contrast first, seed by seed, so a
 cut-off study still covers every format), ``... store`` stores the finished runs under ``data/results/``.
+
+Over ~400 lines: the study's grid, its rule, amendments, statistics and page; a study's read/write split is the
+next seam.
 """
 
 from __future__ import annotations
