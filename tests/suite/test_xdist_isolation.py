@@ -36,11 +36,13 @@ def test_worker_records_what_it_uses(i, tmp_path):
     (Path(os.environ[PROBE_ENV]) / f"{i}.json").write_text(json.dumps(record))
 
 
-@pytest.mark.slow
-def test_two_workers_never_share_a_cache_folder_a_temporary_folder_or_a_port(tmp_path):
+def probe_workers(tmp_path, **env_set) -> list[dict]:
+    """Run the probe above under ``pytest -n 2`` in a fresh process (environment as on a fresh shell, plus
+    ``env_set``) and return the six records its workers wrote."""
     env = {**os.environ, PROBE_ENV: str(tmp_path), "PYTHONPATH": str(paths.ROOT)}
-    for key in ("PYTEST_XDIST_WORKER", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # as on a fresh shell
+    for key in ("PYTEST_XDIST_WORKER", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.pop(key, None)
+    env.update(env_set)
     done = subprocess.run(
         [
             sys.executable,
@@ -60,7 +62,12 @@ def test_two_workers_never_share_a_cache_folder_a_temporary_folder_or_a_port(tmp
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
+    return [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
+
+
+@pytest.mark.slow
+def test_two_workers_never_share_a_cache_folder_a_temporary_folder_or_a_port(tmp_path):
+    records = probe_workers(tmp_path)
     assert len(records) == 6
     by_worker = {}
     for r in records:
@@ -85,26 +92,5 @@ def test_each_worker_gets_an_equal_share_of_the_cores_and_at_least_one_thread(co
 
 @pytest.mark.slow
 def test_a_thread_count_the_user_exported_wins_over_the_share(tmp_path):
-    env = {**os.environ, PROBE_ENV: str(tmp_path), "PYTHONPATH": str(paths.ROOT), "OMP_NUM_THREADS": "3"}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-n",
-            "2",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "tests/suite/test_xdist_isolation.py::test_worker_records_what_it_uses",
-        ],
-        cwd=paths.ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
+    records = probe_workers(tmp_path, OMP_NUM_THREADS="3")
     assert len(records) == 6 and {r["omp"] for r in records} == {"3"}  # what torch makes of it is its own affair
