@@ -49,18 +49,16 @@ ones, ``store --keep-stored`` adds a later sitting's. The first ``run`` to train
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
 
 from nbkit import noninferiority as NI
-from nbkit import outputs, results
+from nbkit import results
 from nbkit.runlog import differing_fields, last_step
 from nbkit.stats import bounded_mean_ci
 from nbkit.studies import dose_response as DR
-from nbkit.studies.base import GridStudy
+from nbkit.studies import prereg
 
 STUDY = "corrections_tiny_arith"
 """The stored study's folder name under ``data/results``."""
@@ -84,8 +82,8 @@ PLANNING_SD = {"fp32": 0.035, "nvfp4": 0.056, "e8m2": 0.018, "corrected": 0.035}
 FP32; the stored 3-seed corrected cells of e8m2 and MXFP4 range 0.004–0.070)."""
 PLANNING_GAP = {"nvfp4": -0.088, "e8m2": -0.040}
 """The uncorrected gap to FP32 a rescue has to close: each format's dose–response mean over 7 seeds."""
-STARTED = "started.json"
-"""File in the runs' folder the first training ``run`` writes (its start time; never rewritten)."""
+STARTED = prereg.STARTED
+"""File in the runs' folder the first training ``run`` writes (``nbkit.studies.prereg``)."""
 RULE_TEXT = (
     "cells: rollout formats nvfp4, e8m2 x corrections token_tis, seq_mis, icepop, seeds 0-11, the dose-response's run "
     "otherwise; outcome: held-out judge accuracy, mean of the judgments at steps 40 and 50; contrast: corrected - "
@@ -103,12 +101,14 @@ def _name(fmt: str, corr: str) -> str:
     return f"{fmt} + {corr}"
 
 
-class CorrectionsStudy(GridStudy):
+class CorrectionsStudy(prereg.PreRegistered):
     """Options: ``formats``, ``corrections``, ``seeds``, ``steps``, ``output_dir``, ``overrides`` (any ``RLConfig``
     field) and ``reuse`` (a stored study whose identical-config control arms are reused; None, the default, trains
     them all)."""
 
     name = STUDY
+    rule_text = RULE_TEXT
+    rule_record = RULE_RECORD
     title = "Corrections tested: does a correction rescue the formats around the break?"
     question = (
         "With an FP32 trainer and NVFP4 or e8m2 rollouts (the formats the dose–response left worse than FP32 "
@@ -193,51 +193,14 @@ class CorrectionsStudy(GridStudy):
         rows = results.load(reuse, root)
         return {k: saved[k] for k, c in arms.items() if k in rows and last_step(rows[k]) >= c.steps}
 
-    def run(
-        self,
-        shard=(0, 1),
-        progress=True,
-        keep_stored=False,
-        root=results.RESULTS,
-        overwrite=False,
-        threads=1,
-        workers=None,
-        **options,
-    ):
-        """``GridStudy.run``, writing the first training start to ``STARTED`` (never rewritten) before anything
-        trains: the card's proof that the rule came first."""
-        grid = self.grid(**options)
-        if any(not self.finished(c) for c in grid.values()):
-            path = self.folder(options) / STARTED
-            if not path.is_file():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                outputs.write_json(
-                    path,
-                    {
-                        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-                        **results.git_state(),
-                        "shard": list(shard),
-                    },
-                )
-        return super().run(shard, progress, keep_stored, root, overwrite, threads, workers, **options)
-
     def card_record(self, options: dict) -> dict:
-        """The rule's record for the card: ``RULE_RECORD``, the first training start read from ``STARTED``, and
-        ``reused``: the control arms taken from another stored study (``{"study", "runs"}``)."""
-        out = {"rule": {"what": RULE_TEXT, **RULE_RECORD}} if RULE_RECORD else {}
+        """``PreRegistered.card_record`` and ``reused``: the control arms taken from another stored study
+        (``{"study", "runs"}``)."""
+        out = super().card_record(options)
         reuse = options.get("reuse")
         if reuse:
             full = self.grid(**{**options, "reuse": None})
             out["reused"] = {"study": reuse, "runs": sorted(self.reused(full, reuse))}
-        path = self.folder(options) / STARTED
-        if path.is_file():
-            started = json.loads(path.read_text())
-            out["training_started"] = {
-                "time": started["time"],
-                "commit": started.get("commit") or "?",
-                "evidence": f"written by the first `nbkit study {STUDY} run` that trained "
-                f"(shard {started.get('shard')}) before its first run began",
-            }
         return out
 
     def coords(self, config: dict) -> dict:
@@ -363,15 +326,9 @@ class CorrectionsStudy(GridStudy):
         ]
 
     def plan(self) -> list[str]:
-        rule = (
-            f"The rule, committed at `{RULE_RECORD['commit'][:7]}` ({RULE_RECORD['time']}) before any of the "
-            f"study's runs: {RULE_TEXT}."
-            if RULE_RECORD
-            else f"The rule (not yet committed): {RULE_TEXT}."
-        )
         n = len(SEEDS) * (1 + len(FORMATS) * (1 + len(CORRECTIONS)))
         return [
-            rule,
+            self.rule_line(),
             f"Planned runs: {n} ({len(SEEDS)} seeds × FP32, {len(FORMATS)} formats uncorrected and "
             f"{len(FORMATS) * len(CORRECTIONS)} corrected cells).",
             *self.power_findings(),
