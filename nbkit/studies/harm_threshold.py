@@ -1,0 +1,433 @@
+"""Where harm starts: the dose at which an FP32-trained run's held-out accuracy falls 0.05 below FP32 rollouts'.
+
+The dose–response (``nbkit.studies.dose_response``) placed e8m2 (≈ 0.05 per token, inconclusive) and e8m1 (≈ 0.35,
+broken) with no dose between them. This study fills the gap with the dial (``nbkit.dial``'s channel rule: e8m1 on a
+share of every rounding's channels, e8m2 on the rest) and reads a harm threshold with a CI off the curve.
+
+The rule (``RULE_TEXT``), fixed in this module and committed before any of its runs trained:
+
+- **Doses.** ``POINTS``: e8m3, e8m2, four channel-rule points and e8m1. The channel points were picked before any
+  training from the offline ladder (``LADDER_FILE``: per-token |Δ log p| against an FP32 π, 32 prompts × 4 samples,
+  seed 0, on this study's CPU) by ``pick_points``: for each of 6 targets log-spaced from e8m2's ladder dose to
+  e8m1's, the channel point nearest in log dose. The dial is not monotone in its share (``tests/core/test_dial.py``),
+  so the x-axis is the *measured* dose, never the share; e8m3 extends the range below e8m2 (a dose expected to do no
+  harm anchors the curve's start).
+- **Runs.** The dose–response's run (``dose_response.base_config``: FP32 trainer, HF engine, GRPO on the tiny-arith
+  sanity set, 50 steps, judged every 10 on the 351 held-out problems by an FP32 engine) with only ``rollout_format``
+  and ``seed`` set; FP32 rollouts on every seed (the paired reference); seeds ``SEEDS`` (0–4), trained seed by seed.
+- **Dose of a point.** The mean over its seeds of the step-0 mismatch: each run's first optimiser step's rollouts
+  (drawn with the initial weights), as the dose–response's x-axis. Primary unit ``PRIMARY``: per-token mean
+  |log π − log μ|. The other candidate units (``UNITS``) are read the same way and get their own thresholds
+  (secondary; the transfer to a second task decides which one travels).
+- **Outcome.** Held-out judge accuracy, mean of the judgments at steps 40 and 50 (``dose_response.final_judge``);
+  per seed and point the paired gap = point − FP32 on that seed.
+- **Threshold.** ``nbkit.threshold.estimate`` as committed there: the isotonic (non-increasing) fit of the mean gap
+  against log dose, the dose where it reaches −0.05 by log-linear interpolation, a 95 % percentile bootstrap over
+  seeds (2,000 replicates, seed 0, whole rows of gaps per drawn seed, t-corrected spread), the shape-free bracket
+  beside it; no crossing inside the doses is reported as such (``below_range`` / ``above_range``), never
+  extrapolated. One threshold per unit; the primary unit's is the study's answer.
+- **Placed on the axis, not fitted.** ``EXTRAS`` (BF16, FP16, FP8 E4M3 rollouts, and NVFP4 rollouts with μ as PPO's
+  π_old) on seeds ``EXTRA_SEEDS`` (0–2), trained after the threshold grid: their step-0 doses place the paper's
+  formats on the axis (their gaps are shown as directions only: 3 seeds), and their per-step token bins are the
+  mechanism's runs (``nbkit.shiftshare``: early steps 1–10 against late steps 41–50).
+- **Stopping.** Seeds run in order; read once, on every stored seed, after the last sitting; a study stopped short
+  of 5 seeds per point says so and is read at the seeds it has.
+
+``nbkit study harm_threshold_tiny_arith run [--shard i/n]`` trains what is unfinished, ``... store`` stores the
+finished runs and writes ``THRESHOLDS`` (what ``nbkit doctor`` reads, ``nbkit.offline.risk``) from them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from nbkit import outputs, results, schema, threshold
+from nbkit.stats import bounded_mean_ci
+from nbkit.studies import dose_response as DR
+from nbkit.studies import prereg
+
+STUDY = "harm_threshold_tiny_arith"
+"""The stored study's folder name under ``data/results``."""
+TASK = "tiny-arith"
+"""The task the thresholds are measured on (their key in ``THRESHOLDS``)."""
+THRESHOLDS = results.RESULTS / "harm_threshold" / "thresholds.json"
+"""What ``store`` writes from the stored runs and the doctor reads (``nbkit.offline.risk.STORE``)."""
+LADDER_FILE = results.RESULTS / "harm_threshold" / "dial_ladder_tiny_arith.json"
+"""The offline ladder the channel points were picked from (measured before any run of the study)."""
+REFERENCE = "fp32"
+POINTS = (
+    "e8m3",
+    "e8m2",
+    "dial-e8m1-c1of16",
+    "dial-e8m1-c6of16",
+    "dial-e8m1-c8of16",
+    "dial-e8m1-c10of16",
+    "e8m1",
+)
+"""The dosed rollout formats, in ascending ladder dose (``pick_points`` on ``LADDER_FILE`` gives the channel ones)."""
+SEEDS = tuple(range(5))
+"""Seeds of the threshold grid (5: the rule's minimum for a verdict; the threshold's CI is over them)."""
+EXTRAS = (("bf16", None), ("fp16", None), ("fp8-e4m3", None), ("nvfp4", "mu_old"))
+"""``(rollout format, correction)`` placed on the axis and run for the mechanism, not fitted."""
+EXTRA_SEEDS = (0, 1, 2)
+"""Seeds of ``EXTRAS`` (a direction, not a verdict)."""
+TARGETS = 6
+"""Log-spaced target doses from e8m2's ladder dose to e8m1's that ``pick_points`` matches."""
+PRIMARY = "token_abs_logp_diff/mean"
+"""The primary dose unit: mean per-token |log π − log μ| at step 0."""
+UNITS = {
+    "token_abs_logp_diff/mean": "per-token mean |log π − log μ|",
+    "seq_log_ratio/abs_mean": "sequence |Σ_t log π/μ|, mean over sequences",
+    "seq_kl": "sequence KL[μ‖π], mean over sequences",
+    "ess_seq_deficit": "1/ESS − 1 of the sequence IS weights (ESS normalised: 1 when π = μ)",
+}
+"""Candidate dose units: name → what it is. Each is read at step 0 from the run's row (``step0_dose``)."""
+EARLY, LATE = range(1, 11), range(41, 51)
+"""The shift-share windows (``nbkit.shiftshare``): steps 1–10 against steps 41–50."""
+HARM = threshold.HARM
+N_BOOT, BOOT_SEED = 2000, 0
+
+RULE_TEXT = (
+    "doses: rollout formats e8m3, e8m2, dial-e8m1-c1of16, c6of16, c8of16, c10of16, e8m1 (channel points picked "
+    "before training from the offline ladder: nearest in log dose to 6 targets log-spaced from e8m2 to e8m1); runs: "
+    "the dose-response's run (FP32 trainer, HF engine, GRPO, tiny-arith sanity set, 50 steps, judged every 10), FP32 "
+    "rollouts paired on every seed, seeds 0-4; dose of a point: mean over seeds of the step-0 mismatch (first step's "
+    "rollouts), primary unit per-token mean |dlog p|, secondary units seq |sum log pi/mu|, seq KL, 1/ESS_seq - 1; "
+    "outcome: held-out judge accuracy, mean of steps 40 and 50, paired gap to FP32 per seed; threshold: "
+    "nbkit.threshold.estimate (isotonic non-increasing fit of the mean gap in log dose, crossing of -0.05 by "
+    "log-linear interpolation, 95 % percentile bootstrap over seeds, 2000 replicates, seed 0, t-corrected spread, "
+    "bracket beside; no crossing inside the doses reported as below/above range); extras bf16, fp16, fp8-e4m3, "
+    "nvfp4 with mu_old on seeds 0-2 placed on the axis, not fitted; shift-share windows steps 1-10 vs 41-50; read once "
+    "after the last sitting"
+)
+"""The rule in one line, as the card records it."""
+RULE_RECORD: dict = {}
+"""The commit that fixed ``RULE_TEXT`` and its time, filled in by the commit after it (before any run)."""
+
+
+def pick_points(ladder: dict[str, float], targets: int = TARGETS, low: str = "e8m2", high: str = "e8m1") -> list[str]:
+    """The rule's dose points from an offline ladder (``format → dose``): for each of ``targets`` doses log-spaced
+    from ``ladder[low]`` to ``ladder[high]``, the format nearest in log dose (ends: ``low`` and ``high`` themselves);
+    each format at most once, in ascending dose."""
+    if low not in ladder or high not in ladder or not 0 < ladder[low] < ladder[high]:
+        raise ValueError(f"the ladder needs {low} and {high} with 0 < {low} < {high}; got {ladder}")
+    lo, hi = math.log(ladder[low]), math.log(ladder[high])
+    inner = {k: math.log(v) for k, v in ladder.items() if k not in (low, high) and v > 0}
+    picked = [low]
+    for i in range(1, targets - 1):
+        t = lo + (hi - lo) * i / (targets - 1)
+        free = {k: v for k, v in inner.items() if k not in picked}
+        picked.append(min(free, key=lambda k: abs(free[k] - t)))
+    picked.append(high)
+    return sorted(picked, key=lambda k: ladder[k])
+
+
+def step0_dose(rows: list[dict], unit: str) -> float | None:
+    """A run's dose in ``unit`` (``UNITS``): its first optimiser step's value (rollouts drawn with the initial
+    weights); ``ess_seq_deficit`` is 1/ESS − 1 of that step's sequence ESS."""
+    if unit not in UNITS:
+        raise ValueError(f"unknown dose unit {unit!r}; choose from {list(UNITS)}")
+    key = schema.ESS_SEQ if unit == "ess_seq_deficit" else schema.mismatch_key(unit)
+    logged = [r for r in rows if r.get(schema.STEP, 0) >= 1 and r.get(key) is not None]
+    if not logged:
+        return None
+    v = min(logged, key=lambda r: r[schema.STEP])[key]
+    return (1 / v - 1 if v > 0 else math.inf) if unit == "ess_seq_deficit" else v
+
+
+class HarmThreshold(prereg.PreRegistered):
+    """Options: ``points``, ``seeds``, ``extras`` (``[[format, correction or None], ...]``), ``extra_seeds``,
+    ``steps``, ``output_dir``, ``overrides`` (any ``RLConfig`` field)."""
+
+    name = STUDY
+    rule_text = RULE_TEXT
+    rule_record = RULE_RECORD
+    title = "Where harm starts: a harm threshold with a CI"
+    question = (
+        "With an FP32 trainer, at which step-0 rollout mismatch does the held-out accuracy fall 0.05 below FP32 "
+        "rollouts'? Seven doses from e8m3 to e8m1 (the dial's channel rule fills e8m2–e8m1), 5 seeds each, FP32 "
+        "paired by seed; the threshold is read off an isotonic fit of the mean gap against log dose, with a "
+        "bootstrap CI over seeds. Rule fixed in nbkit.studies.harm_threshold before any of its runs trained."
+    )
+    statistic = (
+        "outcome = held-out judge accuracy (351 problems × 1 sample, FP32 engine), mean of the judgments at steps 40 "
+        "and 50; gap = point − FP32 on the same seed; dose = mean over seeds of the step-0 mismatch; threshold = "
+        "dose where the isotonic fit of the mean gap crosses −0.05 (log-linear between doses), 95 % percentile "
+        "bootstrap CI over seeds (2,000 replicates, t-corrected); gap CI = 95 % interval bounded in (−1, 1)."
+    )
+    notebook = "06_dose_response"
+    output_dir = f"runs/{STUDY}"
+    toy = {
+        "points": ["e8m2", "dial-e8m1-c1of16"],
+        "seeds": [0],
+        "extras": [["bf16", None]],
+        "extra_seeds": [0],
+        "steps": 1,
+        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+    }
+
+    def defaults(self) -> dict:
+        return {
+            "points": list(POINTS),
+            "seeds": list(SEEDS),
+            "extras": [list(e) for e in EXTRAS],
+            "extra_seeds": list(EXTRA_SEEDS),
+            "steps": 50,
+        }
+
+    # -- write half -------------------------------------------------------------------------------------------
+    def grid(
+        self,
+        points=POINTS,
+        seeds=SEEDS,
+        extras=EXTRAS,
+        extra_seeds=EXTRA_SEEDS,
+        steps: int = 50,
+        output_dir: str | None = None,
+        overrides: dict | None = None,
+    ) -> dict:
+        from nbkit import formats as F
+        from nbkit.rl.algorithms import CORRECTIONS as KNOWN
+
+        points = [F.validate(p) for p in points]
+        extras = [(F.validate(f), c) for f, c in extras]
+        bad = [c for _, c in extras if c is not None and c not in KNOWN]
+        if bad:
+            raise ValueError(f"unknown correction(s) {bad}; choose from {list(KNOWN)}")
+        base = DR.base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
+        grid = {}
+
+        def add(label, **kw):
+            grid[label] = replace(base, output_dir=str(base.out / label), **kw)
+
+        for seed in seeds:  # seed by seed: a cut-off study has every dose on the same seeds
+            add(f"{REFERENCE}-none-s{seed}", rollout_format=REFERENCE, seed=seed)
+            for p in points:
+                add(f"{p}-none-s{seed}", rollout_format=p, seed=seed)
+        for seed in extra_seeds:  # after the threshold grid: placed on the axis, not fitted
+            for f, c in extras:
+                if f"{f}-{c or 'none'}-s{seed}" not in grid:
+                    add(f"{f}-{c or 'none'}-s{seed}", rollout_format=f, correction=c, seed=seed)
+        return grid
+
+    def coords(self, config: dict) -> dict:
+        return DR.DoseResponse().coords(config)
+
+    # -- the analysis (the rule's) -------------------------------------------------------------------------------
+    def arms(self, runs, meta) -> dict[tuple[str, str], dict[int, list[dict]]]:
+        """``(format, correction) → seed → rows`` of the FP32-trained runs."""
+        out: dict = {}
+        for label, rows in runs.items():
+            m = meta[label]
+            if m["train"] == "fp32":
+                out.setdefault((m["format"], m["correction"]), {})[m["seed"]] = rows
+        return out
+
+    def doses(self, runs, meta, unit: str = PRIMARY) -> dict[tuple[str, str], float]:
+        """``arm → dose``: the mean over its seeds of the step-0 mismatch in ``unit``."""
+        out = {}
+        for arm, by_seed in self.arms(runs, meta).items():
+            vals = [d for d in (step0_dose(rows, unit) for rows in by_seed.values()) if d is not None]
+            if vals:
+                out[arm] = statistics.fmean(vals)
+        return out
+
+    def gap_matrix(self, runs, meta, points=None) -> tuple[list[str], list[int], np.ndarray]:
+        """(points, seeds, gaps): the paired gaps (seeds × points, NaN where a run is missing) of the points that
+        are stored (``points``: the rule's ``POINTS`` in their order), on the seeds with an FP32 run."""
+        arms = self.arms(runs, meta)
+        ref = arms.get((REFERENCE, "none"), {})
+        pts = [p for p in (points or POINTS) if (p, "none") in arms]
+        seeds = sorted(s for s, rows in ref.items() if DR.final_judge(rows) is not None)
+        g = np.full((len(seeds), len(pts)), np.nan)
+        for j, p in enumerate(pts):
+            for i, s in enumerate(seeds):
+                rows = arms[(p, "none")].get(s)
+                a = DR.final_judge(rows) if rows else None
+                if a is not None:
+                    g[i, j] = a - DR.final_judge(ref[s])
+        return pts, seeds, g
+
+    def thresholds(self, runs, meta) -> dict[str, threshold.Threshold | str]:
+        """``unit → Threshold`` (the rule's estimate at the stored seeds), or the reason there is none."""
+        pts, _, g = self.gap_matrix(runs, meta)
+        out: dict = {}
+        for unit in UNITS:
+            doses = self.doses(runs, meta, unit)
+            d = [doses.get((p, "none")) for p in pts]
+            if len(pts) < 2 or any(x is None or not x > 0 or not math.isfinite(x) for x in d):
+                out[unit] = f"not estimable: doses {dict(zip(pts, d, strict=True))}"
+                continue
+            try:
+                out[unit] = threshold.estimate(g, d, harm=HARM, n_boot=N_BOOT, seed=BOOT_SEED)
+            except ValueError as e:
+                out[unit] = f"not estimable: {e}"
+        return out
+
+    def store_record(self, root: Path = results.RESULTS) -> dict:
+        """What ``THRESHOLDS`` holds, computed from the stored study under ``root`` (``nbkit.offline.risk`` reads it)."""
+        runs = self.load(root)
+        meta = self.meta(self.card(root)["configs"]["runs"])
+        pts, seeds, g = self.gap_matrix(runs, meta)
+        est = self.thresholds(runs, meta)
+        doses = self.doses(runs, meta, PRIMARY)
+        arms = self.arms(runs, meta)
+        lengths = [
+            r["completions/mean_length"]
+            for by_seed in arms.values()
+            for rows in by_seed.values()
+            for r in rows[:2]
+            if r.get(schema.STEP) == 1 and "completions/mean_length" in r
+        ]
+        cis = [_mean_ci([x for x in g[:, j] if x == x]) for j in range(len(pts))]
+        main = est[PRIMARY]
+        task = {
+            **(main.to_json() if isinstance(main, threshold.Threshold) else {"outcome": "none", "why": main}),
+            "mean_gaps": [m for m, _, _ in cis],
+            "gap_ci": [[lo, hi] if lo is not None and lo == lo else None for _, lo, hi in cis],
+            "seeds": seeds,
+            "points": {p: doses[(p, "none")] for p in pts},
+            "placed": {
+                f if c == "none" else f"{f} + {c}": d
+                for (f, c), d in doses.items()
+                if f != REFERENCE and not (f in pts and c == "none")
+            },
+            "response_length": statistics.fmean(lengths) if lengths else None,
+            "study": self.name,
+        }
+        return {
+            "unit": PRIMARY,
+            "unit_note": "the study's primary unit, pre-registered; its transfer to a second task is not yet tested",
+            "measured_on": "tiny-arith (a 4-layer, ~1 M-parameter model), 50 GRPO steps, FP32 trainer, HF engine",
+            "tasks": {TASK: task},
+            "units": {
+                u: {TASK: t.to_json() if isinstance(t, threshold.Threshold) else {"outcome": "none", "why": t}}
+                for u, t in est.items()
+            },
+            "commit": self.card(root).get("git", {}).get("commit") or self.card(root).get("commit"),
+        }
+
+    def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
+        """``GridStudy.store``, then ``THRESHOLDS`` (beside the study, under ``root``) from what is now stored."""
+        out = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
+        path = Path(root) / THRESHOLDS.relative_to(results.RESULTS)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        outputs.write_json(path, self.store_record(root))
+        return out
+
+    # -- the page ---------------------------------------------------------------------------------------------
+    def table(self, runs, meta) -> list[dict]:
+        pts, seeds, g = self.gap_matrix(runs, meta)
+        fit = self.thresholds(runs, meta).get(PRIMARY)
+        fitted = dict(zip(pts, fit.fitted, strict=True)) if isinstance(fit, threshold.Threshold) else {}
+        doses = {u: self.doses(runs, meta, u) for u in UNITS}
+        rows = []
+        for j, p in enumerate(pts):
+            xs = [x for x in g[:, j] if x == x]
+            m, lo, hi = _mean_ci(xs)
+            row = {"rollout": p, "seeds": len(xs)}
+            row.update({f"dose: {u}": doses[u].get((p, "none")) for u in UNITS})
+            row.update({"gap to fp32": m, "gap CI": [lo, hi] if lo is not None and lo == lo else None})
+            row["isotonic fit"] = fitted.get(p)
+            rows.append(row)
+        return rows
+
+    def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
+        est = self.thresholds(runs, meta)
+        thr = [
+            {
+                "unit": u,
+                "outcome": t.outcome if isinstance(t, threshold.Threshold) else t,
+                "threshold": t.dose if isinstance(t, threshold.Threshold) else None,
+                "95 % CI": list(t.ci) if isinstance(t, threshold.Threshold) else None,
+                "bracket": list(t.bracket) if isinstance(t, threshold.Threshold) else None,
+            }
+            for u, t in est.items()
+        ]
+        placed = []
+        arms = self.arms(runs, meta)
+        ref = arms.get((REFERENCE, "none"), {})
+        pts = set(self.gap_matrix(runs, meta)[0])
+        for (f, c), by_seed in arms.items():
+            if f == REFERENCE or (f in pts and c == "none"):
+                continue
+            gaps = [
+                DR.final_judge(rows) - DR.final_judge(ref[s])
+                for s, rows in by_seed.items()
+                if s in ref and DR.final_judge(rows) is not None and DR.final_judge(ref[s]) is not None
+            ]
+            placed.append(
+                {
+                    "rollout": f if c == "none" else f"{f} + {c}",
+                    "seeds": len(gaps),
+                    f"dose: {PRIMARY}": self.doses(runs, meta).get((f, c)),
+                    "gap to fp32 (direction only)": statistics.fmean(gaps) if gaps else None,
+                }
+            )
+        return [("Thresholds per dose unit (primary first)", thr), ("Placed on the axis, not fitted", placed)]
+
+    def findings(self, runs, meta, rows) -> list[str]:
+        est = self.thresholds(runs, meta)
+        out = []
+        main = est.get(PRIMARY)
+        if isinstance(main, threshold.Threshold):
+            out.append(f"Harm threshold in {UNITS[PRIMARY]} at step 0 (the rule's answer): {main.describe()}.")
+        for u, t in est.items():
+            if u != PRIMARY and isinstance(t, threshold.Threshold):
+                out.append(f"In {UNITS[u]}: {t.describe()} (secondary unit).")
+        short = sorted({r["seeds"] for r in rows} - {len(SEEDS)})
+        if short and rows:
+            out.append(
+                f"The rule planned {len(SEEDS)} seeds per dose; doses here have {short}: the study stopped short of "
+                "its plan."
+            )
+        return out
+
+    def plan(self) -> list[str]:
+        n = len(SEEDS) * (1 + len(POINTS)) + len(EXTRA_SEEDS) * len(EXTRAS)
+        return [
+            self.rule_line(),
+            f"Planned runs: {n} ({len(SEEDS)} seeds × FP32 and {len(POINTS)} doses; {len(EXTRAS)} formats placed on "
+            f"the axis × {len(EXTRA_SEEDS)} seeds).",
+        ]
+
+
+def _mean_ci(xs: list[float]) -> tuple[float | None, float | None, float | None]:
+    """Mean gap and its 95 % interval bounded in (−1, 1); (None, None, None) with no gap."""
+    return bounded_mean_ci(xs) if xs else (None, None, None)
+
+
+def ladder_record(path: Path = LADDER_FILE) -> dict:
+    """The stored offline ladder the points were picked from (``{"doses": format → dose, "cpu", "commit", ...}``)."""
+    return json.loads(Path(path).read_text())
+
+
+def measure_ladder(path: Path = LADDER_FILE, steps: int = 16) -> dict:
+    """Measure the offline ladder the rule picks its points from (e8m3, e8m2, the channel rule's inner points in
+    ``steps`` steps, e8m1; ``nbkit.offline.ladder`` defaults: 32 prompts × 4 samples, seed 0) and write it to
+    ``path`` with the CPU and commit it ran on."""
+    import datetime as _dt
+
+    from nbkit import dial
+    from nbkit.offline.ladder import LadderConfig, run_ladder
+
+    names = ("e8m3", "e8m2", *dial.channel_names(steps)[1:-1], "e8m1")
+    res = run_ladder(LadderConfig(model="tiny-arith", formats=names))
+    rec = {
+        "doses": {n: res.metrics[n][schema.METRIC_TOKEN_ABS_LOGP_DIFF] for n in names},
+        "ci": {n: [res.cis[n][schema.METRIC_TOKEN_ABS_LOGP_DIFF][k] for k in ("low", "high")] for n in names},
+        "unit": schema.METRIC_TOKEN_ABS_LOGP_DIFF,
+        "ladder": "nbkit.offline.ladder defaults: tiny-arith, 32 prompts x 4 samples, <= 48 tokens, seed 0",
+        "machine": results.machine(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        **results.git_state(),
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    outputs.write_json(Path(path), rec)
+    return rec
