@@ -107,8 +107,8 @@ RULE_TEXT = (
     "after the last sitting"
 )
 """The rule in one line, as the card records it."""
-RULE_RECORD: dict = {}
-"""The commit that fixed ``RULE_TEXT`` and its time, filled in by the commit after it (before any run)."""
+RULE_RECORD = {"commit": "574e11afde5764e57d1bf2fd72fe19dc93c2a8e5", "time": "2026-11-26T01:07:47+00:00"}
+"""The commit that fixed ``RULE_TEXT`` and its time (``git log -1 --format=%cI``), before any run of the study."""
 
 
 def pick_points(ladder: dict[str, float], targets: int = TARGETS, low: str = "e8m2", high: str = "e8m1") -> list[str]:
