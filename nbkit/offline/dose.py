@@ -114,7 +114,7 @@ def at_length(unit: str, diag: dict, length: int, pair=None, min_reach: int = MI
             return Reading(
                 unit,
                 seq_value(unit, prefixes),
-                f"measured at {length} tokens (first {length} tokens of the {prefixes.size} responses that long)",
+                f"measured at {length} tokens (the first {length} tokens of the {prefixes.size} responses at least that long)",
                 True,
                 float(length),
             )

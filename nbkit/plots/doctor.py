@@ -142,14 +142,18 @@ def harm_figure(result: DoctorResult):
             name=f"harm line {harm:g}",
         )
     for d, r in readings.items():
-        if r is None or not _finite(r.value):
-            continue  # the risk line gives the number; a log axis cannot draw it
+        if r is None or math.isnan(r.value):
+            continue  # not measured in this unit: the risk line says so
+        x, name = r.value, f"yours: {d.upper()}"
+        if not _finite(x):  # 0 (no mismatch measured) or inf: a log axis cannot draw it, so it sits at an edge
+            x = x_lo if x <= 0 else x_hi
+            name += f" (dose {r.value:.3g}, drawn at the axis' {'left' if r.value <= 0 else 'right'} edge)"
         fig.add_scatter(
-            x=[r.value, r.value],
+            x=[x, x],
             y=[y_lo, y_hi],
             mode="lines",
             line=dict(color=COLORS.get(d, "gray"), dash="dot", width=3),
-            name=f"yours: {d.upper()}",
+            name=name,
             hovertext=f"yours: {d.upper()} dose {r.value:.3g} ({r.how})",
             hoverinfo="text",
         )
