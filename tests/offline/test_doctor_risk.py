@@ -178,9 +178,12 @@ def test_with_no_store_the_report_has_no_figure_and_says_why(tmp_path, monkeypat
     assert "risk BF16: no stored harm threshold" in page and "risk FP16: no stored harm threshold" in page
 
 
-def test_a_named_store_that_is_absent_is_refused_before_any_work(tmp_path):
+def test_a_named_store_that_is_absent_or_malformed_is_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="thresholds '.*nope.json': no such file"):
         DoctorConfig(thresholds=str(tmp_path / "nope.json"))
+    (tmp_path / "other.json").write_text(json.dumps({"tasks": {}}))
+    with pytest.raises(ValueError, match="holds no harm thresholds"):
+        DoctorConfig(thresholds=str(tmp_path / "other.json"))
 
 
 @pytest.mark.slow
