@@ -17,6 +17,9 @@ dtype (``nbkit.offline.analysis.run_grid``, the paper's setting). From the per-t
   log-probs under a sampling filter, a sequence IS clamp the length will hit, FP16 overflow, loss-scale skips, MoE
   without routing replay), each with its setting, measured consequence and fix; the setup comes from flags or an
   ``RLConfig`` file (``--config run.yaml``);
+- the risk: each dtype's dose in the unit of the stored harm thresholds at the target length (measured where the
+  responses reach it, extrapolated by the length model where not) against each task's threshold and CI
+  (``nbkit.offline.risk``), or that none is stored;
 - with ``--anatomy``, the mismatch by source per dtype (``nbkit.offline.anatomy``: format and implementation factors,
   the FP32-head cases, per-layer divergence) on the same responses.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -104,6 +108,16 @@ class DoctorConfig:
         },
     )
 
+    thresholds: str = field(
+        default="",
+        metadata={
+            "help": (
+                "Harm-threshold store the risk lines read (empty: the study's, "
+                "data/results/harm_threshold/thresholds.json; nbkit.offline.risk)."
+            )
+        },
+    )
+
     def __post_init__(self) -> None:
         for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "anatomy_sequences"):
             value = getattr(self, name)  # one range message for every value below it (-5 as 0), before the types'
@@ -118,6 +132,12 @@ class DoctorConfig:
         for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "anatomy_sequences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.thresholds:  # a store named on purpose must be one (the default may be absent: "none stored")
+            if not Path(self.thresholds).is_file():
+                raise ValueError(
+                    f"thresholds {self.thresholds!r}: no such file (a harm-threshold store, thresholds.json)"
+                )
+            risk.load(self.thresholds)
 
 
 def dtype_diagnosis(logp_pi, logp_mu, epsilon: float = EPSILON, mask_cap: float = MASK_CAP) -> dict:
@@ -136,9 +156,11 @@ def dtype_diagnosis(logp_pi, logp_mu, epsilon: float = EPSILON, mask_cap: float 
         "kl_k3": m["kl_k3"],
         "seq_kl": m["seq_kl"],
         "seq_log_ratio/abs_mean": m["seq_log_ratio/abs_mean"],
+        "ess_seq_deficit": 1.0 / m["ess_seq"] - 1.0,  # sequence IS weights: 1/ESS − 1 (a harm-threshold unit)
         "n_tokens": int(lr.size),
         "n_sequences": int(seq.size),
         "mean_length": float(lengths.mean()),
+        "max_length": int(lengths.max()),
         "token_log_ratio/mean": delta,
         "token_log_ratio/var": var,
         "length_to_mask": crossing_length(delta, var, mask),
@@ -239,11 +261,19 @@ class DoctorResult:
             )
         lines.append(f"verdict: {self.verdict}")
         lines += [f"  - {r}" for r in self.reasons]
-        lines += risk.lines(self.diagnoses, risk.load())  # the stored harm thresholds, or "none stored"
+        lines += self.risk_lines()  # the stored harm thresholds, or "none stored"
         lines += [anatomy_report.summary(a) for a in self.anatomies.values()]
         lines.append(f"setup: {len(self.findings)} finding(s)" if self.findings else "setup: no finding")
         lines += [f.text() for f in self.findings]
         return "\n".join(lines)
+
+    def thresholds(self) -> dict | None:
+        """The stored harm thresholds the risk is read against (``nbkit.offline.risk.load``), None if none."""
+        return risk.load(self.config.thresholds or None)
+
+    def risk_lines(self) -> list[str]:
+        """One risk line per dtype: its dose at the target length against the stored thresholds."""
+        return risk.lines(self.diagnoses, self.thresholds(), self.config.target_length, self.pairs)
 
     def to_json(self) -> dict:
         return {
@@ -257,6 +287,7 @@ class DoctorResult:
             "findings": [asdict(f) for f in self.findings],
             "anatomy": {d: a.to_json() for d, a in self.anatomies.items()},
             "stages": self.stages,
+            "risk": self.risk_lines(),
         }
 
 

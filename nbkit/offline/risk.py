@@ -7,16 +7,27 @@ The harm-threshold study (issue 37: ``nbkit.threshold`` on the dial's paired gap
      "measured_on": "1 M-parameter models, 50 steps",  # what the thresholds were measured on, said with every line
      "tasks": {"tiny-arith": {"outcome": "crossing", "dose": 0.08, "ci": [0.05, 0.12]}, ...}}
 
-``lines`` turns the doctor's per-dtype diagnosis into one line per dtype: the dose measured here in the stored
-unit and each task's threshold with its CI, or that task's outcome when it had no crossing inside its doses. With
-nothing stored it says so for every dtype and reads no risk: no threshold is guessed.
+The full record of a task is ``nbkit.threshold.Threshold.to_json()`` plus what the figure draws: ``mean_gaps`` and
+``gap_ci`` per dose, ``points`` (dosed formats → dose), ``placed`` (formats placed on the axis only → dose),
+``response_length`` (mean tokens of the runs behind the doses) and ``study``; the store may add ``unit_note``
+(e.g. "primary unit, pre-registered; transfer to a second task not yet tested") and ``units`` (the same thresholds
+in each candidate unit). Every key beyond ``unit`` and ``tasks`` is optional.
+
+``readings`` measures each dtype's dose in the stored unit at the user's response length (``nbkit.offline.dose``:
+measured where the sampled responses reach it, extrapolated by the length model where not, saying which); ``lines``
+turns them into one line per dtype: that dose with its provenance and each task's threshold with its CI, or that
+task's outcome when it had no crossing inside its doses, with what the thresholds were measured on and that they are
+evidence, not a guarantee. With nothing stored it says so for every dtype and reads no risk: no threshold is guessed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+from nbkit.offline import dose as dose_
+from nbkit.offline.dose import Reading
 from nbkit.results import RESULTS
 
 STORE = RESULTS / "harm_threshold" / "thresholds.json"
@@ -54,8 +65,46 @@ def _place(dose: float, task: str, t: dict) -> str:
     return f"{task} threshold {t['dose']:.3g} ({ci}): {side}"
 
 
-def lines(diagnoses: dict[str, dict], stored: dict | None) -> list[str]:
-    """One risk line per dtype of ``diagnoses`` (the doctor's per-dtype metrics) against ``stored`` (``load``)."""
+def readings(
+    diagnoses: dict[str, dict], stored: dict | None, target_length: int | None = None, pairs: dict | None = None
+) -> dict[str, Reading | None]:
+    """dtype → its dose in the stored unit (``nbkit.offline.dose.Reading``) at ``target_length`` tokens, from the
+    doctor's per-dtype diagnosis and its (log π, log μ) ``pairs``; None where the unit cannot be read. No target
+    length: the dose as the diagnosis measured it. Empty when nothing is stored."""
+    if stored is None:
+        return {}
+    unit, out = stored["unit"], {}
+    for d, diag in diagnoses.items():
+        if target_length is None:
+            n = diag.get("mean_length")
+            at = f"on responses of mean {n:.3g} tokens" if n is not None else "on the sampled responses"
+            out[d] = (
+                Reading(unit, float(diag[unit]), f"as measured {at}", True, n or math.nan) if unit in diag else None
+            )
+        else:
+            out[d] = dose_.at_length(unit, diag, target_length, (pairs or {}).get(d))
+    return out
+
+
+def _length_note(task: dict, reading: Reading, target_length: int | None) -> str:
+    """The threshold's response length where it was stored, and for a per-token unit at another length a warning
+    that the per-token dose does not carry the length."""
+    n = task.get("response_length")
+    if n is None:
+        return ""
+    if reading.unit in dose_.SEQ_UNITS or target_length is None or round(target_length) == round(n):
+        return f" (its responses: {n:.3g} tokens)"
+    return (
+        f" (its responses: {n:.3g} tokens, yours {target_length}: a per-token dose does not carry the length, "
+        f"so this reads a {target_length}-token run against {n:.3g}-token ones)"
+    )
+
+
+def lines(
+    diagnoses: dict[str, dict], stored: dict | None, target_length: int | None = None, pairs: dict | None = None
+) -> list[str]:
+    """One risk line per dtype of ``diagnoses`` (the doctor's per-dtype metrics) against ``stored`` (``load``), the
+    dose read at ``target_length`` tokens (``readings``)."""
     if stored is None:
         return [
             f"risk {d.upper()}: no stored harm threshold (the harm-threshold study has not stored "
@@ -63,13 +112,17 @@ def lines(diagnoses: dict[str, dict], stored: dict | None) -> list[str]:
             for d in diagnoses
         ]
     unit, out = stored["unit"], []
-    for d, diag in diagnoses.items():
-        if unit not in diag:
+    note = f"; {stored['unit_note']}" if stored.get("unit_note") else ""
+    for d, reading in readings(diagnoses, stored, target_length, pairs).items():
+        if reading is None:
             out.append(f"risk {d.upper()}: the thresholds are in {unit!r}, which this diagnosis did not measure")
             continue
-        placed = "; ".join(_place(diag[unit], task, t) for task, t in stored["tasks"].items())
+        placed = "; ".join(
+            _place(reading.value, task, t) + _length_note(t, reading, target_length)
+            for task, t in stored["tasks"].items()
+        )
         out.append(
-            f"risk {d.upper()} here: dose {diag[unit]:.3g} ({unit}); {placed} "
-            f"[measured on {stored.get('measured_on', 'unstated models')}; {CAVEAT}]"
+            f"risk {d.upper()} here: dose {reading.value:.3g} ({unit}, {reading.how}); {placed} "
+            f"[thresholds measured on {stored.get('measured_on', 'unstated models')}{note}; {CAVEAT}]"
         )
     return out

@@ -1,4 +1,5 @@
-"""The doctor's figure: when the sequence log-ratio leaves TRL's mask and the PPO clip range (``nbkit doctor``)."""
+"""The doctor's figures (``nbkit doctor``): when the sequence log-ratio leaves TRL's mask and the PPO clip range,
+and where the user's formats fall on the stored gap-vs-dose curve of the harm-threshold study."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from nbkit import mismatch
+from nbkit.offline import risk
 from nbkit.offline.doctor import EPSILON, MASK_CAP, DoctorResult, rms_at
 from nbkit.plots.mismatch import COLORS
 
@@ -41,5 +43,135 @@ def crossing_figure(result: DoctorResult):
         title="When does the sequence log-ratio leave the mask and the clip range?",
         xaxis=dict(type="log", title="response length (tokens)"),
         yaxis=dict(type="log", title="|log π/μ| of a sequence"),
+    )
+    return fig
+
+
+HARM_TITLE = "Where harm starts: paired accuracy gap to FP32 against dose, and your formats on it"
+"""The gap-vs-dose figure's title (tests find the figure in ``doctor.html`` by it)."""
+TASK_COLORS = ("#4C78A8", "#F58518", "#72B7B2", "#B279A2")
+"""One colour per stored task, in the store's order."""
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x) and x > 0  # a dose drawn on a log axis
+
+
+def harm_figure(result: DoctorResult):
+    """The stored harm-threshold study against the user's doses, or None when no threshold is stored.
+
+    Per stored task: the mean paired gap to FP32 at each dose with its CI, the isotonic fit the threshold is read from,
+    the threshold with its CI band, the formats placed on the dose axis only (``placed``); across tasks the harm line
+    and one vertical marker per dtype the doctor measured ("yours: BF16"), at its dose in the stored unit at the target
+    length (``nbkit.offline.risk.readings``: measured or extrapolated, said in its hover text)."""
+    stored = result.thresholds()
+    if stored is None:
+        return None
+    unit, tasks = stored["unit"], stored["tasks"]
+    readings = risk.readings(result.diagnoses, stored, result.config.target_length, result.pairs)
+    xs = [x for t in tasks.values() for x in (t.get("doses") or [])]
+    xs += [x for t in tasks.values() for x in (t.get("placed") or {}).values()]
+    xs += [r.value for r in readings.values() if r is not None]
+    xs = [x for x in xs if _finite(x)] or [1e-3, 1.0]
+    x_lo, x_hi = min(xs) / 1.5, max(xs) * 1.5
+    harms = {t.get("harm", -0.05) for t in tasks.values()}
+    ys = [0.0, *harms]
+    for t in tasks.values():
+        ys += [v for v in t.get("mean_gaps") or [] if v is not None]
+        ys += [v for ci in t.get("gap_ci") or [] if ci for v in ci if v is not None]
+    y_lo, y_hi = min(ys) - 0.05, max(ys) + 0.05
+    fig = go.Figure()
+    for k, (task, t) in enumerate(tasks.items()):
+        color = TASK_COLORS[k % len(TASK_COLORS)]
+        doses, gaps = t.get("doses") or [], t.get("mean_gaps")
+        names = {v: f for f, v in (t.get("points") or {}).items()}
+        if gaps and len(gaps) == len(doses):
+            cis = t.get("gap_ci") or [None] * len(doses)
+            up = [(ci[1] - g) if ci and ci[1] is not None else 0 for g, ci in zip(gaps, cis)]
+            down = [(g - ci[0]) if ci and ci[0] is not None else 0 for g, ci in zip(gaps, cis)]
+            fig.add_scatter(
+                x=doses,
+                y=gaps,
+                mode="markers",
+                name=f"{task}: mean paired gap (CI over seeds)",
+                marker=dict(color=color, size=8),
+                error_y=dict(type="data", array=up, arrayminus=down, visible=True),
+                text=[names.get(d, "") for d in doses],
+                hovertemplate="%{text} dose %{x:.3g}: gap %{y:.3f}<extra></extra>",
+            )
+        if t.get("fitted") and len(t["fitted"]) == len(doses):
+            fig.add_scatter(x=doses, y=t["fitted"], mode="lines", name=f"{task}: isotonic fit", line=dict(color=color))
+        if t.get("outcome") == "crossing" and _finite(t.get("dose")):
+            lo, hi = (t.get("ci") or [None, None])[:2]
+            lo = lo if _finite(lo) else x_lo  # a censored side runs to the figure's edge
+            hi = hi if _finite(hi) else x_hi
+            fig.add_scatter(
+                x=[lo, hi, hi, lo, lo],
+                y=[y_lo, y_lo, y_hi, y_hi, y_lo],
+                mode="lines",
+                fill="toself",
+                opacity=0.15,
+                line=dict(width=0, color=color),
+                name=f"{task}: threshold CI {lo:.3g}–{hi:.3g}",
+                hoverinfo="name",
+            )
+            fig.add_scatter(
+                x=[t["dose"], t["dose"]],
+                y=[y_lo, y_hi],
+                mode="lines",
+                line=dict(color=color, width=2),
+                name=f"{task}: threshold {t['dose']:.3g}",
+            )
+        placed = {f: v for f, v in (t.get("placed") or {}).items() if _finite(v)}
+        if placed:
+            fig.add_scatter(
+                x=list(placed.values()),
+                y=[y_lo] * len(placed),
+                mode="markers+text",
+                text=[f.upper() for f in placed],
+                textposition="top center",
+                marker=dict(symbol="triangle-up", size=11, color=color),
+                name=f"{task}: formats placed on the axis (not dosed)",
+            )
+    for harm in sorted(harms):
+        fig.add_scatter(
+            x=[x_lo, x_hi],
+            y=[harm, harm],
+            mode="lines",
+            line=dict(color="black", dash="dash"),
+            name=f"harm line {harm:g}",
+        )
+    for d, r in readings.items():
+        if r is None or math.isnan(r.value):
+            continue  # not measured in this unit: the risk line says so
+        x, name = r.value, f"yours: {d.upper()}"
+        if not _finite(x):  # 0 (no mismatch measured) or inf: a log axis cannot draw it, so it sits at an edge
+            x = x_lo if x <= 0 else x_hi
+            name += f" (dose {r.value:.3g}, drawn at the axis' {'left' if r.value <= 0 else 'right'} edge)"
+        fig.add_scatter(
+            x=[x, x],
+            y=[y_lo, y_hi],
+            mode="lines",
+            line=dict(color=COLORS.get(d, "gray"), dash="dot", width=3),
+            name=name,
+            hovertext=f"yours: {d.upper()} dose {r.value:.3g} ({r.how})",
+            hoverinfo="text",
+        )
+    fig.update_layout(
+        title=HARM_TITLE,
+        xaxis=dict(type="log", title=f"dose ({unit})", range=[math.log10(x_lo), math.log10(x_hi)]),
+        yaxis=dict(title="accuracy gap to FP32 (paired by seed)", range=[y_lo, y_hi]),
+        annotations=[
+            dict(
+                text=f"thresholds measured on {stored.get('measured_on', 'unstated models')}: evidence, not a guarantee",
+                xref="paper",
+                yref="paper",
+                x=0,
+                y=1.0,
+                showarrow=False,
+                yanchor="bottom",
+                font=dict(size=10),
+            )
+        ],
     )
     return fig
