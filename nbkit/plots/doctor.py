@@ -58,17 +58,23 @@ def _finite(x) -> bool:
 
 
 def harm_figure(result: DoctorResult):
-    """The stored harm-threshold study against the user's doses, or None when no threshold is stored.
-
-    Per stored task: the mean paired gap to FP32 at each dose with its CI, the isotonic fit the threshold is read from,
-    the threshold with its CI band, the formats placed on the dose axis only (``placed``); across tasks the harm line
-    and one vertical marker per dtype the doctor measured ("yours: BF16"), at its dose in the stored unit at the target
-    length (``nbkit.offline.risk.readings``: measured or extrapolated, said in its hover text)."""
+    """The stored harm-threshold study against the user's doses, or None when no threshold is stored: ``gap_dose_figure``
+    with one vertical marker per dtype the doctor measured ("yours: BF16"), at its dose in the stored unit at the
+    target length (``nbkit.offline.risk.readings``: measured or extrapolated, said in its hover text)."""
     stored = result.thresholds()
     if stored is None:
         return None
-    unit, tasks = stored["unit"], stored["tasks"]
     readings = risk.readings(result.diagnoses, stored, result.config.target_length, result.pairs)
+    return gap_dose_figure(stored, {d: r for d, r in readings.items() if r is not None}, title=HARM_TITLE)
+
+
+def gap_dose_figure(stored: dict, readings: dict | None = None, title: str = HARM_TITLE):
+    """The harm thresholds of ``stored`` (``nbkit.offline.risk.load``'s record): per task the mean paired gap to FP32
+    at each dose with its CI, the isotonic fit the threshold is read from, the threshold with its CI band, the formats
+    placed on the dose axis only (``placed``); across tasks the harm line, and one vertical marker per entry of
+    ``readings`` (``dtype → risk.Reading``: a user's dose)."""
+    unit, tasks = stored["unit"], stored["tasks"]
+    readings = readings or {}
     xs = [x for t in tasks.values() for x in (t.get("doses") or [])]
     xs += [x for t in tasks.values() for x in (t.get("placed") or {}).values()]
     xs += [r.value for r in readings.values() if r is not None]
@@ -158,7 +164,7 @@ def harm_figure(result: DoctorResult):
             hoverinfo="text",
         )
     fig.update_layout(
-        title=HARM_TITLE,
+        title=title,
         xaxis=dict(type="log", title=f"dose ({unit})", range=[math.log10(x_lo), math.log10(x_hi)]),
         yaxis=dict(title="accuracy gap to FP32 (paired by seed)", range=[y_lo, y_hi]),
         annotations=[

@@ -272,8 +272,12 @@ class HarmThreshold(prereg.PreRegistered):
 
     def store_record(self, root: Path = results.RESULTS) -> dict:
         """What ``THRESHOLDS`` holds, computed from the stored study under ``root`` (``nbkit.offline.risk`` reads it)."""
-        runs = self.load(root)
-        meta = self.meta(self.card(root)["configs"]["runs"])
+        card = self.card(root)
+        runs, meta = self.load(root), self.meta(card["configs"]["runs"])
+        return {**self.record(runs, meta), "commit": card.get("commit")}
+
+    def record(self, runs, meta) -> dict:
+        """The thresholds of ``runs`` in the shape ``nbkit.offline.risk`` reads (unit, tasks, units, measured_on)."""
         pts, seeds, g = self.gap_matrix(runs, meta)
         est = self.thresholds(runs, meta)
         doses = self.doses(runs, meta, PRIMARY)
@@ -282,12 +286,14 @@ class HarmThreshold(prereg.PreRegistered):
             r["completions/mean_length"]
             for by_seed in arms.values()
             for rows in by_seed.values()
-            for r in rows[:2]
+            for r in rows
             if r.get(schema.STEP) == 1 and "completions/mean_length" in r
         ]
-        cis = [_mean_ci([x for x in g[:, j] if x == x]) for j in range(len(pts))]
+        order = sorted(range(len(pts)), key=lambda j: doses.get((pts[j], "none"), math.inf))  # the fit's dose order
+        cis = [_mean_ci([x for x in g[:, j] if x == x]) for j in order]
         main = est[PRIMARY]
         task = {
+            "doses": [doses.get((pts[j], "none")) for j in order],
             **(main.to_json() if isinstance(main, threshold.Threshold) else {"outcome": "none", "why": main}),
             "mean_gaps": [m for m, _, _ in cis],
             "gap_ci": [[lo, hi] if lo is not None and lo == lo else None for _, lo, hi in cis],
@@ -310,7 +316,6 @@ class HarmThreshold(prereg.PreRegistered):
                 u: {TASK: t.to_json() if isinstance(t, threshold.Threshold) else {"outcome": "none", "why": t}}
                 for u, t in est.items()
             },
-            "commit": self.card(root).get("git", {}).get("commit") or self.card(root).get("commit"),
         }
 
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
@@ -322,11 +327,21 @@ class HarmThreshold(prereg.PreRegistered):
         return out
 
     # -- the page ---------------------------------------------------------------------------------------------
+    def figure(self, runs, meta):
+        """The gap against the step-0 dose: mean paired gaps with CIs, the isotonic fit, the threshold and its CI,
+        the harm line, and the formats placed on the axis (``nbkit.plots.doctor.gap_dose_figure``)."""
+        from nbkit.plots.doctor import gap_dose_figure
+
+        return gap_dose_figure(self.record(runs, meta), title=f"{self.title} (tiny-arith, step-0 dose)")
+
     def table(self, runs, meta) -> list[dict]:
         pts, seeds, g = self.gap_matrix(runs, meta)
         fit = self.thresholds(runs, meta).get(PRIMARY)
-        fitted = dict(zip(pts, fit.fitted, strict=True)) if isinstance(fit, threshold.Threshold) else {}
         doses = {u: self.doses(runs, meta, u) for u in UNITS}
+        fitted = {}
+        if isinstance(fit, threshold.Threshold):  # the fit is in ascending dose; the table in the rule's order
+            by_dose = dict(zip(fit.doses, fit.fitted, strict=True))
+            fitted = {p: by_dose.get(doses[PRIMARY].get((p, "none"))) for p in pts}
         rows = []
         for j, p in enumerate(pts):
             xs = [x for x in g[:, j] if x == x]

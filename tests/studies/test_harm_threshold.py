@@ -90,6 +90,27 @@ def test_the_analysis_reads_a_known_crossing_from_paired_gaps_and_step0_doses():
     assert rows[-1]["gap to fp32"] == pytest.approx(-0.5, abs=0.01) and rows[0]["seeds"] == 5
     with pytest.raises(ValueError, match="choose from"):
         H.step0_dose(runs["e8m2-none-s0"], "nope")
+    rec = study.record(runs, meta)["tasks"][H.TASK]
+    assert rec["doses"] == sorted(rec["doses"]) and rec["outcome"] == "crossing"
+    assert rec["mean_gaps"][-1] == pytest.approx(-0.5, abs=0.01) and rec["mean_gaps"][0] == pytest.approx(0, abs=0.01)
+
+
+def test_the_record_keeps_each_gap_beside_its_own_dose_when_the_measured_doses_reorder_the_points():
+    study = H.HarmThreshold()
+    runs, meta = {}, {}
+    measured = {"e8m3": 0.3, "e8m2": 0.01}  # measured step-0 doses in the reverse of the rule's order
+    for s in range(3):
+        runs[f"fp32-none-s{s}"] = _run(0.0, 0.9, 0.9, ess=1.0)
+        meta[f"fp32-none-s{s}"] = {"format": "fp32", "train": "fp32", "correction": "none", "seed": s}
+        for p, d in measured.items():
+            acc = 0.9 - (0.4 if p == "e8m3" else 0.0) + 0.001 * s
+            runs[f"{p}-none-s{s}"] = _run(d, acc, acc)
+            meta[f"{p}-none-s{s}"] = {"format": p, "train": "fp32", "correction": "none", "seed": s}
+    rec = study.record(runs, meta)["tasks"][H.TASK]
+    assert rec["doses"] == [pytest.approx(0.01), pytest.approx(0.3)]
+    assert rec["mean_gaps"][0] == pytest.approx(0.001) and rec["mean_gaps"][1] == pytest.approx(-0.399)
+    fit = {r["rollout"]: r["isotonic fit"] for r in study.table(runs, meta)}
+    assert fit["e8m3"] < -0.3 < fit["e8m2"]
 
 
 def test_store_writes_the_thresholds_the_doctor_reads_computed_from_the_stored_runs(tmp_path):
