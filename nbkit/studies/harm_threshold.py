@@ -50,7 +50,7 @@ import numpy as np
 from nbkit import outputs, results, schema, threshold
 from nbkit.stats import bounded_mean_ci
 from nbkit.studies import dose_response as DR
-from nbkit.studies import prereg
+from nbkit.studies import growth, prereg
 
 STUDY = "harm_threshold_tiny_arith"
 """The stored study's folder name under ``data/results``."""
@@ -326,6 +326,26 @@ class HarmThreshold(prereg.PreRegistered):
         outputs.write_json(path, self.store_record(root))
         return out
 
+    def mechanism(self, runs, meta) -> tuple[list[dict], set[str]]:
+        """(``growth.table`` rows of every arm but FP32 between ``EARLY`` and ``LATE``, the arms that broke: mean
+        paired gap to FP32 at or below the harm line)."""
+        arms = self.arms(runs, meta)
+        ref = arms.get((REFERENCE, "none"), {})
+        named, broke = {}, set()
+        for (f, c), by_seed in arms.items():
+            if f == REFERENCE:
+                continue
+            name = f if c == "none" else f"{f} + {c}"
+            named[name] = [by_seed[s] for s in sorted(by_seed)]
+            gaps = [
+                DR.final_judge(by_seed[s]) - DR.final_judge(ref[s])
+                for s in by_seed
+                if s in ref and DR.final_judge(by_seed[s]) is not None and DR.final_judge(ref[s]) is not None
+            ]
+            if gaps and statistics.fmean(gaps) <= HARM:
+                broke.add(name)
+        return growth.table(named, EARLY, LATE), broke
+
     # -- the page ---------------------------------------------------------------------------------------------
     def figure(self, runs, meta):
         """The gap against the step-0 dose: mean paired gaps with CIs, the isotonic fit, the threshold and its CI,
@@ -385,7 +405,16 @@ class HarmThreshold(prereg.PreRegistered):
                     "gap to fp32 (direction only)": statistics.fmean(gaps) if gaps else None,
                 }
             )
-        return [("Thresholds per dose unit (primary first)", thr), ("Placed on the axis, not fitted", placed)]
+        mech, _ = self.mechanism(runs, meta)
+        return [
+            ("Thresholds per dose unit (primary first)", thr),
+            ("Placed on the axis, not fitted", placed),
+            (
+                f"Why the mismatch grew: shift-share split of the sequence mismatch, steps {EARLY.start}–{EARLY.stop - 1}"
+                f" against {LATE.start}–{LATE.stop - 1} (CI: bootstrap over runs)",
+                mech,
+            ),
+        ]
 
     def findings(self, runs, meta, rows) -> list[str]:
         est = self.thresholds(runs, meta)
@@ -396,6 +425,9 @@ class HarmThreshold(prereg.PreRegistered):
         for u, t in est.items():
             if u != PRIMARY and isinstance(t, threshold.Threshold):
                 out.append(f"In {UNITS[u]}: {t.describe()} (secondary unit).")
+        mech, broke = self.mechanism(runs, meta)
+        if mech:
+            out.append(growth.paragraph(mech, broke))
         short = sorted({r["seeds"] for r in rows} - {len(SEEDS)})
         if short and rows:
             out.append(

@@ -1,0 +1,81 @@
+"""Why the mismatch grows during a run: each arm's shift-share split (``nbkit.shiftshare``) over its seeds, in words.
+
+For an arm of a stored study (one rollout format and correction, several seeds), the sequence-level mismatch of an
+early window of steps is compared with a late one, and the change is split into (a) response length, (b) the mix
+of tokens across π's entropy (or probability) bins and (c) the mismatch per token within a bin; the CI is a
+bootstrap over the arm's runs (``shiftshare.bootstrap`` over lists of windows). ``table`` gives one row per arm and
+binning; ``paragraph`` answers the question from those rows for the arms that broke and those that did not.
+"""
+
+from __future__ import annotations
+
+from nbkit import shiftshare
+
+BINNINGS = ("entropy", "prob")
+"""The binnings a split is shown for (``nbkit.tokenbins.EDGES``)."""
+NAMES = {"length": "response length", "mix": "token mix across bins", "per_bin": "mismatch per token within a bin"}
+"""The parts in words."""
+
+
+def split(runs: list[list[dict]], binning: str, early, late, n_boot: int = 2000, seed: int = 0):
+    """The shift-share split of one arm's runs (``rows`` per seed) between the steps ``early`` and ``late``, with a
+    bootstrap over runs (a single run: over steps); None when a run lacks the bins or a window."""
+    try:
+        e = [shiftshare.window(rows, binning, early) for rows in runs]
+        lt = [shiftshare.window(rows, binning, late) for rows in runs]
+    except ValueError:
+        return None
+    if not e:
+        return None
+    if len(e) == 1:
+        return shiftshare.bootstrap(e[0], lt[0], n_boot=n_boot, seed=seed)
+    return shiftshare.bootstrap(e, lt, n_boot=n_boot, seed=seed)
+
+
+def table(arms: dict[str, list[list[dict]]], early, late, binnings=BINNINGS) -> list[dict]:
+    """One row per arm and binning: early and late sequence mismatch, each part with its CI and share."""
+    rows = []
+    for arm, runs in arms.items():
+        for b in binnings:
+            s = split(runs, b, early, late)
+            if s is None:
+                continue
+            row = {"arm": arm, "binning": b, "runs": len(runs), "early M": s.early, "late M": s.late}
+            row["change"], row["change CI"] = s.total, list(s.ci.get("total", (None, None)))
+            for p in shiftshare.PARTS:
+                row[p] = s.parts[p]
+                row[f"{p} CI"] = list(s.ci.get(p, (None, None)))
+                row[f"{p} share"] = s.shares[p]
+            rows.append(row)
+    return rows
+
+
+def _main_part(row: dict) -> str:
+    """The part with the largest share of the change in ``row``, with whether its CI excludes 0."""
+    p = max(shiftshare.PARTS, key=lambda k: abs(row[k]))
+    lo, hi = row[f"{p} CI"]
+    sure = lo is not None and hi is not None and (lo > 0 or hi < 0)
+    ci = f"CI {lo:+.3g} to {hi:+.3g}" if lo is not None and hi is not None else "no CI"
+    return (
+        f"{NAMES[p]}, {row[p]:+.3g} ({ci}, {'excluding' if sure else 'including'} 0) of a total change of "
+        f"{row['change']:+.3g} (early {row['early M']:.3g}, late {row['late M']:.3g})"
+    )
+
+
+def paragraph(rows: list[dict], broke: set[str], binning: str = "entropy") -> str:
+    """One paragraph from ``rows`` (``table``): for the arms in ``broke`` and the others, which part carried the
+    change of the sequence-level mismatch, in ``binning``'s split."""
+    mine = [r for r in rows if r["binning"] == binning]
+    if not mine:
+        return "No run logged the token bins in both windows: the growth of the mismatch cannot be split."
+    parts = []
+    for label, group in (("Runs that broke", [r for r in mine if r["arm"] in broke]), ("Runs that did not", None)):
+        group = group if group is not None else [r for r in mine if r["arm"] not in broke]
+        if not group:
+            continue
+        said = "; ".join(f"{r['arm']} ({r['runs']} runs): {_main_part(r)}" for r in group)
+        parts.append(f"{label}: {said}.")
+    return (
+        f"Where the change of the sequence-level mismatch between the early and the late steps came from (split by π's "
+        f"{binning}; the largest part per arm): " + " ".join(parts)
+    )
