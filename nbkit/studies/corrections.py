@@ -128,6 +128,18 @@ class CorrectionsStudy(prereg.PreRegistered):
     )
     notebook = "06_dose_response"
     output_dir = f"runs/{STUDY}"
+    formats: tuple[str, ...] = FORMATS
+    """The rollout formats of the cells."""
+    corrections: tuple[str, ...] = CORRECTIONS
+    """The corrections tested on each format."""
+    seeds: tuple[int, ...] = SEEDS
+    """The planned seeds."""
+    planning_sd: dict = PLANNING_SD
+    """Per-arm SDs of the outcome the power is planned at (``fp32``, each format, ``corrected``)."""
+    planning_gap: dict = PLANNING_GAP
+    """Per format: the uncorrected gap to FP32 a rescue has to close."""
+    reuse: str | None = None
+    """The stored study whose identical-config control arms are reused by default (None: every arm trained)."""
     toy = {
         "formats": ["mxfp4"],
         "corrections": ["icepop"],
@@ -139,25 +151,30 @@ class CorrectionsStudy(prereg.PreRegistered):
 
     def defaults(self) -> dict:
         return {
-            "formats": list(FORMATS),
-            "corrections": list(CORRECTIONS),
-            "seeds": list(SEEDS),
+            "formats": list(self.formats),
+            "corrections": list(self.corrections),
+            "seeds": list(self.seeds),
             "steps": 50,
-            "reuse": None,
+            "reuse": self.reuse,
         }
 
     # -- write half -------------------------------------------------------------------------------------------
     def grid(
         self,
-        formats=FORMATS,
-        corrections=CORRECTIONS,
-        seeds=SEEDS,
+        formats=None,
+        corrections=None,
+        seeds=None,
         steps: int = 50,
         output_dir: str | None = None,
         overrides: dict | None = None,
         reuse: str | None = None,
     ) -> dict:
+        """The cells' runs; ``formats``/``corrections``/``seeds`` None: the study's own."""
         from nbkit import formats as F
+
+        formats = self.formats if formats is None else formats
+        corrections = self.corrections if corrections is None else corrections
+        seeds = self.seeds if seeds is None else seeds
         from nbkit.rl.algorithms import CORRECTIONS as KNOWN
 
         formats = [F.validate(f) for f in formats]
@@ -244,7 +261,9 @@ class CorrectionsStudy(prereg.PreRegistered):
                 "vs fp32": {s: corrected[s] for s in both},
                 "uncorrected vs fp32": {s: uncorrected[s] for s in both},
             }
-        return dict(sorted(out.items(), key=lambda kv: (_order(FORMATS, kv[0][0]), _order(CORRECTIONS, kv[0][1]))))
+        return dict(
+            sorted(out.items(), key=lambda kv: (_order(self.formats, kv[0][0]), _order(self.corrections, kv[0][1])))
+        )
 
     def table(self, runs, meta) -> list[dict]:
         con = self.contrasts(runs, meta)
@@ -286,51 +305,52 @@ class CorrectionsStudy(prereg.PreRegistered):
             + (", ".join(rescued) if rescued else "none")
             + "."
         )
-        short = sorted({r["paired seeds"] for r in rows} - {len(SEEDS)})
+        short = sorted({r["paired seeds"] for r in rows} - {len(self.seeds)})
         if short and rows:
             out.append(
-                f"The rule planned {len(SEEDS)} paired seeds per cell; cells here have {short}: the study "
+                f"The rule planned {len(self.seeds)} paired seeds per cell; cells here have {short}: the study "
                 "stopped short of its plan, and its power is below the planned power."
             )
         out += self.power_findings()
         return out
 
-    @staticmethod
-    def planned_power(seeds: int = len(SEEDS), sims: int = 20_000) -> dict[str, dict]:
+    def planned_power(self, seeds: int | None = None, sims: int = 20_000) -> dict[str, dict]:
         """Per format: the rescue rule's chance of *rescues* at a full rescue and at a corrected gap of exactly
         −margin (a false rescue), at ``PLANNING_SD`` and ``PLANNING_GAP``, with the family of ``FORMATS`` ×
         ``CORRECTIONS`` claims."""
-        k = len(FORMATS) * len(CORRECTIONS)
+        seeds = len(self.seeds) if seeds is None else seeds
+        sd, gap = self.planning_sd, self.planning_gap
+        k = len(self.formats) * len(self.corrections)
         out = {}
-        for fmt in FORMATS:
-            sds = (PLANNING_SD["fp32"], PLANNING_SD[fmt], PLANNING_SD["corrected"])
+        for fmt in self.formats:
+            sds = (sd["fp32"], sd[fmt], sd["corrected"])
             out[fmt] = {
-                "full rescue": NI.rescue_power(PLANNING_GAP[fmt], 0.0, sds, seeds, k, sims=sims),
-                "false rescue": NI.rescue_power(PLANNING_GAP[fmt] - 0.1, -MARGIN, sds, seeds, k, sims=sims),
+                "full rescue": NI.rescue_power(gap[fmt], 0.0, sds, seeds, k, sims=sims),
+                "false rescue": NI.rescue_power(gap[fmt] - 0.1, -MARGIN, sds, seeds, k, sims=sims),
             }
         return out
 
     def power_findings(self) -> list[str]:
         p = self.planned_power()
         parts = [
-            f"{fmt} (uncorrected gap {PLANNING_GAP[fmt]:+.3f}): {v['full rescue']['holm']:.2f} after Holm "
+            f"{fmt} (uncorrected gap {self.planning_gap[fmt]:+.3f}): {v['full rescue']['holm']:.2f} after Holm "
             f"(≥, Holm's first threshold), {v['full rescue']['unadjusted']:.2f} unadjusted; a false rescue at "
             f"a corrected gap of −{MARGIN:g}: {v['false rescue']['unadjusted']:.3f} per cell unadjusted"
             for fmt, v in p.items()
         ]
-        sds = ", ".join(f"{k} {v:g}" for k, v in PLANNING_SD.items())
+        sds = ", ".join(f"{k} {v:g}" for k, v in self.planning_sd.items())
         return [
-            f"Power as planned ({len(SEEDS)} seeds; per-arm SDs of the outcome over seeds: {sds}; simulated, "
+            f"Power as planned ({len(self.seeds)} seeds; per-arm SDs of the outcome over seeds: {sds}; simulated, "
             "20,000 studies): the "
             "chance of 'rescues' at a full rescue (corrected gap 0): " + "; ".join(parts) + "."
         ]
 
     def plan(self) -> list[str]:
-        n = len(SEEDS) * (1 + len(FORMATS) * (1 + len(CORRECTIONS)))
+        n = len(self.seeds) * (1 + len(self.formats) * (1 + len(self.corrections)))
         return [
             self.rule_line(),
-            f"Planned runs: {n} ({len(SEEDS)} seeds × FP32, {len(FORMATS)} formats uncorrected and "
-            f"{len(FORMATS) * len(CORRECTIONS)} corrected cells).",
+            f"Planned runs: {n} ({len(self.seeds)} seeds × FP32, {len(self.formats)} formats uncorrected and "
+            f"{len(self.formats) * len(self.corrections)} corrected cells).",
             *self.power_findings(),
         ]
 
