@@ -79,6 +79,9 @@ STUDIES: dict[str, Study] = {
 }
 """Every stored study a reader can see, in RESULTS.md order."""
 
-PLANNED = {"corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained"}
+PLANNED = {
+    "corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained",
+    "harm_threshold_tiny_arith": "rule committed at 574e11a before any run; training since 01:07:59 UTC",
+}
 """Registered studies that may be missing from ``data/results`` (their rule is committed, their runs are not stored
 yet): RESULTS.md shows their question and plan, and says no result exists."""
