@@ -37,6 +37,9 @@ PER_WORKER_CACHES = (
 """Tool caches written while a test runs: each xdist worker gets its own (``.cache/xdist/<worker>/``). Derived
 artefacts that are written once under a lock (the converted SmolLM2) stay shared; run folders, reports and
 datasets of tests live in each test's own ``tmp_path``; ports are chosen free by each process."""
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(os.environ["XDG_CACHE_HOME"]) / "torch_extensions"))
+"""C++ ops built on first use (DeepSpeed's shared-memory comm op: ~40 s of compiling in a ZeRO test) stay shared
+between the workers, where a one-process run keeps them: torch builds each under its own file lock."""
 if XDIST_WORKER:
     for _key in PER_WORKER_CACHES:
         os.environ[_key] = str(paths.CACHE / "xdist" / XDIST_WORKER / _key.lower())
