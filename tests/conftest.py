@@ -101,6 +101,7 @@ SHARED_FIXTURES = {
     "tests/rl/test_rl.py::test_every_is_preset_applies_its_correction": "one_step_per_preset",
     "tests/rl/test_sampling_filter_rl.py": "steps",
     "tests/offline/test_analysis.py": "grid",
+    "tests/offline/test_anatomy.py": "fp32_anatomy",
 }
 """Tests (a module, or one test function of it, by node id) -> the expensive session- or module-scoped fixture they
 share. Under ``--dist loadgroup`` (``make test``) all tests of one fixture run on one xdist worker, so it is built
