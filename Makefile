@@ -49,10 +49,12 @@ $(STAMP): pyproject.toml requirements/base.txt
 # With a vLLM build configured, a vLLM that does not import fails the suite (tests/conftest.py) instead of skipping;
 # NBKIT_STRICT_VERSIONS=1: a library at another version than its pin fails instead of warning (nbkit/versions.py).
 # The suite runs on every core this process may use (pytest-xdist, one worker per core of its affinity mask; the
-# workers share the one smoke run of the workbook: tests/conftest.py). TEST_WORKERS=0: one process.
+# workers share the one smoke run of the workbook: tests/conftest.py). TEST_WORKERS=0: one process. --dist loadgroup:
+# the tests marked ``xdist_group`` (those sharing one expensive fixture: the smoke run, a module's vLLM engines) run on
+# one worker, so the fixture is built once, and xdist starts those groups first, largest first.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)); print(n if n > 1 else 0)")
 test: venv
-	NBKIT_REQUIRE_VLLM=$(if $(strip $(VLLM_SPEC)),1,0) NBKIT_STRICT_VERSIONS=1 $(PY) -m pytest -n $(TEST_WORKERS)
+	NBKIT_REQUIRE_VLLM=$(if $(strip $(VLLM_SPEC)),1,0) NBKIT_STRICT_VERSIONS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 report: venv
 	$(PY) -m nbkit run --profile $(PROFILE) --out $(OUT)
@@ -71,4 +73,4 @@ clean-venv:
 
 # The fast tier for development: no notebook, browser, vLLM or multi-step training tests.
 test-fast: venv
-	$(PY) -m pytest -m "not slow and not vllm" -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -m "not slow and not vllm" -q -n $(TEST_WORKERS) --dist loadgroup

@@ -37,6 +37,9 @@ PER_WORKER_CACHES = (
 """Tool caches written while a test runs: each xdist worker gets its own (``.cache/xdist/<worker>/``). Derived
 artefacts that are written once under a lock (the converted SmolLM2) stay shared; run folders, reports and
 datasets of tests live in each test's own ``tmp_path``; ports are chosen free by each process."""
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(os.environ["XDG_CACHE_HOME"]) / "torch_extensions"))
+"""C++ ops built on first use (DeepSpeed's shared-memory comm op: ~40 s of compiling in a ZeRO test) stay shared
+between the workers, where a one-process run keeps them: torch builds each under its own file lock."""
 if XDIST_WORKER:
     for _key in PER_WORKER_CACHES:
         os.environ[_key] = str(paths.CACHE / "xdist" / XDIST_WORKER / _key.lower())
@@ -88,6 +91,45 @@ def pytest_configure(config):
                 f"import: {error}. Reinstall with `make clean-venv venv`, or run "
                 f"`make test VLLM_SPEC=` on a machine without vLLM."
             )
+
+
+SHARED_FIXTURES = {
+    "tests/workbook/test_browser.py": "smoke_report",
+    "tests/workbook/test_notebooks.py::test_notebook_executes_with_smoke_parameters": "smoke_report",
+    "tests/core/test_engines.py": "vllm_runs",
+    "tests/rl/test_corrections.py": "applied",
+    "tests/rl/test_rl.py::test_every_is_preset_applies_its_correction": "one_step_per_preset",
+    "tests/rl/test_sampling_filter_rl.py": "steps",
+    "tests/offline/test_analysis.py": "grid",
+    "tests/offline/test_anatomy.py": "fp32_anatomy",
+}
+"""Tests (a module, or one test function of it, by node id) -> the expensive session- or module-scoped fixture they
+share. Under ``--dist loadgroup`` (``make test``) all tests of one fixture run on one xdist worker, so it is built
+once per suite rather than once per worker (the module's vLLM engines took 62 s on each of the two workers), and
+these groups start first, largest first, while single tests fill the other worker."""
+
+
+def xdist_group(nodeid: str) -> str:
+    """The work unit of the test ``nodeid`` under ``--dist loadgroup``: the fixture it shares, else the test alone."""
+    for prefix, fixture in SHARED_FIXTURES.items():
+        if nodeid == prefix or nodeid.startswith((prefix + "::", prefix + "[")):
+            return fixture
+    return nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups of :data:`SHARED_FIXTURES`. (pytest-xdist 3.8 groups by an
+    ``xdist_group`` mark by renaming ``item._nodeid``, which pytest 9 no longer reads, so marks group nothing here.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return SharedFixtureScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

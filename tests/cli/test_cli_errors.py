@@ -40,7 +40,19 @@ def test_a_runs_saved_config_never_replays_overwrite_or_resume(tmp_path, arith_j
     assert cli_train.resolve(["--config", str(old), "--overwrite"])[0].overwrite  # only the command line says so
 
 
-def test_an_unknown_flag_is_refused_with_the_close_flags_before_any_work():
+def nbkit_here(capsys, *argv: str) -> tuple[int, str]:
+    """``nbkit *argv`` in this process: (exit status, stderr). The same ``main`` as ``python -m nbkit`` without a
+    Python start-up (2-3 s each); the user's path through a new process is checked once below and in the test above."""
+    from nbkit.cli.main import main
+
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:  # argparse's own exit for bad usage
+        status = exc.code
+    return status, capsys.readouterr().err
+
+
+def test_an_unknown_flag_is_refused_with_the_close_flags_before_any_work(capsys):
     """argparse names no alternative; every nbkit command names the flags close to an unknown one (a subcommand's
     own flags included), and says nothing when none is close."""
     cases = {
@@ -49,12 +61,15 @@ def test_an_unknown_flag_is_refused_with_the_close_flags_before_any_work():
         ("run", "--outt", "x"): "for --outt did you mean --out?",
         ("--debg", "list"): "for --debg did you mean --debug?",
     }
+    done = nbkit("train", "--dtype", "fp16")  # as a user meets it: a new process
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert cases["train", "--dtype", "fp16"] in done.stderr.strip().splitlines()[-1], done.stderr
     for argv, hint in cases.items():
-        done = nbkit(*argv)
-        assert done.returncode == 2 and "Traceback" not in done.stderr, argv
-        assert hint in done.stderr.strip().splitlines()[-1], (argv, done.stderr)
-    far = nbkit("train", "--zzzzzz")
-    assert far.returncode == 2 and far.stderr.strip().endswith("unrecognized arguments: --zzzzzz")
+        status, stderr = nbkit_here(capsys, *argv)
+        assert status == 2 and "Traceback" not in stderr, argv
+        assert hint in stderr.strip().splitlines()[-1], (argv, stderr)
+    status, far = nbkit_here(capsys, "train", "--zzzzzz")
+    assert status == 2 and far.strip().endswith("unrecognized arguments: --zzzzzz")
 
 
 def test_the_close_flags_are_named_once_each_by_their_first_long_spelling():

@@ -38,9 +38,10 @@ def test_worker_records_what_it_uses(i, tmp_path):
 
 def probe_workers(tmp_path, **env_set) -> list[dict]:
     """Run the probe above under ``pytest -n 2`` in a fresh process (environment as on a fresh shell, plus
-    ``env_set``) and return the six records its workers wrote."""
+    ``env_set``) and return the six records its workers wrote. ``make test``'s ``NBKIT_REQUIRE_VLLM=1`` is not passed
+    on: the outer run has checked vLLM already, and the probe's three processes would each import it (~5 s)."""
     env = {**os.environ, PROBE_ENV: str(tmp_path), "PYTHONPATH": str(paths.ROOT)}
-    for key in ("PYTEST_XDIST_WORKER", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for key in ("PYTEST_XDIST_WORKER", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NBKIT_REQUIRE_VLLM"):
         env.pop(key, None)
     env.update(env_set)
     done = subprocess.run(
