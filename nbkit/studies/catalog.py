@@ -8,7 +8,7 @@ whose runs are sampled sequences rather than RL runs, declares its read half her
 from __future__ import annotations
 
 from nbkit.offline import lengthlaw
-from nbkit.studies import ablation, brevity, corrections, dose_response, harm_threshold, hunt, moe, ppo
+from nbkit.studies import ablation, brevity, corrections, dose_response, harm_threshold, harm_transfer, hunt, moe, ppo
 from nbkit.studies.base import Study
 
 
@@ -75,6 +75,7 @@ STUDIES: dict[str, Study] = {
         dose_response.DoseResponse(),
         corrections.CorrectionsStudy(),
         harm_threshold.HarmThreshold(),
+        harm_transfer.HarmTransfer(),
     )
 }
 """Every stored study a reader can see, in RESULTS.md order."""

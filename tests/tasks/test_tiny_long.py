@@ -16,7 +16,7 @@ from nbkit.tasks import long_arith
 from nbkit.tasks.long_arith import LongArithConfig
 from nbkit.toymodels import tiny_arith, tiny_long
 
-NOMINAL = {"short": 100, "medium": 300, "long": 800}
+NOMINAL = {"short": 100, "mid": 180, "medium": 300, "long": 800}
 
 
 def n_tokens(text: str) -> int:
