@@ -8,7 +8,7 @@ mechanism are ``HarmThreshold``'s, unchanged; only the task (model, data, judge 
 
 The rule (``RULE_TEXT``; ``RULE_RECORD`` is empty until the lead commits it after the pilot fixes ``LR``):
 
-- **Task.** tiny-long on ``DATASET`` (the regime's perfectible set, notebook 01's recipe:
+- **Task.** tiny-long on ``DATASET`` (the regime's perfectible set, notebook 01's recipe on ``TRAIN_POOL`` problems:
   ``tiny_long_regimes.build_set``), ``max_tokens`` = the regime's reference length + 24, judged every 10 steps on
   ``JUDGE_SET`` (the same recipe on a disjoint pool: ``build_judge_set``) by an FP32 engine, 1 sample a problem.
 - **lr.** Fixed by ``pilot`` before the rule is committed: FP32 rollouts, seed 0, 50 steps at each of ``PILOT_LRS``;
@@ -28,6 +28,7 @@ The rule (``RULE_TEXT``; ``RULE_RECORD`` is empty until the lead commits it afte
 
     python -m nbkit.studies.harm_transfer pilot             # the lr pilot (FP32, 50 steps, PILOT_LRS)
     python -m nbkit.studies.harm_transfer ladder            # tiny-long's offline ladder -> LADDER_FILE
+    python -m nbkit.studies.harm_transfer train-set         # DATASET (the regime's perfectible set, TRAIN_POOL)
     python -m nbkit.studies.harm_transfer judge-set         # JUDGE_SET (the held-out set, disjoint from DATASET)
     nbkit study harm_transfer_tiny_long run | store         # the grid (after the rule is committed)
 """
@@ -76,11 +77,15 @@ STEPS = 50
 """Optimiser steps per run (judged at 0, 10, ..., 50)."""
 PROMPTS, SAMPLES = 16, 8
 """Prompts per step and samples per prompt (tiny-arith's shape: 128 responses a step)."""
+TRAIN_POOL = 400
+"""Problems ``tiny_long_regimes.build_set`` samples for ``DATASET`` (seed 0; ~40 % land in the window): ~170 kept, so
+50 steps × 16 prompts see each about 5 times (tiny-arith's 585-problem set: 1.4 times), not 19 as 100 would give."""
 JUDGE_POOL, JUDGE_SEED = 800, 1
 """The held-out pool (problems drawn with ``JUDGE_SEED``, the training set's problems removed) and its seed."""
 
 RULE_TEXT = (
-    f"task tiny-long at regime {REGIME} (16 additions, 180-token answers), training set {DATASET}, judge set "
+    f"task tiny-long at regime {REGIME} (16 additions, 180-token answers), training set {DATASET} (perfectible, "
+    f"pool of {TRAIN_POOL}), judge set "
     f"{JUDGE_SET} (disjoint, same perfectible recipe), max_tokens reference + 24; lr fixed before this commit by the "
     f"pilot (FP32 rollouts, seed 0, 50 steps, lrs 5e-5/1e-4/2e-4; the smallest whose judge accuracy at step 50 "
     f"exceeds step 0's by more than 0.1); doses: e8m3 and pick_points(tiny-long's offline ladder, 4 targets) = "
@@ -321,6 +326,25 @@ def pilot(
     return out
 
 
+def budget(
+    seconds_per_step: dict[str, float], seconds_per_judgment: float, jobs: int = 2, seconds_startup: float = 30.0
+) -> dict:
+    """The grid's wall time from measured costs: ``seconds_per_step`` maps ``"fp32"`` and ``"dial"`` (every dosed
+    format: the dial rounds in software on the HF engine) to seconds per optimiser step; each run has ``STEPS``
+    steps, ``STEPS // 10 + 1`` judgments and a start-up; ``jobs`` runs at once (each at the measured speed)."""
+    judgments = STEPS // 10 + 1
+    per_run = {k: STEPS * v + judgments * seconds_per_judgment + seconds_startup for k, v in seconds_per_step.items()}
+    n_ref, n_dose = len(SEEDS), len(SEEDS) * len(POINTS)
+    total = n_ref * per_run["fp32"] + n_dose * per_run["dial"]
+    return {
+        "runs": n_ref + n_dose,
+        "seconds_per_run": per_run,
+        "cpu_hours": total / 3600,
+        "wall_hours": total / 3600 / jobs,
+        "jobs": jobs,
+    }
+
+
 def _rows(cfg) -> list[dict]:
     with open(Path(cfg.output_dir) / "metrics.jsonl") as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -376,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m nbkit.studies.harm_transfer", description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("pilot", "ladder", "judge-set", "points"))
+    p.add_argument("what", choices=("pilot", "ladder", "train-set", "judge-set", "points"))
     p.add_argument("--lrs", type=float, nargs="+", default=list(PILOT_LRS), help="pilot: candidate lrs")
     p.add_argument("--steps", type=int, default=STEPS, help="pilot: steps per run (the rule: 50)")
     p.add_argument("--output-dir", default=f"runs/{STUDY}_pilot", help="pilot: where its runs go")
@@ -396,9 +420,10 @@ def main(argv: list[str] | None = None) -> int:
         print("points:", points_from_ladder(rec["doses"]))
     elif a.what == "points":
         print(points_from_ladder(H.ladder_record(LADDER_FILE)["doses"]))
+    elif a.what == "train-set":
+        print(TL.build_set(REGIME, pool_size=TRAIN_POOL).card["counts"])
     else:
-        res = build_judge_set()
-        print(res)
+        print(build_judge_set().card["counts"])
     print(f"{time.perf_counter() - t0:.0f} s")
     return 0
 

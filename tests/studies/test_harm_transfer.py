@@ -146,3 +146,12 @@ def test_the_pool_of_the_judge_set_drops_every_training_problem():
     assert trained and not trained & {p["problem"] for p in full.problems}
     assert len(full.problems) < 2000, "the seed-1 pool of 2000 shares some problems with the training pool"
     assert np.all([p["steps"] == long_arith.REGIMES[T.REGIME] for p in full.problems])
+
+
+def test_the_budget_counts_every_run_of_the_grid_and_its_judgments():
+    b = T.budget({"fp32": 10.0, "dial": 20.0}, seconds_per_judgment=5.0, jobs=2, seconds_startup=0.0)
+    assert b["runs"] == len(T.SEEDS) * (1 + len(T.POINTS))
+    ref, dose = 50 * 10 + 6 * 5, 50 * 20 + 6 * 5
+    assert b["seconds_per_run"] == {"fp32": ref, "dial": dose}
+    assert b["cpu_hours"] == pytest.approx((5 * ref + 5 * len(T.POINTS) * dose) / 3600)
+    assert b["wall_hours"] == pytest.approx(b["cpu_hours"] / 2)
