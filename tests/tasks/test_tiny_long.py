@@ -84,7 +84,9 @@ def test_bad_knob_values_name_the_valid_range(kwargs, named):
 
 
 def test_unknown_regime_names_the_choices():
-    with pytest.raises(ValueError, match=r"unknown length regime 'huge'; choose one of \['long', 'medium', 'short'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown length regime 'huge'; choose one of \['long', 'medium', 'mid', 'short'\]"
+    ):
         LongArithConfig.regime("huge")
 
 
