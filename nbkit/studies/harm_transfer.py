@@ -77,8 +77,8 @@ STEPS = 50
 """Optimiser steps per run (judged at 0, 10, ..., 50)."""
 PROMPTS, SAMPLES = 16, 8
 """Prompts per step and samples per prompt (tiny-arith's shape: 128 responses a step)."""
-TRAIN_POOL = 400
-"""Problems ``tiny_long_regimes.build_set`` samples for ``DATASET`` (seed 0; ~40 % land in the window): ~170 kept, so
+TRAIN_POOL = TL.regime_pool(REGIME)
+"""Problems ``tiny_long_regimes.build_set`` samples for ``DATASET`` (seed 0; ~40 % land in the window): 158 kept, so
 50 steps × 16 prompts see each about 5 times (tiny-arith's 585-problem set: 1.4 times), not 19 as 100 would give."""
 JUDGE_POOL, JUDGE_SEED = 800, 1
 """The held-out pool (problems drawn with ``JUDGE_SEED``, the training set's problems removed) and its seed."""
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.what == "points":
         print(points_from_ladder(H.ladder_record(LADDER_FILE)["doses"]))
     elif a.what == "train-set":
-        print(TL.build_set(REGIME, pool_size=TRAIN_POOL).card["counts"])
+        print(TL.build_set(REGIME).card["counts"])
     else:
         print(build_judge_set().card["counts"])
     print(f"{time.perf_counter() - t0:.0f} s")

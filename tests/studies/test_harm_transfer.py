@@ -155,3 +155,12 @@ def test_the_budget_counts_every_run_of_the_grid_and_its_judgments():
     assert b["seconds_per_run"] == {"fp32": ref, "dial": dose}
     assert b["cpu_hours"] == pytest.approx((5 * ref + 5 * len(T.POINTS) * dose) / 3600)
     assert b["wall_hours"] == pytest.approx(b["cpu_hours"] / 2)
+
+
+def test_the_training_set_is_the_regimes_own_recipe_and_rebuilding_the_regimes_keeps_its_pool():
+    from nbkit.tasks import dataset
+
+    card = dataset.load_card(T.DATASET)
+    assert card["task"]["pool_size"] == T.TRAIN_POOL == TL.regime_pool(T.REGIME) == 400
+    assert card["task"]["long_arith"]["steps"] == long_arith.REGIMES[T.REGIME] and card["window"] == [0.2, 0.8]
+    assert TL.regime_pool("medium") == 100, "the hunt's regimes keep the pool they were built on"
