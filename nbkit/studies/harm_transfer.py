@@ -68,7 +68,7 @@ PILOT_RISE = 0.1
 """An lr learns when its FP32 run's judge accuracy at step 50 exceeds step 0's by more than this."""
 TARGETS = 4
 """Log-spaced target doses from e8m2 to e8m1 that ``pick_points`` matches (ends included): 4 dial doses."""
-POINTS = ("e8m3", "e8m2", "dial-e8m1-c1of16", "dial-e8m1-c6of16", "e8m1")
+POINTS = ("e8m3", "e8m2", "dial-e8m1-c2of16", "dial-e8m1-c8of16", "e8m1")
 """The dosed rollout formats in ascending ladder dose: e8m3 and ``pick_points(ladder, TARGETS)`` on ``LADDER_FILE``
 (a test checks they follow from the stored ladder)."""
 SEEDS = tuple(range(5))
