@@ -13,7 +13,8 @@ The rule (``RULE_TEXT``; ``RULE_RECORD`` is empty until the lead commits it afte
   ``JUDGE_SET`` (the same recipe on a disjoint pool: ``build_judge_set``) by an FP32 engine, 1 sample a problem.
 - **lr.** Fixed by ``pilot`` before the rule is committed: FP32 rollouts, seed 0, 50 steps at each of ``PILOT_LRS``;
   an lr *learns* when its judge accuracy at step 50 exceeds step 0's by more than ``PILOT_RISE``; ``LR`` = the
-  smallest lr that learns (the lead writes it into this module with the rule).
+  smallest lr that learns (written into this module with the rule). If none learns, the rule is not committed as it
+  stands (another regime or lr range first).
 - **Doses.** ``POINTS``: e8m3 (the anchor below e8m2, as on tiny-arith) and ``pick_points(ladder, TARGETS)`` on
   tiny-long's own offline ladder (``LADDER_FILE``, measured before any training at this regime's length and
   prompts): e8m2, the channel points nearest in log dose to the targets log-spaced between, e8m1.
@@ -86,9 +87,9 @@ JUDGE_POOL, JUDGE_SEED = 800, 1
 RULE_TEXT = (
     f"task tiny-long at regime {REGIME} (16 additions, 180-token answers), training set {DATASET} (perfectible, "
     f"pool of {TRAIN_POOL}), judge set "
-    f"{JUDGE_SET} (disjoint, same perfectible recipe), max_tokens reference + 24; lr fixed before this commit by the "
-    f"pilot (FP32 rollouts, seed 0, 50 steps, lrs 5e-5/1e-4/2e-4; the smallest whose judge accuracy at step 50 "
-    f"exceeds step 0's by more than 0.1); doses: e8m3 and pick_points(tiny-long's offline ladder, 4 targets) = "
+    f"{JUDGE_SET} (disjoint, same perfectible recipe), max_tokens reference + 24; lr {LR if LR is not None else '(not yet fixed)'}, "
+    f"fixed before this commit by the pilot (FP32 rollouts, seed 0, 50 steps, lrs 5e-5/1e-4/2e-4; the smallest whose "
+    f"judge accuracy at step 50 exceeds step 0's by more than 0.1); doses: e8m3 and pick_points(tiny-long's offline ladder, 4 targets) = "
     f"{', '.join(POINTS)}; runs, dose, outcome and threshold as harm_threshold_tiny_arith (FP32 trainer, HF engine, "
     "GRPO, 16 prompts x 8 samples, 50 steps judged every 10 by an FP32 engine with 1 sample a problem, FP32 rollouts "
     "paired on every seed, seeds 0-4 seed by seed; dose = mean over seeds of the step-0 mismatch in each unit; "
