@@ -8,7 +8,18 @@ whose runs are sampled sequences rather than RL runs, declares its read half her
 from __future__ import annotations
 
 from nbkit.offline import lengthlaw
-from nbkit.studies import ablation, brevity, corrections, dose_response, harm_threshold, hunt, moe, opsm, ppo
+from nbkit.studies import (
+    ablation,
+    brevity,
+    corrections,
+    dose_response,
+    harm_threshold,
+    harm_transfer,
+    hunt,
+    moe,
+    opsm,
+    ppo,
+)
 from nbkit.studies.base import Study
 
 
@@ -75,6 +86,7 @@ STUDIES: dict[str, Study] = {
         dose_response.DoseResponse(),
         corrections.CorrectionsStudy(),
         harm_threshold.HarmThreshold(),
+        harm_transfer.HarmTransfer(),
         opsm.OPSMStudy(),
     )
 }
@@ -84,6 +96,7 @@ PLANNED = {
     "corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained",
     "harm_threshold_tiny_arith": "rule committed at 574e11a before any run; training since 01:07:59 UTC",
     "opsm_tiny_arith": "rule committed before any run; its doses come from the harm-threshold study once stored",
+    "harm_transfer_tiny_long": "prepared; its rule is committed once the pilot has fixed the learning rate",
 }
 """Registered studies that may be missing from ``data/results`` (their rule is committed, their runs are not stored
 yet): RESULTS.md shows their question and plan, and says no result exists."""

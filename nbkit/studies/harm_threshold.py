@@ -148,6 +148,14 @@ class HarmThreshold(prereg.PreRegistered):
     name = STUDY
     rule_text = RULE_TEXT
     rule_record = RULE_RECORD
+    task = TASK
+    """The task the thresholds are measured on (its key in ``THRESHOLDS``)."""
+    rule_points = POINTS
+    """The rule's dosed rollout formats, in ascending ladder dose (what ``gap_matrix`` reads)."""
+    rule_seeds = SEEDS
+    """The rule's seeds per dose (a study read at fewer says so)."""
+    measured_on = "tiny-arith (a 4-layer, ~1 M-parameter model), 50 GRPO steps, FP32 trainer, HF engine"
+    """What the task's thresholds were measured on, said with every risk line (``nbkit.offline.risk``)."""
     title = "Where harm starts: a harm threshold with a CI"
     question = (
         "With an FP32 trainer, at which step-0 rollout mismatch does the held-out accuracy fall 0.05 below FP32 "
@@ -200,7 +208,7 @@ class HarmThreshold(prereg.PreRegistered):
         bad = [c for _, c in extras if c is not None and c not in KNOWN]
         if bad:
             raise ValueError(f"unknown correction(s) {bad}; choose from {list(KNOWN)}")
-        base = DR.base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
+        base = self.base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         grid = {}
 
         def add(label, **kw):
@@ -215,6 +223,11 @@ class HarmThreshold(prereg.PreRegistered):
                 if f"{f}-{c or 'none'}-s{seed}" not in grid:
                     add(f"{f}-{c or 'none'}-s{seed}", rollout_format=f, correction=c, seed=seed)
         return grid
+
+    def base_config(self, **overrides):
+        """One run of the study before its rollout format and seed are set: the dose-response's run
+        (``dose_response.base_config``)."""
+        return DR.base_config(**overrides)
 
     def coords(self, config: dict) -> dict:
         return DR.DoseResponse().coords(config)
@@ -243,7 +256,7 @@ class HarmThreshold(prereg.PreRegistered):
         are stored (``points``: the rule's ``POINTS`` in their order), on the seeds with an FP32 run."""
         arms = self.arms(runs, meta)
         ref = arms.get((REFERENCE, "none"), {})
-        pts = [p for p in (points or POINTS) if (p, "none") in arms]
+        pts = [p for p in (points or self.rule_points) if (p, "none") in arms]
         seeds = sorted(s for s, rows in ref.items() if DR.final_judge(rows) is not None)
         g = np.full((len(seeds), len(pts)), np.nan)
         for j, p in enumerate(pts):
@@ -306,24 +319,27 @@ class HarmThreshold(prereg.PreRegistered):
             },
             "response_length": statistics.fmean(lengths) if lengths else None,
             "study": self.name,
+            "measured_on": self.measured_on,
         }
         return {
             "unit": PRIMARY,
             "unit_note": "the study's primary unit, pre-registered; its transfer to a second task is not yet tested",
-            "measured_on": "tiny-arith (a 4-layer, ~1 M-parameter model), 50 GRPO steps, FP32 trainer, HF engine",
-            "tasks": {TASK: task},
+            "measured_on": self.measured_on,
+            "tasks": {self.task: task},
             "units": {
-                u: {TASK: t.to_json() if isinstance(t, threshold.Threshold) else {"outcome": "none", "why": t}}
+                u: {self.task: t.to_json() if isinstance(t, threshold.Threshold) else {"outcome": "none", "why": t}}
                 for u, t in est.items()
             },
         }
 
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
-        """``GridStudy.store``, then ``THRESHOLDS`` (beside the study, under ``root``) from what is now stored."""
+        """``GridStudy.store``, then ``THRESHOLDS`` (beside the study, under ``root``) from what is now stored: this
+        study's task replaces its own entry, another task's entry stays (``merge_thresholds``)."""
         out = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
         path = Path(root) / THRESHOLDS.relative_to(results.RESULTS)
         path.parent.mkdir(parents=True, exist_ok=True)
-        outputs.write_json(path, self.store_record(root))
+        old = json.loads(path.read_text()) if path.is_file() else None
+        outputs.write_json(path, merge_thresholds(old, self.store_record(root)))
         return out
 
     def mechanism(self, runs, meta) -> tuple[list[dict], set[str]]:
@@ -352,7 +368,7 @@ class HarmThreshold(prereg.PreRegistered):
         the harm line, and the formats placed on the axis (``nbkit.plots.doctor.gap_dose_figure``)."""
         from nbkit.plots.doctor import gap_dose_figure
 
-        return gap_dose_figure(self.record(runs, meta), title=f"{self.title} (tiny-arith, step-0 dose)")
+        return gap_dose_figure(self.record(runs, meta), title=f"{self.title} ({self.task}, step-0 dose)")
 
     def table(self, runs, meta) -> list[dict]:
         pts, seeds, g = self.gap_matrix(runs, meta)
@@ -428,10 +444,10 @@ class HarmThreshold(prereg.PreRegistered):
         mech, broke = self.mechanism(runs, meta)
         if mech:
             out.append(growth.paragraph(mech, broke))
-        short = sorted({r["seeds"] for r in rows} - {len(SEEDS)})
+        short = sorted({r["seeds"] for r in rows} - {len(self.rule_seeds)})
         if short and rows:
             out.append(
-                f"The rule planned {len(SEEDS)} seeds per dose; doses here have {short}: the study stopped short of "
+                f"The rule planned {len(self.rule_seeds)} seeds per dose; doses here have {short}: the study stopped short of "
                 "its plan."
             )
         return out
@@ -445,6 +461,30 @@ class HarmThreshold(prereg.PreRegistered):
         ]
 
 
+def merge_thresholds(old: dict | None, new: dict) -> dict:
+    """``THRESHOLDS`` after a study stores: ``new``'s tasks replace their own entries (in ``tasks`` and in every
+    unit of ``units``), every other task's entries in ``old`` stay; ``measured_on`` joins the tasks' own (each task
+    entry says what it was measured on). ValueError when the two name different primary units (their thresholds
+    would not compare)."""
+    if not old:
+        return new
+    if old.get("unit") != new["unit"]:
+        raise ValueError(f"the stored thresholds are in unit {old.get('unit')!r}, the new ones in {new['unit']!r}")
+    tasks = {**old.get("tasks", {}), **new["tasks"]}
+    units = {
+        u: {**old.get("units", {}).get(u, {}), **new.get("units", {}).get(u, {})}
+        for u in dict.fromkeys([*old.get("units", {}), *new.get("units", {})])
+    }
+    said = dict.fromkeys(t.get("measured_on") or new["measured_on"] for t in tasks.values())
+    out = {**new, "measured_on": "; ".join(said), "tasks": tasks, "units": units}
+    if len(tasks) > 1:
+        out["unit_note"] = (
+            f"the primary unit pre-registered on {TASK}; whether a unit's thresholds agree across "
+            f"{', '.join(tasks)} is read from `units` (nbkit.studies.harm_transfer.agreement)"
+        )
+    return out
+
+
 def _mean_ci(xs: list[float]) -> tuple[float | None, float | None, float | None]:
     """Mean gap and its 95 % interval bounded in (−1, 1); (None, None, None) with no gap."""
     return bounded_mean_ci(xs) if xs else (None, None, None)
@@ -455,22 +495,27 @@ def ladder_record(path: Path = LADDER_FILE) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def measure_ladder(path: Path = LADDER_FILE, steps: int = 16) -> dict:
+def measure_ladder(path: Path = LADDER_FILE, steps: int = 16, **ladder) -> dict:
     """Measure the offline ladder the rule picks its points from (e8m3, e8m2, the channel rule's inner points in
-    ``steps`` steps, e8m1; ``nbkit.offline.ladder`` defaults: 32 prompts × 4 samples, seed 0) and write it to
-    ``path`` with the CPU and commit it ran on."""
+    ``steps`` steps, e8m1; ``nbkit.offline.ladder`` defaults: tiny-arith, 32 prompts × 4 samples, seed 0; ``ladder``
+    replaces any ``LadderConfig`` field, e.g. another model, its prompts and length) and write it to ``path`` with the
+    CPU and commit it ran on."""
     import datetime as _dt
 
     from nbkit import dial
     from nbkit.offline.ladder import LadderConfig, run_ladder
 
     names = ("e8m3", "e8m2", *dial.channel_names(steps)[1:-1], "e8m1")
-    res = run_ladder(LadderConfig(model="tiny-arith", formats=names))
+    lc = LadderConfig(**{"model": "tiny-arith", **ladder, "formats": names})
+    res = run_ladder(lc)
     rec = {
         "doses": {n: res.metrics[n][schema.METRIC_TOKEN_ABS_LOGP_DIFF] for n in names},
         "ci": {n: [res.cis[n][schema.METRIC_TOKEN_ABS_LOGP_DIFF][k] for k in ("low", "high")] for n in names},
         "unit": schema.METRIC_TOKEN_ABS_LOGP_DIFF,
-        "ladder": "nbkit.offline.ladder defaults: tiny-arith, 32 prompts x 4 samples, <= 48 tokens, seed 0",
+        "ladder": "nbkit.offline.ladder defaults: tiny-arith, 32 prompts x 4 samples, <= 48 tokens, seed 0"
+        if not ladder
+        else f"nbkit.offline.ladder: {lc.model}, prompts {lc.prompt_source}, {lc.n_prompts} prompts x "
+        f"{lc.samples_per_prompt} samples, <= {lc.max_tokens} tokens, seed {lc.seed}",
         "machine": results.machine(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         **results.git_state(),

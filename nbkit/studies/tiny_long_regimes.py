@@ -21,6 +21,9 @@ from nbkit.tasks.long_arith import LongArithConfig
 MODEL = "tiny-long"
 TOKEN_MARGIN = 24
 """Extra response tokens allowed beyond the reference length (a slipped step still ends)."""
+POOL_SIZES = {"mid": 400}
+"""Problems sampled for a regime's set where not 100: ``mid`` is the harm-transfer study's (``nbkit.studies.
+harm_transfer``), whose 50 steps × 16 prompts want more than the ~40 problems a pool of 100 leaves."""
 
 
 def set_name(regime: str) -> str:
@@ -34,9 +37,14 @@ def max_tokens(regime: str) -> int:
     return LongArithConfig.regime(regime).response_tokens + TOKEN_MARGIN
 
 
+def regime_pool(regime: str) -> int:
+    """Problems sampled for a regime's perfectible set (``POOL_SIZES``, else 100)."""
+    return POOL_SIZES.get(regime, 100)
+
+
 def build_set(
     regime: str,
-    pool_size: int = 100,
+    pool_size: int | None = None,
     n_samples: int = 16,
     lo: float = 0.2,
     hi: float = 0.8,
@@ -44,10 +52,10 @@ def build_set(
     engine: str = "hf",
     seed: int = 0,
 ) -> dataset.BuildResult:
-    """The perfectible set of one regime, ``data/tiny_long_<regime>`` (notebook 01's recipe, resumable cache)."""
-    task = tasks.make_task(
-        source="long_arith", pool_size=pool_size, seed=seed, long_arith=LongArithConfig.regime(regime)
-    )
+    """The perfectible set of one regime, ``data/tiny_long_<regime>`` (notebook 01's recipe, resumable cache) on
+    ``pool_size`` problems (None: the regime's own, ``regime_pool``)."""
+    n = regime_pool(regime) if pool_size is None else pool_size
+    task = tasks.make_task(source="long_arith", pool_size=n, seed=seed, long_arith=LongArithConfig.regime(regime))
     cfg = dataset.BuildConfig(
         name=set_name(regime),
         model=MODEL,

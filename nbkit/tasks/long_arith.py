@@ -26,8 +26,9 @@ MAX_STEPS = 90
 """Largest ``steps``: 90 steps at width 2 are 994 response tokens (the count-down writes 2 digits)."""
 WIDTH_CHOICES = (2, 3)
 """Register widths the task supports (tiny-long is trained on 2)."""
-REGIMES: dict[str, int] = {"short": 9, "medium": 27, "long": 72}
-"""Named length regimes → steps (at width 2: ~100, ~300 and ~800 response tokens)."""
+REGIMES: dict[str, int] = {"short": 9, "mid": 16, "medium": 27, "long": 72}
+"""Named length regimes → steps (at width 2: ~100, ~180, ~300 and ~800 response tokens; ``mid`` is the harm-transfer
+study's, ``nbkit.studies.harm_transfer``: ~6× tiny-arith's answers at ~60 % of ``medium``'s cost)."""
 
 
 @dataclass(frozen=True)

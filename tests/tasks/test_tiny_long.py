@@ -16,7 +16,7 @@ from nbkit.tasks import long_arith
 from nbkit.tasks.long_arith import LongArithConfig
 from nbkit.toymodels import tiny_arith, tiny_long
 
-NOMINAL = {"short": 100, "medium": 300, "long": 800}
+NOMINAL = {"short": 100, "mid": 180, "medium": 300, "long": 800}
 
 
 def n_tokens(text: str) -> int:
@@ -84,7 +84,9 @@ def test_bad_knob_values_name_the_valid_range(kwargs, named):
 
 
 def test_unknown_regime_names_the_choices():
-    with pytest.raises(ValueError, match=r"unknown length regime 'huge'; choose one of \['long', 'medium', 'short'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown length regime 'huge'; choose one of \['long', 'medium', 'mid', 'short'\]"
+    ):
         LongArithConfig.regime("huge")
 
 

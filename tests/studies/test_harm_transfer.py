@@ -1,0 +1,166 @@
+"""The transfer study: the harm-threshold study on tiny-long, its doses from tiny-long's own stored ladder by the
+same rule, its grid seed by seed, the rule's transfer reading per unit, and a thresholds store that keeps both tasks."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from nbkit import schema
+from nbkit.rl import judge
+from nbkit.studies import harm_threshold as H
+from nbkit.studies import harm_transfer as T
+from nbkit.studies import tiny_long_regimes as TL
+from nbkit.studies.catalog import STUDIES
+from nbkit.tasks import long_arith
+
+
+def test_the_points_are_e8m3_and_the_ones_pick_points_takes_from_tiny_longs_stored_ladder():
+    ladder = H.ladder_record(T.LADDER_FILE)
+    assert T.points_from_ladder(ladder["doses"]) == list(T.POINTS)
+    assert ladder["unit"] == schema.METRIC_TOKEN_ABS_LOGP_DIFF and ladder["commit"] and "tiny-long" in ladder["ladder"]
+    doses = [ladder["doses"][p] for p in T.POINTS]
+    assert doses == sorted(doses) and len(T.POINTS) >= 4, "at least 4 doses, ascending in ladder dose"
+
+
+def test_the_grid_is_tiny_long_at_the_regime_fp32_paired_seed_by_seed_without_extras():
+    grid = T.HarmTransfer().grid(overrides={"lr": 1e-4})
+    labels = list(grid)
+    assert len(labels) == len(T.SEEDS) * (1 + len(T.POINTS)) and len(T.SEEDS) == 5
+    per_seed = 1 + len(T.POINTS)
+    for s in T.SEEDS:
+        assert labels[s * per_seed : (s + 1) * per_seed] == [f"fp32-none-s{s}", *[f"{p}-none-s{s}" for p in T.POINTS]]
+    cfgs = list(grid.values())
+    assert {c.model for c in cfgs} == {"tiny-long"} and {c.dataset for c in cfgs} == {T.DATASET}
+    assert {c.max_tokens for c in cfgs} == {TL.max_tokens(T.REGIME)} and {c.judge_set for c in cfgs} == {T.JUDGE_SET}
+    assert {(c.train_dtype, c.rollout_engine, c.correction, c.steps, c.judge_every) for c in cfgs} == {
+        ("fp32", "hf", None, 50, 10)
+    }
+    assert TL.max_tokens(T.REGIME) - TL.TOKEN_MARGIN >= 5 * 31.5, "answers at least 5x tiny-arith's"
+
+
+def test_the_grid_refuses_to_build_before_the_pilot_fixed_the_lr():
+    if T.LR is not None:
+        pytest.skip("the lr is fixed")
+    with pytest.raises(ValueError, match="pilot"):
+        T.HarmTransfer().grid()
+
+
+def test_the_study_is_registered_and_reads_its_own_task():
+    study = STUDIES[T.STUDY]
+    assert isinstance(study, T.HarmTransfer) and study.task == "tiny-long" and study.rule_points == T.POINTS
+    assert T.RULE_RECORD == {} or T.LR is not None, "the rule is committed only with the pilot's lr"
+    assert "transferable dose" in T.RULE_TEXT and "if none agrees, say so" in T.RULE_TEXT
+
+
+def _crossing(dose, lo, hi, doses=(0.01, 1.0)):
+    return {"outcome": "crossing", "dose": dose, "ci": [lo, hi], "doses": list(doses)}
+
+
+def test_agreement_names_the_unit_whose_two_thresholds_overlap_and_their_ratio():
+    units = {
+        "token_abs_logp_diff/mean": {"tiny-arith": _crossing(0.1, 0.07, 0.14), "tiny-long": _crossing(0.12, 0.09, 0.2)},
+        "seq_log_ratio/abs_mean": {"tiny-arith": _crossing(3.0, 2.0, 4.0), "tiny-long": _crossing(20.0, 15.0, 30.0)},
+        "seq_kl": {"tiny-arith": _crossing(1.0, 0.5, None), "tiny-long": {"outcome": "above_range", "doses": [1, 8]}},
+        "ess_seq_deficit": {"tiny-arith": {"outcome": "none", "why": "not estimable"}},
+    }
+    rows = {r["unit"]: r for r in T.agreement(units)}
+    assert rows["token_abs_logp_diff/mean"]["agrees"] and rows["token_abs_logp_diff/mean"][
+        "ratio tiny-long/tiny-arith"
+    ] == pytest.approx(1.2)
+    assert not rows["seq_log_ratio/abs_mean"]["agrees"] and rows["seq_log_ratio/abs_mean"]["CIs overlap"] is False
+    kl = rows["seq_kl"]  # a censored CI reaches infinity and meets "above 8", but only crossings can agree
+    assert kl["CIs overlap"] is True and not kl["agrees"] and kl["ratio tiny-long/tiny-arith"] is None
+    assert kl["tiny-arith: CI"] == [0.5, math.inf] and kl["tiny-long: CI"] == [8, math.inf]
+    assert (
+        rows["ess_seq_deficit"]["CIs overlap"] is None and rows["ess_seq_deficit"]["tiny-long: outcome"] == "not stored"
+    )
+    said = T.verdict(list(rows.values()))
+    assert "transferable" in said and H.UNITS["token_abs_logp_diff/mean"] in said and "1.2" in said
+
+
+def test_with_no_unit_agreeing_the_verdict_says_so():
+    units = {u: {"tiny-arith": _crossing(1.0, 0.8, 1.2), "tiny-long": _crossing(5.0, 4.0, 6.0)} for u in H.UNITS}
+    said = T.verdict(T.agreement(units))
+    assert said.startswith("No unit") and "no dose unit transfers" in said
+
+
+def _record(task, unit_value, measured):
+    return {
+        "unit": H.PRIMARY,
+        "unit_note": "note",
+        "measured_on": measured,
+        "tasks": {task: {"outcome": "crossing", "dose": unit_value, "measured_on": measured}},
+        "units": {u: {task: {"outcome": "crossing", "dose": unit_value}} for u in H.UNITS},
+    }
+
+
+def test_storing_one_task_keeps_the_other_tasks_thresholds():
+    arith = _record("tiny-arith", 0.1, "tiny-arith models")
+    long = _record("tiny-long", 0.2, "tiny-long models")
+    both = H.merge_thresholds(arith, long)
+    assert set(both["tasks"]) == {"tiny-arith", "tiny-long"} and both["tasks"]["tiny-arith"]["dose"] == 0.1
+    assert all(set(both["units"][u]) == {"tiny-arith", "tiny-long"} for u in H.UNITS)
+    assert both["measured_on"] == "tiny-arith models; tiny-long models" and "harm_transfer" in both["unit_note"]
+    again = H.merge_thresholds(both, _record("tiny-arith", 0.3, "tiny-arith models"))  # re-storing one task
+    assert again["tasks"]["tiny-arith"]["dose"] == 0.3 and again["tasks"]["tiny-long"]["dose"] == 0.2
+    assert H.merge_thresholds(None, arith) == arith and H.merge_thresholds(arith, arith) == arith
+    with pytest.raises(ValueError, match="unit"):
+        H.merge_thresholds(arith, {**long, "unit": "seq_kl"})
+
+
+@pytest.mark.slow
+def test_store_merges_the_tiny_long_task_into_the_thresholds_tiny_arith_stored(tmp_path):
+    path = tmp_path / "results" / H.THRESHOLDS.relative_to(H.results.RESULTS)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(_record("tiny-arith", 0.1, "tiny-arith models")))
+    study = T.HarmTransfer()
+    opts = {**study.toy, "output_dir": str(tmp_path / "runs")}
+    study.run(progress=False, **opts)
+    study.store(wall_seconds=1.0, command="test", root=tmp_path / "results", **opts)
+    stored = json.loads(path.read_text())
+    assert set(stored["tasks"]) == {"tiny-arith", "tiny-long"} and stored["tasks"]["tiny-arith"]["dose"] == 0.1
+    assert (
+        stored["tasks"]["tiny-long"]["study"] == T.STUDY and "tiny-long" in stored["tasks"]["tiny-long"]["measured_on"]
+    )
+
+
+def test_the_judge_set_is_large_enough_and_disjoint_from_the_training_set():
+    cfg = T.HarmTransfer().grid(overrides={"lr": 1e-4})["fp32-none-s0"]
+    from nbkit import tasks
+
+    train = tasks.make_task(source=cfg.dataset, grader="arith").problems
+    _, usable = judge.load_set(cfg, train)  # raises on a shared problem or fewer than MIN_PROBLEMS
+    assert len(usable) >= judge.MIN_PROBLEMS
+    assert {p["steps"] for p in usable} == {p["steps"] for p in train} == {long_arith.REGIMES[T.REGIME]}
+
+
+def test_the_pool_of_the_judge_set_drops_every_training_problem():
+    from nbkit import tasks
+
+    trained = {p["problem"] for p in tasks.make_task(source=T.DATASET, grader="arith").problems}
+    full = T.judge_task(pool_size=2000)
+    assert trained and not trained & {p["problem"] for p in full.problems}
+    assert len(full.problems) < 2000, "the seed-1 pool of 2000 shares some problems with the training pool"
+    assert np.all([p["steps"] == long_arith.REGIMES[T.REGIME] for p in full.problems])
+
+
+def test_the_budget_counts_every_run_of_the_grid_and_its_judgments():
+    b = T.budget({"fp32": 10.0, "dial": 20.0}, seconds_per_judgment=5.0, jobs=2, seconds_startup=0.0)
+    assert b["runs"] == len(T.SEEDS) * (1 + len(T.POINTS))
+    ref, dose = 50 * 10 + 6 * 5, 50 * 20 + 6 * 5
+    assert b["seconds_per_run"] == {"fp32": ref, "dial": dose}
+    assert b["cpu_hours"] == pytest.approx((5 * ref + 5 * len(T.POINTS) * dose) / 3600)
+    assert b["wall_hours"] == pytest.approx(b["cpu_hours"] / 2)
+
+
+def test_the_training_set_is_the_regimes_own_recipe_and_rebuilding_the_regimes_keeps_its_pool():
+    from nbkit.tasks import dataset
+
+    card = dataset.load_card(T.DATASET)
+    assert card["task"]["pool_size"] == T.TRAIN_POOL == TL.regime_pool(T.REGIME) == 400
+    assert card["task"]["long_arith"]["steps"] == long_arith.REGIMES[T.REGIME] and card["window"] == [0.2, 0.8]
+    assert TL.regime_pool("medium") == 100, "the hunt's regimes keep the pool they were built on"
