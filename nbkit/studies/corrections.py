@@ -97,6 +97,10 @@ RULE_RECORD = {"commit": "cbe5febd81f216c8ce293ad020dd50ab52ca9ab4", "time": "20
 """The commit that fixed ``RULE_TEXT`` and its time (``git log -1 --format=%cI``), before any run of the study."""
 
 
+DEFAULT = "<the study's own>"
+"""``grid``'s ``reuse`` when not given: the study's ``reuse`` attribute (None: a different choice, reuse nothing)."""
+
+
 def _name(fmt: str, corr: str) -> str:
     return f"{fmt} + {corr}"
 
@@ -167,9 +171,9 @@ class CorrectionsStudy(prereg.PreRegistered):
         steps: int = 50,
         output_dir: str | None = None,
         overrides: dict | None = None,
-        reuse: str | None = None,
+        reuse: str | None = DEFAULT,
     ) -> dict:
-        """The cells' runs; ``formats``/``corrections``/``seeds`` None: the study's own."""
+        """The cells' runs; ``formats``/``corrections``/``seeds`` None and ``reuse`` not given: the study's own."""
         from nbkit import formats as F
 
         formats = self.formats if formats is None else formats
@@ -193,7 +197,7 @@ class CorrectionsStudy(prereg.PreRegistered):
                 add(f"{f}-none-s{seed}", rollout_format=f, seed=seed)
                 for c in corrections:
                     add(f"{f}-{c}-s{seed}", rollout_format=f, correction=c, seed=seed)
-        reused = self.reused(grid, reuse)
+        reused = self.reused(grid, self.reuse if reuse is DEFAULT else reuse)
         return {k: v for k, v in grid.items() if k not in reused}
 
     def reused(self, grid: dict, reuse: str | None, root: Path = results.RESULTS) -> dict[str, dict]:
@@ -214,7 +218,7 @@ class CorrectionsStudy(prereg.PreRegistered):
         """``PreRegistered.card_record`` and ``reused``: the control arms taken from another stored study
         (``{"study", "runs"}``)."""
         out = super().card_record(options)
-        reuse = options.get("reuse")
+        reuse = options.get("reuse", self.reuse)
         if reuse:
             full = self.grid(**{**options, "reuse": None})
             out["reused"] = {"study": reuse, "runs": sorted(self.reused(full, reuse))}

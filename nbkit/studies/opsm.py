@@ -35,6 +35,7 @@ from nbkit import results, schema
 from nbkit.studies import corrections
 from nbkit.studies import dose_response as DR
 from nbkit.studies import harm_threshold as HT
+from nbkit.studies.corrections import DEFAULT
 
 STUDY = "opsm_tiny_arith"
 """The stored study's folder name under ``data/results``."""
@@ -160,13 +161,21 @@ class OPSMStudy(corrections.CorrectionsStudy):
         return {**sd, "corrected": sd[HT.REFERENCE]}
 
     def grid(
-        self, formats=None, corrections=None, seeds=None, steps: int = 50, output_dir=None, overrides=None, reuse=None
+        self,
+        formats=None,
+        corrections=None,
+        seeds=None,
+        steps: int = 50,
+        output_dir=None,
+        overrides=None,
+        reuse=DEFAULT,
     ):
         """The cells' runs, plus the retrained check of one reused control arm (``CHECK``)."""
         formats = self.formats if formats is None else formats
         if not formats:
             raise ValueError(f"{STUDY} picks its doses from the stored {HT.STUDY}: store it first, or pass formats")
         grid = super().grid(formats, corrections, seeds, steps, output_dir, overrides, reuse)
+        reuse = self.reuse if reuse is DEFAULT else reuse
         if reuse:
             full = super().grid(formats, corrections, seeds, steps, output_dir, overrides, None)
             first = f"{formats[0]}-none-s{(self.seeds if seeds is None else seeds)[0]}"
