@@ -31,6 +31,7 @@ def test_a_run_whose_responses_only_grow_puts_the_change_in_length_and_the_parag
     assert abs(r["length"] + r["mix"] + r["per_bin"] - r["change"]) < 1e-9
     text = growth.paragraph(rows, broke={"grows"})
     assert "Runs that broke: grows (3 runs): response length" in text and "Runs that did not" not in text
+    assert "where it grew (1 arm(s): grows), the largest part was response length in 1" in text
 
 
 def test_an_arm_without_bins_is_left_out_and_the_paragraph_says_nothing_can_be_split():
