@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
-from nbkit import rl, schema, tasks
-from nbkit.rl import RLConfig
-from nbkit.tasks import dataset, long_arith
+from nbkit import schema
+from nbkit.tasks import long_arith
 from nbkit.tasks.long_arith import LongArithConfig
+
+if TYPE_CHECKING:
+    from nbkit.tasks import dataset
+
+# nbkit.rl, nbkit.tasks and nbkit.tasks.dataset (torch) are imported where a set is built or a run trains: the
+# catalog reads this module's names (``set_name``, ``max_tokens``) on torch-free paths (RESULTS.md, ``nbkit list``).
 
 MODEL = "tiny-long"
 TOKEN_MARGIN = 24
@@ -54,6 +60,9 @@ def build_set(
 ) -> dataset.BuildResult:
     """The perfectible set of one regime, ``data/tiny_long_<regime>`` (notebook 01's recipe, resumable cache) on
     ``pool_size`` problems (None: the regime's own, ``regime_pool``)."""
+    from nbkit import tasks
+    from nbkit.tasks import dataset
+
     n = regime_pool(regime) if pool_size is None else pool_size
     task = tasks.make_task(source="long_arith", pool_size=n, seed=seed, long_arith=LongArithConfig.regime(regime))
     cfg = dataset.BuildConfig(
@@ -81,6 +90,8 @@ def rl_config(
     **overrides,
 ):
     """An RL run on a regime's perfectible set (GRPO by default, trainer and engine in ``dtype``)."""
+    from nbkit.rl import RLConfig
+
     kw = dict(
         model=MODEL,
         dataset=f"data/{set_name(regime)}",
@@ -104,6 +115,8 @@ def rl_config(
 
 def timing(regimes=tuple(long_arith.REGIMES), engine: str = "hf", steps: int = 3, dtype: str = "fp16") -> dict:
     """Seconds per RL step per regime (mean over ``steps`` steps after the first, which also warms up)."""
+    from nbkit import rl
+
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for regime in regimes:
@@ -128,6 +141,8 @@ def timing(regimes=tuple(long_arith.REGIMES), engine: str = "hf", steps: int = 3
 def sanity(regime: str = "short", seeds=(0,), steps: int = 30, engine: str = "hf") -> dict:
     """GRPO FP16 vs BF16 on a regime's set (trainer and engine in the same dtype): ``label → rows``, a check before
     a study, not stored (the stored tiny-long study is the hunt, ``nbkit.studies.hunt``)."""
+    from nbkit import rl
+
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
