@@ -94,7 +94,6 @@ STUDIES: dict[str, Study] = {
 
 PLANNED = {
     "corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained",
-    "opsm_tiny_arith": "rule committed before any run; its doses come from the harm-threshold study once stored",
     "harm_transfer_tiny_long": "prepared; its rule is committed once the pilot has fixed the learning rate",
 }
 """Registered studies that may be missing from ``data/results`` (their rule is committed, their runs are not stored
