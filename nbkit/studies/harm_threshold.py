@@ -251,20 +251,23 @@ class HarmThreshold(prereg.PreRegistered):
                 out[arm] = statistics.fmean(vals)
         return out
 
+    def arm_gaps(self, runs, meta) -> dict[tuple[str, str], dict[int, float]]:
+        """``arm → seed → gap``: each FP32-trained arm's outcome minus the FP32 reference's on the same seed
+        (``DoseResponse.gaps``: seeds where both have the outcome); the reference itself is left out."""
+        arms = self.arms(runs, meta)
+        ref = arms.get((REFERENCE, "none"), {})
+        d = DR.DoseResponse()
+        return {arm: d.gaps(by_seed, ref) for arm, by_seed in arms.items() if arm[0] != REFERENCE}
+
     def gap_matrix(self, runs, meta, points=None) -> tuple[list[str], list[int], np.ndarray]:
         """(points, seeds, gaps): the paired gaps (seeds × points, NaN where a run is missing) of the points that
         are stored (``points``: the rule's ``POINTS`` in their order), on the seeds with an FP32 run."""
         arms = self.arms(runs, meta)
         ref = arms.get((REFERENCE, "none"), {})
+        gaps = self.arm_gaps(runs, meta)
         pts = [p for p in (points or self.rule_points) if (p, "none") in arms]
         seeds = sorted(s for s, rows in ref.items() if DR.final_judge(rows) is not None)
-        g = np.full((len(seeds), len(pts)), np.nan)
-        for j, p in enumerate(pts):
-            for i, s in enumerate(seeds):
-                rows = arms[(p, "none")].get(s)
-                a = DR.final_judge(rows) if rows else None
-                if a is not None:
-                    g[i, j] = a - DR.final_judge(ref[s])
+        g = np.array([[gaps[(p, "none")].get(s, np.nan) for p in pts] for s in seeds]).reshape(len(seeds), len(pts))
         return pts, seeds, g
 
     def thresholds(self, runs, meta) -> dict[str, threshold.Threshold | str]:
@@ -345,20 +348,14 @@ class HarmThreshold(prereg.PreRegistered):
     def mechanism(self, runs, meta) -> tuple[list[dict], set[str]]:
         """(``growth.table`` rows of every arm but FP32 between ``EARLY`` and ``LATE``, the arms that broke: mean
         paired gap to FP32 at or below the harm line)."""
-        arms = self.arms(runs, meta)
-        ref = arms.get((REFERENCE, "none"), {})
+        gaps = self.arm_gaps(runs, meta)
         named, broke = {}, set()
-        for (f, c), by_seed in arms.items():
+        for (f, c), by_seed in self.arms(runs, meta).items():
             if f == REFERENCE:
                 continue
             name = f if c == "none" else f"{f} + {c}"
             named[name] = [by_seed[s] for s in sorted(by_seed)]
-            gaps = [
-                DR.final_judge(by_seed[s]) - DR.final_judge(ref[s])
-                for s in by_seed
-                if s in ref and DR.final_judge(by_seed[s]) is not None and DR.final_judge(ref[s]) is not None
-            ]
-            if gaps and statistics.fmean(gaps) <= HARM:
+            if gaps[(f, c)] and statistics.fmean(gaps[(f, c)].values()) <= HARM:
                 broke.add(name)
         return growth.table(named, EARLY, LATE), broke
 
@@ -401,26 +398,18 @@ class HarmThreshold(prereg.PreRegistered):
             }
             for u, t in est.items()
         ]
-        placed = []
-        arms = self.arms(runs, meta)
-        ref = arms.get((REFERENCE, "none"), {})
         pts = set(self.gap_matrix(runs, meta)[0])
-        for (f, c), by_seed in arms.items():
-            if f == REFERENCE or (f in pts and c == "none"):
-                continue
-            gaps = [
-                DR.final_judge(rows) - DR.final_judge(ref[s])
-                for s, rows in by_seed.items()
-                if s in ref and DR.final_judge(rows) is not None and DR.final_judge(ref[s]) is not None
-            ]
-            placed.append(
-                {
-                    "rollout": f if c == "none" else f"{f} + {c}",
-                    "seeds": len(gaps),
-                    f"dose: {PRIMARY}": self.doses(runs, meta).get((f, c)),
-                    "gap to fp32 (direction only)": statistics.fmean(gaps) if gaps else None,
-                }
-            )
+        doses = self.doses(runs, meta)
+        placed = [
+            {
+                "rollout": f if c == "none" else f"{f} + {c}",
+                "seeds": len(gaps),
+                f"dose: {PRIMARY}": doses.get((f, c)),
+                "gap to fp32 (direction only)": statistics.fmean(gaps.values()) if gaps else None,
+            }
+            for (f, c), gaps in self.arm_gaps(runs, meta).items()
+            if not (f in pts and c == "none")
+        ]
         mech, _ = self.mechanism(runs, meta)
         return [
             ("Thresholds per dose unit (primary first)", thr),

@@ -142,13 +142,9 @@ class OPSMStudy(corrections.CorrectionsStudy):
     @property
     def planning_gap(self) -> dict:
         """Each dose's mean paired gap to FP32 in the stored harm study."""
-        arms = self._harm_arms()
-        ref = arms[(HT.REFERENCE, "none")]
-        out = {}
-        for f in self.formats:
-            by_seed = arms[(f, "none")]
-            out[f] = statistics.fmean(DR.final_judge(by_seed[s]) - DR.final_judge(ref[s]) for s in by_seed if s in ref)
-        return out
+        h = HT.HarmThreshold()
+        gaps = h.arm_gaps(h.load(), h.stored_meta())
+        return {f: statistics.fmean(gaps[(f, "none")].values()) for f in self.formats}
 
     @property
     def planning_sd(self) -> dict:
