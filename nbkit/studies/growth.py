@@ -50,9 +50,14 @@ def table(arms: dict[str, list[list[dict]]], early, late, binnings=BINNINGS) -> 
     return rows
 
 
+def largest(row: dict) -> str:
+    """The part of ``row`` (``table``) with the largest absolute share of the change."""
+    return max(shiftshare.PARTS, key=lambda k: abs(row[k]))
+
+
 def _main_part(row: dict) -> str:
     """The part with the largest share of the change in ``row``, with whether its CI excludes 0."""
-    p = max(shiftshare.PARTS, key=lambda k: abs(row[k]))
+    p = largest(row)
     lo, hi = row[f"{p} CI"]
     sure = lo is not None and hi is not None and (lo > 0 or hi < 0)
     ci = f"CI {lo:+.3g} to {hi:+.3g}" if lo is not None and hi is not None else "no CI"
@@ -89,7 +94,7 @@ def summary(rows: list[dict]) -> str:
         arms = [r for r in rows if r["change CI"][0] is not None and sign * r["change CI"][0 if sign > 0 else 1] > 0]
         if not arms:
             continue
-        count = {p: sum(1 for r in arms if max(shiftshare.PARTS, key=lambda k, r=r: abs(r[k])) == p) for p in NAMES}
+        count = {p: sum(1 for r in arms if largest(r) == p) for p in NAMES}
         said = ", ".join(f"{NAMES[p]} in {n}" for p, n in count.items() if n)
         out.append(
             f"where it {word} ({len(arms)} arm(s): {', '.join(r['arm'] for r in arms)}), the largest part was {said}"
