@@ -205,6 +205,12 @@ def timing(key: str) -> bool:
     return key.startswith("time/") or key in TIMING_KEYS
 
 
+def without_timing(rows: list[dict]) -> list[dict]:
+    """A run's metric rows without the columns that measure wall time (``timing``): what two runs of one config on
+    one CPU must log alike."""
+    return [{k: v for k, v in r.items() if not timing(k)} for r in rows]
+
+
 def known(key: str) -> bool:
     """True for a key this schema accounts for (the workbook's, TRL's, or a member of a family)."""
     return key in KEYS or key in TRL_KEYS or key.startswith(FAMILIES)

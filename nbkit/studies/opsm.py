@@ -86,7 +86,7 @@ def _near_threshold(root: str, stamp: int) -> tuple[str, str]:
 
 def same_rows(a: list[dict], b: list[dict]) -> bool:
     """Whether two runs logged the same rows, timing columns aside."""
-    strip = [[{k: v for k, v in r.items() if not schema.timing(k)} for r in rows] for rows in (a, b)]
+    strip = [schema.without_timing(rows) for rows in (a, b)]
     return len(a) == len(b) and all(_same(x, y) for x, y in zip(*strip, strict=True))
 
 

@@ -104,9 +104,7 @@ def test_in_this_process_calls_the_target_here():
     assert got["here"]["pid"] == os.getpid()
 
 
-def _science(rows: list[dict]) -> list[dict]:
-    """A run's rows without the columns that measure wall time."""
-    return [{k: v for k, v in r.items() if not schema.timing(k)} for r in rows]
+_science = schema.without_timing
 
 
 @pytest.mark.slow

@@ -28,8 +28,7 @@ def test_in_this_process_the_beside_jobs_run_here_and_come_back_under_their_labe
     assert list(got) == ["here"] and got["here"]["pid"] == os.getpid()
 
 
-def _science(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if not schema.timing(k)} for r in rows]
+_science = schema.without_timing
 
 
 @pytest.mark.slow
