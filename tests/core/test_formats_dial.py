@@ -59,3 +59,70 @@ def test_linear_operands_alone_cost_less_mismatch_than_the_full_dial_on_a_fixed_
     assert linear_counts["e8m2-linear"] == n_linear and "sdpa/e8m2" not in linear_counts  # attention: base dtype
     assert full_counts["e8m2"] > n_linear and full_counts["sdpa/e8m2"] > 0
     assert np.isfinite([linear, full]).all()
+
+
+# -- the rounded K/V prefix: decoding reuses the last step's rounding, bit for bit ------------------------------
+
+
+def _channel_round():
+    from nbkit import dial
+
+    return dial.point("dial-e8m1-c8of16").element.round
+
+
+@pytest.mark.parametrize("rnd", [formats.e8m(2).round, _channel_round()], ids=["e8m2", "channel-dial"])
+def test_a_cache_that_grows_by_one_position_reuses_the_rounding_and_gives_the_same_bits(rnd):
+    g = torch.Generator().manual_seed(3)
+    cache = torch.randn(2, 4, 5, 16, generator=g)
+    prefix = formats.RoundedPrefix()
+    assert torch.equal(prefix("k", rnd, cache), rnd(cache)) and prefix.reused == 0
+    for _ in range(3):  # three decoding steps, each appending one position
+        cache = torch.cat([cache, torch.randn(2, 4, 1, 16, generator=g)], dim=-2)
+        assert torch.equal(prefix("k", rnd, cache), rnd(cache))
+    assert prefix.reused == 3
+    assert torch.equal(prefix("k", rnd, cache), rnd(cache)) and prefix.reused == 4  # the same operand again
+
+
+def test_an_operand_that_does_not_extend_an_earlier_one_is_rounded_whole():
+    rnd = formats.e8m(2).round
+    g = torch.Generator().manual_seed(4)
+    prefix = formats.RoundedPrefix()
+    first = torch.randn(1, 2, 6, 8, generator=g)
+    prefix("k", rnd, first)
+    changed = torch.cat([first, torch.randn(1, 2, 1, 8, generator=g)], dim=-2)
+    changed[0, 1, 4, 3] += 1e-3  # one earlier position differs: no reuse
+    other_layer = torch.randn(1, 2, 7, 8, generator=g)
+    nan = first.clone()
+    nan[0, 0, 2, 0] = float("nan")
+    for x in (changed, other_layer):
+        assert torch.equal(prefix("k", rnd, x), rnd(x))
+    assert torch.equal(prefix("k", rnd, nan).isnan(), rnd(nan).isnan())
+    assert prefix.reused == 0
+    # another rounding's entries are never read, even for the very same operand
+    assert torch.equal(prefix("v", formats.e8m(1).round, first), formats.e8m(1).round(first)) and prefix.reused == 0
+
+
+def test_a_dial_rollout_reuses_its_rounded_cache_and_samples_exactly_what_rounding_it_whole_samples(monkeypatch):
+    from nbkit.engines.base import SamplingConfig
+    from nbkit.engines.hf import HFEngine
+
+    prompts = [p["problem"] for p in arith.make_problems(3, seed=5)]
+    sampling = SamplingConfig(max_tokens=12, n=2, seed=7)
+    made: list = []
+    init = formats.RoundedPrefix.__init__
+
+    def recording_init(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(formats.RoundedPrefix, "__init__", recording_init)
+    for name in ("e8m2", "dial-e8m1-c8of16"):
+        engine = HFEngine("tiny-arith", format=name, progress=False)
+        cached = engine.generate(prompts, sampling)
+        assert sum(p.reused for p in made) >= 10 * len(made)  # each decoding step after the first reused
+        with monkeypatch.context() as m:
+            m.setattr(formats.RoundedPrefix, "__call__", lambda self, name, rnd, x: rnd(x))
+            whole = engine.generate(prompts, sampling)
+        assert [r.token_ids for r in cached] == [r.token_ids for r in whole]
+        assert [r.logprobs for r in cached] == [r.logprobs for r in whole]
+        made.clear()
