@@ -27,7 +27,7 @@ The rule (``RULE_TEXT``; ``RULE_RECORD`` is empty until the lead commits it afte
   overlap (a censored CI end reaches 0 or ∞). A unit *agrees* when both tasks show a crossing and the CIs overlap;
   the units that agree are the transferable doses; if none agrees, the study says so.
 
-    python -m nbkit.studies.harm_transfer pilot             # the lr pilot (FP32, 50 steps, PILOT_LRS)
+    python -m nbkit.studies.harm_transfer pilot --store     # the lr pilot (FP32, 50 steps, PILOT_LRS) -> PILOT_FILE
     python -m nbkit.studies.harm_transfer ladder            # tiny-long's offline ladder -> LADDER_FILE
     python -m nbkit.studies.harm_transfer train-set         # DATASET (the regime's perfectible set, TRAIN_POOL)
     python -m nbkit.studies.harm_transfer judge-set         # JUDGE_SET (the held-out set, disjoint from DATASET)
@@ -61,8 +61,11 @@ JUDGE_SET = f"data/{TL.set_name(REGIME)}_heldout"
 """The judge's held-out set: the same recipe on a disjoint pool (``build_judge_set``)."""
 LADDER_FILE = results.RESULTS / "harm_threshold" / "dial_ladder_tiny_long.json"
 """tiny-long's offline ladder at ``REGIME`` (measured before any run; ``measure_ladder``)."""
-LR: float | None = None
-"""The learning rate, fixed by ``pilot`` before the rule is committed (None: the grid refuses to build)."""
+PILOT_FILE = results.RESULTS / "harm_threshold" / "pilot_tiny_long.json"
+"""The pilot's record (``pilot``: per lr the judge accuracy at steps 0-50, the rise, whether it learns), stored."""
+LR: float | None = 5e-5
+"""The learning rate, fixed by ``pilot`` before the rule is committed (None: the grid refuses to build): the
+smallest of ``PILOT_LRS`` that learns in ``PILOT_FILE`` (a test re-reads it)."""
 PILOT_LRS = (5e-5, 1e-4, 2e-4)
 """Candidate lrs of the pilot (the hunt: 1e-3 collapses tiny-long, 1e-4 moves it with 16 responses a step)."""
 PILOT_RISE = 0.1
@@ -284,12 +287,13 @@ def pilot(
     seed: int = 0,
     output_dir: str = f"runs/{STUDY}_pilot",
     rise: float = PILOT_RISE,
+    store: Path | None = None,
     **overrides,
 ) -> dict:
     """Train FP32/FP32 at each lr for ``steps`` steps (the study's run otherwise) and report per lr the judge
     accuracy at step 0 and at the last step, the rise, whether it learns (rise > ``rise``), the seconds per step and
     per judgment; ``"lr"`` = the smallest lr that learns (None if none does). Written to ``output_dir/pilot.json``;
-    finished runs are read back, not re-trained."""
+    finished runs are read back, not re-trained; ``store`` (e.g. ``PILOT_FILE``): a copy of the record there too."""
     from nbkit import rl
 
     bad = [x for x in lrs if not (isinstance(x, int | float) and x > 0)]
@@ -324,6 +328,8 @@ def pilot(
     out["machine"] = results.machine()
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     outputs.write_json(Path(output_dir) / "pilot.json", out)
+    if store is not None:
+        outputs.write_json(Path(store), out)
     return out
 
 
@@ -405,10 +411,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lrs", type=float, nargs="+", default=list(PILOT_LRS), help="pilot: candidate lrs")
     p.add_argument("--steps", type=int, default=STEPS, help="pilot: steps per run (the rule: 50)")
     p.add_argument("--output-dir", default=f"runs/{STUDY}_pilot", help="pilot: where its runs go")
+    p.add_argument("--store", action="store_true", help=f"pilot: also write the record to {PILOT_FILE}")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     if a.what == "pilot":
-        res = pilot(a.lrs, a.steps, output_dir=a.output_dir)
+        res = pilot(a.lrs, a.steps, output_dir=a.output_dir, store=PILOT_FILE if a.store else None)
         for k, v in res["runs"].items():
             print(
                 f"lr {k}: judge {v['judge']}; rise {v['rise']}; learns: {v['learns']}; "

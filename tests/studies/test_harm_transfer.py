@@ -42,11 +42,22 @@ def test_the_grid_is_tiny_long_at_the_regime_fp32_paired_seed_by_seed_without_ex
     assert TL.max_tokens(T.REGIME) - TL.TOKEN_MARGIN >= 5 * 31.5, "answers at least 5x tiny-arith's"
 
 
-def test_the_grid_refuses_to_build_before_the_pilot_fixed_the_lr():
-    if T.LR is not None:
-        pytest.skip("the lr is fixed")
+def test_the_grid_refuses_to_build_before_the_pilot_fixed_the_lr(monkeypatch):
+    monkeypatch.setattr(T, "LR", None)
     with pytest.raises(ValueError, match="pilot"):
         T.HarmTransfer().grid()
+
+
+def test_the_lr_is_the_smallest_that_learns_in_the_stored_pilot():
+    pilot = json.loads(T.PILOT_FILE.read_text())
+    runs = pilot["runs"].values()
+    assert sorted(r["lr"] for r in runs) == sorted(T.PILOT_LRS) and pilot["steps"] == T.STEPS
+    for r in runs:  # "learns" is the rule's reading of the stored judgments
+        (s0, first), (s50, last) = r["judge"][0], r["judge"][-1]
+        assert (s0, s50) == (0, T.STEPS) and r["learns"] == (last - first > T.PILOT_RISE)
+    assert T.LR == pilot["lr"] == min(r["lr"] for r in runs if r["learns"])
+    assert {c.lr for c in T.HarmTransfer().grid().values()} == {T.LR}
+    assert f"lr {T.LR}" in T.RULE_TEXT
 
 
 def test_the_study_is_registered_and_reads_its_own_task():
