@@ -6,7 +6,7 @@ measurement on a second task whose answers are ~6× longer (tiny-long, ``REGIME`
 ~180 tokens) and reads, for each unit, whether the two tasks' thresholds agree. The analysis, record, figure and
 mechanism are ``HarmThreshold``'s, unchanged; only the task (model, data, judge set, length, lr) and the doses differ.
 
-The rule (``RULE_TEXT``; ``RULE_RECORD`` is empty until the lead commits it after the pilot fixes ``LR``):
+The rule (``RULE_TEXT``, committed as ``RULE_RECORD`` says once the pilot had fixed ``LR``):
 
 - **Task.** tiny-long on ``DATASET`` (the regime's perfectible set, notebook 01's recipe on ``TRAIN_POOL`` problems:
   ``tiny_long_regimes.build_set``), ``max_tokens`` = the regime's reference length + 24, judged every 10 steps on
@@ -104,8 +104,8 @@ RULE_TEXT = (
     "named with their ratios; if none agrees, say so; read once after the last sitting"
 )
 """The rule in one line, as the card records it."""
-RULE_RECORD: dict = {}
-"""The commit that fixed ``RULE_TEXT`` and its time: empty until the lead commits the rule after the pilot."""
+RULE_RECORD = {"commit": "53e236eaf758de090fff8bdb30297caf7594284e", "time": "2026-11-26T03:51:11+00:00"}
+"""The commit that fixed ``RULE_TEXT`` (with the pilot's ``LR``) and its time, before any run of the grid."""
 
 
 def base_config(lr: float | None = None, **overrides):
