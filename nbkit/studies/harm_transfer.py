@@ -143,6 +143,11 @@ def base_config(lr: float | None = None, **overrides):
     )
 
 
+def kw_options(kw: dict) -> dict:
+    """The grid options among ``store``'s keyword arguments (``keep_stored`` and ``replace`` are not options)."""
+    return {k: v for k, v in kw.items() if k not in ("keep_stored", "replace")}
+
+
 def _interval(t: dict) -> tuple[float, float] | None:
     """Where a task's threshold lies (stored ``Threshold.to_json``): the CI of a crossing (a censored end reaches 0
     or ∞), below or above the measured doses for a threshold outside them, None when none was estimable."""
@@ -254,21 +259,79 @@ class HarmTransfer(H.HarmThreshold):
     def base_config(self, **overrides):
         return base_config(**overrides)
 
+    # -- sittings: blind until the last one ---------------------------------------------------------------------
+    def missing(self, runs, options: dict | None = None) -> list[str]:
+        """The runs of the grid at ``options`` (None: the stored card's, else the rule's) that ``runs`` lacks, in grid
+        order."""
+        if options is None:
+            stored = (results.study_dir(self.name) / results.CARD).is_file()
+            options = self.grid_options(self.card()) if stored else {}
+        return [label for label in self.grid(**options) if label not in runs]
+
+    def progress(self, runs) -> list[dict]:
+        """Per rollout format of the rule, the seeds stored and planned: all a page shows before the last sitting."""
+        return [
+            {
+                "rollout": p,
+                "seeds stored": [s for s in SEEDS if f"{p}-none-s{s}" in runs],
+                "seeds planned": len(SEEDS),
+            }
+            for p in (H.REFERENCE, *POINTS)
+        ]
+
+    def table(self, runs, meta) -> list[dict]:
+        return self.progress(runs) if self.missing(runs) else super().table(runs, meta)
+
+    def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
+        """``GridStudy.store``; the tiny-long thresholds join ``THRESHOLDS`` (which the doctor reads) only once every
+        run of the rule is stored: an earlier sitting stores its runs and nothing read from them."""
+        path = super(H.HarmThreshold, self).store(wall_seconds=wall_seconds, command=command, root=root, **kw)
+        if not self.missing(self.load(root), kw_options(kw)):
+            out = Path(root) / H.THRESHOLDS.relative_to(results.RESULTS)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            old = json.loads(out.read_text()) if out.is_file() else None
+            outputs.write_json(out, H.merge_thresholds(old, self.store_record(root)))
+        return path
+
     # -- the transfer ----------------------------------------------------------------------------------------
-    def transfer(self, runs, meta, stored: Path = H.THRESHOLDS) -> list[dict]:
-        """``agreement`` of tiny-arith's stored thresholds (``stored``) with this study's, computed from ``runs``."""
+    def units(self, runs, meta, stored: Path = H.THRESHOLDS) -> dict[str, dict[str, dict]]:
+        """Per unit, the stored thresholds of the other tasks (``stored``: tiny-arith's) and this study's from
+        ``runs`` (unit → task → ``Threshold.to_json``)."""
         units = json.loads(Path(stored).read_text()).get("units", {}) if Path(stored).is_file() else {}
         mine = self.record(runs, meta)["units"]
-        merged = {u: {**units.get(u, {}), TASK: mine[u][TASK]} for u in H.UNITS}
-        return agreement(merged)
+        return {u: {**units.get(u, {}), TASK: mine[u][TASK]} for u in H.UNITS}
+
+    def transfer(self, runs, meta, stored: Path = H.THRESHOLDS) -> list[dict]:
+        """``agreement`` of tiny-arith's stored thresholds (``stored``) with this study's, computed from ``runs``."""
+        return agreement(self.units(runs, meta, stored))
+
+    def figure(self, runs, meta):
+        """Per unit, both tasks' isotonic gap-vs-dose fits with their thresholds and CIs
+        (``nbkit.plots.transfer.transfer_figure``), each panel titled with the unit's agreement and ratio; None
+        before the last sitting."""
+        from nbkit.plots.transfer import transfer_figure
+
+        if self.missing(runs):
+            return None
+        units = self.units(runs, meta)
+        return transfer_figure(units, H.UNITS, agreement(units))
 
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
+        if self.missing(runs):
+            return []
         return [
             ("Transfer: each unit's thresholds on tiny-arith and tiny-long", self.transfer(runs, meta)),
             *super().page_tables(runs, meta, rows),
         ]
 
     def findings(self, runs, meta, rows) -> list[str]:
+        missing = self.missing(runs)
+        if missing:
+            return [
+                f"{len(runs)} of the rule's {len(runs) + len(missing)} runs are stored; the rest train in later "
+                "sittings. The rule is read once, after the last sitting: until then this page shows which runs "
+                "are stored and nothing measured by them (no dose, gap, threshold or transfer)."
+            ]
         return [verdict(self.transfer(runs, meta)), *super().findings(runs, meta, rows)]
 
     def plan(self) -> list[str]:

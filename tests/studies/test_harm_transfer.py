@@ -134,6 +134,16 @@ def test_store_merges_the_tiny_long_task_into_the_thresholds_tiny_arith_stored(t
     study.store(wall_seconds=1.0, command="test", root=tmp_path / "results", **opts)
     stored = json.loads(path.read_text())
     assert set(stored["tasks"]) == {"tiny-arith", "tiny-long"} and stored["tasks"]["tiny-arith"]["dose"] == 0.1
+    # a sitting that leaves runs of its grid missing stores them without reading thresholds from them
+    path.write_text(json.dumps(_record("tiny-arith", 0.1, "tiny-arith models")))
+    wider = {**opts, "seeds": [0, 1]}
+    study.store(wall_seconds=1.0, command="test", root=tmp_path / "results", replace=True, **wider)
+    assert set(json.loads(path.read_text())["tasks"]) == {"tiny-arith"}
+    assert study.missing(study.load(tmp_path / "results"), wider) == [
+        "fp32-none-s1",
+        "e8m2-none-s1",
+        "dial-e8m1-c1of16-none-s1",
+    ]
     assert (
         stored["tasks"]["tiny-long"]["study"] == T.STUDY and "tiny-long" in stored["tasks"]["tiny-long"]["measured_on"]
     )
@@ -175,3 +185,49 @@ def test_the_training_set_is_the_regimes_own_recipe_and_rebuilding_the_regimes_k
     assert card["task"]["pool_size"] == T.TRAIN_POOL == TL.regime_pool(T.REGIME) == 400
     assert card["task"]["long_arith"]["steps"] == long_arith.REGIMES[T.REGIME] and card["window"] == [0.2, 0.8]
     assert TL.regime_pool("medium") == 100, "the hunt's regimes keep the pool they were built on"
+
+
+def test_the_transfer_figure_draws_one_panel_per_unit_with_each_tasks_fit_threshold_and_ci():
+    from nbkit.plots.transfer import transfer_figure
+
+    def fitted(dose, lo, hi, doses):
+        return {**_crossing(dose, lo, hi, doses), "fitted": [-0.01, -0.04, -0.2], "harm": -0.05}
+
+    units = {
+        "token_abs_logp_diff/mean": {
+            "tiny-arith": fitted(0.05, 0.02, 0.09, (0.02, 0.06, 0.3)),
+            "tiny-long": fitted(0.06, 0.03, None, (0.01, 0.05, 0.4)),  # a censored upper end: band to the edge
+        },
+        "seq_kl": {
+            "tiny-arith": fitted(1.0, 0.3, 2.0, (0.2, 1.2, 4.0)),
+            "tiny-long": {"outcome": "above_range", "doses": [0.1, 3.0]},
+        },
+    }
+    fig = transfer_figure(units, H.UNITS, T.agreement(units))
+    fits = [t for t in fig.data if t.name.endswith("isotonic fit")]
+    assert [(t.name, t.xaxis) for t in fits] == [
+        ("tiny-arith: isotonic fit", "x"),
+        ("tiny-long: isotonic fit", "x"),
+        ("tiny-arith: isotonic fit", "x2"),
+    ]
+    bands = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(bands) == 3 and {s.xref for s in bands} == {"x", "x2"}
+    long_band = next(s for s in bands if s.x0 == 0.03)
+    assert long_band.x1 == pytest.approx(0.4 * 1.5), "a censored end runs to the panel's edge"
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[0].startswith(H.UNITS["token_abs_logp_diff/mean"]) and "agrees, ratio 1.2" in titles[0]
+    assert "does not agree" in titles[1] and fig.layout.xaxis.type == fig.layout.xaxis2.type == "log"
+
+
+def test_before_the_last_sitting_the_page_shows_which_runs_are_stored_and_nothing_they_measured():
+    study = T.HarmTransfer()
+    bogus = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.5, H.PRIMARY: 0.1}]
+    runs = {"fp32-none-s0": bogus, f"{T.POINTS[0]}-none-s0": bogus, f"{T.POINTS[0]}-none-s1": bogus}
+    assert len(study.missing(runs, {})) == len(T.SEEDS) * (1 + len(T.POINTS)) - 3
+    rows = study.table(runs, {})
+    assert [r["rollout"] for r in rows] == ["fp32", *T.POINTS]
+    assert rows[0]["seeds stored"] == [0] and rows[1]["seeds stored"] == [0, 1] and rows[2]["seeds stored"] == []
+    assert all(set(r) == {"rollout", "seeds stored", "seeds planned"} for r in rows), "no dose, gap or threshold"
+    assert study.page_tables(runs, {}, rows) == [] and study.figure(runs, {}) is None
+    (said,) = study.findings(runs, {}, rows)
+    assert said.startswith(f"3 of the rule's {len(T.SEEDS) * (1 + len(T.POINTS))} runs are stored")
