@@ -589,8 +589,9 @@ class RoundedPrefix:
     bit for bit: ``torch.equal``), its rounding is that operand's rounding followed by the rounding of the new
     positions only: the same bits as rounding it whole, at a cost that does not grow with the cache. Anything else
     (a first pass, another layer's cache, a NaN) is rounded whole. Entries are per rounding (``name``) and shape;
-    the ``limit`` most recent are kept. Without it the dial's rollout cost grows with the square of the length
-    (≈ 6.6× FP32's at 180 tokens)."""
+    the ``limit`` most recent are kept, for as long as the rollout's format policy is active: one earlier copy of
+    each layer's K and V and its rounding, i.e. about twice the KV cache's memory more. Without it the dial's
+    rollout cost grows with the square of the length (``benchmarks/bench_dial_rollout.py``)."""
 
     def __init__(self, limit: int = 256):
         self.limit = limit
