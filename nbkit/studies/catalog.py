@@ -94,7 +94,6 @@ STUDIES: dict[str, Study] = {
 
 PLANNED = {
     "corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained",
-    "harm_transfer_tiny_long": "rule committed at 53e236e (lr 5e-5 from the stored pilot) before any run; runs train in sittings",
 }
 """Registered studies that may be missing from ``data/results`` (their rule is committed, their runs are not stored
 yet): RESULTS.md shows their question and plan, and says no result exists."""

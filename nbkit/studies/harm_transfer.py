@@ -270,14 +270,17 @@ class HarmTransfer(H.HarmThreshold):
 
     def progress(self, runs) -> list[dict]:
         """Per rollout format of the rule, the seeds stored and planned: all a page shows before the last sitting."""
-        return [
-            {
-                "rollout": p,
-                "seeds stored": [s for s in SEEDS if f"{p}-none-s{s}" in runs],
-                "seeds planned": len(SEEDS),
-            }
-            for p in (H.REFERENCE, *POINTS)
-        ]
+        rows = []
+        for p in (H.REFERENCE, *POINTS):
+            seeds = [s for s in SEEDS if f"{p}-none-s{s}" in runs]
+            rows.append(
+                {
+                    "rollout": p,
+                    "runs stored": f"{len(seeds)} of {len(SEEDS)}",
+                    "seeds stored": ", ".join(map(str, seeds)) or "none",
+                }
+            )
+        return rows
 
     def table(self, runs, meta) -> list[dict]:
         return self.progress(runs) if self.missing(runs) else super().table(runs, meta)
