@@ -15,8 +15,11 @@ between the trainer and its rollout engine), so two jobs at once use both. ``run
   beside another, so a grid run two at a time gives the rows it gives one at a time.
 
 A slot's worker is started for its first job and runs the slot's later jobs too (a child's start-up, importing
-torch, transformers and vLLM, costs ~4-8 s: once per slot, not once per job). A job therefore may not rely on a
-fresh process, as a job run in this process (``workers=0``, one after another) never could.
+torch, transformers and vLLM, costs ~4-8 s: once per slot, not once per job). With ``NBKIT_POOL_KEEP`` set to a number
+of seconds, a worker left idle at the end of a run is kept that long for this process's next run with the same cores,
+threads, environment and folder (the test suite sets it: its tests run a grid two at a time, then one at a time). A
+job therefore may not rely on a fresh process, as a job run in this process (``workers=0``, one after another) never
+could.
 
 A job is ``Job(target="module:function", kwargs=...)``; its return value comes back pickled. Its output goes to a
 log file; a failed job raises ``JobFailed`` naming it with the tail of its log, after the jobs already running
@@ -26,6 +29,7 @@ re-raises.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import os
@@ -36,6 +40,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,9 +54,14 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 """The thread-count variables set in every child (read once, when its numerical libraries start)."""
 LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """The torch.distributed variables of a launch (a colocated vLLM engine sets them: ``nbkit.rl.rollout``)."""
-CHILD_CLEARED = (*LAUNCH_ENV, "VLLM_CPU_OMP_THREADS_BIND")
+CHILD_CLEARED = (*LAUNCH_ENV, "VLLM_CPU_OMP_THREADS_BIND", "PYTEST_CURRENT_TEST")
 """Variables a child must not inherit: a launch of the parent's (each child is a launch of its own, on its own
-port) and a core binding that names the parent's cores."""
+port), a core binding that names the parent's cores, and the test pytest is running in the parent (a worker kept
+for a later run would carry a stale one)."""
+KEEP_ENV = "NBKIT_POOL_KEEP"
+"""Seconds a worker left idle at the end of a run is kept for this process's next run with the same cores, threads,
+environment and folder (unset or ``0``: every run starts its own workers and ends them when it ends). Off by
+default: a kept worker holds the modules it imported, so code edited in between would not reach it."""
 
 
 @dataclass(frozen=True)
@@ -158,17 +168,103 @@ def run(
     return _Pool(jobs, placement, progress, desc, on_done).run()
 
 
+@dataclass(eq=False)
+class _Worker:
+    """A worker process, its output log (its own file: named when a job dies before the job's log opened) and the
+    placement and environment it was started with (``key``: what a later run must ask for to be given it)."""
+
+    proc: subprocess.Popen
+    log: object
+    log_path: Path
+    key: tuple
+    timer: threading.Timer | None = None
+
+    def close(self) -> None:
+        """End an idle worker: its input closes, it returns from its loop (killed after 30 s); its log goes."""
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+        self.log_path.unlink(missing_ok=True)
+
+
+_kept: list[_Worker] = []
+"""Idle workers kept for a later run (``KEEP_ENV``), oldest first."""
+_kept_lock = threading.Lock()
+
+
+def keep_seconds() -> float:
+    """``NBKIT_POOL_KEEP`` as seconds ≥ 0 (0 when unset); anything else is refused naming the value."""
+    raw = os.environ.get(KEEP_ENV, "").strip()
+    try:
+        seconds = float(raw or 0)
+    except ValueError:
+        seconds = -1
+    if not seconds >= 0:
+        raise ValueError(f"{KEEP_ENV}={raw!r}: expected seconds >= 0 (0 or unset: no worker is kept between runs)")
+    return seconds
+
+
+def _keep(worker: _Worker, seconds: float) -> None:
+    """Keep an idle worker for ``seconds``, then end it unless a run has taken it."""
+    worker.timer = threading.Timer(seconds, _expire, args=(worker,))
+    worker.timer.daemon = True
+    with _kept_lock:
+        _kept.append(worker)
+    worker.timer.start()
+
+
+def _take(key: tuple) -> _Worker | None:
+    """A kept worker started with ``key`` that is still alive (None when there is none)."""
+    with _kept_lock:
+        for worker in list(_kept):
+            if worker.key == key:
+                _kept.remove(worker)
+                worker.timer.cancel()
+                if worker.proc.poll() is None:
+                    return worker
+                worker.proc.wait()
+                worker.log.close()
+    return None
+
+
+def _expire(worker: _Worker) -> None:
+    with _kept_lock:
+        if worker not in _kept:  # a run took it first
+            return
+        _kept.remove(worker)
+    worker.close()
+
+
+@atexit.register
+def close_kept() -> None:
+    """End every kept worker (at exit; a worker whose parent is gone also ends when its input closes)."""
+    with _kept_lock:
+        workers = list(_kept)
+        _kept.clear()
+    for worker in workers:
+        worker.timer.cancel()
+        worker.close()
+
+
 class _Pool:
     """The workers of one ``run``: one process per slot, started for its first job and kept for the next ones
-    (a child's start-up, importing torch, transformers and vLLM, is ~4-8 s: paid once per slot, not once per job)."""
+    (a child's start-up, importing torch, transformers and vLLM, is ~4-8 s: paid once per slot, not once per job),
+    and for a later run when ``NBKIT_POOL_KEEP`` says so."""
 
     def __init__(self, jobs, placement: Placement, progress: bool, desc: str, on_done):
         self.jobs, self.placement, self.on_done = jobs, placement, on_done
         self.progress, self.desc = progress, desc
         self.tmp = Path(tempfile.mkdtemp(prefix="nbkit-pool-"))
-        self.workers: dict[int, tuple[subprocess.Popen, object]] = {}  # slot -> (worker process, its own log)
+        self.keep = keep_seconds()  # validated before any worker starts
+        self.workers: dict[int, _Worker] = {}  # slot -> its worker
+        self.worker_log: dict[str, Path] = {}  # label -> the log of the worker that ran it
         self.running: dict[str, int] = {}  # label -> the slot running it
-        self.slot_of: dict[str, int] = {}  # label -> the slot that ran it (a failure's worker log)
         self.results: dict[str, object] = {}
         self.failed: list[str] = []
         self.specs: dict[str, Path] = {}  # label -> its spec file (the job's log and result sit beside it)
@@ -189,7 +285,7 @@ class _Pool:
                 time.sleep(0.5)
                 for label in list(self.running):
                     slot = self.running[label]
-                    proc = self.workers[slot][0]
+                    proc = self.workers[slot].proc
                     finished = self.specs[label].with_suffix(".result").is_file()
                     if not finished and proc.poll() is None:
                         continue
@@ -229,18 +325,24 @@ class _Pool:
             )
         return {label: self.results[label] for label in self.jobs}
 
-    def _worker(self, slot: int) -> subprocess.Popen:
-        """The slot's worker, started now if it has none (pinned to the slot's cores, its own rendezvous port)."""
+    def _worker(self, slot: int) -> _Worker:
+        """The slot's worker: its own, else one kept from an earlier run with the same placement, environment and
+        folder, else started now (pinned to the slot's cores, its own rendezvous port)."""
         if slot in self.workers:
-            if self.workers[slot][0].poll() is None:
-                return self.workers[slot][0]
+            if self.workers[slot].proc.poll() is None:
+                return self.workers[slot]
             self._retire(slot)  # it ended while idle: a new one takes the job
         env = {k: v for k, v in os.environ.items() if k not in CHILD_CLEARED}
         env.update({k: str(self.placement.threads) for k in THREAD_ENV})
-        env.update(
-            {WORKERS_ENV: "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"}
-        )
-        log = open(self.tmp / f"worker{slot}.log", "a")  # noqa: SIM115 - closed when the worker ends
+        env.update({WORKERS_ENV: "0", "MASTER_ADDR": "127.0.0.1", "PYTHONUNBUFFERED": "1"})
+        key = (self.placement.slots[slot], self.placement.threads, tuple(sorted(env.items())), os.getcwd())
+        kept = _take(key)
+        if kept is not None:
+            self.workers[slot] = kept
+            return kept
+        env["MASTER_PORT"] = str(_free_port())
+        fd, log_path = tempfile.mkstemp(prefix="nbkit-pool-worker-", suffix=".log")
+        log = os.fdopen(fd, "a")  # closed when the worker ends
         cores = ",".join(map(str, self.placement.slots[slot]))
         proc = subprocess.Popen(
             [sys.executable, "-m", "nbkit.pool", "--worker", cores],
@@ -252,8 +354,8 @@ class _Pool:
             start_new_session=True,
             text=True,
         )
-        self.workers[slot] = (proc, log)
-        return proc
+        self.workers[slot] = _Worker(proc, log, Path(log_path), key)
+        return self.workers[slot]
 
     def _start(self, label: str, slot: int) -> None:
         job = self.jobs[label]
@@ -269,8 +371,10 @@ class _Pool:
             )
         )
         self.specs[label] = spec
-        self.running[label] = self.slot_of[label] = slot
-        proc = self._worker(slot)
+        self.running[label] = slot
+        worker = self._worker(slot)
+        self.worker_log[label] = worker.log_path
+        proc = worker.proc
         try:
             proc.stdin.write(f"{spec}\n")
             proc.stdin.flush()
@@ -289,37 +393,32 @@ class _Pool:
     def _failure(self, label: str) -> str:
         log = self.specs[label].with_suffix(".log")
         if not log.is_file() or not log.read_text(errors="replace").strip():  # died before the job's log opened
-            log = self.tmp / f"worker{self.slot_of[label]}.log"
+            log = self.worker_log[label]
         tail = log.read_text(errors="replace").strip().splitlines()[-25:] if log.is_file() else []
         return f"job {label!r} failed (log {log}):\n" + "\n".join(tail)
 
     def _retire(self, slot: int) -> None:
-        """Forget a worker that has ended (its slot starts a new one for its next job)."""
-        proc, log = self.workers.pop(slot)
-        proc.wait()
-        log.close()
+        """Forget a worker that has ended (its slot starts a new one for its next job; its log stays, as a failed
+        job's message may name it)."""
+        worker = self.workers.pop(slot)
+        worker.proc.wait()
+        worker.log.close()
 
     def _close_all(self) -> None:
-        """End every idle worker: its input closes, it returns from its loop."""
+        """Every idle worker: kept for a later run (``NBKIT_POOL_KEEP``), else ended."""
         for slot in list(self.workers):
-            proc, log = self.workers[slot]
-            with contextlib.suppress(BrokenPipeError, OSError):
-                proc.stdin.close()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            log.close()
-            del self.workers[slot]
+            worker = self.workers.pop(slot)
+            if self.keep > 0 and worker.proc.poll() is None:
+                _keep(worker, self.keep)
+            else:
+                worker.close()
 
     def _stop_all(self) -> None:
-        for proc, _ in self.workers.values():
+        for worker in self.workers.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-                os.killpg(proc.pid, signal.SIGINT)  # a run stops as on Ctrl-C: checkpoints stay resumable
+                os.killpg(worker.proc.pid, signal.SIGINT)  # a run stops as on Ctrl-C: checkpoints stay resumable
         deadline = time.time() + 20
-        for proc, log in self.workers.values():
+        for proc, log in ((w.proc, w.log) for w in self.workers.values()):
             try:
                 proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:

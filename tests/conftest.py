@@ -44,6 +44,7 @@ if XDIST_WORKER:
     for _key in PER_WORKER_CACHES:
         os.environ[_key] = str(paths.CACHE / "xdist" / XDIST_WORKER / _key.lower())
 os.environ.setdefault("NBKIT_WORKERS", "0")  # the suite's workers share the cores: a test's grid trains in-process
+os.environ.setdefault("NBKIT_POOL_KEEP", "300")  # a pool test's workers serve the next pool test (nbkit.pool)
 
 
 def threads_per_worker(cores: int, workers: int) -> int:

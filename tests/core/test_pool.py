@@ -6,8 +6,6 @@ import os
 import pytest
 
 from nbkit import pool, runlog, schema
-from nbkit.rl import RLConfig
-from nbkit.rl.grid import train_grid
 
 
 @pytest.fixture(autouse=True)
@@ -110,6 +108,9 @@ _science = schema.without_timing
 @pytest.mark.slow
 @pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
 def test_a_grid_run_two_at_a_time_gives_the_rows_it_gives_one_at_a_time(tmp_path, tiny_random_model, arith_jsonl):
+    from nbkit.rl import RLConfig  # here, not at the top: the workers of the other tests import this module
+    from nbkit.rl.grid import train_grid
+
     def grid(folder, workers):
         base = RLConfig(
             model=tiny_random_model,
