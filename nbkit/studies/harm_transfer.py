@@ -21,7 +21,9 @@ The rule (``RULE_TEXT``, committed as ``RULE_RECORD`` says once the pilot had fi
 - **Runs, dose, outcome, threshold.** As ``harm_threshold``: FP32 trainer, HF engine, GRPO, 50 steps, FP32 rollouts
   paired on every seed, seeds 0–4 seed by seed, the step-0 mismatch in each of ``harm_threshold.UNITS``, the mean
   held-out judge accuracy of steps 40 and 50, ``nbkit.threshold.estimate`` per unit. No extras (the mechanism reads
-  the dosed runs themselves).
+  the dosed runs themselves). *Amended* (``AMENDMENTS``, after training began, before any outcome was read): the
+  extras BF16, FP16 and NVFP4 with μ as π_old on seeds 0–2, placed on the axis and read by the mechanism, not fitted,
+  as on tiny-arith.
 - **Transfer.** For each unit, tiny-arith's threshold (stored in ``harm_threshold.THRESHOLDS`` by its own study) and
   tiny-long's: ``agreement`` gives the ratio tiny-long / tiny-arith (both crossings only) and whether the 95 % CIs
   overlap (a censored CI end reaches 0 or ∞). A unit *agrees* when both tasks show a crossing and the CIs overlap;
@@ -104,6 +106,25 @@ RULE_TEXT = (
     "named with their ratios; if none agrees, say so; read once after the last sitting"
 )
 """The rule in one line, as the card records it."""
+EXTRAS = (("bf16", None), ("fp16", None), ("nvfp4", "mu_old"))
+"""``(rollout format, correction)`` run for the mechanism and placed on the axis, not fitted (the amendment's)."""
+EXTRA_SEEDS = (0, 1, 2)
+"""Seeds of ``EXTRAS`` (a direction, not a verdict)."""
+AMENDMENTS = (
+    {
+        "what": "Extras added to the grid: BF16, FP16 and NVFP4 with μ as π_old (rollout formats; FP32 trainer) on "
+        "seeds 0–2, after the threshold grid; placed on the dose axis and read by the shift-share mechanism, not "
+        "fitted. The rule had said 'no extras'. Doses, seeds, outcome, threshold and transfer rule unchanged.",
+        "why": "Issue 37's item 4 asks for the growth split of runs that break (e8m1, μ as π_old on FP4) and runs that "
+        "do not (BF16, FP16) on both tasks; tiny-arith has them as extras, tiny-long's rule had none. Made while "
+        "seed 1 trained, before any outcome of the study was read (the page is blind until the last sitting).",
+        "verdicts_moved": [],
+        "commit": "",
+        "time": "",
+    },
+)
+"""Changes to the rule after training began (``nbkit.studies.amendments``), put on the card by ``store``; ``commit``
+and ``time`` name the commit that made each."""
 RULE_RECORD = {"commit": "53e236eaf758de090fff8bdb30297caf7594284e", "time": "2026-11-26T03:51:11+00:00"}
 """The commit that fixed ``RULE_TEXT`` (with the pilot's ``LR``) and its time, before any run of the grid."""
 
@@ -242,14 +263,20 @@ class HarmTransfer(H.HarmThreshold):
     }
 
     def defaults(self) -> dict:
-        return {"points": list(POINTS), "seeds": list(SEEDS), "extras": [], "extra_seeds": [], "steps": STEPS}
+        return {
+            "points": list(POINTS),
+            "seeds": list(SEEDS),
+            "extras": [list(e) for e in EXTRAS],
+            "extra_seeds": list(EXTRA_SEEDS),
+            "steps": STEPS,
+        }
 
     def grid(
         self,
         points=POINTS,
         seeds=SEEDS,
-        extras=(),
-        extra_seeds=(),
+        extras=EXTRAS,
+        extra_seeds=EXTRA_SEEDS,
         steps: int = STEPS,
         output_dir: str | None = None,
         overrides: dict | None = None,
@@ -263,24 +290,33 @@ class HarmTransfer(H.HarmThreshold):
     def missing(self, runs, options: dict | None = None) -> list[str]:
         """The runs of the grid at ``options`` (None: the stored card's, else the rule's) that ``runs`` lacks, in grid
         order."""
-        if options is None:
-            stored = (results.study_dir(self.name) / results.CARD).is_file()
-            options = self.grid_options(self.card()) if stored else {}
-        return [label for label in self.grid(**options) if label not in runs]
+        return [label for label in self.grid(**self.options(options)) if label not in runs]
 
-    def progress(self, runs) -> list[dict]:
-        """Per rollout format of the rule, the seeds stored and planned: all a page shows before the last sitting."""
+    def progress(self, runs, options: dict | None = None) -> list[dict]:
+        """Per arm of the grid (rollout format and correction), the runs stored of those planned and their seeds:
+        all a page shows before the last sitting."""
+        planned: dict[str, list[str]] = {}
+        for label in self.grid(**(self.options(options))):
+            arm, seed = label.rsplit("-s", 1)
+            planned.setdefault(arm, []).append(seed)
         rows = []
-        for p in (H.REFERENCE, *POINTS):
-            seeds = [s for s in SEEDS if f"{p}-none-s{s}" in runs]
+        for arm, seeds in planned.items():
+            stored = [s for s in seeds if f"{arm}-s{s}" in runs]
             rows.append(
                 {
-                    "rollout": p,
-                    "runs stored": f"{len(seeds)} of {len(SEEDS)}",
-                    "seeds stored": ", ".join(map(str, seeds)) or "none",
+                    "rollout": arm.removesuffix("-none").replace("-mu_old", " + mu_old"),
+                    "runs stored": f"{len(stored)} of {len(seeds)}",
+                    "seeds stored": ", ".join(stored) or "none",
                 }
             )
         return rows
+
+    def options(self, options: dict | None = None) -> dict:
+        """``options``, else the stored card's grid options, else the rule's (``{}``)."""
+        if options is not None:
+            return options
+        stored = (results.study_dir(self.name) / results.CARD).is_file()
+        return self.grid_options(self.card()) if stored else {}
 
     def table(self, runs, meta) -> list[dict]:
         return self.progress(runs) if self.missing(runs) else super().table(runs, meta)
@@ -289,6 +325,12 @@ class HarmTransfer(H.HarmThreshold):
         """``GridStudy.store``; the tiny-long thresholds join ``THRESHOLDS`` (which the doctor reads) only once every
         run of the rule is stored: an earlier sitting stores its runs and nothing read from them."""
         path = super(H.HarmThreshold, self).store(wall_seconds=wall_seconds, command=command, root=root, **kw)
+        from nbkit.studies import amendments as A
+
+        for a in AMENDMENTS:
+            A.amend(
+                self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"], list(a["verdicts_moved"])), root
+            )
         if not self.missing(self.load(root), kw_options(kw)):
             out = Path(root) / H.THRESHOLDS.relative_to(results.RESULTS)
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -341,8 +383,9 @@ class HarmTransfer(H.HarmThreshold):
         lr = f"lr {LR:g}" if LR is not None else "lr not yet fixed (the pilot fixes it)"
         return [
             self.rule_line(),
-            f"Planned runs: {len(SEEDS) * (1 + len(POINTS))} ({len(SEEDS)} seeds × FP32 and {len(POINTS)} doses), "
-            f"{lr}.",
+            f"Planned runs: {len(SEEDS) * (1 + len(POINTS)) + len(EXTRA_SEEDS) * len(EXTRAS)} ({len(SEEDS)} seeds × "
+            f"FP32 and {len(POINTS)} doses; {len(EXTRAS)} formats placed on the axis × {len(EXTRA_SEEDS)} seeds, by "
+            f"amendment), {lr}.",
         ]
 
 
@@ -403,11 +446,11 @@ def budget(
     seconds_per_step: dict[str, float], seconds_per_judgment: float, jobs: int = 2, seconds_startup: float = 30.0
 ) -> dict:
     """The grid's wall time from measured costs: ``seconds_per_step`` maps ``"fp32"`` and ``"dial"`` (every dosed
-    format: the dial rounds in software on the HF engine) to seconds per optimiser step; each run has ``STEPS``
+    format and extra: each rounds in software on the HF engine) to seconds per optimiser step; each run has ``STEPS``
     steps, ``STEPS // 10 + 1`` judgments and a start-up; ``jobs`` runs at once (each at the measured speed)."""
     judgments = STEPS // 10 + 1
     per_run = {k: STEPS * v + judgments * seconds_per_judgment + seconds_startup for k, v in seconds_per_step.items()}
-    n_ref, n_dose = len(SEEDS), len(SEEDS) * len(POINTS)
+    n_ref, n_dose = len(SEEDS), len(SEEDS) * len(POINTS) + len(EXTRA_SEEDS) * len(EXTRAS)
     total = n_ref * per_run["fp32"] + n_dose * per_run["dial"]
     return {
         "runs": n_ref + n_dose,

@@ -26,20 +26,28 @@ def test_the_points_are_e8m3_and_the_ones_pick_points_takes_from_tiny_longs_stor
     assert doses == sorted(doses) and len(T.POINTS) >= 4, "at least 4 doses, ascending in ladder dose"
 
 
-def test_the_grid_is_tiny_long_at_the_regime_fp32_paired_seed_by_seed_without_extras():
+def test_the_grid_is_tiny_long_at_the_regime_fp32_paired_seed_by_seed_then_the_amendments_extras():
     grid = T.HarmTransfer().grid(overrides={"lr": 1e-4})
     labels = list(grid)
-    assert len(labels) == len(T.SEEDS) * (1 + len(T.POINTS)) and len(T.SEEDS) == 5
     per_seed = 1 + len(T.POINTS)
+    n = len(T.SEEDS) * per_seed
+    assert len(T.SEEDS) == 5 and len(labels) == n + len(T.EXTRA_SEEDS) * len(T.EXTRAS)
     for s in T.SEEDS:
         assert labels[s * per_seed : (s + 1) * per_seed] == [f"fp32-none-s{s}", *[f"{p}-none-s{s}" for p in T.POINTS]]
+    assert labels[n:] == [f"{f}-{c or 'none'}-s{s}" for s in T.EXTRA_SEEDS for f, c in T.EXTRAS], "extras come last"
     cfgs = list(grid.values())
     assert {c.model for c in cfgs} == {"tiny-long"} and {c.dataset for c in cfgs} == {T.DATASET}
     assert {c.max_tokens for c in cfgs} == {TL.max_tokens(T.REGIME)} and {c.judge_set for c in cfgs} == {T.JUDGE_SET}
-    assert {(c.train_dtype, c.rollout_engine, c.correction, c.steps, c.judge_every) for c in cfgs} == {
-        ("fp32", "hf", None, 50, 10)
-    }
+    assert {(c.train_dtype, c.rollout_engine, c.steps, c.judge_every) for c in cfgs} == {("fp32", "hf", 50, 10)}
+    assert {c.correction for c in cfgs[:n]} == {None} and grid["nvfp4-mu_old-s0"].correction == "mu_old"
     assert TL.max_tokens(T.REGIME) - TL.TOKEN_MARGIN >= 5 * 31.5, "answers at least 5x tiny-arith's"
+
+
+def test_the_extras_are_an_amendment_that_names_its_commit_and_moves_no_verdict():
+    (a,) = T.AMENDMENTS
+    assert "no extras" in T.RULE_TEXT and "Extras added" in a["what"] and a["verdicts_moved"] == []
+    if a["commit"]:  # recorded by the commit after the one that made it
+        assert len(a["commit"]) == 40 and a["time"] > T.RULE_RECORD["time"]
 
 
 def test_the_grid_refuses_to_build_before_the_pilot_fixed_the_lr(monkeypatch):
@@ -171,10 +179,11 @@ def test_the_pool_of_the_judge_set_drops_every_training_problem():
 
 def test_the_budget_counts_every_run_of_the_grid_and_its_judgments():
     b = T.budget({"fp32": 10.0, "dial": 20.0}, seconds_per_judgment=5.0, jobs=2, seconds_startup=0.0)
-    assert b["runs"] == len(T.SEEDS) * (1 + len(T.POINTS))
+    dosed = len(T.SEEDS) * len(T.POINTS) + len(T.EXTRA_SEEDS) * len(T.EXTRAS)
+    assert b["runs"] == len(T.SEEDS) + dosed
     ref, dose = 50 * 10 + 6 * 5, 50 * 20 + 6 * 5
     assert b["seconds_per_run"] == {"fp32": ref, "dial": dose}
-    assert b["cpu_hours"] == pytest.approx((5 * ref + 5 * len(T.POINTS) * dose) / 3600)
+    assert b["cpu_hours"] == pytest.approx((5 * ref + dosed * dose) / 3600)
     assert b["wall_hours"] == pytest.approx(b["cpu_hours"] / 2)
 
 
@@ -223,9 +232,10 @@ def test_before_the_last_sitting_the_page_shows_which_runs_are_stored_and_nothin
     study = T.HarmTransfer()
     bogus = [{schema.STEP: 0, schema.JUDGE_ACCURACY: 0.5, H.PRIMARY: 0.1}]
     runs = {"fp32-none-s0": bogus, f"{T.POINTS[0]}-none-s0": bogus, f"{T.POINTS[0]}-none-s1": bogus}
-    assert len(study.missing(runs, {})) == len(T.SEEDS) * (1 + len(T.POINTS)) - 3
+    planned = len(T.SEEDS) * (1 + len(T.POINTS)) + len(T.EXTRA_SEEDS) * len(T.EXTRAS)
+    assert len(study.missing(runs, {})) == planned - 3
     rows = study.table(runs, {})
-    assert [r["rollout"] for r in rows] == ["fp32", *T.POINTS]
+    assert [r["rollout"] for r in rows] == ["fp32", *T.POINTS, "bf16", "fp16", "nvfp4 + mu_old"]
     assert [(r["runs stored"], r["seeds stored"]) for r in rows[:3]] == [
         ("1 of 5", "0"),
         ("2 of 5", "0, 1"),
@@ -234,4 +244,9 @@ def test_before_the_last_sitting_the_page_shows_which_runs_are_stored_and_nothin
     assert all(set(r) == {"rollout", "runs stored", "seeds stored"} for r in rows), "no dose, gap or threshold"
     assert study.page_tables(runs, {}, rows) == [] and study.figure(runs, {}) is None
     (said,) = study.findings(runs, {}, rows)
-    assert said.startswith(f"3 of the rule's {len(T.SEEDS) * (1 + len(T.POINTS))} runs are stored")
+    assert said.startswith(f"3 of the rule's {planned} runs are stored")
+    assert study.progress(runs, {})[-1] == {
+        "rollout": "nvfp4 + mu_old",
+        "runs stored": "0 of 3",
+        "seeds stored": "none",
+    }
