@@ -119,8 +119,8 @@ AMENDMENTS = (
         "do not (BF16, FP16) on both tasks; tiny-arith has them as extras, tiny-long's rule had none. Made while "
         "seed 1 trained, before any outcome of the study was read (the page is blind until the last sitting).",
         "verdicts_moved": [],
-        "commit": "",
-        "time": "",
+        "commit": "bcaca6c6006d9ab3c6c654aac5aa319ab683e4e1",
+        "time": "2026-11-26T04:53:10+00:00",
     },
 )
 """Changes to the rule after training began (``nbkit.studies.amendments``), put on the card by ``store``; ``commit``
