@@ -288,15 +288,24 @@ class HarmTransfer(H.HarmThreshold):
 
     # -- sittings: blind until the last one ---------------------------------------------------------------------
     def missing(self, runs, options: dict | None = None) -> list[str]:
-        """The runs of the grid at ``options`` (None: the stored card's, else the rule's) that ``runs`` lacks, in grid
-        order."""
-        return [label for label in self.grid(**self.options(options)) if label not in runs]
+        """The runs of the grid at ``options`` that ``runs`` lacks, in grid order. ``options`` None: the stored
+        study's grid when ``runs`` are its runs (``sitting``); other runs (a toy grid, a live slice) are not a sitting
+        of the rule, and nothing is missing from them."""
+        options = self.sitting(runs) if options is None else options
+        return [] if options is None else [label for label in self.grid(**options) if label not in runs]
+
+    def sitting(self, runs) -> dict | None:
+        """The stored study's grid options when ``runs`` are exactly its stored runs, else None."""
+        if not (results.study_dir(self.name) / results.CARD).is_file():
+            return None
+        card = self.card()
+        return self.grid_options(card) if set(runs) == set(card.get("runs") or []) else None
 
     def progress(self, runs, options: dict | None = None) -> list[dict]:
         """Per arm of the grid (rollout format and correction), the runs stored of those planned and their seeds:
         all a page shows before the last sitting."""
         planned: dict[str, list[str]] = {}
-        for label in self.grid(**(self.options(options))):
+        for label in self.grid(**(options if options is not None else self.sitting(runs) or {})):
             arm, seed = label.rsplit("-s", 1)
             planned.setdefault(arm, []).append(seed)
         rows = []
@@ -310,13 +319,6 @@ class HarmTransfer(H.HarmThreshold):
                 }
             )
         return rows
-
-    def options(self, options: dict | None = None) -> dict:
-        """``options``, else the stored card's grid options, else the rule's (``{}``)."""
-        if options is not None:
-            return options
-        stored = (results.study_dir(self.name) / results.CARD).is_file()
-        return self.grid_options(self.card()) if stored else {}
 
     def table(self, runs, meta) -> list[dict]:
         return self.progress(runs) if self.missing(runs) else super().table(runs, meta)
