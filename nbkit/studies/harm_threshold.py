@@ -336,14 +336,22 @@ class HarmThreshold(prereg.PreRegistered):
         }
 
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
-        """``GridStudy.store``, then ``THRESHOLDS`` (beside the study, under ``root``) from what is now stored: this
-        study's task replaces its own entry, another task's entry stays (``merge_thresholds``)."""
+        """``GridStudy.store``, then (when ``thresholds_ready``) ``THRESHOLDS`` (beside the study, under ``root``) from
+        what is now stored: this study's task replaces its own entry, another task's entry stays
+        (``merge_thresholds``)."""
         out = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
+        if not self.thresholds_ready(root, kw):
+            return out
         path = Path(root) / THRESHOLDS.relative_to(results.RESULTS)
         path.parent.mkdir(parents=True, exist_ok=True)
         old = json.loads(path.read_text()) if path.is_file() else None
         outputs.write_json(path, merge_thresholds(old, self.store_record(root)))
         return out
+
+    def thresholds_ready(self, root: Path, options: dict) -> bool:
+        """Whether ``store`` writes ``THRESHOLDS`` from what is now stored under ``root`` (always, here; a study
+        stored over sittings waits for its last)."""
+        return True
 
     def mechanism(self, runs, meta) -> tuple[list[dict], set[str]]:
         """(``growth.table`` rows of every arm but FP32 between ``EARLY`` and ``LATE``, the arms that broke: mean

@@ -324,21 +324,20 @@ class HarmTransfer(H.HarmThreshold):
         return self.progress(runs) if self.missing(runs) else super().table(runs, meta)
 
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
-        """``GridStudy.store``; the tiny-long thresholds join ``THRESHOLDS`` (which the doctor reads) only once every
-        run of the rule is stored: an earlier sitting stores its runs and nothing read from them."""
-        path = super(H.HarmThreshold, self).store(wall_seconds=wall_seconds, command=command, root=root, **kw)
+        """``HarmThreshold.store`` with ``AMENDMENTS`` put on the card."""
+        path = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
         from nbkit.studies import amendments as A
 
         for a in AMENDMENTS:
             A.amend(
                 self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"], list(a["verdicts_moved"])), root
             )
-        if not self.missing(self.load(root), kw_options(kw)):
-            out = Path(root) / H.THRESHOLDS.relative_to(results.RESULTS)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            old = json.loads(out.read_text()) if out.is_file() else None
-            outputs.write_json(out, H.merge_thresholds(old, self.store_record(root)))
         return path
+
+    def thresholds_ready(self, root: Path, options: dict) -> bool:
+        """The tiny-long thresholds join ``THRESHOLDS`` (which the doctor reads) only once every run of the rule is
+        stored: an earlier sitting stores its runs and nothing read from them."""
+        return not self.missing(self.load(root), kw_options(options))
 
     # -- the transfer ----------------------------------------------------------------------------------------
     def units(self, runs, meta, stored: Path = H.THRESHOLDS) -> dict[str, dict[str, dict]]:
