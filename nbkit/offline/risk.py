@@ -10,8 +10,10 @@ The harm-threshold study (issue 37: ``nbkit.threshold`` on the dial's paired gap
 The full record of a task is ``nbkit.threshold.Threshold.to_json()`` plus what the figure draws: ``mean_gaps`` and
 ``gap_ci`` per dose, ``points`` (dosed formats → dose), ``placed`` (formats placed on the axis only → dose),
 ``response_length`` (mean tokens of the runs behind the doses) and ``study``; the store may add ``unit_note``
-(e.g. "primary unit, pre-registered; transfer to a second task not yet tested") and ``units`` (the same thresholds
-in each candidate unit). Every key beyond ``unit`` and ``tasks`` is optional.
+(e.g. "primary unit, pre-registered; transfer to a second task not yet tested"), ``units`` (the same thresholds
+in each candidate unit) and ``transfer`` (the transfer study's reading: ``tasks``, ``study``, ``verdict`` and per unit
+``agrees``, ``ratio``, ``cis_overlap``; each risk line says whether its unit transfers). Every key beyond ``unit``
+and ``tasks`` is optional.
 
 ``readings`` measures each dtype's dose in the stored unit at the user's response length (``nbkit.offline.dose``:
 measured where the sampled responses reach it, extrapolated by the length model where not, saying which); ``lines``
@@ -100,6 +102,27 @@ def _length_note(task: dict, reading: Reading, target_length: int | None) -> str
     )
 
 
+def transfer_note(unit: str, transfer: dict) -> str:
+    """Whether ``unit``'s thresholds agree across the two tasks of the stored transfer reading (``transfer``: tasks,
+    study, per unit ``agrees``, ``ratio``, ``cis_overlap``), and which units do when it does not."""
+    first, second = transfer["tasks"]
+    units = transfer.get("units", {})
+    mine = units.get(unit)
+    by = f"read by {transfer['study']}" if transfer.get("study") else "the stored transfer reading"
+    if mine is None:
+        return f"the transfer between {first} and {second} ({by}) did not read {unit!r}"
+    if mine.get("agrees"):
+        return (
+            f"{unit}'s thresholds agree across {first} and {second} (95 % CIs overlap; ratio {second}/{first} "
+            f"{mine['ratio']:.3g}; {by})"
+        )
+    others = [u for u, r in units.items() if r.get("agrees")]
+    why = "no crossing on both tasks" if mine.get("cis_overlap") is not False else "their 95 % CIs do not overlap"
+    return f"{unit}'s thresholds do not agree across {first} and {second} ({why}; {by}); " + (
+        f"units whose thresholds agree: {', '.join(others)}" if others else "no unit's thresholds agree"
+    )
+
+
 def lines(
     diagnoses: dict[str, dict], stored: dict | None, target_length: int | None = None, pairs: dict | None = None
 ) -> list[str]:
@@ -113,6 +136,8 @@ def lines(
         ]
     unit, out = stored["unit"], []
     note = f"; {stored['unit_note']}" if stored.get("unit_note") else ""
+    if stored.get("transfer"):
+        note += f"; {transfer_note(unit, stored['transfer'])}"
     for d, reading in readings(diagnoses, stored, target_length, pairs).items():
         if reading is None:
             out.append(f"risk {d.upper()}: the thresholds are in {unit!r}, which this diagnosis did not measure")

@@ -33,6 +33,7 @@ The rule (``RULE_TEXT``, committed as ``RULE_RECORD`` says once the pilot had fi
     python -m nbkit.studies.harm_transfer ladder            # tiny-long's offline ladder -> LADDER_FILE
     python -m nbkit.studies.harm_transfer train-set         # DATASET (the regime's perfectible set, TRAIN_POOL)
     python -m nbkit.studies.harm_transfer judge-set         # JUDGE_SET (the held-out set, disjoint from DATASET)
+    python -m nbkit.studies.harm_transfer transfer          # the transfer reading into THRESHOLDS (store does it too)
     nbkit study harm_transfer_tiny_long run | store         # the grid (after the rule is committed)
 """
 
@@ -174,7 +175,7 @@ def _interval(t: dict) -> tuple[float, float] | None:
     or ∞), below or above the measured doses for a threshold outside them, None when none was estimable."""
     out = t.get("outcome")
     if out == "crossing":
-        lo, hi = t["ci"]
+        lo, hi = t.get("ci") or (None, None)  # a crossing stored without its CI reaches 0 and ∞
         return (0.0 if lo is None else lo, math.inf if hi is None else hi)
     if out == "below_range":
         return (0.0, t["doses"][0])
@@ -225,6 +226,75 @@ def verdict(rows: list[dict], first: str = REFERENCE_TASK, second: str = TASK) -
     return (
         f"The transferable dose (thresholds on {first} and {second} agree, 95 % CIs overlap): {named}; ratio "
         f"{second}/{first} beside each."
+    )
+
+
+def overlap_note(
+    units: dict[str, dict[str, dict]],
+    lengths: tuple[float | None, float | None] = (None, None),
+    first: str = REFERENCE_TASK,
+    second: str = TASK,
+) -> str | None:
+    """What an agreement by overlap can and cannot say, from the numbers (beside the rule: ``AMENDMENTS``' second
+    entry): the range of the agreeing units' ratios, how wide each task's 95 % CI is (its upper end over its lower
+    end), and the two tasks' mean response ``lengths`` (``first``'s, ``second``'s). None when no unit agrees."""
+    rows = [r for r in agreement(units, first, second) if r["agrees"]]
+    if not rows:
+        return None
+    key = f"ratio {second}/{first}"
+    lo, hi = min(rows, key=lambda r: r[key]), max(rows, key=lambda r: r[key])
+    widths = [
+        c[1] / c[0] for r in rows for c in (r[f"{first}: CI"], r[f"{second}: CI"]) if 0 < c[0] and math.isfinite(c[1])
+    ]
+    said = (
+        f"Beside the rule (an amendment after the reading; no verdict moved): among the units that agree, the ratio "
+        f"{second}/{first} runs from {lo[key]:.3g} ({H.UNITS[lo['unit']]}) to {hi[key]:.3g} ({H.UNITS[hi['unit']]})"
+        + (", on both sides of 1" if lo[key] < 1 < hi[key] else "")
+    )
+    if widths:
+        said += f", and their 95 % CIs span {min(widths):.2g}× to {max(widths):.2g}× (upper end over lower end)"
+    said += (
+        ": at this width, overlapping CIs say the two tasks' thresholds cannot be told apart with these seeds, not "
+        "that they are equal."
+    )
+    if all(lengths):
+        said += (
+            f" {second}'s responses are {lengths[1] / lengths[0]:.2g}× {first}'s ({lengths[1]:.3g} against "
+            f"{lengths[0]:.3g} tokens): a unit that grows with length moves by about that factor between the tasks."
+        )
+    return said
+
+
+def transfer_record(units: dict[str, dict[str, dict]], first: str = REFERENCE_TASK, second: str = TASK) -> dict:
+    """The rule's transfer reading as ``THRESHOLDS`` keeps it for ``nbkit.offline.risk``: the two tasks, the verdict
+    and per unit whether it agrees, the ratio ``second``/``first`` and whether the CIs overlap (``agreement``)."""
+    rows = agreement(units, first, second)
+    return {
+        "tasks": [first, second],
+        "study": STUDY,
+        "verdict": verdict(rows, first, second),
+        "units": {
+            r["unit"]: {"agrees": r["agrees"], "ratio": r[f"ratio {second}/{first}"], "cis_overlap": r["CIs overlap"]}
+            for r in rows
+        },
+    }
+
+
+def store_transfer(root: Path = results.RESULTS) -> Path | None:
+    """Add ``transfer_record`` of the thresholds stored under ``root`` to them (``HarmTransfer.store`` does once every
+    run of the rule is stored; ``python -m nbkit.studies.harm_transfer transfer`` again from the stored file). None
+    when no thresholds or not both tasks' are stored."""
+    path = Path(root) / H.THRESHOLDS.relative_to(results.RESULTS)
+    thresholds = json.loads(path.read_text()) if path.is_file() else {}
+    if not {REFERENCE_TASK, TASK} <= set(thresholds.get("tasks", {})):
+        return None
+    return outputs.write_json(
+        path,
+        {
+            **thresholds,
+            "unit_note": f"the primary unit, pre-registered on {REFERENCE_TASK}",
+            "transfer": transfer_record(thresholds.get("units", {})),
+        },
     )
 
 
@@ -324,7 +394,9 @@ class HarmTransfer(H.HarmThreshold):
         return self.progress(runs) if self.missing(runs) else super().table(runs, meta)
 
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
-        """``HarmThreshold.store`` with ``AMENDMENTS`` put on the card."""
+        """``HarmThreshold.store`` with ``AMENDMENTS`` put on the card; once every run of the rule is stored, the
+        rule's transfer reading joins ``THRESHOLDS`` too (``transfer_record``: the doctor says whether its unit
+        transfers)."""
         path = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
         from nbkit.studies import amendments as A
 
@@ -332,6 +404,8 @@ class HarmTransfer(H.HarmThreshold):
             A.amend(
                 self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"], list(a["verdicts_moved"])), root
             )
+        if self.thresholds_ready(root, kw_options(kw)):
+            store_transfer(root)
         return path
 
     def thresholds_ready(self, root: Path, options: dict) -> bool:
@@ -378,7 +452,14 @@ class HarmTransfer(H.HarmThreshold):
                 "sittings. The rule is read once, after the last sitting: until then this page shows which runs "
                 "are stored and nothing measured by them (no dose, gap, threshold or transfer)."
             ]
-        return [verdict(self.transfer(runs, meta)), *super().findings(runs, meta, rows)]
+        units = self.units(runs, meta)
+        stored = json.loads(H.THRESHOLDS.read_text()) if H.THRESHOLDS.is_file() else {}
+        lengths = (
+            stored.get("tasks", {}).get(REFERENCE_TASK, {}).get("response_length"),
+            self.record(runs, meta)["tasks"][TASK].get("response_length"),
+        )
+        note = overlap_note(units, lengths)
+        return [verdict(agreement(units)), *([note] if note else []), *super().findings(runs, meta, rows)]
 
     def plan(self) -> list[str]:
         lr = f"lr {LR:g}" if LR is not None else "lr not yet fixed (the pilot fixes it)"
@@ -517,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m nbkit.studies.harm_transfer", description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("pilot", "ladder", "train-set", "judge-set", "points"))
+    p.add_argument("what", choices=("pilot", "ladder", "train-set", "judge-set", "points", "transfer"))
     p.add_argument("--lrs", type=float, nargs="+", default=list(PILOT_LRS), help="pilot: candidate lrs")
     p.add_argument("--steps", type=int, default=STEPS, help="pilot: steps per run (the rule: 50)")
     p.add_argument("--output-dir", default=f"runs/{STUDY}_pilot", help="pilot: where its runs go")
@@ -538,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
         print("points:", points_from_ladder(rec["doses"]))
     elif a.what == "points":
         print(points_from_ladder(H.ladder_record(LADDER_FILE)["doses"]))
+    elif a.what == "transfer":
+        path = store_transfer()
+        print(f"wrote the transfer reading into {path}" if path else f"{H.THRESHOLDS} lacks {REFERENCE_TASK} or {TASK}")
     elif a.what == "train-set":
         print(TL.build_set(REGIME).card["counts"])
     else:

@@ -96,3 +96,26 @@ def test_the_doctors_text_carries_the_risk_lines(monkeypatch):
     monkeypatch.setattr(risk, "load", lambda path=None: None)
     result = DoctorResult(DoctorConfig(model="tiny-arith", engine="hf"), "hf", {"bf16": diag}, "fp16", [], 1.0, 1.0)
     assert "risk BF16: no stored harm threshold" in result.text()
+
+
+def test_each_line_says_whether_its_unit_transfers_and_names_the_units_that_do(tmp_path):
+    tasks = {"tiny-arith": {"outcome": "crossing", "dose": 0.08, "ci": [0.03, 0.12]}}
+    s = stored(tmp_path, tasks)
+
+    def reading(units):
+        transfer = {"tasks": ["tiny-arith", "tiny-long"], "study": "harm_transfer_tiny_long", "units": units}
+        return risk.lines({"bf16": {UNIT: 0.05}}, {**s, "transfer": transfer})[0]
+
+    agrees = reading({UNIT: {"agrees": True, "ratio": 0.427, "cis_overlap": True}})
+    assert f"{UNIT}'s thresholds agree across tiny-arith and tiny-long (95 % CIs overlap; ratio" in agrees
+    assert "0.427" in agrees and "harm_transfer_tiny_long" in agrees
+    apart = reading(
+        {
+            UNIT: {"agrees": False, "ratio": 5.0, "cis_overlap": False},
+            "seq_kl": {"agrees": True, "ratio": 2.3, "cis_overlap": True},
+        }
+    )
+    assert "do not agree" in apart and "CIs do not overlap" in apart and "units whose thresholds agree: seq_kl" in apart
+    alone = reading({UNIT: {"agrees": False, "ratio": None, "cis_overlap": None}})
+    assert "no crossing on both tasks" in alone and "no unit's thresholds agree" in alone
+    assert "agree" not in risk.lines({"bf16": {UNIT: 0.05}}, s)[0], "no transfer stored: none is claimed"

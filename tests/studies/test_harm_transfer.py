@@ -101,6 +101,36 @@ def test_agreement_names_the_unit_whose_two_thresholds_overlap_and_their_ratio()
     assert "transferable" in said and H.UNITS["token_abs_logp_diff/mean"] in said and "1.2" in said
 
 
+def test_the_transfer_record_keeps_per_unit_agreement_ratio_and_overlap_for_the_doctor():
+    units = {u: {"tiny-arith": _crossing(1.0, 0.8, 1.2), "tiny-long": _crossing(1.1, 0.9, 1.3)} for u in H.UNITS}
+    units["seq_kl"]["tiny-long"] = _crossing(5.0, 4.0, 6.0)
+    rec = T.transfer_record(units)
+    assert rec["tasks"] == ["tiny-arith", "tiny-long"] and rec["study"] == T.STUDY
+    assert rec["units"][H.PRIMARY] == {"agrees": True, "ratio": pytest.approx(1.1), "cis_overlap": True}
+    assert rec["units"]["seq_kl"] == {"agrees": False, "ratio": pytest.approx(5.0), "cis_overlap": False}
+    assert rec["verdict"] == T.verdict(T.agreement(units))
+    json.dumps(rec, allow_nan=False)  # plain JSON: no infinity from a censored CI end
+
+
+def test_beside_the_verdict_the_page_says_how_wide_the_overlapping_cis_are_and_how_far_the_ratios_run():
+    units = {
+        "token_abs_logp_diff/mean": {
+            "tiny-arith": _crossing(0.05, 0.02, 0.1),
+            "tiny-long": _crossing(0.02, 0.01, 0.05),
+        },
+        "seq_log_ratio/abs_mean": {"tiny-arith": _crossing(1.0, 0.5, 2.0), "tiny-long": _crossing(2.0, 1.5, 6.0)},
+        "seq_kl": {"tiny-arith": _crossing(1.0, 0.5, 2.0), "tiny-long": _crossing(9.0, 8.0, 10.0)},  # apart
+    }
+    said = T.overlap_note(units, (30.0, 180.0))
+    assert "runs from 0.4 (per-token" in said and "to 2 (sequence |" in said and "on both sides of 1" in said
+    assert "span 4× to 5×" in said, "each task's CI of each agreeing unit: upper end over lower end"
+    assert "cannot be told apart" in said and "6× tiny-arith's (180 against 30 tokens)" in said
+    assert "no verdict moved" in said and "amendment" in said
+    disagree = {u: {"tiny-arith": _crossing(1.0, 0.8, 1.2), "tiny-long": _crossing(5.0, 4.0, 6.0)} for u in H.UNITS}
+    assert T.overlap_note(disagree) is None, "with no unit agreeing there is no overlap to qualify"
+    assert "responses" not in T.overlap_note(units), "lengths unknown: no length sentence"
+
+
 def test_with_no_unit_agreeing_the_verdict_says_so():
     units = {u: {"tiny-arith": _crossing(1.0, 0.8, 1.2), "tiny-long": _crossing(5.0, 4.0, 6.0)} for u in H.UNITS}
     said = T.verdict(T.agreement(units))
@@ -142,11 +172,16 @@ def test_store_merges_the_tiny_long_task_into_the_thresholds_tiny_arith_stored(t
     study.store(wall_seconds=1.0, command="test", root=tmp_path / "results", **opts)
     stored = json.loads(path.read_text())
     assert set(stored["tasks"]) == {"tiny-arith", "tiny-long"} and stored["tasks"]["tiny-arith"]["dose"] == 0.1
+    assert stored["transfer"] == T.transfer_record(stored["units"]), "the complete grid stores the transfer reading"
+    assert stored["transfer"]["tasks"] == ["tiny-arith", "tiny-long"] and set(stored["transfer"]["units"]) == set(
+        H.UNITS
+    )
     # a sitting that leaves runs of its grid missing stores them without reading thresholds from them
     path.write_text(json.dumps(_record("tiny-arith", 0.1, "tiny-arith models")))
     wider = {**opts, "seeds": [0, 1]}
     study.store(wall_seconds=1.0, command="test", root=tmp_path / "results", replace=True, **wider)
     assert set(json.loads(path.read_text())["tasks"]) == {"tiny-arith"}
+    assert "transfer" not in json.loads(path.read_text()), "no transfer is read before the last sitting"
     assert study.missing(study.load(tmp_path / "results"), wider) == [
         "fp32-none-s1",
         "e8m2-none-s1",
