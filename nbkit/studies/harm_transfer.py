@@ -123,6 +123,17 @@ AMENDMENTS = (
         "commit": "bcaca6c6006d9ab3c6c654aac5aa319ab683e4e1",
         "time": "2026-11-26T04:53:10+00:00",
     },
+    {
+        "what": "A sentence added to the findings beside the rule's verdict (overlap_note): the range of the agreeing "
+        "units' ratios, the widths of their 95 % CIs and the two tasks' response lengths. The agreement rule, its "
+        "verdict and every number it reads are unchanged.",
+        "why": "Made after the rule was read (the last sitting stored at 08:01 UTC): three units agreed, with ratios "
+        "on both sides of 1 and CIs several-fold wide, so an overlap is weak evidence of equal thresholds; the "
+        "reader is told so beside the verdict, from the stored numbers.",
+        "verdicts_moved": [],
+        "commit": "d752d3055e463039ffc6713752181b6aefd7287e",
+        "time": "2026-11-26T08:05:17+00:00",
+    },
 )
 """Changes to the rule after training began (``nbkit.studies.amendments``), put on the card by ``store``; ``commit``
 and ``time`` name the commit that made each."""

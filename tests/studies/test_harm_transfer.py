@@ -43,11 +43,15 @@ def test_the_grid_is_tiny_long_at_the_regime_fp32_paired_seed_by_seed_then_the_a
     assert TL.max_tokens(T.REGIME) - TL.TOKEN_MARGIN >= 5 * 31.5, "answers at least 5x tiny-arith's"
 
 
-def test_the_extras_are_an_amendment_that_names_its_commit_and_moves_no_verdict():
-    (a,) = T.AMENDMENTS
-    assert "no extras" in T.RULE_TEXT and "Extras added" in a["what"] and a["verdicts_moved"] == []
-    if a["commit"]:  # recorded by the commit after the one that made it
-        assert len(a["commit"]) == 40 and a["time"] > T.RULE_RECORD["time"]
+def test_each_change_after_the_rule_is_an_amendment_that_names_its_commit_and_moves_no_verdict():
+    extras, note = T.AMENDMENTS
+    assert "no extras" in T.RULE_TEXT and "Extras added" in extras["what"]
+    assert "overlap_note" in note["what"] and "after the rule was read" in note["why"]
+    for a in T.AMENDMENTS:  # each recorded by the commit after the one that made it, in the order made
+        assert a["verdicts_moved"] == [] and len(a["commit"]) == 40 and a["time"] > T.RULE_RECORD["time"]
+    assert extras["time"] < note["time"]
+    card = T.HarmTransfer().card()
+    assert [a["when"]["commit"] for a in card["amendments"]] == [a["commit"] for a in T.AMENDMENTS], "on the card"
 
 
 def test_the_grid_refuses_to_build_before_the_pilot_fixed_the_lr(monkeypatch):
