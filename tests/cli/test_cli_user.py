@@ -243,6 +243,9 @@ def test_a_real_sigint_during_nbkit_train_ends_in_one_line_and_the_run_resumes(t
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # as a terminal's foreground job gets Ctrl-C: a suite started in the background (`make test &`) passes its
+        # children SIGINT ignored, and Python keeps an inherited SIG_IGN, so the run would never see the signal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
