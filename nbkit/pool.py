@@ -228,8 +228,7 @@ def _take(key: tuple) -> _Worker | None:
                 worker.timer.cancel()
                 if worker.proc.poll() is None:
                     return worker
-                worker.proc.wait()
-                worker.log.close()
+                worker.close()  # it ended while kept: no job ran in it since, so its log goes too
     return None
 
 

@@ -345,8 +345,13 @@ class HarmThreshold(prereg.PreRegistered):
         path = Path(root) / THRESHOLDS.relative_to(results.RESULTS)
         path.parent.mkdir(parents=True, exist_ok=True)
         old = json.loads(path.read_text()) if path.is_file() else None
-        outputs.write_json(path, merge_thresholds(old, self.store_record(root)))
+        outputs.write_json(path, self.thresholds_record(old, root))
         return out
+
+    def thresholds_record(self, old: dict | None, root: Path = results.RESULTS) -> dict:
+        """What ``store`` writes to ``THRESHOLDS`` over ``old`` (what it held): this study's thresholds merged in
+        (``merge_thresholds``)."""
+        return merge_thresholds(old, self.store_record(root))
 
     def thresholds_ready(self, root: Path, options: dict) -> bool:
         """Whether ``store`` writes ``THRESHOLDS`` from what is now stored under ``root`` (always, here; a study

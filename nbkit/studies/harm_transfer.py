@@ -291,22 +291,25 @@ def transfer_record(units: dict[str, dict[str, dict]], first: str = REFERENCE_TA
     }
 
 
-def store_transfer(root: Path = results.RESULTS) -> Path | None:
-    """Add ``transfer_record`` of the thresholds stored under ``root`` to them (``HarmTransfer.store`` does once every
-    run of the rule is stored; ``python -m nbkit.studies.harm_transfer transfer`` again from the stored file). None
-    when no thresholds or not both tasks' are stored."""
-    path = Path(root) / H.THRESHOLDS.relative_to(results.RESULTS)
-    thresholds = json.loads(path.read_text()) if path.is_file() else {}
+def with_transfer(thresholds: dict) -> dict:
+    """``thresholds`` (as ``THRESHOLDS`` holds them) with the rule's transfer reading (``transfer_record``) when both
+    tasks' are in them; unchanged otherwise."""
     if not {REFERENCE_TASK, TASK} <= set(thresholds.get("tasks", {})):
-        return None
-    return outputs.write_json(
-        path,
-        {
-            **thresholds,
-            "unit_note": f"the primary unit, pre-registered on {REFERENCE_TASK}",
-            "transfer": transfer_record(thresholds.get("units", {})),
-        },
-    )
+        return thresholds
+    return {
+        **thresholds,
+        "unit_note": f"the primary unit, pre-registered on {REFERENCE_TASK}",
+        "transfer": transfer_record(thresholds.get("units", {})),
+    }
+
+
+def store_transfer(root: Path = results.RESULTS) -> Path | None:
+    """Add the transfer reading to the thresholds stored under ``root`` (``with_transfer``; ``HarmTransfer.store``
+    writes it with them once every run of the rule is stored). None when no thresholds or not both tasks' are
+    stored."""
+    path = Path(root) / H.THRESHOLDS.relative_to(results.RESULTS)
+    read = with_transfer(_read(path))
+    return outputs.write_json(path, read) if "transfer" in read else None
 
 
 class HarmTransfer(H.HarmThreshold):
@@ -405,9 +408,7 @@ class HarmTransfer(H.HarmThreshold):
         return self.progress(runs) if self.missing(runs) else super().table(runs, meta)
 
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
-        """``HarmThreshold.store`` with ``AMENDMENTS`` put on the card; once every run of the rule is stored, the
-        rule's transfer reading joins ``THRESHOLDS`` too (``transfer_record``: the doctor says whether its unit
-        transfers)."""
+        """``HarmThreshold.store`` with ``AMENDMENTS`` put on the card."""
         path = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
         from nbkit.studies import amendments as A
 
@@ -415,9 +416,12 @@ class HarmTransfer(H.HarmThreshold):
             A.amend(
                 self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"], list(a["verdicts_moved"])), root
             )
-        if self.thresholds_ready(root, kw_options(kw)):
-            store_transfer(root)
         return path
+
+    def thresholds_record(self, old: dict | None, root: Path = results.RESULTS) -> dict:
+        """``HarmThreshold``'s, with the rule's transfer reading (``with_transfer``: the doctor says whether its unit
+        transfers); written once every run of the rule is stored (``thresholds_ready``)."""
+        return with_transfer(super().thresholds_record(old, root))
 
     def thresholds_ready(self, root: Path, options: dict) -> bool:
         """The tiny-long thresholds join ``THRESHOLDS`` (which the doctor reads) only once every run of the rule is
@@ -425,11 +429,11 @@ class HarmTransfer(H.HarmThreshold):
         return not self.missing(self.load(root), kw_options(options))
 
     # -- the transfer ----------------------------------------------------------------------------------------
-    def units(self, runs, meta, stored: Path = H.THRESHOLDS) -> dict[str, dict[str, dict]]:
+    def units(self, runs, meta, stored: Path = H.THRESHOLDS, record: dict | None = None) -> dict[str, dict[str, dict]]:
         """Per unit, the stored thresholds of the other tasks (``stored``: tiny-arith's) and this study's from
-        ``runs`` (unit → task → ``Threshold.to_json``)."""
-        units = json.loads(Path(stored).read_text()).get("units", {}) if Path(stored).is_file() else {}
-        mine = self.record(runs, meta)["units"]
+        ``runs`` (unit → task → ``Threshold.to_json``); ``record``: ``self.record(runs, meta)`` when already made."""
+        units = _read(stored).get("units", {})
+        mine = (self.record(runs, meta) if record is None else record)["units"]
         return {u: {**units.get(u, {}), TASK: mine[u][TASK]} for u in H.UNITS}
 
     def transfer(self, runs, meta, stored: Path = H.THRESHOLDS) -> list[dict]:
@@ -463,11 +467,11 @@ class HarmTransfer(H.HarmThreshold):
                 "sittings. The rule is read once, after the last sitting: until then this page shows which runs "
                 "are stored and nothing measured by them (no dose, gap, threshold or transfer)."
             ]
-        units = self.units(runs, meta)
-        stored = json.loads(H.THRESHOLDS.read_text()) if H.THRESHOLDS.is_file() else {}
+        record = self.record(runs, meta)  # the thresholds' bootstrap, once
+        units = self.units(runs, meta, record=record)
         lengths = (
-            stored.get("tasks", {}).get(REFERENCE_TASK, {}).get("response_length"),
-            self.record(runs, meta)["tasks"][TASK].get("response_length"),
+            _read(H.THRESHOLDS).get("tasks", {}).get(REFERENCE_TASK, {}).get("response_length"),
+            record["tasks"][TASK].get("response_length"),
         )
         note = overlap_note(units, lengths)
         return [verdict(agreement(units)), *([note] if note else []), *super().findings(runs, meta, rows)]
@@ -552,6 +556,11 @@ def budget(
         "wall_hours": total / 3600 / jobs,
         "jobs": jobs,
     }
+
+
+def _read(path: Path) -> dict:
+    """A stored JSON file ({} when absent)."""
+    return json.loads(Path(path).read_text()) if Path(path).is_file() else {}
 
 
 def _rows(cfg) -> list[dict]:
