@@ -19,7 +19,7 @@ import nbkit.rl.judge as judge
 import nbkit.rl.launch as launch
 import nbkit.rl.lora as lora
 import nbkit.rl.sizing as sizing
-from nbkit import lm_head, logs, models, tasks, versions
+from nbkit import gcfreeze, lm_head, logs, models, tasks, versions
 from nbkit.engines import encode_prompt
 from nbkit.rl.config import RLConfig
 from nbkit.rl.inputs import (  # noqa: F401 - re-exported: a run's input rules, as before
@@ -223,12 +223,24 @@ def _train(cfg: RLConfig, folder: RunFolder, progress: bool) -> RunResult:
     launch.check_lora(cfg.lora, cfg.train_dtype)  # ZeRO: merges would round the frozen half base at every sync
     check_report_to(cfg.report_to)  # a tracker that would record nothing (WANDB_MODE=disabled) is refused
     versions.check()  # names any TRL/transformers/accelerate/vLLM version other than the pinned ones
+    gcfreeze.enabled()  # a bad NBKIT_GC_FREEZE is refused here, before the libraries load
+    import datasets  # noqa: F401 - loaded here, before the run's scope of the collector (below)
+    import peft  # noqa: F401
+    import transformers  # noqa: F401
+
+    with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
+        import nbkit.rl.trainer  # noqa: F401
+    with gcfreeze.walk_only_new():  # the run's collections walk what it makes, not the libraries just loaded
+        return _trained(cfg, folder, progress, rank, world_size)
+
+
+def _trained(cfg: RLConfig, folder: RunFolder, progress: bool, rank: int, world_size: int) -> RunResult:
+    """``_train`` once its checks passed and its libraries loaded."""
     import datasets
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
-        from nbkit.rl.trainer import StepLogger
+    from nbkit.rl.trainer import StepLogger
 
     start = time.time()
     cfg, _ = sizing.for_device(cfg, world_size, rank=rank)  # a GPU's micro-batch and vLLM sleep: memory estimate

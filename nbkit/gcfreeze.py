@@ -1,0 +1,49 @@
+"""Keep the cyclic garbage collector to what a run makes, while it runs.
+
+torch, transformers, TRL and vLLM leave ~700 k objects tracked by Python's cyclic garbage collector once imported,
+and a long process (a notebook kernel, a study, the test suite) adds its own data to them; every full collection
+walks all of it. A training run asks for ~3 (its engine's ``release_memory``, accelerate's ``free_memory`` when
+TRL's trainer ends) besides the automatic ones, so a toy run of one step spent more time in ``gc.collect`` than in
+training (``benchmarks/bench_gc.py`` prints the ratios on the machine at hand).
+
+``with walk_only_new():`` moves every object alive at its start into the collector's permanent generation
+(``gc.freeze``) and moves them back when it ends (``gc.unfreeze``), however it ends. Inside, a collection walks only
+what was made since: a dropped engine or model of the run is found as before. Nothing leaks: an older object that
+became garbage in a reference cycle meanwhile is collected by the first full collection after the block. Objects
+freed by reference counting (most of them) are freed at once, inside or not.
+
+``NBKIT_GC_FREEZE=0`` turns it off. A process that froze objects itself (``gc.get_freeze_count() > 0``, e.g. a
+server that forks) is left alone: unfreezing at the end would undo its freeze.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from collections.abc import Iterator
+
+ENV = "NBKIT_GC_FREEZE"
+"""``0`` turns it off (each collection of a run then walks every object of the process)."""
+
+
+def enabled() -> bool:
+    """Whether ``walk_only_new`` freezes (``NBKIT_GC_FREEZE`` unset or ``1``); any other value is refused."""
+    value = os.environ.get(ENV, "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"{ENV}={value!r}: expected 0 (off) or 1 (on, the default)")
+    return value == "1"
+
+
+@contextlib.contextmanager
+def walk_only_new() -> Iterator[bool]:
+    """Inside the block, collections walk only objects made in it (see the module's docstring); yields whether it
+    froze (False when turned off, or when this process had frozen objects already)."""
+    if not enabled() or gc.get_freeze_count():
+        yield False
+        return
+    gc.freeze()
+    try:
+        yield True
+    finally:
+        gc.unfreeze()

@@ -1,0 +1,118 @@
+"""``nbkit.gcfreeze.walk_only_new``: inside the block the collector walks only what the block made, garbage is found
+whether it was made inside or before, and at the end the process's collector is as it was."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from nbkit import gcfreeze
+
+
+class Node:
+    """An object the test links into a reference cycle, so only the cyclic collector can free it."""
+
+
+def cycle() -> weakref.ref:
+    """A self-referencing object already dropped by its maker: garbage that only a cyclic collection frees."""
+    node = Node()
+    node.me, node.payload = node, bytearray(10**5)
+    return weakref.ref(node)
+
+
+@pytest.fixture
+def collector_off():
+    """Only explicit collections run (what they find is what the test reads); the collector's state is restored."""
+    was = gc.isenabled()
+    gc.disable()
+    yield
+    if was:
+        gc.enable()
+
+
+def test_inside_the_block_a_collection_walks_only_what_the_block_made(collector_off):
+    before = len(gc.get_objects())
+    with gcfreeze.walk_only_new() as froze:
+        made = [Node() for _ in range(100)]
+        walked = gc.get_objects()
+        frozen = gc.get_freeze_count()
+    assert froze and frozen >= before > 10_000  # the suite's process: torch and the rest frozen
+    assert len(walked) < 1_000 and all(any(n is o for o in walked) for n in made[:3])
+    assert gc.get_freeze_count() == 0 and len(gc.get_objects()) >= before  # all walked again after the block
+
+
+def test_garbage_made_inside_is_collected_inside_and_older_garbage_right_after(collector_off):
+    older = Node()
+    older.me = older
+    older_ref = weakref.ref(older)
+    with gcfreeze.walk_only_new():
+        del older  # becomes garbage while frozen: not freed by a collection inside ...
+        inside = cycle()
+        gc.collect()
+        assert inside() is None
+        assert older_ref() is not None
+    gc.collect()  # ... but by the first one after: nothing is leaked
+    assert older_ref() is None
+
+
+def test_the_block_ends_the_freeze_however_it_ends():
+    with pytest.raises(KeyboardInterrupt), gcfreeze.walk_only_new():
+        raise KeyboardInterrupt
+    assert gc.get_freeze_count() == 0
+
+
+def test_nbkit_gc_freeze_0_leaves_the_collector_alone(monkeypatch):
+    monkeypatch.setenv(gcfreeze.ENV, "0")
+    with gcfreeze.walk_only_new() as froze:
+        assert (froze, gc.get_freeze_count()) == (False, 0)
+
+
+def test_a_process_that_froze_objects_itself_keeps_its_freeze():
+    gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        with gcfreeze.walk_only_new() as froze:
+            pass
+        assert not froze and gc.get_freeze_count() == count  # not unfrozen under its owner
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.parametrize("bad", ["yes", "2", ""])
+def test_a_bad_setting_is_refused_naming_the_value_and_the_choices(monkeypatch, bad):
+    monkeypatch.setenv(gcfreeze.ENV, bad)
+    with pytest.raises(ValueError, match=rf"NBKIT_GC_FREEZE={bad!r}: expected 0 \(off\) or 1"):
+        gcfreeze.enabled()
+
+
+def test_a_training_run_walks_only_its_own_objects_and_leaves_the_collector_as_it_was(
+    tiny_random_model, arith_jsonl, tmp_path
+):
+    from nbkit.rl import RLConfig, train
+
+    seen = []
+
+    def watch(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            seen.append(gc.get_freeze_count())
+
+    cfg = RLConfig(
+        model=tiny_random_model,
+        dataset=arith_jsonl,
+        steps=1,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=8,
+        rollout_engine="hf",
+        output_dir=str(tmp_path / "run"),
+    )
+    gc.callbacks.append(watch)
+    try:
+        train(cfg, progress=False)
+    finally:
+        gc.callbacks.remove(watch)
+    in_run = [n for n in seen if n > 100_000]  # full collections that skipped the libraries' objects
+    assert len(in_run) >= 2 and seen[-1] in in_run  # the engine's release and accelerate's, the run's last included
+    assert gc.get_freeze_count() == 0
