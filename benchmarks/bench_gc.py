@@ -4,6 +4,8 @@ Prints, each measured in a fresh process on one thread:
 
 - ``collect``: one full ``gc.collect()`` after TRL's trainer stack has loaded (median of 5), outside and inside
   ``gcfreeze.walk_only_new()``, and how many objects it walks;
+- ``import``: loading TRL's trainer stack in a fresh process (median of 3), with automatic collections on
+  (``NBKIT_GC_FREEZE=0``) and off during the import (``gcfreeze.importing``, the default);
 - ``toy grid``: a study's smallest grid (``--study``, trained in-process one run after another as the test suite
   trains it), wall and CPU seconds with ``NBKIT_GC_FREEZE=0`` and ``1``, their ratio, the share of CPU spent in
   collections (``gc.callbacks``) and whether the two give the same metrics rows (timing columns aside).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +42,16 @@ with gcfreeze.walk_only_new():
     inside, walked_inside, frozen = median_collect(), len(gc.get_objects()), gc.get_freeze_count()
 print(json.dumps({"before": before, "after": inside, "walked_before": walked_before,
                   "walked_after": walked_inside, "frozen": frozen}))
+"""
+
+IMPORT = """
+import json, resource, time
+from nbkit import gcfreeze, logs
+start = time.perf_counter()
+with gcfreeze.importing(), logs.quiet():
+    import nbkit.rl.trainer  # noqa: F401
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime}))
 """
 
 GRID = """
@@ -86,6 +99,13 @@ def main(argv=None) -> int:
         f"collect: {c['before'] * 1e3:.0f} ms walking {c['walked_before']:,} objects outside the scope, "
         f"{c['after'] * 1e3:.1f} ms walking {c['walked_after']:,} inside ({c['frozen']:,} frozen): "
         f"ratio {c['after'] / c['before']:.2g}"
+    )
+    imports = {
+        freeze: statistics.median(fresh(IMPORT, freeze=freeze)["cpu"] for _ in range(3)) for freeze in ("0", "1")
+    }
+    print(
+        f"import of the trainer stack, CPU s (process start included): collector on {imports['0']:.2f}, "
+        f"off while importing {imports['1']:.2f}: ratio {imports['1'] / imports['0']:.2f}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         off = fresh(GRID, args.study, str(Path(tmp) / "off"), freeze="0")

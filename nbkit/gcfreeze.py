@@ -12,8 +12,14 @@ what was made since: a dropped engine or model of the run is found as before. No
 became garbage in a reference cycle meanwhile is collected by the first full collection after the block. Objects
 freed by reference counting (most of them) are freed at once, inside or not.
 
-``NBKIT_GC_FREEZE=0`` turns it off. A process that froze objects itself (``gc.get_freeze_count() > 0``, e.g. a
-server that forks) is left alone: unfreezing at the end would undo its freeze.
+``with importing():`` switches automatic collections off while a block loads libraries: an import makes objects that
+live as long as the process, and each automatic full collection during it walks everything loaded so far (~0.5 s
+of a training process's start-up; ``benchmarks/bench_gc.py``).
+
+A block inside another one (a run inside a test of the suite) freezes what was made since the outer one began, and
+the outermost one unfreezes everything when it ends. ``NBKIT_GC_FREEZE=0`` turns both off. A process that froze
+objects itself (``gc.get_freeze_count() > 0`` outside any block, e.g. a server that forks) is left alone:
+unfreezing at the end would undo its freeze.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ import contextlib
 import gc
 import os
 from collections.abc import Iterator
+
+_depth = 0
+"""How many ``walk_only_new`` blocks are open in this process: the outermost one unfreezes."""
 
 ENV = "NBKIT_GC_FREEZE"
 """``0`` turns it off (each collection of a run then walks every object of the process)."""
@@ -36,14 +45,34 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
+def importing() -> Iterator[None]:
+    """No automatic collection while the block runs (see the module's docstring); the collector's state before the
+    block is restored after it, however it ends (a collector the caller had switched off stays off)."""
+    if not enabled():
+        yield
+        return
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@contextlib.contextmanager
 def walk_only_new() -> Iterator[bool]:
     """Inside the block, collections walk only objects made in it (see the module's docstring); yields whether it
     froze (False when turned off, or when this process had frozen objects already)."""
-    if not enabled() or gc.get_freeze_count():
+    global _depth
+    if not enabled() or (gc.get_freeze_count() and not _depth):
         yield False
         return
-    gc.freeze()
+    gc.freeze()  # nested in another block: what was made since it began is frozen too, until the outer one ends
+    _depth += 1
     try:
         yield True
     finally:
-        gc.unfreeze()
+        _depth -= 1
+        if not _depth:
+            gc.unfreeze()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from nbkit import paths
+from nbkit import gcfreeze, paths
 
 paths.setup_environment()  # the suite is an entry point: caches inside the project before any HF library loads
 
@@ -116,6 +116,22 @@ def xdist_group(nodeid: str) -> str:
         if nodeid == prefix or nodeid.startswith((prefix + "::", prefix + "[")):
             return fixture
     return nodeid
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """Collection imports the libraries (torch, transformers, TRL, vLLM): no automatic collection walks them meanwhile."""
+    with gcfreeze.importing():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test (its fixtures' set-up and tear-down included) runs in ``nbkit.gcfreeze.walk_only_new``, as a run
+    does: the collections it triggers walk what the test made, not the ~1 M objects the worker keeps (libraries,
+    other tests' session fixtures); everything is walked again after it. ``NBKIT_GC_FREEZE=0`` turns it off."""
+    with gcfreeze.walk_only_new():
+        yield
 
 
 @pytest.hookimpl(optionalhook=True)

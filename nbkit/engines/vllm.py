@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from nbkit import formats, logs, models, paths, vllm_gemm
+from nbkit import formats, gcfreeze, logs, models, paths, vllm_gemm
 from nbkit import gemm as gemm_policies
 from nbkit.engines.base import LOGPROBS_MODES, Rollout, SamplingConfig, encode_prompt, release_memory
 from nbkit.engines.sizing import (
@@ -245,7 +245,7 @@ def sampling_params(sampling: SamplingConfig, n_prompts: int, engine_seed: int) 
 def require_vllm():
     """vLLM's ``LLM`` class, or a clear error saying how to install it."""
     try:
-        with logs.quiet():  # vLLM's import prints platform notices (Triton, NUMA): to the log file
+        with logs.quiet(), gcfreeze.importing():  # vLLM's import prints platform notices (Triton, NUMA): to the log
             from vllm import LLM
     except ImportError as exc:
         raise ModuleNotFoundError(

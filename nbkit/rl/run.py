@@ -224,12 +224,13 @@ def _train(cfg: RLConfig, folder: RunFolder, progress: bool) -> RunResult:
     check_report_to(cfg.report_to)  # a tracker that would record nothing (WANDB_MODE=disabled) is refused
     versions.check()  # names any TRL/transformers/accelerate/vLLM version other than the pinned ones
     gcfreeze.enabled()  # a bad NBKIT_GC_FREEZE is refused here, before the libraries load
-    import datasets  # noqa: F401 - loaded here, before the run's scope of the collector (below)
-    import peft  # noqa: F401
-    import transformers  # noqa: F401
+    with gcfreeze.importing():  # loaded here, before the run's scope of the collector (below)
+        import datasets  # noqa: F401
+        import peft  # noqa: F401
+        import transformers  # noqa: F401
 
-    with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
-        import nbkit.rl.trainer  # noqa: F401
+        with logs.quiet():  # TRL's vLLM backend imports vLLM, whose import prints platform notices: to the log file
+            import nbkit.rl.trainer  # noqa: F401
     with gcfreeze.walk_only_new():  # the run's collections walk what it makes, not the libraries just loaded
         return _trained(cfg, folder, progress, rank, world_size)
 

@@ -22,6 +22,18 @@ def cycle() -> weakref.ref:
     return weakref.ref(node)
 
 
+@pytest.fixture(autouse=True)
+def outside_the_suites_freeze(monkeypatch):
+    """The suite runs each test inside a block of its own (tests/conftest.py); these tests need a process with none
+    open (the suite's is put back for its hook to end)."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    monkeypatch.setattr(gcfreeze, "_depth", 0)
+    yield
+    if frozen:
+        gc.freeze()
+
+
 @pytest.fixture
 def collector_off():
     """Only explicit collections run (what they find is what the test reads); the collector's state is restored."""
@@ -57,6 +69,16 @@ def test_garbage_made_inside_is_collected_inside_and_older_garbage_right_after(c
     assert older_ref() is None
 
 
+def test_a_block_inside_a_block_freezes_what_was_made_since_and_the_outer_one_unfreezes(collector_off):
+    with gcfreeze.walk_only_new():
+        made = Node()
+        with gcfreeze.walk_only_new() as froze:
+            walked = gc.get_objects()
+        assert froze and not any(o is made for o in walked)
+        assert gc.get_freeze_count() > 0  # still inside the outer block
+    assert gc.get_freeze_count() == 0
+
+
 def test_the_block_ends_the_freeze_however_it_ends():
     with pytest.raises(KeyboardInterrupt), gcfreeze.walk_only_new():
         raise KeyboardInterrupt
@@ -78,6 +100,23 @@ def test_a_process_that_froze_objects_itself_keeps_its_freeze():
         assert not froze and gc.get_freeze_count() == count  # not unfrozen under its owner
     finally:
         gc.unfreeze()
+
+
+def test_no_automatic_collection_while_importing_and_the_collector_as_it_was_after():
+    assert gc.isenabled()
+    with gcfreeze.importing():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gcfreeze.importing():
+            pass
+        assert not gc.isenabled()  # a collector the caller switched off stays off
+    finally:
+        gc.enable()
+    with pytest.raises(ImportError), gcfreeze.importing():
+        import nbkit_no_such_module  # noqa: F401
+    assert gc.isenabled()
 
 
 @pytest.mark.parametrize("bad", ["yes", "2", ""])
