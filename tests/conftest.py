@@ -103,6 +103,7 @@ SHARED_FIXTURES = {
     "tests/rl/test_sampling_filter_rl.py": "steps",
     "tests/offline/test_analysis.py": "grid",
     "tests/offline/test_anatomy.py": "fp32_anatomy",
+    "tests/cli/test_cpu_dry_run.py::test_zero_stops_at_deepspeeds_batch_check_on_cpu": "deepspeed_shm_op",
 }
 """Tests (a module, or one test function of it, by node id) -> the expensive session- or module-scoped fixture they
 share. Under ``--dist loadgroup`` (``make test``) all tests of one fixture run on one xdist worker, so it is built

@@ -96,9 +96,19 @@ def test_fsdp2_cannot_run_under_accelerates_cpu_backend(tmp_path):
     assert refused.returncode != 0 and "FSDP config but there is no GPU here" in refused.stderr
 
 
+@pytest.fixture(scope="module")
+def deepspeed_shm_op():
+    """DeepSpeed's shared-memory comm op, which its CPU backend compiles on first use (~45 s in a fresh clone; then
+    loaded from ``TORCH_EXTENSIONS_DIR``): built once, before both ZeRO launches, on the worker that runs them (their
+    group in ``tests/conftest.py``). Two workers' launches each waited on torch's build lock while the other built."""
+    from deepspeed.accelerator import get_accelerator
+
+    get_accelerator().create_op_builder("ShareMemCommBuilder").load()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["zero2", "zero3"])
-def test_zero_stops_at_deepspeeds_batch_check_on_cpu(tmp_path, kind):
+def test_zero_stops_at_deepspeeds_batch_check_on_cpu(tmp_path, kind, deepspeed_shm_op):
     done = accelerate_launch(dry_run.cpu_config(kind, "bf16", tmp_path), "nbkit.cli.dry_run")
     assert done.returncode != 0
     assert "Setting accelerator to CPU" in done.stdout + done.stderr  # DeepSpeed's own CPU fallback
