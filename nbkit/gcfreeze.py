@@ -13,8 +13,8 @@ became garbage in a reference cycle meanwhile is collected by the first full col
 freed by reference counting (most of them) are freed at once, inside or not.
 
 ``with importing():`` switches automatic collections off while a block loads libraries: an import makes objects that
-live as long as the process, and each automatic full collection during it walks everything loaded so far (~0.5 s
-of a training process's start-up; ``benchmarks/bench_gc.py``).
+live as long as the process, and each automatic full collection during it walks everything loaded so far (a
+measurable share of a training process's start-up: ``benchmarks/bench_gc.py`` prints it on the machine at hand).
 
 A block inside another one (a run inside a test of the suite) freezes what was made since the outer one began, and
 the outermost one unfreezes everything when it ends. ``NBKIT_GC_FREEZE=0`` turns both off. A process that froze
