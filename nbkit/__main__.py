@@ -2,7 +2,10 @@
 
 import sys
 
-from nbkit.cli.main import main
+from nbkit import gcfreeze
+
+with gcfreeze.importing():
+    from nbkit.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,6 +15,13 @@ freed by reference counting (most of them) are freed at once, inside or not.
 ``with importing():`` switches automatic collections off while a block loads libraries: an import makes objects that
 live as long as the process, and each automatic full collection during it walks everything loaded so far (a
 measurable share of a training process's start-up: ``benchmarks/bench_gc.py`` prints it on the machine at hand).
+Inside a ``walk_only_new`` block, everything alive when the import ends is frozen too, until the block ends: a
+library loaded by a run (or a test) is not the run's to walk. vLLM, for one, calls ``gc.collect()`` a dozen times while an engine starts and
+stops, and each call would otherwise walk the whole of vLLM the block had just imported.
+
+A program nbkit starts (``nbkit``, ``python -m nbkit.cli.train`` under ``accelerate launch``, a pool worker) calls
+``suspend()`` before its module-level imports and ``resume()`` once they are done: its start-up loads torch and
+transformers, with no automatic collection in between, as ``importing()`` does for a block.
 
 A block inside another one (a run inside a test of the suite) freezes what was made since the outer one began, and
 the outermost one unfreezes everything when it ends. ``NBKIT_GC_FREEZE=0`` turns both off. A process that froze
@@ -31,6 +38,9 @@ from collections.abc import Iterator
 
 _depth = 0
 """How many ``walk_only_new`` blocks are open in this process: the outermost one unfreezes."""
+
+_suspended = False
+"""Whether ``suspend()`` switched automatic collections off and ``resume()`` has yet to switch them back on."""
 
 ENV = "NBKIT_GC_FREEZE"
 """``0`` turns it off (each collection of a run then walks every object of the process)."""
@@ -56,8 +66,27 @@ def importing() -> Iterator[None]:
     try:
         yield
     finally:
+        if _depth:  # the open block froze what was alive at its start: what was just loaded joins it
+            gc.freeze()
         if was:
             gc.enable()
+
+
+def suspend() -> None:
+    """A program's start: no automatic collection until ``resume()`` (the module's docstring). Call it before the
+    program's own imports; a collector already off stays off."""
+    global _suspended
+    if enabled() and gc.isenabled():
+        gc.disable()
+        _suspended = True
+
+
+def resume() -> None:
+    """End what ``suspend()`` began (nothing if it did not switch the collector off)."""
+    global _suspended
+    if _suspended:
+        _suspended = False
+        gc.enable()
 
 
 @contextlib.contextmanager

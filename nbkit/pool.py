@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbkit import paths
+from nbkit import gcfreeze, paths
 
 WORKERS_ENV = "NBKIT_WORKERS"
 """Environment variable capping the jobs run at once (``0``: in this process, one after another)."""
@@ -144,7 +144,9 @@ class JobFailed(RuntimeError):
 def call(target: str, kwargs: dict):
     """Import ``target`` (``"module:function"``) and call it with ``kwargs``."""
     module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)(**kwargs)
+    with gcfreeze.importing():  # its libraries load with no automatic collection (nbkit.gcfreeze)
+        function = getattr(importlib.import_module(module), name)
+    return function(**kwargs)
 
 
 def run(
@@ -449,7 +451,8 @@ def _worker_main(cores: str) -> int:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, [int(c) for c in cores.split(",")])
     paths.setup_environment()
-    import torch
+    with gcfreeze.importing():
+        import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     for line in sys.stdin:
@@ -470,7 +473,8 @@ def _run_one(spec_path: str) -> None:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         try:
-            value = call(spec["target"], spec["kwargs"])
+            with gcfreeze.walk_only_new():  # the job's collections walk what it makes, not what earlier jobs left
+                value = call(spec["target"], spec["kwargs"])
         except BaseException:  # noqa: BLE001 - printed to the job log, the worker ends
             traceback.print_exc()
             sys.stderr.flush()

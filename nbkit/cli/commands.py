@@ -11,6 +11,7 @@ import os
 import re
 import sys
 
+from nbkit import gcfreeze
 from nbkit.locks import FolderLockedError
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -33,7 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def dispatch(name: str, argv: list[str]) -> int:
     """Run subcommand ``name`` with the rest of the command line."""
-    return importlib.import_module(COMMANDS[name][0]).main(argv)
+    with gcfreeze.importing():  # the command's libraries load with no automatic collection (nbkit.gcfreeze)
+        module = importlib.import_module(COMMANDS[name][0])
+    return module.main(argv)
 
 
 DEBUG_FLAG = "--debug"

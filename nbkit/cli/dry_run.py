@@ -24,11 +24,16 @@ accelerate's ``prepare`` stops at DeepSpeed's batch check (``DEEPSPEED_CPU_ERROR
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a program (accelerate launch): no automatic collection while it sets up
+    from nbkit import gcfreeze as _gcfreeze
+
+    _gcfreeze.suspend()  # main() resumes
+
 import dataclasses
 import json
 from pathlib import Path
 
-from nbkit import models
+from nbkit import gcfreeze, models
 from nbkit.cli.plan import run_configs
 from nbkit.rl import fsdp, launch
 
@@ -123,6 +128,7 @@ def main() -> int:
     ids = torch.randint(3, 30, (4 * accelerator.num_processes, 12), generator=torch.Generator().manual_seed(0))
     loader = torch.utils.data.DataLoader(ids, batch_size=2)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    gcfreeze.resume()  # set up (torch, accelerate, DeepSpeed loaded): the program's suspend() ends here
     batch = next(iter(loader))
     with accelerator.autocast():
         out = model(input_ids=batch, labels=batch)

@@ -18,9 +18,11 @@ On the command line ``null`` (or ``None``) sets an optional field to None; ``non
 from __future__ import annotations
 
 if __name__ == "__main__":  # run as a program (python -m, accelerate launch): caches in the project before HF loads
+    from nbkit import gcfreeze as _gcfreeze
     from nbkit import paths as _paths
 
     _paths.setup_environment()
+    _gcfreeze.suspend()  # no automatic collection while the imports below load torch and transformers
 
 import argparse
 import difflib
@@ -286,4 +288,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     from nbkit.cli.commands import guarded
 
+    _gcfreeze.resume()
     sys.exit(guarded(main, prog="nbkit train"))

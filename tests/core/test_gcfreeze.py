@@ -119,6 +119,57 @@ def test_no_automatic_collection_while_importing_and_the_collector_as_it_was_aft
     assert gc.isenabled()
 
 
+def test_what_an_import_inside_a_block_loaded_is_frozen_with_the_block_and_outside_one_nothing_is(collector_off):
+    with gcfreeze.importing():
+        outside = [Node() for _ in range(1_000)]  # stands for a library's objects
+    assert gc.get_freeze_count() == 0 and any(o is outside[0] for o in gc.get_objects())
+    with gcfreeze.walk_only_new():
+        frozen = gc.get_freeze_count()
+        with gcfreeze.importing():
+            loaded = [Node() for _ in range(1_000)]
+        assert gc.get_freeze_count() >= frozen + len(loaded)
+        assert not any(o is loaded[0] for o in gc.get_objects())  # a collection in the block skips them
+    assert gc.get_freeze_count() == 0 and any(o is loaded[0] for o in gc.get_objects())
+
+
+def test_a_program_suspends_collections_until_it_resumes_and_leaves_a_collector_it_found_off_alone(monkeypatch):
+    monkeypatch.setattr(gcfreeze, "_suspended", False)
+    assert gc.isenabled()
+    gcfreeze.suspend()
+    try:
+        assert not gc.isenabled()
+    finally:
+        gcfreeze.resume()
+    assert gc.isenabled()
+    gcfreeze.resume()  # a second resume does nothing
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        gcfreeze.suspend()
+        gcfreeze.resume()
+        assert not gc.isenabled()  # off before the program's suspend: still off
+    finally:
+        gc.enable()
+    monkeypatch.setenv(gcfreeze.ENV, "0")
+    gcfreeze.suspend()
+    assert gc.isenabled()
+
+
+def test_a_pool_job_walks_only_what_it_makes_and_loads_its_module_with_the_collector_off(monkeypatch, tmp_path):
+    import pickle
+
+    from nbkit import pool
+
+    spec = {"target": "gc:get_freeze_count", "kwargs": {}, "log": tmp_path / "log", "result": tmp_path / "value"}
+    (tmp_path / "spec").write_bytes(pickle.dumps(spec))
+    pool._run_one(str(tmp_path / "spec"))  # as a worker runs each job
+    assert pickle.loads((tmp_path / "value").read_bytes()) > 10_000  # the job ran with the process's objects frozen
+    assert gc.get_freeze_count() == 0
+    states = []
+    monkeypatch.setattr(pool.importlib, "import_module", lambda name: states.append(gc.isenabled()) or gc)
+    assert pool.call("gc:isenabled", {}) is True and states == [False]
+
+
 @pytest.mark.parametrize("bad", ["yes", "2", ""])
 def test_a_bad_setting_is_refused_naming_the_value_and_the_choices(monkeypatch, bad):
     monkeypatch.setenv(gcfreeze.ENV, bad)

@@ -60,19 +60,29 @@ def test_dtype_names_round_trip():
 def test_the_converted_smollm2_is_reused_while_its_gguf_is_unchanged_and_converted_again_when_not(
     tmp_path, monkeypatch
 ):
+    """The cache's rule. The project's own checkpoint comes from the real conversion (every SmolLM2 test loads it);
+    the copy's conversion again is recorded instead of run (it takes ~20 s of one core)."""
     import json
     import shutil
 
     project = models._smollm2_checkpoint()  # the project's cache (converted once per machine)
     record = json.loads((project / "nbkit_source.json").read_text())
     assert len(record["sha256"]) == 64 and record["bytes"] > 0  # the GGUF it came from, by content
+    assert (project / "model.safetensors").stat().st_size > 4 * 100e6  # 135 M parameters in fp32
     monkeypatch.setattr(models, "CACHE", tmp_path)
+    converted = []
+
+    def convert(gguf, out):
+        converted.append(gguf)
+        out.mkdir()
+        (out / "model.safetensors").write_bytes(b"converted again")
+
+    monkeypatch.setattr(models, "_convert_gguf", convert)
     copy = shutil.copytree(project, tmp_path / "models" / "smollm2-135m")
     weights = copy / "model.safetensors"
-    before = weights.stat().st_mtime_ns
-    assert models._smollm2_checkpoint() == copy and weights.stat().st_mtime_ns == before  # reused as it is
+    assert models._smollm2_checkpoint() == copy and not converted  # reused as it is
     (copy / "nbkit_source.json").write_text(json.dumps({**record, "sha256": "0" * 64}))  # another GGUF's copy
     assert models._smollm2_checkpoint() == copy
-    assert weights.stat().st_mtime_ns != before  # converted again
+    assert [g.name for g in converted] == [record["gguf"]] and weights.read_bytes() == b"converted again"
     assert json.loads((copy / "nbkit_source.json").read_text())["sha256"] == record["sha256"]
     assert not list(copy.parent.glob("*.partial-*"))  # the temporary folder was renamed into place
