@@ -72,6 +72,15 @@ def importing() -> Iterator[None]:
             gc.enable()
 
 
+def refreeze() -> None:
+    """Right after a full collection inside a ``walk_only_new`` block: freeze what survived it, until the block
+    ends (nothing outside a block). vLLM freezes the process when an engine starts and unfreezes all of it when the
+    engine shuts down (``gc.unfreeze`` in its engine core and worker), the block's freeze included; every
+    collection after that, until the block ends, would walk every object of the process again."""
+    if _depth:
+        gc.freeze()
+
+
 def suspend() -> None:
     """A program's start: no automatic collection until ``resume()`` (the module's docstring). Call it before the
     program's own imports; a collector already off stays off."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from nbkit import gcfreeze
 from nbkit.models import DTYPES
 
 ENGINE_DTYPES = tuple(DTYPES)
@@ -126,9 +127,12 @@ def encode_prompt(tokenizer, prompt: str) -> list[int]:
 
 def release_memory() -> None:
     """Collect dropped engine objects and return the accelerator's cached blocks to the device, so a later
-    engine (vLLM checks free memory at start-up) or run in the same process finds the memory free."""
+    engine (vLLM checks free memory at start-up) or run in the same process finds the memory free. What survives
+    the collection is frozen again inside a run's block (``nbkit.gcfreeze.refreeze``: vLLM's shutdown unfreezes
+    the whole process)."""
     import gc
 
     gc.collect()
+    gcfreeze.refreeze()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

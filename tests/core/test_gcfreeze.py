@@ -132,6 +132,20 @@ def test_what_an_import_inside_a_block_loaded_is_frozen_with_the_block_and_outsi
     assert gc.get_freeze_count() == 0 and any(o is loaded[0] for o in gc.get_objects())
 
 
+def test_after_an_engine_s_release_what_survived_is_frozen_again_inside_a_block_and_nothing_outside(collector_off):
+    from nbkit.engines.base import release_memory
+
+    with gcfreeze.walk_only_new():
+        gc.unfreeze()  # as a vLLM engine's shutdown does to the whole process
+        dropped = cycle()
+        release_memory()
+        assert dropped() is None  # the release collected what the engine dropped ...
+        assert gc.get_freeze_count() > 10_000  # ... and froze the rest again, until the block ends
+    assert gc.get_freeze_count() == 0
+    release_memory()
+    assert gc.get_freeze_count() == 0
+
+
 def test_a_program_suspends_collections_until_it_resumes_and_leaves_a_collector_it_found_off_alone(monkeypatch):
     monkeypatch.setattr(gcfreeze, "_suspended", False)
     assert gc.isenabled()
