@@ -8,7 +8,10 @@ Prints, each measured in a fresh process on one thread:
   (``NBKIT_GC_FREEZE=0``) and off during the import (``gcfreeze.importing``, the default);
 - ``toy grid``: a study's smallest grid (``--study``, trained in-process one run after another as the test suite
   trains it), wall and CPU seconds with ``NBKIT_GC_FREEZE=0`` and ``1``, their ratio, the share of CPU spent in
-  collections (``gc.callbacks``) and whether the two give the same metrics rows (timing columns aside).
+  collections (``gc.callbacks``) and whether the two give the same metrics rows (timing columns aside);
+- ``vLLM runs``: two one-step tiny-arith runs with vLLM rollouts in one process, as a notebook trains them (vLLM's
+  engine unfreezes the whole process when it shuts down; ``gcfreeze.refreeze`` puts the run's freeze back), the same
+  figures (skipped where vLLM is not installed).
 
 Run it with the machine otherwise idle; the first line names the CPU.
 
@@ -19,6 +22,7 @@ Run it with the machine otherwise idle; the first line names the CPU.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -74,6 +78,29 @@ print(json.dumps({"wall": time.perf_counter() - start, "cpu": usage.ru_utime + u
                   "runs": len(runs), "rows": json.dumps(rows, sort_keys=True, default=str)}))
 """
 
+VLLM_RUNS = """
+import gc, json, resource, sys, time
+from nbkit import schema
+from nbkit.rl import RLConfig, train
+from nbkit.runlog import MetricsLog
+spent = {"gc": 0.0, "t": 0.0}
+def watch(phase, info):
+    if phase == "start":
+        spent["t"] = time.process_time()
+    else:
+        spent["gc"] += time.process_time() - spent["t"]
+gc.callbacks.append(watch)
+start, rows = time.perf_counter(), []
+for i in range(2):
+    cfg = RLConfig(model="tiny-arith", steps=1, prompts_per_step=2, samples_per_prompt=2, max_tokens=8,
+                   rollout_engine="vllm", output_dir=f"{sys.argv[1]}/run{i}", seed=i)
+    train(cfg, progress=False)
+    rows.append(schema.without_timing(MetricsLog.read(f"{sys.argv[1]}/run{i}/metrics.jsonl")))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime, "gc": spent["gc"],
+                  "runs": 2, "rows": json.dumps(rows, sort_keys=True, default=str)}))
+"""
+
 
 def fresh(code: str, *args: str, freeze: str) -> dict:
     env = {**os.environ, "NBKIT_GC_FREEZE": freeze, "NBKIT_WORKERS": "0", "OMP_NUM_THREADS": "1"}
@@ -110,16 +137,28 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         off = fresh(GRID, args.study, str(Path(tmp) / "off"), freeze="0")
         on = fresh(GRID, args.study, str(Path(tmp) / "on"), freeze="1")
+    compare(f"toy grid {args.study} ({on['runs']} runs)", off, on)
+    if importlib.util.find_spec("vllm") is None:
+        print("vLLM runs: skipped (vLLM is not installed)")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        off = fresh(VLLM_RUNS, str(Path(tmp) / "off"), freeze="0")
+        on = fresh(VLLM_RUNS, str(Path(tmp) / "on"), freeze="1")
+    compare("vLLM runs (2 one-step tiny-arith runs in one process)", off, on)
+    return 0
+
+
+def compare(what: str, off: dict, on: dict) -> None:
+    """Print one workload's figures with the collector unchanged and with gcfreeze, and their ratios."""
     for name, r in (("NBKIT_GC_FREEZE=0", off), ("NBKIT_GC_FREEZE=1", on)):
         print(
-            f"toy grid {args.study} ({r['runs']} runs), {name}: {r['wall']:.1f} s wall, {r['cpu']:.1f} s CPU, "
+            f"{what}, {name}: {r['wall']:.1f} s wall, {r['cpu']:.1f} s CPU, "
             f"{r['gc']:.1f} s of it in gc ({r['gc'] / r['cpu']:.0%})"
         )
     print(
-        f"ratio freeze/no freeze: wall {on['wall'] / off['wall']:.2f}, CPU {on['cpu'] / off['cpu']:.2f}; "
+        f"{what}: ratio freeze/no freeze: wall {on['wall'] / off['wall']:.2f}, CPU {on['cpu'] / off['cpu']:.2f}; "
         f"same metrics rows (timing aside): {'yes' if on['rows'] == off['rows'] else 'NO'}"
     )
-    return 0
 
 
 if __name__ == "__main__":
