@@ -440,3 +440,32 @@ def test_the_sanity_run_falls_back_to_hf_rollouts_where_vllm_is_missing_and_says
     assert runnable_here(cfg) is cfg
     monkeypatch.setattr(engines, "vllm_available", lambda: False)
     assert runnable_here(cfg).rollout_engine == "hf" and "fall back to the HF engine" in capsys.readouterr().out
+
+
+def test_a_finished_run_leaves_nothing_of_its_trainer_or_model_behind(
+    tmp_path, tiny_random_model, arith_jsonl, monkeypatch
+):
+    """A notebook that trains twice must find the first run's policy (and its optimiser state) freed, as a GPU
+    needs: once ``train`` has returned, a collection frees the trainer and its model. (Outside the suite's own
+    ``gcfreeze`` block, as in a notebook: inside one, what a run leaves is frozen until the block ends.)"""
+    import gc
+    import weakref
+
+    from nbkit import gcfreeze
+    from nbkit.rl import trainer as trainers
+
+    gc.unfreeze()  # the suite's block, put back (below) for its hook to end
+    monkeypatch.setattr(gcfreeze, "_depth", 0)
+
+    made = []
+    init = trainers.PrecisionGRPOTrainer.__init__
+
+    def recorded(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append((weakref.ref(self), weakref.ref(self.model)))
+
+    monkeypatch.setattr(trainers.PrecisionGRPOTrainer, "__init__", recorded)
+    train(smoke(tmp_path, tiny_random_model, arith_jsonl, steps=1), progress=False)
+    gc.collect()
+    assert len(made) == 1 and [ref() for ref in made[0]] == [None, None]
+    gc.freeze()
