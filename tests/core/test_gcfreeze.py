@@ -45,14 +45,16 @@ def collector_off():
 
 
 def test_inside_the_block_a_collection_walks_only_what_the_block_made(collector_off):
+    older = Node()
     before = len(gc.get_objects())
     with gcfreeze.walk_only_new() as froze:
         made = [Node() for _ in range(100)]
         walked = gc.get_objects()
         frozen = gc.get_freeze_count()
-    assert froze and frozen >= before > 10_000  # the suite's process: torch and the rest frozen
+    assert froze and frozen > 0.9 * before > 10_000  # the suite's process: torch and the rest frozen
     assert len(walked) < 1_000 and all(any(n is o for o in walked) for n in made[:3])
-    assert gc.get_freeze_count() == 0 and len(gc.get_objects()) >= before  # all walked again after the block
+    assert not any(o is older for o in walked)
+    assert gc.get_freeze_count() == 0 and any(o is older for o in gc.get_objects())  # walked again after the block
 
 
 def test_garbage_made_inside_is_collected_inside_and_older_garbage_right_after(collector_off):
@@ -92,14 +94,16 @@ def test_nbkit_gc_freeze_0_leaves_the_collector_alone(monkeypatch):
 
 
 def test_a_process_that_froze_objects_itself_keeps_its_freeze():
+    owners = Node()  # frozen by the process itself, not by a block
     gc.freeze()
     try:
-        count = gc.get_freeze_count()
         with gcfreeze.walk_only_new() as froze:
             pass
-        assert not froze and gc.get_freeze_count() == count  # not unfrozen under its owner
+        # still frozen: not unfrozen under its owner (the count itself moves when another thread frees a frozen object)
+        assert not froze and gc.get_freeze_count() > 10_000 and not any(o is owners for o in gc.get_objects())
     finally:
         gc.unfreeze()
+    assert any(o is owners for o in gc.get_objects())
 
 
 def test_no_automatic_collection_while_importing_and_the_collector_as_it_was_after():
@@ -127,7 +131,7 @@ def test_what_an_import_inside_a_block_loaded_is_frozen_with_the_block_and_outsi
         frozen = gc.get_freeze_count()
         with gcfreeze.importing():
             loaded = [Node() for _ in range(1_000)]
-        assert gc.get_freeze_count() >= frozen + len(loaded)
+        assert gc.get_freeze_count() > frozen + 0.9 * len(loaded)
         assert not any(o is loaded[0] for o in gc.get_objects())  # a collection in the block skips them
     assert gc.get_freeze_count() == 0 and any(o is loaded[0] for o in gc.get_objects())
 
