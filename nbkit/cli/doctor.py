@@ -60,7 +60,7 @@ def write_html(result: DoctorResult, out: Path) -> Path:
     prov = provenance()
     page = (
         "<!doctype html><meta charset='utf-8'><title>nbkit doctor</title>"
-        "<style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}"
+        "<style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em;white-space:pre-wrap;overflow-wrap:anywhere}"
         "dl.prov{display:grid;grid-template-columns:max-content auto;gap:2px 14px} dl.prov dt{font-weight:bold} "
         "dl.prov dd{margin:0}</style>"
         f"<h1>nbkit doctor: {html.escape(result.config.model)}</h1>"

@@ -87,6 +87,7 @@ def gap_dose_figure(stored: dict, readings: dict | None = None, title: str = HAR
         ys += [v for ci in t.get("gap_ci") or [] if ci for v in ci if v is not None]
     y_lo, y_hi = min(ys) - 0.05, max(ys) + 0.05
     fig = go.Figure()
+    labels = []  # (dose, text, color) of every placed format: drawn last, in rows that keep them apart
     for k, (task, t) in enumerate(tasks.items()):
         color = TASK_COLORS[k % len(TASK_COLORS)]
         doses, gaps = t.get("doses") or [], t.get("mean_gaps")
@@ -133,12 +134,13 @@ def gap_dose_figure(stored: dict, readings: dict | None = None, title: str = HAR
             fig.add_scatter(
                 x=list(placed.values()),
                 y=[y_lo] * len(placed),
-                mode="markers+text",
+                mode="markers",
                 text=[f.upper() for f in placed],
-                textposition="top center",
+                hovertemplate="%{text}: dose %{x:.3g} (placed on the axis, not dosed)<extra></extra>",
                 marker=dict(symbol="triangle-up", size=11, color=color),
                 name=f"{task}: formats placed on the axis (not dosed)",
             )
+            labels += [(v, f.upper(), color) for f, v in placed.items()]
     for harm in sorted(harms):
         fig.add_scatter(
             x=[x_lo, x_hi],
@@ -163,6 +165,22 @@ def gap_dose_figure(stored: dict, readings: dict | None = None, title: str = HAR
             hovertext=f"yours: {d.upper()} dose {r.value:.3g} ({r.how})",
             hoverinfo="text",
         )
+    rows = label_rows([(math.log10(x), text) for x, text, _ in labels], math.log10(x_hi) - math.log10(x_lo))
+    placed_labels = [
+        dict(
+            x=math.log10(x),  # an annotation on a log axis takes the exponent
+            y=y_lo,
+            text=text,
+            font=dict(color=color, size=11),
+            showarrow=True,
+            arrowhead=0,
+            arrowwidth=1,
+            arrowcolor=color,
+            ax=0,
+            ay=-(14 + LABEL_ROW_PX * row),
+        )
+        for (x, text, color), row in zip(labels, rows)
+    ]
     fig.update_layout(
         title=title,
         xaxis=dict(type="log", title=f"dose ({unit})", range=[math.log10(x_lo), math.log10(x_hi)]),
@@ -178,6 +196,31 @@ def gap_dose_figure(stored: dict, readings: dict | None = None, title: str = HAR
                 yanchor="bottom",
                 font=dict(size=10),
             )
-        ],
+        ]
+        + placed_labels,
     )
     return fig
+
+
+LABEL_ROW_PX = 15
+"""Height of one row of placed-format labels above the axis, in pixels."""
+
+
+def label_rows(labels: list[tuple[float, str]], decades: float, plot_px: float = 700, char_px: float = 7.5):
+    """A row per label (``(log10 dose, text)``, in order) so that no two labels of one row overlap: each takes the
+    lowest row whose labels are all far enough from it, their half-widths apart plus a gap, on a plot area of
+    ``plot_px`` pixels spanning ``decades`` (a narrower figure may still crowd them)."""
+    px_per_decade = plot_px / max(decades, 1e-9)
+    placed: list[list[tuple[float, float]]] = []  # row -> (centre px, half-width px) of its labels
+    out = []
+    for x, text in labels:
+        centre, half = x * px_per_decade, len(text) * char_px / 2
+        row = next(
+            (i for i, taken in enumerate(placed) if all(abs(centre - c) >= half + h + 6 for c, h in taken)),
+            len(placed),
+        )
+        if row == len(placed):
+            placed.append([])
+        placed[row].append((centre, half))
+        out.append(row)
+    return out

@@ -161,11 +161,20 @@ def test_the_report_draws_the_users_formats_on_the_stored_gap_vs_dose_figure(tmp
     } <= names
     assert f"tiny-arith: threshold {est.dose:.3g}" in names
     assert f"tiny-arith: threshold CI {est.ci[0]:.3g}–{est.ci[1]:.3g}" in names
+    assert {"BF16", "FP16", "NVFP4"} <= {a.text for a in fig.layout.annotations}  # the placed formats, labelled
     yours = next(t for t in fig.data if t.name == "yours: BF16")
     assert yours.x[0] == pytest.approx(result.diagnoses["bf16"][UNIT])  # at the dose the risk line reads
     page = doctor_cli.write_html(result, tmp_path / "out").read_text()
     assert doctor_plots.HARM_TITLE in page and '"yours: BF16"' in page and "No gap-vs-dose figure" not in page
     assert "risk BF16 here: dose" in page
+
+
+def test_placed_format_labels_close_on_the_axis_take_rows_of_their_own_and_far_ones_share_the_first():
+    labels = [(-3.0, "FP16"), (-2.97, "BF16"), (-2.9, "FP8-E4M3"), (0.0, "NVFP4"), (-1.0, "MXFP4")]
+    rows = doctor_plots.label_rows(labels, decades=6)
+    assert len(set(rows[:3])) == 3  # three labels within a tenth of a decade: three rows
+    assert rows[3] == rows[4] == 0  # alone where they are: the first row
+    assert doctor_plots.label_rows(labels[:2], decades=0.01) == [0, 0]  # zoomed in, the same two are far apart
 
 
 def test_with_no_store_the_report_has_no_figure_and_says_why(tmp_path, monkeypatch):

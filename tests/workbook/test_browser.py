@@ -251,3 +251,46 @@ def test_jupyterlab_runs_the_primer_and_a_widget_control_redraws_its_figure(lab,
     assert target in after, f"the figure did not follow the slider to 2^24 within 60 s: {after}"
     # JupyterLab's own console noise (missing optional settings, 404s of extensions) is not ours; exceptions are
     assert not page.uncaught, f"uncaught JavaScript exceptions in JupyterLab: {page.uncaught[:5]}"
+
+
+PLACED_LABELS_JS = """names => [...document.querySelectorAll('g.annotation')].filter(
+    a => names.includes(a.textContent.trim())).map(a => {
+        const r = a.querySelector('text').getBoundingClientRect();
+        return {text: a.textContent.trim(), left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+    })"""
+
+
+def test_the_doctor_page_fits_the_window_and_its_placed_format_labels_do_not_overlap(tmp_path, page):
+    """doctor.html on the project's stored thresholds (formats of two tasks placed close together on the dose axis):
+    no line of its text runs past the window, every figure is drawn, and no two placed-format labels overlap."""
+    import numpy as np
+
+    from nbkit.cli import doctor as doctor_cli
+    from nbkit.offline import risk
+    from nbkit.offline.doctor import DoctorConfig, DoctorResult, dtype_diagnosis
+
+    rng = np.random.default_rng(0)
+    mu = [np.log(rng.uniform(0.2, 0.9, 30)) for _ in range(12)]
+    pairs = {
+        d: ([np.minimum(m + rng.normal(0, sd, m.size), 0.0) for m in mu], mu)
+        for d, sd in (("bf16", 0.2), ("fp16", 0.01))
+    }
+    cfg = DoctorConfig(model="tiny-arith", engine="hf", target_length=8192)  # long: the risk lines are long too
+    result = DoctorResult(
+        cfg, "hf", {d: dtype_diagnosis(*p) for d, p in pairs.items()}, "either", ["r"], 1.0, 1.0, pairs
+    )
+    html = doctor_cli.write_html(result, tmp_path / "doctor")
+    _assert_drawn(_open(page, html), "doctor.html")
+    assert not page.js_errors, page.js_errors[:5]
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # the risk lines wrap
+    stored = risk.load(risk.STORE)
+    names = sorted({f.upper() for t in stored["tasks"].values() for f in (t.get("placed") or {})})
+    labels = page.evaluate(PLACED_LABELS_JS, names)
+    assert len(labels) == sum(len(t.get("placed") or {}) for t in stored["tasks"].values()) >= 4
+    clashes = [
+        (a["text"], b["text"])
+        for i, a in enumerate(labels)
+        for b in labels[i + 1 :]
+        if a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]
+    ]
+    assert not clashes, clashes
