@@ -58,10 +58,9 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime}))
 """
 
-GRID = """
+WATCH = """
 import gc, json, resource, sys, time
 from nbkit import schema
-from nbkit.studies.catalog import STUDIES
 spent = {"gc": 0.0, "t": 0.0}
 def watch(phase, info):
     if phase == "start":
@@ -69,6 +68,12 @@ def watch(phase, info):
     else:
         spent["gc"] += time.process_time() - spent["t"]
 gc.callbacks.append(watch)
+"""
+"""The start of a timed workload: CPU seconds spent in collections add up in ``spent["gc"]``."""
+
+GRID = (
+    WATCH
+    + """from nbkit.studies.catalog import STUDIES
 study = STUDIES[sys.argv[1]]
 start = time.perf_counter()
 runs = study.run(progress=False, **{**study.toy, "output_dir": sys.argv[2]})
@@ -77,19 +82,12 @@ rows = {label: schema.without_timing(rs) for label, rs in runs.items()}
 print(json.dumps({"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime, "gc": spent["gc"],
                   "runs": len(runs), "rows": json.dumps(rows, sort_keys=True, default=str)}))
 """
+)
 
-VLLM_RUNS = """
-import gc, json, resource, sys, time
-from nbkit import schema
-from nbkit.rl import RLConfig, train
+VLLM_RUNS = (
+    WATCH
+    + """from nbkit.rl import RLConfig, train
 from nbkit.runlog import MetricsLog
-spent = {"gc": 0.0, "t": 0.0}
-def watch(phase, info):
-    if phase == "start":
-        spent["t"] = time.process_time()
-    else:
-        spent["gc"] += time.process_time() - spent["t"]
-gc.callbacks.append(watch)
 start, rows = time.perf_counter(), []
 for i in range(2):
     cfg = RLConfig(model="tiny-arith", steps=1, prompts_per_step=2, samples_per_prompt=2, max_tokens=8,
@@ -100,6 +98,7 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime, "gc": spent["gc"],
                   "runs": 2, "rows": json.dumps(rows, sort_keys=True, default=str)}))
 """
+)
 
 
 def fresh(code: str, *args: str, freeze: str) -> dict:
