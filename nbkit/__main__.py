@@ -4,8 +4,11 @@ import sys
 
 from nbkit import gcfreeze
 
-with gcfreeze.importing():
-    from nbkit.cli.main import main
+if __name__ == "__main__":
+    gcfreeze.suspend()  # no automatic collection while the command line's modules load
+
+from nbkit.cli.main import main
 
 if __name__ == "__main__":
+    gcfreeze.resume()
     sys.exit(main())

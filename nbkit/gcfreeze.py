@@ -83,9 +83,11 @@ def refreeze() -> None:
 
 def suspend() -> None:
     """A program's start: no automatic collection until ``resume()`` (the module's docstring). Call it before the
-    program's own imports; a collector already off stays off."""
+    program's own imports; a collector already off stays off. Only ``NBKIT_GC_FREEZE=1`` (or unset) suspends; a bad
+    value is not refused here, before the program's error handling exists, but where its work begins
+    (``enabled()``, e.g. in ``nbkit.rl.run``), as one line naming the value and the choices."""
     global _suspended
-    if enabled() and gc.isenabled():
+    if os.environ.get(ENV, "1") == "1" and gc.isenabled():
         gc.disable()
         _suspended = True
 

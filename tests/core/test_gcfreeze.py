@@ -168,9 +168,10 @@ def test_a_program_suspends_collections_until_it_resumes_and_leaves_a_collector_
         assert not gc.isenabled()  # off before the program's suspend: still off
     finally:
         gc.enable()
-    monkeypatch.setenv(gcfreeze.ENV, "0")
-    gcfreeze.suspend()
-    assert gc.isenabled()
+    for value in ("0", "yes"):  # off; a bad value is refused where the work begins (enabled()), not at start-up
+        monkeypatch.setenv(gcfreeze.ENV, value)
+        gcfreeze.suspend()
+        assert gc.isenabled()
 
 
 def test_a_pool_job_walks_only_what_it_makes_and_loads_its_module_with_the_collector_off(monkeypatch, tmp_path):
