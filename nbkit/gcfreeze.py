@@ -16,15 +16,19 @@ freed by reference counting (most of them) are freed at once, inside or not.
 live as long as the process, and each automatic full collection during it walks everything loaded so far (a
 measurable share of a training process's start-up: ``benchmarks/bench_gc.py`` prints it on the machine at hand).
 Inside a ``walk_only_new`` block, everything alive when the import ends is frozen too, until the block ends: a
-library loaded by a run (or a test) is not the run's to walk. vLLM, for one, calls ``gc.collect()`` a dozen times while an engine starts and
-stops, and each call would otherwise walk the whole of vLLM the block had just imported.
+library loaded by a run (or a test) is not the run's to walk. vLLM, for one, calls ``gc.collect()`` a dozen times
+while an engine starts and stops, and each call would otherwise walk the whole of vLLM the block had just imported.
+vLLM also unfreezes the whole process when an engine shuts down; ``refreeze()`` (called by the engines'
+``release_memory``) freezes what survived the engine's collection again, until the block ends.
 
-A program nbkit starts (``nbkit``, ``python -m nbkit.cli.train`` under ``accelerate launch``, a pool worker) calls
-``suspend()`` before its module-level imports and ``resume()`` once they are done: its start-up loads torch and
-transformers, with no automatic collection in between, as ``importing()`` does for a block.
+A program nbkit starts (``python -m nbkit``, ``python -m nbkit.cli.train`` under ``accelerate launch``, the dry run)
+calls ``suspend()`` before its module-level imports and ``resume()`` once they are done: its start-up loads torch and
+transformers with no automatic collection in between, as ``importing()`` does for a block. A pool worker loads
+torch and each job's module under ``importing()`` and runs each job in a block of its own.
 
-A block inside another one (a run inside a test of the suite) freezes what was made since the outer one began, and
-the outermost one unfreezes everything when it ends. ``NBKIT_GC_FREEZE=0`` turns both off. A process that froze
+A block inside another one (a run inside a test of the suite, or inside a pool job) freezes what was made since the
+outer one began, and the outermost one unfreezes everything when it ends: what a run left behind inside an outer
+block (its trainer and model, once ``train`` returns) is freed when that block ends, not before. ``NBKIT_GC_FREEZE=0`` turns both off. A process that froze
 objects itself (``gc.get_freeze_count() > 0`` outside any block, e.g. a server that forks) is left alone:
 unfreezing at the end would undo its freeze.
 """
