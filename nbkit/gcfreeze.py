@@ -50,9 +50,14 @@ ENV = "NBKIT_GC_FREEZE"
 """``0`` turns it off (each collection of a run then walks every object of the process)."""
 
 
+def _setting() -> str:
+    """``NBKIT_GC_FREEZE`` as set, ``1`` when unset (not checked: ``enabled()`` refuses a bad value)."""
+    return os.environ.get(ENV, "1")
+
+
 def enabled() -> bool:
     """Whether ``walk_only_new`` freezes (``NBKIT_GC_FREEZE`` unset or ``1``); any other value is refused."""
-    value = os.environ.get(ENV, "1")
+    value = _setting()
     if value not in ("0", "1"):
         raise ValueError(f"{ENV}={value!r}: expected 0 (off) or 1 (on, the default)")
     return value == "1"
@@ -91,7 +96,7 @@ def suspend() -> None:
     value is not refused here, before the program's error handling exists, but where its work begins
     (``enabled()``, e.g. in ``nbkit.rl.run``), as one line naming the value and the choices."""
     global _suspended
-    if os.environ.get(ENV, "1") == "1" and gc.isenabled():
+    if _setting() == "1" and gc.isenabled():
         gc.disable()
         _suspended = True
 
