@@ -14,6 +14,7 @@ problems, built once per session for the training tests.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from pathlib import Path
@@ -171,6 +172,18 @@ def smoke_report(tmp_path_factory) -> tuple[Path, dict[str, runner.NotebookResul
             results = runner.run("smoke", out)
             done.write_bytes(pickle.dumps(results))
     return out, {r.stem: r for r in pickle.loads(done.read_bytes())}
+
+
+@pytest.fixture
+def outside_the_suites_freeze(monkeypatch):
+    """The test runs as a process with no ``gcfreeze`` block open (a notebook's kernel, a script), not inside the
+    block ``pytest_runtest_protocol`` opens for it: the suite's freeze is undone, and put back for the hook to end."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    monkeypatch.setattr(gcfreeze, "_depth", 0)
+    yield
+    if frozen:
+        gc.freeze()
 
 
 @pytest.fixture(scope="session")

@@ -22,16 +22,7 @@ def cycle() -> weakref.ref:
     return weakref.ref(node)
 
 
-@pytest.fixture(autouse=True)
-def outside_the_suites_freeze(monkeypatch):
-    """The suite runs each test inside a block of its own (tests/conftest.py); these tests need a process with none
-    open (the suite's is put back for its hook to end)."""
-    frozen = gc.get_freeze_count()
-    gc.unfreeze()
-    monkeypatch.setattr(gcfreeze, "_depth", 0)
-    yield
-    if frozen:
-        gc.freeze()
+pytestmark = pytest.mark.usefixtures("outside_the_suites_freeze")  # these tests need a process with no block open
 
 
 @pytest.fixture
@@ -199,7 +190,8 @@ def test_a_bad_setting_is_refused_naming_the_value_and_the_choices(monkeypatch, 
 def test_a_training_run_walks_only_its_own_objects_and_leaves_the_collector_as_it_was(
     tiny_random_model, arith_jsonl, tmp_path
 ):
-    from nbkit.rl import RLConfig, train
+    from nbkit.rl import train
+    from tests.rl.test_rl import smoke
 
     seen = []
 
@@ -207,16 +199,7 @@ def test_a_training_run_walks_only_its_own_objects_and_leaves_the_collector_as_i
         if phase == "start" and info["generation"] == 2:
             seen.append(gc.get_freeze_count())
 
-    cfg = RLConfig(
-        model=tiny_random_model,
-        dataset=arith_jsonl,
-        steps=1,
-        prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=8,
-        rollout_engine="hf",
-        output_dir=str(tmp_path / "run"),
-    )
+    cfg = smoke(tmp_path, tiny_random_model, arith_jsonl, steps=1, max_tokens=8, rollout_engine="hf")
     gc.callbacks.append(watch)
     try:
         train(cfg, progress=False)

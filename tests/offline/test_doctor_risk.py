@@ -142,10 +142,10 @@ def test_a_sequence_unit_store_reads_the_dose_at_the_target_length(tmp_path):
 # --- doctor.html --------------------------------------------------------------------------------------------------
 
 
-def result_with(tmp_path, thresholds: str) -> DoctorResult:
+def result_with(tmp_path, thresholds: str, target_length: int = 40) -> DoctorResult:
     pairs = {"bf16": pairs_of([30] * 12, sd=0.2, seed=2), "fp16": pairs_of([30] * 12, sd=0.01, seed=3)}
     diags = {d: dtype_diagnosis(*p) for d, p in pairs.items()}
-    cfg = DoctorConfig(model="tiny-arith", engine="hf", target_length=40, thresholds=thresholds)
+    cfg = DoctorConfig(model="tiny-arith", engine="hf", target_length=target_length, thresholds=thresholds)
     return DoctorResult(cfg, "hf", diags, "prefer FP16", ["r"], 1.0, 1.0, pairs)
 
 

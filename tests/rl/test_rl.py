@@ -442,6 +442,7 @@ def test_the_sanity_run_falls_back_to_hf_rollouts_where_vllm_is_missing_and_says
     assert runnable_here(cfg).rollout_engine == "hf" and "fall back to the HF engine" in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("outside_the_suites_freeze")
 def test_a_finished_run_leaves_nothing_of_its_trainer_or_model_behind(
     tmp_path, tiny_random_model, arith_jsonl, monkeypatch
 ):
@@ -451,11 +452,7 @@ def test_a_finished_run_leaves_nothing_of_its_trainer_or_model_behind(
     import gc
     import weakref
 
-    from nbkit import gcfreeze
     from nbkit.rl import trainer as trainers
-
-    gc.unfreeze()  # the suite's block, put back (below) for its hook to end
-    monkeypatch.setattr(gcfreeze, "_depth", 0)
 
     made = []
     init = trainers.PrecisionGRPOTrainer.__init__
@@ -468,4 +465,3 @@ def test_a_finished_run_leaves_nothing_of_its_trainer_or_model_behind(
     train(smoke(tmp_path, tiny_random_model, arith_jsonl, steps=1), progress=False)
     gc.collect()
     assert len(made) == 1 and [ref() for ref in made[0]] == [None, None]
-    gc.freeze()

@@ -263,22 +263,11 @@ PLACED_LABELS_JS = """names => [...document.querySelectorAll('g.annotation')].fi
 def test_the_doctor_page_fits_the_window_and_its_placed_format_labels_do_not_overlap(tmp_path, page):
     """doctor.html on the project's stored thresholds (formats of two tasks placed close together on the dose axis):
     no line of its text runs past the window, every figure is drawn, and no two placed-format labels overlap."""
-    import numpy as np
-
     from nbkit.cli import doctor as doctor_cli
     from nbkit.offline import risk
-    from nbkit.offline.doctor import DoctorConfig, DoctorResult, dtype_diagnosis
+    from tests.offline.test_doctor_risk import result_with
 
-    rng = np.random.default_rng(0)
-    mu = [np.log(rng.uniform(0.2, 0.9, 30)) for _ in range(12)]
-    pairs = {
-        d: ([np.minimum(m + rng.normal(0, sd, m.size), 0.0) for m in mu], mu)
-        for d, sd in (("bf16", 0.2), ("fp16", 0.01))
-    }
-    cfg = DoctorConfig(model="tiny-arith", engine="hf", target_length=8192)  # long: the risk lines are long too
-    result = DoctorResult(
-        cfg, "hf", {d: dtype_diagnosis(*p) for d, p in pairs.items()}, "either", ["r"], 1.0, 1.0, pairs
-    )
+    result = result_with(tmp_path, "", target_length=8192)  # the stored thresholds; long: the risk lines are long too
     html = doctor_cli.write_html(result, tmp_path / "doctor")
     _assert_drawn(_open(page, html), "doctor.html")
     assert not page.js_errors, page.js_errors[:5]
