@@ -16,8 +16,11 @@ A field declares its type with its annotation and, where a type alone is not eno
 - ``X | None``: ``None`` or an ``X``; ``tuple[...]``, ``list[...]``, ``dict``: an instance of that container;
 - a declared ``Range``; without one an ``int`` must be >= 0 (every integer of a config here is a count, a size, a
   seed or an interval) and a ``float`` only finite.
+- declared choices (``field(metadata={"choices": (...)})``, as TRL's configs declare theirs): a value that is not one
+  of them is refused naming the choices (``None`` of an optional field aside).
 
-New fields are covered by their annotation alone; a field that needs a range declares it where it is declared.
+New fields are covered by their annotation alone; a field that needs a range or choices declares them where it is
+declared.
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ class FieldRangeError(ValueError):
     """A config field holds a value outside its range (the message names the field, the value and the range)."""
 
 
+class FieldChoiceError(ValueError):
+    """A config field holds a value that is none of its declared choices (the message names the field, the value and
+    the choices)."""
+
+
 def spec(cls) -> dict[str, tuple[object, bool, Range | None]]:
     """Field name → (base type, None allowed, declared range) from ``cls``'s annotations."""
     hints = typing.get_type_hints(cls, include_extras=True)
@@ -140,10 +148,14 @@ def check_value(name: str, value, base, optional: bool, rng: Range | None):
 
 def check_fields(obj) -> None:
     """Check every field of the dataclass instance ``obj`` (see the module doc); the first bad one raises."""
-    for name, (base, optional, rng) in spec(type(obj)).items():
-        value = check_value(name, getattr(obj, name), base, optional, rng)
-        if value is not getattr(obj, name):
-            object.__setattr__(obj, name, value)
+    specs = spec(type(obj))
+    for f in fields(obj):
+        value = check_value(f.name, getattr(obj, f.name), *specs[f.name])
+        choices = f.metadata.get("choices")
+        if choices is not None and value is not None and value not in choices:
+            raise FieldChoiceError(f"unknown {f.name} {value!r}; choose one of {tuple(choices)}")
+        if value is not getattr(obj, f.name):
+            object.__setattr__(obj, f.name, value)
 
 
 def _what(base) -> str:

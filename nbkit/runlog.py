@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 from nbkit import outputs, schema, stats
@@ -322,18 +322,19 @@ SAFE_TO_CHANGE = (
     "report_to",
     "gpu_memory_gib",
 )
-"""Config fields a resume may change: they do not change what the steps already taken would have computed
-(``steps`` extends or shortens the run, the rest are bookkeeping or resources)."""
+"""Config fields a resume may change: ``nbkit.rl.config.SAFE_TO_CHANGE``, the fields ``RLConfig`` declares with
+``metadata["resume_may_change"]`` (spelled out here for the layers below ``rl``; a test holds the two equal)."""
 
 
 def differing_fields(saved: dict, cfg) -> list[str]:
-    """``name (run: old, now: new)`` for every field outside ``SAFE_TO_CHANGE`` where ``cfg`` differs from the
-    saved config (a field the saved config lacks counts as its default: it did not exist then)."""
+    """``name (run: old, now: new)`` for every field of ``cfg`` a resume may not change (not declared with
+    ``metadata["resume_may_change"]``) where ``cfg`` differs from the saved config (a field the saved config lacks
+    counts as its default: it did not exist then)."""
     diffs = []
     for f in fields(cfg):
-        if f.name in SAFE_TO_CHANGE:
+        if f.metadata.get("resume_may_change"):
             continue
-        old = saved.get(f.name, f.default)
+        old = saved.get(f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
         new = getattr(cfg, f.name)
         if old != new:
             diffs.append(f"{f.name} (run: {old!r}, now: {new!r})")

@@ -33,6 +33,7 @@ if __name__ == "__main__":  # run as a program (python -m, accelerate launch): c
 
 import contextlib
 import dataclasses
+import json
 import shlex
 import sys
 from dataclasses import dataclass, fields
@@ -140,7 +141,8 @@ def trainer_flags(cfg: RLConfig) -> list[str]:
         if isinstance(value, bool):
             flags.append(flag if value else "--no-" + f.name.replace("_", "-"))
         else:
-            flags += [flag, "null" if value is None else str(value)]  # null: None (none is a correction)
+            text = json.dumps(value) if isinstance(value, dict) else str(value)  # a mapping (``trl``) as JSON
+            flags += [flag, "null" if value is None else text]  # null: None (none is a correction)
     return flags
 
 

