@@ -497,8 +497,8 @@ class RLConfig:
         default_factory=dict,
         metadata={
             "help": (
-                'Any other setting of TRL\'s ``GRPOConfig``, by its TRL name (e.g. ``{"warmup_ratio": 0.1}``; on the command '
-                "line ``--trl '{\"warmup_ratio\": 0.1}'``), handed to it unchanged: every ``GRPOConfig`` field, including one "
+                'Any other setting of TRL\'s ``GRPOConfig``, by its TRL name (e.g. ``{"warmup_steps": 10}``; on the command '
+                "line ``--trl '{\"warmup_steps\": 10}'``), handed to it unchanged: every ``GRPOConfig`` field, including one "
                 "a later TRL adds. Refused, naming it, before anything loads: a name that is no ``GRPOConfig`` field, and one "
                 "the workbook sets from its own fields (``max_steps`` from ``steps``, ``bf16``/``fp16`` from ``train_dtype``, the "
                 "batch from ``prompts_per_step``, the preset's loss: ``nbkit.rl.run.workbook_args``)."

@@ -168,6 +168,11 @@ def check_trl(cfg: RLConfig) -> None:
                 + (f" (did you mean {close}?)" if close else "")
                 + "; see `python -c 'from trl import GRPOConfig; help(GRPOConfig)'`"
             )
+    mine = [key for key in cfg.trl if key in {f.name for f in fields(RLConfig)}]
+    if mine:
+        raise ValueError(
+            f"trl: {mine[0]!r} is RLConfig's own field {mine[0]} (the workbook's setting of that name): set it there"
+        )
     own = {trl: name for name, trl in trl_fields().items()}
     taken = sorted(set(cfg.trl) & set(workbook_args(cfg)))
     if taken:

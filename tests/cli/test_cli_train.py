@@ -68,6 +68,16 @@ def test_a_run_folders_config_json_is_a_valid_config_file(tmp_path):
     assert cfg == original
 
 
+def test_trl_settings_come_as_a_yaml_mapping_or_a_flags_json(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 3\ntrl:\n  adam_beta2: 0.99\n  warmup_steps: 2\n")
+    assert cli_train.resolve(["--config", str(path)])[0].trl == {"adam_beta2": 0.99, "warmup_steps": 2}
+    cfg, _ = cli_train.resolve(["--config", str(path), "--trl", '{"adam_beta2": 0.9}'])
+    assert cfg.trl == {"adam_beta2": 0.9}  # the flag replaces the file's mapping
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    assert cli_train.resolve(["--config", str(tmp_path / "config.json")])[0] == cfg
+
+
 @pytest.mark.parametrize(
     "yaml_text,expected",
     [
@@ -81,6 +91,7 @@ def test_a_run_folders_config_json_is_a_valid_config_file(tmp_path):
         ),
         ("template: chatml\n", r"unknown template 'chatml'; choose one of \[.*'qwen_math'.*\]"),
         ("vllm_mode: remote\n", r"unknown vllm_mode 'remote'; choose one of \('colocate', 'server'\)"),
+        ("trl:\n  adam_beta9: 1\n", r"bad.yaml', line 1: trl: 'adam_beta9' is no field of TRL's GRPOConfig"),
     ],
 )
 def test_bad_yaml_fails_before_anything_loads_naming_key_and_choices(
@@ -104,6 +115,8 @@ def test_bad_yaml_fails_before_anything_loads_naming_key_and_choices(
         (["--rollout-engine", "sglang"], "unknown rollout_engine 'sglang'; choose one of ('hf', 'vllm')"),
         (["--vllm-mode", "server"], "vllm_mode='server' needs rollout_engine='vllm'"),
         (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
+        (["--trl", "[1, 2]"], "trl: expects a mapping of names to values, got [1, 2]"),
+        (["--trl", '{"max_steps": 9}'], "trl: 'max_steps' is set by the workbook from RLConfig.steps"),
         (["--config", "/nowhere/run.yaml"], "config file '/nowhere/run.yaml' not found"),
     ],
 )

@@ -1,11 +1,16 @@
-"""The RL settings that used to be hard-coded are RLConfig fields that reach TRL and the rollout engine."""
+"""The RL settings are RLConfig fields that reach TRL and the rollout engine: a field declared with a TRL name reaches
+that ``GRPOConfig`` field unchanged, and any other ``GRPOConfig`` field, a later TRL's too, reaches it through
+``RLConfig.trl``."""
 
 import json
+import re
+from dataclasses import dataclass, field, fields
 
 import pytest
 
 from nbkit.rl import RLConfig, train
-from nbkit.rl.run import grpo_config
+from nbkit.rl.config import trl_fields
+from nbkit.rl.run import TRL_DEFAULTS, grpo_config, workbook_args
 from nbkit.tasks import arith
 from nbkit.toymodels import tiny_arith
 
@@ -91,3 +96,94 @@ def test_gradient_checkpointing_changes_the_time_not_the_numbers(tmp_path, arith
     keys = ("loss", "grad_norm", "mismatch/token_abs_logp_diff/mean", "reward")
     assert [[row[k] for k in keys] for row in runs[True]] == [[row[k] for k in keys] for row in runs[False]]
     assert all(row["audit/gemm_routed"]["sdpa/fp16"] > 0 for rows in runs.values() for row in rows)
+
+
+def another_value(default):
+    """A valid-looking value other than ``default`` for a scalar field (None for the kinds not tried)."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 1
+    if isinstance(default, float):
+        return default / 2 if default else 0.25
+    return None
+
+
+def test_every_field_declared_with_a_trl_name_reaches_grpoconfig_unchanged(tmp_path):
+    """Each ``metadata["trl"]`` field, set to a value other than its default, is that ``GRPOConfig`` field's value."""
+    names = trl_fields()
+    assert {"steps": "max_steps", "lr": "learning_rate", "max_tokens": "max_completion_length"}.items() <= names.items()
+    for name, trl in names.items():
+        f = next(f for f in fields(RLConfig) if f.name == name)
+        value = f.metadata["choices"][-1] if "choices" in f.metadata else another_value(f.default)
+        assert value is not None and value != f.default, name
+        args = grpo_config(RLConfig(output_dir=str(tmp_path), **{name: value}))
+        assert getattr(args, trl) in (value, [value]), (name, trl)  # (TRL keeps report_to as a list)
+
+
+def test_any_other_grpoconfig_field_reaches_the_trainer_as_trl_itself_takes_it(tmp_path):
+    """Every scalar ``GRPOConfig`` field the workbook does not set, introspected from TRL (none named here): set
+    through ``RLConfig.trl`` to another value, it is the trainer's value, or TRL's own check refuses it alike."""
+    from trl import GRPOConfig
+
+    base = RLConfig(output_dir=str(tmp_path))
+    own = workbook_args(base)
+    workbooks = set(own) | {f.name for f in fields(RLConfig)}  # set by the workbook, or its own field of that name
+    tried = 0
+    for f in fields(GRPOConfig):
+        value = another_value(f.default)
+        if f.name in workbooks or value is None:
+            continue
+        tried += 1
+        try:
+            expected = getattr(GRPOConfig(**{**TRL_DEFAULTS, **own, f.name: value}), f.name)
+        except ValueError as exc:  # TRL refuses it (e.g. auto_find_batch_size for GRPO): refused here too
+            with pytest.raises(ValueError, match=re.escape(str(exc)[:60])):
+                grpo_config(RLConfig(output_dir=str(tmp_path), trl={f.name: value}))
+            continue
+        assert expected == value, f.name
+        assert getattr(grpo_config(RLConfig(output_dir=str(tmp_path), trl={f.name: value})), f.name) == value, f.name
+    assert tried > 50
+
+
+def test_a_grpoconfig_field_added_upstream_needs_no_change_here(tmp_path, monkeypatch):
+    """A later TRL's new setting (a subclass standing in for it) is accepted by name and reaches the trainer."""
+    import trl
+
+    @dataclass
+    class LaterGRPOConfig(trl.GRPOConfig):
+        a_setting_of_a_later_trl: float = field(default=1.0, metadata={"help": "New upstream."})
+
+    monkeypatch.setattr(trl, "GRPOConfig", LaterGRPOConfig)
+    args = grpo_config(RLConfig(output_dir=str(tmp_path), trl={"a_setting_of_a_later_trl": 3.5}))
+    assert type(args) is LaterGRPOConfig and args.a_setting_of_a_later_trl == 3.5
+
+
+def test_trl_replaces_the_workbooks_schedule_defaults_but_not_what_its_fields_set(tmp_path):
+    args = grpo_config(RLConfig(output_dir=str(tmp_path)))
+    assert (args.lr_scheduler_type.value, args.warmup_steps, args.weight_decay) == ("constant", 0, 0.0)
+    args = grpo_config(RLConfig(output_dir=str(tmp_path), trl={"lr_scheduler_type": "cosine", "warmup_steps": 3}))
+    assert (args.lr_scheduler_type.value, args.warmup_steps) == ("cosine", 3)
+
+
+@pytest.mark.parametrize(
+    "trl,message",
+    [
+        ({"max_stpes": 5}, r"'max_stpes' is no field of TRL's GRPOConfig \(did you mean \['max_steps'"),
+        ({"max_steps": 5}, r"'max_steps' is set by the workbook from RLConfig.steps: set steps instead"),
+        ({"bf16": True}, r"'bf16' is set by the workbook from RLConfig's own fields"),
+        ({"per_device_train_batch_size": 4}, r"'per_device_train_batch_size' is set by the workbook"),
+        ({"vllm_mode": "server"}, r"'vllm_mode' is RLConfig's own field vllm_mode"),
+    ],
+)
+def test_a_trl_setting_that_is_no_grpoconfig_field_or_is_the_workbooks_is_refused_naming_it(trl, message):
+    with pytest.raises(ValueError, match=message):
+        RLConfig(trl=trl)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_precision_is_the_train_dtype_never_grpoconfigs_bf16_default(tmp_path, dtype):
+    """GRPOConfig defaults to ``bf16=True`` (on CPU too); the run's precision is ``train_dtype`` alone, and a TRL
+    setting given beside it leaves it so."""
+    args = grpo_config(RLConfig(output_dir=str(tmp_path), train_dtype=dtype, trl={"adam_beta2": 0.99}))
+    assert (args.bf16, args.fp16) == (dtype == "bf16", dtype == "fp16")
