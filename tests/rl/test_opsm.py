@@ -1,5 +1,6 @@
 """DeepSeek-V3.2's off-policy sequence mask as ``correction='opsm'`` (``nbkit.rl.opsm``): it drops exactly the
-sequences with a negative advantage whose per-token KL(μ‖π) exceeds δ, and a run with it trains."""
+sequences with a negative advantage whose per-token KL(μ‖π) exceeds δ (TRL's mask function, held to DeepSeek's
+formula here), on π put on the sampling filter's support, and a run with it trains."""
 
 from __future__ import annotations
 
@@ -7,9 +8,26 @@ import math
 
 import pytest
 import torch
+from trl import GRPOTrainer
 
 from nbkit import schema
 from nbkit.rl import RLConfig, algorithms, opsm, train
+
+
+def sequence_kl(logp_pi, logp_mu, mask):
+    """DeepSeek-V3.2's (1/|o_i|) Σ_t log(μ/π) per sequence, over its completion tokens (B,)."""
+    m = mask.to(logp_pi.dtype)
+    return ((logp_mu - logp_pi) * m).sum(-1) / m.sum(-1).clamp(min=1)
+
+
+def deepseeks_rule(logp_pi, logp_mu, advantages, mask, delta) -> list[bool]:
+    """Per sequence, in plain Python: dropped iff its advantage is negative and its mean log μ − log π over its
+    completion tokens exceeds δ."""
+    out = []
+    for pi, mu, adv, m in zip(logp_pi.tolist(), logp_mu.tolist(), advantages.tolist(), mask.tolist()):
+        gaps = [b - a for a, b, keep in zip(pi, mu, m) if keep]
+        out.append(adv < 0 and sum(gaps) / max(len(gaps), 1) > delta)
+    return out
 
 
 def hand_built_batch():
@@ -36,9 +54,41 @@ def test_it_drops_exactly_the_far_negative_advantage_sequences():
     out, dropped = opsm.apply(batch, logp_pi, delta=0.01)
     assert out["advantages"].tolist() == [0.0, 2.0, -0.5, -3.0] and dropped == 1
     assert torch.equal(out["completion_mask"], batch["completion_mask"])  # the mismatch metrics see every token
-    assert opsm.sequence_kl(
-        logp_pi, batch["sampling_per_token_logps"], batch["completion_mask"]
-    ).tolist() == pytest.approx([0.3, 0.3, 0.001, 0.0], abs=1e-6)
+    assert sequence_kl(logp_pi, batch["sampling_per_token_logps"], batch["completion_mask"]).tolist() == pytest.approx(
+        [0.3, 0.3, 0.001, 0.0], abs=1e-6
+    )
+
+
+def test_trls_mask_drops_the_same_sequences_as_deepseeks_formula_on_a_fixed_batch():
+    """256 sequences of up to 24 tokens, padding of every length, per-token gaps whose sequence means straddle δ,
+    advantages of both signs and zero: TRL's mask (what ``opsm.keep_mask`` is) and DeepSeek's formula agree."""
+    gen = torch.Generator().manual_seed(53)
+    b, t, delta = 256, 24, 0.01
+    logp_pi = -torch.rand(b, t, generator=gen) * 3
+    logp_mu = logp_pi + torch.randn(b, t, generator=gen) * torch.rand(b, 1, generator=gen) * 0.08 + 0.01
+    lengths = torch.randint(1, t + 1, (b,), generator=gen)
+    mask = (torch.arange(t) < lengths.unsqueeze(1)).long()
+    advantages = torch.randn(b, generator=gen).round(decimals=1)
+    rule = deepseeks_rule(logp_pi, logp_mu, advantages, mask, delta)
+    assert 20 < sum(rule) < b / 2 and (advantages == 0).any()  # the batch does test both sides of δ and of 0
+    dropped = (opsm.keep_mask(logp_pi, logp_mu, advantages, mask, delta) == 0).tolist()
+    assert dropped == rule
+    trls = GRPOTrainer.get_off_policy_mask(advantages.unsqueeze(1), logp_pi, logp_mu, mask.float(), delta)
+    assert (trls.squeeze(1) == 0).tolist() == rule
+
+
+def test_trls_loss_time_mask_would_drop_top_p_sequences_that_have_no_precision_gap():
+    """Why not TRL's ``off_policy_mask_threshold``: under top-p the engine's μ is renormalised over the kept tokens,
+    and TRL's loss compares it to the full-vocabulary π. With π and μ the same policy (μ = π / kept mass on the kept
+    tokens), TRL's comparison drops every negative-advantage sequence; π on the filter's support (the workbook's)
+    drops none."""
+    logp_pi = torch.full((3, 4), -1.0)
+    log_kept_mass = torch.full((3, 4), math.log(0.9))  # top-p keeps 90% of π's mass at each position
+    logp_mu = logp_pi - log_kept_mass  # the same policy, renormalised over the kept tokens
+    mask, advantages = torch.ones(3, 4), torch.tensor([-1.0, -0.5, 1.0])
+    on_full_vocabulary = opsm.keep_mask(logp_pi, logp_mu, advantages, mask, delta=0.01)
+    on_filter_support = opsm.keep_mask(logp_pi - log_kept_mass, logp_mu, advantages, mask, delta=0.01)
+    assert on_full_vocabulary.tolist() == [0.0, 0.0, 1.0] and on_filter_support.tolist() == [1.0, 1.0, 1.0]
 
 
 def test_delta_is_a_per_token_threshold():
@@ -96,7 +146,7 @@ def test_a_run_with_it_trains_and_drops_what_the_rule_says(tmp_path, arith_jsonl
     assert [r["step"] for r in rows] == [1, 2] and len(seen) == 2
     for row, (batch, logp_pi, delta, out, _dropped) in zip(rows, seen):
         assert delta == 1e-5 and math.isfinite(row["loss"])
-        kl = opsm.sequence_kl(logp_pi.float(), batch["sampling_per_token_logps"].float(), batch["completion_mask"])
+        kl = sequence_kl(logp_pi.float(), batch["sampling_per_token_logps"].float(), batch["completion_mask"])
         rule = (kl > delta) & (batch["advantages"] < 0)
         assert torch.equal(out["advantages"] == 0, rule | (batch["advantages"] == 0))
         assert row[schema.OPSM_MASKED_FRACTION] == pytest.approx(int(rule.sum()) / len(rule))
