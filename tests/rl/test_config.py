@@ -67,3 +67,11 @@ def test_every_field_is_read_somewhere_besides_its_declaration():
         if "trl" not in f.metadata and not re.search(rf"\.{f.name}\b|\"{f.name}\"", text)
     ]
     assert unread == []
+
+
+def test_a_resume_compares_the_result_options_a_run_saved_before_trl_existed_as_the_same():
+    saved = RLConfig(steps=5).to_dict()
+    assert "trl" not in saved and runlog.differing_fields(saved, RLConfig(steps=9)) == []  # steps may change
+    assert runlog.differing_fields(saved, RLConfig(trl={"adam_beta2": 0.99})) == [
+        "trl (run: {}, now: {'adam_beta2': 0.99})"
+    ]
