@@ -1,11 +1,17 @@
-"""``RLConfig``: everything one RL run needs, validated before anything expensive starts.
+"""``RLConfig``: the workbook's own settings of one RL run, plus any of TRL's, validated before anything expensive.
 
-Every field is checked by its annotation (type, and the range declared with ``Annotated``) by
-``nbkit.fieldcheck.check_fields``, first thing in ``__post_init__``: a new field is covered by declaring it.
-Its help is declared with it, TRL's way (``field(default=..., metadata={"help": ...})``): ``nbkit train --help``
-(``transformers.HfArgumentParser``) and ``nbkit.cli.train.field_docs`` read it from there.
+A field declares, where it is declared, everything about it (TRL's way, ``field(default=..., metadata={...})``):
+``help`` (``nbkit train --help`` through ``transformers.HfArgumentParser``, ``nbkit.cli.train.field_docs``); its type
+and range (``Annotated``) and its ``choices``, checked by ``nbkit.fieldcheck.check_fields`` first thing in
+``__post_init__``; ``trl``, the ``GRPOConfig`` field it sets unchanged (``nbkit.rl.run.workbook_args``); and
+``resume_may_change`` (``SAFE_TO_CHANGE``: every other field changes a run's result, ``result_options``). Every other
+``GRPOConfig`` field is set through ``trl`` by its TRL name and reaches TRL unchanged.
 
-Over ~400 lines: one dataclass whose every field is documented where it is declared (TRL's style), and its checks.
+Not a ``GRPOConfig`` subclass: making one sets up accelerate's process state and reads the world size (a config
+built in a notebook would carry the notebook's), refuses ``bf16=True``, its default, without a BF16 GPU unless
+``use_cpu`` is set, and cannot be ``dataclasses.replace``-d (its own ``__post_init__`` fills
+``steps_per_generation``, then refuses it beside ``generation_batch_size``). TRL's config is built in the run's
+process (``nbkit.rl.run.grpo_config``).
 """
 
 from __future__ import annotations
