@@ -273,6 +273,8 @@ def _trained(cfg: RLConfig, folder: RunFolder, progress: bool, rank: int, world_
     if plan.action == "finished":
         print(f"[nbkit] {plan.message}", flush=True)
         return RunResult(out, folder.rows(), time.time() - start, [])
+    if cfg.trl:  # TRL's own checks of the settings given to it (e.g. a generation batch), before anything loads
+        grpo_config(cfg)
     task, problems = load_task(cfg)
     judge_set = judge.load_set(cfg, problems) if cfg.judge_every else None  # refused here, not mid-run
     reward = reward_function(task, cfg.reward, cfg.max_tokens)

@@ -187,3 +187,36 @@ def test_precision_is_the_train_dtype_never_grpoconfigs_bf16_default(tmp_path, d
     setting given beside it leaves it so."""
     args = grpo_config(RLConfig(output_dir=str(tmp_path), train_dtype=dtype, trl={"adam_beta2": 0.99}))
     assert (args.bf16, args.fp16) == (dtype == "bf16", dtype == "fp16")
+
+
+def test_the_trainer_is_given_the_grpoconfig_with_the_trl_settings(tmp_path, arith_jsonl, monkeypatch):
+    """What reaches the trainer class is ``grpo_config``'s ``GRPOConfig``: the workbook's fields and a TRL setting."""
+    import nbkit.rl.algorithms as algorithms
+
+    given = {}
+
+    class Stop(Exception):
+        pass
+
+    def trainer_class(_algo):
+        def build(*, args, **_):
+            given["args"] = args
+            raise Stop
+
+        return build
+
+    monkeypatch.setattr(algorithms, "trainer_class", trainer_class)
+    cfg = RLConfig(dataset=arith_jsonl, steps=3, trl={"adam_beta2": 0.99}, output_dir=str(tmp_path / "run"))
+    with pytest.raises(Stop):
+        train(cfg, progress=False)
+    args = given["args"]
+    assert (args.adam_beta2, args.max_steps, args.num_generations, args.fp16) == (0.99, 3, 8, True)
+
+
+def test_a_trl_setting_trl_refuses_stops_the_run_before_the_dataset_loads(tmp_path, monkeypatch):
+    import nbkit.rl.run as run
+
+    monkeypatch.setattr(run, "load_task", lambda cfg: pytest.fail("the dataset must not load"))
+    cfg = RLConfig(trl={"generation_batch_size": 7}, output_dir=str(tmp_path / "run"))
+    with pytest.raises(ValueError, match=r"generation_batch_size \(7\) must be divisible by the global batch size"):
+        train(cfg, progress=False)
