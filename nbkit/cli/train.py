@@ -39,7 +39,7 @@ from nbkit.cli.commands import INTERRUPTED, Parser
 from nbkit.fieldcheck import spec
 from nbkit.rl import launch, runfolder
 from nbkit.rl.config import RLConfig
-from nbkit.rl.run import world
+from nbkit.rl.run import check_trl, world
 from nbkit.rl.runfolder import BOOKKEEPING
 
 NONE_TEXTS = ("null", "None", "")
@@ -260,6 +260,7 @@ def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace
                 line = lines.get(name, lines.get(name.replace("_", "-")))
                 raise ValueError(f"config file {path!r}" + (f", line {line}" if line else "") + f": {exc}") from None
             raise
+        check_trl(cfg)  # a TRL setting the workbook makes from its own fields
         if not args.print_config:
             launch.check_launch(cfg.train_dtype)  # an accelerate launch that does not fit the run
             launch.check_lora(cfg.lora, cfg.train_dtype)  # LoRA under half-precision ZeRO: refused, with the reason

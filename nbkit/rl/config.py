@@ -16,6 +16,7 @@ process (``nbkit.rl.run.grpo_config``).
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Annotated
@@ -503,11 +504,12 @@ class RLConfig:
         default_factory=dict,
         metadata={
             "help": (
-                'Any other setting of TRL\'s ``GRPOConfig``, by its TRL name (e.g. ``{"warmup_steps": 10}``; on the command '
-                "line ``--trl '{\"warmup_steps\": 10}'``), handed to it unchanged: every ``GRPOConfig`` field, including one "
-                "a later TRL adds. Refused, naming it, before anything loads: a name that is no ``GRPOConfig`` field, and one "
-                "the workbook sets from its own fields (``max_steps`` from ``steps``, ``bf16``/``fp16`` from ``train_dtype``, the "
-                "batch from ``prompts_per_step``, the preset's loss: ``nbkit.rl.run.workbook_args``)."
+                'Any other setting of TRL\'s ``GRPOConfig``, by its TRL name (e.g. ``{"warmup_steps": 10}``; on the '
+                "command line ``--trl '{\"warmup_steps\": 10}'``), handed to it unchanged: every ``GRPOConfig`` field, "
+                "including one a later TRL adds. Refused, naming it: a name that is no ``GRPOConfig`` field or is an "
+                "``RLConfig`` field's (``max_steps``: set ``steps``), when the config is made; one the workbook sets from "
+                "its own fields otherwise (``bf16``/``fp16`` from ``train_dtype``, the batch, the preset's loss: "
+                "``nbkit.rl.run.workbook_args``), when the run's ``GRPOConfig`` is made, before anything loads."
             )
         },
     )
@@ -565,9 +567,29 @@ class RLConfig:
         if self.resume and self.overwrite:
             raise ValueError("resume=True and overwrite=True contradict each other: continue the run or replace it")
         if self.trl:
-            from nbkit.rl.run import check_trl  # (TRL's field names: imported only when a TRL setting is given)
+            self._check_trl_names()
 
-            check_trl(self)
+    def _check_trl_names(self) -> None:
+        """``trl`` names ``GRPOConfig`` fields (imported only when a TRL setting is given), none of them the workbook's:
+        an ``RLConfig`` field of that name or set by one (``metadata["trl"]``). The fields the workbook sets from
+        its own otherwise (precision, batch, preset) are refused when the run's GRPOConfig is made, before anything
+        loads (``nbkit.rl.run.check_trl``)."""
+        from trl import GRPOConfig
+
+        known = [f.name for f in fields(GRPOConfig)]
+        set_by = {trl: name for name, trl in trl_fields().items()}
+        for key in self.trl:
+            if key in set_by:
+                raise ValueError(f"trl: {key!r} is set by the workbook from RLConfig.{set_by[key]}: set that instead")
+            if key in {f.name for f in fields(RLConfig)}:
+                raise ValueError(f"trl: {key!r} is RLConfig's own field {key} (the workbook's setting): set it there")
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=3)
+                raise ValueError(
+                    f"trl: {key!r} is no field of TRL's GRPOConfig"
+                    + (f" (did you mean {close}?)" if close else "")
+                    + "; see `python -c 'from trl import GRPOConfig; help(GRPOConfig)'`"
+                )
 
     @property
     def algo(self) -> algorithms.Algorithm:

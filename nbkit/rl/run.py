@@ -152,43 +152,23 @@ def workbook_args(cfg: RLConfig, max_model_length: int | None = None) -> dict:
 
 
 def check_trl(cfg: RLConfig) -> None:
-    """``cfg.trl`` names only ``GRPOConfig`` fields the workbook does not set itself (``workbook_args``); ValueError
-    naming the key and the choices otherwise. Called by ``RLConfig`` when ``trl`` holds a setting."""
-    import difflib
-    from dataclasses import fields
-
-    from trl import GRPOConfig
-
-    known = [f.name for f in fields(GRPOConfig)]
-    for key in cfg.trl:
-        if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=3)
-            raise ValueError(
-                f"trl: {key!r} is no field of TRL's GRPOConfig"
-                + (f" (did you mean {close}?)" if close else "")
-                + "; see `python -c 'from trl import GRPOConfig; help(GRPOConfig)'`"
-            )
-    mine = [key for key in cfg.trl if key in {f.name for f in fields(RLConfig)}]
-    if mine:
-        raise ValueError(
-            f"trl: {mine[0]!r} is RLConfig's own field {mine[0]} (the workbook's setting of that name): set it there"
-        )
-    own = {trl: name for name, trl in trl_fields().items()}
-    taken = sorted(set(cfg.trl) & set(workbook_args(cfg)))
+    """``cfg.trl`` sets no ``GRPOConfig`` field the workbook sets itself (``workbook_args``); ValueError naming the
+    key and those fields. (``RLConfig`` checked the names already: ``GRPOConfig`` fields, none its own.)"""
+    own = workbook_args(cfg)
+    taken = sorted(set(cfg.trl) & set(own))
     if taken:
-        key = taken[0]
         raise ValueError(
-            f"trl: {key!r} is set by the workbook "
-            + (f"from RLConfig.{own[key]}: set {own[key]} instead" if key in own else "from RLConfig's own fields")
-            + f"; the GRPOConfig fields the workbook sets: {sorted(workbook_args(cfg))}"
+            f"trl: {taken[0]!r} is set by the workbook from RLConfig's own fields; the GRPOConfig fields it "
+            f"sets: {sorted(own)}"
         )
 
 
 def grpo_config(cfg: RLConfig, max_model_length: int | None = None):
     """TRL's ``GRPOConfig`` for the run: ``TRL_DEFAULTS``, then ``cfg.trl`` (any other TRL setting, unchanged), then
-    what the workbook sets from its own fields (``workbook_args``; ``RLConfig`` refuses a ``trl`` key among them)."""
+    what the workbook sets from its own fields (``workbook_args``; a ``trl`` key among them is refused)."""
     from trl import GRPOConfig
 
+    check_trl(cfg)
     return GRPOConfig(**{**TRL_DEFAULTS, **cfg.trl, **workbook_args(cfg, max_model_length)})
 
 

@@ -117,6 +117,7 @@ def test_bad_yaml_fails_before_anything_loads_naming_key_and_choices(
         (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
         (["--trl", "[1, 2]"], "trl: expects a mapping of names to values, got [1, 2]"),
         (["--trl", '{"max_steps": 9}'], "trl: 'max_steps' is set by the workbook from RLConfig.steps"),
+        (["--trl", '{"bf16": true}'], "trl: 'bf16' is set by the workbook from RLConfig's own fields"),
         (["--config", "/nowhere/run.yaml"], "config file '/nowhere/run.yaml' not found"),
     ],
 )

@@ -170,15 +170,21 @@ def test_trl_replaces_the_workbooks_schedule_defaults_but_not_what_its_fields_se
     "trl,message",
     [
         ({"max_stpes": 5}, r"'max_stpes' is no field of TRL's GRPOConfig \(did you mean \['max_steps'"),
-        ({"max_steps": 5}, r"'max_steps' is set by the workbook from RLConfig.steps: set steps instead"),
-        ({"bf16": True}, r"'bf16' is set by the workbook from RLConfig's own fields"),
-        ({"per_device_train_batch_size": 4}, r"'per_device_train_batch_size' is set by the workbook"),
+        ({"max_steps": 5}, r"'max_steps' is set by the workbook from RLConfig.steps: set that instead"),
         ({"vllm_mode": "server"}, r"'vllm_mode' is RLConfig's own field vllm_mode"),
     ],
 )
 def test_a_trl_setting_that_is_no_grpoconfig_field_or_is_the_workbooks_is_refused_naming_it(trl, message):
     with pytest.raises(ValueError, match=message):
         RLConfig(trl=trl)
+
+
+@pytest.mark.parametrize("key", ["bf16", "fp16", "per_device_train_batch_size", "save_steps", "loss_type"])
+def test_a_trl_setting_the_workbook_makes_from_its_own_fields_is_refused_when_trls_config_is_made(tmp_path, key):
+    """Precision, batch, checkpoints and the preset's loss are the workbook's: refused naming the fields it sets."""
+    cfg = RLConfig(output_dir=str(tmp_path), trl={key: 1})
+    with pytest.raises(ValueError, match=rf"trl: '{key}' is set by the workbook from RLConfig's own fields; .*'bf16'"):
+        grpo_config(cfg)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
