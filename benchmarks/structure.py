@@ -7,8 +7,9 @@ import cycles, places that train a grid of runs, string literals of metric keys 
 Static (``ast``), so it runs in a second and imports nothing of the library. An import counts where it is written,
 also inside a function (a deferred import is still a dependency); ``nbkit.x`` importing ``nbkit.x.y`` counts.
 Deferred imports (inside a function) are counted apart, and upward imports are counted against the layer list of
-this checkout's ``pyproject.toml`` (``[tool.importlinter]``; at a revision without one, against ``LAYERS`` below, the
-same order): an import from a module into a higher layer, or between the two independent ones (``|``).
+the ``pyproject.toml`` of the checkout or revision counted (``[tool.importlinter]``; at a revision without one,
+against ``LAYERS`` below, the same order): an import from a module into a higher layer, or between the two
+independent ones (``|``).
 """
 
 from __future__ import annotations
@@ -194,14 +195,10 @@ def counts(rev: str | None = None) -> dict[str, int]:
     known = set(src)
     graph = {k: imports(k, t, known) for k, t in trees.items()}
     comps = strongly_connected(graph)
-    pyproject = ROOT / "pyproject.toml"
-    layers = LAYERS
-    if rev is None and pyproject.is_file():
-        contracts = tomllib.loads(pyproject.read_text()).get("tool", {}).get("importlinter", {}).get("contracts", [])
-        layers = next((c["layers"] for c in contracts if c.get("type") == "layers"), LAYERS)
-    of = layer_of(layers)
+    of = layer_of(layers_at(rev))
 
-    schema = src.get("nbkit.schema", "")
+    schema_module = next((k for k in sorted(src) if k.rsplit(".", 1)[-1] == "schema"), "nbkit.schema")
+    schema = src.get(schema_module, "")
     keys = (
         {
             n.value
@@ -214,7 +211,7 @@ def counts(rev: str | None = None) -> dict[str, int]:
     literals = sum(
         1
         for k, t in trees.items()
-        if k != "nbkit.schema"
+        if k != schema_module
         for n in ast.walk(t)
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in keys
     )
@@ -240,6 +237,7 @@ def counts(rev: str | None = None) -> dict[str, int]:
     largest = max(src, key=lambda k: src[k].count("\n"))
     return {
         "modules": len(src),
+        "root modules (nbkit/*.py)": 1 + sum(k.count(".") == 1 and not _is_package(k, known) for k in src),
         "lines": sum(v.count("\n") for v in src.values()),
         "import levels": levels(graph, comps),
         "import cycles": sum(len(c) > 1 for c in comps),
@@ -252,6 +250,17 @@ def counts(rev: str | None = None) -> dict[str, int]:
         "metric-key literals outside the schema": literals,
         "README lines": readme.count("\n"),
     }
+
+
+def layers_at(rev: str | None) -> list[str]:
+    """The layers of the import-linter contract in ``pyproject.toml`` (of the work tree, or at ``rev``); ``LAYERS``
+    where there is none (a revision before the contract)."""
+    if rev is None:
+        text = (ROOT / "pyproject.toml").read_text() if (ROOT / "pyproject.toml").is_file() else ""
+    else:
+        text = subprocess.run(["git", "show", f"{rev}:pyproject.toml"], cwd=ROOT, capture_output=True, text=True).stdout
+    contracts = tomllib.loads(text).get("tool", {}).get("importlinter", {}).get("contracts", []) if text else []
+    return next((c["layers"] for c in contracts if c.get("type") == "layers"), LAYERS)
 
 
 def main(argv=None) -> None:

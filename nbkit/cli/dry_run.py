@@ -1,4 +1,4 @@
-"""A dry run on CPU of the gpu profile's launches, and what a CPU cannot check (the README's list).
+"""A dry run on CPU of the gpu profile's launches, and what a CPU cannot check (the list in docs/gpu.md).
 
     path = cpu_config("zero2", "fp16", folder)     # configs/accelerate/zero2-fp16.yaml, 2 processes
     accelerate launch --config_file <path> -m nbkit.cli.train <first_run flags>   # the profile's first step
@@ -110,7 +110,7 @@ def first_run(output_dir: str, profile: str = "gpu"):
 
 
 def readme_section() -> str:
-    """The README's "What a CPU cannot check" list, from ``CPU_CANNOT`` and ``CPU_CANNOT_ANY``."""
+    """The "What a CPU cannot check" list of docs/gpu.md, from ``CPU_CANNOT`` and ``CPU_CANNOT_ANY``."""
     lines = [f"- `{kind}`: {CPU_CANNOT[kind]}" for kind in launch.KINDS]
     lines += [f"- any kind: {item}" for item in CPU_CANNOT_ANY]
     return "\n".join(lines)

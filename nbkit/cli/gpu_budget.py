@@ -1,4 +1,4 @@
-"""``nbkit gpu-budget``: the memory estimate of every RL run the gpu profile's notebooks start, as the README's table
+"""``nbkit gpu-budget``: the memory estimate of every RL run the gpu profile's notebooks start, as docs/gpu.md's table
 (``nbkit.workbook.gpu_budget``)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The memory estimate (``nbkit.rl.memory``) of every RL run a profile's notebooks start, as the notebooks build them.
 
     rows = budget("gpu")          # one Row per run kind: notebook, run, micro-batch, estimate, fits or not
-    print(table(rows))            # the README's table
+    print(table(rows))            # docs/gpu.md's table
 
 The gpu profile runs each notebook in one kernel on one GPU (vLLM colocated); each run chooses its micro-batch and
 vLLM sleep when it starts (``nbkit.rl.sizing``), and the estimate is that choice for an 80 GiB GPU, every sequence

@@ -1,12 +1,13 @@
-"""The README's lists of extension points, generated from their registries between markers.
+"""The reference page's lists of extension points (``docs/reference.md``, linked from the README), generated from
+their registries between markers.
 
-    python -m nbkit.workbook.readme          # rewrite the generated blocks of README.md
-    python -m nbkit.workbook.readme --check  # exit 1 when README.md differs from what the registries give
+    python -m nbkit.workbook.readme          # rewrite the generated blocks of docs/reference.md
+    python -m nbkit.workbook.readme --check  # exit 1 when docs/reference.md differs from what the registries give
 
 Each block sits between ``<!-- registry:NAME -->`` and ``<!-- /registry:NAME -->`` and is rendered from one
 registry: ``presets`` (``nbkit.rl.algorithms.ALGORITHMS`` and ``CORRECTIONS``), ``formats``
 (``nbkit.formats.FORMATS`` by ``SCHEMES``), ``metrics`` (``nbkit.metrics.MISMATCH``) and ``studies``
-(``nbkit.studies.catalog.STUDIES``). Everything outside the markers is the README's own prose.
+(``nbkit.studies.catalog.STUDIES``). Everything outside the markers is the page's own prose.
 ``tests/workbook/test_readme_registries.py`` fails when the file is out of date, as
 ``tests/studies/test_results_md.py`` does for RESULTS.md.
 """
@@ -27,8 +28,8 @@ from nbkit.rl import algorithms as A
 from nbkit.studies.base import markdown_table
 from nbkit.studies.catalog import STUDIES
 
-PATH = ROOT / "README.md"
-"""The file whose blocks are generated."""
+PATH = ROOT / "docs" / "reference.md"
+"""The file whose blocks are generated (the README links to it)."""
 
 
 def _code(names) -> str:
@@ -102,18 +103,20 @@ def _pattern(name: str) -> re.Pattern:
 
 
 def render(text: str) -> str:
-    """``text`` (the README) with every block regenerated; a block whose markers are missing is a ValueError."""
+    """``text`` (the reference page) with every block regenerated; a block whose markers are missing is a ValueError."""
     for name, block in BLOCKS.items():
         pattern = _pattern(name)
         if not pattern.search(text):
-            raise ValueError(f"README.md has no block {name!r} (<!-- registry:{name} --> … <!-- /registry:{name} -->)")
+            raise ValueError(
+                f"{PATH.name} has no block {name!r} (<!-- registry:{name} --> … <!-- /registry:{name} -->)"
+            )
         text = pattern.sub(lambda m, b=block: m.group(1) + b() + "\n" + m.group(3), text, count=1)
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nbkit.workbook.readme", description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="only compare; exit 1 when README.md is out of date")
+    p.add_argument("--check", action="store_true", help=f"only compare; exit 1 when {PATH.name} is out of date")
     p.add_argument("--out", type=Path, default=PATH)
     a = p.parse_args(argv)
     old = a.out.read_text(encoding="utf-8")

@@ -1,7 +1,7 @@
 """The gpu profile's launches dry-run on CPU (``nbkit.cli.dry_run``): the very accelerate/DeepSpeed config files of
 ``nbkit plan`` with only ``num_processes`` changed (8 GPUs -> 2 CPU processes, gloo), tiny-arith for the 1.5B model.
 DDP trains the profile's first step; FSDP2 and ZeRO cannot run here, and each test pins down exactly why, so the
-README's "What a CPU cannot check" stays true (its list is generated from the launch kinds)."""
+"What a CPU cannot check" list of docs/gpu.md stays true (its list is generated from the launch kinds)."""
 
 import json
 import socket
@@ -55,10 +55,10 @@ def test_the_cpu_configs_are_the_plans_with_only_the_process_count_changed(tmp_p
                 }
 
 
-def test_the_readme_lists_what_a_cpu_cannot_check_for_every_launch_kind():
+def test_the_gpu_page_lists_what_a_cpu_cannot_check_for_every_launch_kind():
     assert set(dry_run.CPU_CANNOT) == set(launch.KINDS)
     assert set(dry_run.KINDS) == set(launch.KINDS) - {"single_gpu"}
-    section = (ROOT / "README.md").read_text().split("### What a CPU cannot check")[1]
+    section = (ROOT / "docs" / "gpu.md").read_text().split("## What a CPU cannot check")[1]
     assert dry_run.readme_section() in section
 
 

@@ -35,5 +35,5 @@ def test_every_run_of_the_gpu_profiles_notebooks_fits_one_gpu():
     assert too_big == []
 
 
-def test_the_readme_table_is_the_estimate():
-    assert gpu_budget.table(gpu_budget.budget("gpu")) in (ROOT / "README.md").read_text()
+def test_the_gpu_pages_table_is_the_estimate():
+    assert gpu_budget.table(gpu_budget.budget("gpu")) in (ROOT / "docs" / "gpu.md").read_text()

@@ -1,7 +1,8 @@
-"""The README's lists of presets, rollout formats, mismatch metrics and studies are generated from their registries
-(``nbkit.workbook.readme``) and a test fails the moment the two disagree, as for RESULTS.md. Adding an entry in its
-one place (a temporary one here, never a file edit) makes it appear in the README's table, in what the command line
-accepts, and in the tests that read the registry."""
+"""The lists of presets, rollout formats, mismatch metrics and studies (``docs/reference.md``, which the README links
+to) are generated from their registries (``nbkit.workbook.readme``) and a test fails the moment the two disagree, as
+for RESULTS.md. Adding an entry in its one place (a temporary one here, never a file edit) makes it appear in the
+page's table, in what the command line accepts, and in the tests that read the registry. The README itself stays
+short: the two commands on top, the generated tables on the page it links to."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from nbkit import formats, metrics, mismatch
+from nbkit.paths import ROOT
 from nbkit.rl import algorithms
 from nbkit.rl.config import RLConfig
 from nbkit.studies.catalog import STUDIES
@@ -29,10 +31,21 @@ def _block(text: str, name: str) -> str:
     return text.split(f"<!-- registry:{name} -->")[1].split(f"<!-- /registry:{name} -->")[0]
 
 
-def test_readme_is_up_to_date():
+def test_reference_page_is_up_to_date():
     """Regenerate with `python -m nbkit.workbook.readme` when this fails."""
+    assert readme.PATH == ROOT / "docs" / "reference.md"
     text = readme.PATH.read_text(encoding="utf-8")
-    assert readme.render(text) == text, "README.md is out of date: run `python -m nbkit.workbook.readme`"
+    assert readme.render(text) == text, "docs/reference.md is out of date: run `python -m nbkit.workbook.readme`"
+
+
+def test_the_readme_is_short_starts_with_the_two_commands_and_links_the_generated_page():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    assert "<!-- registry:" not in text  # the generated tables live on the reference page
+    assert "(docs/reference.md)" in text
+    first_block = text.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split()[:2] for line in first_block] == [["make", "report"], ["make", "test"]]
+    assert text.index("```bash") < text.index("\n## ")  # before the first section
 
 
 def test_every_registry_entry_is_in_its_readme_table():
@@ -47,7 +60,7 @@ def test_every_registry_entry_is_in_its_readme_table():
 
 
 def test_check_mode_reports_a_stale_file_and_a_missing_block(tmp_path, capsys):
-    stale = tmp_path / "README.md"
+    stale = tmp_path / "reference.md"
     stale.write_text(readme.PATH.read_text(encoding="utf-8").replace("| `gspo` |", "| `gspo_old` |"), encoding="utf-8")
     assert readme.main(["--check", "--out", str(stale)]) == 1
     assert "OUT OF DATE" in capsys.readouterr().out
