@@ -497,7 +497,11 @@ def _run_job(target: str, kwargs: dict):
             os.lseek(_log, 0, os.SEEK_SET)
         with gcfreeze.walk_only_new():
             return call(target, kwargs)
-    except BaseException as exc:  # noqa: BLE001 - Ctrl-C included: reported, then the parent ends this worker
+    except KeyboardInterrupt:
+        if _log is None:
+            raise
+        os._exit(130)  # stopped by the parent (Ctrl-C) or by its death: the job stopped as on Ctrl-C, the worker ends
+    except BaseException as exc:  # noqa: BLE001 - reported, then the parent ends this worker
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
