@@ -183,6 +183,25 @@ def test_in_this_process_calls_the_target_here():
     assert got["here"]["pid"] == os.getpid()
 
 
+ORPHAN = """import sys
+from nbkit import pool
+pool.run({"j": pool.Job("tests.core.test_pool:pid_then_sleep", {"path": sys.argv[1]})}, workers=1, progress=False)
+"""
+
+
+def test_a_worker_whose_parent_is_killed_stops_its_job_and_ends(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN, str(tmp_path / "pid")])
+    try:
+        worker = pids_of([tmp_path / "pid"])[0]
+    finally:
+        parent.kill()  # kill -9: no Ctrl-C handling, no exit handler in the parent
+        parent.wait()
+    deadline = time.time() + 30
+    while alive(worker) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not alive(worker)
+
+
 _science = schema.without_timing
 
 
