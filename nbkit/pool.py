@@ -16,7 +16,10 @@ between the trainer and its rollout engine), so two jobs at once use both. ``run
 
 A slot's worker is a one-process ``concurrent.futures.ProcessPoolExecutor`` whose initializer pins it to the slot's
 cores and threads; it is started for the slot's first job and runs the slot's later jobs too (a child's start-up,
-importing torch, transformers and vLLM, costs ~4-8 s: once per slot, not once per job). With ``NBKIT_POOL_KEEP`` set
+importing torch, transformers and vLLM, costs ~4-8 s: once per slot, not once per job). Workers are started with
+``spawn`` (a fresh interpreter, never a fork of this one's threads), which imports a script's main module again in
+each worker: a script that runs jobs keeps its work under ``if __name__ == "__main__":`` (a notebook, ``nbkit`` and
+``pytest`` need nothing). With ``NBKIT_POOL_KEEP`` set
 to a number of seconds, a worker left idle at the end of a run is kept that long for this process's next run with the
 same cores, threads, environment and folder (the test suite sets it: its tests run a grid two at a time, then one at
 a time). A job therefore may not rely on a fresh process, as a job run in this process (``workers=0``, one after
@@ -422,7 +425,7 @@ class _Pool:
 
 
 class _Failed(RuntimeError):
-    """A job raised in its worker; the message is the tail of its output, its traceback included."""
+    """A job raised in its worker: the message is its error, then the tail of its output (its traceback included)."""
 
 
 def _has_gpu() -> bool:
@@ -506,7 +509,8 @@ def _run_job(target: str, kwargs: dict):
         sys.stdout.flush()
         sys.stderr.flush()
         out = os.pread(_log, 1 << 16, max(0, os.fstat(_log).st_size - (1 << 16))) if _log is not None else b""
-        tail = out.decode(errors="replace").strip().splitlines()[-25:] or [f"{type(exc).__name__}: {exc}"]
-        raise _Failed("\n".join(tail)) from None
+        tail = out.decode(errors="replace").strip().splitlines()[-25:]
+        end = ["(the end of its output:)", *tail] if tail else []
+        raise _Failed("\n".join([f"{type(exc).__name__}: {exc}", *end])) from None
     finally:
         _busy.clear()
