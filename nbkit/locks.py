@@ -1,11 +1,12 @@
 """One process at a time in a folder: an OS-level lock held for the life of a run.
 
-``FolderLock(folder).acquire()`` takes an exclusive, non-blocking lock on ``folder/.nbkit-lock`` (``flock`` on
-POSIX, ``msvcrt.locking`` on Windows) and writes the holder's pid, host and start time into it. A second process,
-a fresh run or a resume alike, is refused with ``FolderLockedError`` naming that holder. The operating system
-drops the lock when its process dies, however it dies (kill -9 included), so a lock file left by a dead process
-is simply taken over: no stale lock ever needs a hand. ``release`` removes the lock file, and the folder itself
-(and any parent the lock created) when nothing else was written into it, so a refused call leaves nothing behind.
+``FolderLock(folder).acquire()`` takes ``filelock``'s exclusive lock on ``folder/.nbkit-lock`` without waiting
+(``flock`` on POSIX, ``msvcrt`` on Windows) and writes the holder's pid, host and start time into it. A second
+process, a fresh run or a resume alike, is refused with ``FolderLockedError`` naming that holder. The operating
+system drops the lock when its process dies, however it dies (kill -9 included), so a lock file left by a dead
+process is simply taken over: no stale lock ever needs a hand. ``release`` removes the lock file, and the folder
+itself (and any parent the lock created) when nothing else was written into it, so a refused call leaves nothing
+behind.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 import os
 import socket
 from pathlib import Path
+
+import filelock
 
 LOCK = ".nbkit-lock"
 """The lock file's name (a workbook file: ``nbkit.outputs.check_folder`` does not count it as the user's)."""
@@ -39,25 +42,6 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _try_lock(fd: int) -> bool:
-    """Take the exclusive lock on open file ``fd`` without waiting; False when another process holds it."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: lock the file's first byte
-        import msvcrt
-
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
 def holder(path: Path) -> dict:
     """What the lock file says about its holder ({} when unreadable or not yet written)."""
     try:
@@ -67,6 +51,17 @@ def holder(path: Path) -> dict:
     return info if isinstance(info, dict) else {}
 
 
+def _write_holder(fd: int) -> None:
+    """``filelock``'s ``on_acquired``: this process's pid, host and start time into the file it just locked."""
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+
+
 class FolderLock:
     """The exclusive lock of one process on ``folder`` (``name``: the lock file, one per process rank)."""
 
@@ -74,62 +69,35 @@ class FolderLock:
         self.folder = Path(folder)
         self.what = what
         self.path = self.folder / name
-        self.fd: int | None = None
+        self._lock = filelock.FileLock(self.path, thread_local=False, on_acquired=_write_holder)
         self._created: list[Path] = []
 
     def acquire(self) -> FolderLock:
         """Take the lock (creating the folder if needed) or raise ``FolderLockedError`` naming the holder."""
-        missing = [p for p in [self.folder, *self.folder.parents] if not p.exists()]
+        self._created = [p for p in [self.folder, *self.folder.parents] if not p.exists()]  # innermost first
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._created = missing  # innermost first: removed again on release if still empty
-        for _ in range(20):  # another process may remove the file between our open and our lock: try again
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-            except FileNotFoundError:  # the folder was removed by a releasing holder: recreate it
-                self.folder.mkdir(parents=True, exist_ok=True)
-                continue
-            if not _try_lock(fd):
-                os.close(fd)
-                self._remove_created()
-                info = holder(self.path)
-                who = (
-                    f"process {info.get('pid', '?')} on {info.get('host', '?')} (since {info.get('started', '?')})"
-                    if info
-                    else "another process"
-                )
-                raise FolderLockedError(
-                    f"{self.what} {str(self.folder)!r} is in use by {who}: one process at a "
-                    f"time; wait for it to finish (or stop it), then run again"
-                )
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:  # we locked a file that was unlinked meanwhile
-                os.close(fd)
-                continue
-            info = {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            }
-            os.ftruncate(fd, 0)
-            os.write(fd, (json.dumps(info) + "\n").encode())
-            self.fd = fd
-            return self
-        raise FolderLockedError(f"{self.what} {str(self.folder)!r}: could not take its lock file {self.path.name}")
+        try:
+            self._lock.acquire(blocking=False)
+        except filelock.Timeout:
+            self._remove_created()
+            info = holder(self.path)
+            who = (
+                f"process {info.get('pid', '?')} on {info.get('host', '?')} (since {info.get('started', '?')})"
+                if info
+                else "another process"
+            )
+            raise FolderLockedError(
+                f"{self.what} {str(self.folder)!r} is in use by {who}: one process at a "
+                f"time; wait for it to finish (or stop it), then run again"
+            ) from None
+        return self
 
     def release(self) -> None:
         """Drop the lock and its file; remove the folders ``acquire`` created if nothing else was put there."""
-        if self.fd is None:
+        if not self._lock.is_locked:
             return
-        try:
-            if os.stat(self.path).st_ino == os.fstat(self.fd).st_ino:
-                self.path.unlink()
-        except FileNotFoundError:
-            pass
-        os.close(self.fd)
-        self.fd = None
+        self.path.unlink(missing_ok=True)  # while still held: a process that opens the name next gets a new file
+        self._lock.release()
         self._remove_created()
 
     def _remove_created(self) -> None:

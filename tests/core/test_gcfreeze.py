@@ -165,15 +165,10 @@ def test_a_program_suspends_collections_until_it_resumes_and_leaves_a_collector_
         assert gc.isenabled()
 
 
-def test_a_pool_job_walks_only_what_it_makes_and_loads_its_module_with_the_collector_off(monkeypatch, tmp_path):
-    import pickle
-
+def test_a_pool_job_walks_only_what_it_makes_and_loads_its_module_with_the_collector_off(monkeypatch):
     from nbkit import pool
 
-    spec = {"target": "gc:get_freeze_count", "kwargs": {}, "log": tmp_path / "log", "result": tmp_path / "value"}
-    (tmp_path / "spec").write_bytes(pickle.dumps(spec))
-    pool._run_one(str(tmp_path / "spec"))  # as a worker runs each job
-    assert pickle.loads((tmp_path / "value").read_bytes()) > 10_000  # the job ran with the process's objects frozen
+    assert pool._run_job("gc:get_freeze_count", {}) > 10_000  # as a worker runs each job: the process's objects frozen
     assert gc.get_freeze_count() == 0
     states = []
     monkeypatch.setattr(pool.importlib, "import_module", lambda name: states.append(gc.isenabled()) or gc)

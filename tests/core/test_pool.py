@@ -1,11 +1,20 @@
 """Independent jobs on the free cores (``nbkit.pool``): placement from the affinity mask and an explicit limit, each
-child on the cores and threads it was given, the same rows however many run at once, failures named."""
+child on the cores and threads it was given, the same rows however many run at once, failures named (a killed worker
+by its signal), Ctrl-C stopping every worker, nothing left in the temporary folder."""
 
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from nbkit import pool, runlog, schema
+from nbkit.cli.commands import guarded
 
 
 @pytest.fixture(autouse=True)
@@ -67,6 +76,39 @@ def fail_loudly(message: str):
     raise RuntimeError(message)
 
 
+def pid_then_sleep(path: str, seconds: float = 300) -> None:
+    """A job that writes the pid of the process it runs in to ``path``, then waits."""
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(seconds)
+
+
+def pids_of(paths: list[Path], timeout: float = 180) -> list[int]:
+    """The pids ``pid_then_sleep`` jobs wrote to ``paths``, once all are there."""
+    deadline = time.time() + timeout
+    while not all(p.is_file() and p.read_text() for p in paths):
+        assert time.time() < deadline, f"the jobs did not start within {timeout} s"
+        time.sleep(0.1)
+    return [int(p.read_text()) for p in paths]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """The temporary folder of this process and of the workers it starts: ``tmp_path/tmp``, empty at the start."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    return folder
+
+
 @pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
 def test_each_child_runs_on_the_cores_and_threads_it_was_given():
     jobs = {f"j{i}": pool.Job("tests.core.test_pool:where_am_i") for i in range(2)}
@@ -86,7 +128,7 @@ def test_a_slot_s_worker_runs_its_later_jobs_too_and_only_one_starts_per_slot():
     assert list(got) == ["j0", "j1", "j2"]
 
 
-def test_a_failed_job_is_named_with_its_log_and_the_finished_ones_are_returned_first():
+def test_a_failed_job_is_named_with_its_output_and_the_finished_ones_are_returned_first(private_tmp):
     done = []
     jobs = {
         "fine": pool.Job("tests.core.test_pool:where_am_i"),
@@ -95,11 +137,69 @@ def test_a_failed_job_is_named_with_its_log_and_the_finished_ones_are_returned_f
     with pytest.raises(pool.JobFailed, match=r"(?s)job 'broken' failed.*the planted failure"):
         pool.run(jobs, workers=1, progress=False, on_done=lambda label, value: done.append(label))
     assert done == ["fine"]  # it ran first and was handed over before the failure was raised
+    assert list(private_tmp.iterdir()) == []  # no log or job file left behind
+
+
+def test_a_worker_killed_under_its_job_is_named_in_one_line_with_its_job_and_signal(tmp_path, private_tmp, capsys):
+    jobs = {"victim": pool.Job("tests.core.test_pool:pid_then_sleep", {"path": str(tmp_path / "pid")})}
+    killer = threading.Thread(target=lambda: os.kill(pids_of([tmp_path / "pid"])[0], signal.SIGKILL))
+    killer.start()
+    code = guarded(lambda argv: pool.run(jobs, workers=1, progress=False), [])  # as `nbkit study run` reports it
+    killer.join()
+    pid = int((tmp_path / "pid").read_text())
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and err == f"nbkit: job 'victim' failed: its worker (pid {pid}) was killed by signal 9 (SIGKILL)"
+    assert list(private_tmp.iterdir()) == []
+
+
+CTRL_C = """import sys
+from nbkit import pool
+from nbkit.cli.commands import guarded
+jobs = {f"j{i}": pool.Job("tests.core.test_pool:pid_then_sleep", {"path": f"{sys.argv[1]}/pid{i}"}) for i in range(2)}
+sys.exit(guarded(lambda argv: pool.run(jobs, workers=2, progress=False), []))
+"""
+
+
+@pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
+def test_ctrl_c_stops_every_worker_and_exits_130_within_seconds_leaving_nothing_behind(tmp_path, private_tmp):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C, str(tmp_path)], start_new_session=True, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        workers = pids_of([tmp_path / "pid0", tmp_path / "pid1"])
+        start = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: to the foreground process group
+        code = proc.wait(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        proc.kill()
+    assert code == 130 and took < 10, (code, took, proc.stderr.read())
+    assert not [pid for pid in workers if alive(pid)]  # no orphan
+    assert list(private_tmp.iterdir()) == []
 
 
 def test_in_this_process_calls_the_target_here():
     got = pool.run({"here": pool.Job("tests.core.test_pool:where_am_i")}, workers=0, progress=False)
     assert got["here"]["pid"] == os.getpid()
+
+
+ORPHAN = """import sys
+from nbkit import pool
+pool.run({"j": pool.Job("tests.core.test_pool:pid_then_sleep", {"path": sys.argv[1]})}, workers=1, progress=False)
+"""
+
+
+def test_a_worker_whose_parent_is_killed_stops_its_job_and_ends(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN, str(tmp_path / "pid")])
+    try:
+        worker = pids_of([tmp_path / "pid"])[0]
+    finally:
+        parent.kill()  # kill -9: no Ctrl-C handling, no exit handler in the parent
+        parent.wait()
+    deadline = time.time() + 30
+    while alive(worker) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not alive(worker)
 
 
 _science = schema.without_timing

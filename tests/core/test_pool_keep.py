@@ -61,7 +61,7 @@ def test_a_kept_worker_ends_when_its_time_is_up_and_without_the_setting_with_its
 def test_a_bad_keep_time_is_refused_naming_the_value_before_any_worker_starts(monkeypatch, bad):
     monkeypatch.setenv(pool.KEEP_ENV, bad)
     started = []
-    monkeypatch.setattr(pool.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", lambda *a, **k: started.append(a))
     with pytest.raises(ValueError, match=rf"NBKIT_POOL_KEEP={bad!r}.*seconds >= 0"):
         pool.run(JOB, workers=1, progress=False)
     assert started == []
