@@ -192,8 +192,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--out {args.out!r}: name the doctor's report folder")
         out = Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name
         outputs.check_listed(out, doctor.KIND, "doctor folder")  # before any model loads or sample is drawn
-    except ValueError as exc:
+        _, capped = doctor.fit_context(cfg)  # the model folder checked, the responses fitted to its context
+    except (ValueError, FileNotFoundError, ModuleNotFoundError) as exc:
         parser.error(str(exc))
+    if capped:
+        print(f"[nbkit] doctor: {capped}", flush=True)
     versions.check()  # the vLLM engine's internals are used as tested at the pinned version
     result = doctor.diagnose(cfg, progress=True, setup=run_setup)
     print(result.text())
