@@ -185,18 +185,16 @@ def notebook_defaults(path: Path) -> dict:
 
 def check_parameters(path: Path, parameters: dict) -> None:
     """Every parameter names a variable of the notebook's ``parameters`` cell (papermill would only warn and
-    run the notebook with its own value, marked ok), and every key of ``config_overrides`` an ``RLConfig`` field."""
-    known = notebook_parameters(path)
+    run the notebook with its own value, marked ok) and passes the typed checks the notebook itself runs in the cell
+    after its parameters (``nbkit.workbook.parameters``: type of its default, range, choices; ``config_overrides``
+    keys are ``RLConfig`` fields)."""
+    from nbkit.workbook.parameters import check_values
+
+    known = notebook_defaults(path)
     unknown = sorted(set(parameters) - set(known))
     if unknown:
         raise ValueError(f"notebook {path.stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
-    if "config_overrides" in parameters:  # RLConfig fields, in every notebook that has them
-        from nbkit.rl.config import check_field_names
-
-        try:
-            check_field_names(parameters["config_overrides"])
-        except ValueError as exc:
-            raise ValueError(f"notebook {path.stem}: config_overrides {exc}") from None
+    check_values(path.stem, parameters, known)
 
 
 def check_out_dir(out_dir) -> Path:
