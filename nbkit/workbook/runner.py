@@ -11,12 +11,13 @@ from those by ``nbkit.workbook.report``. A failing notebook does not stop the ot
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbkit import outputs
+from nbkit import locks, outputs
 from nbkit.paths import REPORTS, ROOT, environment
 from nbkit.studies.base import markdown_table
 from nbkit.workbook import jobtime, report
@@ -107,8 +108,10 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
         raise
     except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
         error = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-        if not isinstance(exc, papermill.PapermillExecutionError):
-            traceback.print_exc()
+        if not isinstance(exc, papermill.PapermillExecutionError):  # papermill itself failed: what it wrote is
+            traceback.print_exc()  # no executed notebook, so it never stands under the final name
+            partial = mark_partial(target)
+            error += f" (partial notebook: {partial.name})" if partial else ""
     seconds = time.time() - start
     if target.exists():
         report.export_html(target)
@@ -197,10 +200,34 @@ def check_parameters(path: Path, parameters: dict) -> None:
     check_values(path.stem, parameters, known)
 
 
+def check_out_name(out_dir, what: str = "report folder") -> Path:
+    """``out_dir`` if its name can hold a report: named (not ""), UTF-8 (a notebook, its HTML and the index record
+    the folder's path as UTF-8 text; a name of other bytes cannot be written there) and not a symlink to nowhere
+    (nothing can be created through it). Reads only."""
+    text = str(out_dir)
+    if not text.strip():
+        raise ValueError(f"the {what} must be named, got {text!r}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+        raise ValueError(
+            f"{what} name '{shown}' is not UTF-8 (its bytes are of another encoding): the reports record their "
+            f"folder as UTF-8 text; choose a UTF-8 name"
+        ) from None
+    path = Path(out_dir).expanduser()
+    if path.is_symlink() and not path.exists():
+        raise ValueError(
+            f"{what} {text!r} is a symlink to {os.readlink(path)!r}, which does not exist: create that folder "
+            f"first, or give another {what}"
+        )
+    return path
+
+
 def check_out_dir(out_dir) -> Path:
-    """The report folder: named (not ""), and new, empty or an earlier report (``nbkit.outputs``)."""
-    if not str(out_dir).strip():
-        raise ValueError(f"the report folder must be named, got {str(out_dir)!r}")
+    """The report folder: a name that can hold it (``check_out_name``), and new, empty or an earlier report
+    (``nbkit.outputs``)."""
+    check_out_name(out_dir)
     outputs.check_listed(out_dir, "report", "report folder", files_only=True)
     return Path(out_dir)
 
@@ -211,7 +238,15 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     params = {p.stem: parameters_for(profile, p.stem) for p in paths}  # validate before running anything
     for path in paths:
         check_parameters(path, params[path.stem])
-    out_dir = check_out_dir(out_dir)
+    check_out_name(out_dir)
+    outputs.check_folder(out_dir, "report", "report folder")  # a file, read-only or a user's folder: before the lock
+    with locks.FolderLock(out_dir, "report folder"):  # one run per report folder: a second is refused, naming this pid
+        out_dir = check_out_dir(out_dir)  # its files, checked by the one process that may now add to them
+        return _run(profile, Path(out_dir), paths, params)
+
+
+def _run(profile: str, out_dir: Path, paths: list[Path], params: dict[str, dict]) -> list[NotebookResult]:
+    """``run``'s work, inside the report folder's lock."""
     outputs.write_marker(out_dir, "report", profile=profile, files=True)  # what is there passed check_out_dir
     prov = report.provenance(profile)
     timing = expect(

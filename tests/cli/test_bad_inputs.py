@@ -9,6 +9,7 @@ from the dataclass's annotations (``field_cases``): a field added tomorrow is co
 """
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,6 +86,8 @@ def more_files(tmp: Path, good: list[dict]) -> dict:
         (tmp / name).mkdir()
         (tmp / name / "config.json").write_text(content)
         f[name] = str(tmp / name)
+    (tmp / "dangling").symlink_to(tmp / "nowhere-at-all")
+    f["dangling"] = str(tmp / "dangling")
     tiny = Path(models.resolve("tiny-arith"))
     for name in ("no_tokenizer", "cut_weights", "no_weights"):  # issue 55 items 11, 12: copies of tiny-arith
         shutil.copytree(tiny, tmp / name)
@@ -856,6 +859,24 @@ CASES = [
         nbkit("run", "--profile", "smoke", "--only", "00", "--out", lambda c: c.f["decoy-report"]),
         EXIT_2,
         "index.html",
+    ),
+    Case(  # issue 55 item 13: a folder name of non-UTF-8 bytes (a traceback and an empty notebook before)
+        "cli-run-out-not-utf8",
+        nbkit("run", "--profile", "smoke", "--only", "00", "--out", lambda c: str(c.tmp / os.fsdecode(b"rep\xff"))),
+        EXIT_2,
+        ("report folder name", "rep\\xff' is not UTF-8", "choose a UTF-8 name"),
+    ),
+    Case(  # issue 55 item 15: "[Errno 17] File exists" before
+        "cli-run-out-dangling-symlink",
+        nbkit("run", "--profile", "smoke", "--only", "00", "--out", lambda c: c.f["dangling"]),
+        EXIT_2,
+        ("dangling' is a symlink to", "nowhere-at-all', which does not exist: create that folder first"),
+    ),
+    Case(
+        "cli-doctor-out-dangling-symlink",
+        nbkit("doctor", "--model", "tiny-arith", "--engine", "hf", "--out", lambda c: c.f["dangling"]),
+        SystemExit,
+        ("doctor folder", "dangling' is a symlink to", "which does not exist"),
     ),
     Case(
         "cli-run-unknown-notebook",
