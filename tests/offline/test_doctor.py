@@ -99,6 +99,7 @@ def test_the_command_line_says_it_capped_the_responses_before_any_engine_starts(
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_kernels("HF engine and π half GEMMs under gemm auto: the shared-recipe caution follows the policy")
 def test_headless_doctor_on_tiny_arith_writes_the_verdict(tmp_path, capsys):
     code = cli_main.main(
         [
