@@ -172,10 +172,48 @@ def _range(name: str, base) -> Range | None:
     return found
 
 
-def defaults(stem: str) -> dict:
-    """Notebook ``stem``'s parameters cell as ``name → default value`` (``nbkit.workbook.runner``'s reading)."""
-    from nbkit.workbook.runner import notebook_defaults
+def _parameter_assignments(path: Path) -> list[tuple[str, object]]:
+    """``(name, value expression)`` of each assignment in the notebook's ``parameters`` cell (read with ``ast``:
+    papermill's own inspection misreads lines whose comment holds an ``=``)."""
+    import ast
 
+    import nbformat
+
+    cells = [c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
+    if not cells:
+        return []
+    return [
+        (target.id, node.value)
+        for node in ast.parse(cells[0].source).body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    ]
+
+
+def notebook_parameters(path: Path) -> set[str]:
+    """The names the notebook's ``parameters`` cell assigns."""
+    return {name for name, _ in _parameter_assignments(path)}
+
+
+def notebook_defaults(path: Path) -> dict:
+    """The notebook's ``parameters`` cell as ``name → default value``; a value that is no literal is refused
+    (a profile is compared with these values: ``nbkit.workbook.profiles`` holds only what differs)."""
+    import ast
+
+    out = {}
+    for name, value in _parameter_assignments(path):
+        try:
+            out[name] = ast.literal_eval(value)
+        except ValueError:
+            raise ValueError(
+                f"notebook {path.stem}: parameter {name} = {ast.unparse(value)} is not a literal; write its value"
+            ) from None
+    return out
+
+
+def defaults(stem: str) -> dict:
+    """Notebook ``stem``'s parameters cell as ``name → default value`` (``notebook_defaults``)."""
     return notebook_defaults(notebook_path(stem))
 
 
@@ -204,10 +242,13 @@ def check_value_like(stem: str, name: str, value, default) -> None:
         if choice is not None and value is not None:
             for item in value if isinstance(value, (list, tuple)) and name.endswith("s") else [value]:
                 choice(item)
-        if name in WHOLE:
-            WHOLE[name](value)
     except (FieldTypeError, FieldRangeError, ValueError, TypeError) as exc:
         raise ParameterError(f"{where} = {value!r}: {exc}") from None
+    if name in WHOLE:
+        try:
+            WHOLE[name](value)
+        except ValueError as exc:
+            raise ParameterError(f"notebook {stem}: {name} {exc}") from None
 
 
 def check_values(stem: str, values: dict, known: dict | None = None) -> None:

@@ -21,6 +21,11 @@ from nbkit import locks, outputs
 from nbkit.paths import REPORTS, ROOT, environment
 from nbkit.studies.base import markdown_table
 from nbkit.workbook import jobtime, report
+from nbkit.workbook.parameters import (  # noqa: F401 - notebook_parameters: also read as runner.notebook_parameters
+    check_values,
+    notebook_defaults,
+    notebook_parameters,
+)
 from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -146,53 +151,11 @@ def effective_parameters(path: Path, parameters: dict) -> dict:
     return {**notebook_defaults(path), **parameters}
 
 
-def _parameter_assignments(path: Path) -> list[tuple[str, object]]:
-    """``(name, value expression)`` of each assignment in the notebook's ``parameters`` cell (read with ``ast``:
-    papermill's own inspection misreads lines whose comment holds an ``=``)."""
-    import ast
-
-    import nbformat
-
-    cells = [c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
-    if not cells:
-        return []
-    return [
-        (target.id, node.value)
-        for node in ast.parse(cells[0].source).body
-        if isinstance(node, (ast.Assign, ast.AnnAssign))
-        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-        if isinstance(target, ast.Name)
-    ]
-
-
-def notebook_parameters(path: Path) -> set[str]:
-    """The names the notebook's ``parameters`` cell assigns."""
-    return {name for name, _ in _parameter_assignments(path)}
-
-
-def notebook_defaults(path: Path) -> dict:
-    """The notebook's ``parameters`` cell as ``name → default value``; a value that is no literal is refused
-    (a profile is compared with these values: ``nbkit.workbook.profiles`` holds only what differs)."""
-    import ast
-
-    out = {}
-    for name, value in _parameter_assignments(path):
-        try:
-            out[name] = ast.literal_eval(value)
-        except ValueError:
-            raise ValueError(
-                f"notebook {path.stem}: parameter {name} = {ast.unparse(value)} is not a literal; write its value"
-            ) from None
-    return out
-
-
 def check_parameters(path: Path, parameters: dict) -> None:
     """Every parameter names a variable of the notebook's ``parameters`` cell (papermill would only warn and
     run the notebook with its own value, marked ok) and passes the typed checks the notebook itself runs in the cell
     after its parameters (``nbkit.workbook.parameters``: type of its default, range, choices; ``config_overrides``
     keys are ``RLConfig`` fields)."""
-    from nbkit.workbook.parameters import check_values
-
     known = notebook_defaults(path)
     unknown = sorted(set(parameters) - set(known))
     if unknown:
