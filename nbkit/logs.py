@@ -17,6 +17,7 @@ import): a widget bar cannot render in a static report, a text bar's last state 
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
@@ -40,6 +41,54 @@ def log_path() -> Path:
     return where[0] / f"{where[1]}.log" if where else CACHE / "logs" / "session.log"
 
 
+class LogFileError(OSError):
+    """Writing a log file failed (a file-size limit, a full disk): the message names the file and what to do,
+    where the raw ``OSError`` says only "[Errno 27] File too large"."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+ADVICE = {
+    errno.EFBIG: "a file-size limit stopped it (`ulimit -f`): raise the limit (`ulimit -f unlimited`) and run again",
+    errno.ENOSPC: "the disk is full: free space and run again",
+    errno.EDQUOT: "the disk quota is used up: free space and run again",
+}
+"""What to do about a log file that cannot be written, by errno."""
+
+
+def log_error(path: Path, exc: OSError) -> LogFileError:
+    """``exc`` (raised writing the log file ``path``) as one line naming the file and what to do."""
+    advice = ADVICE.get(exc.errno, "check that its folder is writable and has space, then run again")
+    size = path.stat().st_size if path.exists() else 0
+    return LogFileError(
+        exc.errno, f"cannot write the log file {str(path)!r} ({size:,} bytes; {exc.strerror or exc}): {advice}"
+    )
+
+
+class _LogStream:
+    """The log file's handle as ``quiet`` writes through it: a failed write or flush is a ``LogFileError`` naming the
+    file (every other attribute is the handle's)."""
+
+    def __init__(self, handle, path: Path):
+        self.handle, self.path = handle, path
+
+    def write(self, text: str) -> int:
+        try:
+            return self.handle.write(text)
+        except OSError as exc:
+            raise log_error(self.path, exc) from None
+
+    def flush(self) -> None:
+        try:
+            self.handle.flush()
+        except OSError as exc:
+            raise log_error(self.path, exc) from None
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+
 def _open(path: Path):
     """One append handle per log file for the life of the process. Handlers made inside ``quiet`` keep it, and
     vLLM's log through it while the interpreter exits (its engine shuts down from a ``weakref.finalize``). At exit
@@ -54,9 +103,12 @@ def _open(path: Path):
 def _close(handle) -> None:
     """Close a log handle at exit; handlers still holding it (a daemon thread may log after this) write nowhere."""
     for h in _handlers():
-        if getattr(h, "stream", None) is handle:
+        if getattr(getattr(h, "stream", None), "handle", getattr(h, "stream", None)) is handle:
             h.setStream(io.StringIO())
-    handle.close()
+    try:
+        handle.close()
+    except OSError:  # what a full log could not take is lost with it (quiet already said which file and why)
+        pass
 
 
 def matters(w: warnings.WarningMessage) -> bool:
@@ -88,8 +140,8 @@ def quiet(what: str | None = None, path: Path | None = None):
     """Send the block's output to the log file (see the module docstring); with ``what``, print one line saying
     what started and how long it took. Yields the log file's path."""
     path = Path(path) if path else log_path()
-    log = _open(path)
-    log.write(f"\n===== {time.strftime('%H:%M:%S')} {what or 'library output'}\n")
+    log = _LogStream(_open(path), path)
+    log.write(f"\n===== {time.strftime('%H:%M:%S')} {what or 'library output'}\n")  # a full log: named, before all
     log.flush()
     begin = path.stat().st_size
     for stream in (sys.stdout, sys.stderr):
@@ -97,7 +149,7 @@ def quiet(what: str | None = None, path: Path | None = None):
     _visible.append(_visible[-1] if _visible else sys.stdout)
     saved_fds = {fd: os.dup(fd) for fd in (1, 2)}
     handlers = [(h, h.stream) for h in _stream_handlers()]
-    start, failed = time.time(), False
+    start, failed = time.time(), None
     try:
         with warnings.catch_warnings(record=True) as caught, redirect_stdout(log), redirect_stderr(log):
             for fd in saved_fds:
@@ -106,26 +158,35 @@ def quiet(what: str | None = None, path: Path | None = None):
                 h.setStream(log)
             try:
                 yield path
-            except BaseException:
-                failed = True
+            except BaseException as exc:
+                failed = exc
                 raise
             finally:
-                log.flush()
-                for fd, saved in saved_fds.items():
-                    os.dup2(saved, fd)
-                    os.close(saved)
-                for h, stream in handlers:
-                    h.setStream(stream)
+                try:
+                    log.flush()
+                finally:  # the process's own output back, even when the log could not take the last of it
+                    for fd, saved in saved_fds.items():
+                        os.dup2(saved, fd)
+                        os.close(saved)
+                    for h, stream in handlers:
+                        h.setStream(stream)
     finally:
         visible = _visible.pop()
         seconds = time.time() - start
         for w in caught:
-            log.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
             if matters(w):
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-        log.flush()
+        try:
+            for w in caught:
+                log.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
+            log.flush()
+        except LogFileError:
+            if not failed:  # else the block's own error (often this very one) is what propagates
+                raise
         lines = _read_from(path, begin).count("\n")
-        if failed:
+        if isinstance(failed, LogFileError):  # the error names the log; its tail would be the noise that filled it
+            pass
+        elif failed:
             tail = "".join(_read_from(path, begin).splitlines(keepends=True)[-30:])
             print(
                 f"{what or 'the step'} failed after {seconds:.0f} s; the end of its output ({path}):\n{tail}",

@@ -56,32 +56,33 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def resolve(ref: str | os.PathLike) -> str:
-    """The local directory (or hub id) behind ``ref``, preparing built-in models on first use."""
+    """The local directory (or hub id) behind ``ref``, preparing built-in models on first use; a local checkpoint
+    (built-in or the user's) is checked for a tokenizer and readable weights first (``check_model_files``)."""
     ref = str(ref)
     if ref == "tiny-arith":
         path = DATA / "models" / "tiny-arith"
         if not (path / "model.safetensors").exists():
             tiny_arith.build(path)
-        return str(path)
+        return check_model_files(path, "nbkit build tiny-arith")
     if ref == "smollm2-135m":
-        return str(_smollm2_checkpoint())
+        return check_model_files(_smollm2_checkpoint(), f"remove {CACHE / 'models' / 'smollm2-135m'} to convert again")
     if ref == "tiny-moe-arith":
         path = DATA / "models" / "tiny-moe-arith"
         if not (path / "model.safetensors").exists():
             tiny_moe.build(path)
-        return str(path)
+        return check_model_files(path, "nbkit build tiny-moe")
     if ref == "tiny-long":
         path = DATA / "models" / "tiny-long"
         if not (path / "model.safetensors").exists():
             if tiny_long.build(path) is None:
                 raise RuntimeError("tiny-long's SFT stopped unfinished; run `nbkit build tiny-long` to finish it")
-        return str(path)
+        return check_model_files(path, "nbkit build tiny-long")
     if Path(ref).expanduser().is_dir():
         path = Path(ref).expanduser()
         if not (path / "config.json").exists():
             raise ValueError(f"model directory {ref!r} has no config.json (not a transformers checkpoint)")
         check_model_config(path)
-        return str(path)
+        return check_model_files(path)
     if _HUB_ID.match(ref) and not Path(ref).exists():
         if os.environ.get("HF_HUB_OFFLINE") == "1":
             cached = _hub_cache_has(ref)
@@ -113,6 +114,52 @@ def check_model_config(path: Path) -> None:
             f"model directory {str(path)!r}: {file.name} is not a transformers model config (no "
             f"model_type; it holds {keys})"
         )
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+"""Files of which a checkpoint folder needs one for ``AutoTokenizer`` to build its tokenizer (a fast tokenizer's
+``tokenizer.json``; SentencePiece models; BPE and WordPiece vocabularies). Without any, transformers builds an
+empty vocabulary and the first prompt fails deep inside a forward ("index -1 is out of bounds")."""
+
+
+def check_model_files(path: str | os.PathLike, rebuild: str = "") -> str:
+    """``path`` (as a string) if the checkpoint folder has a tokenizer (``TOKENIZER_FILES``) and every
+    ``*.safetensors`` weights file reads whole (its header parses and its tensors fit in the file: a truncated
+    or overwritten file is caught here, not by a traceback from the loader); ValueError naming the folder or the
+    file and what to do otherwise. ``rebuild``: the command that makes a built-in model again."""
+    path = Path(path)
+    todo = f"; rebuild it with `{rebuild}`" if rebuild else ""
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"model directory {str(path)!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save the "
+            f"model's tokenizer into it (tokenizer.save_pretrained){todo}"
+        )
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights and not any(path.glob("*.bin")):
+        raise ValueError(f"model directory {str(path)!r} has no weights file (*.safetensors or *.bin){todo}")
+    for file in weights:
+        stat = file.stat()
+        problem = _safetensors_problem(str(file), stat.st_size, stat.st_mtime_ns)
+        if problem:
+            raise ValueError(
+                f"model weights {str(file)!r} are unreadable ({problem}): the file is truncated or corrupt; "
+                f"copy it again from its source{todo}"
+            )
+    return str(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _safetensors_problem(file: str, size: int, mtime_ns: int) -> str:
+    """What ``safetensors`` says is wrong with ``file`` ("" when it opens and every tensor's bytes lie inside the
+    file), once per (path, size, mtime): the check reads only the header."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(file, "pt") as f:
+            f.keys()
+    except (SafetensorError, OSError) as exc:
+        return " ".join(str(exc).split())
+    return ""
 
 
 def _hub_cache_has(hub_id: str) -> bool:

@@ -120,6 +120,53 @@ def xdist_group(nodeid: str) -> str:
     return nodeid
 
 
+CPU_KINDS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "xeon-avx512fp16": (("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16"), "AVX512", "native"),
+    "epyc-avx512bf16": (("avx2", "avx512f", "avx512_bf16"), "AVX512", "fp32-accumulate"),
+    "avx2": (("avx2", "fma", "f16c"), "AVX2", "fp32-accumulate"),
+}
+"""The CPU kinds the project meets, as ``nbkit.gemm`` reads them (kind → (CPU flags, torch's CPU capability, the
+policy ``gemm="auto"`` resolves to there)): a Sapphire Rapids Xeon (native half GEMMs), an EPYC with AVX512-BF16
+only and an AVX2-only EPYC (both ``fp32-accumulate``). A test whose result depends on the CPU's half kernels takes
+the ``cpu_kind`` fixture and runs once per kind on any machine; ``NBKIT_TEST_CPU_KIND=<kind>`` makes a whole session
+resolve ``auto`` as that kind (``tests/suite/test_cpu_kinds.py`` runs the cross-CPU tests so, and under
+``benchmarks/avx2.py``'s process-level emulation)."""
+
+
+def as_cpu_kind(monkeypatch, kind: str) -> str:
+    """Make ``nbkit.gemm`` see the CPU of ``kind`` (its flags and torch's capability; no kernel cap in the
+    environment); returns the policy ``auto`` resolves to there. Only the decision changes: torch's kernels stay
+    this machine's (``native`` on an AVX2 CPU runs torch's slow reference half kernels, with the same roundings)."""
+    from nbkit import gemm
+
+    flags, capability, policy = CPU_KINDS[kind]
+    monkeypatch.setattr(gemm, "_cpu_flags", lambda: flags)
+    monkeypatch.setattr(gemm.torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert gemm.resolve("auto", "cpu") == policy
+    return policy
+
+
+@pytest.fixture(params=list(CPU_KINDS))
+def cpu_kind(request, monkeypatch) -> str:
+    """The test runs once per CPU kind (``CPU_KINDS``), ``gemm="auto"`` resolving as on that CPU; yields the kind."""
+    as_cpu_kind(monkeypatch, request.param)
+    return request.param
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_cpu_kind():
+    """``NBKIT_TEST_CPU_KIND=<kind>``: the whole session resolves ``gemm="auto"`` as on that CPU kind."""
+    kind = os.environ.get("NBKIT_TEST_CPU_KIND")
+    if not kind:
+        yield None
+        return
+    if kind not in CPU_KINDS:
+        raise pytest.UsageError(f"NBKIT_TEST_CPU_KIND={kind!r}; choose one of {list(CPU_KINDS)}")
+    with pytest.MonkeyPatch.context() as mp:
+        yield as_cpu_kind(mp, kind)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_collection(session):
     """Collection imports the libraries (torch, transformers, TRL, vLLM): no automatic collection walks them meanwhile."""

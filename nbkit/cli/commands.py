@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import importlib
 import os
 import re
@@ -72,7 +73,7 @@ def guarded(main, argv: list[str] | None = None, prog: str = "nbkit") -> int:
     except refusals() as exc:
         if debug:
             raise
-        text = " ".join(str(exc).split()) or type(exc).__name__
+        text = " ".join(describe(exc).split()) or type(exc).__name__
         print(f"{prog}: error: {text} (--debug shows the traceback)", file=sys.stderr, flush=True)
         return 2
     except JobFailed as exc:  # a job of a pool failed: its message names it and why (the job's own traceback)
@@ -82,6 +83,38 @@ def guarded(main, argv: list[str] | None = None, prog: str = "nbkit") -> int:
         return 1
     finally:
         _debug[0] = previous
+
+
+OS_ADVICE = {
+    errno.EEXIST: "something already has that name (a file, or a symlink to nowhere): remove it or choose another",
+    errno.EFBIG: "a file-size limit stopped the write (`ulimit -f`): raise it (`ulimit -f unlimited`) and run again",
+    errno.ENOSPC: "the disk is full: free space and run again",
+    errno.EACCES: "no permission: choose a path you can write, or change its permissions",
+    errno.EPERM: "not permitted: choose a path you can write",
+    errno.EROFS: "the file system is read-only: choose another path",
+    errno.EISDIR: "it is a folder: give a file name",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: choose another path",
+    errno.ENAMETOOLONG: "the name is too long: choose a shorter one",
+}
+"""What to do about an operating-system error a command line reports, by errno."""
+
+
+def describe(exc: BaseException) -> str:
+    """A refusal's text: its message, or for a raw ``OSError`` (``[Errno 27] File too large``, naming nothing) what
+    failed, on which file and what to do (``OS_ADVICE``). An ``OSError`` the workbook worded itself is left as is."""
+    if (
+        type(exc)
+        not in (OSError, FileExistsError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+        or exc.errno is None
+    ):
+        return str(exc)
+    files = " -> ".join(repr(str(f)) for f in (exc.filename, exc.filename2) if f is not None)
+    advice = OS_ADVICE.get(exc.errno, "")
+    return (
+        f"{exc.strerror}"
+        + (f": {files}" if files else " (no file named by the system)")
+        + (f"; {advice}" if advice else "")
+    )
 
 
 NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")

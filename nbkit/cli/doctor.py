@@ -22,6 +22,7 @@ from nbkit.plots import doctor as doctor_plots
 from nbkit.plots import mismatch as plots
 from nbkit.rl.config import RLConfig
 from nbkit.workbook import report
+from nbkit.workbook.runner import check_out_name
 
 
 def write_html(result: DoctorResult, out: Path) -> Path:
@@ -191,9 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is not None and not args.out.strip():
             raise ValueError(f"--out {args.out!r}: name the doctor's report folder")
         out = Path(args.out) if args.out else REPORTS / "doctor" / Path(cfg.model).name
+        check_out_name(out, "doctor folder")  # UTF-8, not a symlink to nowhere
         outputs.check_listed(out, doctor.KIND, "doctor folder")  # before any model loads or sample is drawn
-    except ValueError as exc:
+        _, capped = doctor.fit_context(cfg)  # the model folder checked, the responses fitted to its context
+    except (ValueError, FileNotFoundError, ModuleNotFoundError) as exc:
         parser.error(str(exc))
+    if capped:
+        print(f"[nbkit] doctor: {capped}", flush=True)
     versions.check()  # the vLLM engine's internals are used as tested at the pinned version
     result = doctor.diagnose(cfg, progress=True, setup=run_setup)
     print(result.text())

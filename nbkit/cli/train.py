@@ -9,8 +9,9 @@ Every ``RLConfig`` field is a flag (``--field-name`` or ``--field_name``; boolea
 made by ``transformers.HfArgumentParser`` from the dataclass, its help the field's ``metadata["help"]`` in
 ``nbkit/rl/config.py``: one place documents a field. The file's values become the parser's defaults (as TRL's
 ``TrlParser`` does), so flags override them. A YAML key is a field name (``train_dtype`` or ``train-dtype``).
-Unknown keys, values of the wrong type and values ``RLConfig`` rejects stop the command before any model or
-dataset loads, naming the key and the valid choices. A run folder's ``config.json`` is itself a valid ``--config``.
+Unknown keys, a key given twice (YAML would keep the last), values of the wrong type and values ``RLConfig``
+rejects stop the command before any model or dataset loads, naming the key and the valid choices. A run
+folder's ``config.json`` is itself a valid ``--config``.
 On the command line ``null`` (or ``None``) sets an optional field to None; ``none`` stays the string (a choice of
 ``correction``).
 """
@@ -103,6 +104,7 @@ def read_config_file(path: str | Path) -> dict:
         raise FileNotFoundError(f"config file {str(path)!r} not found")
     text = _config_text(path)
     try:
+        check_unique_keys(text, path)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -170,6 +172,38 @@ def key_lines(text: str) -> dict[str, int]:
     if not isinstance(node, yaml.MappingNode):
         return {}
     return {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+
+
+def check_unique_keys(text: str, path: str | Path) -> None:
+    """ValueError naming the key and both lines when a mapping of the file (at any depth) gives one key twice:
+    PyYAML (and ``json``) silently keep the last, so ``train_dtype: fp16`` ... ``train_dtype: bf16`` would train
+    in BF16. A file that is not valid YAML is left to the parser's own error."""
+    import yaml
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        first: dict[str, tuple[str, int]] = {}
+        for key, value in node.value:
+            name, line = str(key.value), key.start_mark.line + 1
+            field = name.replace("-", "_") if node is root else name  # train-dtype is train_dtype at the top
+            if field in first:
+                spelled, earlier = first[field]
+                also = f" (as {spelled!r})" if spelled != name else ""
+                raise ValueError(
+                    f"config file {str(path)!r}, line {line}: key {name!r} is given twice (first on line "
+                    f"{earlier}{also}); keep one of them"
+                )
+            first[field] = (name, line)
+            stack.append(value)
 
 
 class RLConfigParser(Parser, HfArgumentParser):

@@ -260,6 +260,15 @@ def load_prompts(
     ]
 
 
+def grid_prompts(cfg: GridConfig, tokenizer) -> list[str]:
+    """The prompts ``run_grid`` samples for ``cfg`` (``prompt_source`` ``auto``: ``arith`` for tiny-arith,
+    ``eval/math`` otherwise)."""
+    source = (
+        cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
+    )
+    return load_prompts(source, cfg.n_prompts, tokenizer, cfg.seed, cfg.shortest, cfg.chat_template, cfg.instruction)
+
+
 def _dataset_problems(source: str) -> list[str]:
     """The ``problem`` column of a shipped source (under ``data/``) or a local folder (from the project root)."""
     import datasets
@@ -304,10 +313,7 @@ def run_grid(cfg: GridConfig, progress: bool = True, vllm_log_level: str = "ERRO
         dt: base if dt == "fp32" else copy.deepcopy(base).to(models.torch_dtype(dt))
         for dt in dict.fromkeys((*cfg.train_dtypes, *(cfg.engine_dtypes if kind == "hf" else ())))
     }
-    source = (
-        cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
-    )
-    prompts = load_prompts(source, cfg.n_prompts, tok, cfg.seed, cfg.shortest, cfg.chat_template, cfg.instruction)
+    prompts = grid_prompts(cfg, tok)
     res = GridResult(cfg, kind, prompts)
     sampling = SamplingConfig(
         temperature=cfg.temperature, max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt, seed=cfg.seed

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -291,6 +291,54 @@ class DoctorResult:
         }
 
 
+def grid_config(cfg: DoctorConfig, dtype: str) -> analysis.GridConfig:
+    """The offline grid of one dtype the doctor measures (engine dtype = training dtype)."""
+    return analysis.GridConfig(
+        model=cfg.model,
+        engine=cfg.engine,
+        engine_dtypes=(dtype,),
+        train_dtypes=(dtype,),
+        n_prompts=cfg.n_prompts,
+        samples_per_prompt=cfg.samples_per_prompt,
+        max_tokens=cfg.max_tokens,
+        seed=cfg.seed,
+        n_boot=0,
+        engine_kwargs=dict(cfg.engine_kwargs),
+    )
+
+
+def fit_context(cfg: DoctorConfig) -> tuple[DoctorConfig, str]:
+    """``cfg`` with ``max_tokens`` capped so that the longest of its prompts plus a response fits the model's
+    context (``max_position_embeddings``: tiny-arith has 128 positions, so the default 128 tokens after an
+    8-token prompt would not), and the line saying so ("" when nothing was capped). Reads the model's config and
+    tokenizer only, before any engine starts; a model whose longest prompt leaves no room is a ValueError naming
+    the limit. The model folder is checked first (``nbkit.models.resolve``: tokenizer and weights)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from nbkit.engines import encode_prompt
+
+    path = models.resolve(cfg.model)
+    context = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
+    if not context:
+        return cfg, ""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prompts = analysis.grid_prompts(grid_config(cfg, cfg.dtypes[0]), tokenizer)
+    longest = max(len(encode_prompt(tokenizer, p)) for p in prompts)
+    room = int(context) - longest
+    if room < 1:
+        raise ValueError(
+            f"model {cfg.model!r} has a context of {context} positions and the longest of the doctor's "
+            f"{len(prompts)} prompts takes {longest}: no room for a response; give a model with a longer context"
+        )
+    if cfg.max_tokens <= room:
+        return cfg, ""
+    note = (
+        f"max_tokens {cfg.max_tokens} capped to {room}: model {cfg.model!r} has a context of {context} positions "
+        f"and the longest prompt takes {longest} tokens"
+    )
+    return replace(cfg, max_tokens=room), note
+
+
 def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorResult:
     """Measure (``nbkit.offline.analysis.run_grid`` once per dtype, engine dtype = training dtype: the diagonal of the
     notebook's grid, the setting of a real run), conclude, and lint ``setup`` (``nbkit.offline.lints.Setup``; None = the
@@ -301,23 +349,10 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
         engine_dtype_source="the default setup: FP16 on both sides",
     )
     start = time.time()
+    cfg, capped = fit_context(cfg)  # before any engine starts: a response that cannot fit is capped, and said
     pairs, engine, grids, stages = {}, cfg.engine, {}, {}
     for d in cfg.dtypes:
-        grid = analysis.run_grid(
-            analysis.GridConfig(
-                model=cfg.model,
-                engine=cfg.engine,
-                engine_dtypes=(d,),
-                train_dtypes=(d,),
-                n_prompts=cfg.n_prompts,
-                samples_per_prompt=cfg.samples_per_prompt,
-                max_tokens=cfg.max_tokens,
-                seed=cfg.seed,
-                n_boot=0,
-                engine_kwargs=dict(cfg.engine_kwargs),
-            ),
-            progress=progress,
-        )
+        grid = analysis.run_grid(grid_config(cfg, d), progress=progress)
         pairs[d], engine, grids[d] = grid.pairs()[d], grid.engine, grid
         stages.update({f"{d}/{k.split('/')[0]}": v for k, v in grid.seconds.items()})
     diags = {d: dtype_diagnosis(*pairs[d]) for d in cfg.dtypes}
@@ -326,6 +361,7 @@ def diagnose(cfg: DoctorConfig, progress: bool = False, setup=None) -> DoctorRes
     stages["load"] = time.time() - clock
     max_abs = max(float(p.detach().abs().max()) for p in model.parameters())
     verdict, reasons = recommend(diags, cfg.target_length, max_abs)
+    reasons += [f"note: {capped}"] if capped else []
     if any(g.shares_trainer_recipe for g in grids.values()):  # the verdict would rest on no engine at all
         reasons.insert(0, f"caution: {analysis.SHARED_RECIPE} (--engine vllm)")
     anatomies = {}

@@ -19,8 +19,11 @@ FIT_ROWS = 32
 
 def load_task(cfg: RLConfig) -> tuple[tasks.Task, list[dict]]:
     """The task and its usable problems (those with a checkable answer); errors name what is wrong."""
+    from nbkit.tasks.sources import rows_progress
+
     task = tasks.make_task(tasks.TaskConfig(source=cfg.dataset, template=cfg.template, grader=cfg.grader))
-    usable = [p for p in task.problems if task.answer_ok(p["answer"])]
+    checked = rows_progress(task.problems, f"grading {cfg.grader} references")
+    usable = [p for p in checked if task.answer_ok(p["answer"])]
     if not usable:
         raise ValueError(
             f"dataset {cfg.dataset!r} has no problem with a checkable answer "

@@ -101,6 +101,18 @@ class TaskConfig:
             raise ValueError(f"the {self.source} source generates problems: give pool_size > 0")
 
 
+PROGRESS_DELAY = 1.0
+"""Seconds a row loop runs silently before its progress bar appears (a 100k-row JSONL takes ~7 s to read and
+check; a small file none)."""
+
+
+def rows_progress(rows, desc: str, total: int | None = None):
+    """``rows`` with a ``tqdm`` bar that appears only when the loop outlasts ``PROGRESS_DELAY`` (stderr)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(rows, desc=desc, total=total, unit="row", delay=PROGRESS_DELAY, leave=False)
+
+
 def _read_rows(source: str, split: str | None) -> list[dict]:
     """Rows of a named source or a local file/folder, as dicts."""
     import datasets
@@ -150,7 +162,8 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
                 )
             return rows
         rows = []
-        for number, line in enumerate(text.splitlines(), 1):
+        lines = text.splitlines()
+        for number, line in enumerate(rows_progress(lines, f"reading {path.name}"), 1):
             if not line.strip():
                 continue
             try:
@@ -167,7 +180,7 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
 def check_rows(cfg: TaskConfig, rows: list) -> None:
     """Every row (not only the first) is an object holding the problem and answer columns, with a non-empty text
     problem; ValueError naming the source, the row (1-based) and what it holds."""
-    for number, row in enumerate(rows, 1):
+    for number, row in enumerate(rows_progress(rows, f"checking {Path(str(cfg.source)).name}"), 1):
         if not isinstance(row, dict):
             raise ValueError(
                 f"problem source {cfg.source!r}: row {number} is a {type(row).__name__}, not an object with columns"
@@ -213,7 +226,7 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
     if cfg.pool_size and cfg.pool_size < len(rows):
         order = sorted(random.Random(cfg.seed).sample(order, cfg.pool_size))
     out = []
-    for i in order:
+    for i in rows_progress(order, f"reading answers of {Path(str(cfg.source)).name}"):
         r = {k: v for k, v in rows[i].items() if k not in (cfg.problem_key, cfg.answer_key)}
         out.append(
             {

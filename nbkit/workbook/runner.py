@@ -11,15 +11,21 @@ from those by ``nbkit.workbook.report``. A failing notebook does not stop the ot
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbkit import outputs
+from nbkit import locks, outputs
 from nbkit.paths import REPORTS, ROOT, environment
 from nbkit.studies.base import markdown_table
 from nbkit.workbook import jobtime, report
+from nbkit.workbook.parameters import (  # noqa: F401 - notebook_parameters: also read as runner.notebook_parameters
+    check_values,
+    notebook_defaults,
+    notebook_parameters,
+)
 from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -107,8 +113,10 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
         raise
     except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
         error = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-        if not isinstance(exc, papermill.PapermillExecutionError):
-            traceback.print_exc()
+        if not isinstance(exc, papermill.PapermillExecutionError):  # papermill itself failed: what it wrote is
+            traceback.print_exc()  # no executed notebook, so it never stands under the final name
+            partial = mark_partial(target)
+            error += f" (partial notebook: {partial.name})" if partial else ""
     seconds = time.time() - start
     if target.exists():
         report.export_html(target)
@@ -143,66 +151,46 @@ def effective_parameters(path: Path, parameters: dict) -> dict:
     return {**notebook_defaults(path), **parameters}
 
 
-def _parameter_assignments(path: Path) -> list[tuple[str, object]]:
-    """``(name, value expression)`` of each assignment in the notebook's ``parameters`` cell (read with ``ast``:
-    papermill's own inspection misreads lines whose comment holds an ``=``)."""
-    import ast
-
-    import nbformat
-
-    cells = [c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
-    if not cells:
-        return []
-    return [
-        (target.id, node.value)
-        for node in ast.parse(cells[0].source).body
-        if isinstance(node, (ast.Assign, ast.AnnAssign))
-        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-        if isinstance(target, ast.Name)
-    ]
-
-
-def notebook_parameters(path: Path) -> set[str]:
-    """The names the notebook's ``parameters`` cell assigns."""
-    return {name for name, _ in _parameter_assignments(path)}
-
-
-def notebook_defaults(path: Path) -> dict:
-    """The notebook's ``parameters`` cell as ``name → default value``; a value that is no literal is refused
-    (a profile is compared with these values: ``nbkit.workbook.profiles`` holds only what differs)."""
-    import ast
-
-    out = {}
-    for name, value in _parameter_assignments(path):
-        try:
-            out[name] = ast.literal_eval(value)
-        except ValueError:
-            raise ValueError(
-                f"notebook {path.stem}: parameter {name} = {ast.unparse(value)} is not a literal; write its value"
-            ) from None
-    return out
-
-
 def check_parameters(path: Path, parameters: dict) -> None:
     """Every parameter names a variable of the notebook's ``parameters`` cell (papermill would only warn and
-    run the notebook with its own value, marked ok), and every key of ``config_overrides`` an ``RLConfig`` field."""
-    known = notebook_parameters(path)
+    run the notebook with its own value, marked ok) and passes the typed checks the notebook itself runs in the cell
+    after its parameters (``nbkit.workbook.parameters``: type of its default, range, choices; ``config_overrides``
+    keys are ``RLConfig`` fields)."""
+    known = notebook_defaults(path)
     unknown = sorted(set(parameters) - set(known))
     if unknown:
         raise ValueError(f"notebook {path.stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
-    if "config_overrides" in parameters:  # RLConfig fields, in every notebook that has them
-        from nbkit.rl.config import check_field_names
+    check_values(path.stem, parameters, known)
 
-        try:
-            check_field_names(parameters["config_overrides"])
-        except ValueError as exc:
-            raise ValueError(f"notebook {path.stem}: config_overrides {exc}") from None
+
+def check_out_name(out_dir, what: str = "report folder") -> Path:
+    """``out_dir`` if its name can hold a report: named (not ""), UTF-8 (a notebook, its HTML and the index record
+    the folder's path as UTF-8 text; a name of other bytes cannot be written there) and not a symlink to nowhere
+    (nothing can be created through it). Reads only."""
+    text = str(out_dir)
+    if not text.strip():
+        raise ValueError(f"the {what} must be named, got {text!r}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+        raise ValueError(
+            f"{what} name '{shown}' is not UTF-8 (its bytes are of another encoding): the reports record their "
+            f"folder as UTF-8 text; choose a UTF-8 name"
+        ) from None
+    path = Path(out_dir).expanduser()
+    if path.is_symlink() and not path.exists():
+        raise ValueError(
+            f"{what} {text!r} is a symlink to {os.readlink(path)!r}, which does not exist: create that folder "
+            f"first, or give another {what}"
+        )
+    return path
 
 
 def check_out_dir(out_dir) -> Path:
-    """The report folder: named (not ""), and new, empty or an earlier report (``nbkit.outputs``)."""
-    if not str(out_dir).strip():
-        raise ValueError(f"the report folder must be named, got {str(out_dir)!r}")
+    """The report folder: a name that can hold it (``check_out_name``), and new, empty or an earlier report
+    (``nbkit.outputs``)."""
+    check_out_name(out_dir)
     outputs.check_listed(out_dir, "report", "report folder", files_only=True)
     return Path(out_dir)
 
@@ -213,7 +201,15 @@ def run(profile: str = "cpu", out_dir: str | Path = REPORTS, only: list[str] | N
     params = {p.stem: parameters_for(profile, p.stem) for p in paths}  # validate before running anything
     for path in paths:
         check_parameters(path, params[path.stem])
-    out_dir = check_out_dir(out_dir)
+    check_out_name(out_dir)
+    outputs.check_folder(out_dir, "report", "report folder")  # a file, read-only or a user's folder: before the lock
+    with locks.FolderLock(out_dir, "report folder"):  # one run per report folder: a second is refused, naming this pid
+        out_dir = check_out_dir(out_dir)  # its files, checked by the one process that may now add to them
+        return _run(profile, Path(out_dir), paths, params)
+
+
+def _run(profile: str, out_dir: Path, paths: list[Path], params: dict[str, dict]) -> list[NotebookResult]:
+    """``run``'s work, inside the report folder's lock."""
     outputs.write_marker(out_dir, "report", profile=profile, files=True)  # what is there passed check_out_dir
     prov = report.provenance(profile)
     timing = expect(

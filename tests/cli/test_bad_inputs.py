@@ -9,6 +9,8 @@ from the dataclass's annotations (``field_cases``): a field added tomorrow is co
 """
 
 import json
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +86,17 @@ def more_files(tmp: Path, good: list[dict]) -> dict:
         (tmp / name).mkdir()
         (tmp / name / "config.json").write_text(content)
         f[name] = str(tmp / name)
+    (tmp / "dangling").symlink_to(tmp / "nowhere-at-all")
+    f["dangling"] = str(tmp / "dangling")
+    tiny = Path(models.resolve("tiny-arith"))
+    for name in ("no_tokenizer", "cut_weights", "no_weights"):  # issue 55 items 11, 12: copies of tiny-arith
+        shutil.copytree(tiny, tmp / name)
+        f[name] = str(tmp / name)
+    for file in (tmp / "no_tokenizer").glob("tokenizer*"):
+        file.unlink()
+    with open(tmp / "cut_weights" / "model.safetensors", "r+b") as w:
+        w.truncate(w.seek(0, 2) // 2)  # a copy cut off half-way
+    (tmp / "no_weights" / "model.safetensors").unlink()
     configs = {
         "invalid.yaml": "steps: 4\n  lr: : 1\n",
         "list.yaml": "- steps\n- 4\n",
@@ -92,6 +105,10 @@ def more_files(tmp: Path, good: list[dict]) -> dict:
         "bool.yaml": "lora: maybe\n",
         "float_steps.yaml": "steps: 2.5\n",
         "url.yaml": "vllm_server_base_url: 8000\n",
+        "twice.yaml": "train_dtype: fp16\nsteps: 4\ntrain_dtype: bf16\n",
+        "twice_spelled.yaml": "train-dtype: fp16\ntrain_dtype: bf16\n",
+        "twice_nested.yaml": "engine_kwargs:\n  kv_cache_gib: 1\n  kv_cache_gib: 2\n",
+        "twice.json": '{"steps": 4, "seed": 1, "steps": 8}',
     }
     for name, text in configs.items():
         (tmp / name).write_text(text)
@@ -572,6 +589,70 @@ CASES = [
         ValueError,
         "is not a transformers model config",
     ),
+    Case(  # issue 55 item 11: no tokenizer files (transformers would build an empty vocabulary)
+        "model-folder-without-tokenizer",
+        lambda c: models.resolve(c.f["no_tokenizer"]),
+        ValueError,
+        ("no_tokenizer' has no tokenizer (none of tokenizer.json", "tokenizer.save_pretrained"),
+    ),
+    Case(  # issue 55 item 12: a weights file cut off half-way
+        "model-folder-truncated-weights",
+        lambda c: models.resolve(c.f["cut_weights"]),
+        ValueError,
+        ("cut_weights/model.safetensors' are unreadable", "truncated or corrupt"),
+    ),
+    Case(
+        "model-folder-without-weights",
+        lambda c: models.resolve(c.f["no_weights"]),
+        ValueError,
+        "no_weights' has no weights file",
+    ),
+    Case(
+        "cli-doctor-model-without-tokenizer",
+        nbkit(
+            "doctor", "--model", lambda c: c.f["no_tokenizer"], "--engine", "hf", "--out", lambda c: str(c.tmp / "d")
+        ),
+        SystemExit,
+        "no_tokenizer' has no tokenizer",
+    ),
+    Case(
+        "cli-doctor-truncated-weights",
+        nbkit("doctor", "--model", lambda c: c.f["cut_weights"], "--engine", "hf", "--out", lambda c: str(c.tmp / "d")),
+        SystemExit,
+        "cut_weights/model.safetensors' are unreadable",
+    ),
+    Case(
+        "cli-train-model-without-tokenizer",
+        nbkit(
+            "train",
+            "--model",
+            lambda c: c.f["no_tokenizer"],
+            "--dataset",
+            lambda c: c.arith,
+            "--train-dtype",
+            "fp32",
+            "--output-dir",
+            lambda c: str(c.tmp / "runs" / "r"),
+        ),
+        EXIT_2,
+        "no_tokenizer' has no tokenizer",
+    ),
+    Case(
+        "cli-train-truncated-weights",
+        nbkit(
+            "train",
+            "--model",
+            lambda c: c.f["cut_weights"],
+            "--dataset",
+            lambda c: c.arith,
+            "--train-dtype",
+            "fp32",
+            "--output-dir",
+            lambda c: str(c.tmp / "runs" / "r"),
+        ),
+        EXIT_2,
+        "cut_weights/model.safetensors' are unreadable",
+    ),
     # --- folders of the user's named like the workbook's outputs: refused, never "overwrite"
     Case(
         "train-overwrite-user-config-json",
@@ -691,6 +772,36 @@ CASES = [
         SystemExit,
         ("url.yaml', line 1: vllm_server_base_url: expects a string, got 8000",),
     ),
+    Case(  # issue 55 item 10: YAML (and JSON) keep the last of two equal keys without a word
+        "cli-config-key-twice",
+        nbkit("train", "--config", lambda c: c.f["twice.yaml"]),
+        SystemExit,
+        ("twice.yaml', line 3: key 'train_dtype' is given twice (first on line 1); keep one of them",),
+    ),
+    Case(
+        "cli-config-key-twice-other-spelling",
+        nbkit("train", "--config", lambda c: c.f["twice_spelled.yaml"]),
+        SystemExit,
+        ("twice_spelled.yaml', line 2: key 'train_dtype' is given twice (first on line 1 (as 'train-dtype'))",),
+    ),
+    Case(
+        "cli-config-nested-key-twice",
+        nbkit("train", "--config", lambda c: c.f["twice_nested.yaml"]),
+        SystemExit,
+        ("twice_nested.yaml', line 3: key 'kv_cache_gib' is given twice (first on line 2)",),
+    ),
+    Case(
+        "cli-config-json-key-twice",
+        nbkit("train", "--config", lambda c: c.f["twice.json"]),
+        SystemExit,
+        ("twice.json', line 1: key 'steps' is given twice",),
+    ),
+    Case(
+        "cli-doctor-config-key-twice",
+        nbkit("doctor", "--config", lambda c: c.f["twice.yaml"]),
+        SystemExit,
+        ("twice.yaml', line 3: key 'train_dtype' is given twice",),
+    ),
     Case(
         "cli-config-missing",
         nbkit("train", "--config", "/nonexistent/run.yaml"),
@@ -748,6 +859,24 @@ CASES = [
         nbkit("run", "--profile", "smoke", "--only", "00", "--out", lambda c: c.f["decoy-report"]),
         EXIT_2,
         "index.html",
+    ),
+    Case(  # issue 55 item 13: a folder name of non-UTF-8 bytes (a traceback and an empty notebook before)
+        "cli-run-out-not-utf8",
+        nbkit("run", "--profile", "smoke", "--only", "00", "--out", lambda c: str(c.tmp / os.fsdecode(b"rep\xff"))),
+        EXIT_2,
+        ("report folder name", "rep\\xff' is not UTF-8", "choose a UTF-8 name"),
+    ),
+    Case(  # issue 55 item 15: "[Errno 17] File exists" before
+        "cli-run-out-dangling-symlink",
+        nbkit("run", "--profile", "smoke", "--only", "00", "--out", lambda c: c.f["dangling"]),
+        EXIT_2,
+        ("dangling' is a symlink to", "nowhere-at-all', which does not exist: create that folder first"),
+    ),
+    Case(
+        "cli-doctor-out-dangling-symlink",
+        nbkit("doctor", "--model", "tiny-arith", "--engine", "hf", "--out", lambda c: c.f["dangling"]),
+        SystemExit,
+        ("doctor folder", "dangling' is a symlink to", "which does not exist"),
     ),
     Case(
         "cli-run-unknown-notebook",

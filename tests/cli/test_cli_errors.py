@@ -80,3 +80,18 @@ def test_the_close_flags_are_named_once_each_by_their_first_long_spelling():
         "unrecognized arguments: --trian_dtype bf16 (for --trian_dtype did you mean --train_dtype?)"
     )
     assert unknown_arguments(["extra"], flags) == "unrecognized arguments: extra"
+
+
+def test_a_raw_operating_system_error_is_one_line_naming_the_file_and_what_to_do():
+    """Issue 55 item 15: "[Errno 27] File too large" named no file; "[Errno 17] File exists" no remedy."""
+    import errno
+
+    from nbkit.cli.commands import describe
+
+    assert describe(OSError(errno.EFBIG, "File too large")) == (
+        "File too large (no file named by the system); a file-size limit stopped the write (`ulimit -f`): raise it "
+        "(`ulimit -f unlimited`) and run again"
+    )
+    said = describe(FileExistsError(errno.EEXIST, "File exists", "/tmp/out"))
+    assert said.startswith("File exists: '/tmp/out'; ") and "a symlink to nowhere" in said
+    assert describe(FileNotFoundError("config file 'x.yaml' not found")) == "config file 'x.yaml' not found"

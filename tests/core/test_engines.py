@@ -78,6 +78,7 @@ def hf_runs():
     return out
 
 
+@pytest.mark.cpu_kernels("the HF engine's half GEMMs under gemm auto: each rollout names the recipe that ran")
 def test_hf_rollouts_are_well_formed(hf_runs):
     for dt, (engine, rollouts) in hf_runs.items():
         check_well_formed(rollouts, engine.tokenizer)
@@ -402,7 +403,8 @@ def test_vllm_half_layers_follow_the_gemm_policy_and_stay_a_real_fp16_engine(
         assert 1e-5 < d.mean() < bf16, (run["gemm"], d.mean(), bf16)
 
 
-def test_a_vllm_engines_gemm_policy_routes_half_layers_on_cpus_only(monkeypatch):
+@pytest.mark.cpu_kernels("vLLM-CPU's half linear layers under gemm auto: native on an AVX512-FP16 Xeon only")
+def test_a_vllm_engines_gemm_policy_routes_half_layers_on_cpus_only(monkeypatch, cpu_kind):
     from nbkit import gemm
     from nbkit.engines import vllm_gemm_policy
 
@@ -410,6 +412,7 @@ def test_a_vllm_engines_gemm_policy_routes_half_layers_on_cpus_only(monkeypatch)
     assert vllm_gemm_policy("fp32-accumulate", "fp32") == "native"  # no half GEMM to route
     assert vllm_gemm_policy("fp32-accumulate", "bf16") == "fp32-accumulate"
     assert vllm_gemm_policy("auto", "fp16") == gemm.default_policy("cpu")
+    assert (vllm_gemm_policy("auto", "bf16") == "native") == (cpu_kind == "xeon-avx512fp16")
     with pytest.raises(ValueError, match="unknown gemm policy 'tensor'"):
         vllm_gemm_policy("tensor", "bf16")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # CUDA's tensor cores already follow the contract

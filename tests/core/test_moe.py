@@ -198,6 +198,7 @@ def test_rl_on_a_moe_logs_flip_rate_and_replay_zeroes_nothing_else(tmp_path, moe
     assert all(r["audit/matmul_dtypes"].get("moe_experts:bf16", 0) > 0 for r in rows)
 
 
+@pytest.mark.cpu_kernels("the HF engine's and π's half GEMMs under gemm auto: the setting names the recipe that ran")
 def test_offline_flip_analysis_splits_the_mismatch_by_flip(moe_dir):
     from nbkit.offline import moe_analysis
 

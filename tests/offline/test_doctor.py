@@ -53,7 +53,53 @@ def test_bad_requests_fail_before_anything_loads():
         doctor.DoctorConfig(engine="sglang")
 
 
+@pytest.mark.parametrize("model", ["tiny-arith", "tiny-moe-arith", "tiny-long"])
+def test_the_default_response_length_fits_every_shipped_toy_model_or_is_capped_saying_so(model):
+    """Issue 55 item 18: tiny-arith has 128 positions, so the default 128 tokens after an 8-token prompt would
+    make vLLM refuse at start-up; the doctor caps the responses to the room the context leaves and says so."""
+    from transformers import AutoConfig
+
+    from nbkit import models
+
+    cfg = doctor.DoctorConfig(model=model, engine="hf")
+    fitted, note = doctor.fit_context(cfg)
+    context = AutoConfig.from_pretrained(models.resolve(model)).max_position_embeddings
+    assert 1 <= fitted.max_tokens <= cfg.max_tokens and fitted.max_tokens < context
+    assert (fitted.max_tokens < cfg.max_tokens) == bool(note)
+    if note:
+        assert f"max_tokens 128 capped to {fitted.max_tokens}" in note and f"{context} positions" in note
+    assert doctor.fit_context(fitted) == (fitted, "")  # a fitted config is left alone
+
+
+def test_a_context_too_short_for_any_response_is_refused_naming_the_limit(tmp_path):
+    import shutil
+
+    from nbkit import models
+
+    short = tmp_path / "short-context"
+    shutil.copytree(models.resolve("tiny-arith"), short)
+    config = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 6}))
+    with pytest.raises(ValueError, match="has a context of 6 positions and the longest of the doctor's 32 prompts"):
+        doctor.fit_context(doctor.DoctorConfig(model=str(short), engine="hf"))
+
+
+def test_the_command_line_says_it_capped_the_responses_before_any_engine_starts(monkeypatch, tmp_path, capsys):
+    seen = []
+
+    def measured_nothing(cfg, progress=False, setup=None):
+        seen.append(cfg)
+        raise KeyboardInterrupt  # stop where the engines would start
+
+    monkeypatch.setattr(doctor, "diagnose", measured_nothing)
+    assert cli_main.main(["doctor", "--model", "tiny-arith", "--engine", "hf", "--out", str(tmp_path / "d")]) == 130
+    printed = capsys.readouterr().out
+    assert "[nbkit] doctor: max_tokens 128 capped to 120: model 'tiny-arith' has a context of 128" in printed
+    assert seen and seen[0].max_tokens == 128  # diagnose fits it again itself (and notes it in the verdict)
+
+
 @pytest.mark.slow
+@pytest.mark.cpu_kernels("HF engine and π half GEMMs under gemm auto: the shared-recipe caution follows the policy")
 def test_headless_doctor_on_tiny_arith_writes_the_verdict(tmp_path, capsys):
     code = cli_main.main(
         [

@@ -176,6 +176,7 @@ def test_after_a_weight_sync_fp32_vllm_logprobs_equal_the_trainers_forward(tmp_p
 @pytest.mark.vllm
 @pytest.mark.slow
 @needs_vllm
+@pytest.mark.cpu_kernels("vLLM's half linear layers follow gemm auto (nbkit.vllm_gemm): the audit names the policy")
 def test_a_bf16_vllm_rollout_really_runs_in_bf16(tmp_path, arith_jsonl):
     cfg = smoke(
         tmp_path,
@@ -337,6 +338,7 @@ def test_a_nan_at_step_3_stops_the_run_there_and_keeps_the_rows_of_steps_1_and_2
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_kernels("FP16 training GEMMs under gemm auto: the GEMM audit (fp32-accumulate) or the matmul audit")
 def test_fp16_without_its_loss_scaling_machinery_fails_the_audit(tmp_path, tiny_random_model, arith_jsonl, monkeypatch):
     from nbkit.rl import amp
 

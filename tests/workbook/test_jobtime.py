@@ -183,6 +183,7 @@ def test_a_report_with_a_failed_notebook_is_not_a_reference(tmp_path):
         jobtime.record(tmp_path / "r", fresh_clone=True, path=tmp_path / "t.json")
 
 
+@pytest.mark.cpu_kernels("the calibration's BF16 pass runs under gemm auto: its policy is recorded")
 def test_the_calibration_times_fp32_and_bf16_passes_under_the_auto_policy():
     from nbkit import gemm
 

@@ -96,3 +96,77 @@ def test_the_makefile_exports_exactly_the_cache_environment_of_nbkit_paths():
     ).stdout
     seen = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     assert {k: seen.get(k) for k in cache_env()} == cache_env()
+
+
+# -- issue 55 items 13-15: a report folder's name, its one process, and papermill failing itself --------------------
+
+
+def test_a_report_folder_name_that_is_not_utf8_is_refused_before_anything_is_made(tmp_path):
+    import os
+
+    out = tmp_path / os.fsdecode(b"report-\xff\xfe")
+    with pytest.raises(ValueError, match=r"report folder name '.*report-\\xff\\xfe' is not UTF-8.*choose a UTF-8 name"):
+        runner.run("smoke", out, only=["00"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_report_folder_that_is_a_symlink_to_nowhere_is_refused_naming_the_target(tmp_path):
+    link = tmp_path / "reports"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(ValueError, match=r"'.*reports' is a symlink to '.*gone', which does not exist: create"):
+        runner.run("smoke", link, only=["00"])
+    assert [p.name for p in tmp_path.iterdir()] == ["reports"] and link.is_symlink()
+
+
+def test_when_papermill_itself_fails_no_notebook_is_left_under_its_final_name(tmp_path, monkeypatch):
+    """papermill writes the output notebook before executing it: a failure of its own (not a cell's) must not leave
+    that unexecuted notebook where a finished one belongs."""
+    import papermill
+
+    def fails_after_writing(src, dst, **kwargs):
+        (tmp_path / "00_precision_primer.ipynb").write_text('{"cells": []}')
+        raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+
+    monkeypatch.setattr(papermill, "execute_notebook", fails_after_writing)
+    monkeypatch.setattr(report, "export_html", lambda path: pytest.fail(f"exported {path}"))
+    result = runner.execute(runner.NOTEBOOKS / "00_precision_primer.ipynb", tmp_path, {}, progress=False)
+    assert not result.ok and "surrogates not allowed" in result.error and "00_precision_primer.partial" in result.error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00_precision_primer.partial.ipynb"]
+
+
+def test_a_report_folder_is_one_processs_at_a_time_and_the_second_is_refused_naming_the_holder(tmp_path):
+    import hashlib
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from nbkit import locks, outputs
+
+    out = tmp_path / "report"
+    out.mkdir()
+    outputs.write_marker(out, "report", profile="smoke", files=["index.html"])
+    (out / "index.html").write_text("the first run's findings")
+    holder = subprocess.Popen(  # another `nbkit run` into the same folder, mid-run
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from nbkit.locks import FolderLock; FolderLock(sys.argv[1], 'report folder').acquire();"
+            " print('held', flush=True); time.sleep(120)",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()}
+        with pytest.raises(
+            locks.FolderLockedError, match=rf"report folder '.*report' is in use by process {holder.pid} "
+        ):
+            runner.run("smoke", out, only=["00"])
+        after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()}
+        assert after == before  # nothing of the holder's was touched
+    finally:
+        os.kill(holder.pid, signal.SIGTERM)
+        holder.wait(timeout=30)
