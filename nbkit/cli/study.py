@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--keep-stored",
         action="store_true",
-        help="run: skip the runs the stored study already holds with the same config; store: keep them "
-        "beside the new ones (a study continued in a later sitting)",
+        help="run: skip the runs the stored study already holds with the same config; store: add the grid's "
+        "runs the stored study lacks, keeping every stored run as it is (a study continued in a later sitting; "
+        "a stored study of another grid is refused)",
     )
     p.add_argument(
         "--overwrite",

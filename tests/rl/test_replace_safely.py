@@ -277,13 +277,61 @@ def before_under(tree: dict, prefix: str) -> dict:
     return {k[len(prefix) + 1 :]: v for k, v in tree.items() if k.startswith(prefix + "/")}
 
 
-def test_storing_with_keep_stored_adds_runs_without_replace(tmp_path):
+def test_storing_with_keep_stored_adds_the_runs_it_lacks_and_keeps_every_stored_byte(tmp_path):
     root = tmp_path / "results"
     options = {**ABLATION.toy, "output_dir": str(tmp_path / "runs")}
-    finished_runs(ABLATION, options)
-    store(ABLATION, root, **{**options, "pairs": [["fp32", "fp32"]]})
+    grid = finished_runs(ABLATION, options)
+    later = tmp_path / "runs" / "grpo-fp32-s0"
+    later.rename(tmp_path / "later")  # trained in a later sitting
+    store(ABLATION, root, **options)
+    assert results.card(ABLATION.name, root)["runs"] == ["grpo-bf16-fp32r-s0"]
+    before = sha256_tree(root / ABLATION.name / "runs")
+    (tmp_path / "later").rename(later)
     store(ABLATION, root, keep_stored=True, **options)
-    assert sorted(results.card(ABLATION.name, root)["runs"]) == ["grpo-bf16-fp32r-s0", "grpo-fp32-s0"]
+    assert sorted(results.card(ABLATION.name, root)["runs"]) == sorted(grid)
+    after = sha256_tree(root / ABLATION.name / "runs")
+    assert {k: after[k] for k in before} == before  # the stored run is byte for byte what it was
+
+
+def test_keep_stored_with_another_grid_changes_no_stored_byte(tmp_path, capsys):
+    """Issue 55, 1: a plain store of another grid is refused and suggests --keep-stored; --keep-stored with that grid
+    deleted the stored runs outside it and overwrote the others, with no copy kept."""
+    root = tmp_path / "results"
+    options = {**ABLATION.toy, "seeds": [0, 1], "output_dir": str(tmp_path / "runs")}
+    finished_runs(ABLATION, options)
+    store(ABLATION, root, **options)
+    before = sha256_tree(root)
+    other = {**ABLATION.toy, "steps": 2, "seeds": [0], "output_dir": str(tmp_path / "other")}
+    finished_runs(ABLATION, other)
+    with pytest.raises(FileExistsError) as err:
+        store(ABLATION, root, keep_stored=True, **other)
+    said = str(err.value)
+    assert said.startswith(f"study {ABLATION.name}: --keep-stored only adds runs of the stored study's grid"), said
+    assert "steps (stored: 1, now: 2)" in said and "4 stored run(s) are not runs of this grid" in said
+    assert "--replace" in said
+    assert sha256_tree(root) == before  # every stored file, byte for byte; no file added or removed
+    sets = [f"--set={k}={json.dumps(v)}" for k, v in other.items()]
+    assert cli_main.main(["study", ABLATION.name, "store", "--keep-stored", *sets]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--keep-stored only adds runs" in err[0], err
+    assert sha256_tree(root) == before
+    store(ABLATION, root, keep_stored=True, replace=True, **other)  # on purpose: the old study kept beside
+    kept = root / f"{ABLATION.name}.replaced-{datetime.date.today().isoformat()}"
+    assert sha256_tree(kept) == before_under(before, ABLATION.name)
+
+
+def test_keep_stored_never_replaces_a_stored_run_with_its_run_folders_copy(tmp_path, capsys):
+    root = tmp_path / "results"
+    options = {**ABLATION.toy, "output_dir": str(tmp_path / "runs")}
+    grid = finished_runs(ABLATION, options)
+    store(ABLATION, root, **options)
+    before = sha256_tree(root)
+    label = next(iter(grid))
+    with open(Path(grid[label].output_dir) / "metrics.jsonl", "w") as f:  # the run trained again, other numbers
+        f.write("".join(json.dumps({"step": s, "accuracy": 0.9}) + "\n" for s in range(1, grid[label].steps + 1)))
+    store(ABLATION, root, keep_stored=True, **options)
+    assert sha256_tree(root) == before
+    assert "keep their stored rows" in capsys.readouterr().out
 
 
 # --- 3. a study never replaces a finished run of another setting without --overwrite --------------------------------
