@@ -56,6 +56,11 @@ class Study:
         """The command that re-makes the stored study today (the card's own command for a non-grid study)."""
         return card.get("command", "")
 
+    def verify(self, root: Path = results.RESULTS) -> list[str]:
+        """What is wrong with the stored study's files ([] when nothing): ``results.verify`` (a file changed after
+        ``store``, a card disagreeing with its runs)."""
+        return results.verify(self.name, root)
+
     def table(self, runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
         """Rows of the study's table (``meta``: each run's coordinates in the grid)."""
         raise NotImplementedError
@@ -409,6 +414,32 @@ class GridStudy(Study):
     def defaults(self) -> dict:
         """The grid's default options (``reproduce`` names only the options that differ)."""
         return {}
+
+    def verify(self, root: Path = results.RESULTS) -> list[str]:
+        """``Study.verify``, and the card's grid against its runs' configs: a grid option (its default when the card
+        names none) that is a field of every stored run's config, or one of its ``overrides``, holds the same value
+        in each (a card saying 50 steps over runs of 100 disagrees with them). Reads the card only (no grid is
+        built: no torch)."""
+        problems = super().verify(root)
+        card = self.card(root)
+        configs = (card.get("configs") or {}).get("runs") or {}
+        options = {**json.loads(json.dumps(self.defaults(), default=str)), **self.grid_options(card)}
+        fixed = {k: v for k, v in options.items() if k not in RESULT_NEUTRAL and configs}
+        fixed = {k: v for k, v in fixed.items() if all(k in c for c in configs.values())}
+        if isinstance(options.get("overrides"), dict):
+            fixed |= {k: v for k, v in options["overrides"].items() if k not in RESULT_NEUTRAL}
+        other = [
+            f"{label}: {k} (card's grid: {json.dumps(v)}, run: {json.dumps(cfg.get(k))})"
+            for label, cfg in configs.items()
+            for k, v in fixed.items()
+            if k in cfg and cfg[k] != v
+        ]
+        if other:
+            problems.append(
+                f"{len(other)} run config value(s) on its card disagree with its card's grid: "
+                f"{' | '.join(other[:3])}{' | ...' if len(other) > 3 else ''}"
+            )
+        return problems
 
     def reproduce(self, card: dict) -> str:
         import shlex

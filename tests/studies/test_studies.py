@@ -202,3 +202,42 @@ def test_every_config_field_but_the_result_neutral_ones_changes_a_runs_identity(
         changed = {**saved, name: ["a value no field takes"]}
         assert runlog.result_differences(changed, cfg), f"{name} is not counted as changing the result"
         assert bool(runlog.differing_fields(changed, cfg)) == (name not in runlog.SAFE_TO_CHANGE), f.name
+
+
+def test_show_names_a_stored_study_whose_table_cannot_be_made_and_what_to_do(tmp_path, monkeypatch, capsys):
+    """Issue 55, 7: `study show` after `store --replace` with a grid lacking the table's reference pair."""
+    from nbkit.cli import main as cli_main
+    from tests.rl.test_replace_safely import finished_runs
+
+    study = STUDIES["ablation_tiny_arith"]
+    root = tmp_path / "results"
+    options = {**study.toy, "output_dir": str(tmp_path / "runs")}  # its pairs lack ("bf16", "bf16")
+    finished_runs(study, options)
+    study.store(wall_seconds=1.0, command="x", root=root, **options)
+    monkeypatch.setattr(results, "RESULTS", root)
+    assert cli_main.main(["study", study.name, "show"]) == 1
+    out, err = capsys.readouterr()
+    err = err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"nbkit study: study {study.name} ("), err
+    assert "its table cannot be made" in err[0] and "nbkit study ablation_tiny_arith run" in err[0]
+    assert "**Not shown.**" in out and "|---" not in out
+
+
+def test_store_without_wall_seconds_records_none_not_its_own_seconds(tmp_path, monkeypatch):
+    """Issue 55, 16: the store command recorded its own ~0 s as the study's wall time."""
+    import functools
+
+    from nbkit.cli import main as cli_main
+    from tests.rl.test_replace_safely import finished_runs
+
+    study = STUDIES["ablation_tiny_arith"]
+    root = tmp_path / "results"
+    options = {**study.toy, "output_dir": str(tmp_path / "runs")}
+    finished_runs(study, options)
+    monkeypatch.setattr(study, "store", functools.partial(study.store, root=root))  # not into data/results
+    sets = [f"--set={k}={json.dumps(v)}" for k, v in options.items()]
+    assert cli_main.main(["study", study.name, "store", *sets]) == 0
+    assert results.card(study.name, root)["wall_seconds"] is None
+    assert "wall time not recorded" in results.describe(study.name, root)
+    with pytest.raises(SystemExit):
+        cli_main.main(["study", study.name, "store", "--wall-seconds", "-5", *sets])
