@@ -90,6 +90,14 @@ def test_every_shipped_study_loads_and_names_a_commit_of_this_repository():
         assert exists.returncode == 0, f"{study}: commit {card['commit']} is not in this repository"
 
 
+def test_every_shipped_study_is_sealed_and_is_what_was_stored():
+    studies = sorted(p.parent.name for p in results.RESULTS.glob(f"*/{results.CARD}") if results.REPLACED not in str(p))
+    assert studies
+    for study in studies:
+        assert results.card(study).get("sealed"), f"{study}: its card carries no seal"
+        assert results.verify(study) == [], study
+
+
 def test_storing_the_same_rows_again_writes_the_same_bytes(tmp_path, monkeypatch):
     """A study continued in a later sitting re-stores its earlier runs: unchanged runs must not churn the repo."""
     rows = {"a": [{"step": 1, "x": 0.5}], "b": [{"step": 1, "x": 0.25}]}
