@@ -5,6 +5,9 @@
 
 Nothing here is typed by hand: each number comes from the stored runs through the study's own table and sentence
 functions (``nbkit.studies.catalog``). ``tests/studies/test_results_md.py`` fails when the file is out of date.
+A stored study whose files fail their check (``Study.verify``: changed after they were stored, a card disagreeing
+with its runs) or whose table cannot be made from its runs shows none of its numbers: its section says what is wrong
+and what to do (``checked``), and the rest of the page is made as ever.
 """
 
 from __future__ import annotations
@@ -95,17 +98,10 @@ def section(study: Study, root: Path | None = None) -> str:
     return checked(study, root)[0]
 
 
-def trouble(study: Study, root: Path | None = None) -> str:
-    """One line naming the stored study, what is wrong with it and what to do ("" when nothing, or not stored): its
-    files fail their check (``Study.verify``: changed after they were stored, a card disagreeing with its runs), or
-    its table cannot be made from its runs (e.g. a grid stored with ``--replace`` that lacks the table's reference)."""
-    root = results.RESULTS if root is None else Path(root)
-    return checked(study, root)[1] if (root / study.name).is_dir() else ""
-
-
 def checked(study: Study, root: Path) -> tuple[str, str]:
-    """``(markdown, trouble)`` of a stored study: its section, or (when its files fail their check or its table
-    cannot be made) a section that shows none of its numbers, and the line saying why and what to do."""
+    """``(markdown, trouble)`` of a stored study: its section and "", or (when its files fail their check or its
+    table cannot be made) a section that shows none of its numbers and the one line naming the study, what is wrong
+    and what to do."""
     where = f"data/results/{study.name}" if root == results.RESULTS else str(root / study.name)
     kept = sorted(p.name for p in root.glob(f"{study.name}{results.REPLACED}*") if (p / results.CARD).is_file())
     back = f"put back the study it replaced ({', '.join(kept)}), or " if kept else ""
@@ -158,8 +154,8 @@ def stored_section(study: Study, runs: dict[str, list[dict]], meta: dict[str, di
 
 
 def page(studies: dict[str, Study] = STUDIES, root: Path | None = None) -> tuple[str, list[str]]:
-    """The whole page, and the ``trouble`` line of each stored study that shows what is wrong with it instead of its
-    numbers."""
+    """The whole page, and the line (``checked``) of each stored study that shows what is wrong with it instead of
+    its numbers."""
     root = results.RESULTS if root is None else Path(root)
     sections, troubles = [], []
     for study in studies.values():
