@@ -164,7 +164,7 @@ def place_model_card(out: Path, write) -> str | None:
     """Have ``write(folder)`` (TRL's ``create_model_card`` pointed at ``folder``) write the model card into
     ``CARD_SCRATCH``, then put it at README.md when that name is free or holds the workbook's card (listed by the
     marker and still TRL's), else at ``CARD_ASIDE`` by the same rule: a user's file is never replaced, even one
-    written a moment ago (a new name is taken by a hard link, which fails when the name exists). The name used is
+    written a moment ago (a new name is created exclusively, which fails when the name exists). The name used is
     recorded in the marker when written; returns it, or None (no card written: both names are the user's)."""
     scratch = Path(out) / CARD_SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
@@ -182,7 +182,8 @@ def place_model_card(out: Path, write) -> str | None:
             if dest.exists() or dest.is_symlink():
                 continue
             try:
-                os.link(made, dest)
+                with dest.open("xb") as f:  # O_EXCL: fails when the name was taken a moment ago
+                    f.write(made.read_bytes())
             except FileExistsError:  # the user's, since a moment ago
                 continue
             outputs.record_files(Path(out), [name])
