@@ -172,7 +172,7 @@ def place_model_card(out: Path, write) -> str | None:
         write(scratch)
         made = scratch / WRITTEN_BY_TRL[0]
         if not made.is_file():
-            return None  # (another rank's call: rank 0 writes the card)
+            return None
         owned = set((outputs.read_marker(out) or {}).get("files") or [])
         for name in (*WRITTEN_BY_TRL, CARD_ASIDE):
             dest = Path(out) / name
@@ -200,6 +200,9 @@ def guard_model_card(trainer, out: Path) -> None:
     said = []
 
     def create_model_card(*args, **kwargs):
+        if not trainer.is_world_process_zero():
+            return  # (TRL's writes nothing there either; only rank 0 touches the scratch folder)
+
         def write(folder: Path) -> None:
             saved = trainer.args.output_dir
             trainer.args.output_dir = str(folder)
@@ -208,7 +211,7 @@ def guard_model_card(trainer, out: Path) -> None:
             finally:
                 trainer.args.output_dir = saved
 
-        if place_model_card(out, write) is None and trainer.is_world_process_zero() and not said:
+        if place_model_card(out, write) is None and not said:
             names = " and ".join((*WRITTEN_BY_TRL, CARD_ASIDE))
             print(f"[nbkit] {out}: {names} are files of yours: TRL's model card is not written", flush=True)
             said.append(True)
