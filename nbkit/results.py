@@ -5,7 +5,9 @@ A study is a folder ``data/results/<study>/`` holding
 - ``runs/<label>.jsonl.gz``: every metric row of one run, gzip-compressed JSON lines (the run's ``metrics.jsonl``);
 - ``provenance.json``: the card that says where the numbers came from: git commit (and whether the tree had
   uncommitted changes), the command that produced them, the machine, the date, the wall time, the configs, and the
-  ``metrics_version`` its rows were computed under (``nbkit.metrics.VERSION``; cards stored before it have none).
+  ``metrics_version`` its rows were computed under (``nbkit.metrics.VERSION``; cards stored before it have none),
+  and ``sealed``: the sha256 of each run file and of the card itself as ``store`` wrote them (its record of
+  amendments aside), so a hand edit is told from a store (``verify``; cards stored before it have none).
 
 ``store`` writes a study from run folders (or from rows already in memory); ``load`` reads it back in the shape of
 ``nbkit.runlog.load_runs`` (``label → rows``), so every table and figure helper works on stored and live runs
@@ -97,7 +99,7 @@ def store(
     runs: dict[str, list[dict]] | str | Path,
     *,
     command: str,
-    wall_seconds: float,
+    wall_seconds: float | None,
     configs: dict | None = None,
     notes: str = "",
     root: Path = RESULTS,
@@ -110,7 +112,7 @@ def store(
     must hold only what its marker lists: ``outputs.check_replace``; ``GridStudy.store`` decides whether to).
 
     ``command`` is what a reader runs to reproduce it (e.g. ``make report PROFILE=cpu-full``), ``wall_seconds``
-    the study's wall time, ``configs`` any JSON-able description of the runs (e.g. ``label → RLConfig.to_dict()``).
+    the study's wall time (None: not measured, and the card says so; never a made-up 0), ``configs`` any JSON-able description of the runs (e.g. ``label → RLConfig.to_dict()``).
     ``earlier``: the parts of a study made in several sittings (``parts`` of the earlier card, each with the runs it trained) whose runs ``runs``
     carries over; the card lists them under ``parts`` with this sitting's, and its wall time is their sum.
     ``record``: fields of the study's record kept on the card as they are (``nbkit.studies.amendments``: the rule,
@@ -139,7 +141,7 @@ def store(
         "command": command,
         "machine": machine(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "wall_seconds": round(float(wall_seconds), 1),
+        "wall_seconds": None if wall_seconds is None else round(float(wall_seconds), 1),
         "runs": sorted(runs),
         "rows": sum(len(r) for r in runs.values()),
         "metrics_version": metrics.VERSION,
@@ -150,7 +152,9 @@ def store(
     if earlier:
         carried = {label for p in earlier for label in p["runs"]}
         card["parts"] = [*earlier, {**parts(card)[0], "runs": sorted(set(runs) - carried)}]
-        card["wall_seconds"] = round(sum(p["wall_seconds"] for p in card["parts"]), 1)
+        walls = [p.get("wall_seconds") for p in card["parts"]]
+        card["wall_seconds"] = None if None in walls else round(sum(walls), 1)  # unknown when a sitting's is
+    card["sealed"] = seal(card, new)
     outputs.write_json(new / CARD, card, indent=1, default=_plain)
     outputs.write_marker(new, "results", study=study, files=True)
     kept = replaced_name(out) if keep_old and (out / CARD).is_file() else None
@@ -158,6 +162,58 @@ def store(
     if kept is not None:
         print(f"[nbkit] the study it replaced is kept as {kept} (delete it when no longer needed)", flush=True)
     return out
+
+
+RECORD = ("rule", "training_started", "amendments")
+"""Card fields added after ``store`` on purpose (``nbkit.studies.amendments``): outside the card's ``sealed`` sum."""
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _card_sum(card: dict) -> str:
+    """sha256 of ``card`` as it reads back from its file, without ``sealed`` and its record (``RECORD``)."""
+    kept = {k: v for k, v in card.items() if k != "sealed" and k not in RECORD}
+    return _sha256(json.dumps(json.loads(json.dumps(kept, default=_plain)), sort_keys=True).encode("utf-8"))
+
+
+def seal(card: dict, folder: Path) -> dict:
+    """``name → sha256`` of every run file ``store`` wrote into ``folder`` and of the ``card`` (``_card_sum``)."""
+    sums = {f"runs/{p.name}": _sha256(p.read_bytes()) for p in sorted((Path(folder) / "runs").glob("*.jsonl.gz"))}
+    return {CARD: _card_sum(card), **sums}
+
+
+def verify(study: str, root: Path = RESULTS) -> list[str]:
+    """What is wrong with a stored study's files, in phrases naming each ([] when nothing): a run file or the card
+    changed after ``store`` wrote them (its ``sealed`` sums; an amendment is no change), and a card whose ``runs``,
+    ``rows`` or run configs disagree with its run files."""
+    folder = study_dir(study, root)
+    c = card(study, root)
+    runs = load(study, root)
+    problems = []
+    sealed = c.get("sealed")
+    if isinstance(sealed, dict):
+        now = seal(c, folder)
+        changed = sorted(n for n in set(sealed) | set(now) if sealed.get(n) != now.get(n))
+        if changed:
+            problems.append(f"changed after it was stored (sha256 differs from the card's seal): {', '.join(changed)}")
+    if sorted(runs) != sorted(c.get("runs") or []):
+        problems.append(f"its card lists runs {sorted(c.get('runs') or [])} but runs/ holds {sorted(runs)}")
+    rows = sum(len(r) for r in runs.values())
+    if c.get("rows") != rows:
+        problems.append(f"its card says {c.get('rows')} rows but its runs hold {rows}")
+    configs = (c.get("configs") or {}).get("runs")
+    if isinstance(configs, dict) and set(configs) != set(runs):
+        problems.append(f"its card has configs of {sorted(configs)} but runs/ holds {sorted(runs)}")
+    return problems
+
+
+def wall_text(seconds) -> str:
+    """A card's wall time for a page: ``12 min wall``, or that it was not recorded (never a made-up 0)."""
+    return "wall time not recorded" if seconds is None else f"{seconds / 60:.0f} min wall"
 
 
 REPLACED = ".replaced-"
@@ -214,7 +270,7 @@ def describe(study: str, root: Path = RESULTS) -> str:
         commit = (p.get("commit") or "unknown")[:10] + (" (with uncommitted changes)" if p.get("dirty") else "")
         return (
             f"at commit {commit} on {(p.get('machine') or {}).get('cpu')} ({(p.get('machine') or {}).get('cores')} "
-            f"cores) on {p.get('date')}, {p.get('wall_seconds', 0) / 60:.0f} min wall time"
+            f"cores) on {p.get('date')}, {wall_text(p.get('wall_seconds'))}"
         )
 
     made = (

@@ -309,36 +309,46 @@ def audit_verdict(runs: dict[str, list[dict]]) -> str:
 KIND = "rl-run"
 """The ``nbkit.outputs`` kind of a run folder."""
 
-SAFE_TO_CHANGE = (
-    "steps",
+RESULT_NEUTRAL = (
+    "output_dir",
     "resume",
     "overwrite",
     "checkpoint_every",
-    "output_dir",
-    "max_consecutive_skips",
-    "vllm_kv_cache_gib",
-    "gradient_checkpointing",
     "save_total_limit",
     "report_to",
+    "vllm_kv_cache_gib",
+    "gradient_checkpointing",
     "gpu_memory_gib",
 )
-"""Config fields a resume may change: ``nbkit.rl.config.SAFE_TO_CHANGE``, the fields ``RLConfig`` declares with
-``metadata["resume_may_change"]`` (spelled out here for the layers below ``rl``; a test holds the two equal)."""
+"""Config fields that never change a run's metric rows: where the run is written, how it was invoked, how often it
+is saved and reported, and the resources it is given (the same numbers either way). Every other field of the
+config's dataclass changes the result, a field declared later included (``result_differences``)."""
+
+SAFE_TO_CHANGE = (*RESULT_NEUTRAL, "steps", "max_consecutive_skips")
+"""Config fields a resume may change: the result-neutral ones, and ``steps`` (extends or shortens the run) and
+``max_consecutive_skips`` (when a run that can no longer recover stops): neither changes the steps already taken."""
 
 
-def differing_fields(saved: dict, cfg) -> list[str]:
-    """``name (run: old, now: new)`` for every field of ``cfg`` a resume may not change (not declared with
-    ``metadata["resume_may_change"]``) where ``cfg`` differs from the saved config (a field the saved config lacks
-    counts as its default: it did not exist then)."""
+def differing_fields(saved: dict, cfg, ignore: tuple[str, ...] = SAFE_TO_CHANGE) -> list[str]:
+    """``name (run: old, now: new)`` for every field of ``cfg``'s dataclass outside ``ignore`` (default: what a
+    resume may change, ``SAFE_TO_CHANGE``) where ``cfg`` differs from the saved config (a field the saved config
+    lacks counts as its default: it did not exist then)."""
     diffs = []
     for f in fields(cfg):
-        if f.metadata.get("resume_may_change"):
+        if f.name in ignore:
             continue
         old = saved.get(f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
         new = getattr(cfg, f.name)
         if old != new:
             diffs.append(f"{f.name} (run: {old!r}, now: {new!r})")
     return diffs
+
+
+def result_differences(saved: dict, cfg) -> list[str]:
+    """``differing_fields`` over every field that changes a run's result (all of ``cfg``'s dataclass fields but
+    ``RESULT_NEUTRAL``, ``steps`` included): whether a finished run is *this* run of a grid, not one a resume may
+    continue."""
+    return differing_fields(saved, cfg, ignore=RESULT_NEUTRAL)
 
 
 def last_logged_step(out: Path) -> int:

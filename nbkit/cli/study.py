@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
+import sys
 
+from nbkit import results
 from nbkit.cli.commands import Parser
 from nbkit.studies import GridStudy, markdown_table
 from nbkit.studies.catalog import STUDIES
-from nbkit.studies.results_md import section
+from nbkit.studies.results_md import checked, section
 
 
 def parse_options(pairs: list[str]) -> dict:
@@ -75,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--keep-stored",
         action="store_true",
-        help="run: skip the runs the stored study already holds with the same config; store: keep them "
-        "beside the new ones (a study continued in a later sitting)",
+        help="run: skip the runs the stored study already holds with the same config; store: add the grid's "
+        "runs the stored study lacks, keeping every stored run as it is (a study continued in a later sitting; "
+        "a stored study of another grid is refused)",
     )
     p.add_argument(
         "--overwrite",
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         "--wall-seconds",
         type=float,
         default=None,
-        help="store: the study's wall time to record (default: this command's)",
+        help="store: the study's wall time in seconds, to record on its card (default: none recorded, and the card "
+        "says so: storing takes no time of the study's)",
     )
     a = p.parse_args(argv)
     if a.name is None:
@@ -110,13 +113,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown study {a.name!r}; choose one of {sorted(STUDIES)}")
     study = STUDIES[a.name]
     if a.action == "show":
-        print(section(study))
-        return 0
+        stored = (results.RESULTS / study.name).is_dir()
+        text, trouble = checked(study, results.RESULTS) if stored else (section(study), "")
+        print(text)
+        if trouble:  # the stored data fail their check or make no table: named, with what to do
+            print(f"nbkit study: {trouble}", file=sys.stderr, flush=True)
+        return 1 if trouble else 0
     if not isinstance(study, GridStudy):
         p.error(f"{a.name} is not a grid of RL runs: reproduce it with `{study.reproduce(study.card())}`")
     options = parse_options(a.options)
     check_options(study, options)
-    start = time.perf_counter()
     if a.action == "run":
         try:
             i, n = (int(x) for x in a.shard.split("/"))
@@ -125,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         runs = study.run((i, n), keep_stored=a.keep_stored, overwrite=a.overwrite, **options)
         print(f"{a.name} shard {i}/{n}: {len(runs)} finished runs under {study.folder(options)}")
         return 0
-    wall = a.wall_seconds if a.wall_seconds is not None else time.perf_counter() - start
+    if a.wall_seconds is not None and not 0 <= a.wall_seconds < float("inf"):
+        p.error(f"--wall-seconds {a.wall_seconds}: expected the study's wall time, a number of seconds >= 0")
+    wall = a.wall_seconds  # None: not measured here (this command only stores), never this command's ~0 s
     command = "nbkit study " + a.name + " run" + "".join(f" --set {shlex.quote(o)}" for o in a.options)
     path = study.store(wall_seconds=wall, command=command, keep_stored=a.keep_stored, replace=a.replace, **options)
     print(f"stored {path}")

@@ -12,6 +12,10 @@ once finished, and the marker of ``nbkit.outputs`` with the run's id. The rules:
 - resuming a finished run with no more steps does nothing and says so;
 - a checkpoint is complete when its ``trainer_state.json`` (the last file transformers writes) reads as JSON;
   a partial one (a kill during the write) is named, ignored and removed when the run continues;
+- TRL's model card (README.md, written with every checkpoint) never replaces a user's file, even one written
+  mid-run: it goes to ``CARD_ASIDE`` when README.md is the user's, and the marker lists only the name it was written
+  to, when it was written (``place_model_card``); a checkpoint that does not fit (a file-size limit, a full disk)
+  stops the run with one line naming the file and how to continue (``guard_checkpoints``);
 - ``plan_run`` only reads: every refusal happens before a model is loaded. ``begin`` makes the changes
   (clear, marker, ``config.json``, metrics truncated to the checkpoint) once training is about to start.
 
@@ -30,7 +34,9 @@ values from its step and the metric rows up to it.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -63,7 +69,27 @@ lists; ``ranks/`` holds each process's own log in a multi-process run)."""
 
 WRITTEN_BY_TRL = ("README.md",)
 """Files TRL writes into the run folder itself (its model card, with every checkpoint): the workbook's only once
-its marker lists them (``RunFolderCallback.on_save`` records them); a user's file of that name is never replaced."""
+its marker lists them (``place_model_card`` records the name it wrote, when it wrote it); a user's file of that
+name is never replaced."""
+
+CARD_ASIDE = "trl-model-card.md"
+"""Where TRL's model card goes when the run folder's README.md is not the workbook's (a user's file, written before
+or during the run)."""
+
+CARD_SCRATCH = ".nbkit-model-card"
+"""The folder in the run folder where TRL writes its card before ``place_model_card`` names it (removed at once)."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written for want of room (a file-size limit, a full disk): the run stopped there,
+    its complete checkpoints kept."""
+
+
+ROOM = {errno.EFBIG: "file too large", errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+"""Write errors that mean a checkpoint does not fit (what ``guard_checkpoints`` reports in one line)."""
+
+_ROOM_TEXT = ("file too large", "filetoolarge", "no space left", "storagefull", "quota", "file write failed")
+"""How libraries that do not raise ``OSError`` say it (safetensors' Rust IoError, torch's stream writer)."""
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -112,13 +138,15 @@ def _read_json(path: Path) -> dict | None:
 
 def foreign_entries(out: Path) -> list[str]:
     """The top-level names in run folder ``out`` that are not the run's: neither ``RUN_FILES``, a ``checkpoint-N``
-    folder, the lock files, nor listed by its marker (``outputs.foreign_entries``)."""
+    folder, the lock files, the model card's scratch folder (``CARD_SCRATCH``), nor listed by its marker
+    (``outputs.foreign_entries``)."""
     legacy = "files" not in (outputs.read_marker(out) or {})
     return [
         n
         for n in outputs.foreign_entries(out, RUN_FILES)
         if n not in RUN_FILES
         and not _CHECKPOINT.match(n)
+        and n != CARD_SCRATCH
         and not (legacy and n in WRITTEN_BY_TRL and _trl_card(out / n))
     ]
 
@@ -130,6 +158,121 @@ def _trl_card(path: Path) -> bool:
     except OSError:
         return False
     return head.startswith("---") and "trl" in head.lower() and "library_name" in head
+
+
+def place_model_card(out: Path, write) -> str | None:
+    """Have ``write(folder)`` (TRL's ``create_model_card`` pointed at ``folder``) write the model card into
+    ``CARD_SCRATCH``, then put it at README.md when that name is free or holds the workbook's card (listed by the
+    marker and still TRL's), else at ``CARD_ASIDE`` by the same rule: a user's file is never replaced, even one
+    written a moment ago (a new name is created exclusively, which fails when the name exists). The name used is
+    recorded in the marker when written; returns it, or None (no card written: both names are the user's)."""
+    scratch = Path(out) / CARD_SCRATCH
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        write(scratch)
+        made = scratch / WRITTEN_BY_TRL[0]
+        if not made.is_file():
+            return None
+        owned = set((outputs.read_marker(out) or {}).get("files") or [])
+        for name in (*WRITTEN_BY_TRL, CARD_ASIDE):
+            dest = Path(out) / name
+            if name in owned and dest.is_file() and not dest.is_symlink() and _trl_card(dest):
+                os.replace(made, dest)
+                return name
+            if dest.exists() or dest.is_symlink():
+                continue
+            try:
+                with dest.open("xb") as f:  # O_EXCL: fails when the name was taken a moment ago
+                    f.write(made.read_bytes())
+            except FileExistsError:  # the user's, since a moment ago
+                continue
+            outputs.record_files(Path(out), [name])
+            return name
+        return None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def guard_model_card(trainer, out: Path) -> None:
+    """Route ``trainer``'s model card (TRL writes ``output_dir/README.md`` with every checkpoint) through
+    ``place_model_card``."""
+    create = trainer.create_model_card
+    said = []
+
+    def create_model_card(*args, **kwargs):
+        if not trainer.is_world_process_zero():
+            return  # (TRL's writes nothing there either; only rank 0 touches the scratch folder)
+
+        def write(folder: Path) -> None:
+            saved = trainer.args.output_dir
+            trainer.args.output_dir = str(folder)
+            try:
+                create(*args, **kwargs)
+            finally:
+                trainer.args.output_dir = saved
+
+        if place_model_card(out, write) is None and not said:
+            names = " and ".join((*WRITTEN_BY_TRL, CARD_ASIDE))
+            print(f"[nbkit] {out}: {names} are files of yours: TRL's model card is not written", flush=True)
+            said.append(True)
+
+    trainer.create_model_card = create_model_card
+
+
+def no_room(exc: BaseException) -> str:
+    """What ``exc`` says about room to write (``ROOM``'s text), or "" when it is another error."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, OSError) and e.errno in ROOM:
+            return ROOM[e.errno]
+    text = str(exc).lower().replace(" ", "")
+    return next((t for t in _ROOM_TEXT if t.replace(" ", "") in text), "")
+
+
+def guard_checkpoints(trainer, out: Path) -> None:
+    """A checkpoint that does not fit (a file-size limit, a full disk) stops the run with ``CheckpointWriteError``:
+    one line naming the file being written, the limit and how to continue (the partial checkpoint is ignored by a
+    resume), not the writer's traceback."""
+    save = trainer._save_checkpoint
+
+    def _save_checkpoint(*args, **kwargs):
+        try:
+            return save(*args, **kwargs)
+        except Exception as exc:
+            why = no_room(exc)
+            if not why:
+                raise
+            ckpt = Path(out) / f"checkpoint-{trainer.state.global_step}"
+            at = _written(exc, ckpt)
+            complete = checkpoints(Path(out))[0]
+            then = (
+                f"continue the run with resume=True (nbkit train ... --resume): it starts from {complete[-1].name} "
+                f"and ignores {ckpt.name}"
+                if complete
+                else "start the run again with overwrite=True (--overwrite): it has no complete checkpoint to resume"
+            )
+            raise CheckpointWriteError(
+                f"run folder {str(out)!r}: {ckpt.name} could not be written ({why} at {str(at)!r}; "
+                f"{_fsize_limit()}): raise the limit or free space, then {then}"
+            ) from None
+
+    trainer._save_checkpoint = _save_checkpoint
+
+
+def _written(exc: BaseException, ckpt: Path) -> Path:
+    """The file a checkpoint write failed on: the error's own file name, the weights for safetensors' error (which
+    names none), else the checkpoint folder."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, OSError) and e.filename:
+            return Path(e.filename)
+    return ckpt / "model.safetensors" if "safetensor" in type(exc).__name__.lower() else ckpt
+
+
+def _fsize_limit() -> str:
+    """This process's file-size limit (``ulimit -f``), in words."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return "no file-size limit set" if soft == resource.RLIM_INFINITY else f"file-size limit {soft} bytes"
 
 
 def plan_run(cfg) -> RunPlan:
@@ -145,12 +288,6 @@ def plan_run(cfg) -> RunPlan:
             f"which the workbook did not write (its {outputs.MARKER} does not list them): replacing the run would "
             f"leave them among a new run's files, or write over them; move them out of it, or choose another "
             f"output_dir"
-        )
-    clobbered = [n for n in WRITTEN_BY_TRL if n in extra] if cfg.checkpoint_every else []
-    if clobbered:
-        raise outputs.OutputFolderError(
-            f"run folder {str(out)!r} holds {', '.join(clobbered)}, which the workbook did not write: TRL writes its "
-            f"model card there with every checkpoint; move it out of the folder, or choose another output_dir"
         )
     if not cfg.resume:
         if has_run and not cfg.overwrite:
@@ -254,6 +391,8 @@ class RunFolderCallback(TrainerCallback):
             self.run_id = begin(self.plan, self.cfg)
             if self.folder is not None:
                 self.folder.run_id = self.run_id
+        guard_model_card(self.trainer, self.plan.out)  # TRL's card never lands on a user's file
+        guard_checkpoints(self.trainer, self.plan.out)
         if self.trainer.accelerator.num_processes > 1:
             self.trainer.accelerator.wait_for_everyone()
         if self.plan.action == "resume":
@@ -277,7 +416,6 @@ class RunFolderCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        outputs.record_files(Path(args.output_dir), [n for n in WRITTEN_BY_TRL if (Path(args.output_dir) / n).exists()])
         outputs.write_json(
             ckpt / STATE_FILE,
             {

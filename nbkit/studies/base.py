@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nbkit import outputs, results
-from nbkit.runlog import KIND, SAFE_TO_CHANGE, MetricsLog, differing_fields, last_logged_step, last_step
+from nbkit.runlog import KIND, RESULT_NEUTRAL, MetricsLog, last_logged_step, last_step, result_differences
 
 
 class StoredStudyError(FileExistsError):
@@ -55,6 +55,11 @@ class Study:
     def reproduce(self, card: dict) -> str:
         """The command that re-makes the stored study today (the card's own command for a non-grid study)."""
         return card.get("command", "")
+
+    def verify(self, root: Path = results.RESULTS) -> list[str]:
+        """What is wrong with the stored study's files ([] when nothing): ``results.verify`` (a file changed after
+        ``store``, a card disagreeing with its runs)."""
+        return results.verify(self.name, root)
 
     def table(self, runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
         """Rows of the study's table (``meta``: each run's coordinates in the grid)."""
@@ -106,7 +111,8 @@ class GridStudy(Study):
     @staticmethod
     def finished(cfg) -> bool:
         """Whether ``cfg``'s run folder holds this very run (its ``config.json`` equals ``cfg`` in every field that
-        changes the run) with all its steps logged: a finished run of other settings is not this run."""
+        changes the result, ``steps`` included: ``runlog.result_differences``) with all its steps logged: a finished
+        run of other settings (a 100-step run for a 50-step grid too) is not this run."""
         out = Path(cfg.output_dir)
         if not (out / "metrics.jsonl").is_file() or not (out / "config.json").is_file():
             return False
@@ -114,19 +120,19 @@ class GridStudy(Study):
             saved = json.loads((out / "config.json").read_text())
         except (OSError, ValueError):
             return False
-        return not differing_fields(saved, cfg) and last_logged_step(out) >= cfg.steps
+        return not result_differences(saved, cfg) and last_logged_step(out) >= cfg.steps
 
     @staticmethod
     def other_setting(cfg) -> list[str]:
-        """The differing fields (``runfolder.differing_fields``) when ``cfg``'s run folder holds a workbook run of
-        another setting ([] for none, an unreadable config, or a run of this one)."""
+        """The differing fields (``runlog.result_differences``: every field that changes the result) when ``cfg``'s
+        run folder holds a workbook run of another setting ([] for none, an unreadable config, or a run of this one)."""
         if (outputs.read_marker(Path(cfg.output_dir)) or {}).get("kind") != KIND:
             return []  # not a run of the workbook: train refuses the folder itself (nbkit.outputs)
         try:
             saved = json.loads((Path(cfg.output_dir) / "config.json").read_text())
         except (OSError, ValueError):
             return []
-        return differing_fields(saved, cfg) if isinstance(saved, dict) else []
+        return result_differences(saved, cfg) if isinstance(saved, dict) else []
 
     def shard_of(self, j: int, n: int) -> int:
         """The shard of the grid's ``j``-th run: every n-th, shifted by one per group of ``twins`` (when runs come
@@ -218,7 +224,7 @@ class GridStudy(Study):
         keep = [
             k
             for k, cfg in grid.items()
-            if k in saved and k in rows and not differing_fields(saved[k], cfg) and last_step(rows[k]) >= cfg.steps
+            if k in saved and k in rows and not result_differences(saved[k], cfg) and last_step(rows[k]) >= cfg.steps
         ]
         return {k: rows[k] for k in keep}, {k: saved[k] for k in keep}
 
@@ -243,18 +249,41 @@ class GridStudy(Study):
         **options,
     ) -> Path:
         """Store every finished run of the grid (a partial run is never stored); the card holds each run's config
-        and names the grid's runs that are missing or were cut off. ``keep_stored``: the stored study's runs of
-        this grid are kept beside the new ones (a run trained again replaces its stored copy), and the card lists
-        every sitting that made them (``results.parts``). Without ``keep_stored``, a stored study whose grid or runs
+        and names the grid's runs that are missing or were cut off. ``keep_stored``: the stored study is only added
+        to: its runs stay byte for byte (a run stored already keeps its stored rows), the grid's runs it lacks are
+        added, and the card lists every sitting that made them (``results.parts``); a stored study of another grid,
+        or holding a run that is not a run of this grid, is refused with ``StoredStudyError`` (nothing changed)
+        unless ``replace`` (the old study kept beside). Without ``keep_stored``, a stored study whose grid or runs
         differ is replaced only with ``replace`` (and kept beside as ``<name>.replaced-<date>``); otherwise
         ``StoredStudyError`` says ``N stored runs -> M`` and the differing grid fields. The same runs of the same
         grid stored again write nothing."""
         grid = self.grid(**options)
         runs, configs = self.collect(**options)
         earlier, record = None, None
-        if keep_stored:
+        stored = (results.study_dir(self.name, root) / results.CARD).is_file()
+        if keep_stored and stored:
             kept, kept_configs = self.stored_runs(grid, root)
-            kept = {k: v for k, v in kept.items() if k not in runs}
+            other = self.keep_stored_change(options, kept, root)
+            if other and not replace:
+                raise StoredStudyError(
+                    f"study {self.name}: --keep-stored only adds runs of the stored study's grid, but {other}; "
+                    f"nothing was changed: store the stored grid's options (its card's configs.grid), or pass "
+                    f"--replace to replace the stored study (it is kept beside as {self.name}.replaced-<date>)"
+                )
+            differ = sorted(k for k in set(kept) & set(runs) if _plain_rows(runs[k]) != kept[k])
+            if differ:  # only ever added to: the stored copy stays, the run folder's copy is not stored
+                print(
+                    f"[nbkit] {self.name}: {len(differ)} run(s) are stored already and keep their stored rows, not "
+                    f"the run folders' (which differ): {differ[:6]}{' ...' if len(differ) > 6 else ''}",
+                    flush=True,
+                )
+            runs = {k: v for k, v in runs.items() if k not in kept}
+            if not runs and not other:
+                print(
+                    f"[nbkit] {self.name}: no run of this grid to add to the {len(kept)} stored: unchanged",
+                    flush=True,
+                )
+                return results.study_dir(self.name, root)
             if kept:
                 earlier = [
                     {**p, "runs": sorted(set(p.get("runs") or []) & set(kept))} for p in results.parts(self.card(root))
@@ -269,7 +298,7 @@ class GridStudy(Study):
             configs = {k: configs[k] for k in runs}
         if not runs:
             raise ValueError(f"no finished run of {self.name}'s grid under {self.folder(options)}: nothing to store")
-        if not keep_stored and (results.study_dir(self.name, root) / results.CARD).is_file():
+        if not keep_stored and stored:
             change = self.store_change(options, runs, configs, root)
             if not change:  # the same study again: nothing is written, so the stored files stay byte for byte
                 print(
@@ -301,25 +330,46 @@ class GridStudy(Study):
             else "",
         )
 
+    def grid_changes(self, options: dict, card: dict) -> list[str]:
+        """``field (stored: ..., now: ...)`` for every grid option (``output_dir`` aside) where ``options`` differ
+        from the grid the stored ``card`` was made with."""
+        stored_grid = self.grid_options(card)
+        now = json.loads(json.dumps(options, default=str))
+        return [
+            f"{k} (stored: {json.dumps(stored_grid.get(k))}, now: {json.dumps(now.get(k))})"
+            for k in sorted(set(stored_grid) | set(now))
+            if k != "output_dir" and stored_grid.get(k) != now.get(k)
+        ]
+
+    def keep_stored_change(self, options: dict, kept: dict, root: Path = results.RESULTS) -> str:
+        """Why runs of the grid ``options`` cannot simply be added to the stored study ("" when they can): its grid
+        differs, or some stored run is not a run of this grid (``stored_runs``: another config, or cut short), so
+        storing would drop or replace it."""
+        fields = self.grid_changes(options, self.card(root))
+        lost = sorted(set(results.load(self.name, root)) - set(kept))
+        parts = []
+        if fields:
+            parts.append("grid fields that differ: " + "; ".join(fields))
+        if lost:
+            parts.append(
+                f"{len(lost)} stored run(s) are not runs of this grid and would be lost: "
+                f"{lost[:6] + (['...'] if len(lost) > 6 else [])}"
+            )
+        return "; ".join(parts)
+
     def store_change(
         self, options: dict, runs: dict[str, list[dict]], configs: dict[str, dict], root: Path = results.RESULTS
     ) -> str:
         """How ``runs`` of the grid ``options`` differ from the stored study ("" when they are the same runs, row for
         row, of the same grid): ``N stored runs -> M``, then the differing grid fields and runs."""
         card = self.card(root)
-        stored_grid = self.grid_options(card)
-        now = json.loads(json.dumps(options, default=str))
-        fields = [
-            f"{k} (stored: {json.dumps(stored_grid.get(k))}, now: {json.dumps(now.get(k))})"
-            for k in sorted(set(stored_grid) | set(now))
-            if k != "output_dir" and stored_grid.get(k) != now.get(k)
-        ]
+        fields = self.grid_changes(options, card)
         stored_configs = card.get("configs", {}).get("runs", {})
         stored_rows = self.load(root)
 
         def same_config(a: dict, b: dict) -> bool:
-            return {k: v for k, v in a.items() if k not in SAFE_TO_CHANGE} == {
-                k: v for k, v in b.items() if k not in SAFE_TO_CHANGE
+            return {k: v for k, v in a.items() if k not in RESULT_NEUTRAL} == {
+                k: v for k, v in b.items() if k not in RESULT_NEUTRAL
             }
 
         plain = json.loads(json.dumps(runs, default=results._plain))
@@ -365,6 +415,32 @@ class GridStudy(Study):
         """The grid's default options (``reproduce`` names only the options that differ)."""
         return {}
 
+    def verify(self, root: Path = results.RESULTS) -> list[str]:
+        """``Study.verify``, and the card's grid against its runs' configs: a grid option (its default when the card
+        names none) that is a field of every stored run's config, or one of its ``overrides``, holds the same value
+        in each (a card saying 50 steps over runs of 100 disagrees with them). Reads the card only (no grid is
+        built: no torch)."""
+        problems = super().verify(root)
+        card = self.card(root)
+        configs = (card.get("configs") or {}).get("runs") or {}
+        options = {**json.loads(json.dumps(self.defaults(), default=str)), **self.grid_options(card)}
+        fixed = {k: v for k, v in options.items() if k not in RESULT_NEUTRAL and configs}
+        fixed = {k: v for k, v in fixed.items() if all(k in c for c in configs.values())}
+        if isinstance(options.get("overrides"), dict):
+            fixed |= {k: v for k, v in options["overrides"].items() if k not in RESULT_NEUTRAL}
+        other = [
+            f"{label}: {k} (card's grid: {json.dumps(v)}, run: {json.dumps(cfg.get(k))})"
+            for label, cfg in configs.items()
+            for k, v in fixed.items()
+            if k in cfg and cfg[k] != v
+        ]
+        if other:
+            problems.append(
+                f"{len(other)} run config value(s) on its card disagree with its card's grid: "
+                f"{' | '.join(other[:3])}{' | ...' if len(other) > 3 else ''}"
+            )
+        return problems
+
     def reproduce(self, card: dict) -> str:
         import shlex
 
@@ -394,6 +470,11 @@ class GridStudy(Study):
         meta = self.meta({k: configs[k] for k in runs})
         seconds = time.perf_counter() - start
         return (runs, meta, seconds) if beside is None else (runs, meta, seconds, values)
+
+
+def _plain_rows(rows: list[dict]) -> list[dict]:
+    """``rows`` as they read back from a stored study (numpy scalars, paths and tuples as JSON has them)."""
+    return json.loads(json.dumps(rows, default=results._plain))
 
 
 def _check_shard(shard) -> tuple[int, int]:

@@ -5,11 +5,15 @@
 
 Nothing here is typed by hand: each number comes from the stored runs through the study's own table and sentence
 functions (``nbkit.studies.catalog``). ``tests/studies/test_results_md.py`` fails when the file is out of date.
+A stored study whose files fail their check (``Study.verify``: changed after they were stored, a card disagreeing
+with its runs) or whose table cannot be made from its runs shows none of its numbers: its section says what is wrong
+and what to do (``checked``), and the rest of the page is made as ever.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from nbkit import results
 from nbkit.paths import ROOT
@@ -50,10 +54,7 @@ def provenance(study: Study, card: dict | None = None) -> str:
     def where(p: dict) -> str:
         commit = (p.get("commit") or "unknown")[:10] + (" with uncommitted changes" if p.get("dirty") else "")
         cpu_p = cpu if p.get("machine") == m else f"{(p.get('machine') or {}).get('cpu')}"
-        return (
-            f"commit `{commit}`, {cpu_p}, {str(p.get('date', '?'))[:10]}, "
-            f"{(p.get('wall_seconds') or 0) / 60:.0f} min wall"
-        )
+        return f"commit `{commit}`, {cpu_p}, {str(p.get('date', '?'))[:10]}, {results.wall_text(p.get('wall_seconds'))}"
 
     made = (
         where(sittings[0])
@@ -69,9 +70,12 @@ def provenance(study: Study, card: dict | None = None) -> str:
     return line
 
 
-def section(study: Study) -> str:
-    """The markdown of one study (a study not stored yet: its question and the command that makes it)."""
-    if not (results.RESULTS / study.name).is_dir():
+def section(study: Study, root: Path | None = None) -> str:
+    """The markdown of one study (a study not stored yet: its question and the command that makes it; a stored
+    study whose files fail their check, or whose table cannot be made from its runs: what is wrong and what to do,
+    and none of its numbers)."""
+    root = results.RESULTS if root is None else Path(root)
+    if not (root / study.name).is_dir():
         make = (
             f"`nbkit study {study.name} run && nbkit study {study.name} store`"
             if hasattr(study, "grid")
@@ -91,7 +95,35 @@ def section(study: Study) -> str:
             ]
             + (["", "**The plan** (nothing below is a result):", ""] + [f"- {s}" for s in plan] if plan else [])
         )
-    return stored_section(study, study.load(), study.stored_meta(), study.card())
+    return checked(study, root)[0]
+
+
+def checked(study: Study, root: Path) -> tuple[str, str]:
+    """``(markdown, trouble)`` of a stored study: its section and "", or (when its files fail their check or its
+    table cannot be made) a section that shows none of its numbers and the one line naming the study, what is wrong
+    and what to do."""
+    where = f"data/results/{study.name}" if root == results.RESULTS else str(root / study.name)
+    kept = sorted(p.name for p in root.glob(f"{study.name}{results.REPLACED}*") if (p / results.CARD).is_file())
+    back = f"put back the study it replaced ({', '.join(kept)}), or " if kept else ""
+    card = study.card(root)
+    problems = study.verify(root)
+    if problems:
+        line = (
+            f"study {study.name} ({where}): {'; '.join(problems)}. Its stored data are not what was stored: restore "
+            f"them (`git checkout -- {where}`), {back}re-make the study with `{study.reproduce(card)}`; "
+            f"regenerating RESULTS.md does not make them right."
+        )
+    else:
+        try:
+            return stored_section(study, study.load(root), study.stored_meta(root), card), ""
+        except (ValueError, LookupError) as exc:
+            line = (
+                f"study {study.name} ({where}): its table cannot be made from its {len(card.get('runs', []))} stored "
+                f"runs (made by `{study.reproduce(card)}`): {' '.join(str(exc).split())}. "
+                f"{back[0].upper() + back[1:] if back else ''}Re-make it with a grid that holds what its table needs, "
+                f"e.g. its default: `nbkit study {study.name} run && nbkit study {study.name} store --replace`."
+            )
+    return "\n".join([f"## {study.title}", "", f"**Question.** {study.question}", "", f"**Not shown.** {line}"]), line
 
 
 def stored_section(study: Study, runs: dict[str, list[dict]], meta: dict[str, dict], card: dict) -> str:
@@ -121,9 +153,24 @@ def stored_section(study: Study, runs: dict[str, list[dict]], meta: dict[str, di
     return "\n".join(parts)
 
 
-def render(studies: dict[str, Study] = STUDIES) -> str:
-    """The whole page."""
-    return HEADER + "\n" + "\n\n".join(section(s) for s in studies.values()) + "\n"
+def page(studies: dict[str, Study] = STUDIES, root: Path | None = None) -> tuple[str, list[str]]:
+    """The whole page, and the line (``checked``) of each stored study that shows what is wrong with it instead of
+    its numbers."""
+    root = results.RESULTS if root is None else Path(root)
+    sections, troubles = [], []
+    for study in studies.values():
+        if (root / study.name).is_dir():
+            text, line = checked(study, root)
+            troubles += [line] if line else []
+        else:
+            text = section(study, root)
+        sections.append(text)
+    return HEADER + "\n" + "\n\n".join(sections) + "\n", troubles
+
+
+def render(studies: dict[str, Study] = STUDIES, root: Path | None = None) -> str:
+    """The whole page (``page``)."""
+    return page(studies, root)[0]
 
 
 if __name__ == "__main__":  # the spelling RESULTS.md and the tests name: the command ``nbkit results-md``

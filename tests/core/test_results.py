@@ -90,6 +90,14 @@ def test_every_shipped_study_loads_and_names_a_commit_of_this_repository():
         assert exists.returncode == 0, f"{study}: commit {card['commit']} is not in this repository"
 
 
+def test_every_shipped_study_is_sealed_and_is_what_was_stored():
+    studies = sorted(p.parent.name for p in results.RESULTS.glob(f"*/{results.CARD}") if results.REPLACED not in str(p))
+    assert studies
+    for study in studies:
+        assert results.card(study).get("sealed"), f"{study}: its card carries no seal"
+        assert results.verify(study) == [], study
+
+
 def test_storing_the_same_rows_again_writes_the_same_bytes(tmp_path, monkeypatch):
     """A study continued in a later sitting re-stores its earlier runs: unchanged runs must not churn the repo."""
     rows = {"a": [{"step": 1, "x": 0.5}], "b": [{"step": 1, "x": 0.25}]}
@@ -101,3 +109,62 @@ def test_storing_the_same_rows_again_writes_the_same_bytes(tmp_path, monkeypatch
             second / "runs" / f"{label}.jsonl.gz"
         ).read_bytes()
     assert results.load("s", tmp_path / "two") == rows
+
+
+def _stored(tmp_path, **kw):
+    root = tmp_path / "results"
+    configs = {"runs": {"grpo-fp16-s0": {"lr": 1e-5, "steps": 2}, "grpo-bf16-s0": {"lr": 1e-5, "steps": 2}}}
+    results.store("demo", _runs(tmp_path), command="x", root=root, configs=configs, **{"wall_seconds": 9.0, **kw})
+    return root
+
+
+def _edit_card(root, edit):
+    path = root / "demo" / results.CARD
+    card = json.loads(path.read_text())
+    edit(card)
+    path.write_text(json.dumps(card, indent=1))
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda c: c.update(rows=c["rows"] + 1), "card says 5 rows but its runs hold 4"),
+        (lambda c: c["configs"]["runs"]["grpo-fp16-s0"].update(lr=1e-3), "provenance.json"),
+        (lambda c: c.update(wall_seconds=1.0), "provenance.json"),
+        (lambda c: c.update(runs=["grpo-fp16-s0"]), "card lists runs ['grpo-fp16-s0'] but runs/ holds"),
+    ],
+    ids=["rows", "a run's lr", "wall_seconds", "runs"],
+)
+def test_a_hand_edited_card_fails_its_check_naming_what_changed(tmp_path, edit, named):
+    """Issue 55, 8: a card edited by hand (its rows, a run's lr) passed as up to date."""
+    root = _stored(tmp_path)
+    assert results.verify("demo", root) == []
+    _edit_card(root, edit)
+    said = " | ".join(results.verify("demo", root))
+    assert named in said, said
+
+
+def test_a_run_file_changed_after_store_is_named(tmp_path):
+    root = _stored(tmp_path)
+    run = root / "demo" / "runs" / "grpo-bf16-s0.jsonl.gz"
+    run.write_bytes(gzip.compress(b'{"step": 1, "accuracy": 0.9}\n{"step": 2, "accuracy": 0.9}\n', mtime=0))
+    assert results.verify("demo", root) == [
+        "changed after it was stored (sha256 differs from the card's seal): runs/grpo-bf16-s0.jsonl.gz"
+    ]
+
+
+def test_an_amendment_is_no_edit(tmp_path):
+    from nbkit.studies import amendments
+
+    root = _stored(tmp_path)
+    amendments.amend("demo", amendments.Amendment("a rule", "abc", "2026-01-01T00:00:00+00:00", "why"), root)
+    assert results.verify("demo", root) == []
+    assert set(results.RECORD) == set(amendments.RECORD_KEYS)
+
+
+def test_a_wall_time_not_measured_is_recorded_as_unknown_never_as_zero(tmp_path):
+    """Issue 55, 16: `nbkit study NAME store` recorded its own ~0 s as the study's wall time."""
+    root = _stored(tmp_path, wall_seconds=None)
+    assert results.card("demo", root)["wall_seconds"] is None
+    assert "wall time not recorded" in results.describe("demo", root)
+    assert "12 min wall" == results.wall_text(720.0)

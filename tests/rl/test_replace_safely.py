@@ -204,7 +204,46 @@ def test_a_readme_the_workbook_recorded_is_replaced_with_its_run(tmp_path, arith
     assert sorted(p.name for p in out.iterdir()) == [outputs.MARKER, "config.json"]
 
 
-def test_a_user_readme_is_refused_when_trl_would_write_its_model_card_there(tmp_path, arith_jsonl):
+CARD = "---\nlibrary_name: transformers\ntags: [trl, grpo]\n---\n# Model Card for run\n"
+"""What TRL's ``create_model_card`` writes (its head is what ``runfolder`` recognises as TRL's card)."""
+
+
+def trl_writes_its_card(folder: Path) -> None:
+    """Stands for TRL's ``create_model_card`` with ``args.output_dir`` = ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "README.md").write_text(CARD)
+
+
+def test_trls_card_goes_aside_when_readme_is_the_users_and_the_marker_lists_only_what_was_written(tmp_path):
+    out = tmp_path / "run"
+    outputs.write_marker(out, runfolder.KIND, files=[])
+    (out / "README.md").write_text("# mine\n")
+    before = hashlib.sha256(b"# mine\n").hexdigest()
+    assert runfolder.place_model_card(out, trl_writes_its_card) == runfolder.CARD_ASIDE
+    assert runfolder.place_model_card(out, trl_writes_its_card) == runfolder.CARD_ASIDE  # the next checkpoint's
+    assert hashlib.sha256((out / "README.md").read_bytes()).hexdigest() == before
+    assert (out / runfolder.CARD_ASIDE).read_text() == CARD
+    assert outputs.read_marker(out)["files"] == [runfolder.CARD_ASIDE]
+    assert sorted(p.name for p in out.iterdir()) == sorted([outputs.MARKER, "README.md", runfolder.CARD_ASIDE])
+
+
+def test_a_readme_the_user_writes_over_the_runs_card_is_never_replaced(tmp_path):
+    out = tmp_path / "run"
+    outputs.write_marker(out, runfolder.KIND, files=[])
+    assert runfolder.place_model_card(out, trl_writes_its_card) == "README.md"  # free: the run's card, recorded
+    assert outputs.read_marker(out)["files"] == ["README.md"]
+    assert runfolder.place_model_card(out, trl_writes_its_card) == "README.md"  # its own card: replaced
+    (out / "README.md").write_text("# what I saw at step 4\n")  # the user's, mid-run
+    assert runfolder.place_model_card(out, trl_writes_its_card) == runfolder.CARD_ASIDE
+    assert (out / "README.md").read_text() == "# what I saw at step 4\n"
+    (out / runfolder.CARD_ASIDE).write_text("# mine too\n")
+    outputs.write_marker(out, runfolder.KIND, files=[])
+    assert runfolder.place_model_card(out, trl_writes_its_card) is None  # both names the user's: no card
+    assert (out / runfolder.CARD_ASIDE).read_text() == "# mine too\n"
+    assert not (out / runfolder.CARD_SCRATCH).exists()
+
+
+def test_a_user_readme_does_not_stop_a_resume(tmp_path, arith_jsonl):
     out = tmp_path / "run"
     cfg = RLConfig(
         dataset=arith_jsonl,
@@ -219,8 +258,45 @@ def test_a_user_readme_is_refused_when_trl_would_write_its_model_card_there(tmp_
     (out / "checkpoint-1").mkdir()
     (out / "checkpoint-1" / "trainer_state.json").write_text("{}")
     (out / "README.md").write_text("# mine\n")
-    with pytest.raises(outputs.OutputFolderError, match="TRL writes its model card there"):
-        runfolder.plan_run(RLConfig(**{**cfg.to_dict(), "resume": True}))
+    assert runfolder.plan_run(RLConfig(**{**cfg.to_dict(), "resume": True})).action == "resume"
+
+
+@pytest.mark.slow
+def test_a_readme_written_into_the_run_folder_mid_run_is_never_replaced(tmp_path, arith_jsonl, monkeypatch):
+    """Issue 55, 2: a user's README.md written at step 4 of a run was replaced by TRL's model card at the next
+    checkpoint, and the marker then listed it as the workbook's."""
+    from nbkit.rl.trainer import StepLogger
+
+    out = tmp_path / "run"
+    cfg = RLConfig(
+        model="tiny-arith",
+        dataset=arith_jsonl,
+        train_dtype="fp32",
+        rollout_engine="hf",
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_tokens=12,
+        checkpoint_every=1,
+        output_dir=str(out),
+    )
+    logged, mine = StepLogger.on_log, b"# notes on this run, written at step 1\n"
+
+    def user_writes(self, args, state, control, logs=None, **kw):
+        logged(self, args, state, control, logs=logs, **kw)
+        if state.global_step == 1 and not (out / "README.md").exists():
+            (out / "README.md").write_bytes(mine)
+
+    with monkeypatch.context() as m:
+        m.setattr(StepLogger, "on_log", user_writes)
+        train(cfg, progress=False)
+    assert (out / "README.md").read_bytes() == mine
+    assert "README.md" not in outputs.read_marker(out)["files"]
+    assert (
+        runfolder.CARD_ASIDE in outputs.read_marker(out)["files"] and "trl" in (out / runfolder.CARD_ASIDE).read_text()
+    )
+    resumed = train(RLConfig(**{**cfg.to_dict(), "steps": 3, "resume": True}), progress=False)
+    assert [r["step"] for r in resumed.rows] == [1, 2, 3] and (out / "README.md").read_bytes() == mine
 
 
 # --- 1. a stored study is replaced only on purpose ------------------------------------------------------------------
@@ -277,13 +353,61 @@ def before_under(tree: dict, prefix: str) -> dict:
     return {k[len(prefix) + 1 :]: v for k, v in tree.items() if k.startswith(prefix + "/")}
 
 
-def test_storing_with_keep_stored_adds_runs_without_replace(tmp_path):
+def test_storing_with_keep_stored_adds_the_runs_it_lacks_and_keeps_every_stored_byte(tmp_path):
     root = tmp_path / "results"
     options = {**ABLATION.toy, "output_dir": str(tmp_path / "runs")}
-    finished_runs(ABLATION, options)
-    store(ABLATION, root, **{**options, "pairs": [["fp32", "fp32"]]})
+    grid = finished_runs(ABLATION, options)
+    later = tmp_path / "runs" / "grpo-fp32-s0"
+    later.rename(tmp_path / "later")  # trained in a later sitting
+    store(ABLATION, root, **options)
+    assert results.card(ABLATION.name, root)["runs"] == ["grpo-bf16-fp32r-s0"]
+    before = sha256_tree(root / ABLATION.name / "runs")
+    (tmp_path / "later").rename(later)
     store(ABLATION, root, keep_stored=True, **options)
-    assert sorted(results.card(ABLATION.name, root)["runs"]) == ["grpo-bf16-fp32r-s0", "grpo-fp32-s0"]
+    assert sorted(results.card(ABLATION.name, root)["runs"]) == sorted(grid)
+    after = sha256_tree(root / ABLATION.name / "runs")
+    assert {k: after[k] for k in before} == before  # the stored run is byte for byte what it was
+
+
+def test_keep_stored_with_another_grid_changes_no_stored_byte(tmp_path, capsys):
+    """Issue 55, 1: a plain store of another grid is refused and suggests --keep-stored; --keep-stored with that grid
+    deleted the stored runs outside it and overwrote the others, with no copy kept."""
+    root = tmp_path / "results"
+    options = {**ABLATION.toy, "seeds": [0, 1], "output_dir": str(tmp_path / "runs")}
+    finished_runs(ABLATION, options)
+    store(ABLATION, root, **options)
+    before = sha256_tree(root)
+    other = {**ABLATION.toy, "steps": 2, "seeds": [0], "output_dir": str(tmp_path / "other")}
+    finished_runs(ABLATION, other)
+    with pytest.raises(FileExistsError) as err:
+        store(ABLATION, root, keep_stored=True, **other)
+    said = str(err.value)
+    assert said.startswith(f"study {ABLATION.name}: --keep-stored only adds runs of the stored study's grid"), said
+    assert "steps (stored: 1, now: 2)" in said and "4 stored run(s) are not runs of this grid" in said
+    assert "--replace" in said
+    assert sha256_tree(root) == before  # every stored file, byte for byte; no file added or removed
+    sets = [f"--set={k}={json.dumps(v)}" for k, v in other.items()]
+    assert cli_main.main(["study", ABLATION.name, "store", "--keep-stored", *sets]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--keep-stored only adds runs" in err[0], err
+    assert sha256_tree(root) == before
+    store(ABLATION, root, keep_stored=True, replace=True, **other)  # on purpose: the old study kept beside
+    kept = root / f"{ABLATION.name}.replaced-{datetime.date.today().isoformat()}"
+    assert sha256_tree(kept) == before_under(before, ABLATION.name)
+
+
+def test_keep_stored_never_replaces_a_stored_run_with_its_run_folders_copy(tmp_path, capsys):
+    root = tmp_path / "results"
+    options = {**ABLATION.toy, "output_dir": str(tmp_path / "runs")}
+    grid = finished_runs(ABLATION, options)
+    store(ABLATION, root, **options)
+    before = sha256_tree(root)
+    label = next(iter(grid))
+    with open(Path(grid[label].output_dir) / "metrics.jsonl", "w") as f:  # the run trained again, other numbers
+        f.write("".join(json.dumps({"step": s, "accuracy": 0.9}) + "\n" for s in range(1, grid[label].steps + 1)))
+    store(ABLATION, root, keep_stored=True, **options)
+    assert sha256_tree(root) == before
+    assert "keep their stored rows" in capsys.readouterr().out
 
 
 # --- 3. a study never replaces a finished run of another setting without --overwrite --------------------------------

@@ -171,3 +171,41 @@ def test_runs_read_back_without_the_row_a_kill_cut_short(tmp_path):
     (tmp_path / "grpo-fp16" / "metrics.jsonl").write_text('{"step": 1}\n{"st\n{"step": 3}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl: line 2 is not valid JSON"):
         runlog.load_runs(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_too_large_for_the_file_size_limit_is_one_line_and_the_run_resumes(
+    tmp_path, arith_jsonl, monkeypatch, capsys
+):
+    """Issue 55, 4: a file-size limit hit while checkpoint-2 was written gave a 19-frame traceback (safetensors'
+    "File too large"), and --resume was then refused: TRL's README.md was not in the marker."""
+    import resource
+
+    from nbkit.cli import main as cli_main
+
+    out = tmp_path / "run"
+    flags = ["--model", "tiny-arith", "--dataset", arith_jsonl, "--train_dtype", "fp32", "--rollout_engine", "hf"]
+    flags += ["--steps", "3", "--prompts_per_step", "2", "--samples_per_prompt", "2", "--max_tokens", "12"]
+    flags += ["--checkpoint_every", "1", "--output_dir", str(out), "--quiet"]
+    logged, limit = StepLogger.on_log, resource.getrlimit(resource.RLIMIT_FSIZE)
+
+    def limited_after_step_2(self, args, state, control, logs=None, **kw):
+        logged(self, args, state, control, logs=logs, **kw)
+        if state.global_step == 2:  # checkpoint-2 is written next; the weights are 4 MB
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, limit[1]))
+
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(StepLogger, "on_log", limited_after_step_2)
+            assert cli_main.main(["train", *flags]) == 2
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    said = capsys.readouterr().err
+    err = [line for line in said.splitlines() if line.startswith("nbkit")]  # (the rest: progress bars)
+    assert len(err) == 1 and "Traceback" not in said, said
+    assert "checkpoint-2 could not be written (file too large at" in err[0] and "model.safetensors" in err[0]
+    assert "file-size limit 1048576 bytes" in err[0] and "--resume" in err[0]
+    assert "it starts from checkpoint-1 and ignores checkpoint-2" in err[0]
+    assert [p.name for p in runfolder.checkpoints(out)[0]] == ["checkpoint-1"]  # checkpoint-2 partial: ignored
+    assert cli_main.main(["train", *flags, "--resume"]) == 0, capsys.readouterr().err
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]

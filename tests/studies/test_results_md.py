@@ -31,15 +31,16 @@ def test_every_stored_study_is_read_and_every_registered_study_is_stored_unless_
 
 def test_the_page_follows_the_stored_data(monkeypatch):
     """Drop one seed of the hunt: the page's hunt table changes, so a stale RESULTS.md cannot pass the check."""
-    before = results_md.section(STUDIES["hunt_tiny_long"])
-    real = results.load
+    study = STUDIES["hunt_tiny_long"]
+    before = results_md.section(study)
+    real = study.load
 
-    def fewer_seeds(study, *a, **k):
-        runs = real(study, *a, **k)
+    def fewer_seeds(*a, **k):
+        runs = real(*a, **k)
         return {label: rows for label, rows in runs.items() if not label.endswith("-s2")}
 
-    monkeypatch.setattr(results, "load", fewer_seeds)
-    after = results_md.section(STUDIES["hunt_tiny_long"])
+    monkeypatch.setattr(study, "load", fewer_seeds)  # the study's reading (its files still pass their check)
+    after = results_md.section(study)
     assert after != before and "2 seeds each" in after and "3 seeds each" in before
 
 
@@ -89,3 +90,125 @@ def test_the_hunts_seeds_needed_use_the_paired_t_tests_own_quantiles():
     assert seeds_needed(0.06, 0.05) == 14
     assert detectable_gap(0.06, 14) <= 0.05 < detectable_gap(0.06, 13)
     assert seeds_needed(0.01, 0.05) == 3  # two seeds leave one degree of freedom: t(0.975, 1) = 12.7
+
+
+# --- issue 55, 3 and 15: --out writes only its own page ---------------------------------------------------------------
+
+
+def _sha(path):
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("name", ["NOTES.md", "README.md"])
+def test_out_refuses_an_existing_file_it_did_not_write_in_one_line(tmp_path, capsys, name):
+    from nbkit.cli import main as cli_main
+
+    mine = tmp_path / name
+    mine.write_text("# my notes\n\nnot a page of the workbook\n")
+    before = _sha(mine)
+    assert cli_main.main(["results-md", "--out", str(mine)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(mine) in err[0] and "is not a page this command wrote" in err[0], err
+    assert _sha(mine) == before
+
+
+def test_out_a_folder_or_a_dangling_symlink_is_one_clear_line(tmp_path, capsys):
+    from nbkit.cli import main as cli_main
+
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    assert cli_main.main(["results-md", "--out", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a folder: name a file" in err[0] and "Errno" not in err[0], err
+    link = tmp_path / "RESULTS.md"
+    link.symlink_to(tmp_path / "gone" / "R.md")
+    assert cli_main.main(["results-md", "--out", str(link)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a symlink to" in err[0] and "does not exist" in err[0] and "Errno" not in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md", "pages"] and not any(folder.iterdir())
+
+
+def test_out_replaces_a_page_it_wrote(tmp_path, monkeypatch):
+    page = tmp_path / "R.md"
+    monkeypatch.setattr(results_md, "page", lambda *a, **k: (results_md.HEADER + "\n## a study\n", []))
+    assert results_md_command.main(["--out", str(page)]) == 0
+    page.write_text(results_md.HEADER + "\nan older page\n")
+    assert results_md_command.main(["--out", str(page)]) == 0
+    assert page.read_text() == results_md.HEADER + "\n## a study\n"
+
+
+# --- issue 55, 7 and 8: a stored study that is not what was stored, or makes no table --------------------------------
+
+
+def _stored_ppo(root):
+    """A copy of the stored ppo_tiny_arith under ``root``, stored anew (so its card carries a seal)."""
+    name = "ppo_tiny_arith"
+    card = results.card(name)
+    results.store(
+        name,
+        results.load(name),
+        command=card["command"],
+        wall_seconds=card["wall_seconds"],
+        configs=card["configs"],
+        notes=card["notes"],
+        root=root,
+    )
+    return root / name / results.CARD
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda c: c.update(rows=c["rows"] - 1),
+        lambda c: next(iter(c["configs"]["runs"].values())).update(lr=1.0),
+        lambda c: c.update(wall_seconds=c["wall_seconds"] * 2),
+    ],
+    ids=["rows", "a run's lr", "wall_seconds"],
+)
+def test_a_hand_edited_card_fails_the_check_and_regenerating_does_not_bless_it(tmp_path, monkeypatch, capsys, edit):
+    import json
+
+    root = tmp_path / "results"
+    card_path = _stored_ppo(root)
+    monkeypatch.setattr(results, "RESULTS", root)
+    studies = {"ppo_tiny_arith": STUDIES["ppo_tiny_arith"]}
+    monkeypatch.setattr(results_md, "page", lambda s=studies, r=None, real=results_md.page: real(s, r))
+    out = tmp_path / "RESULTS.md"
+    assert results_md_command.main(["--out", str(out)]) == 0
+    assert results_md_command.main(["--check", "--out", str(out)]) == 0
+    capsys.readouterr()
+    card = json.loads(card_path.read_text())
+    edit(card)
+    card_path.write_text(json.dumps(card, indent=1))
+    assert results_md_command.main(["--check", "--out", str(out)]) == 1
+    said = capsys.readouterr()
+    assert "study ppo_tiny_arith" in said.err and "git checkout -- " in said.err, said
+    assert "run python -m nbkit.studies.results_md" not in said.out + said.err
+    assert results_md_command.main(["--out", str(out)]) == 1  # written, without the edited study's numbers
+    assert "**Not shown.** study ppo_tiny_arith" in out.read_text() and "|---" not in out.read_text()
+    assert results_md_command.main(["--check", "--out", str(out)]) == 1  # and still failing: not blessed
+
+
+def test_a_grid_stored_with_replace_that_makes_no_table_is_named_and_the_rest_of_the_page_stays(tmp_path, capsys):
+    """Issue 55, 7: after `store --replace` with another grid, `study show` and `results-md --check` failed with an
+    anonymous "reference pair ('bf16', 'bf16') is not in the table", and RESULTS.md could not be made at all."""
+    from tests.rl.test_replace_safely import finished_runs
+
+    study = STUDIES["ablation_tiny_arith"]
+    root = tmp_path / "results"
+    _stored_ppo(root)
+    full = {**study.toy, "pairs": [["bf16", "bf16"], ["fp32", "fp32"]], "output_dir": str(tmp_path / "a")}
+    finished_runs(study, full)
+    study.store(wall_seconds=1.0, command="x", root=root, **full)
+    assert "**Not shown.**" not in results_md.section(study, root)
+    other = {**study.toy, "output_dir": str(tmp_path / "b")}  # no (bf16, bf16): the table's reference
+    finished_runs(study, other)
+    study.store(wall_seconds=1.0, command="x", root=root, replace=True, **other)
+    studies = {s: STUDIES[s] for s in ("ablation_tiny_arith", "ppo_tiny_arith")}
+    text, troubles = results_md.page(studies, root)
+    assert len(troubles) == 1 and troubles[0].startswith("study ablation_tiny_arith ("), troubles
+    assert "reference pair ('bf16', 'bf16') is not in the table" in troubles[0]
+    assert f"{study.name}.replaced-" in troubles[0] and "store --replace" in troubles[0]
+    assert results_md.section(STUDIES["ppo_tiny_arith"], root) in text  # the rest of the page is made as ever

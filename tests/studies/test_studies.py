@@ -3,6 +3,8 @@ coordinates from configs → table → figure. Each registered grid study runs i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from nbkit import results, schema
@@ -156,3 +158,86 @@ def test_show_prints_the_stored_study(capsys):
     assert cli.main(["ppo_tiny_arith", "show"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("## PPO with a critic") and "**Question.**" in out
+
+
+def test_a_finished_run_of_more_steps_is_not_this_grids_run_and_the_card_matches_its_runs(tmp_path, capsys):
+    """Issue 55, 6: `study run --set steps=2` over finished 3-step runs said "finished" and `store --replace` wrote a
+    card saying 2 steps over runs whose configs say 3. Every config field that changes a run's result counts."""
+    from nbkit.cli import main as cli_main
+    from tests.rl.test_replace_safely import finished_runs, sha256_tree
+
+    study = STUDIES["ablation_tiny_arith"]
+    options = {**study.toy, "steps": 3, "output_dir": str(tmp_path / "runs")}
+    finished_runs(study, options)
+    before = sha256_tree(tmp_path)
+    fewer = {**options, "steps": 2}
+    assert not any(study.finished(c) for c in study.grid(**fewer).values())
+    sets = [f"--set={k}={json.dumps(v)}" for k, v in fewer.items()]
+    assert cli_main.main(["study", study.name, "run", *sets]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "steps (run: 3, now: 2)" in err[0] and "--overwrite" in err[0], err
+    assert cli_main.main(["study", study.name, "store", f"--set=output_dir={options['output_dir']}", *sets[:-1]]) == 2
+    assert "no finished run" in capsys.readouterr().err
+    assert sha256_tree(tmp_path) == before
+    root = tmp_path / "results"
+    study.store(wall_seconds=1.0, command="x", root=root, **options)
+    card = results.card(study.name, root)
+    assert {c["steps"] for c in card["configs"]["runs"].values()} == {card["configs"]["grid"]["steps"]} == {3}
+
+
+def test_every_config_field_but_the_result_neutral_ones_changes_a_runs_identity():
+    """The study's check is derived from the config's dataclass fields: a field declared later counts unless it is
+    declared result-neutral; a resume may change only the neutral fields, steps and the skip cap."""
+    from dataclasses import fields
+
+    from nbkit import runlog
+    from nbkit.rl import RLConfig
+
+    names = {f.name for f in fields(RLConfig)}
+    assert set(runlog.RESULT_NEUTRAL) <= names and set(runlog.SAFE_TO_CHANGE) <= names
+    cfg = RLConfig(dataset="tiny-arith", train_dtype="fp32")
+    saved = cfg.to_dict()
+    for name in sorted(names - set(runlog.RESULT_NEUTRAL)):
+        f = next(f for f in fields(RLConfig) if f.name == name)
+        changed = {**saved, name: ["a value no field takes"]}
+        assert runlog.result_differences(changed, cfg), f"{name} is not counted as changing the result"
+        assert bool(runlog.differing_fields(changed, cfg)) == (name not in runlog.SAFE_TO_CHANGE), f.name
+
+
+def test_show_names_a_stored_study_whose_table_cannot_be_made_and_what_to_do(tmp_path, monkeypatch, capsys):
+    """Issue 55, 7: `study show` after `store --replace` with a grid lacking the table's reference pair."""
+    from nbkit.cli import main as cli_main
+    from tests.rl.test_replace_safely import finished_runs
+
+    study = STUDIES["ablation_tiny_arith"]
+    root = tmp_path / "results"
+    options = {**study.toy, "output_dir": str(tmp_path / "runs")}  # its pairs lack ("bf16", "bf16")
+    finished_runs(study, options)
+    study.store(wall_seconds=1.0, command="x", root=root, **options)
+    monkeypatch.setattr(results, "RESULTS", root)
+    assert cli_main.main(["study", study.name, "show"]) == 1
+    out, err = capsys.readouterr()
+    err = err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"nbkit study: study {study.name} ("), err
+    assert "its table cannot be made" in err[0] and "nbkit study ablation_tiny_arith run" in err[0]
+    assert "**Not shown.**" in out and "|---" not in out
+
+
+def test_store_without_wall_seconds_records_none_not_its_own_seconds(tmp_path, monkeypatch):
+    """Issue 55, 16: the store command recorded its own ~0 s as the study's wall time."""
+    import functools
+
+    from nbkit.cli import main as cli_main
+    from tests.rl.test_replace_safely import finished_runs
+
+    study = STUDIES["ablation_tiny_arith"]
+    root = tmp_path / "results"
+    options = {**study.toy, "output_dir": str(tmp_path / "runs")}
+    finished_runs(study, options)
+    monkeypatch.setattr(study, "store", functools.partial(study.store, root=root))  # not into data/results
+    sets = [f"--set={k}={json.dumps(v)}" for k, v in options.items()]
+    assert cli_main.main(["study", study.name, "store", *sets]) == 0
+    assert results.card(study.name, root)["wall_seconds"] is None
+    assert "wall time not recorded" in results.describe(study.name, root)
+    with pytest.raises(SystemExit):
+        cli_main.main(["study", study.name, "store", "--wall-seconds", "-5", *sets])
