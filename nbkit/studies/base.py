@@ -197,6 +197,10 @@ class GridStudy(Study):
                     f"(overwrite=True) to replace them, keeping nothing, or --set output_dir=<another folder>"
                 )
         fresh = {k: replace(c, overwrite=True, resume=False) for k, c in todo.items() if not self.finished(c)}
+        from nbkit.rl.runfolder import plan_run
+
+        for cfg in fresh.values():  # every run folder checked here, before any run trains in a pool worker
+            plan_run(cfg)
         return todo, fresh
 
     def jobs(
