@@ -198,27 +198,26 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         verl, whose trainers never filter π: the gradient of the renormalised log π would add a term on the kept
         set's mass (−∇ log K) and change the objective. (NeMo-RL, prime-rl and DeepSeek-V3.2's "keep sampling
         mask" filter the loss too; the workbook changes one thing only, the comparison.) The cost: one more no-grad
-        forward of the batch (full logits for ``batch_size`` rows at a time), only when top_p < 1 or top_k > 0.
+        forward of the batch (``batch_size`` rows at a time, their logits ``sampling_filter.HEAD_CHUNK`` positions at a
+        time: ``sampling_filter.KeptMassHead``), only when top_p < 1 or top_k > 0.
         The kept set is π's own (the engine does not report its own), so when π ≠ μ a borderline token may be
         kept on one side only; with π = μ the ratio is 1 up to kernel noise."""
         start = time.perf_counter()
         tokens = input_ids[:, -logits_to_keep:]
         rows = batch_size or input_ids.size(0)
         parts = []
+        head = self.accelerator.unwrap_model(model).get_output_embeddings()
         with self._replay(model, input_ids, logits_to_keep):
             for lo in range(0, input_ids.size(0), rows):
-                with self.accelerator.autocast(), fp32_logits(model):
-                    logits = model(
+                # the head computes the kept mass a chunk of positions at a time, never the rows' full logits
+                kept = sampling_filter.KeptMassHead(head, tokens[lo : lo + rows], self.temperature, **self.pi_filter)
+                with self.accelerator.autocast(), kept:
+                    model(
                         input_ids=input_ids[lo : lo + rows],
                         attention_mask=attention_mask[lo : lo + rows],
                         logits_to_keep=logits_to_keep + 1,
-                    ).logits[:, :-1]
-                chunk = tokens[lo : lo + rows]
-                parts.append(
-                    sampling_filter.log_kept_mass(
-                        logits.reshape(-1, logits.size(-1)), chunk.reshape(-1), self.temperature, **self.pi_filter
-                    ).view(chunk.shape)
-                )
+                    )
+                parts.append(kept.value)
         elapsed = time.perf_counter() - start
         self._filter_seconds += elapsed
         self._mismatch_seconds += elapsed
