@@ -44,6 +44,7 @@ from nbkit.fieldcheck import Range, check_value
 from nbkit.rl import launch, sizing
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.inputs import per_device_batch
+from nbkit.rl.server import RESET_EXTENSION
 from nbkit.runlog import run_label
 from nbkit.workbook.profiles import PROFILES
 
@@ -157,7 +158,8 @@ def server_command(cfg: RLConfig, tensor_parallel: int, port: int) -> list[str]:
     )
     with server_vllm_version(SERVER_VLLM):
         command = build_command(args)
-    return [f"{VENV_BIN}/vllm", *command[command.index("serve") :]]
+    # the workers close a run's weight-transfer group before the next run opens its own (nbkit.rl.server)
+    return [f"{VENV_BIN}/vllm", *command[command.index("serve") :], "--worker-extension-cls", RESET_EXTENSION]
 
 
 @contextlib.contextmanager
