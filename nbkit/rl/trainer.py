@@ -21,12 +21,13 @@ import time
 
 import numpy as np
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import DistributedDataParallelKwargs, gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 import nbkit.rl.amp as amp
 import nbkit.rl.fsdp as fsdp
+import nbkit.rl.memory as memory
 import nbkit.rl.opsm as opsm
 from nbkit import gemm, lm_head, mismatch, routing, sampling_filter, schema
 from nbkit import metrics as metric_registry
@@ -104,8 +105,12 @@ class PrecisionGRPOTrainer(GRPOTrainer):
 
     def _build_accelerator_args(self, **kwargs) -> dict:
         """transformers' accelerator arguments + the run's FP16 loss scaling (``GradScalerKwargs``), which
-        accelerate's own scaler (one GPU, DDP, FSDP2) would otherwise build with torch's defaults."""
+        accelerate's own scaler (one GPU, DDP, FSDP2) would otherwise build with torch's defaults, and DDP's
+        ``gradient_as_bucket_view`` (``nbkit.rl.memory.BUCKET_VIEW``: 4 bytes per parameter less)."""
         args = super()._build_accelerator_args(**kwargs)
+        for handler in args.get("kwargs_handlers", []):  # DDP: the gradients are views of its buckets, no 2nd copy
+            if isinstance(handler, DistributedDataParallelKwargs):
+                handler.gradient_as_bucket_view = memory.BUCKET_VIEW  # what nbkit.rl.memory budgets
         args["kwargs_handlers"] = [
             *args.get("kwargs_handlers", []),
             amp.scaler_kwargs(self.run.loss_scale_init, self.run.loss_scale_growth_interval),
