@@ -208,6 +208,12 @@ def free_bytes(folder: Path) -> float:
     return float(shutil.disk_usage(folder).free)
 
 
+def checkpoint_bytes(params: int, critic_params: int = 0) -> float:
+    """One training checkpoint: FP32 weights (4 bytes per parameter) and AdamW's two FP32 moments (8), and for
+    PPO the critic's weights and moments (``nbkit.rl.ppo_trainer.CRITIC_FILE``)."""
+    return 12.0 * (params + critic_params)
+
+
 # -- what make venv and nbkit plan run --------------------------------------------------------------------------
 def install_problems(spec: str, python_version=None, driver=..., folder: Path = METADATA) -> list[str]:
     """The failures of ``make venv TORCH_SPEC=spec`` on this node (none for a CPU build): the building Python
@@ -244,3 +250,34 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(0 if os.environ.get("NBKIT_PREFLIGHT") == "0" else main())
+
+
+def plan_problems(
+    spec: str,
+    planned_gib: float,
+    disk_need: float,
+    folder: Path,
+    python_version=None,
+    better_python=...,
+    driver=...,
+    gpus=...,
+    free=None,
+) -> tuple[list[str], str | None]:
+    """``(failures, PYTHON)`` of the node ``nbkit plan`` prints commands for: the default ``python3`` against the GPU
+    vLLM's Python (``PYTHON``: a newer interpreter on PATH to pass to make, when the default is too old), the
+    driver, each GPU's memory against ``planned_gib`` (no GPU seen: not compared) and the free disk at ``folder``
+    against ``disk_need``. Every fact can be given (tests); by default it is read from this node."""
+    version = build_vllm(spec)
+    w = wheel(version) if version else None
+    problems, python = [], None
+    if w is not None:
+        found = interpreter_version("python3") if python_version is None else tuple(python_version)
+        if found is not None and tuple(found[:2]) < w.python:
+            python = newer_python(w.python) if better_python is ... else better_python
+            problems.append(python_problem(found, w.python, "python3", python))
+        problems.append(driver_problem(nvidia_driver() if driver is ... else driver, w.cuda, w.torch))
+    sizes = gpu_gib() if gpus is ... else gpus
+    if sizes:
+        problems.append(gpu_memory_problem(sizes, planned_gib))
+    problems.append(disk_problem(free_bytes(folder) if free is None else free, disk_need, str(folder)))
+    return [p for p in problems if p], python

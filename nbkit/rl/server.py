@@ -11,7 +11,7 @@ the server reports log-probs before temperature / top-p (``--logprobs-mode`` oth
 One server serves run after run (``nbkit plan`` starts it once per precision). vLLM 0.32's worker replaces its NCCL
 weight-transfer group on every ``/init_weight_transfer_engine`` without closing the one before it, and TRL's client
 drops its end without destroying it, so each run left a live NCCL communicator on every server GPU and on the
-trainer's. The server therefore runs with the worker extension ``WeightTransferReset`` (``RESET_EXTENSION``, which
+trainer's. The server therefore runs with the worker extension ``nbkit.rl.weight_sync.WeightTransferReset`` (which
 ``nbkit plan`` passes as ``--worker-extension-cls``): before a run opens its group, and again when it closes, the
 trainer asks every worker (vLLM's dev ``/collective_rpc``) to destroy the group it holds; ``close`` destroys the
 trainer's end too. A server started without the extension is refused, naming the flag.
@@ -25,6 +25,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from nbkit.dtypes import FROM_VLLM as SERVER_DTYPES
 from nbkit.dtypes import VLLM_NAMES
+from nbkit.rl.weight_sync import WeightSyncError, check_server_reset, close_server_groups, close_trainer_group
 
 
 class ServerDtypeError(RuntimeError):
@@ -88,62 +89,6 @@ def check_server_context(client, needed: int | None) -> None:
         )
 
 
-RESET_EXTENSION = "nbkit.rl.server.WeightTransferReset"
-"""The server's ``--worker-extension-cls``: adds ``close_weight_transfer`` to every vLLM worker."""
-RESET_METHOD = "close_weight_transfer"
-
-
-class WeightTransferReset:
-    """vLLM worker extension (``--worker-extension-cls nbkit.rl.server.WeightTransferReset``): one method that
-    destroys the worker's NCCL weight-transfer group, if it holds one, so the next run's group replaces nothing
-    still open."""
-
-    def close_weight_transfer(self) -> bool:
-        """Destroy this worker's weight-transfer group (vLLM's engine ``shutdown``: ``PyNcclCommunicator.destroy``
-        and the reference dropped); True when there was one."""
-        engine = getattr(self, "weight_transfer_engine", None)
-        if engine is None or getattr(engine, "model_update_group", None) is None:
-            return False
-        engine.shutdown()
-        return True
-
-
-def check_server_reset(client) -> None:
-    """Refuse a server whose workers cannot close a weight-transfer group (started without ``RESET_EXTENSION``)."""
-    parallel = client.get_server_info().get("parallel_config") or {}
-    if parallel.get("worker_extension_cls") != RESET_EXTENSION:
-        raise ServerDtypeError(
-            f"the vLLM server at {getattr(client, 'base_url', '?')} runs worker extension "
-            f"{parallel.get('worker_extension_cls')!r}, so a second run would leave the first run's NCCL "
-            f"weight-transfer group open: restart it with --worker-extension-cls {RESET_EXTENSION} (nbkit plan "
-            f"prints it)"
-        )
-
-
-def close_server_groups(client) -> list:
-    """Ask every worker of the server to destroy its weight-transfer group (``WeightTransferReset``); returns their
-    answers (True where a group was closed)."""
-    response = client.session.post(f"{client.base_url}/collective_rpc", json={"method": RESET_METHOD})
-    if response.status_code != 200:
-        raise ServerDtypeError(
-            f"the vLLM server at {client.base_url} could not close its weight-transfer group "
-            f"({response.status_code}: {response.text[:200]})"
-        )
-    return response.json().get("results", []) if response.content else []
-
-
-def close_trainer_group(client) -> None:
-    """Destroy the trainer's end of the weight-transfer group (vLLM's ``PyNcclCommunicator.destroy``), then let
-    TRL's client drop it (TRL only drops it)."""
-    communicator = getattr(client, "communicator", None)
-    if communicator is None:
-        return
-    destroy = getattr(communicator, "destroy", None)
-    if destroy is not None:
-        destroy()
-    client.close_communicator()
-
-
 class ServerGeneration(VLLMGeneration):
     """TRL's server-mode generation with the dtype check, timings and the ``EngineGeneration`` bookkeeping
     interface (``engine_dtype``, ``engine_head_dtype``, ``engine_gemm``, ``take_seconds``, ``close``) the workbook
@@ -182,7 +127,7 @@ class ServerGeneration(VLLMGeneration):
                 check_server_context(self.vllm_client, getattr(self, "max_model_length", None))
                 check_server_reset(self.vllm_client)
                 verdict = [("ok", served)]
-            except ServerDtypeError as exc:
+            except (ServerDtypeError, WeightSyncError) as exc:
                 verdict = [("error", str(exc))]
         if acc.num_processes > 1:
             broadcast_object_list(verdict, from_process=0)

@@ -10,14 +10,8 @@ import pytest
 
 from nbkit.engines import vllm_available
 from nbkit.rl import RLConfig
-from nbkit.rl.server import (
-    RESET_EXTENSION,
-    ServerDtypeError,
-    ServerGeneration,
-    WeightTransferReset,
-    check_server_dtype,
-    served_dtype,
-)
+from nbkit.rl.server import ServerDtypeError, ServerGeneration, check_server_dtype, served_dtype
+from nbkit.rl.weight_sync import RESET_EXTENSION, WeightTransferReset
 
 
 class FakeServer:
@@ -187,7 +181,7 @@ def test_two_runs_against_one_server_never_leave_a_weight_transfer_group_open(mo
 
 def test_a_server_without_the_reset_extension_is_refused_before_the_group_opens(monkeypatch):
     server = FakeServer(extension="")
-    with pytest.raises(ServerDtypeError, match=r"restart it with --worker-extension-cls nbkit.rl.server.WeightTr"):
+    with pytest.raises(ServerDtypeError, match=r"restart it with --worker-extension-cls nbkit.rl.weight_sync.WeightTr"):
         _generation(monkeypatch, "torch.float16", "fp16", server=server)
     assert server.opened == 0
 
