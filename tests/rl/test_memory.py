@@ -10,7 +10,7 @@ import torch
 
 from nbkit.rl import memory
 
-H, I, V, ROWS, TOKENS = 128, 384, 256, 4, 256
+H, INTER, V, ROWS, TOKENS = 128, 384, 256, 4, 256
 
 
 def measured_activation_bytes(layers: int, dtype: torch.dtype, checkpointing: bool) -> int:
@@ -22,7 +22,7 @@ def measured_activation_bytes(layers: int, dtype: torch.dtype, checkpointing: bo
     config = Qwen2Config(
         vocab_size=V,
         hidden_size=H,
-        intermediate_size=I,
+        intermediate_size=INTER,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -53,7 +53,7 @@ def measured_activation_bytes(layers: int, dtype: torch.dtype, checkpointing: bo
 
 
 def estimate(layers: int, checkpointing: bool) -> float:
-    shape = memory.ModelShape(0, layers, H, I, V, kv_dim=64, context=1024)
+    shape = memory.ModelShape(0, layers, H, INTER, V, kv_dim=64, context=1024)
     return memory.activation_bytes(shape, ROWS, TOKENS, checkpointing, fused_head=False, value_bytes=2)
 
 
