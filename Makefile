@@ -30,11 +30,14 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml requirements/base.txt
 	@echo "[make] setting up $(VENV) (first time: a few minutes; log in $(VENV)-install.log)"
+	@: "a GPU build (TORCH_SPEC=vllm==X) first checks Python and the NVIDIA driver: one line per failure (nbkit/preflight.py)"
+	@$(PYTHON) nbkit/preflight.py --build "$(TORCH_SPEC)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@set -o pipefail; { \
 	  $(PIP) install -U pip && \
 	  $(PIP) install "$(TORCH_SPEC)" && \
-	  $(PY) -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/torch-constraint.txt && \
+	  : "the installed distribution's version, as pip compares it (a CUDA wheel's __version__ 2.13.0+cu130 is 2.13.0)" && \
+	  $(PY) -c "import importlib.metadata as m; print('torch==' + m.version('torch'))" > $(VENV)/torch-constraint.txt && \
 	  : "everything after runs under the torch just installed: peft / trl / vllm would pull another (CUDA) torch" && \
 	  $(PIP) install -c $(VENV)/torch-constraint.txt -r requirements/base.txt && \
 	  { [ -z "$(VLLM_SPEC)" ] || $(PIP) install -c $(VENV)/torch-constraint.txt -c requirements/base.txt "$(VLLM_SPEC)"; } && \

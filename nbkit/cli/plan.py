@@ -45,6 +45,7 @@ from nbkit.fieldcheck import Range, check_value
 from nbkit.rl import launch, sizing
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.inputs import per_device_batch
+from nbkit.rl.weight_sync import RESET_EXTENSION
 from nbkit.runlog import run_label
 from nbkit.workbook.profiles import PROFILES
 
@@ -84,6 +85,8 @@ class Plan:
     """(title, commands) in the order to run them."""
     gpu_gib: float = 80
     """Memory of one GPU the sizes were fitted to."""
+    preflight: list[str] = dataclasses.field(default_factory=list)
+    """This node's preflight failures (``nbkit.preflight``), printed above the commands."""
 
     def text(self) -> str:
         out = [
@@ -94,6 +97,7 @@ class Plan:
                 else f"training on {self.gpus}, vLLM colocated"
             )
         ]
+        out += [f"# preflight: {line}" for line in self.preflight]
         for title, commands in self.steps:
             out += ["", f"# {title}", *commands]
         return "\n".join(out) + "\n"
@@ -129,6 +133,37 @@ def run_configs(profile: str) -> list[RLConfig]:
     ]
 
 
+def ppo_configs(profile: str) -> list[RLConfig]:
+    """Notebook 03's PPO runs of the profile (``ppo_steps``; none when it sets none), one per train dtype and PPO
+    seed, as the notebook builds them (``nbkit.workbook.gpu_budget.notebook_runs``'s recipe), each into
+    ``runs/<profile>/<label>``."""
+    from nbkit.studies import ppo
+
+    params = dict(PROFILES[profile].get(NOTEBOOK, {}))
+    if not params.get("ppo_steps"):
+        return []
+    base = config_from(params.get("config_overrides", {}))
+    overrides = {
+        **{k: getattr(base, k) for k in ppo.SHARED_WITH_GRPO},
+        "rollout_engine": params.get("ppo_rollout_engine", "hf"),
+        "critic_lr": params.get("ppo_critic_lr", 2e-4),
+        "steps": params["ppo_steps"],
+        **params.get("ppo_overrides", {}),
+    }
+    probe = ppo.base_config(**overrides)
+    per_batch = probe.ppo_epochs * probe.ppo_minibatches  # PPO checkpoints on rollout-batch boundaries only
+    return [
+        dataclasses.replace(
+            ppo.base_config(**overrides, train_dtype=d, seed=s),
+            output_dir=f"runs/{profile}/{run_label('ppo', d, s)}",
+            overwrite=False,
+            checkpoint_every=base.checkpoint_every // per_batch * per_batch,
+        )
+        for d in params.get("train_dtypes", ["fp16", "bf16"])
+        for s in params.get("ppo_seeds") or [0]
+    ]
+
+
 def trainer_flags(cfg: RLConfig) -> list[str]:
     """``nbkit train`` flags for every field of ``cfg`` that differs from RLConfig's default."""
     default = RLConfig()
@@ -159,7 +194,8 @@ def server_command(cfg: RLConfig, tensor_parallel: int, port: int) -> list[str]:
     )
     with server_vllm_version(SERVER_VLLM):
         command = build_command(args)
-    return [f"{VENV_BIN}/vllm", *command[command.index("serve") :]]
+    # the workers close a run's weight-transfer group before the next run opens its own (nbkit.rl.server)
+    return [f"{VENV_BIN}/vllm", *command[command.index("serve") :], "--worker-extension-cls", RESET_EXTENSION]
 
 
 @contextlib.contextmanager
@@ -220,10 +256,11 @@ def make_plan(
     train_devices = ",".join(map(str, range(trainers)))
     server_devices = ",".join(map(str, range(trainers, gpus)))
     steps = []
+    problems, python = node_preflight(configs + ppo_configs(profile), gpu_gib)
     steps.append(
         (
             "install (once): the venv, vLLM first with its CUDA torch (`make venv` installs, runs nothing)",
-            [f"make venv TORCH_SPEC={GPU_VLLM_SPEC} VLLM_SPEC="],
+            [f"make venv {f'PYTHON={python} ' if python else ''}TORCH_SPEC={GPU_VLLM_SPEC} VLLM_SPEC="],
         )
     )
     hub = dict.fromkeys(c.model for c in configs if is_hub_model(c.model))
@@ -276,8 +313,39 @@ def make_plan(
                 "# " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
                 f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags + extra),
             ]
-        steps.append((f"{dtype.upper()}: training runs ({len(runs)})", commands))
-    return Plan(gpus, mode, server_gpus, kind, steps, gpu_gib)
+        for cfg in [c for c in ppo_configs(profile) if c.train_dtype == dtype]:
+            # PPO's critic trains in one process (nbkit.rl.ppo_trainer): one trainer GPU, the single-GPU config
+            cfg, fit = sized(cfg, "single_gpu", 1, gpu_gib, colocated=mode == "colocate")
+            flags = _drop(trainer_flags(cfg), ("--rollout-engine", "--vllm-mode", "--vllm-server-base-url"))
+            one = [
+                *accel[: accel.index("--config_file")],
+                "--config_file",
+                str(launch.config_path("single_gpu", dtype).relative_to(launch.ROOT)),
+                "--num_processes",
+                "1",
+                "-m",
+                "nbkit.cli.train",
+            ]
+            commands += [
+                "# PPO (critic in one process): " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
+                "CUDA_VISIBLE_DEVICES=0 " + shlex.join(one + flags + extra),
+            ]
+        steps.append((f"{dtype.upper()}: training runs ({len(commands) // 2})", commands))
+    return Plan(gpus, mode, server_gpus, kind, steps, gpu_gib, problems)
+
+
+def node_preflight(configs: list[RLConfig], gpu_gib: float, **facts) -> tuple[list[str], str | None]:
+    """``nbkit.preflight.plan_problems`` for these runs on this node: the disk they need is every run's kept
+    checkpoints (``save_total_limit``, PPO's critic included) where they write (the project's ``runs/``)."""
+    from nbkit import preflight
+    from nbkit.rl import algorithms, memory
+
+    need = 0.0
+    for cfg in configs:
+        shape = memory.model_shape(cfg.model)
+        critic = memory.critic_params(shape) if algorithms.get(cfg.algorithm).critic else 0
+        need += cfg.save_total_limit * preflight.checkpoint_bytes(shape.params, critic)
+    return preflight.plan_problems(GPU_VLLM_SPEC, gpu_gib, need, paths.ROOT / "runs", **facts)
 
 
 def sized(cfg: RLConfig, kind: str, trainers: int, gpu_gib: float, colocated: bool):

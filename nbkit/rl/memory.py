@@ -7,15 +7,22 @@
 An estimate, stated with its terms, not a measurement (nothing here has run on a GPU). Per training process:
 
 - **states**: weights, gradients and AdamW moments. One GPU / DDP keep FP32 weights, FP32 gradients and two FP32
-  moments (16 bytes per parameter) plus the half copies autocast caches during a forward (2); FSDP2 shards all of
-  it over the trainers; ZeRO-2 keeps the half module weights whole (2) and shards gradients, FP32 masters and
-  moments (14 / trainers); ZeRO-3 shards everything (16 / trainers).
+  moments (16 bytes per parameter) plus the half copies autocast caches during a forward (2); DDP adds its FP32
+  gradient buckets (4 more) unless ``gradient_as_bucket_view`` makes the gradients views of them (accelerate's
+  default is off; the workbook's trainer turns it on: ``BUCKET_VIEW``); FSDP2 shards all of it over the trainers;
+  ZeRO-2 keeps the half module weights whole (2) and shards gradients, FP32 masters and moments (14 / trainers);
+  ZeRO-3 shards everything (16 / trainers).
 - **critic** (PPO): a copy of the policy's backbone with a value head (``nbkit.rl.critic``), trained with its own
   AdamW: the same bytes per parameter as the policy under the same launch kind, for the backbone's parameters
   (the policy's less its untied ``lm_head``); about 24 GiB for the 1.5B model under DDP.
 - **activations** of one micro-batch (TRL pads it to its longest sequence, so a full-length one is budgeted):
   the checkpointed hidden state of every layer (TRL's default gradient checkpointing) and one layer's recomputed
-  activations (without checkpointing, every layer's), and π's head. TRL 1.16 computes π with its fused, chunked
+  activations (without checkpointing, every layer's), the 4-D boolean attention mask SDPA gets for a padded batch
+  (sequences × tokens² bytes), and π's head. Under autocast over FP32 weights the residual stream stays FP32, so a
+  checkpointed hidden state costs 4 bytes per unit whatever the training dtype (``RESIDUAL_BYTES``), and a layer
+  kept whole (no checkpointing) holds FP32 residual and RMSNorm tensors beside its half ones (``LAYER_FP32``).
+  ``tests/rl/test_memory.py`` measures a small Qwen2 model on CPU under the same autocast and checkpointing
+  (torch's ``MemTracker``) and holds the estimate within 15 % of it. TRL 1.16 computes π with its fused, chunked
   head (``add_fused_lm_head``: tiles of 4,096 tokens × 32,768 vocabulary entries), which never builds the full
   logits: per token it keeps the FP32 hidden state for backward and its FP32 gradient (8 bytes per hidden unit),
   plus one FP32 ``lm_head`` gradient buffer and one tile. Full logits (14 bytes per token and vocabulary entry:
@@ -42,6 +49,17 @@ HEADROOM = 0.9
 LOGIT_BYTES = 14
 """Bytes per token and vocabulary entry in a full-logit loss forward/backward: half logits 2 + FP32 copy 4 + FP32
 gradient 4 + log-softmax work space 4 (not TRL 1.16's path: see ``head_bytes``)."""
+RESIDUAL_BYTES = 4
+"""Bytes per hidden unit of a checkpointed layer input: FP32, the residual stream under autocast over FP32 weights
+(and in FP32 training). Measured on CPU: 4 bytes per unit, token and layer (``tests/rl/test_memory.py``)."""
+LAYER_FP32 = 10
+"""FP32 bytes per hidden unit and token a layer keeps for backward beyond its half activations when it is not
+checkpointed (residual adds, RMSNorm inputs and outputs under autocast). Fitted on CPU to three small Qwen2 shapes
+(38.5 × hidden + 8.75 × intermediate bytes per token and layer measured, against 28 × hidden + 8 × intermediate of
+half activations alone); an FP32 run counts all of its activations at 4 bytes already."""
+BUCKET_VIEW = True
+"""The workbook's DDP runs pass ``gradient_as_bucket_view=True`` (``nbkit.rl.trainer``): no bucket copy of the
+gradients."""
 HEAD_TILE = (4096, 32768)
 """TRL's chunked log-prob kernel's tile (tokens × vocabulary entries: ``TOKEN_CHUNK_SIZE``, the chunk size)."""
 
@@ -107,9 +125,11 @@ def critic_params(shape: ModelShape) -> int:
     return shape.params - shape.vocab * shape.hidden + shape.hidden + 1
 
 
-def state_bytes(shape: ModelShape, kind: str, trainers: int, critic: bool = False) -> float:
+def state_bytes(
+    shape: ModelShape, kind: str, trainers: int, critic: bool = False, bucket_view: bool = BUCKET_VIEW
+) -> float:
     """Weights, gradients and optimiser moments held by one training process under launch ``kind`` (with PPO's
-    critic and its AdamW state when ``critic``)."""
+    critic and its AdamW state when ``critic``; under DDP its gradient buckets unless ``bucket_view``)."""
     if critic:
         backbone = ModelShape(
             critic_params(shape),
@@ -120,11 +140,13 @@ def state_bytes(shape: ModelShape, kind: str, trainers: int, critic: bool = Fals
             shape.kv_dim,
             shape.context,
         )
-        return state_bytes(shape, kind, trainers) + state_bytes(backbone, kind, trainers)
+        return state_bytes(shape, kind, trainers, bucket_view=bucket_view) + state_bytes(
+            backbone, "single_gpu" if kind == "multi_gpu" else kind, trainers
+        )  # the critic is not wrapped in DDP (nbkit.rl.ppo_trainer): no buckets
     p = shape.params
     per_kind = {
         "single_gpu": 18 * p,
-        "multi_gpu": 18 * p,
+        "multi_gpu": 18 * p + (0 if bucket_view else 4 * p),
         "fsdp2": 18 * p / trainers,
         "zero2": 2 * p + 14 * p / trainers,
         "zero3": 16 * p / trainers,
@@ -157,12 +179,17 @@ def activation_bytes(
     value_bytes: int = 2,
 ) -> float:
     """Loss forward + backward of ``sequences`` padded to ``seq_tokens`` tokens each: with gradient checkpointing
-    each layer keeps its input hidden state and one layer's activations are live at a time; without, all are;
-    plus π's head (``head_bytes``). ``value_bytes``: 2 for FP16/BF16 training, 4 for FP32."""
+    each layer keeps its FP32 input hidden state (``RESIDUAL_BYTES``) and one layer's activations are live at a
+    time; without, every layer's, with their FP32 residual tensors (``LAYER_FP32``); plus the 4-D boolean attention
+    mask and π's head (``head_bytes``). ``value_bytes``: 2 for FP16/BF16 training, 4 for FP32."""
     layer = value_bytes * (14 * shape.hidden + 4 * shape.intermediate)
-    kept = value_bytes * shape.hidden * shape.layers + layer if checkpointing else layer * shape.layers
+    if checkpointing:
+        kept = RESIDUAL_BYTES * shape.hidden * shape.layers + layer
+    else:
+        kept = (layer + (LAYER_FP32 * shape.hidden if value_bytes < 4 else 0)) * shape.layers
     tokens = sequences * seq_tokens
-    return tokens * kept + head_bytes(shape, tokens, fused_head)
+    mask = sequences * seq_tokens**2
+    return tokens * kept + mask + head_bytes(shape, tokens, fused_head)
 
 
 def kv_cache_bytes(shape: ModelShape, tokens: int) -> float:

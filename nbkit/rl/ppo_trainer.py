@@ -57,14 +57,21 @@ class PPOTrainer(PrecisionGRPOTrainer):
         dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.run.train_dtype)
         return torch.autocast(self.accelerator.device.type, dtype=dtype, enabled=dtype is not None)
 
-    def _values(self, batch: dict) -> torch.Tensor:
-        """The critic's value of the state before each completion token (B, T), FP32."""
+    def _values(self, batch: dict, rows: int | None = None) -> torch.Tensor:
+        """The critic's value of the state before each completion token (B, T), FP32, from forwards of at most
+        ``rows`` sequences each (all at once when None): at rollout time the batch is the process's whole generation
+        batch (512 sequences of ≈ 8 k tokens in the gpu profile), which one forward could never hold, so it goes
+        through the critic a micro-batch at a time, as the policy's own scoring does."""
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         width = batch["completion_ids"].size(1)
-        with self._autocast():
-            values = self.critic(ids, attn)
-        return values[:, -width - 1 : -1]
+        rows = rows or ids.size(0)
+        parts = []
+        for lo in range(0, ids.size(0), rows):
+            with self._autocast():
+                values = self.critic(ids[lo : lo + rows], attn[lo : lo + rows])
+            parts.append(values[:, -width - 1 : -1])
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     # -- rollout: values and GAE advantages ----------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -80,7 +87,7 @@ class PPOTrainer(PrecisionGRPOTrainer):
         rewards = (self._rewards * weights).nansum(dim=1)[rank * n : (rank + 1) * n].float()
         mask = out["completion_mask"].float()
         with torch.no_grad():
-            values = self._values(out) * mask
+            values = self._values(out, rows=self.args.per_device_train_batch_size) * mask
         advantages, returns = gae.gae(values.cpu(), rewards.cpu(), mask.cpu(), self.run.ppo_gamma, self.run.ppo_lambda)
         advantages, returns = advantages.to(mask.device), returns.to(mask.device)
         m = mask.bool()

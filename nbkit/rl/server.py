@@ -7,6 +7,14 @@ correct the very mismatch the workbook studies against the wrong μ. ``ServerGen
 opened, the main process asks the server which dtype it resolved (``/server_info``, vLLM's dev endpoint that
 TRL's client already requires) and every process stops when it differs from the requested rollout dtype, or when
 the server reports log-probs before temperature / top-p (``--logprobs-mode`` other than ``processed_logprobs``).
+
+One server serves run after run (``nbkit plan`` starts it once per precision). vLLM 0.32's worker replaces its NCCL
+weight-transfer group on every ``/init_weight_transfer_engine`` without closing the one before it, and TRL's client
+drops its end without destroying it, so each run left a live NCCL communicator on every server GPU and on the
+trainer's. The server therefore runs with the worker extension ``nbkit.rl.weight_sync.WeightTransferReset`` (which
+``nbkit plan`` passes as ``--worker-extension-cls``): before a run opens its group, and again when it closes, the
+trainer asks every worker (vLLM's dev ``/collective_rpc``) to destroy the group it holds; ``close`` destroys the
+trainer's end too. A server started without the extension is refused, naming the flag.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from nbkit.dtypes import FROM_VLLM as SERVER_DTYPES
 from nbkit.dtypes import VLLM_NAMES
+from nbkit.rl.weight_sync import WeightSyncError, check_server_reset, close_server_groups, close_trainer_group
 
 
 class ServerDtypeError(RuntimeError):
@@ -116,8 +125,9 @@ class ServerGeneration(VLLMGeneration):
                 served = check_server_dtype(self.vllm_client, self.rollout_dtype)
                 check_server_logprobs(self.vllm_client)
                 check_server_context(self.vllm_client, getattr(self, "max_model_length", None))
+                check_server_reset(self.vllm_client)
                 verdict = [("ok", served)]
-            except ServerDtypeError as exc:
+            except (ServerDtypeError, WeightSyncError) as exc:
                 verdict = [("error", str(exc))]
         if acc.num_processes > 1:
             broadcast_object_list(verdict, from_process=0)
@@ -126,6 +136,7 @@ class ServerGeneration(VLLMGeneration):
             raise ServerDtypeError(value)
         self.served = value
         if acc.is_main_process:
+            close_server_groups(self.vllm_client)  # a previous run's group, if this server served one
             self.vllm_client.init_communicator(device=acc.device)
         acc.wait_for_everyone()  # TRL's closing barrier (DeepSpeed hangs at initialisation without it)
 
@@ -168,7 +179,10 @@ class ServerGeneration(VLLMGeneration):
         return out
 
     def close(self) -> None:
-        """Leave the weight-sync group (the server keeps running)."""
+        """Close the weight-sync group on both ends (the server keeps running, ready for the next run)."""
         client = getattr(self, "vllm_client", None)
         if client is not None and getattr(client, "communicator", None) is not None:
-            client.close_communicator()
+            try:
+                close_server_groups(client)
+            finally:
+                close_trainer_group(client)

@@ -21,12 +21,13 @@ import time
 
 import numpy as np
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import DistributedDataParallelKwargs, gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 import nbkit.rl.amp as amp
 import nbkit.rl.fsdp as fsdp
+import nbkit.rl.memory as memory
 import nbkit.rl.opsm as opsm
 from nbkit import gemm, lm_head, mismatch, routing, sampling_filter, schema
 from nbkit import metrics as metric_registry
@@ -104,8 +105,12 @@ class PrecisionGRPOTrainer(GRPOTrainer):
 
     def _build_accelerator_args(self, **kwargs) -> dict:
         """transformers' accelerator arguments + the run's FP16 loss scaling (``GradScalerKwargs``), which
-        accelerate's own scaler (one GPU, DDP, FSDP2) would otherwise build with torch's defaults."""
+        accelerate's own scaler (one GPU, DDP, FSDP2) would otherwise build with torch's defaults, and DDP's
+        ``gradient_as_bucket_view`` (``nbkit.rl.memory.BUCKET_VIEW``: 4 bytes per parameter less)."""
         args = super()._build_accelerator_args(**kwargs)
+        for handler in args.get("kwargs_handlers", []):  # DDP: the gradients are views of its buckets, no 2nd copy
+            if isinstance(handler, DistributedDataParallelKwargs):
+                handler.gradient_as_bucket_view = memory.BUCKET_VIEW  # what nbkit.rl.memory budgets
         args["kwargs_handlers"] = [
             *args.get("kwargs_handlers", []),
             amp.scaler_kwargs(self.run.loss_scale_init, self.run.loss_scale_growth_interval),
@@ -198,27 +203,26 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         verl, whose trainers never filter π: the gradient of the renormalised log π would add a term on the kept
         set's mass (−∇ log K) and change the objective. (NeMo-RL, prime-rl and DeepSeek-V3.2's "keep sampling
         mask" filter the loss too; the workbook changes one thing only, the comparison.) The cost: one more no-grad
-        forward of the batch (full logits for ``batch_size`` rows at a time), only when top_p < 1 or top_k > 0.
+        forward of the batch (``batch_size`` rows at a time, their logits ``sampling_filter.HEAD_CHUNK`` positions at a
+        time: ``sampling_filter.KeptMassHead``), only when top_p < 1 or top_k > 0.
         The kept set is π's own (the engine does not report its own), so when π ≠ μ a borderline token may be
         kept on one side only; with π = μ the ratio is 1 up to kernel noise."""
         start = time.perf_counter()
         tokens = input_ids[:, -logits_to_keep:]
         rows = batch_size or input_ids.size(0)
         parts = []
+        head = self.accelerator.unwrap_model(model).get_output_embeddings()
         with self._replay(model, input_ids, logits_to_keep):
             for lo in range(0, input_ids.size(0), rows):
-                with self.accelerator.autocast(), fp32_logits(model):
-                    logits = model(
+                # the head computes the kept mass a chunk of positions at a time, never the rows' full logits
+                kept = sampling_filter.KeptMassHead(head, tokens[lo : lo + rows], self.temperature, **self.pi_filter)
+                with self.accelerator.autocast(), kept:
+                    model(
                         input_ids=input_ids[lo : lo + rows],
                         attention_mask=attention_mask[lo : lo + rows],
                         logits_to_keep=logits_to_keep + 1,
-                    ).logits[:, :-1]
-                chunk = tokens[lo : lo + rows]
-                parts.append(
-                    sampling_filter.log_kept_mass(
-                        logits.reshape(-1, logits.size(-1)), chunk.reshape(-1), self.temperature, **self.pi_filter
-                    ).view(chunk.shape)
-                )
+                    )
+                parts.append(kept.value)
         elapsed = time.perf_counter() - start
         self._filter_seconds += elapsed
         self._mismatch_seconds += elapsed

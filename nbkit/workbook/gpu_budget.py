@@ -45,8 +45,8 @@ class Row:
 
 
 def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
-    """(notebook, run, RLConfig) of each kind of RL run the profile's notebooks 03 and 05 start (one per dtype
-    set: the memory does not depend on the seed or the algorithm's loss)."""
+    """(notebook, run, RLConfig) of each kind of RL run the profile's notebooks 03, 04 and 05 start (one per dtype
+    set and, for 04, response length: the memory does not depend on the seed or the algorithm's loss)."""
     out = []
     p03 = PROFILES[profile].get("03_rl_training", {})
     base = config_from(p03.get("config_overrides", {}))
@@ -62,6 +62,20 @@ def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
         }
         for dtype in ("fp16", "bf16"):
             out.append(("03_rl_training", f"PPO (critic), {dtype}", ppo.base_config(**overrides, train_dtype=dtype)))
+    p04 = PROFILES[profile].get("04_where_bf16_breaks", {})
+    if p04.get("live_lengths"):
+        from nbkit.studies import tiny_long_regimes
+
+        for length in p04["live_lengths"]:  # memory depends on the length, not on the lr, algorithm or seed
+            for dtype in ("fp16", "bf16"):
+                cfg = tiny_long_regimes.rl_config(
+                    length,
+                    dtype,
+                    engine=p04.get("rollout_engine", "hf"),
+                    prompts_per_step=p04.get("live_prompts_per_step", 8),
+                    samples_per_prompt=p04.get("live_samples_per_prompt", 8),
+                )
+                out.append(("04_where_bf16_breaks", f"hunt {length}, {dtype}", cfg))
     p05 = PROFILES[profile].get("05_precision_ablation", {})
     if p05.get("live_pairs"):
         cfg = config_from(

@@ -20,8 +20,9 @@ def commands(text: str) -> list[list[str]]:
 def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate_config(mode):
     printed = plan.make_plan("gpu", gpus=8, mode=mode).text()
     trainers = [c for c in commands(printed) if ".venv/bin/accelerate" in c]
-    expected = plan.run_configs("gpu")
-    assert len(trainers) == len(expected) == 4  # grpo and pg_seq_is, in FP16 and BF16
+    grpo, ppo = plan.run_configs("gpu"), plan.ppo_configs("gpu")
+    expected = [c for d in ("fp16", "bf16") for c in grpo + ppo if c.train_dtype == d]
+    assert len(trainers) == len(expected) == 6  # grpo, pg_seq_is and notebook 03's ppo, in FP16 and BF16
     for argv, want in zip(trainers, expected):
         i = argv.index("nbkit.cli.train")
         cfg, _ = cli_train.resolve(argv[i + 1 :])
@@ -38,7 +39,7 @@ def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate
         processes = int(argv[argv.index("--num_processes") + 1])
         env = launch.launch_env(ROOT / config_file, num_processes=processes)
         launch.check_launch(cfg.train_dtype, env)  # the config launches the run's own precision
-        assert processes == (4 if mode == "server" else 8)
+        assert processes == (1 if want.algorithm == "ppo" else 4 if mode == "server" else 8)
         assert (cfg.prompts_per_step * cfg.samples_per_prompt) % processes == 0
 
 
@@ -111,3 +112,35 @@ def test_the_commands_run_as_printed_on_a_fresh_node():
 def test_a_local_model_needs_no_download_and_stays_offline(tmp_path):
     assert plan.is_hub_model("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
     assert not plan.is_hub_model(str(tmp_path)) and not plan.is_hub_model("tiny-arith")
+
+
+def test_the_plan_runs_notebook_03s_ppo_in_one_process_each():
+    """PPO's critic trains in one process (the trainer refuses more): the plan gives each PPO run one GPU and the
+    single-GPU config, sized for it, instead of a DDP command that would stop at start-up (issue 54, item 2)."""
+    text = plan.make_plan("gpu", gpus=8).text()
+    ppo_lines = [ln for ln in text.splitlines() if "--algorithm ppo" in ln]
+    assert len(ppo_lines) == 2  # fp16 and bf16
+    for line in ppo_lines:
+        assert "--num_processes 1" in line and "configs/accelerate/single_gpu-" in line
+        assert line.startswith("CUDA_VISIBLE_DEVICES=0 ")
+    assert text.count("# PPO (critic in one process): per training GPU") == 2
+
+
+def test_the_plan_prints_the_nodes_preflight_failures_and_a_newer_python():
+    configs = plan.run_configs("gpu")
+    problems, python = plan.node_preflight(
+        configs,
+        80,
+        python_version=(3, 10, 12),
+        better_python="python3.12",
+        driver="550.54.15",
+        gpus=[80.0] * 8,
+        free=10 * 2**30,
+    )
+    assert python == "python3.12"
+    assert [p.split(" ")[0] for p in problems] == ["Python", "NVIDIA", "10"]  # one line each: python, driver, disk
+    assert "checkpoints need" in problems[2]
+    fine, none = plan.node_preflight(
+        configs, 80, python_version=(3, 12, 1), driver="580.95.05", gpus=[80.0] * 8, free=2**50
+    )
+    assert (fine, none) == ([], None)

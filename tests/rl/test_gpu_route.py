@@ -103,17 +103,19 @@ def test_plan_commands_fit_the_gpu_they_name(gpus):
     assert printed.startswith(f"# {gpus} GPU") and "of 80 GiB" in printed.splitlines()[0]
     lines = [line for line in printed.splitlines() if line]
     trainers = [i for i, line in enumerate(lines) if "accelerate launch" in line]
-    assert len(trainers) == 4
+    assert len(trainers) == 6  # grpo, pg_seq_is and ppo (one process each), in FP16 and BF16
     for i in trainers:
         argv = shlex.split(lines[i])
         cfg, _ = cli_train.resolve(argv[argv.index("nbkit.cli.train") + 1 :])
         processes = int(argv[argv.index("--num_processes") + 1])
         share = cfg.prompts_per_step * cfg.samples_per_prompt // processes
+        share //= cfg.ppo_minibatches if cfg.algorithm == "ppo" else 1  # one PPO step is one minibatch
         micro = micro_batch(cfg, processes)
         assert micro * cfg.gradient_accumulation_steps == share  # the whole step's batch, nothing dropped
         estimate = lines[i - 1]
         peak, gib = map(float, estimate.split("peak ")[1].split(" GiB")[0].split(" of "))
-        assert estimate.startswith("# per training GPU") and peak <= memory.HEADROOM * gib == memory.HEADROOM * 80
+        assert estimate.startswith(("# per training GPU", "# PPO (critic in one process): per training GPU"))
+        assert peak <= memory.HEADROOM * gib == memory.HEADROOM * 80
         assert f"activations of {micro} × {cfg.max_tokens + plan.PROMPT_BUDGET} tokens" in estimate
         assert cfg.vllm_sleep_mode == (gpus == 1)  # colocated on one GPU: vLLM's share is free during backward
     for server in [shlex.split(line) for line in lines if " serve " in line]:

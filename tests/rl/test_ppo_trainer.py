@@ -149,3 +149,81 @@ def test_resume_works_where_accelerate_names_the_cpu_cpu_0(tmp_path, monkeypatch
     finally:
         monkeypatch.delenv("ACCELERATE_TORCH_DEVICE")
         AcceleratorState._reset_state(True)
+
+
+def _tiny_qwen2(layers=2, hidden=64, intermediate=256, vocab=128):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+def _peak_bytes(fn) -> int:
+    """Peak bytes of tensors alive at once while ``fn`` runs (torch's own ``MemTracker``, on any device)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class Root(torch.nn.Module):  # one root call: the critic inside it may run several times (one per chunk)
+        def forward(self):
+            fn()
+
+    tracker = MemTracker()
+    with tracker:
+        Root()()
+    return sum(v["Total"] for v in tracker.get_tracker_snapshot("peak").values())
+
+
+def test_the_critics_rollout_values_are_computed_a_micro_batch_at_a_time(monkeypatch):
+    """Issue 54, item 2: at rollout time the critic scored the process's whole generation batch in one forward (512
+    sequences of ≈ 8 k tokens in the gpu profile). Chunked by the micro-batch, the values are the same and the peak
+    memory is that of one micro-batch's forward, not the batch's."""
+    from types import SimpleNamespace
+
+    from nbkit.rl.critic import Critic
+
+    trainer = PPOTrainer.__new__(PPOTrainer)
+    trainer.critic = Critic(_tiny_qwen2())
+    nn = torch.nn
+    nn.init.normal_(trainer.critic.value_head.weight)  # a nonzero head, so equal values mean equal hidden states
+    trainer.run = SimpleNamespace(train_dtype="fp32")
+    trainer.accelerator = SimpleNamespace(device=torch.device("cpu"))
+    g = torch.Generator().manual_seed(1)
+    batch_rows, micro, prompt, completion = 16, 2, 24, 104
+    batch = {
+        "prompt_ids": torch.randint(0, 128, (batch_rows, prompt), generator=g),
+        "completion_ids": torch.randint(0, 128, (batch_rows, completion), generator=g),
+        "prompt_mask": torch.ones(batch_rows, prompt, dtype=torch.long),
+        "completion_mask": torch.ones(batch_rows, completion, dtype=torch.long),
+    }
+    batch["prompt_mask"][::3, :5] = 0  # left padding on some rows
+    calls = []
+    forward = trainer.critic.forward
+    monkeypatch.setattr(trainer.critic, "forward", lambda ids, attn=None: calls.append(len(ids)) or forward(ids, attn))
+    with torch.no_grad():
+        whole = trainer._values(batch)
+        calls.clear()
+        chunked = trainer._values(batch, rows=micro)
+        assert calls == [micro] * (batch_rows // micro)
+        torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-5)
+        one = {k: v[:micro] for k, v in batch.items()}
+        single = _peak_bytes(lambda: trainer._values(one))
+        peak = _peak_bytes(lambda: trainer._values(batch, rows=micro))
+        unchunked = _peak_bytes(lambda: trainer._values(batch))
+    values_bytes = batch_rows * completion * 4 * 2  # the parts and their concatenation
+    assert peak <= 1.25 * single + values_bytes, (peak, single)
+    assert unchunked > 4 * peak  # what the one forward over the batch held (the defect)
+
+
+def test_the_rollout_scores_the_critic_with_the_trainers_micro_batch():
+    import inspect
+
+    source = inspect.getsource(PPOTrainer._generate_and_score_completions)
+    assert "self._values(out, rows=self.args.per_device_train_batch_size)" in source

@@ -68,3 +68,71 @@ def test_without_an_is_correction_the_mismatch_metrics_compare_pi_on_the_filters
     assert "sampling/importance_sampling_ratio/mean" not in row
     assert row["sampling/pi_kept_mass/mean"] < 0.95
     assert row["mismatch/token_abs_logp_diff/mean"] < 1e-4 and abs(row["mismatch/kl_k1"]) < 1e-4
+
+
+def test_the_trainers_kept_mass_forward_never_holds_the_rows_full_logits(monkeypatch):
+    """Issue 54, item 6: ``_log_kept_mass`` used to build FP32 logits of ``batch_size`` rows at once (≈ 120 GB for
+    16 sequences of 8,193 positions and a 151,936-entry vocabulary); its peak now stays below one FP32 copy of
+    them: a third or less of what one forward of those rows with full logits holds; its result is the full
+    computation's."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from nbkit import sampling_filter
+
+    torch.manual_seed(0)
+    vocab, rows, width = 4096, 4, 96
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+        )
+    ).eval()
+    monkeypatch.setattr(sampling_filter, "HEAD_CHUNK", 32)  # positions per chunk, scaled to this tiny batch
+    trainer = PrecisionGRPOTrainer.__new__(PrecisionGRPOTrainer)
+    trainer.accelerator = SimpleNamespace(unwrap_model=lambda m: m, autocast=contextlib.nullcontext)
+    trainer.run, trainer._routing = SimpleNamespace(router_replay=False), None
+    trainer.temperature, trainer.pi_filter = TEMPERATURE, {"top_k": 0, "top_p": TOP_P}
+    trainer._filter_seconds = trainer._mismatch_seconds = 0.0
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, vocab, (2 * rows, 8 + width), generator=g)
+    attn = torch.ones_like(ids)
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+
+    PARAM, BUFFER = _MemRefType.PARAM, _MemRefType.BUFFER
+
+    def peak_of(fn) -> int:
+        class Root(torch.nn.Module):
+            def forward(self):
+                fn()
+
+        tracker = MemTracker()
+        with tracker:
+            Root()()
+        return sum(v["Total"] - v[PARAM] - v[BUFFER] for v in tracker.get_tracker_snapshot("peak").values())
+
+    result = {}
+    peak = peak_of(lambda: result.setdefault("chunked", trainer._log_kept_mass(model, ids, attn, width, rows)))
+
+    def full_logits():  # what the kept-mass forward did per ``batch_size`` rows before
+        with torch.no_grad():
+            logits = model(input_ids=ids[:rows], attention_mask=attn[:rows], logits_to_keep=width + 1).logits
+            sampling_filter.log_kept_mass(
+                logits[:, :-1].reshape(-1, vocab), ids[:rows, -width:].reshape(-1), TEMPERATURE, 0, TOP_P
+            )
+
+    before = peak_of(full_logits)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=width + 1).logits[:, :-1]
+    full = sampling_filter.log_kept_mass(
+        logits.reshape(-1, vocab), ids[:, -width:].reshape(-1), TEMPERATURE, 0, TOP_P
+    ).view(2 * rows, width)
+    torch.testing.assert_close(result["chunked"], full, rtol=0, atol=1e-5)
+    assert peak < before / 3, (peak, before)

@@ -11,6 +11,39 @@ import pytest
 from nbkit.engines import vllm_available
 from nbkit.rl import RLConfig
 from nbkit.rl.server import ServerDtypeError, ServerGeneration, check_server_dtype, served_dtype
+from nbkit.rl.weight_sync import RESET_EXTENSION, WeightTransferReset
+
+
+class FakeServer:
+    """A vLLM 0.32 server's weight-transfer side as its worker behaves: ``/init_weight_transfer_engine`` replaces
+    the worker's group without closing the one it holds; ``/collective_rpc`` runs a worker extension's method."""
+
+    def __init__(self, extension=RESET_EXTENSION):
+        self.extension, self.group, self.replaced_open, self.opened = extension, None, 0, 0
+
+    def init_weight_transfer_engine(self):
+        if self.group is not None and not self.group["closed"]:
+            self.replaced_open += 1  # what vLLM's gpu_worker does: the old NCCL group is left open
+        self.group = {"closed": False}
+        self.opened += 1
+
+    def collective_rpc(self, method):
+        if self.extension != RESET_EXTENSION or method != "close_weight_transfer":
+            return SimpleNamespace(status_code=500, text=f"AttributeError: Worker has no attribute {method!r}")
+        closed = self.group is not None and not self.group["closed"]
+        if closed:
+            self.group["closed"] = True
+        return SimpleNamespace(status_code=200, content=b"{}", json=lambda: {"results": [closed]})
+
+
+class FakeCommunicator:
+    """The trainer's end of the group (vLLM's ``PyNcclCommunicator``: ``destroy`` aborts the NCCL communicator)."""
+
+    def __init__(self, device):
+        self.device, self.destroyed = device, False
+
+    def destroy(self):
+        self.destroyed = True
 
 
 class FakeClient:
@@ -25,15 +58,25 @@ class FakeClient:
         connection_timeout=None,
         dtype="torch.bfloat16",
         logprobs_mode="processed_logprobs",
+        server=None,
     ):
         self.base_url, self.dtype, self.logprobs_mode, self.communicator = base_url, dtype, logprobs_mode, None
+        self.server = server or FakeServer()
+        self.session = SimpleNamespace(post=lambda url, json: self.server.collective_rpc(json["method"]))
         FakeClient.instances.append(self)
 
     def get_server_info(self):
-        return {"model_config": {"dtype": self.dtype, "logprobs_mode": self.logprobs_mode}}
+        return {
+            "model_config": {"dtype": self.dtype, "logprobs_mode": self.logprobs_mode},
+            "parallel_config": {"worker_extension_cls": self.server.extension},
+        }
 
     def init_communicator(self, device):
-        self.communicator = device
+        self.server.init_weight_transfer_engine()
+        self.communicator = FakeCommunicator(device)
+
+    def close_communicator(self):  # TRL's: drops its end, destroys nothing
+        self.communicator = None
 
 
 @pytest.mark.parametrize("raw,ours", [("torch.bfloat16", "bf16"), ("torch.float16", "fp16"), ("float32", "fp32")])
@@ -58,11 +101,13 @@ def test_an_answer_without_a_dtype_is_an_error_not_a_pass():
         served_dtype({"model_config": {"dtype": "torch.float8_e4m3fn"}})
 
 
-def _generation(monkeypatch, served: str, requested: str, logprobs_mode="processed_logprobs") -> ServerGeneration:
+def _generation(
+    monkeypatch, served: str, requested: str, logprobs_mode="processed_logprobs", server=None
+) -> ServerGeneration:
     """``ServerGeneration._init_vllm`` on one process with the fake client (TRL's constructor is not run)."""
     monkeypatch.setattr(
         "trl.generation.vllm_client.VLLMClient",
-        lambda **kw: FakeClient(**kw, dtype=served, logprobs_mode=logprobs_mode),
+        lambda **kw: FakeClient(**kw, dtype=served, logprobs_mode=logprobs_mode, server=server),
     )
     gen = ServerGeneration.__new__(ServerGeneration)
     gen.accelerator = SimpleNamespace(
@@ -90,7 +135,7 @@ def test_a_server_reporting_raw_logprobs_is_refused(monkeypatch):
 
 def test_a_matching_server_is_used_and_reported_as_the_engine_dtype(monkeypatch):
     gen = _generation(monkeypatch, "torch.float16", "fp16")
-    assert gen.engine_dtype() == "fp16" and gen.vllm_client.communicator == "cuda:0"
+    assert gen.engine_dtype() == "fp16" and gen.vllm_client.communicator.device == "cuda:0"
     # what the trainer's audit cannot see on a server is said to be unknown, not left out
     assert (gen.engine_head_dtype(), gen.engine_gemm()) == ("n/a", "vllm n/a")
 
@@ -116,3 +161,43 @@ def test_vllms_own_server_info_serialisation_is_what_the_check_reads(vllm_dtype,
     # exactly what vLLM's /server_info?config_format=json returns as "vllm_config" (and TRL's client hands back)
     info = pydantic.TypeAdapter(VllmConfig).dump_python(config, mode="json", fallback=str)
     assert served_dtype(info) == ours
+
+
+def test_two_runs_against_one_server_never_leave_a_weight_transfer_group_open(monkeypatch):
+    """Issue 54, item 5: vLLM's worker replaces its NCCL group on each run's init without closing the one before;
+    each run closes both ends when it ends, and closes a group a crashed run left before opening its own."""
+    server = FakeServer()
+    first = _generation(monkeypatch, "torch.float16", "fp16", server=server)
+    trainer_end = first.vllm_client.communicator
+    first.close()
+    assert server.group["closed"] and trainer_end.destroyed and first.vllm_client.communicator is None
+    second = _generation(monkeypatch, "torch.float16", "fp16", server=server)
+    assert server.opened == 2 and server.replaced_open == 0
+    # a run that ended without close (a crash): the next one closes its group on the server first
+    _generation(monkeypatch, "torch.float16", "fp16", server=server)
+    assert server.opened == 3 and server.replaced_open == 0
+    assert second.vllm_client.communicator is not None  # (its trainer end is its own process's to close)
+
+
+def test_a_server_without_the_reset_extension_is_refused_before_the_group_opens(monkeypatch):
+    server = FakeServer(extension="")
+    with pytest.raises(ServerDtypeError, match=r"restart it with --worker-extension-cls nbkit.rl.weight_sync.WeightTr"):
+        _generation(monkeypatch, "torch.float16", "fp16", server=server)
+    assert server.opened == 0
+
+
+def test_the_worker_extension_destroys_the_workers_group_through_vllms_engine():
+    closed = []
+    engine = SimpleNamespace(model_update_group=object())
+    engine.shutdown = lambda: closed.append(engine.model_update_group) or setattr(engine, "model_update_group", None)
+    worker = type("Worker", (WeightTransferReset,), {})()
+    worker.weight_transfer_engine = engine
+    assert worker.close_weight_transfer() is True and len(closed) == 1
+    assert worker.close_weight_transfer() is False and len(closed) == 1  # nothing open: nothing done
+
+
+def test_the_plans_server_runs_the_reset_extension():
+    from nbkit.cli import plan
+
+    command = plan.server_command(RLConfig(rollout_engine="vllm", vllm_mode="server"), 1, 8000)
+    assert command[command.index("--worker-extension-cls") + 1] == RESET_EXTENSION
