@@ -24,10 +24,7 @@ def sections(path) -> list[tuple[str, str]]:
     return out
 
 
-NOT_YET = {
-    "06_dose_response": "section 1 still trains section 4's live runs beside its ladder (issue 53 item 4 names 02 and "
-    "03; 06 is left for its own change)"
-}
+NOT_YET: dict[str, str] = {}
 """Notebooks known to break the rule, each with why: a strict xfail, so fixing one fails here until it is removed."""
 
 
@@ -54,3 +51,12 @@ def test_the_sections_of_notebook_02_compute_their_own_live_parts():
     assert "lengthlaw_measure:measure" in by_number["7"]
     assert "moe_analysis:run" in by_number["8"]
     assert "anatomy:run" in by_number["9"]
+
+
+def test_the_sections_of_notebook_06_compute_their_own_live_parts():
+    """Section 1 computes the offline ladder alone; section 4 trains the live slice it shows."""
+    (path,) = [p for p in NOTEBOOKS if p.stem.startswith("06_")]
+    by_number = {h.split(".")[0]: code for h, code in sections(path) if h[:1].isdigit()}
+    assert "run_ladder(" in by_number["1"]
+    assert "study.live(" not in by_number["1"]
+    assert "study.live(" in by_number["4"]
