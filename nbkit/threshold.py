@@ -34,9 +34,9 @@ The pre-registered analysis of the harm-threshold study (issue 37, item 2), stat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
+from scipy.optimize import isotonic_regression
 
 from nbkit import stats
 
@@ -77,6 +77,8 @@ class Threshold:
     """Bootstrap replicates drawn."""
     replicate_outcomes: dict
     """How many replicates ended in each outcome (a large ``below_range`` or ``above_range`` share is a warning)."""
+    bootstrap: str = "seeds: gaps (doses fixed)"
+    """What a replicate resampled: each drawn seed's gaps (the doses fixed at their means) or its gaps and doses."""
 
     def to_json(self) -> dict:
         """The record ``nbkit.offline.risk`` reads from the store (one task's entry), with the fit behind it."""
@@ -91,6 +93,7 @@ class Threshold:
             "fitted": list(self.fitted),
             "n_boot": self.n_boot,
             "replicate_outcomes": dict(self.replicate_outcomes),
+            "bootstrap": self.bootstrap,
         }
 
     def describe(self) -> str:
@@ -107,34 +110,39 @@ class Threshold:
 
 def isotonic_decreasing(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Weighted least-squares non-increasing fit of ``y`` (..., n) with weights ``w`` (..., n), batched over the
-    leading axes: the max-min formula fit_i = max_{j ≥ i} min_{k ≤ i} mean_w(y[k..j]) (the same fit the pool-
-    adjacent-violators algorithm finds; O(n²) per row, fine for a dozen doses and thousands of replicates)."""
-    y, w = np.asarray(y, float), np.asarray(w, float)
+    leading axes (``scipy.optimize.isotonic_regression`` row by row). A point of weight 0 (a dose no drawn seed has)
+    takes the fit of the next weighted point (the last one's when none follows): the value the max-min formula
+    fit_i = min_{k ≤ i} max_{j ≥ i} mean_w(y[k..j]) gives it."""
+    y, w = np.broadcast_arrays(np.asarray(y, float), np.asarray(w, float))
     n = y.shape[-1]
-    cw = np.concatenate([np.zeros(w.shape[:-1] + (1,)), np.cumsum(w, -1)], -1)
-    cwy = np.concatenate([np.zeros(y.shape[:-1] + (1,)), np.cumsum(w * y, -1)], -1)
-    k, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")  # interval [k, j]
-    valid = k <= j
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = (cwy[..., j + 1] - cwy[..., k]) / (cw[..., j + 1] - cw[..., k])  # (..., k, j)
-    fit = np.empty(y.shape)
-    for i in range(n):
-        # non-increasing: fit_i = min over k ≤ i of max over j ≥ i of mean(k..j)
-        block = np.where(valid[: i + 1, i:], means[..., : i + 1, i:], np.nan)
-        fit[..., i] = np.nanmin(np.nanmax(block, axis=-1), axis=-1)
-    return fit
+    flat_y, flat_w = y.reshape(-1, n), w.reshape(-1, n)
+    fit = np.full(flat_y.shape, np.nan)
+    for r, (yr, wr) in enumerate(zip(flat_y, flat_w)):
+        on = wr > 0
+        if not on.any():
+            continue
+        fit[r, on] = isotonic_regression(yr[on], weights=wr[on], increasing=False).x
+        if not on.all():
+            at = np.flatnonzero(on)
+            nxt = np.minimum(np.searchsorted(at, np.arange(n)), at.size - 1)  # next weighted point, else the last
+            fit[r] = fit[r, at[nxt]]
+    return fit.reshape(y.shape)
 
 
 def crossing(fitted: np.ndarray, log_doses: np.ndarray, harm: float) -> tuple[np.ndarray, np.ndarray]:
-    """Crossing log dose of non-increasing fits (..., n): (log dose or NaN, outcome index into ``OUTCOMES``)."""
+    """Crossing log dose of non-increasing fits (..., n) at ascending ``log_doses`` (n,) or (..., n): (log dose or
+    NaN, outcome index into ``OUTCOMES``)."""
+    log_doses = np.broadcast_to(np.asarray(log_doses, float), fitted.shape)
     below = fitted <= harm
     first = np.argmax(below, axis=-1)  # first dose at or below the line (0 if none: told apart below)
     any_below = below.any(-1)
     outcome = np.where(~any_below, 2, np.where(first == 0, 1, 0))
-    i = np.clip(first, 1, len(log_doses) - 1)
-    y0 = np.take_along_axis(fitted, (i - 1)[..., None], -1)[..., 0]
-    y1 = np.take_along_axis(fitted, i[..., None], -1)[..., 0]
-    x0, x1 = log_doses[i - 1], log_doses[i]
+    i = np.clip(first, 1, fitted.shape[-1] - 1)[..., None]
+
+    def at(a, k):
+        return np.take_along_axis(a, k, -1)[..., 0]
+
+    y0, y1, x0, x1 = at(fitted, i - 1), at(fitted, i), at(log_doses, i - 1), at(log_doses, i)
     with np.errstate(invalid="ignore", divide="ignore"):
         x = x0 + (y0 - harm) / (y0 - y1) * (x1 - x0)  # y0 > harm >= y1, so y0 > y1
     return np.where(outcome == 0, x, np.nan), outcome
@@ -150,23 +158,37 @@ def estimate(
     small_sample_correction: bool = True,
 ) -> Threshold:
     """The harm threshold of paired gaps ``gaps`` (seeds × doses: format − FP32 on the same seed, NaN for a run
-    that is missing) at ``doses`` (> 0, distinct; any order), with a ``level`` percentile bootstrap CI over seeds
-    (``n_boot`` replicates, RNG ``seed``). ``small_sample_correction``: inflate the resampled gaps about their dose
-    means by sqrt(n/(n−1))·t/z before resampling (module docstring). ValueError for bad input, before any work."""
+    that is missing) at ``doses``, with a ``level`` percentile bootstrap CI over seeds (``nbkit.stats.bootstrap``,
+    ``n_boot`` replicates, RNG ``seed``). ``doses``: one fixed dose per point (> 0, distinct; any order), or each
+    seed's own (seeds × doses, NaN where missing): a point's dose is then the mean over its seeds, and a replicate
+    resamples each drawn seed's doses with its gaps (the points re-sorted by the replicate's doses).
+    ``small_sample_correction``: inflate the resampled gaps about their dose means by sqrt(n/(n−1))·t/z before
+    resampling (module docstring); doses are resampled as measured (an inflated dose could fall below 0).
+    ValueError for bad input, before any work."""
     gaps, doses = np.asarray(gaps, float), np.asarray(doses, float)
-    if gaps.ndim != 2 or doses.ndim != 1 or gaps.shape[1] != doses.size:
+    per_seed = doses.ndim == 2
+    if gaps.ndim != 2 or doses.ndim not in (1, 2) or doses.shape[-1] != gaps.shape[1]:
         raise ValueError(
-            f"gaps must be (seeds, doses) with one column per dose; got gaps {gaps.shape}, doses {doses.shape}"
+            f"gaps must be (seeds, doses) with one column per dose, doses (doses,) or (seeds, doses); got gaps "
+            f"{gaps.shape}, doses {doses.shape}"
         )
-    if doses.size < 2 or not np.all(np.isfinite(doses)) or np.any(doses <= 0) or np.unique(doses).size != doses.size:
-        raise ValueError(f"doses must be >= 2 distinct finite positive numbers, got {doses.tolist()}")
+    if per_seed and doses.shape != gaps.shape:
+        raise ValueError(f"per-seed doses must match gaps' shape {gaps.shape}, got {doses.shape}")
+    if per_seed and np.any(np.isfinite(gaps) & ~np.isfinite(doses)):
+        raise ValueError("every seed with a gap needs its dose (per-seed doses are NaN where gaps are not)")
+    point = np.nanmean(np.where(np.isfinite(gaps), doses, np.nan), axis=0) if per_seed else doses
+    if point.size < 2 or not np.all(np.isfinite(point)) or np.any(point <= 0) or np.unique(point).size != point.size:
+        raise ValueError(f"doses must be >= 2 distinct finite positive numbers, got {point.tolist()}")
+    if per_seed and np.any(doses[np.isfinite(doses)] <= 0):
+        raise ValueError(f"every seed's dose must be > 0, got {doses.tolist()}")
     n_seeds = np.sum(np.isfinite(gaps), axis=0)
     if n_seeds.min() < 2:
         raise ValueError(f"every dose needs >= 2 seeds with a gap; seeds per dose: {n_seeds.tolist()}")
     if not 0 < level < 1 or n_boot < 100:
         raise ValueError(f"level must be in (0, 1) and n_boot >= 100, got level={level!r}, n_boot={n_boot!r}")
-    order = np.argsort(doses)
-    gaps, doses, logd = gaps[:, order], doses[order], np.log(doses[order])
+    order = np.argsort(point)
+    gaps, point, logd = gaps[:, order], point[order], np.log(point[order])
+    doses = doses[:, order] if per_seed else None
 
     def fit(g):  # g: (..., seeds, doses) → isotonic fit of the seed-mean gap per dose, weighted by seeds present
         ok = np.isfinite(g)
@@ -176,31 +198,37 @@ def estimate(
 
     fitted = fit(gaps)
     x, out = crossing(fitted, logd, harm)
-    rng = np.random.default_rng(seed)
-    n = gaps.shape[0]
     spread = gaps
     if small_sample_correction:
+        z = stats.normal_quantile(1 - (1 - level) / 2)
         factor = np.array(
-            [
-                np.sqrt(k / (k - 1))
-                * stats.t_quantile(1 - (1 - level) / 2, int(k) - 1)
-                / NormalDist().inv_cdf(1 - (1 - level) / 2)
-                for k in n_seeds
-            ]
+            [np.sqrt(k / (k - 1)) * stats.t_quantile(1 - (1 - level) / 2, int(k) - 1) / z for k in n_seeds]
         )
         centre = np.nanmean(gaps, axis=0)
         spread = centre + (gaps - centre) * factor
-    draw = spread[rng.integers(0, n, size=(n_boot, n))]  # (B, seeds, doses): whole rows of gaps per drawn seed
-    bx, bout = crossing(fit(draw), logd, harm)
-    # a replicate harmed below the range sorts as −inf, one never harmed as +inf: percentiles of a censored sample
-    key = np.where(bout == 1, -np.inf, np.where(bout == 2, np.inf, bx))
+
+    def replicate(idx):  # idx (B, seeds): whole rows (each drawn seed's gaps, and doses) per replicate
+        g = spread[idx]
+        if not per_seed:
+            return _key(*crossing(fit(g), logd, harm))
+        d = doses[idx]
+        dm = np.nanmean(np.where(np.isfinite(g), d, np.nan), axis=-2)  # (B, doses); NaN where no drawn seed has it
+        dm = np.where(np.isfinite(dm), dm, point)  # a dose no drawn seed has keeps its point dose (weight 0 anyway)
+        o = np.argsort(dm, axis=-1)
+        g = np.take_along_axis(g, o[:, None, :], -1)
+        return _key(*crossing(fit(g), np.log(np.take_along_axis(dm, o, -1)), harm))
+
+    key = stats.bootstrap(replicate, (gaps.shape[0],), n_boot, seed)
+    bout = np.where(key == -np.inf, 1, np.where(key == np.inf, 2, 0))
+    bx = np.where(bout == 0, key, np.nan)
     alpha = (1 - level) / 2
+    # a replicate harmed below the range sorts as −inf, one never harmed as +inf: percentiles of a censored sample
     lo_q, hi_q = np.quantile(key, [alpha, 1 - alpha], method="inverted_cdf")
     # shape-free bracket of each replicate: (lower, upper) measured dose around its crossing; a replicate harmed
     # below the range has (−1: "below", smallest dose), one never harmed (largest dose, inf: "above")
-    i = np.clip(np.searchsorted(logd, np.where(bout == 0, bx, logd[0]), side="left"), 1, doses.size - 1)
-    lower_of = np.where(bout == 0, doses[i - 1], np.where(bout == 1, -1.0, doses[-1]))
-    upper_of = np.where(bout == 0, doses[i], np.where(bout == 1, doses[0], np.inf))
+    i = np.clip(np.searchsorted(logd, np.where(bout == 0, bx, logd[0]), side="left"), 1, point.size - 1)
+    lower_of = np.where(bout == 0, point[i - 1], np.where(bout == 1, -1.0, point[-1]))
+    upper_of = np.where(bout == 0, point[i], np.where(bout == 1, point[0], np.inf))
     b_lo = np.quantile(lower_of, alpha, method="inverted_cdf")
     b_hi = np.quantile(upper_of, 1 - alpha, method="inverted_cdf")
     return Threshold(
@@ -211,12 +239,19 @@ def estimate(
         ci_low_censored=bool(lo_q == -np.inf),
         ci_high_censored=bool(hi_q == np.inf),
         fitted=tuple(float(v) for v in fitted),
-        doses=tuple(float(d) for d in doses),
+        doses=tuple(float(d) for d in point),
         harm=harm,
         level=level,
         n_boot=n_boot,
         replicate_outcomes={name: int(np.sum(bout == i)) for i, name in enumerate(OUTCOMES)},
+        bootstrap="seeds: gaps and doses resampled together" if per_seed else "seeds: gaps (doses fixed)",
     )
+
+
+def _key(x: np.ndarray, outcome: np.ndarray) -> np.ndarray:
+    """A replicate's crossing as one number that sorts: its log dose, −inf when harmed below the range, +inf when
+    never harmed."""
+    return np.where(outcome == 1, -np.inf, np.where(outcome == 2, np.inf, x))
 
 
 def paired_gaps(scores, reference) -> np.ndarray:

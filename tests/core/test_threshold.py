@@ -127,3 +127,29 @@ def test_bad_input_is_refused_with_the_reason(gaps, doses, match):
 
 def test_paired_gaps_subtract_each_seeds_fp32_run():
     assert np.allclose(threshold.paired_gaps([[0.9, 0.8], [0.7, 0.5]], [1.0, 0.6]), [[-0.1, -0.2], [0.1, -0.1]])
+
+
+def _old_isotonic_decreasing(y, w):
+    """The replaced batched fit: fit_i = min_{k ≤ i} max_{j ≥ i} mean_w(y[k..j]) (the reference for scipy's)."""
+    n = y.shape[-1]
+    cw = np.concatenate([np.zeros(w.shape[:-1] + (1,)), np.cumsum(w, -1)], -1)
+    cwy = np.concatenate([np.zeros(y.shape[:-1] + (1,)), np.cumsum(w * y, -1)], -1)
+    k, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (cwy[..., j + 1] - cwy[..., k]) / (cw[..., j + 1] - cw[..., k])
+    fit = np.empty(y.shape)
+    for i in range(n):
+        block = np.where((k <= j)[: i + 1, i:], means[..., : i + 1, i:], np.nan)
+        fit[..., i] = np.nanmin(np.nanmax(block, axis=-1), axis=-1)
+    return fit
+
+
+def test_the_scipy_isotonic_fit_equals_the_hand_written_one_with_empty_doses_too():
+    """Batched rows, weights 0 to 4 (a dose no drawn seed has: weight 0): scipy's fit equals the max-min formula's."""
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=(400, 7))
+    w = rng.integers(0, 5, size=(400, 7)).astype(float)
+    w[w.sum(1) == 0, 0] = 1.0
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        old = _old_isotonic_decreasing(y, w)
+    assert np.allclose(threshold.isotonic_decreasing(y, w), old, rtol=0, atol=1e-12)
