@@ -139,6 +139,22 @@ AMENDMENTS = (
 and ``time`` name the commit that made each."""
 RULE_RECORD = {"commit": "53e236eaf758de090fff8bdb30297caf7594284e", "time": "2026-11-26T03:51:11+00:00"}
 """The commit that fixed ``RULE_TEXT`` (with the pilot's ``LR``) and its time, before any run of the grid."""
+BAND = (0.5, 2.0)
+"""The equivalence band of the amended transfer rule (``TRANSFER_RULE``): thresholds within a factor 2 are equal
+for a user's purpose (a risk line read off the wrong task's threshold is then at most 2× off)."""
+TRANSFER_RULE = (
+    "transfer, amended (issue 50, item 1; stated before it is computed): per unit, a joint bootstrap of the two "
+    "tasks' thresholds (each task's seeds resampled with replacement, independently of the other's, each drawn seed "
+    "bringing its doses and its gaps; nbkit.threshold.estimate's fit, crossing and t-corrected gaps, 2000 "
+    "replicates, seed 0) gives the ratio tiny-long/tiny-arith and its 95 % percentile CI (a replicate with no "
+    "crossing on one task counts at the censored end: ratio 0 or infinity; with none on both, at whichever end "
+    "is farther from the band); read against the equivalence band [0.5, 2]: 'transfers' when the whole CI lies "
+    "inside the band, 'differs' when it lies wholly outside (above 2 or below 0.5), 'cannot tell' otherwise; the "
+    "units that transfer are named with their ratios and CIs, and if none does the study says so. Replaces 'a "
+    "unit agrees when both tasks show a crossing and the 95 % CIs overlap', which is shown beside it as the "
+    "reading first committed"
+)
+"""The amended transfer rule (``BAND``), committed on its own before any code computes it."""
 
 
 def base_config(lr: float | None = None, **overrides):
