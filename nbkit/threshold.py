@@ -117,8 +117,12 @@ def isotonic_decreasing(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     n = y.shape[-1]
     flat_y, flat_w = y.reshape(-1, n), w.reshape(-1, n)
     fit = np.full(flat_y.shape, np.nan)
-    for r, (yr, wr) in enumerate(zip(flat_y, flat_w)):
-        on = wr > 0
+    on_all = flat_w > 0
+    with np.errstate(invalid="ignore"):
+        done = on_all.all(1) & np.all(np.diff(flat_y, axis=1) <= 0, axis=1)  # already non-increasing: its own fit
+    fit[done] = flat_y[done]
+    for r in np.flatnonzero(~done):
+        yr, wr, on = flat_y[r], flat_w[r], on_all[r]
         if not on.any():
             continue
         fit[r, on] = isotonic_regression(yr[on], weights=wr[on], increasing=False).x
@@ -148,23 +152,26 @@ def crossing(fitted: np.ndarray, log_doses: np.ndarray, harm: float) -> tuple[np
     return np.where(outcome == 0, x, np.nan), outcome
 
 
-def estimate(
-    gaps,
-    doses,
-    harm: float = HARM,
-    n_boot: int = 2000,
-    level: float = 0.95,
-    seed: int = 0,
-    small_sample_correction: bool = True,
-) -> Threshold:
-    """The harm threshold of paired gaps ``gaps`` (seeds × doses: format − FP32 on the same seed, NaN for a run
-    that is missing) at ``doses``, with a ``level`` percentile bootstrap CI over seeds (``nbkit.stats.bootstrap``,
-    ``n_boot`` replicates, RNG ``seed``). ``doses``: one fixed dose per point (> 0, distinct; any order), or each
-    seed's own (seeds × doses, NaN where missing): a point's dose is then the mean over its seeds, and a replicate
-    resamples each drawn seed's doses with its gaps (the points re-sorted by the replicate's doses).
-    ``small_sample_correction``: inflate the resampled gaps about their dose means by sqrt(n/(n−1))·t/z before
-    resampling (module docstring); doses are resampled as measured (an inflated dose could fall below 0).
-    ValueError for bad input, before any work."""
+@dataclass(frozen=True)
+class _Prepared:
+    """A threshold's point estimate and how one bootstrap replicate of it is drawn (``estimate``, ``transfer``)."""
+
+    point: np.ndarray
+    """The points' doses, ascending."""
+    logd: np.ndarray
+    fitted: np.ndarray
+    x: float
+    """The crossing's log dose (NaN without a crossing)."""
+    out: int
+    """Index into ``OUTCOMES``."""
+    seeds: int
+    per_seed: bool
+    replicate: object
+    """idx (B, seeds) → (B,) crossing keys (``_key``: log dose, −inf below the range, +inf above)."""
+
+
+def _prepare(gaps, doses, harm, level, n_boot, small_sample_correction) -> _Prepared:
+    """Checks (ValueError before any work) and the pieces ``estimate`` and ``transfer`` resample."""
     gaps, doses = np.asarray(gaps, float), np.asarray(doses, float)
     per_seed = doses.ndim == 2
     if gaps.ndim != 2 or doses.ndim not in (1, 2) or doses.shape[-1] != gaps.shape[1]:
@@ -208,6 +215,12 @@ def estimate(
         spread = centre + (gaps - centre) * factor
 
     def replicate(idx):  # idx (B, seeds): whole rows (each drawn seed's gaps, and doses) per replicate
+        # a replicate depends only on which seeds it drew, how often: each distinct draw is fitted once (5 seeds
+        # have 126), the order of the draw only moves the sums' last bits
+        drawn, back = np.unique(np.sort(idx, axis=-1), axis=0, return_inverse=True)
+        return distinct(drawn)[back.reshape(-1)]
+
+    def distinct(idx):
         g = spread[idx]
         if not per_seed:
             return _key(*crossing(fit(g), logd, harm))
@@ -218,7 +231,29 @@ def estimate(
         g = np.take_along_axis(g, o[:, None, :], -1)
         return _key(*crossing(fit(g), np.log(np.take_along_axis(dm, o, -1)), harm))
 
-    key = stats.bootstrap(replicate, (gaps.shape[0],), n_boot, seed)
+    return _Prepared(point, logd, fitted, float(x), int(out), gaps.shape[0], per_seed, replicate)
+
+
+def estimate(
+    gaps,
+    doses,
+    harm: float = HARM,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+    small_sample_correction: bool = True,
+) -> Threshold:
+    """The harm threshold of paired gaps ``gaps`` (seeds × doses: format − FP32 on the same seed, NaN for a run
+    that is missing) at ``doses``, with a ``level`` percentile bootstrap CI over seeds (``nbkit.stats.bootstrap``,
+    ``n_boot`` replicates, RNG ``seed``). ``doses``: one fixed dose per point (> 0, distinct; any order), or each
+    seed's own (seeds × doses, NaN where missing): a point's dose is then the mean over its seeds, and a replicate
+    resamples each drawn seed's doses with its gaps (the points re-sorted by the replicate's doses).
+    ``small_sample_correction``: inflate the resampled gaps about their dose means by sqrt(n/(n−1))·t/z before
+    resampling (module docstring); doses are resampled as measured (an inflated dose could fall below 0).
+    ValueError for bad input, before any work."""
+    pr = _prepare(gaps, doses, harm, level, n_boot, small_sample_correction)
+    point, logd, x, out = pr.point, pr.logd, pr.x, pr.out
+    key = stats.bootstrap(pr.replicate, (pr.seeds,), n_boot, seed)
     bout = np.where(key == -np.inf, 1, np.where(key == np.inf, 2, 0))
     bx = np.where(bout == 0, key, np.nan)
     alpha = (1 - level) / 2
@@ -238,13 +273,13 @@ def estimate(
         bracket=(float(b_lo) if 0 < b_lo < np.inf else None, float(b_hi) if 0 < b_hi < np.inf else None),
         ci_low_censored=bool(lo_q == -np.inf),
         ci_high_censored=bool(hi_q == np.inf),
-        fitted=tuple(float(v) for v in fitted),
+        fitted=tuple(float(v) for v in pr.fitted),
         doses=tuple(float(d) for d in point),
         harm=harm,
         level=level,
         n_boot=n_boot,
         replicate_outcomes={name: int(np.sum(bout == i)) for i, name in enumerate(OUTCOMES)},
-        bootstrap="seeds: gaps and doses resampled together" if per_seed else "seeds: gaps (doses fixed)",
+        bootstrap="seeds: gaps and doses resampled together" if pr.per_seed else "seeds: gaps (doses fixed)",
     )
 
 
@@ -263,3 +298,91 @@ def paired_gaps(scores, reference) -> np.ndarray:
             f"scores must be (seeds, doses) and reference (seeds,), got {scores.shape} and {reference.shape}"
         )
     return scores - reference[:, None]
+
+
+TRANSFERS, DIFFERS, CANNOT_TELL = "transfers", "differs", "cannot tell"
+"""The transfer rule's readings of a threshold ratio's CI against an equivalence band."""
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """The ratio of two tasks' thresholds (second / first) with its joint bootstrap CI, read against a band."""
+
+    ratio: float | None
+    """second / first of the point thresholds (None unless both cross inside their doses)."""
+    ci: tuple[float, float]
+    """Percentile CI of the ratio (``level``); 0 or inf at an end the censored replicates reach."""
+    band: tuple[float, float]
+    """The equivalence band: thresholds within it are the same for the rule's purpose."""
+    verdict: str
+    """``TRANSFERS`` (CI inside the band), ``DIFFERS`` (CI wholly outside it) or ``CANNOT_TELL``."""
+    level: float
+    n_boot: int
+    censored: int
+    """Replicates in which at least one task had no crossing inside its doses."""
+
+    def to_json(self) -> dict:
+        return {
+            "ratio": self.ratio,
+            "ci": list(self.ci),
+            "band": list(self.band),
+            "verdict": self.verdict,
+            "level": self.level,
+            "n_boot": self.n_boot,
+            "censored_replicates": self.censored,
+        }
+
+    def describe(self) -> str:
+        point = "no ratio (a task has no crossing)" if self.ratio is None else f"ratio {self.ratio:.3g}"
+        return (
+            f"{self.verdict}: {point}, {self.level:.0%} CI {self.ci[0]:.3g}–{self.ci[1]:.3g} against the band "
+            f"[{self.band[0]:g}, {self.band[1]:g}]"
+        )
+
+
+def read_band(ci: tuple[float, float], band: tuple[float, float]) -> str:
+    """The transfer rule: ``TRANSFERS`` when ``ci`` lies inside ``band``, ``DIFFERS`` when wholly outside it,
+    ``CANNOT_TELL`` otherwise."""
+    if band[0] <= ci[0] and ci[1] <= band[1]:
+        return TRANSFERS
+    if ci[1] < band[0] or ci[0] > band[1]:
+        return DIFFERS
+    return CANNOT_TELL
+
+
+def transfer(
+    first: tuple,
+    second: tuple,
+    band: tuple[float, float] = (0.5, 2.0),
+    harm: float = HARM,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+    small_sample_correction: bool = True,
+) -> Transfer:
+    """The ratio second / first of two tasks' thresholds (each ``(gaps, doses)`` as ``estimate`` takes them) by a
+    joint bootstrap: each replicate resamples each task's seeds on its own (``nbkit.stats.bootstrap`` with two
+    samples: the first task's draw, then the second's), each drawn seed bringing its gaps (and doses when given per
+    seed), and takes the ratio of the two replicate thresholds. A replicate with no crossing on one task sits at
+    the censored end (0 or inf); with none on both it counts at the end farther from the band (−inf for the lower
+    quantile, +inf for the upper). Read by ``read_band``."""
+    if not 0 < band[0] < 1 < band[1]:
+        raise ValueError(f"band must be (low, high) with 0 < low < 1 < high, got {band!r}")
+    a = _prepare(*first, harm, level, n_boot, small_sample_correction)
+    b = _prepare(*second, harm, level, n_boot, small_sample_correction)
+    with np.errstate(invalid="ignore"):
+        lr = stats.bootstrap(lambda ia, ib: b.replicate(ib) - a.replicate(ia), (a.seeds, b.seeds), n_boot, seed)
+    alpha = (1 - level) / 2
+    lo = np.quantile(np.where(np.isnan(lr), -np.inf, lr), alpha, method="inverted_cdf")
+    hi = np.quantile(np.where(np.isnan(lr), np.inf, lr), 1 - alpha, method="inverted_cdf")
+    ci = (float(np.exp(lo)), float(np.exp(hi)))
+    both = a.out == 0 and b.out == 0
+    return Transfer(
+        ratio=float(np.exp(b.x - a.x)) if both else None,
+        ci=ci,
+        band=(float(band[0]), float(band[1])),
+        verdict=read_band(ci, band),
+        level=level,
+        n_boot=n_boot,
+        censored=int(np.sum(~np.isfinite(lr))),
+    )
