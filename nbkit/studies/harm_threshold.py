@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from nbkit import outputs, results, schema, threshold
-from nbkit.stats import bounded_mean_ci
+from nbkit.stats import mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import growth, prereg
 
@@ -167,7 +167,7 @@ class HarmThreshold(prereg.PreRegistered):
         "outcome = held-out judge accuracy (351 problems × 1 sample, FP32 engine), mean of the judgments at steps 40 "
         "and 50; gap = point − FP32 on the same seed; dose = mean over seeds of the step-0 mismatch; threshold = "
         "dose where the isotonic fit of the mean gap crosses −0.05 (log-linear between doses), 95 % percentile "
-        "bootstrap CI over seeds (2,000 replicates, t-corrected); gap CI = 95 % interval bounded in (−1, 1)."
+        "bootstrap CI over seeds (2,000 replicates, t-corrected; as amended, each drawn seed brings its doses with its gaps, the CI with doses fixed shown beside); gap CI = 95 % t-interval over seeds (not bounded: it may pass −1)."
     )
     notebook = "06_dose_response"
     output_dir = f"runs/{STUDY}"
@@ -270,8 +270,21 @@ class HarmThreshold(prereg.PreRegistered):
         g = np.array([[gaps[(p, "none")].get(s, np.nan) for p in pts] for s in seeds]).reshape(len(seeds), len(pts))
         return pts, seeds, g
 
-    def thresholds(self, runs, meta) -> dict[str, threshold.Threshold | str]:
-        """``unit → Threshold`` (the rule's estimate at the stored seeds), or the reason there is none."""
+    def dose_matrix(self, runs, meta, unit: str = PRIMARY) -> np.ndarray:
+        """Each seed's step-0 dose in ``unit`` (seeds × points of ``gap_matrix``, NaN where a run is missing)."""
+        pts, seeds, _ = self.gap_matrix(runs, meta)
+        arms = self.arms(runs, meta)
+
+        def dose(p, s):
+            rows = arms.get((p, "none"), {}).get(s)
+            d = step0_dose(rows, unit) if rows is not None else None
+            return np.nan if d is None else d
+
+        return np.array([[dose(p, s) for p in pts] for s in seeds], float).reshape(len(seeds), len(pts))
+
+    def thresholds(self, runs, meta, as_committed: bool = False) -> dict[str, threshold.Threshold | str]:
+        """``unit → Threshold`` at the stored seeds, or the reason there is none: as amended (``AMENDMENTS``: each
+        seed's doses resampled with its gaps), or ``as_committed`` (the doses fixed at their means over seeds)."""
         pts, _, g = self.gap_matrix(runs, meta)
         out: dict = {}
         for unit in UNITS:
@@ -280,8 +293,18 @@ class HarmThreshold(prereg.PreRegistered):
             if len(pts) < 2 or any(x is None or not x > 0 or not math.isfinite(x) for x in d):
                 out[unit] = f"not estimable: doses {dict(zip(pts, d, strict=True))}"
                 continue
+            per_seed = self.dose_matrix(runs, meta, unit)
+            if not as_committed and not np.allclose(np.nanmean(np.where(np.isfinite(g), per_seed, np.nan), 0), d):
+                out[unit] = f"not estimable: the seeds' doses do not average to the points' ({unit})"
+                continue
             try:
-                out[unit] = threshold.estimate(g, d, harm=HARM, n_boot=N_BOOT, seed=BOOT_SEED)
+                out[unit] = threshold.estimate(
+                    g,
+                    d if as_committed else np.where(np.isfinite(g), per_seed, np.nan),
+                    harm=HARM,
+                    n_boot=N_BOOT,
+                    seed=BOOT_SEED,
+                )
             except ValueError as e:
                 out[unit] = f"not estimable: {e}"
         return out
@@ -296,6 +319,7 @@ class HarmThreshold(prereg.PreRegistered):
         """The thresholds of ``runs`` in the shape ``nbkit.offline.risk`` reads (unit, tasks, units, measured_on)."""
         pts, seeds, g = self.gap_matrix(runs, meta)
         est = self.thresholds(runs, meta)
+        committed = self.thresholds(runs, meta, as_committed=True)
         doses = self.doses(runs, meta, PRIMARY)
         arms = self.arms(runs, meta)
         lengths = [
@@ -310,7 +334,7 @@ class HarmThreshold(prereg.PreRegistered):
         main = est[PRIMARY]
         task = {
             "doses": [doses.get((pts[j], "none")) for j in order],
-            **(main.to_json() if isinstance(main, threshold.Threshold) else {"outcome": "none", "why": main}),
+            **_with_committed(main, committed[PRIMARY]),
             "mean_gaps": [m for m, _, _ in cis],
             "gap_ci": [[lo, hi] if lo is not None and lo == lo else None for _, lo, hi in cis],
             "seeds": seeds,
@@ -329,10 +353,7 @@ class HarmThreshold(prereg.PreRegistered):
             "unit_note": "the study's primary unit, pre-registered; its transfer to a second task is not yet tested",
             "measured_on": self.measured_on,
             "tasks": {self.task: task},
-            "units": {
-                u: {self.task: t.to_json() if isinstance(t, threshold.Threshold) else {"outcome": "none", "why": t}}
-                for u, t in est.items()
-            },
+            "units": {u: {self.task: _with_committed(t, committed[u])} for u, t in est.items()},
         }
 
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
@@ -359,8 +380,9 @@ class HarmThreshold(prereg.PreRegistered):
         return True
 
     def mechanism(self, runs, meta) -> tuple[list[dict], set[str]]:
-        """(``growth.table`` rows of every arm but FP32 between ``EARLY`` and ``LATE``, the arms that broke: mean
-        paired gap to FP32 at or below the harm line)."""
+        """(``growth.table`` rows of every arm but FP32 between ``EARLY`` and ``LATE``, the arms that broke: the 95 %
+        t-interval of the paired gap to FP32 wholly below the harm line; as amended, ``AMENDMENTS``: the rule first
+        read the mean gap at or below it)."""
         gaps = self.arm_gaps(runs, meta)
         named, broke = {}, set()
         for (f, c), by_seed in self.arms(runs, meta).items():
@@ -368,7 +390,8 @@ class HarmThreshold(prereg.PreRegistered):
                 continue
             name = f if c == "none" else f"{f} + {c}"
             named[name] = [by_seed[s] for s in sorted(by_seed)]
-            if gaps[(f, c)] and statistics.fmean(gaps[(f, c)].values()) <= HARM:
+            _, _, hi = _mean_ci(list(gaps[(f, c)].values()))
+            if hi is not None and hi == hi and hi < HARM:
                 broke.add(name)
         return growth.table(named, EARLY, LATE), broke
 
@@ -400,13 +423,18 @@ class HarmThreshold(prereg.PreRegistered):
         return rows
 
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
-        est = self.thresholds(runs, meta)
+        est, committed = self.thresholds(runs, meta), self.thresholds(runs, meta, as_committed=True)
         thr = [
             {
                 "unit": u,
                 "outcome": t.outcome if isinstance(t, threshold.Threshold) else t,
                 "threshold": t.dose if isinstance(t, threshold.Threshold) else None,
-                "95 % CI": list(t.ci) if isinstance(t, threshold.Threshold) else None,
+                "95 % CI (amended: doses and gaps resampled)": list(t.ci)
+                if isinstance(t, threshold.Threshold)
+                else None,
+                "95 % CI as first committed (doses fixed)": list(committed[u].ci)
+                if isinstance(committed[u], threshold.Threshold)
+                else None,
                 "bracket": list(t.bracket) if isinstance(t, threshold.Threshold) else None,
             }
             for u, t in est.items()
@@ -435,14 +463,26 @@ class HarmThreshold(prereg.PreRegistered):
         ]
 
     def findings(self, runs, meta, rows) -> list[str]:
-        est = self.thresholds(runs, meta)
+        est, committed = self.thresholds(runs, meta), self.thresholds(runs, meta, as_committed=True)
         out = []
+
+        def first(u):  # the reading as first committed, beside the amended one
+            c = committed[u]
+            return (
+                f"; as first committed, doses fixed at their means: {c.describe()}"
+                if isinstance(c, threshold.Threshold)
+                else ""
+            )
+
         main = est.get(PRIMARY)
         if isinstance(main, threshold.Threshold):
-            out.append(f"Harm threshold in {UNITS[PRIMARY]} at step 0 (the rule's answer): {main.describe()}.")
+            out.append(
+                f"Harm threshold in {UNITS[PRIMARY]} at step 0 (the rule's answer, CI as amended: each drawn seed's "
+                f"doses resampled with its gaps): {main.describe()}{first(PRIMARY)}."
+            )
         for u, t in est.items():
             if u != PRIMARY and isinstance(t, threshold.Threshold):
-                out.append(f"In {UNITS[u]}: {t.describe()} (secondary unit).")
+                out.append(f"In {UNITS[u]}: {t.describe()} (secondary unit){first(u)}.")
         mech, broke = self.mechanism(runs, meta)
         if mech:
             out.append(growth.paragraph(mech, broke))
@@ -488,8 +528,19 @@ def merge_thresholds(old: dict | None, new: dict) -> dict:
 
 
 def _mean_ci(xs: list[float]) -> tuple[float | None, float | None, float | None]:
-    """Mean gap and its 95 % interval bounded in (−1, 1); (None, None, None) with no gap."""
-    return bounded_mean_ci(xs) if xs else (None, None, None)
+    """Mean gap and its 95 % t-interval over seeds (NaN bounds with one seed; as amended, ``AMENDMENTS``: the
+    interval first shown was bounded in (−1, 1), which the verdicts never read); (None, None, None) with no gap."""
+    return mean_ci(xs) if xs else (None, None, None)
+
+
+def _with_committed(t, committed) -> dict:
+    """A threshold's record with the CI as first committed (doses fixed) beside the amended one."""
+    if not isinstance(t, threshold.Threshold):
+        return {"outcome": "none", "why": t}
+    out = t.to_json()
+    if isinstance(committed, threshold.Threshold):
+        out["ci_as_committed"] = list(committed.ci)
+    return out
 
 
 def ladder_record(path: Path = LADDER_FILE) -> dict:

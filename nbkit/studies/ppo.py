@@ -115,8 +115,12 @@ SUMMARY = (
     (schema.VALUE_EXPLAINED_VARIANCE, f"explained variance, last {TAIL} steps", TAIL, False),
 )
 """What the precision comparison reports per run: ``(metric, label, window, positive)``; window None = the whole
-run, else the last ``window`` logged values (the critic's error once it has had the run to learn); positive: the
-metric cannot be negative, so its interval over seeds is taken on the log scale (``positive_mean_ci``)."""
+run, else the values logged in its last ``window`` optimiser steps (the critic's error once it has had the run to
+learn; as amended, ``AMENDMENTS``: first the last ``window`` logged values, which for a metric logged once per
+rollout reached back 80 steps; shown beside as ``AS_FIRST_SHOWN``); positive: the metric cannot be negative, so its
+interval over seeds is taken on the log scale (``positive_mean_ci``)."""
+AS_FIRST_SHOWN = " (as first shown: last {n} logged values)"
+"""Suffix of the windowed metrics' labels as first computed (the last ``window`` logged values), beside the steps."""
 
 
 def positive_mean_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -137,12 +141,31 @@ def per_seed(runs: dict[str, list[dict]], meta: dict[str, dict]) -> dict[str, di
     out: dict = {}
     for label, rows in runs.items():
         values = {}
+        last = max((r.get(schema.STEP, 0) for r in rows), default=0)
         for key, name, window, _ in SUMMARY:
-            xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
-            xs = xs[-window:] if window else xs
+            logged = [
+                (r.get(schema.STEP, 0), r[key])
+                for r in rows
+                if isinstance(r.get(key), (int, float)) and r[key] == r[key]
+            ]
+            xs = [v for step, v in logged if not window or step > last - window]
             if xs:
                 values[name] = sum(xs) / len(xs)
+            if window and logged:  # the reading as first shown, beside
+                first = [v for _, v in logged[-window:]]
+                values[name + AS_FIRST_SHOWN.format(n=window)] = sum(first) / len(first)
         out.setdefault(meta[label]["dtype"], {})[int(meta[label]["seed"])] = values
+    return out
+
+
+def _labels() -> list[tuple[str, bool]]:
+    """``(label, positive)`` of every reported metric: ``SUMMARY``'s, each windowed one followed by its reading as
+    first shown (``AS_FIRST_SHOWN``)."""
+    out = []
+    for _, name, window, positive in SUMMARY:
+        out.append((name, positive))
+        if window:
+            out.append((name + AS_FIRST_SHOWN.format(n=window), positive))
     return out
 
 
@@ -156,7 +179,7 @@ def precision_table(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[
     seeds = per_seed(runs, meta)
     out = []
     for dtype in sorted(seeds, key=lambda d: ("fp16", "bf16", "fp32").index(d) if d in ("fp16", "bf16", "fp32") else 9):
-        for _, name, _, positive in SUMMARY:
+        for name, positive in _labels():
             xs = [v[name] for _, v in sorted(seeds[dtype].items()) if name in v]
             if xs:
                 out.append({"dtype": dtype, "metric": name, **_interval(xs, positive)})
@@ -175,7 +198,7 @@ def paired_difference(
     if a not in seeds or b not in seeds:
         return []
     out = []
-    for _, name, _, positive in SUMMARY:
+    for name, positive in _labels():
         both = sorted(s for s in set(seeds[a]) & set(seeds[b]) if name in seeds[a][s] and name in seeds[b][s])
         if not both:
             continue
