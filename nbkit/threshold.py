@@ -33,6 +33,7 @@ The pre-registered analysis of the harm-threshold study (issue 37, item 2), stat
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,7 +171,7 @@ class _Prepared:
     """idx (B, seeds) → (B,) crossing keys (``_key``: log dose, −inf below the range, +inf above)."""
 
 
-def _prepare(gaps, doses, harm, level, n_boot, small_sample_correction) -> _Prepared:
+def _prepare(gaps, doses, harm, level, n_boot, small_sample_correction, points=None) -> _Prepared:
     """Checks (ValueError before any work) and the pieces ``estimate`` and ``transfer`` resample."""
     gaps, doses = np.asarray(gaps, float), np.asarray(doses, float)
     per_seed = doses.ndim == 2
@@ -183,7 +184,16 @@ def _prepare(gaps, doses, harm, level, n_boot, small_sample_correction) -> _Prep
         raise ValueError(f"per-seed doses must match gaps' shape {gaps.shape}, got {doses.shape}")
     if per_seed and np.any(np.isfinite(gaps) & ~np.isfinite(doses)):
         raise ValueError("every seed with a gap needs its dose (per-seed doses are NaN where gaps are not)")
-    point = np.nanmean(np.where(np.isfinite(gaps), doses, np.nan), axis=0) if per_seed else doses
+    if per_seed:
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a dose with no seed: NaN, refused below
+            point = np.nanmean(np.where(np.isfinite(gaps), doses, np.nan), axis=0)
+    else:
+        point = doses
+    if per_seed and points is not None:  # the caller's own means (the same numbers, summed in its order)
+        if not np.allclose(np.asarray(points, float), point, rtol=1e-9, atol=0):
+            raise ValueError(f"points {list(points)} are not the seeds' mean doses {point.tolist()}")
+        point = np.asarray(points, float)
     if point.size < 2 or not np.all(np.isfinite(point)) or np.any(point <= 0) or np.unique(point).size != point.size:
         raise ValueError(f"doses must be >= 2 distinct finite positive numbers, got {point.tolist()}")
     if per_seed and np.any(doses[np.isfinite(doses)] <= 0):
@@ -242,6 +252,7 @@ def estimate(
     level: float = 0.95,
     seed: int = 0,
     small_sample_correction: bool = True,
+    points=None,
 ) -> Threshold:
     """The harm threshold of paired gaps ``gaps`` (seeds × doses: format − FP32 on the same seed, NaN for a run
     that is missing) at ``doses``, with a ``level`` percentile bootstrap CI over seeds (``nbkit.stats.bootstrap``,
@@ -250,8 +261,9 @@ def estimate(
     resamples each drawn seed's doses with its gaps (the points re-sorted by the replicate's doses).
     ``small_sample_correction``: inflate the resampled gaps about their dose means by sqrt(n/(n−1))·t/z before
     resampling (module docstring); doses are resampled as measured (an inflated dose could fall below 0).
-    ValueError for bad input, before any work."""
-    pr = _prepare(gaps, doses, harm, level, n_boot, small_sample_correction)
+    ``points``: with per-seed doses, the points' doses as the caller computed them (checked to equal the seeds'
+    means), so the fit is keyed by the caller's numbers. ValueError for bad input, before any work."""
+    pr = _prepare(gaps, doses, harm, level, n_boot, small_sample_correction, points)
     point, logd, x, out = pr.point, pr.logd, pr.x, pr.out
     key = stats.bootstrap(pr.replicate, (pr.seeds,), n_boot, seed)
     bout = np.where(key == -np.inf, 1, np.where(key == np.inf, 2, 0))

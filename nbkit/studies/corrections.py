@@ -105,6 +105,20 @@ def _name(fmt: str, corr: str) -> str:
     return f"{fmt} + {corr}"
 
 
+AMENDMENTS = (
+    {
+        "key": "six_seeds",
+        "commit": "d764b89334eae34f90c48f7e51a61f5071fe51b3",
+        "time": "2026-11-25T23:57:14+00:00",
+        "what": "The study was stored and its verdicts read after its first sitting, at seeds 0–5 of the 12 the rule "
+        "planned (read once, after the last sitting); no second sitting followed. The page reads the 6 seeds.",
+        "why": "Compute (the rule allows a study stopped short for compute to be read at its seeds); the stop was "
+        "not recorded as a decision when the first sitting was read, so it is recorded here (issue 50 item 6).",
+    },
+)
+"""Changes after training began (``nbkit.studies.amendments``), put on the card by ``record_amendments``."""
+
+
 class CorrectionsStudy(prereg.PreRegistered):
     """Options: ``formats``, ``corrections``, ``seeds``, ``steps``, ``output_dir``, ``overrides`` (any ``RLConfig``
     field) and ``reuse`` (a stored study whose identical-config control arms are reused; None, the default, trains
@@ -235,6 +249,12 @@ class CorrectionsStudy(prereg.PreRegistered):
             other = results.load(reuse["study"], root)
             runs = {**{k: other[k] for k in reuse["runs"] if k in other}, **runs}
         return runs
+
+    def record_amendments(self, root: Path = results.RESULTS) -> None:
+        """Put ``AMENDMENTS`` on the stored card (no verdict moved: the 6 seeds are what was read)."""
+        from nbkit.studies import amendments as A
+
+        A.put(self.name, AMENDMENTS, None, root)
 
     def stored_meta(self, root: Path = results.RESULTS) -> dict[str, dict]:
         card = self.card(root)

@@ -113,6 +113,15 @@ AMENDMENTS = (
         "large family-wise error, an accuracy difference cannot lie below −1, the pooled SD mixed 0.02 with 0.07, "
         "and the run average is moved by the run's own fate.",
     },
+    {
+        "key": "worse_than_fp32",
+        "commit": "2fc92b0a2814534d2280441a693fdbc899185928",
+        "time": "2026-11-24T22:10:47+00:00",
+        "what": "A reading was added beside the rule's verdicts: an inconclusive cell whose interval lies wholly "
+        "below 0 is said to be worse than FP32, its size undecided. The rule's three verdicts are unchanged.",
+        "why": "Made 23 minutes after the study's results were first regenerated (21:47 UTC), after they were read: "
+        "'inconclusive' alone hid that these cells were worse than FP32 (recorded by issue 50 item 6).",
+    },
 )
 """The changes made after training began (``nbkit.studies.amendments``); ``verdicts_moved`` is computed from the
 stored runs (``DoseResponse.moves``), the commits' times from git."""
@@ -502,7 +511,13 @@ class DoseResponse(GridStudy):
             _, lo, hi = mean_ci(g)
             return NI.verdict(lo, hi)
 
-        out = {"outcome": [], "seeds": [], "reanalysis": []}
+        out = {"outcome": [], "seeds": [], "reanalysis": [], "worse_than_fp32": []}
+        for r in self.table(runs, meta):  # the reading added beside the verdicts (no verdict moved)
+            if _below_zero(r):
+                out["worse_than_fp32"].append(
+                    f"{_name((r['train'], r['format'], r['correction']))}: {r['verdict']} → {r['verdict']}, worse than "
+                    "FP32 (size undecided)"
+                )
         holm = self.holm(runs, meta)
         for key, by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
             if key == ("fp32", REFERENCE, "none"):

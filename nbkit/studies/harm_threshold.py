@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from nbkit import outputs, results, schema, threshold
-from nbkit.stats import mean_ci
+from nbkit.stats import bounded_mean_ci, mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import growth, prereg
 
@@ -109,6 +109,60 @@ RULE_TEXT = (
 """The rule in one line, as the card records it."""
 RULE_RECORD = {"commit": "574e11afde5764e57d1bf2fd72fe19dc93c2a8e5", "time": "2026-11-26T01:07:47+00:00"}
 """The commit that fixed ``RULE_TEXT`` and its time (``git log -1 --format=%cI``), before any run of the study."""
+
+
+SOUND = {"commit": "a6c9174adf4ac334fef2221e2572ff67cfe71a59", "time": "2026-11-27T18:28:36+00:00"}
+"""The commit that made issue 50's statistics sound in both harm studies, and its time."""
+AMENDMENTS = (
+    {
+        "key": "growth_paragraph",
+        "commit": "d280b62d7224e1e24ca6f7d571f1ad9129eed383",
+        "time": "2026-11-26T01:12:05+00:00",
+        "what": "A paragraph 'why the mismatch grew' was added to the findings: per arm the largest part of the "
+        "shift-share split by π's entropy, with whether its bootstrap CI over runs excludes 0, for the arms that "
+        "broke (mean gap at or below −0.05) and those that did not. The rule named the windows (steps 1–10 "
+        "against 41–50), not which binning is read, how 'broke' is decided or what counts as a claim.",
+        "why": "Issue 37's item 4 asks why the mismatch grows in runs that break; the code that reads it was "
+        "written while the grid trained.",
+    },
+    {
+        "key": "grew_fell_count",
+        "commit": "51b7ffcdc507489b6cec7a41b3e70381705403b2",
+        "time": "2026-11-26T02:14:00+00:00",
+        "what": "The growth paragraph gained a closing count over the arms whose sequence mismatch grew or fell clear "
+        "of its CI of which part was largest.",
+        "why": "Added after the study's results were stored (02:11:34 UTC) and read, to summarise the paragraph.",
+    },
+    {
+        "key": "threshold_ci",
+        **SOUND,
+        "what": "The threshold CI resamples each drawn seed's doses together with its gaps (each replicate's dose of "
+        "a point = the mean over its drawn seeds, the points re-sorted by them); the rule's bootstrap held each "
+        "dose fixed at its mean over seeds. The CI as first committed is shown beside the amended one.",
+        "why": "Issue 50 item 2: single seeds dominate some doses' means (1/ESS − 1: one seed of c1of16 at 39.5 "
+        "against 1.2–2.8 for the others), an uncertainty the fixed-dose CI did not carry.",
+    },
+    {
+        "key": "gap_ci",
+        **SOUND,
+        "what": "Each gap's CI shown (table, figure, thresholds.json) is the 95 % t-interval over seeds that the "
+        "verdicts read, not the interval bounded in (−1, 1) on Fisher's scale; an arm 'broke' when that interval "
+        "lies wholly below −0.05, not when its mean does.",
+        "why": "Issue 50 item 4: the bounded interval could pass a gap the t-interval excludes (one interval must "
+        "be drawn and read); item 5: a mean at −0.0504 counted as broken.",
+    },
+    {
+        "key": "growth_rule",
+        **SOUND,
+        "what": "The growth paragraph claims which part carried the change only for an arm with >= 5 runs whose "
+        "entropy and probability binnings put the largest part in the same place; other arms are named with why "
+        "they get no claim; its first sentence says in how many arms the mismatch fell and grew.",
+        "why": "Issue 50 item 5: the attribution flips with the binning, 3-run bootstraps carried claims, and the "
+        "mismatch fell in most arms, which the paragraph (titled 'why it grew') did not say first.",
+    },
+)
+"""Changes to the rule after training began (``nbkit.studies.amendments``), put on the card by ``record`` with the
+readings and verdicts each moved (``moves``, computed from the stored runs)."""
 
 
 def pick_points(ladder: dict[str, float], targets: int = TARGETS, low: str = "e8m2", high: str = "e8m1") -> list[str]:
@@ -294,9 +348,6 @@ class HarmThreshold(prereg.PreRegistered):
                 out[unit] = f"not estimable: doses {dict(zip(pts, d, strict=True))}"
                 continue
             per_seed = self.dose_matrix(runs, meta, unit)
-            if not as_committed and not np.allclose(np.nanmean(np.where(np.isfinite(g), per_seed, np.nan), 0), d):
-                out[unit] = f"not estimable: the seeds' doses do not average to the points' ({unit})"
-                continue
             try:
                 out[unit] = threshold.estimate(
                     g,
@@ -304,6 +355,7 @@ class HarmThreshold(prereg.PreRegistered):
                     harm=HARM,
                     n_boot=N_BOOT,
                     seed=BOOT_SEED,
+                    points=None if as_committed else d,
                 )
             except ValueError as e:
                 out[unit] = f"not estimable: {e}"
@@ -356,6 +408,51 @@ class HarmThreshold(prereg.PreRegistered):
             "units": {u: {self.task: _with_committed(t, committed[u])} for u, t in est.items()},
         }
 
+    amendments = AMENDMENTS
+    """This study's ``AMENDMENTS`` (a subclass names its own)."""
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``amendment key → the readings and verdicts it moved`` ("what: before → after"), from ``runs``."""
+        out: dict[str, list[str]] = {a["key"]: [] for a in self.amendments}
+        est, committed = self.thresholds(runs, meta), self.thresholds(runs, meta, as_committed=True)
+        for u, t in est.items():
+            c = committed[u]
+            if isinstance(t, threshold.Threshold) and isinstance(c, threshold.Threshold) and t.ci != c.ci:
+                out.setdefault("threshold_ci", []).append(f"{UNITS[u]} {self.task} CI: {_ci(c.ci)} → {_ci(t.ci)}")
+        gaps = self.arm_gaps(runs, meta)
+        rows, broke = self.mechanism(runs, meta)
+        for (f, c), by_seed in sorted(gaps.items()):
+            xs, name = list(by_seed.values()), f if c == "none" else f"{f} + {c}"
+            if len(xs) < 2:
+                continue
+            m, lo, hi = mean_ci(xs)
+            _, blo, bhi = bounded_mean_ci(xs)
+            if (
+                (blo > 0) != (lo > 0)
+                or (bhi < 0) != (hi < 0)
+                or (bhi < HARM) != (hi < HARM)
+                or (blo > HARM) != (lo > HARM)
+            ):
+                out.setdefault("gap_ci", []).append(f"{name} gap CI: bounded {_ci((blo, bhi))} → t {_ci((lo, hi))}")
+            if (m <= HARM) != (name in broke):
+                out.setdefault("gap_ci", []).append(
+                    f"{name}: {'broke' if m <= HARM else 'did not break'} → {'broke' if name in broke else 'did not break'}"
+                )
+        text = growth.paragraph(rows, broke)
+        for arm in dict.fromkeys(r["arm"] for r in rows):
+            if f"{arm} (" in text.split("No claim for ", 1)[-1] and "No claim for " in text:
+                out.setdefault("growth_rule", []).append(f"{arm}: a claim by the entropy split → no claim")
+        return out
+
+    def record_amendments(self, root: Path = results.RESULTS) -> None:
+        """Put ``amendments`` on the stored card with the readings and verdicts each moved (``moves``)."""
+        from nbkit.studies import amendments as A
+
+        card = self.card(root)
+        moved = self.moves(self.load(root), self.meta(card["configs"]["runs"]))
+        for a in self.amendments:
+            A.amend(self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"], moved.get(a["key"], [])), root)
+
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
         """``GridStudy.store``, then (when ``thresholds_ready``) ``THRESHOLDS`` (beside the study, under ``root``) from
         what is now stored: this study's task replaces its own entry, another task's entry stays
@@ -363,6 +460,7 @@ class HarmThreshold(prereg.PreRegistered):
         out = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
         if not self.thresholds_ready(root, kw):
             return out
+        self.record_amendments(root)
         path = Path(root) / THRESHOLDS.relative_to(results.RESULTS)
         path.parent.mkdir(parents=True, exist_ok=True)
         old = json.loads(path.read_text()) if path.is_file() else None
@@ -531,6 +629,10 @@ def _mean_ci(xs: list[float]) -> tuple[float | None, float | None, float | None]
     """Mean gap and its 95 % t-interval over seeds (NaN bounds with one seed; as amended, ``AMENDMENTS``: the
     interval first shown was bounded in (−1, 1), which the verdicts never read); (None, None, None) with no gap."""
     return mean_ci(xs) if xs else (None, None, None)
+
+
+def _ci(ci) -> str:
+    return "–".join("censored" if v is None else f"{v:.3g}" for v in ci)
 
 
 def _with_committed(t, committed) -> dict:

@@ -157,6 +157,19 @@ TRANSFER_RULE = (
     "reading first committed"
 )
 """The amended transfer rule (``BAND``), committed on its own before any code computes it."""
+SOUND_AMENDMENTS = (
+    {
+        "key": "transfer",
+        "commit": "e096b68208aa114328c0045a6dae7d3016834079",
+        "time": "2026-11-27T18:11:29+00:00",
+        "what": "The transfer rule: " + TRANSFER_RULE.split(": ", 1)[1] + ".",
+        "why": "Issue 50 item 3: 'the CIs overlap' is not a transfer rule (wider CIs make agreement more likely); "
+        "the band and the three readings were committed on their own before any code computed them.",
+    },
+    *(a for a in H.AMENDMENTS if a["key"] in ("threshold_ci", "gap_ci", "growth_rule")),
+)
+"""Issue 50's amendments (the transfer rule, and the threshold CI, gap CI and growth rule shared with
+``harm_threshold``), put on the card by ``record_amendments`` with what each moved."""
 
 
 def base_config(lr: float | None = None, **overrides):
@@ -475,13 +488,24 @@ class HarmTransfer(H.HarmThreshold):
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
         """``HarmThreshold.store`` with ``AMENDMENTS`` put on the card."""
         path = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
-        from nbkit.studies import amendments as A
-
-        for a in AMENDMENTS:
-            A.amend(
-                self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"], list(a["verdicts_moved"])), root
-            )
+        self.record_amendments(root)
         return path
+
+    amendments = tuple({**a, "key": a.get("key", f"first-{i}")} for i, a in enumerate(AMENDMENTS)) + SOUND_AMENDMENTS
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``HarmThreshold.moves`` with the transfer rule's (each unit's reading as first committed → amended) and
+        the first amendments' own (stated by hand: none moved a verdict)."""
+        out = super().moves(runs, meta)
+        for i, a in enumerate(AMENDMENTS):
+            out[f"first-{i}"] = list(a["verdicts_moved"])
+        if self.missing(runs):
+            return out
+        rows, joint = {r["unit"]: r for r in self.transfer(runs, meta)}, self.joint(runs, meta)
+        for u, j in joint.items():
+            before = "agrees" if rows[u]["agrees"] else "does not agree"
+            out.setdefault("transfer", []).append(f"{H.UNITS[u]}: {before} → {j['verdict']}")
+        return out
 
     def thresholds_record(self, old: dict | None, root: Path = results.RESULTS) -> dict:
         """``HarmThreshold``'s, with the rule's transfer reading (``with_transfer``, amended by the joint bootstrap:
@@ -495,13 +519,17 @@ class HarmTransfer(H.HarmThreshold):
     def joint(self, runs, meta, root: Path = results.RESULTS) -> dict[str, dict]:
         """The amended transfer rule's reading per unit (``TRANSFER_RULE``: ``threshold.transfer`` of tiny-arith's
         stored study, under ``root``, and this one's ``runs``: each task's gaps with its seeds' own doses, the band
-        ``BAND``, ``H.N_BOOT`` replicates, seed ``H.BOOT_SEED``): unit → ``Transfer.to_json``."""
+        ``BAND``, ``H.N_BOOT`` replicates, seed ``H.BOOT_SEED``): unit → ``Transfer.to_json``; {} when tiny-arith's
+        study is not stored under ``root``."""
         key = (id(runs), str(root))
         if getattr(self, "_joint", (None,))[0] == key:  # the page asks twice (table and findings)
             return self._joint[1]
         ref = H.HarmThreshold()
-        ref_runs = ref.load(root)
-        ref_meta = ref.meta(ref.card(root)["configs"]["runs"])
+        try:
+            ref_runs = ref.load(root)
+            ref_meta = ref.meta(ref.card(root)["configs"]["runs"])
+        except FileNotFoundError:  # tiny-arith's study is not stored here: the rule as first committed alone
+            return {}
         out = {}
         for unit in H.UNITS:
             tasks = []
@@ -551,8 +579,8 @@ class HarmTransfer(H.HarmThreshold):
         joint = self.joint(runs, meta)
         table = [
             {
-                **r,
-                "agrees (as first committed)": r.pop("agrees"),
+                **{(f"{k} (doses fixed)" if k.endswith(": CI") else k): v for k, v in r.items() if k != "agrees"},
+                "agrees (as first committed)": r["agrees"],
                 "joint ratio": joint.get(r["unit"], {}).get("ratio"),
                 "ratio 95 % CI (joint bootstrap)": joint.get(r["unit"], {}).get("ci"),
                 f"reading (amended: band [{BAND[0]:g}, {BAND[1]:g}])": joint.get(r["unit"], {}).get("verdict"),

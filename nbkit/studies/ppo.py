@@ -223,6 +223,21 @@ def paired_difference(
     return out
 
 
+AMENDMENTS = (
+    {
+        "key": "last_steps",
+        "commit": "a6c9174adf4ac334fef2221e2572ff67cfe71a59",
+        "time": "2026-11-27T18:28:36+00:00",
+        "what": "The value loss and explained variance 'last 20 steps' read the values logged in the last 20 "
+        "optimiser steps; they had read the last 20 logged values, which for explained variance (logged once per "
+        "rollout) covered steps 21–100. The reading as first shown stays beside it.",
+        "why": "Issue 50 item 7: the label said steps, the code read rows.",
+    },
+)
+"""Changes to the page's readings after the runs (``nbkit.studies.amendments``), put on the card by
+``record_amendments`` with the readings each moved."""
+
+
 class PPOStudy(GridStudy):
     """The stored PPO study: options ``dtypes``, ``seeds``, ``steps``, ``output_dir`` and ``RLConfig`` fields in
     ``overrides`` (notebook 03 trains its live slice through the same grid)."""
@@ -265,6 +280,29 @@ class PPOStudy(GridStudy):
             for s in seeds
             for d in dtypes
         }
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``AMENDMENTS``' key → the readings it moved ("dtype metric: before → after", means over seeds)."""
+        out: list[str] = []
+        for r in precision_table(runs, meta):
+            if not r["metric"].endswith(AS_FIRST_SHOWN.format(n=TAIL)):
+                continue
+            now = next(
+                x
+                for x in precision_table(runs, meta)
+                if x["dtype"] == r["dtype"] and x["metric"] == r["metric"][: -len(AS_FIRST_SHOWN.format(n=TAIL))]
+            )
+            if f"{r['mean']:.3g}" != f"{now['mean']:.3g}":  # value loss is logged every step: unmoved
+                out.append(f"{r['dtype']} {now['metric']}: {r['mean']:.3g} → {now['mean']:.3g}")
+        return {"last_steps": out}
+
+    def record_amendments(self, root=None) -> None:
+        """Put ``AMENDMENTS`` on the stored card with the readings each moved (``moves``)."""
+        from nbkit import results
+        from nbkit.studies import amendments as A
+
+        root = root or results.RESULTS
+        A.put(self.name, AMENDMENTS, self.moves(self.load(root), self.stored_meta(root)), root)
 
     def coords(self, config: dict) -> dict:
         return runlog.coords(config)
