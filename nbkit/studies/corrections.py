@@ -107,14 +107,6 @@ def _name(fmt: str, corr: str) -> str:
 
 AMENDMENTS = (
     {
-        "key": "one_ci",
-        "commit": "a6c9174adf4ac334fef2221e2572ff67cfe71a59",
-        "time": "2026-11-27T18:28:36+00:00",
-        "what": "Each interval shown (uncorrected − FP32, corrected − FP32, contrast) is the 95 % t-interval the "
-        "rescue rule's t-tests read, not the interval bounded in (−1, 1) on Fisher's scale.",
-        "why": "Issue 50 item 4: one interval drawn and read.",
-    },
-    {
         "key": "six_seeds",
         "commit": "d764b89334eae34f90c48f7e51a61f5071fe51b3",
         "time": "2026-11-25T23:57:14+00:00",
@@ -122,6 +114,14 @@ AMENDMENTS = (
         "planned (read once, after the last sitting); no second sitting followed. The page reads the 6 seeds.",
         "why": "Compute (the rule allows a study stopped short for compute to be read at its seeds); the stop was "
         "not recorded as a decision when the first sitting was read, so it is recorded here (issue 50 item 6).",
+    },
+    {
+        "key": "one_ci",
+        "commit": "1099c04f8b26ec196362d9beeec2493b61ea4abc",
+        "time": "2026-11-27T18:59:57+00:00",
+        "what": "Each interval shown (uncorrected − FP32, corrected − FP32, contrast) is the 95 % t-interval the "
+        "rescue rule's t-tests read, not the interval bounded in (−1, 1) on Fisher's scale.",
+        "why": "Issue 50 item 4: one interval drawn and read.",
     },
 )
 """Changes after training began (``nbkit.studies.amendments``), put on the card by ``record_amendments``."""

@@ -94,6 +94,15 @@ AMENDMENTS = (
         "show that: the first sitting had been training for about six minutes.",
     },
     {
+        "key": "worse_than_fp32",
+        "commit": "2fc92b0a2814534d2280441a693fdbc899185928",
+        "time": "2026-11-24T22:10:47+00:00",
+        "what": "A reading was added beside the rule's verdicts: an inconclusive cell whose interval lies wholly "
+        "below 0 is said to be worse than FP32, its size undecided. The rule's three verdicts are unchanged.",
+        "why": "Made 23 minutes after the study's results were first regenerated (21:47 UTC), after they were read: "
+        "'inconclusive' alone hid that these cells were worse than FP32 (recorded by issue 50 item 6).",
+    },
+    {
         "key": "seeds",
         "commit": "698570e2f4f9ce20db9520b711c1fd535ea4b1ab",
         "time": "2026-11-24T23:44:25+00:00",
@@ -115,22 +124,13 @@ AMENDMENTS = (
     },
     {
         "key": "one_ci",
-        "commit": "a6c9174adf4ac334fef2221e2572ff67cfe71a59",
-        "time": "2026-11-27T18:28:36+00:00",
+        "commit": "1099c04f8b26ec196362d9beeec2493b61ea4abc",
+        "time": "2026-11-27T18:59:57+00:00",
         "what": "Each gap's interval shown (table, figure, findings) is the rule's 95 % t-interval, the one its "
         "verdict reads; the interval bounded in (−1, 1) on Fisher's scale that was shown beside the verdicts is "
         "gone from the display, named only where it would read otherwise.",
         "why": "Issue 50 item 4: the bounded interval passed gaps the t-interval excludes (e8m2 + μ as π_old), so "
         "the page drew one interval and read another.",
-    },
-    {
-        "key": "worse_than_fp32",
-        "commit": "2fc92b0a2814534d2280441a693fdbc899185928",
-        "time": "2026-11-24T22:10:47+00:00",
-        "what": "A reading was added beside the rule's verdicts: an inconclusive cell whose interval lies wholly "
-        "below 0 is said to be worse than FP32, its size undecided. The rule's three verdicts are unchanged.",
-        "why": "Made 23 minutes after the study's results were first regenerated (21:47 UTC), after they were read: "
-        "'inconclusive' alone hid that these cells were worse than FP32 (recorded by issue 50 item 6).",
     },
 )
 """The changes made after training began (``nbkit.studies.amendments``); ``verdicts_moved`` is computed from the
