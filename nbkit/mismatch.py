@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from nbkit import gemm as gemm_policies
-from nbkit import metrics, sampling_filter, schema
+from nbkit import metrics, sampling_filter, schema, stats
 from nbkit.models import DTYPES
 from nbkit.stats import RatioReading, read_ratio  # noqa: F401 - re-exported: the ratio rule lives with the statistics
 
@@ -369,14 +369,13 @@ def bootstrap_ci(
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot!r}")
     pi, mu = _ragged(logp_pi, logp_mu)
-    rng = np.random.default_rng(seed)
-    stats = []
-    for _ in range(n_boot):
-        idx = rng.integers(0, len(pi), len(pi))
-        if sum(pi[i].size for i in idx) == 0:
-            continue  # a resample of only empty responses has no tokens: skip it
-        stats.append(float(fn([pi[i] for i in idx], [mu[i] for i in idx])))
-    low, high = np.nanpercentile(stats, [50 * (1 - level), 50 * (1 + level)]) if stats else (np.nan, np.nan)
+
+    def replicate(idx):  # a resample of only empty responses has no tokens: NaN, left out of the interval
+        return [
+            float(fn([pi[i] for i in r], [mu[i] for i in r])) if sum(pi[i].size for i in r) else np.nan for r in idx
+        ]
+
+    low, high = stats.percentile_interval(stats.bootstrap(replicate, (len(pi),), n_boot, seed), level)
     return {"estimate": float(fn(pi, mu)), "low": float(low), "high": float(high), "level": level}
 
 

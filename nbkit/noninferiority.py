@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist, fmean, stdev
+from statistics import fmean, stdev
 
 import numpy as np
+from scipy.special import ndtr
 
-from nbkit.stats import t_quantile, t_two_sided
+from nbkit.stats import normal_quantile, t_quantile, t_two_sided
 
 BREAKS, NO_HARM, INCONCLUSIVE = "breaks", "no detectable harm", "inconclusive"
 """The rule's three verdicts."""
@@ -71,7 +72,8 @@ def p_value(gaps: list[float], margin: float = RULE.margin) -> float:
 
 
 def holm(pvalues: list[float], alpha: float = 1 - RULE.level) -> list[bool]:
-    """Holm's step-down procedure: which hypotheses are rejected with family-wise error ≤ ``alpha`` (any dependence):
+    """Holm's step-down procedure (scipy has none; statsmodels' ``multipletests(method="holm")`` would be a new
+    dependency for these six lines): which hypotheses are rejected with family-wise error ≤ ``alpha`` (any dependence):
     sort the p-values, reject the j-th smallest while p ≤ alpha / (k − j), stop at the first that is not."""
     order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
     out = [False] * len(pvalues)
@@ -106,7 +108,7 @@ def _simulated_verdicts(gaps: np.ndarray, rule: Rule, known_sd: float | None) ->
     if known_sd is None:
         half = t_quantile(0.5 + rule.level / 2, n - 1) * gaps.std(1, ddof=1) / math.sqrt(n)
     else:
-        half = NormalDist().inv_cdf(0.5 + rule.level / 2) * known_sd / math.sqrt(n)
+        half = normal_quantile(0.5 + rule.level / 2) * known_sd / math.sqrt(n)
     return np.where(m + half < -rule.margin, -1, np.where(m - half > -rule.margin, 1, 0))
 
 
@@ -143,8 +145,8 @@ def rates(
 def closed_form_rates(true_gap: float, sd: float, n: int, rule: Rule = RULE) -> dict[str, float]:
     """``rates`` with a known SD, in closed form: the interval is mean ± z·σ/√n with a normal mean, so
     P(breaks) = Φ((−m − g)/se − z) and P(no harm) = Φ((g + m)/se − z)."""
-    se, z, phi = sd / math.sqrt(n), NormalDist().inv_cdf(0.5 + rule.level / 2), NormalDist().cdf
-    b, h = phi((-rule.margin - true_gap) / se - z), phi((true_gap + rule.margin) / se - z)
+    se, z = sd / math.sqrt(n), normal_quantile(0.5 + rule.level / 2)
+    b, h = float(ndtr((-rule.margin - true_gap) / se - z)), float(ndtr((true_gap + rule.margin) / se - z))
     return {BREAKS: b, NO_HARM: h, INCONCLUSIVE: 1 - b - h}
 
 
@@ -184,7 +186,7 @@ def familywise(
         g = rng.normal(true_gap, sd, size=(sims, n))
         se = (np.full(sims, sd) if known_sd else g.std(1, ddof=1)) / math.sqrt(n)
         t = (g.mean(1) + rule.margin) / se
-        ps.append(2 * (1 - _phi(np.abs(t))) if known_sd else t_two_sided(t, n - 1))
+        ps.append(2 * ndtr(-np.abs(t)) if known_sd else t_two_sided(t, n - 1))
         signs.append(np.sign(t))
     p, s = np.stack(ps, 1), np.stack(signs, 1)
     k = p.shape[1]
@@ -196,13 +198,6 @@ def familywise(
     claim_no_harm, claim_break = rejected & (s > 0), rejected & (s < 0)
     bad = (claim_no_harm & bad_no_harm) | (claim_break & bad_break)
     return float(bad.any(1).mean())
-
-
-def _phi(x: np.ndarray) -> np.ndarray:
-    """The standard normal CDF, vectorised."""
-    from math import erf
-
-    return 0.5 * (1 + np.vectorize(erf)(x / math.sqrt(2)))
 
 
 def break_detectable(sd: float, n: int, rule: Rule = RULE, power: float = 0.8) -> float:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import tokenbins
+from nbkit import stats, tokenbins
 
 PARTS = ("length", "mix", "per_bin")
 """The three parts: (a) response length, (b) token mix across bins, (c) per-bin mismatch."""
@@ -163,11 +163,13 @@ def bootstrap(
     for lists of windows (run r's early and late drawn together; each drawn run's windows pooled)."""
     if not 0 < level < 1 or n_boot < 100:
         raise ValueError(f"level must be in (0, 1) and n_boot >= 100, got level={level!r}, n_boot={n_boot!r}")
-    rng = np.random.default_rng(seed)
     if isinstance(early, Window) and isinstance(late, Window):
         point = decompose(early, late)
-        draws = [w.sums(rng.integers(0, w.tokens.shape[0], size=(n_boot, w.tokens.shape[0]))) for w in (early, late)]
-        unit = "steps"
+        windows = (early, late)
+        sizes, paired, unit = (early.tokens.shape[0], late.tokens.shape[0]), False, "steps"
+
+        def sums(ie, il):  # each window's steps resampled on their own
+            return [w.sums(i) for w, i in zip(windows, (ie, il))]
     else:
         early, late = list(early), list(late)
         if len(early) != len(late) or len(early) < 2:
@@ -176,15 +178,19 @@ def bootstrap(
                 f"{len(early)} and {len(late)}"
             )
         point = decompose(_pool(early), _pool(late))
-        runs = rng.integers(0, len(early), size=(n_boot, len(early)))
         per_run = [np.stack([np.stack(w.sums()[:2]) for w in ws]) for ws in (early, late)]  # (runs, 2, bins)
         seqs = [np.array([w.sums()[2] for w in ws]) for ws in (early, late)]
-        draws = [(p[runs, 0].sum(1), p[runs, 1].sum(1), q[runs].sum(1)) for p, q in zip(per_run, seqs)]
-        unit = "runs"
-    m0, m1, parts, _, _ = _split(*draws)
-    alpha = (1 - level) / 2
-    ci = {k: tuple(float(q) for q in np.nanquantile(v, [alpha, 1 - alpha])) for k, v in parts.items()}
-    ci["total"] = tuple(float(q) for q in np.nanquantile(m1 - m0, [alpha, 1 - alpha]))
+        sizes, paired, unit = (len(early), len(early)), True, "runs"
+
+        def sums(runs, _same):  # a drawn run brings its early and late windows together (paired draws)
+            return [(p[runs, 0].sum(1), p[runs, 1].sum(1), q[runs].sum(1)) for p, q in zip(per_run, seqs)]
+
+    def replicate(a, b):  # the three parts and the total of each resample
+        m0, m1, parts, _, _ = _split(*sums(a, b))
+        return np.stack([*(parts[k] for k in PARTS), m1 - m0])
+
+    lows, highs = stats.percentile_interval(stats.bootstrap(replicate, sizes, n_boot, seed, paired=paired), level)
+    ci = {k: (float(lo), float(hi)) for k, lo, hi in zip((*PARTS, "total"), lows, highs)}
     return Split(point.early, point.late, point.parts, point.factors, ci, level, unit)
 
 

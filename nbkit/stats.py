@@ -1,10 +1,8 @@
-"""Small-sample statistics the studies' findings share: Student's t quantile and two-sided tail, a mean's t-interval
-(and its bounded version for differences of accuracies), the pooled SD of groups, and what a t-test can detect (the
-difference it finds with a given power, the seeds a gap needs), and what a ratio of two noisy estimates can say
-(``read_ratio``, the one rule of every BF16/FP16 ratio the workbook prints).
-
-Hand-written because scipy is not a dependency; ``tests/core/test_stats.py`` checks the quantiles against printed
-tables.
+"""Small-sample statistics the studies' findings share, on scipy: Student's t quantile and two-sided tail, a mean's
+t-interval, the pooled SD of groups, what a t-test can detect (the difference it finds with a given power, the seeds
+a gap needs), what a ratio of two noisy estimates can say (``read_ratio``, the one rule of every BF16/FP16 ratio the
+workbook prints), and the one percentile bootstrap every module resamples with (``bootstrap``: scipy's, over
+indices, so a statistic may take any data).
 """
 
 from __future__ import annotations
@@ -12,58 +10,77 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from statistics import NormalDist
+
+import numpy as np
+from scipy import stats as _sps
 
 
 @functools.lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile (bisection on the CDF, Simpson's rule on the density): the CI's multiplier (cached: the
-    simulations ask for the same few quantiles thousands of times)."""
+    """Student's t quantile (``scipy.stats.t.ppf``): the CI's multiplier (cached: the simulations ask for the same
+    few quantiles thousands of times)."""
     if df < 1 or not 0 < p < 1:
         raise ValueError(f"need df >= 1 and 0 < p < 1, got df={df!r}, p={p!r}")
-    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
-
-    def cdf(t: float, n: int = 2000) -> float:  # P(T <= t) for t >= 0
-        h = t / n
-        f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(n + 1)]
-        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
-
-    q = abs(p - 0.5) + 0.5
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < q:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
-    return math.copysign((lo + hi) / 2, p - 0.5)
+    return float(_sps.t.ppf(p, df))
 
 
 def t_two_sided(t, df: int):
-    """P(|T| ≥ |t|) for Student's T with integer ``df`` (a float or a numpy array of ``t``): the finite sums of
-    Abramowitz & Stegun 26.7.3–4 on θ = atan(|t| / √df), exact and vectorised (the simulations call it a million
-    times)."""
-    import numpy as np
-
+    """P(|T| ≥ |t|) for Student's T with integer ``df`` (a float or a numpy array of ``t``; ``scipy.stats.t.sf``)."""
     if int(df) != df or df < 1:
         raise ValueError(f"t_two_sided needs an integer df >= 1, got {df!r}")
-    df = int(df)
-    theta = np.arctan(np.abs(np.asarray(t, dtype=float)) / math.sqrt(df))
-    c2 = np.cos(theta) ** 2
-    if df % 2:  # odd: 2/π [θ + sin θ cos θ (1 + 2/3 cos²θ + (2·4)/(3·5) cos⁴θ + …)], df − 2 powers in all
-        term, total = np.ones_like(theta), np.zeros_like(theta)
-        for j in range(1, (df - 1) // 2 + 1):
-            total = total + term
-            term = term * c2 * (2 * j) / (2 * j + 1)
-        inside = 2 / math.pi * (theta + (np.sin(theta) * np.cos(theta) * total if df > 1 else 0))
-    else:  # even: sin θ (1 + 1/2 cos²θ + (1·3)/(2·4) cos⁴θ + …)
-        term, total = np.ones_like(theta), np.zeros_like(theta)
-        for j in range(1, df // 2 + 1):
-            total = total + term
-            term = term * c2 * (2 * j - 1) / (2 * j)
-        inside = np.sin(theta) * total
-    out = np.clip(1 - inside, 0.0, 1.0)
-    return float(out) if out.ndim == 0 else out
+    out = 2 * _sps.t.sf(np.abs(np.asarray(t, dtype=float)), int(df))
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def normal_quantile(p: float) -> float:
+    """The standard normal quantile (``scipy.stats.norm.ppf``)."""
+    return float(_sps.norm.ppf(p))
+
+
+def bootstrap(
+    statistic: Callable,
+    sizes: tuple[int, ...],
+    n_boot: int = 2000,
+    seed: int | np.random.Generator = 0,
+    paired: bool = False,
+) -> np.ndarray:
+    """The bootstrap distribution of ``statistic`` by ``scipy.stats.bootstrap``, resampling indices: ``sizes`` holds
+    each sample's number of units (sequences, seeds, steps...); ``statistic(*idx)`` gets one (n_boot, size) array of
+    drawn indices per sample (the same indices for every sample when ``paired``) and returns (..., n_boot) values.
+    Each sample's indices are drawn in turn from one ``numpy.random.default_rng(seed)`` (a Generator is used as
+    given). A sample of one unit resamples to itself. The interval is ``percentile_interval`` of what it returns."""
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    if min(sizes) < 2:  # scipy refuses a sample of one; its resamples are all the same
+        return np.asarray(statistic(*(rng.integers(0, n, size=(n_boot, n)) for n in sizes)))
+    data = tuple(np.arange(n) for n in sizes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", _sps.DegenerateDataWarning)  # NaNs are dropped by percentile_interval
+        warnings.simplefilter("ignore", RuntimeWarning)  # scipy's standard error of infinite values (unused here)
+        res = _sps.bootstrap(
+            data,
+            lambda *idx, axis=-1: np.asarray(statistic(*idx), dtype=float),
+            n_resamples=n_boot,
+            vectorized=True,
+            paired=paired,
+            method="percentile",
+            rng=rng,
+        )
+    return np.asarray(res.bootstrap_distribution)
+
+
+def percentile_interval(values, level: float = 0.95, axis: int = -1) -> tuple:
+    """The central ``level`` percentile interval of the finite ``values`` along ``axis`` (linear interpolation, as
+    ``scipy.stats.bootstrap``'s percentile method; NaN where none is finite): (low, high)."""
+    v = np.asarray(values, dtype=float)
+    v = np.where(np.isfinite(v), v, np.nan)
+    alpha = (1 - level) / 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row gives NaN, as documented
+        lo, hi = np.nanquantile(v, [alpha, 1 - alpha], axis=axis)
+    return lo, hi
 
 
 def mean_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -96,7 +113,7 @@ def bounded_mean_ci(xs: list[float], level: float = 0.95, bound: float = 1.0) ->
 def detectable_difference(se: float, df: int, power: float = 0.8, alpha: float = 0.05) -> float:
     """The smallest true difference a two-sided ``alpha`` t-test with standard error ``se`` and ``df`` degrees of
     freedom finds with ``power`` (normal approximation of the non-central t, with the t quantile for the test)."""
-    return (t_quantile(1 - alpha / 2, df) + NormalDist().inv_cdf(power)) * se
+    return (t_quantile(1 - alpha / 2, df) + normal_quantile(power)) * se
 
 
 def detectable_gap(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -> float:

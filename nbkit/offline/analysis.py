@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import gemm, models, paths, pool, schema
+from nbkit import gemm, models, paths, pool, schema, stats
 from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
 from nbkit.mismatch import headline_cis, mismatch_metrics, read_ratio, relative_prob_error, teacher_forced_logprobs
 from nbkit.tasks import arith
@@ -470,22 +470,22 @@ def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 100
 
 
 def _bootstrap_pair(fn, num_pair, den_pair, n_boot, seed) -> tuple[np.ndarray, np.ndarray]:
-    """``n_boot`` bootstrap values of fn on each cell, resampling each cell's sequences with replacement."""
-    rng = np.random.default_rng(seed)
-    out = np.full((2, n_boot), np.nan)
-    for k in range(n_boot):
-        for j, (pi, mu) in enumerate((num_pair, den_pair)):
-            idx = rng.integers(0, len(pi), len(pi))
-            out[j, k] = fn([pi[i] for i in idx], [mu[i] for i in idx])
+    """``n_boot`` bootstrap values of fn on each cell, resampling each cell's sequences with replacement
+    (``nbkit.stats.bootstrap``: the two cells' resamples drawn independently, the numerator's first)."""
+
+    def on(pair, idx):
+        pi, mu = pair
+        return np.array([fn([pi[i] for i in r], [mu[i] for i in r]) for r in idx], dtype=float)
+
+    out = stats.bootstrap(
+        lambda a, b: np.stack([on(num_pair, a), on(den_pair, b)]), (len(num_pair[0]), len(den_pair[0])), n_boot, seed
+    )
     return out[0], out[1]
 
 
 def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
     """The central ``level`` percentile interval of the finite ``values`` (NaNs if there are none)."""
-    values = values[np.isfinite(values)]
-    if not len(values):
-        return float("nan"), float("nan")
-    low, high = np.percentile(values, [50 * (1 - level), 50 * (1 + level)])
+    low, high = stats.percentile_interval(values, level)
     return float(low), float(high)
 
 

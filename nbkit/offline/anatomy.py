@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import forced, lm_head, mismatch, models
+from nbkit import forced, lm_head, mismatch, models, stats
 from nbkit import gemm as gemm_policies
 from nbkit import metrics as metric_registry
 from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
@@ -216,12 +216,12 @@ def telescope(
             / lengths.sum()
         )
     if n_boot:
-        rng = np.random.default_rng(seed)
-        idx = rng.integers(0, len(lengths), (n_boot, len(lengths)))
-        tokens = lengths[idx].sum(axis=1)
-        keep = tokens > 0  # a resample of empty responses only has no token
-        draws = per_seq[:, idx].sum(axis=2)[:, keep] / tokens[keep]
-        lows, highs = np.percentile(draws, [50 * (1 - level), 50 * (1 + level)], axis=1)
+
+        def replicate(idx):  # the same resamples for every entry; a resample of empty responses only has no token
+            tokens = lengths[idx].sum(axis=1)
+            return np.where(tokens > 0, per_seq[:, idx].sum(axis=2) / np.where(tokens > 0, tokens, 1), np.nan)
+
+        lows, highs = stats.percentile_interval(stats.bootstrap(replicate, (len(lengths),), n_boot, seed), level)
         for n, lo, hi in zip(names, lows, highs):
             out[n]["CI"] = (float(lo), float(hi))
     return out

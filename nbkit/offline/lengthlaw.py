@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nbkit import stats
 from nbkit.stats import RatioReading, read_ratio
 
 PAPER_SLOPES = {"bf16": -1.01, "fp16": -0.07}
@@ -72,19 +73,16 @@ def fit_sums(lengths, sums, n_boot: int = 2000, level: float = 0.95, seed: int =
         raise ValueError("token log-ratios hold NaN/inf")
     if lengths.min() == lengths.max():
         raise ValueError(f"every sequence has {int(lengths[0])} tokens: a slope against length needs varied lengths")
-    idx = np.random.default_rng(seed).integers(0, len(lengths), size=(n_boot, len(lengths)))
-    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
-
-    def ci(x):
-        lo, hi = np.percentile(x, q)
-        return float(lo), float(hi)
-
     slope = float(_slope(lengths, sums)) * 1000
-    slope_b = _slope(lengths[idx], sums[idx]) * 1000
     k1 = float(-sums.sum() / lengths.sum())
-    k1_b = -sums[idx].sum(axis=1) / lengths[idx].sum(axis=1)
-    seq_kl_b = -sums[idx].mean(axis=1)
-    slope_ci, k1_ci = ci(slope_b), ci(k1_b)
+
+    def replicate(idx):  # slope, k1 and sequence KL of each resample, from the same resamples
+        return np.stack(
+            [_slope(lengths[idx], sums[idx]) * 1000, -sums[idx].sum(1) / lengths[idx].sum(1), -sums[idx].mean(1)]
+        )
+
+    lows, highs = stats.percentile_interval(stats.bootstrap(replicate, (len(lengths),), n_boot, seed), level)
+    slope_ci, k1_ci, seq_kl_ci = ((float(a), float(b)) for a, b in zip(lows, highs))
     overlap = slope_ci[0] <= -1000 * k1_ci[0] and -1000 * k1_ci[1] <= slope_ci[1]
     return LengthLaw(
         n=len(lengths),
@@ -95,7 +93,7 @@ def fit_sums(lengths, sums, n_boot: int = 2000, level: float = 0.95, seed: int =
         k1=k1,
         k1_ci=k1_ci,
         seq_kl=float(-sums.mean()),
-        seq_kl_ci=ci(seq_kl_b),
+        seq_kl_ci=seq_kl_ci,
         slope_matches_k1=bool(overlap),
     )
 

@@ -111,6 +111,15 @@ def transfer_note(unit: str, transfer: dict) -> str:
     by = f"read by {transfer['study']}" if transfer.get("study") else "the stored transfer reading"
     if mine is None:
         return f"the transfer between {first} and {second} ({by}) did not read {unit!r}"
+    if "reading" in mine:  # the amended rule (harm_transfer.TRANSFER_RULE): the ratio's CI against a band
+        lo, hi = transfer.get("band") or (None, None)
+        ci = mine.get("ratio_ci") or (math.nan, math.nan)
+        said = {"transfers": "transfers", "differs": "differs", "cannot tell": "is not shown to transfer"}
+        return (
+            f"{unit} {said.get(mine['reading'], mine['reading'])} between {first} and {second} (threshold ratio "
+            f"{second}/{first} {mine.get('joint_ratio') or math.nan:.3g}, 95 % CI {ci[0]:.3g}–{ci[1]:.3g} against "
+            f"the band [{lo:g}, {hi:g}]; {by})"
+        )
     if mine.get("agrees"):
         return (
             f"{unit}'s thresholds agree across {first} and {second} (95 % CIs overlap; ratio {second}/{first} "

@@ -10,7 +10,7 @@ DOSE = "dose: mismatch at step 0"
 
 
 def dose_response(rows: list[dict]):
-    """Left: judge accuracy late in the run (mean of the last two judgments; mean over seeds, bars = bounded 95 % CI
+    """Left: judge accuracy late in the run (mean of the last two judgments; mean over seeds, bars = the rule's 95 % t-interval
     of the paired gap moved onto the mean) against the dose (per-token mismatch of the first step's rollouts, before
     any update), one line per correction, the paper's same-format pairs marked.
     Right: the mechanism per format (IS tokens masked/truncated, ESS per token, mismatch growth over the run)."""

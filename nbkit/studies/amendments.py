@@ -159,3 +159,13 @@ def amend(study: str, amendment: Amendment, root: Path = results.RESULTS, **reco
     card["amendments"] = [*kept, amendment.to_card()]
     outputs.write_json(path, card, indent=1)
     return path
+
+
+def put(study: str, declared, moved: dict[str, list[str]] | None = None, root: Path = results.RESULTS) -> None:
+    """Put a study's declared amendments (``{"key", "what", "commit", "time", "why"}`` each, as the study modules
+    declare ``AMENDMENTS``) on its stored card, each with what it moved (``moved[key]``, computed from the stored
+    runs; none when absent)."""
+    for a in declared:
+        amend(
+            study, Amendment(a["what"], a["commit"], a["time"], a["why"], list((moved or {}).get(a["key"], []))), root
+        )

@@ -17,7 +17,7 @@ The rule (``RULE_TEXT``), fixed in this module and committed before any of its r
 - **Outcome**: the held-out (FP32-sampled judge) accuracy, mean of the last two judgments (steps 40 and 50): the
   dose–response's amended outcome (``dose_response.final_judge``), fixed here before these runs.
 - **Contrast**: per seed, corrected − uncorrected; its mean with a 95 % interval (the rule reads the t-interval at
-  the contrast's own SD; the page also shows the interval bounded in (−1, 1)). Beside it, corrected − FP32 on the
+  the contrast's own SD; the page first showed the interval bounded in (−1, 1), as amended the t-interval). Beside it, corrected − FP32 on the
   same seeds against the margin −``MARGIN``.
 - **Rescues**: the contrast's interval lies above 0 AND the corrected − FP32 interval lies above −``MARGIN`` (an
   intersection–union test: p = the larger of the two t-tests' p-values). *Helps* (contrast above 0, not shown within
@@ -56,7 +56,7 @@ from pathlib import Path
 from nbkit import noninferiority as NI
 from nbkit import results
 from nbkit.runlog import differing_fields, last_step
-from nbkit.stats import bounded_mean_ci
+from nbkit.stats import bounded_mean_ci, mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import prereg
 
@@ -105,6 +105,28 @@ def _name(fmt: str, corr: str) -> str:
     return f"{fmt} + {corr}"
 
 
+AMENDMENTS = (
+    {
+        "key": "six_seeds",
+        "commit": "d764b89334eae34f90c48f7e51a61f5071fe51b3",
+        "time": "2026-11-25T23:57:14+00:00",
+        "what": "The study was stored and its verdicts read after its first sitting, at seeds 0–5 of the 12 the rule "
+        "planned (read once, after the last sitting); no second sitting followed. The page reads the 6 seeds.",
+        "why": "Compute (the rule allows a study stopped short for compute to be read at its seeds); the stop was "
+        "not recorded as a decision when the first sitting was read, so it is recorded here (issue 50 item 6).",
+    },
+    {
+        "key": "one_ci",
+        "commit": "1099c04f8b26ec196362d9beeec2493b61ea4abc",
+        "time": "2026-11-27T18:59:57+00:00",
+        "what": "Each interval shown (uncorrected − FP32, corrected − FP32, contrast) is the 95 % t-interval the "
+        "rescue rule's t-tests read, not the interval bounded in (−1, 1) on Fisher's scale.",
+        "why": "Issue 50 item 4: one interval drawn and read.",
+    },
+)
+"""Changes after training began (``nbkit.studies.amendments``), put on the card by ``record_amendments``."""
+
+
 class CorrectionsStudy(prereg.PreRegistered):
     """Options: ``formats``, ``corrections``, ``seeds``, ``steps``, ``output_dir``, ``overrides`` (any ``RLConfig``
     field) and ``reuse`` (a stored study whose identical-config control arms are reused; None, the default, trains
@@ -124,8 +146,9 @@ class CorrectionsStudy(prereg.PreRegistered):
     )
     statistic = (
         "outcome = held-out judge accuracy (351 problems × 1 sample, FP32 engine), mean of the judgments at "
-        "steps 40 and 50; contrast = corrected − uncorrected per seed, mean over seeds; CI = 95 % interval "
-        "bounded in (−1, 1) (t on Fisher's atanh scale); verdict = the rule on the plain t-intervals at each "
+        "steps 40 and 50; contrast = corrected − uncorrected per seed, mean over seeds; CI = the 95 % t-interval "
+        "the verdict reads (as amended; first shown bounded in (−1, 1) on Fisher's scale); verdict = the rule on the "
+        "t-intervals at each "
         "cell's own SD (rescues: contrast above 0 and corrected − FP32 above −0.05); verdict (Holm) = the "
         "six rescue claims with family-wise error 5 % (helps/harms: Holm over the six contrasts); fewer than "
         "5 paired seeds: direction only."
@@ -236,6 +259,26 @@ class CorrectionsStudy(prereg.PreRegistered):
             runs = {**{k: other[k] for k in reuse["runs"] if k in other}, **runs}
         return runs
 
+    def record_amendments(self, root: Path = results.RESULTS) -> None:
+        """Put ``AMENDMENTS`` on the stored card (no verdict moved: the 6 seeds are what was read)."""
+        from nbkit.studies import amendments as A
+
+        A.put(self.name, AMENDMENTS, self.moves(self.load(root), self.stored_meta(root)), root)
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``AMENDMENTS``' key → the shown intervals whose reading (above/below 0, above/below −margin) moved."""
+        out: list[str] = []
+        for (fmt, corr), v in self.contrasts(runs, meta).items():
+            for label, key, line in (("contrast", "contrast", 0.0), ("corrected − fp32", "vs fp32", -RULE.margin)):
+                xs = list(v[key].values())
+                if len(xs) < 2:
+                    continue
+                _, blo, bhi = bounded_mean_ci(xs)
+                _, lo, hi = mean_ci(xs)
+                if (blo > line) != (lo > line) or (bhi < line) != (hi < line):
+                    out.append(f"{fmt} + {corr} {label}: bounded [{blo:+.3f}, {bhi:+.3f}] → t [{lo:+.3f}, {hi:+.3f}]")
+        return {"one_ci": out}
+
     def stored_meta(self, root: Path = results.RESULTS) -> dict[str, dict]:
         card = self.card(root)
         configs = dict(card["configs"]["runs"])
@@ -279,7 +322,7 @@ class CorrectionsStudy(prereg.PreRegistered):
             c, g, u = (list(v[k].values()) for k in ("contrast", "vs fp32", "uncorrected vs fp32"))
             row = {"format": fmt, "correction": corr, "paired seeds": len(c)}
             for label, xs in (("uncorrected − fp32", u), ("corrected − fp32", g), ("contrast", c)):
-                m, lo, hi = bounded_mean_ci(xs) if xs else (None, None, None)
+                m, lo, hi = mean_ci(xs) if xs else (None, None, None)  # the t-interval the verdict reads
                 row.update({label: m, f"{label} CI": None if m is None or lo != lo else [lo, hi]})
             row["contrast SD (own)"] = statistics.stdev(c) if len(c) >= 2 else None
             row.update({k: fam[_name(fmt, corr)][k] for k in ("verdict", "verdict (Holm)", "p rescue")})

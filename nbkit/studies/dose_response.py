@@ -94,6 +94,15 @@ AMENDMENTS = (
         "show that: the first sitting had been training for about six minutes.",
     },
     {
+        "key": "worse_than_fp32",
+        "commit": "2fc92b0a2814534d2280441a693fdbc899185928",
+        "time": "2026-11-24T22:10:47+00:00",
+        "what": "A reading was added beside the rule's verdicts: an inconclusive cell whose interval lies wholly "
+        "below 0 is said to be worse than FP32, its size undecided. The rule's three verdicts are unchanged.",
+        "why": "Made 23 minutes after the study's results were first regenerated (21:47 UTC), after they were read: "
+        "'inconclusive' alone hid that these cells were worse than FP32 (recorded by issue 50 item 6).",
+    },
+    {
         "key": "seeds",
         "commit": "698570e2f4f9ce20db9520b711c1fd535ea4b1ab",
         "time": "2026-11-24T23:44:25+00:00",
@@ -112,6 +121,16 @@ AMENDMENTS = (
         "why": "A reviewer's reading: 2-df SDs are no basis for a claim, ten unadjusted claims at the margin carry a "
         "large family-wise error, an accuracy difference cannot lie below −1, the pooled SD mixed 0.02 with 0.07, "
         "and the run average is moved by the run's own fate.",
+    },
+    {
+        "key": "one_ci",
+        "commit": "1099c04f8b26ec196362d9beeec2493b61ea4abc",
+        "time": "2026-11-27T18:59:57+00:00",
+        "what": "Each gap's interval shown (table, figure, findings) is the rule's 95 % t-interval, the one its "
+        "verdict reads; the interval bounded in (−1, 1) on Fisher's scale that was shown beside the verdicts is "
+        "gone from the display, named only where it would read otherwise.",
+        "why": "Issue 50 item 4: the bounded interval passed gaps the t-interval excludes (e8m2 + μ as π_old), so "
+        "the page drew one interval and read another.",
     },
 )
 """The changes made after training began (``nbkit.studies.amendments``); ``verdicts_moved`` is computed from the
@@ -205,9 +224,9 @@ class DoseResponse(GridStudy):
     statistic = (
         "judge = accuracy on 351 held-out problems × 1 sample drawn by an FP32 engine; outcome = the mean of "
         "the judgments at steps 40 and 50 (as amended; 'original outcome' = the step-50 judgment alone); "
-        "gap = format − FP32 paired by seed, mean over seeds; CI = 95 % interval bounded in (−1, 1) (the "
-        "t-interval on Fisher's atanh scale); verdict = the rule on the plain t-interval (the findings name any "
-        "cell where the bounded interval reads otherwise), "
+        "gap = format − FP32 paired by seed, mean over seeds; CI = the 95 % t-interval over seeds, the one "
+        "the verdict reads (as amended; it was first shown bounded in (−1, 1): the findings name any cell where that "
+        "interval reads otherwise); verdict = the rule on the t-interval, "
         f"only for cells with ≥ {NI.RULE.min_seeds} paired seeds (fewer: direction only); verdict (Holm) = "
         "the same claims with the family-wise error over every claim on the page held at 5 % (Holm); own "
         "SD = the SD of that cell's paired gaps (no pooling); breaks detectable at = the true gap the rule "
@@ -370,7 +389,7 @@ class DoseResponse(GridStudy):
             }
             gaps = list(self.gaps(by_seed, ref).values())
             if (train, fmt, corr) != ("fp32", REFERENCE, "none") and gaps:
-                m, blo, bhi = bounded_mean_ci(gaps)
+                m, blo, bhi = mean_ci(gaps)  # the t-interval the verdict reads (as amended: ONE_CI)
                 sd = statistics.stdev(gaps) if len(gaps) >= 2 else float("nan")
                 judged = len(gaps) >= NI.RULE.min_seeds and sd > 0
                 original = list(self.gaps(by_seed, ref, ORIGINAL_WINDOW).values())
@@ -457,7 +476,7 @@ class DoseResponse(GridStudy):
     def looks(self, runs, meta) -> list[dict]:
         """Each cell without correction under the original outcome (last judgment) and the amended one (mean of the
         last two), at the first look (seeds ``FIRST_LOOK``) and, where seeds were added after it, the second look
-        (every stored seed): mean gap, bounded 95 % interval and the rule's verdict."""
+        (every stored seed): mean gap, the rule's 95 % t-interval and its verdict."""
         cells = self.cells(runs, meta)
         ref = cells.get(("fp32", REFERENCE, "none"), {})
         out = []
@@ -466,11 +485,8 @@ class DoseResponse(GridStudy):
             g = list(self.gaps(by_seed, ref, window, seeds).values())
             if len(g) < 2:
                 return "—"
-            m, lo, hi = bounded_mean_ci(g)
-            v = self.cell_verdict(g)
-            other = NI.verdict(lo, hi) if len(g) >= NI.RULE.min_seeds else v
-            note = f" (by the rule's t-interval; the bounded interval: {other})" if other != v else ""
-            return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] {v}{note}"
+            m, lo, hi = mean_ci(g)
+            return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] {self.cell_verdict(g)}"
 
         for key, by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
             if key[2] != "none" or key == ("fp32", REFERENCE, "none"):
@@ -502,7 +518,17 @@ class DoseResponse(GridStudy):
             _, lo, hi = mean_ci(g)
             return NI.verdict(lo, hi)
 
-        out = {"outcome": [], "seeds": [], "reanalysis": []}
+        out = {"outcome": [], "seeds": [], "reanalysis": [], "worse_than_fp32": [], "one_ci": []}
+        out["one_ci"] = [
+            f"shown interval: {d.replace(' by the rule, ', ' by the t-interval, ')}"
+            for d in self.interval_disagreements(runs, meta)
+        ]
+        for r in self.table(runs, meta):  # the reading added beside the verdicts (no verdict moved)
+            if _below_zero(r):
+                out["worse_than_fp32"].append(
+                    f"{_name((r['train'], r['format'], r['correction']))}: {r['verdict']} → {r['verdict']}, worse than "
+                    "FP32 (size undecided)"
+                )
         holm = self.holm(runs, meta)
         for key, by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
             if key == ("fp32", REFERENCE, "none"):
@@ -657,9 +683,9 @@ class DoseResponse(GridStudy):
             )
         differ = self.interval_disagreements(runs, meta)
         out.append(
-            "The intervals shown are bounded (the t-interval on Fisher's atanh scale, inside (−1, 1), where "
-            "the plain t-interval of a large gap on few seeds can reach below −1); the verdicts read the rule's "
-            "own t-interval; the bounded interval gives a different verdict in "
+            "The intervals shown are the rule's t-intervals, the ones the verdicts read (a plain interval of a mean: "
+            "with a large gap on few seeds it can reach below −1). As first shown (amended: one interval drawn and "
+            "read) they were bounded in (−1, 1) on Fisher's atanh scale, which gives a different verdict in "
             + ("; ".join(differ) if differ else "no cell with a verdict")
             + "."
         )
@@ -739,7 +765,7 @@ class DoseResponse(GridStudy):
         bf, fp = cells.get(("bf16", "bf16", "none"), {}), cells.get(("fp16", "fp16", "none"), {})
         gaps = list(self.gaps(bf, fp).values())
         if len(gaps) >= 2:
-            m, lo, hi = bounded_mean_ci(gaps)
+            m, lo, hi = mean_ci(gaps)
             v = self.cell_verdict(gaps)
             reading = {
                 NI.NO_HARM: "BF16 is no detectably worse than FP16 (the interval lies above -0.05)",

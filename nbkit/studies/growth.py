@@ -67,23 +67,64 @@ def _main_part(row: dict) -> str:
     )
 
 
-def paragraph(rows: list[dict], broke: set[str], binning: str = "entropy") -> str:
-    """One paragraph from ``rows`` (``table``): for the arms in ``broke`` and the others, which part carried the
-    change of the sequence-level mismatch, in ``binning``'s split."""
-    mine = [r for r in rows if r["binning"] == binning]
-    if not mine:
+MIN_RUNS = 5
+"""Runs an arm needs before its split is read as a claim (the rule's minimum for a verdict)."""
+
+
+def _direction(row: dict) -> str:
+    """``grew``, ``fell`` (the change's CI clear of 0) or ``unclear``."""
+    lo, hi = row["change CI"]
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return "unclear"
+    return "grew" if lo > 0 else "fell" if hi < 0 else "unclear"
+
+
+def paragraph(rows: list[dict], broke: set[str], binnings=BINNINGS) -> str:
+    """One paragraph from ``rows`` (``table``: every binning) under the growth rule as amended (``harm_threshold``'s
+    ``AMENDMENTS``): first where the sequence-level mismatch fell and where it grew (its change's CI clear of 0);
+    then a claim about which part carried the change only for an arm with >= ``MIN_RUNS`` runs whose binnings all
+    put the largest part in the same place; every other arm is named with why it gets no claim. ``broke``: the arms
+    whose gap's CI lies below the harm line."""
+    by_arm: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        if r["binning"] in binnings:
+            by_arm.setdefault(r["arm"], {})[r["binning"]] = r
+    if not by_arm:
         return "No run logged the token bins in both windows: the growth of the mismatch cannot be split."
-    parts = []
-    for label, group in (("Runs that broke", [r for r in mine if r["arm"] in broke]), ("Runs that did not", None)):
-        group = group if group is not None else [r for r in mine if r["arm"] not in broke]
-        if not group:
-            continue
-        said = "; ".join(f"{r['arm']} ({r['runs']} runs): {_main_part(r)}" for r in group)
-        parts.append(f"{label}: {said}.")
-    return (
-        f"Where the change of the sequence-level mismatch between the early and the late steps came from (split by π's "
-        f"{binning}; the largest part per arm): " + " ".join(parts) + " " + summary(mine)
+    first = next(iter(binnings))
+    moved = {
+        w: [a for a, b in by_arm.items() if _direction(b.get(first) or next(iter(b.values()))) == w]
+        for w in ("fell", "grew")
+    }
+    head = (
+        f"The sequence-level mismatch fell from the early to the late steps in {len(moved['fell'])} of {len(by_arm)} "
+        f"arms ({', '.join(moved['fell']) or 'none'}) and grew in {len(moved['grew'])} "
+        f"({', '.join(moved['grew']) or 'none'}); the rest changed within their CIs."
     )
+    claims, none = [], []
+    for arm, b in by_arm.items():
+        parts = {k: largest(r) for k, r in b.items()}
+        runs = min(r["runs"] for r in b.values())
+        status = "broke" if arm in broke else "did not break"
+        if runs < MIN_RUNS:
+            none.append(f"{arm} ({runs} runs, fewer than {MIN_RUNS})")
+        elif len(parts) < len(binnings) or len(set(parts.values())) > 1:
+            none.append(
+                f"{arm} (the binnings disagree: " + ", ".join(f"{k} {NAMES[v]}" for k, v in parts.items()) + ")"
+            )
+        else:
+            claims.append(
+                f"{arm} ({status}; {runs} runs): " + "; ".join(f"by {k}, {_main_part(r)}" for k, r in b.items())
+            )
+    said = [head]
+    if claims:
+        said.append(
+            "Where the change came from (the largest part, the same in both binnings, >= 5 runs): "
+            + " ".join(f"{c}." for c in claims)
+        )
+    if none:
+        said.append("No claim for " + "; ".join(none) + ".")
+    return " ".join(said)
 
 
 def summary(rows: list[dict]) -> str:

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from nbkit import outputs, results, schema, threshold
-from nbkit.stats import bounded_mean_ci
+from nbkit.stats import bounded_mean_ci, mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import growth, prereg
 
@@ -111,6 +111,60 @@ RULE_RECORD = {"commit": "574e11afde5764e57d1bf2fd72fe19dc93c2a8e5", "time": "20
 """The commit that fixed ``RULE_TEXT`` and its time (``git log -1 --format=%cI``), before any run of the study."""
 
 
+SOUND = {"commit": "a6c9174adf4ac334fef2221e2572ff67cfe71a59", "time": "2026-11-27T18:28:36+00:00"}
+"""The commit that made issue 50's statistics sound in both harm studies, and its time."""
+AMENDMENTS = (
+    {
+        "key": "growth_paragraph",
+        "commit": "d280b62d7224e1e24ca6f7d571f1ad9129eed383",
+        "time": "2026-11-26T01:12:05+00:00",
+        "what": "A paragraph 'why the mismatch grew' was added to the findings: per arm the largest part of the "
+        "shift-share split by π's entropy, with whether its bootstrap CI over runs excludes 0, for the arms that "
+        "broke (mean gap at or below −0.05) and those that did not. The rule named the windows (steps 1–10 "
+        "against 41–50), not which binning is read, how 'broke' is decided or what counts as a claim.",
+        "why": "Issue 37's item 4 asks why the mismatch grows in runs that break; the code that reads it was "
+        "written while the grid trained.",
+    },
+    {
+        "key": "grew_fell_count",
+        "commit": "51b7ffcdc507489b6cec7a41b3e70381705403b2",
+        "time": "2026-11-26T02:14:00+00:00",
+        "what": "The growth paragraph gained a closing count over the arms whose sequence mismatch grew or fell clear "
+        "of its CI of which part was largest.",
+        "why": "Added after the study's results were stored (02:11:34 UTC) and read, to summarise the paragraph.",
+    },
+    {
+        "key": "threshold_ci",
+        **SOUND,
+        "what": "The threshold CI resamples each drawn seed's doses together with its gaps (each replicate's dose of "
+        "a point = the mean over its drawn seeds, the points re-sorted by them); the rule's bootstrap held each "
+        "dose fixed at its mean over seeds. The CI as first committed is shown beside the amended one.",
+        "why": "Issue 50 item 2: single seeds dominate some doses' means (1/ESS − 1: one seed of c1of16 at 39.5 "
+        "against 1.2–2.8 for the others), an uncertainty the fixed-dose CI did not carry.",
+    },
+    {
+        "key": "gap_ci",
+        **SOUND,
+        "what": "Each gap's CI shown (table, figure, thresholds.json) is the 95 % t-interval over seeds that the "
+        "verdicts read, not the interval bounded in (−1, 1) on Fisher's scale; an arm 'broke' when that interval "
+        "lies wholly below −0.05, not when its mean does.",
+        "why": "Issue 50 item 4: the bounded interval could pass a gap the t-interval excludes (one interval must "
+        "be drawn and read); item 5: a mean at −0.0504 counted as broken.",
+    },
+    {
+        "key": "growth_rule",
+        **SOUND,
+        "what": "The growth paragraph claims which part carried the change only for an arm with >= 5 runs whose "
+        "entropy and probability binnings put the largest part in the same place; other arms are named with why "
+        "they get no claim; its first sentence says in how many arms the mismatch fell and grew.",
+        "why": "Issue 50 item 5: the attribution flips with the binning, 3-run bootstraps carried claims, and the "
+        "mismatch fell in most arms, which the paragraph (titled 'why it grew') did not say first.",
+    },
+)
+"""Changes to the rule after training began (``nbkit.studies.amendments``), put on the card by ``record`` with the
+readings and verdicts each moved (``moves``, computed from the stored runs)."""
+
+
 def pick_points(ladder: dict[str, float], targets: int = TARGETS, low: str = "e8m2", high: str = "e8m1") -> list[str]:
     """The rule's dose points from an offline ladder (``format → dose``): for each of ``targets`` doses log-spaced
     from ``ladder[low]`` to ``ladder[high]``, the format nearest in log dose (ends: ``low`` and ``high`` themselves);
@@ -167,7 +221,7 @@ class HarmThreshold(prereg.PreRegistered):
         "outcome = held-out judge accuracy (351 problems × 1 sample, FP32 engine), mean of the judgments at steps 40 "
         "and 50; gap = point − FP32 on the same seed; dose = mean over seeds of the step-0 mismatch; threshold = "
         "dose where the isotonic fit of the mean gap crosses −0.05 (log-linear between doses), 95 % percentile "
-        "bootstrap CI over seeds (2,000 replicates, t-corrected); gap CI = 95 % interval bounded in (−1, 1)."
+        "bootstrap CI over seeds (2,000 replicates, t-corrected; as amended, each drawn seed brings its doses with its gaps, the CI with doses fixed shown beside); gap CI = 95 % t-interval over seeds (not bounded: it may pass −1)."
     )
     notebook = "06_dose_response"
     output_dir = f"runs/{STUDY}"
@@ -270,8 +324,21 @@ class HarmThreshold(prereg.PreRegistered):
         g = np.array([[gaps[(p, "none")].get(s, np.nan) for p in pts] for s in seeds]).reshape(len(seeds), len(pts))
         return pts, seeds, g
 
-    def thresholds(self, runs, meta) -> dict[str, threshold.Threshold | str]:
-        """``unit → Threshold`` (the rule's estimate at the stored seeds), or the reason there is none."""
+    def dose_matrix(self, runs, meta, unit: str = PRIMARY) -> np.ndarray:
+        """Each seed's step-0 dose in ``unit`` (seeds × points of ``gap_matrix``, NaN where a run is missing)."""
+        pts, seeds, _ = self.gap_matrix(runs, meta)
+        arms = self.arms(runs, meta)
+
+        def dose(p, s):
+            rows = arms.get((p, "none"), {}).get(s)
+            d = step0_dose(rows, unit) if rows is not None else None
+            return np.nan if d is None else d
+
+        return np.array([[dose(p, s) for p in pts] for s in seeds], float).reshape(len(seeds), len(pts))
+
+    def thresholds(self, runs, meta, as_committed: bool = False) -> dict[str, threshold.Threshold | str]:
+        """``unit → Threshold`` at the stored seeds, or the reason there is none: as amended (``AMENDMENTS``: each
+        seed's doses resampled with its gaps), or ``as_committed`` (the doses fixed at their means over seeds)."""
         pts, _, g = self.gap_matrix(runs, meta)
         out: dict = {}
         for unit in UNITS:
@@ -280,8 +347,16 @@ class HarmThreshold(prereg.PreRegistered):
             if len(pts) < 2 or any(x is None or not x > 0 or not math.isfinite(x) for x in d):
                 out[unit] = f"not estimable: doses {dict(zip(pts, d, strict=True))}"
                 continue
+            per_seed = self.dose_matrix(runs, meta, unit)
             try:
-                out[unit] = threshold.estimate(g, d, harm=HARM, n_boot=N_BOOT, seed=BOOT_SEED)
+                out[unit] = threshold.estimate(
+                    g,
+                    d if as_committed else np.where(np.isfinite(g), per_seed, np.nan),
+                    harm=HARM,
+                    n_boot=N_BOOT,
+                    seed=BOOT_SEED,
+                    points=None if as_committed else d,
+                )
             except ValueError as e:
                 out[unit] = f"not estimable: {e}"
         return out
@@ -296,6 +371,7 @@ class HarmThreshold(prereg.PreRegistered):
         """The thresholds of ``runs`` in the shape ``nbkit.offline.risk`` reads (unit, tasks, units, measured_on)."""
         pts, seeds, g = self.gap_matrix(runs, meta)
         est = self.thresholds(runs, meta)
+        committed = self.thresholds(runs, meta, as_committed=True)
         doses = self.doses(runs, meta, PRIMARY)
         arms = self.arms(runs, meta)
         lengths = [
@@ -310,7 +386,7 @@ class HarmThreshold(prereg.PreRegistered):
         main = est[PRIMARY]
         task = {
             "doses": [doses.get((pts[j], "none")) for j in order],
-            **(main.to_json() if isinstance(main, threshold.Threshold) else {"outcome": "none", "why": main}),
+            **_with_committed(main, committed[PRIMARY]),
             "mean_gaps": [m for m, _, _ in cis],
             "gap_ci": [[lo, hi] if lo is not None and lo == lo else None for _, lo, hi in cis],
             "seeds": seeds,
@@ -329,11 +405,53 @@ class HarmThreshold(prereg.PreRegistered):
             "unit_note": "the study's primary unit, pre-registered; its transfer to a second task is not yet tested",
             "measured_on": self.measured_on,
             "tasks": {self.task: task},
-            "units": {
-                u: {self.task: t.to_json() if isinstance(t, threshold.Threshold) else {"outcome": "none", "why": t}}
-                for u, t in est.items()
-            },
+            "units": {u: {self.task: _with_committed(t, committed[u])} for u, t in est.items()},
         }
+
+    amendments = AMENDMENTS
+    """This study's ``AMENDMENTS`` (a subclass names its own)."""
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``amendment key → the readings and verdicts it moved`` ("what: before → after"), from ``runs``."""
+        out: dict[str, list[str]] = {a["key"]: [] for a in self.amendments}
+        est, committed = self.thresholds(runs, meta), self.thresholds(runs, meta, as_committed=True)
+        for u, t in est.items():
+            c = committed[u]
+            if isinstance(t, threshold.Threshold) and isinstance(c, threshold.Threshold) and t.ci != c.ci:
+                out.setdefault("threshold_ci", []).append(f"{UNITS[u]} {self.task} CI: {_ci(c.ci)} → {_ci(t.ci)}")
+        gaps = self.arm_gaps(runs, meta)
+        rows, broke = self.mechanism(runs, meta)
+        for (f, c), by_seed in sorted(gaps.items()):
+            xs, name = list(by_seed.values()), f if c == "none" else f"{f} + {c}"
+            if len(xs) < 2:
+                continue
+            m, lo, hi = mean_ci(xs)
+            _, blo, bhi = bounded_mean_ci(xs)
+            if (
+                (blo > 0) != (lo > 0)
+                or (bhi < 0) != (hi < 0)
+                or (bhi < HARM) != (hi < HARM)
+                or (blo > HARM) != (lo > HARM)
+            ):
+                out.setdefault("gap_ci", []).append(f"{name} gap CI: bounded {_ci((blo, bhi))} → t {_ci((lo, hi))}")
+            if (m <= HARM) != (name in broke):
+                out.setdefault("gap_ci", []).append(
+                    f"{name}: {'broke' if m <= HARM else 'did not break'} → {'broke' if name in broke else 'did not break'}"
+                )
+        text = growth.paragraph(rows, broke)
+        for arm in dict.fromkeys(r["arm"] for r in rows):
+            if f"{arm} (" in text.split("No claim for ", 1)[-1] and "No claim for " in text:
+                out.setdefault("growth_rule", []).append(f"{arm}: a claim by the entropy split → no claim")
+        return out
+
+    def record_amendments(self, root: Path = results.RESULTS) -> None:
+        """Put ``amendments`` on the stored card with the readings and verdicts each moved (``moves``)."""
+        from nbkit.studies import amendments as A
+
+        card = self.card(root)
+        moved = self.moves(self.load(root), self.meta(card["configs"]["runs"]))
+        for a in self.amendments:
+            A.amend(self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"], moved.get(a["key"], [])), root)
 
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
         """``GridStudy.store``, then (when ``thresholds_ready``) ``THRESHOLDS`` (beside the study, under ``root``) from
@@ -342,6 +460,7 @@ class HarmThreshold(prereg.PreRegistered):
         out = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
         if not self.thresholds_ready(root, kw):
             return out
+        self.record_amendments(root)
         path = Path(root) / THRESHOLDS.relative_to(results.RESULTS)
         path.parent.mkdir(parents=True, exist_ok=True)
         old = json.loads(path.read_text()) if path.is_file() else None
@@ -359,8 +478,9 @@ class HarmThreshold(prereg.PreRegistered):
         return True
 
     def mechanism(self, runs, meta) -> tuple[list[dict], set[str]]:
-        """(``growth.table`` rows of every arm but FP32 between ``EARLY`` and ``LATE``, the arms that broke: mean
-        paired gap to FP32 at or below the harm line)."""
+        """(``growth.table`` rows of every arm but FP32 between ``EARLY`` and ``LATE``, the arms that broke: the 95 %
+        t-interval of the paired gap to FP32 wholly below the harm line; as amended, ``AMENDMENTS``: the rule first
+        read the mean gap at or below it)."""
         gaps = self.arm_gaps(runs, meta)
         named, broke = {}, set()
         for (f, c), by_seed in self.arms(runs, meta).items():
@@ -368,7 +488,8 @@ class HarmThreshold(prereg.PreRegistered):
                 continue
             name = f if c == "none" else f"{f} + {c}"
             named[name] = [by_seed[s] for s in sorted(by_seed)]
-            if gaps[(f, c)] and statistics.fmean(gaps[(f, c)].values()) <= HARM:
+            _, _, hi = _mean_ci(list(gaps[(f, c)].values()))
+            if hi is not None and hi == hi and hi < HARM:
                 broke.add(name)
         return growth.table(named, EARLY, LATE), broke
 
@@ -400,13 +521,18 @@ class HarmThreshold(prereg.PreRegistered):
         return rows
 
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
-        est = self.thresholds(runs, meta)
+        est, committed = self.thresholds(runs, meta), self.thresholds(runs, meta, as_committed=True)
         thr = [
             {
                 "unit": u,
                 "outcome": t.outcome if isinstance(t, threshold.Threshold) else t,
                 "threshold": t.dose if isinstance(t, threshold.Threshold) else None,
-                "95 % CI": list(t.ci) if isinstance(t, threshold.Threshold) else None,
+                "95 % CI (amended: doses and gaps resampled)": list(t.ci)
+                if isinstance(t, threshold.Threshold)
+                else None,
+                "95 % CI as first committed (doses fixed)": list(committed[u].ci)
+                if isinstance(committed[u], threshold.Threshold)
+                else None,
                 "bracket": list(t.bracket) if isinstance(t, threshold.Threshold) else None,
             }
             for u, t in est.items()
@@ -435,14 +561,26 @@ class HarmThreshold(prereg.PreRegistered):
         ]
 
     def findings(self, runs, meta, rows) -> list[str]:
-        est = self.thresholds(runs, meta)
+        est, committed = self.thresholds(runs, meta), self.thresholds(runs, meta, as_committed=True)
         out = []
+
+        def first(u):  # the reading as first committed, beside the amended one
+            c = committed[u]
+            return (
+                f"; as first committed, doses fixed at their means: {c.describe()}"
+                if isinstance(c, threshold.Threshold)
+                else ""
+            )
+
         main = est.get(PRIMARY)
         if isinstance(main, threshold.Threshold):
-            out.append(f"Harm threshold in {UNITS[PRIMARY]} at step 0 (the rule's answer): {main.describe()}.")
+            out.append(
+                f"Harm threshold in {UNITS[PRIMARY]} at step 0 (the rule's answer, CI as amended: each drawn seed's "
+                f"doses resampled with its gaps): {main.describe()}{first(PRIMARY)}."
+            )
         for u, t in est.items():
             if u != PRIMARY and isinstance(t, threshold.Threshold):
-                out.append(f"In {UNITS[u]}: {t.describe()} (secondary unit).")
+                out.append(f"In {UNITS[u]}: {t.describe()} (secondary unit){first(u)}.")
         mech, broke = self.mechanism(runs, meta)
         if mech:
             out.append(growth.paragraph(mech, broke))
@@ -488,8 +626,23 @@ def merge_thresholds(old: dict | None, new: dict) -> dict:
 
 
 def _mean_ci(xs: list[float]) -> tuple[float | None, float | None, float | None]:
-    """Mean gap and its 95 % interval bounded in (−1, 1); (None, None, None) with no gap."""
-    return bounded_mean_ci(xs) if xs else (None, None, None)
+    """Mean gap and its 95 % t-interval over seeds (NaN bounds with one seed; as amended, ``AMENDMENTS``: the
+    interval first shown was bounded in (−1, 1), which the verdicts never read); (None, None, None) with no gap."""
+    return mean_ci(xs) if xs else (None, None, None)
+
+
+def _ci(ci) -> str:
+    return "–".join("censored" if v is None else f"{v:.3g}" for v in ci)
+
+
+def _with_committed(t, committed) -> dict:
+    """A threshold's record with the CI as first committed (doses fixed) beside the amended one."""
+    if not isinstance(t, threshold.Threshold):
+        return {"outcome": "none", "why": t}
+    out = t.to_json()
+    if isinstance(committed, threshold.Threshold):
+        out["ci_as_committed"] = list(committed.ci)
+    return out
 
 
 def ladder_record(path: Path = LADDER_FILE) -> dict:

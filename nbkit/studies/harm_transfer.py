@@ -46,7 +46,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nbkit import outputs, results, schema
+import numpy as np
+
+from nbkit import outputs, results, schema, threshold
 from nbkit.studies import harm_threshold as H
 from nbkit.studies import tiny_long_regimes as TL
 
@@ -139,6 +141,35 @@ AMENDMENTS = (
 and ``time`` name the commit that made each."""
 RULE_RECORD = {"commit": "53e236eaf758de090fff8bdb30297caf7594284e", "time": "2026-11-26T03:51:11+00:00"}
 """The commit that fixed ``RULE_TEXT`` (with the pilot's ``LR``) and its time, before any run of the grid."""
+BAND = (0.5, 2.0)
+"""The equivalence band of the amended transfer rule (``TRANSFER_RULE``): thresholds within a factor 2 are equal
+for a user's purpose (a risk line read off the wrong task's threshold is then at most 2× off)."""
+TRANSFER_RULE = (
+    "transfer, amended (issue 50, item 1; stated before it is computed): per unit, a joint bootstrap of the two "
+    "tasks' thresholds (each task's seeds resampled with replacement, independently of the other's, each drawn seed "
+    "bringing its doses and its gaps; nbkit.threshold.estimate's fit, crossing and t-corrected gaps, 2000 "
+    "replicates, seed 0) gives the ratio tiny-long/tiny-arith and its 95 % percentile CI (a replicate with no "
+    "crossing on one task counts at the censored end: ratio 0 or infinity; with none on both, at whichever end "
+    "is farther from the band); read against the equivalence band [0.5, 2]: 'transfers' when the whole CI lies "
+    "inside the band, 'differs' when it lies wholly outside (above 2 or below 0.5), 'cannot tell' otherwise; the "
+    "units that transfer are named with their ratios and CIs, and if none does the study says so. Replaces 'a "
+    "unit agrees when both tasks show a crossing and the 95 % CIs overlap', which is shown beside it as the "
+    "reading first committed"
+)
+"""The amended transfer rule (``BAND``), committed on its own before any code computes it."""
+SOUND_AMENDMENTS = (
+    {
+        "key": "transfer",
+        "commit": "e096b68208aa114328c0045a6dae7d3016834079",
+        "time": "2026-11-27T18:11:29+00:00",
+        "what": "The transfer rule: " + TRANSFER_RULE.split(": ", 1)[1] + ".",
+        "why": "Issue 50 item 3: 'the CIs overlap' is not a transfer rule (wider CIs make agreement more likely); "
+        "the band and the three readings were committed on their own before any code computed them.",
+    },
+    *(a for a in H.AMENDMENTS if a["key"] in ("threshold_ci", "gap_ci", "growth_rule")),
+)
+"""Issue 50's amendments (the transfer rule, and the threshold CI, gap CI and growth rule shared with
+``harm_threshold``), put on the card by ``record_amendments`` with what each moved."""
 
 
 def base_config(lr: float | None = None, **overrides):
@@ -186,7 +217,8 @@ def _interval(t: dict) -> tuple[float, float] | None:
     or ∞), below or above the measured doses for a threshold outside them, None when none was estimable."""
     out = t.get("outcome")
     if out == "crossing":
-        lo, hi = t.get("ci") or (None, None)  # a crossing stored without its CI reaches 0 and ∞
+        # the rule as first committed read the CI with the doses fixed (``ci_as_committed`` once amended)
+        lo, hi = t.get("ci_as_committed") or t.get("ci") or (None, None)  # stored without a CI: 0 and ∞
         return (0.0 if lo is None else lo, math.inf if hi is None else hi)
     if out == "below_range":
         return (0.0, t["doses"][0])
@@ -240,6 +272,26 @@ def verdict(rows: list[dict], first: str = REFERENCE_TASK, second: str = TASK) -
     )
 
 
+def band_verdict(joint: dict[str, dict], first: str = REFERENCE_TASK, second: str = TASK) -> str:
+    """The amended rule's sentence (``TRANSFER_RULE``) from each unit's joint bootstrap (unit → ``Transfer.to_json``):
+    the units that transfer with their ratios and CIs, or that none does, with every unit's reading."""
+    said = "; ".join(
+        f"{H.UNITS[u]}: {j['verdict']} (ratio "
+        + ("none: a task has no crossing" if j["ratio"] is None else f"{j['ratio']:.3g}")
+        + f", 95 % CI {j['ci'][0]:.3g}–{j['ci'][1]:.3g})"
+        for u, j in joint.items()
+    )
+    lo, hi = next(iter(joint.values()))["band"] if joint else BAND
+    yes = [u for u, j in joint.items() if j["verdict"] == threshold.TRANSFERS]
+    head = (
+        f"Transfer by the amended rule (joint bootstrap of both tasks' seeds, the ratio {second}/{first}'s 95 % CI "
+        f"read against the band [{lo:g}, {hi:g}]): "
+    )
+    if yes:
+        return head + f"the dose that transfers: {', '.join(H.UNITS[u] for u in yes)}. Per unit: {said}."
+    return head + f"no unit is shown to transfer. Per unit: {said}."
+
+
 def overlap_note(
     units: dict[str, dict[str, dict]],
     lengths: tuple[float | None, float | None] = (None, None),
@@ -276,11 +328,18 @@ def overlap_note(
     return said
 
 
-def transfer_record(units: dict[str, dict[str, dict]], first: str = REFERENCE_TASK, second: str = TASK) -> dict:
+def transfer_record(
+    units: dict[str, dict[str, dict]],
+    first: str = REFERENCE_TASK,
+    second: str = TASK,
+    joint: dict[str, dict] | None = None,
+) -> dict:
     """The rule's transfer reading as ``THRESHOLDS`` keeps it for ``nbkit.offline.risk``: the two tasks, the verdict
-    and per unit whether it agrees, the ratio ``second``/``first`` and whether the CIs overlap (``agreement``)."""
+    and per unit whether it agrees, the ratio ``second``/``first`` and whether the CIs overlap (``agreement``: the
+    rule as first committed); with ``joint`` (unit → ``Transfer.to_json``) the amended rule's reading too: the
+    verdict by the band, and per unit its ``reading``, ratio CI and band (``agrees_as_committed`` keeps the first)."""
     rows = agreement(units, first, second)
-    return {
+    out = {
         "tasks": [first, second],
         "study": STUDY,
         "verdict": verdict(rows, first, second),
@@ -289,17 +348,33 @@ def transfer_record(units: dict[str, dict[str, dict]], first: str = REFERENCE_TA
             for r in rows
         },
     }
+    if joint:
+        out["verdict_as_committed"] = out["verdict"]
+        out["verdict"] = band_verdict(joint, first, second)
+        out["band"] = list(BAND)
+        for u, j in joint.items():
+            r = out["units"].setdefault(u, {})
+            r.update(
+                {
+                    "agrees_as_committed": r.get("agrees"),
+                    "agrees": j["verdict"] == threshold.TRANSFERS,
+                    "reading": j["verdict"],
+                    "joint_ratio": j["ratio"],
+                    "ratio_ci": j["ci"],
+                }
+            )
+    return out
 
 
-def with_transfer(thresholds: dict) -> dict:
-    """``thresholds`` (as ``THRESHOLDS`` holds them) with the rule's transfer reading (``transfer_record``) when both
-    tasks' are in them; unchanged otherwise."""
+def with_transfer(thresholds: dict, joint: dict[str, dict] | None = None) -> dict:
+    """``thresholds`` (as ``THRESHOLDS`` holds them) with the rule's transfer reading (``transfer_record``, the
+    amended one from ``joint``) when both tasks' are in them; unchanged otherwise."""
     if not {REFERENCE_TASK, TASK} <= set(thresholds.get("tasks", {})):
         return thresholds
     return {
         **thresholds,
         "unit_note": f"the primary unit, pre-registered on {REFERENCE_TASK}",
-        "transfer": transfer_record(thresholds.get("units", {})),
+        "transfer": transfer_record(thresholds.get("units", {}), joint=joint),
     }
 
 
@@ -308,7 +383,10 @@ def store_transfer(root: Path = results.RESULTS) -> Path | None:
     writes it with them once every run of the rule is stored). None when no thresholds or not both tasks' are
     stored."""
     path = Path(root) / H.THRESHOLDS.relative_to(results.RESULTS)
-    read = with_transfer(_read(path))
+    study = HarmTransfer()
+    runs = study.load(root)
+    joint = study.joint(runs, study.meta(study.card(root)["configs"]["runs"]), root) if runs else None
+    read = with_transfer(_read(path), joint)
     return outputs.write_json(path, read) if "transfer" in read else None
 
 
@@ -410,18 +488,62 @@ class HarmTransfer(H.HarmThreshold):
     def store(self, *, wall_seconds: float, command: str, root: Path = results.RESULTS, **kw) -> Path:
         """``HarmThreshold.store`` with ``AMENDMENTS`` put on the card."""
         path = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
-        from nbkit.studies import amendments as A
-
-        for a in AMENDMENTS:
-            A.amend(
-                self.name, A.Amendment(a["what"], a["commit"], a["time"], a["why"], list(a["verdicts_moved"])), root
-            )
+        self.record_amendments(root)
         return path
 
+    amendments = tuple({**a, "key": a.get("key", f"first-{i}")} for i, a in enumerate(AMENDMENTS)) + SOUND_AMENDMENTS
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``HarmThreshold.moves`` with the transfer rule's (each unit's reading as first committed → amended) and
+        the first amendments' own (stated by hand: none moved a verdict)."""
+        out = super().moves(runs, meta)
+        for i, a in enumerate(AMENDMENTS):
+            out[f"first-{i}"] = list(a["verdicts_moved"])
+        if self.missing(runs):
+            return out
+        rows, joint = {r["unit"]: r for r in self.transfer(runs, meta)}, self.joint(runs, meta)
+        for u, j in joint.items():
+            before = "agrees" if rows[u]["agrees"] else "does not agree"
+            out.setdefault("transfer", []).append(f"{H.UNITS[u]}: {before} → {j['verdict']}")
+        return out
+
     def thresholds_record(self, old: dict | None, root: Path = results.RESULTS) -> dict:
-        """``HarmThreshold``'s, with the rule's transfer reading (``with_transfer``: the doctor says whether its unit
-        transfers); written once every run of the rule is stored (``thresholds_ready``)."""
-        return with_transfer(super().thresholds_record(old, root))
+        """``HarmThreshold``'s, with the rule's transfer reading (``with_transfer``, amended by the joint bootstrap:
+        the doctor says whether its unit transfers); written once every run of the rule is stored
+        (``thresholds_ready``)."""
+        runs = self.load(root)
+        return with_transfer(
+            super().thresholds_record(old, root), self.joint(runs, self.meta(self.card(root)["configs"]["runs"]), root)
+        )
+
+    def joint(self, runs, meta, root: Path = results.RESULTS) -> dict[str, dict]:
+        """The amended transfer rule's reading per unit (``TRANSFER_RULE``: ``threshold.transfer`` of tiny-arith's
+        stored study, under ``root``, and this one's ``runs``: each task's gaps with its seeds' own doses, the band
+        ``BAND``, ``H.N_BOOT`` replicates, seed ``H.BOOT_SEED``): unit → ``Transfer.to_json``; {} when tiny-arith's
+        study is not stored under ``root``."""
+        key = (id(runs), str(root))
+        if getattr(self, "_joint", (None,))[0] == key:  # the page asks twice (table and findings)
+            return self._joint[1]
+        ref = H.HarmThreshold()
+        try:
+            ref_runs = ref.load(root)
+            ref_meta = ref.meta(ref.card(root)["configs"]["runs"])
+        except FileNotFoundError:  # tiny-arith's study is not stored here: the rule as first committed alone
+            return {}
+        out = {}
+        for unit in H.UNITS:
+            tasks = []
+            for study, r, m in ((ref, ref_runs, ref_meta), (self, runs, meta)):
+                _, _, g = study.gap_matrix(r, m)
+                d = study.dose_matrix(r, m, unit)
+                tasks.append((g, np.where(np.isfinite(g), d, np.nan)))
+            try:
+                t = threshold.transfer(*tasks, band=BAND, harm=H.HARM, n_boot=H.N_BOOT, seed=H.BOOT_SEED)
+            except ValueError:
+                continue
+            out[unit] = t.to_json()
+        self._joint = (key, out)
+        return out
 
     def thresholds_ready(self, root: Path, options: dict) -> bool:
         """The tiny-long thresholds join ``THRESHOLDS`` (which the doctor reads) only once every run of the rule is
@@ -454,8 +576,19 @@ class HarmTransfer(H.HarmThreshold):
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
         if self.missing(runs):
             return []
+        joint = self.joint(runs, meta)
+        table = [
+            {
+                **{(f"{k} (doses fixed)" if k.endswith(": CI") else k): v for k, v in r.items() if k != "agrees"},
+                "agrees (as first committed)": r["agrees"],
+                "joint ratio": joint.get(r["unit"], {}).get("ratio"),
+                "ratio 95 % CI (joint bootstrap)": joint.get(r["unit"], {}).get("ci"),
+                f"reading (amended: band [{BAND[0]:g}, {BAND[1]:g}])": joint.get(r["unit"], {}).get("verdict"),
+            }
+            for r in self.transfer(runs, meta)
+        ]
         return [
-            ("Transfer: each unit's thresholds on tiny-arith and tiny-long", self.transfer(runs, meta)),
+            ("Transfer: each unit's thresholds on tiny-arith and tiny-long", table),
             *super().page_tables(runs, meta, rows),
         ]
 
@@ -474,7 +607,14 @@ class HarmTransfer(H.HarmThreshold):
             record["tasks"][TASK].get("response_length"),
         )
         note = overlap_note(units, lengths)
-        return [verdict(agreement(units)), *([note] if note else []), *super().findings(runs, meta, rows)]
+        joint = self.joint(runs, meta)
+        return [
+            band_verdict(joint),
+            "As first committed (a unit agrees when both tasks cross and their 95 % CIs overlap; replaced by the "
+            "amendment above, shown beside it): " + verdict(agreement(units)),
+            *([note] if note else []),
+            *super().findings(runs, meta, rows),
+        ]
 
     def plan(self) -> list[str]:
         lr = f"lr {LR:g}" if LR is not None else "lr not yet fixed (the pilot fixes it)"

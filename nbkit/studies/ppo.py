@@ -115,8 +115,12 @@ SUMMARY = (
     (schema.VALUE_EXPLAINED_VARIANCE, f"explained variance, last {TAIL} steps", TAIL, False),
 )
 """What the precision comparison reports per run: ``(metric, label, window, positive)``; window None = the whole
-run, else the last ``window`` logged values (the critic's error once it has had the run to learn); positive: the
-metric cannot be negative, so its interval over seeds is taken on the log scale (``positive_mean_ci``)."""
+run, else the values logged in its last ``window`` optimiser steps (the critic's error once it has had the run to
+learn; as amended, ``AMENDMENTS``: first the last ``window`` logged values, which for a metric logged once per
+rollout reached back 80 steps; shown beside as ``AS_FIRST_SHOWN``); positive: the metric cannot be negative, so its
+interval over seeds is taken on the log scale (``positive_mean_ci``)."""
+AS_FIRST_SHOWN = " (as first shown: last {n} logged values)"
+"""Suffix of the windowed metrics' labels as first computed (the last ``window`` logged values), beside the steps."""
 
 
 def positive_mean_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -137,12 +141,31 @@ def per_seed(runs: dict[str, list[dict]], meta: dict[str, dict]) -> dict[str, di
     out: dict = {}
     for label, rows in runs.items():
         values = {}
+        last = max((r.get(schema.STEP, 0) for r in rows), default=0)
         for key, name, window, _ in SUMMARY:
-            xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
-            xs = xs[-window:] if window else xs
+            logged = [
+                (r.get(schema.STEP, 0), r[key])
+                for r in rows
+                if isinstance(r.get(key), (int, float)) and r[key] == r[key]
+            ]
+            xs = [v for step, v in logged if not window or step > last - window]
             if xs:
                 values[name] = sum(xs) / len(xs)
+            if window and logged:  # the reading as first shown, beside
+                first = [v for _, v in logged[-window:]]
+                values[name + AS_FIRST_SHOWN.format(n=window)] = sum(first) / len(first)
         out.setdefault(meta[label]["dtype"], {})[int(meta[label]["seed"])] = values
+    return out
+
+
+def _labels() -> list[tuple[str, bool]]:
+    """``(label, positive)`` of every reported metric: ``SUMMARY``'s, each windowed one followed by its reading as
+    first shown (``AS_FIRST_SHOWN``)."""
+    out = []
+    for _, name, window, positive in SUMMARY:
+        out.append((name, positive))
+        if window:
+            out.append((name + AS_FIRST_SHOWN.format(n=window), positive))
     return out
 
 
@@ -156,7 +179,7 @@ def precision_table(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[
     seeds = per_seed(runs, meta)
     out = []
     for dtype in sorted(seeds, key=lambda d: ("fp16", "bf16", "fp32").index(d) if d in ("fp16", "bf16", "fp32") else 9):
-        for _, name, _, positive in SUMMARY:
+        for name, positive in _labels():
             xs = [v[name] for _, v in sorted(seeds[dtype].items()) if name in v]
             if xs:
                 out.append({"dtype": dtype, "metric": name, **_interval(xs, positive)})
@@ -175,7 +198,7 @@ def paired_difference(
     if a not in seeds or b not in seeds:
         return []
     out = []
-    for _, name, _, positive in SUMMARY:
+    for name, positive in _labels():
         both = sorted(s for s in set(seeds[a]) & set(seeds[b]) if name in seeds[a][s] and name in seeds[b][s])
         if not both:
             continue
@@ -198,6 +221,21 @@ def paired_difference(
             row[f"{a} / {b}"], row[f"{a} / {b} 95 % CI"] = None, None
         out.append(row)
     return out
+
+
+AMENDMENTS = (
+    {
+        "key": "last_steps",
+        "commit": "a6c9174adf4ac334fef2221e2572ff67cfe71a59",
+        "time": "2026-11-27T18:28:36+00:00",
+        "what": "The value loss and explained variance 'last 20 steps' read the values logged in the last 20 "
+        "optimiser steps; they had read the last 20 logged values, which for explained variance (logged once per "
+        "rollout) covered steps 21–100. The reading as first shown stays beside it.",
+        "why": "Issue 50 item 7: the label said steps, the code read rows.",
+    },
+)
+"""Changes to the page's readings after the runs (``nbkit.studies.amendments``), put on the card by
+``record_amendments`` with the readings each moved."""
 
 
 class PPOStudy(GridStudy):
@@ -242,6 +280,29 @@ class PPOStudy(GridStudy):
             for s in seeds
             for d in dtypes
         }
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``AMENDMENTS``' key → the readings it moved ("dtype metric: before → after", means over seeds)."""
+        out: list[str] = []
+        for r in precision_table(runs, meta):
+            if not r["metric"].endswith(AS_FIRST_SHOWN.format(n=TAIL)):
+                continue
+            now = next(
+                x
+                for x in precision_table(runs, meta)
+                if x["dtype"] == r["dtype"] and x["metric"] == r["metric"][: -len(AS_FIRST_SHOWN.format(n=TAIL))]
+            )
+            if f"{r['mean']:.3g}" != f"{now['mean']:.3g}":  # value loss is logged every step: unmoved
+                out.append(f"{r['dtype']} {now['metric']}: {r['mean']:.3g} → {now['mean']:.3g}")
+        return {"last_steps": out}
+
+    def record_amendments(self, root=None) -> None:
+        """Put ``AMENDMENTS`` on the stored card with the readings each moved (``moves``)."""
+        from nbkit import results
+        from nbkit.studies import amendments as A
+
+        root = root or results.RESULTS
+        A.put(self.name, AMENDMENTS, self.moves(self.load(root), self.stored_meta(root)), root)
 
     def coords(self, config: dict) -> dict:
         return runlog.coords(config)

@@ -321,3 +321,18 @@ def test_a_ratio_of_two_estimates_is_read_only_where_the_denominator_lies_above_
     bare = mm.read_ratio(10.0, (math.nan, math.nan), 2.0, (math.nan, math.nan))  # n_boot=0: no CIs to read
     assert (bare.kind, bare.value) == ("ratio", 5.0) and bare.sentence == "5× (no CI computed)"
     assert mm.read_ratio(1.0, (math.nan,) * 2, -0.1, (math.nan,) * 2).kind == "undefined"
+
+
+def test_the_bootstrap_ci_equals_the_hand_written_loop_it_replaced():
+    """``nbkit.stats.bootstrap`` draws the loop's resamples: the same interval, digit for digit."""
+    rng = np.random.default_rng(4)
+    pi = [rng.normal(-1, 0.3, size=int(k)) for k in rng.integers(1, 9, size=13)]
+    mu = [p + rng.normal(0, 0.05, size=p.size) for p in pi]
+    fn = mm.HEADLINE["kl_k3"]
+    draw, kept = np.random.default_rng(0), []
+    for _ in range(300):  # the replaced loop
+        idx = draw.integers(0, len(pi), len(pi))
+        kept.append(float(fn([pi[i] for i in idx], [mu[i] for i in idx])))
+    low, high = np.nanpercentile(kept, [2.5, 97.5])
+    got = mm.bootstrap_ci("kl_k3", pi, mu, n_boot=300, seed=0)
+    assert (got["low"], got["high"]) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))

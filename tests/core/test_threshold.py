@@ -127,3 +127,79 @@ def test_bad_input_is_refused_with_the_reason(gaps, doses, match):
 
 def test_paired_gaps_subtract_each_seeds_fp32_run():
     assert np.allclose(threshold.paired_gaps([[0.9, 0.8], [0.7, 0.5]], [1.0, 0.6]), [[-0.1, -0.2], [0.1, -0.1]])
+
+
+def _old_isotonic_decreasing(y, w):
+    """The replaced batched fit: fit_i = min_{k ≤ i} max_{j ≥ i} mean_w(y[k..j]) (the reference for scipy's)."""
+    n = y.shape[-1]
+    cw = np.concatenate([np.zeros(w.shape[:-1] + (1,)), np.cumsum(w, -1)], -1)
+    cwy = np.concatenate([np.zeros(y.shape[:-1] + (1,)), np.cumsum(w * y, -1)], -1)
+    k, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (cwy[..., j + 1] - cwy[..., k]) / (cw[..., j + 1] - cw[..., k])
+    fit = np.empty(y.shape)
+    for i in range(n):
+        block = np.where((k <= j)[: i + 1, i:], means[..., : i + 1, i:], np.nan)
+        fit[..., i] = np.nanmin(np.nanmax(block, axis=-1), axis=-1)
+    return fit
+
+
+def test_the_scipy_isotonic_fit_equals_the_hand_written_one_with_empty_doses_too():
+    """Batched rows, weights 0 to 4 (a dose no drawn seed has: weight 0): scipy's fit equals the max-min formula's."""
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=(400, 7))
+    w = rng.integers(0, 5, size=(400, 7)).astype(float)
+    w[w.sum(1) == 0, 0] = 1.0
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        old = _old_isotonic_decreasing(y, w)
+    assert np.allclose(threshold.isotonic_decreasing(y, w), old, rtol=0, atol=1e-12)
+
+
+def _task(rng, scale, seeds=5, seed_sd=0.005, run_sd=0.008, dose_sd=0.05):
+    """One simulated task of a transfer study: its doses are ``DOSES`` × ``scale`` (each seed measuring them with
+    log-normal noise), its true threshold 0.12 × ``scale``."""
+    doses = DOSES * scale
+    gaps = study(rng, logistic_gap(doses, 0.12 * scale), seeds, seed_sd, run_sd)
+    return gaps, doses * np.exp(rng.normal(0, dose_sd, (seeds, doses.size)))
+
+
+@pytest.mark.parametrize("ratio,expected", [(1.0, threshold.TRANSFERS), (3.0, threshold.DIFFERS)])
+def test_the_joint_bootstrap_reads_a_known_ratio_against_the_band_and_its_ci_covers_it(ratio, expected):
+    """200 simulated pairs of tasks whose thresholds differ by ``ratio``: the rule says ``expected`` in >= 90 % of
+    them, and the ratio's 95 % CI covers the truth at 95 % ± 5 %."""
+    said = covered = 0
+    for k in range(200):
+        rng = np.random.default_rng(k)
+        t = threshold.transfer(_task(rng, 1.0), _task(rng, ratio), band=(0.5, 2.0), n_boot=400, seed=k)
+        said += t.verdict == expected
+        covered += t.ci[0] <= ratio <= t.ci[1]
+    assert said >= 180
+    assert 0.90 <= covered / 200 <= 1.0
+
+
+def test_the_band_rule_reads_inside_outside_and_across():
+    assert threshold.read_band((0.6, 1.9), (0.5, 2)) == threshold.TRANSFERS
+    assert threshold.read_band((2.1, np.inf), (0.5, 2)) == threshold.DIFFERS
+    assert threshold.read_band((0.0, 0.4), (0.5, 2)) == threshold.DIFFERS
+    assert threshold.read_band((0.4, 1.2), (0.5, 2)) == threshold.CANNOT_TELL
+    with pytest.raises(ValueError, match="band"):
+        threshold.transfer(_task(np.random.default_rng(0), 1.0), _task(np.random.default_rng(1), 1.0), band=(2, 3))
+
+
+def test_one_outlier_seed_in_a_dose_widens_the_threshold_ci_when_doses_are_resampled_with_the_gaps():
+    """Seed 2 measures the dose around the crossing 6× too high (as c1of16-s2's ESS did): with doses fixed at their
+    means it moves the point and shifts the CI; resampled with the gaps, it widens the CI as well."""
+    gaps, doses = _task(np.random.default_rng(7), 1.0, seed_sd=0.01, run_sd=0.015)
+    calm = threshold.estimate(gaps, doses, n_boot=1000)
+    odd = doses.copy()
+    odd[2, 2:4] *= 6.0
+    fixed = threshold.estimate(gaps, np.nanmean(odd, axis=0), n_boot=1000)
+    joint = threshold.estimate(gaps, odd, n_boot=1000)
+    assert joint.bootstrap.startswith("seeds: gaps and doses") and fixed.bootstrap == "seeds: gaps (doses fixed)"
+    assert joint.dose == pytest.approx(fixed.dose) and joint.dose != pytest.approx(calm.dose)  # the same point
+
+    def width(t):
+        return np.log(t.ci[1] / t.ci[0])
+
+    assert width(joint) > 1.5 * width(fixed)  # the CI moves, not only the point
+    assert width(calm) < 1.5 * width(threshold.estimate(gaps, np.nanmean(doses, axis=0), n_boot=1000))  # no outlier

@@ -119,3 +119,26 @@ def test_each_line_says_whether_its_unit_transfers_and_names_the_units_that_do(t
     alone = reading({UNIT: {"agrees": False, "ratio": None, "cis_overlap": None}})
     assert "no crossing on both tasks" in alone and "no unit's thresholds agree" in alone
     assert "agree" not in risk.lines({"bf16": {UNIT: 0.05}}, s)[0], "no transfer stored: none is claimed"
+
+
+def test_the_transfer_line_reads_the_amended_band_rule_where_the_record_has_it():
+    """Issue 50: a unit whose ratio CI straddles the band is 'not shown to transfer', whatever its CIs overlap."""
+    from nbkit.offline import risk as R
+
+    rec = {
+        "tasks": ["tiny-arith", "tiny-long"],
+        "study": "harm_transfer_tiny_long",
+        "band": [0.5, 2.0],
+        "units": {
+            "u": {
+                "agrees": False,
+                "agrees_as_committed": True,
+                "reading": "cannot tell",
+                "joint_ratio": 0.43,
+                "ratio_ci": [0.2, 1.83],
+                "cis_overlap": True,
+            }
+        },
+    }
+    line = R.transfer_note("u", rec)
+    assert "u is not shown to transfer" in line and "0.43" in line and "[0.5, 2]" in line

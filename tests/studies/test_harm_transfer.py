@@ -51,7 +51,8 @@ def test_each_change_after_the_rule_is_an_amendment_that_names_its_commit_and_mo
         assert a["verdicts_moved"] == [] and len(a["commit"]) == 40 and a["time"] > T.RULE_RECORD["time"]
     assert extras["time"] < note["time"]
     card = T.HarmTransfer().card()
-    assert [a["when"]["commit"] for a in card["amendments"]] == [a["commit"] for a in T.AMENDMENTS], "on the card"
+    on_card = [a["when"]["commit"] for a in card["amendments"]]
+    assert on_card == [a["commit"] for a in (*T.AMENDMENTS, *T.SOUND_AMENDMENTS)], "on the card"
 
 
 def test_the_grid_refuses_to_build_before_the_pilot_fixed_the_lr(monkeypatch):
@@ -291,3 +292,25 @@ def test_before_the_last_sitting_the_page_shows_which_runs_are_stored_and_nothin
         "runs stored": "0 of 3",
         "seeds stored": "none",
     }
+
+
+def test_the_transfer_rule_was_amended_in_its_own_commit_before_the_commit_that_computes_it():
+    """Issue 50: the band and the three readings committed first (e096b68), the computation after (a6c9174)."""
+    transfer, *shared = T.SOUND_AMENDMENTS
+    assert transfer["commit"].startswith("e096b68") and "[0.5, 2]" in transfer["what"] and T.BAND == (0.5, 2.0)
+    assert all(transfer["time"] < a["time"] for a in shared)
+
+
+def test_each_amendment_of_issue_50_appears_on_the_page_beside_the_reading_it_changed():
+    """The stored page: the transfer by the band beside the reading as first committed (CIs overlap), each
+    threshold's amended CI beside the CI with doses fixed, and every amendment on the record with what it moved."""
+    from nbkit.studies.results_md import section
+
+    page = section(T.HarmTransfer())
+    by_band, first = (line for line in page.splitlines() if line.startswith(("- Transfer by", "- As first")))
+    assert "no unit is shown to transfer" in by_band and "cannot tell" in by_band
+    assert "CIs overlap" in first and "agree" in first
+    assert "as first committed, doses fixed at their means" in page
+    for a in T.SOUND_AMENDMENTS:
+        assert f"Amendment, commit `{a['commit'][:7]}`" in page
+    assert "agrees → cannot tell" in page  # the verdicts it moved, computed from the stored runs

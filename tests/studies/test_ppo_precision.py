@@ -83,3 +83,17 @@ def test_the_findings_state_each_paired_difference_and_one_seed_gets_no_interval
     only_bf16, m = _runs(dtypes=("bf16",))
     assert ppo.paired_difference(only_bf16, m) == []
     assert [c for c, _ in study.page_tables(runs, meta, [])][1].startswith("BF16 − FP16 paired by seed")
+
+
+def test_last_20_steps_reads_the_steps_not_the_last_20_logged_values():
+    """Explained variance logged once per rollout (every 4th step of 100): "last 20 steps" averages the 5 values of
+    steps 81-100, not the last 20 logged values (steps 24-100); the reading as first shown stays beside it."""
+    rows = [
+        {schema.STEP: step, schema.VALUE_EXPLAINED_VARIANCE: 0.5 if step > 80 else -0.5}
+        for step in range(1, 101)
+        if step % 4 == 0
+    ]
+    values = ppo.per_seed({"ppo-fp16-s0": rows}, {"ppo-fp16-s0": {"dtype": "fp16", "seed": 0}})["fp16"][0]
+    assert values["explained variance, last 20 steps"] == pytest.approx(0.5)
+    first = values["explained variance, last 20 steps" + ppo.AS_FIRST_SHOWN.format(n=20)]
+    assert first == pytest.approx((5 * 0.5 - 15 * 0.5) / 20)
