@@ -155,6 +155,14 @@ class Case:
     fragment: str | tuple[str, ...]
 
 
+class Opaque:
+    """A value of no type a field accepts, with the same repr in every process (``object()``'s names its address,
+    so the case's id differed between pytest-xdist workers and the suite refused to run)."""
+
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
 def field_cases() -> list[Case]:
     """For every ``RLConfig`` field, from its annotation: values of the wrong type and values just outside its
     declared range (or the default range of its type), each refused naming the field and the value."""
@@ -165,7 +173,7 @@ def field_cases() -> list[Case]:
             int: [2.5, "3", True],
             float: ["0.1", True, float("inf")],
             str: [3, b"x", ["a"]],
-        }.get(base, [object()])
+        }.get(base, [Opaque()])
         if not optional:
             wrong.append(None)
         for value in wrong:
