@@ -151,7 +151,7 @@ def test_a_report_folder_is_one_processs_at_a_time_and_the_second_is_refused_nam
         [
             sys.executable,
             "-c",
-            "import sys, time; from nbkit.locks import FolderLock; FolderLock(sys.argv[1], 'report folder').acquire();"
+            "import sys, time; from nbkit.locks import FolderLock; held = FolderLock(sys.argv[1], 'report folder').acquire();"
             " print('held', flush=True); time.sleep(120)",
             str(out),
         ],
