@@ -457,6 +457,9 @@ def test_audit_fails_a_half_run_whose_policy_routed_nothing():
     with pytest.raises(PrecisionError, match="GEMMs ran in"):
         audit.check("bf16", counts, gemm_policy="fp32-accumulate", gemm_counts={"bf16": 3, "fp16": 3})
     assert audit.check("fp32", {"fp32": 10}, gemm_policy="fp32-accumulate", gemm_counts={})["audit/gemm_routed"] == {}
+    # every routed policy is audited the same way (bf16-split's mode counts as fp32-accumulate's does)
+    with pytest.raises(PrecisionError, match="bf16-split GEMM policy for fp16 training but no fp16 GEMM"):
+        audit.check("fp16", {"fp16": 10}, gemm_policy="bf16-split", gemm_counts={})
 
 
 @pytest.mark.slow
