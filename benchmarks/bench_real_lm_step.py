@@ -7,10 +7,11 @@ MATH prompts in the ``qwen_math`` template, reward −length), algorithm ``grpo`
 metrics, update) the seconds, tokens, model FLOPs (matrix products only: the layers' projections at every position
 computed, padding included, attention scores and values, the LM head at the kept positions; backward = 2× forward
 for full fine-tuning, 1× for LoRA (input gradients only), + 1 forward recomputed under gradient checkpointing),
-achieved GFLOP/s and the ratio to the CPU's own limit, measured in the same process right before the cells:
+achieved GFLOP/s and the ratio to the CPU's own limit, measured in the same process:
 
 - GEMM throughput at the model's shapes (its projections over a few thousand rows, as the π and update passes run
-  them) in each dtype under the run's GEMM policy (``gemm="auto"``), and at the decode batch;
+  them) in each dtype under the run's GEMM policy (``gemm="auto"``), and at the decode batch, measured at the start
+  and again right after each cell (a shared machine's load moves them; each cell's ratios use the latter);
 - the generation floor: per decode step, the engine's weight bytes over the measured memory bandwidth (a large copy),
   or the decode batch's FLOPs over the decode-batch GEMM throughput, whichever binds; plus the prompts' prefill at
   the model-shape throughput.
@@ -308,14 +309,20 @@ def main(argv=None) -> None:
         print(line, flush=True)
     print(
         f"\nbatch {args.prompts} x {args.samples}, <= {args.max_tokens} tokens, {args.engine} engine, {args.algorithm}, "
-        f"checkpointing {args.checkpointing}; 'floor/s' = the phase's floor at the measured limits over its time"
+        f"checkpointing {args.checkpointing}; 'floor/s' = the phase's floor at the limits measured right after the "
+        "cell over its time"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for mode in args.modes:
             for dtype in args.dtypes:
                 start = time.perf_counter()
                 row, forwards = cell(args, dtype, mode, tmp)
-                report(row, forwards, shape, lim, dtype, mode, args.checkpointing == "on", n)
+                now = limits(shape, [dtype], n, args.repeats)  # the limits again, under the load the cell ran in
+                report(row, forwards, shape, now, dtype, mode, args.checkpointing == "on", n)
+                print(
+                    f"  limits right after the cell: memory {now['bandwidth']:.1f} GB/s, {dtype} GEMM "
+                    f"{now[dtype]['model']:.1f} / {now[dtype]['decode']:.1f} GFLOP/s (model shapes / decode batch)"
+                )
                 print(f"  (cell wall {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)
 
 
