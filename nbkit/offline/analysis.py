@@ -171,7 +171,7 @@ class GridResult:
         """Whether the HF engine ran the trainer's own ``fp32-accumulate`` recipe: its μ then equals π up to FP32
         roundings by construction, in any format, and the grid compares no rollout engine with the trainer (a rollout
         engine has kernels of its own, as vLLM has; ``benchmarks/bench_grid_engine.py``)."""
-        return self.engine == "hf" and "fp32-accumulate" in self.recipes
+        return self.engine == "hf" and any(r in gemm.ROUTED for r in self.recipes)  # fp32-accumulate, bf16-split
 
     def setting(self) -> str:
         """What was sampled and by what: engine, its GEMM recipe, prompts, samples, length, and a warning when

@@ -74,7 +74,7 @@ class MoeResult:
         comparisons hold no engine of its own (``nbkit.offline.analysis.GridResult.shares_trainer_recipe``)."""
         cfg = self.config
         text = f"hf engine (GEMM {self.gemm or 'n/a'}), {cfg.n_prompts} prompts × {cfg.samples_per_prompt} samples"
-        if self.gemm == "fp32-accumulate":
+        if self.gemm in gemm.ROUTED:
             text += (
                 "; the HF engine ran the trainer's own fp32-accumulate recipe, so engine-vs-trainer flips and "
                 "mismatch are that recipe's floor, not an engine's; trainer-vs-FP32 flips are the format's"

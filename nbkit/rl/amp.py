@@ -16,7 +16,7 @@ from collections import Counter
 
 import torch
 
-from nbkit import routing, schema
+from nbkit import gemm, routing, schema
 from nbkit.errors import PrecisionError  # (re-exported: rl.amp.PrecisionError is the same class)
 from nbkit.models import dtype_name
 from nbkit.rl.scaling import uses_deepspeed
@@ -124,10 +124,10 @@ class PrecisionAudit:
             schema.AUDIT_GEMM: gemm_policy,
             schema.AUDIT_GEMM_ROUTED: routed,
         }
-        if gemm_policy == "fp32-accumulate" and requested in ("fp16", "bf16"):
+        if gemm_policy in gemm.ROUTED and requested in ("fp16", "bf16"):
             if not routed.get(requested):
                 raise PrecisionError(
-                    f"requested the fp32-accumulate GEMM policy for {requested} training but no "
+                    f"requested the {gemm_policy} GEMM policy for {requested} training but no "
                     f"{requested} GEMM ran through it this step (routed: {routed})"
                 )
             if set(routed) - {requested, f"sdpa/{requested}"}:  # GEMMs and attentions, all in the request

@@ -51,7 +51,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         # Rollouts come from the workbook's engine; flipping ``use_vllm`` turns on TRL's own IS correction
         # and sampling metrics, which read the engine's log-probs whatever the engine is.
         self.gemm_policy = gemm.resolve(run.gemm, self.accelerator.device)
-        self.gemm_mode = gemm.Fp32AccumulateGemm() if self.gemm_policy == "fp32-accumulate" else None
+        self.gemm_mode = gemm.mode(self.gemm_policy)  # None where native
         self.vllm_generation = (ServerGeneration if run.vllm_mode == "server" else EngineGeneration)(
             engine=run.rollout_engine,
             gemm_policy=self.gemm_policy,

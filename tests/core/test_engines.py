@@ -411,8 +411,14 @@ def test_a_vllm_engines_gemm_policy_routes_half_layers_on_cpus_only(monkeypatch,
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert vllm_gemm_policy("fp32-accumulate", "fp32") == "native"  # no half GEMM to route
     assert vllm_gemm_policy("fp32-accumulate", "bf16") == "fp32-accumulate"
-    assert vllm_gemm_policy("auto", "fp16") == gemm.default_policy("cpu")
+    auto = gemm.default_policy("cpu")
+    assert vllm_gemm_policy("auto", "fp16") == auto
     assert (vllm_gemm_policy("auto", "bf16") == "native") == (cpu_kind == "xeon-avx512fp16")
+    # bf16-split (the plugin has no such kernel): vLLM's own kernels on an AMX-BF16 CPU, the plugin's elsewhere
+    monkeypatch.setattr(gemm, "cpu_has_bf16_matrix_only", lambda: True)
+    assert vllm_gemm_policy("bf16-split", "fp16") == "native"
+    monkeypatch.setattr(gemm, "cpu_has_bf16_matrix_only", lambda: False)
+    assert vllm_gemm_policy("bf16-split", "fp16") == "fp32-accumulate"
     with pytest.raises(ValueError, match="unknown gemm policy 'tensor'"):
         vllm_gemm_policy("tensor", "bf16")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # CUDA's tensor cores already follow the contract

@@ -130,7 +130,7 @@ def test_headless_doctor_on_tiny_arith_writes_the_verdict(tmp_path, capsys):
     # and π agree to ~1e-6 in both formats): the doctor must report what it measured and conclude from it.
     ratio = b["token_abs_logp_diff/mean"] / f["token_abs_logp_diff/mean"]
     # where the HF engine runs the trainer's own fp32-accumulate recipe the doctor says first that it measured no engine
-    shared = gemm.resolve("auto") == "fp32-accumulate"
+    shared = gemm.resolve("auto") in gemm.ROUTED
     assert saved["reasons"][0].startswith("caution: the HF engine ran the trainer's own") == shared
     reasons = saved["reasons"][1:] if shared else saved["reasons"]
     assert f"is {ratio:.3g}× FP16's" in reasons[0] and len(reasons) >= 4
