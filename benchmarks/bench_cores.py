@@ -1,4 +1,5 @@
-"""Both cores busy? One RL run and one offline grid cell at 1 and 2 threads, and two of them at once (``nbkit.pool``).
+"""Both cores busy? One RL run and one offline grid cell at 1 and 2 threads, and two of them at once
+(``nbkit.runtime.pool``).
 
 For each workload it prints wall time, CPU % (the children's user + system seconds over wall seconds; 200 % = both
 cores of a 2-core machine busy the whole time) and throughput against one job on one thread, measured in one run:
@@ -8,7 +9,7 @@ cores of a 2-core machine busy the whole time) and throughput against one job on
 - ``grid``: one cell of notebook 02's SmolLM2 grid (vLLM engine in BF16 on ``--prompts`` × 2 answers of ≤ 96 tokens,
   then π in FP32/BF16/FP16), engine start-up included.
 
-Each layout is one ``nbkit.pool.run`` (a fresh process per job, pinned to its cores): ``1 job × 1 thread``,
+Each layout is one ``nbkit.runtime.pool.run`` (a fresh process per job, pinned to its cores): ``1 job × 1 thread``,
 ``1 job × 2 threads`` and ``2 jobs × 1 thread`` at once. Run it with the machine otherwise idle; the first line
 names the CPU and its load.
 
@@ -39,8 +40,8 @@ def parse_args(argv=None):
 
 
 def rl_jobs(n: int, steps: int, tmp: Path) -> dict:
-    from nbkit import pool
     from nbkit.rl import config_from
+    from nbkit.runtime import pool
 
     return {
         f"rl{i}": pool.Job(
@@ -65,8 +66,8 @@ def rl_jobs(n: int, steps: int, tmp: Path) -> dict:
 
 
 def grid_jobs(n: int, prompts: int) -> dict:
-    from nbkit import pool
     from nbkit.offline import analysis
+    from nbkit.runtime import pool
 
     cfg = analysis.GridConfig(
         model="smollm2-135m",
@@ -82,7 +83,7 @@ def grid_jobs(n: int, prompts: int) -> dict:
 
 def measure(jobs: dict, threads: int, workers: int) -> tuple[float, float, dict]:
     """(wall seconds, CPU % of the children, label → value) of one ``pool.run``."""
-    from nbkit import pool
+    from nbkit.runtime import pool
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -94,13 +95,14 @@ def measure(jobs: dict, threads: int, workers: int) -> tuple[float, float, dict]
 
 
 def median_step(result) -> float:
-    from nbkit import schema
+    from nbkit.records import schema
 
     return statistics.median(schema.series(result.rows, schema.TIME_STEP)[1:])
 
 
 def main(argv=None) -> None:
-    from nbkit import models, pool
+    from nbkit.models import models
+    from nbkit.runtime import pool
     from nbkit.studies.base import markdown_table
     from nbkit.workbook import jobtime
 

@@ -1,4 +1,5 @@
-"""Step-0 dose of every dial point (``nbkit.dial``) on the offline ladder: per-token |Δ log p| against an FP32 trainer.
+"""Step-0 dose of every dial point (``nbkit.precision.dial``) on the offline ladder: per-token |Δ log p| against an FP32
+trainer.
 
 Prints, per point of the block rule (``dial-e8m1-<n>of<2L>``) and of the channel rule (``dial-e8m1-c<k>of<K>``), the
 ladder's headline mismatch with its bootstrap CI over sequences and the sequence KL (``nbkit.offline.ladder``, its
@@ -24,8 +25,9 @@ def main() -> None:
 
     import torch
 
-    from nbkit import dial, schema
     from nbkit.offline.ladder import LadderConfig, run_ladder
+    from nbkit.precision import dial
+    from nbkit.records import schema
     from nbkit.workbook import jobtime
 
     torch.set_num_threads(1)

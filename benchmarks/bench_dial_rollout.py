@@ -23,9 +23,10 @@ def main() -> None:
 
     import torch
 
-    from nbkit import formats, tasks
+    from nbkit import tasks
     from nbkit.engines.base import SamplingConfig
     from nbkit.engines.hf import HFEngine
+    from nbkit.precision import formats
     from nbkit.studies import tiny_long_regimes as TL
     from nbkit.workbook import jobtime
 

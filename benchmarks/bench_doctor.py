@@ -2,7 +2,7 @@
 
 Runs the doctor's command line in this process exactly as a user would (engine ``auto``: vLLM where installed),
 into a scratch report folder, and prints the wall time per stage next to the CPU's half-precision flags (they
-decide the kernels: ``nbkit.gemm.half_flags``) and the thread count.
+decide the kernels: ``nbkit.precision.gemm.half_flags``) and the thread count.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_doctor.py                 # smollm2-135m, 16 × 2, 64 tokens
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_doctor.py --model tiny-arith --engine hf
@@ -27,8 +27,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--budget", type=float, default=360.0, help="seconds the issue allows")
     args = p.parse_args(argv)
-    from nbkit import paths
     from nbkit.cli import doctor
+    from nbkit.runtime import paths
     from nbkit.workbook import jobtime
 
     paths.setup_environment()

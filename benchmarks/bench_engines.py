@@ -3,7 +3,8 @@
 For one model and dtype, both engines sample the same prompts at batch 1, 8 and 64 (one response per prompt,
 temperature 1) after a warm-up; the script prints generated tokens per second for each engine and the vLLM/HF
 ratio, then times the teacher-forced forward that computes π for the batch-64 rollouts
-(``nbkit.mismatch.teacher_forced_logprobs``, the extra pass a mismatch-aware trainer pays) as a fraction of each
+(``nbkit.mismatch.mismatch.teacher_forced_logprobs``, the extra pass a mismatch-aware trainer pays) as a fraction of
+each
 engine's rollout time. vLLM start-up time is printed separately (it is paid once per run, not per batch).
 
     .venv/bin/python benchmarks/bench_engines.py                       # tiny-arith fp32, + a short smollm2 row
@@ -18,10 +19,10 @@ import time
 
 
 def parse_args(argv=None):
-    from nbkit.models import DTYPES
+    from nbkit.models.models import DTYPES
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="tiny-arith", help="model ref (nbkit.models.load)")
+    p.add_argument("--model", default="tiny-arith", help="model ref (nbkit.models.models.load)")
     p.add_argument("--dtype", default="fp32", choices=tuple(DTYPES), help="engine and forward dtype")
     p.add_argument("--max-tokens", type=int, default=40, help="longest response")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64], help="prompts per generate call")
@@ -62,9 +63,9 @@ def timed_rollouts(engine, prompts, batches, max_tokens, seed) -> dict[int, tupl
 
 def bench(model: str, dtype: str, max_tokens: int, batches: list[int], seed: int) -> None:
     """Run and print one model's rows."""
-    from nbkit import models
     from nbkit.engines import HFEngine, VLLMEngine, vllm_available
-    from nbkit.mismatch import teacher_forced_logprobs
+    from nbkit.mismatch.mismatch import teacher_forced_logprobs
+    from nbkit.models import models
 
     net, tok = models.load(model, dtype)
     prompts = prompts_for(model, max(batches), tok, seed)

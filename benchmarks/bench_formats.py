@@ -1,4 +1,5 @@
-"""What each rollout format (``nbkit.formats``) costs on this CPU, as a ratio to its base dtype's rollout, in one run.
+"""What each rollout format (``nbkit.precision.formats``) costs on this CPU, as a ratio to its base dtype's rollout, in
+one run.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_formats.py                 # the ladder and the dial, tiny-arith
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_formats.py --formats bf16 fp8-e4m3 nvfp4 --rounds 5
@@ -43,12 +44,13 @@ def main(argv=None) -> None:
     parser.add_argument("--gemm", default="auto")
     args = parser.parse_args(argv)
 
-    from nbkit import paths
+    from nbkit.runtime import paths
 
     paths.setup_environment()
-    from nbkit import formats, gemm, models
     from nbkit.engines import SamplingConfig, make_engine
+    from nbkit.models import models
     from nbkit.offline.analysis import load_prompts
+    from nbkit.precision import formats, gemm
     from nbkit.workbook import jobtime
 
     for name in args.formats:

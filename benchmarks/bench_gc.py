@@ -1,4 +1,5 @@
-"""What the garbage collector costs a run, with and without ``nbkit.gcfreeze`` (``NBKIT_GC_FREEZE``), in one run.
+"""What the garbage collector costs a run, with and without ``nbkit.runtime.gcfreeze`` (``NBKIT_GC_FREEZE``), in one
+run.
 
 Prints, each measured in a fresh process on one thread:
 
@@ -33,7 +34,7 @@ from pathlib import Path
 
 COLLECT = """
 import gc, json, statistics, time
-from nbkit import gcfreeze, logs
+from nbkit.runtime import gcfreeze, logs
 with logs.quiet():
     import nbkit.rl.trainer  # noqa: F401 - TRL's trainer stack, vLLM included where installed
 def median_collect():
@@ -50,7 +51,7 @@ print(json.dumps({"before": before, "after": inside, "walked_before": walked_bef
 
 IMPORT = """
 import json, resource, time
-from nbkit import gcfreeze, logs
+from nbkit.runtime import gcfreeze, logs
 start = time.perf_counter()
 with gcfreeze.importing(), logs.quiet():
     import nbkit.rl.trainer  # noqa: F401
@@ -60,7 +61,7 @@ print(json.dumps({"wall": time.perf_counter() - start, "cpu": usage.ru_utime + u
 
 WATCH = """
 import gc, json, resource, sys, time
-from nbkit import schema
+from nbkit.records import schema
 spent = {"gc": 0.0, "t": 0.0}
 def watch(phase, info):
     if phase == "start":
@@ -87,7 +88,7 @@ print(json.dumps({"wall": time.perf_counter() - start, "cpu": usage.ru_utime + u
 VLLM_RUNS = (
     WATCH
     + """from nbkit.rl import RLConfig, train
-from nbkit.runlog import MetricsLog
+from nbkit.records.runlog import MetricsLog
 start, rows = time.perf_counter(), []
 for i in range(2):
     cfg = RLConfig(model="tiny-arith", steps=1, prompts_per_step=2, samples_per_prompt=2, max_tokens=8,

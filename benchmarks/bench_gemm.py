@@ -1,4 +1,5 @@
-"""What half precision costs on this machine, per GEMM policy (``nbkit.gemm``), as ratios to FP32 from one run.
+"""What half precision costs on this machine, per GEMM policy (``nbkit.precision.gemm``), as ratios to FP32 from one
+run.
 
 Three tables, each timed after a warm-up, the best of ``--repeats``:
 
@@ -6,7 +7,7 @@ Three tables, each timed after a warm-up, the best of ``--repeats``:
    recipe (half operands → fp32 GEMM → one rounding to half);
 2. training: a tiny-arith forward + backward + AdamW step under autocast (FP16 with a live GradScaler) on
    128 × 70 tokens, and the update part of real RL steps (``nbkit.rl.train``, HF engine, 16 × 8, ``time/update``);
-3. the teacher-forced π pass of notebook 02 (``nbkit.mismatch.teacher_forced_logprobs``, pure cast) on
+3. the teacher-forced π pass of notebook 02 (``nbkit.mismatch.mismatch.teacher_forced_logprobs``, pure cast) on
    SmolLM2-135M over 16 sequences of chat-formatted MATH prompts + 128 response tokens.
 
 Targets (issue "FP16 and BF16 at FP32 speed on CPU"): training step ≤ 1.3× FP32 and π pass ≤ 1.5× FP32 in half.
@@ -32,7 +33,7 @@ import time
 import avx2  # benchmarks/avx2.py: the AVX2 emulation (this folder is on sys.path when this file runs)
 import torch
 
-from nbkit import gemm
+from nbkit.precision import gemm
 from nbkit.workbook import jobtime
 
 POLICIES = ("native", "fp32-accumulate")
@@ -77,7 +78,7 @@ def bench_gemms(repeats: int) -> None:
 
 
 def bench_micro_step(repeats: int) -> None:
-    from nbkit import models
+    from nbkit.models import models
 
     model, _ = models.load("tiny-arith", "fp32")
     ids = torch.randint(3, 30, (128, 70))
@@ -123,9 +124,9 @@ def bench_rl(steps: int) -> None:
 
 
 def bench_pi(repeats: int) -> None:
-    from nbkit import models
     from nbkit.engines import Rollout, encode_prompt
-    from nbkit.mismatch import teacher_forced_logprobs
+    from nbkit.mismatch.mismatch import teacher_forced_logprobs
+    from nbkit.models import models
     from nbkit.offline import analysis
 
     model, tok = models.load("smollm2-135m", "fp32")

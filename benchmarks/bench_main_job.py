@@ -51,8 +51,8 @@ def parse_args(argv=None):
 
 def rollout_rates(model: str, engine_name: str, dtypes, prompts: int, max_tokens: int) -> dict[str, dict]:
     """dtype → {tok/s, tokens, seconds, startup} for one engine."""
-    from nbkit import models
     from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine
+    from nbkit.models import models
     from nbkit.offline.analysis import load_prompts
 
     out = {}
@@ -113,8 +113,8 @@ def main(argv=None) -> None:
     if args.isa == "avx2" and os.environ.get("BENCH_EMULATE_AVX2") != "1":  # the emulation must precede torch's import
         sys.exit(subprocess.call([sys.executable, *sys.argv], env=avx2.environment()))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from nbkit import paths
     from nbkit.engines import vllm_available
+    from nbkit.runtime import paths
     from nbkit.workbook import jobtime
 
     paths.setup_environment()

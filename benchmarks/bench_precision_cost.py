@@ -39,8 +39,8 @@ def onednn_half_support() -> dict[str, bool | None]:
 
 def rollout_rate(model: str, engine: str, dtype: str, n_prompts: int, samples: int, max_tokens: int) -> dict:
     """Tokens per second of one engine in one dtype (after a warm-up call), and its start-up seconds."""
-    from nbkit import models
     from nbkit.engines import SamplingConfig, make_engine
+    from nbkit.models import models
     from nbkit.offline.analysis import load_prompts
 
     net, tok = models.load(model, dtype)
@@ -93,8 +93,8 @@ def main(argv=None) -> None:
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--rl-steps", type=int, default=4, help="RL steps per dtype on tiny-arith (0: skip)")
     a = p.parse_args(argv)
-    from nbkit import paths
     from nbkit.engines import vllm_available
+    from nbkit.runtime import paths
     from nbkit.workbook import jobtime
 
     paths.setup_environment()

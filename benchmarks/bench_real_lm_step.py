@@ -18,7 +18,8 @@ achieved GFLOP/s and the ratio to the CPU's own limit, measured in the same proc
 
 The forward passes are counted by wrapping ``PrecisionGRPOTrainer._get_per_token_logps_and_entropies`` (rows,
 padded width, kept positions, grad or not): instrumentation only, nothing the step computes changes. Also printed:
-single-GEMM ratios FP16/FP32 and FP16/BF16 per phase shape for each GEMM policy (``nbkit.gemm``), ``bf16-split``
+single-GEMM ratios FP16/FP32 and FP16/BF16 per phase shape for each GEMM policy (``nbkit.precision.gemm``),
+``bf16-split``
 included. Every figure is a ratio within this one run; the header names the CPU, its flags and its load.
 
     .venv/bin/python benchmarks/bench_real_lm_step.py                          # 4 x 4, <= 64 tokens, 6 cells
@@ -155,7 +156,8 @@ def gemm_rate(shape: Shape, rows: int, dtype: str, policy: str, repeats: int) ->
     """GFLOP/s of the layers' GEMMs over ``rows`` positions in ``dtype`` under GEMM ``policy``."""
     import torch
 
-    from nbkit import gemm, models
+    from nbkit.models import models
+    from nbkit.precision import gemm
 
     dt = models.torch_dtype(dtype)
     g = torch.Generator().manual_seed(0)
@@ -285,7 +287,9 @@ def main(argv=None) -> None:
     import torch
     from transformers import AutoConfig
 
-    from nbkit import gemm, models, paths
+    from nbkit.models import models
+    from nbkit.precision import gemm
+    from nbkit.runtime import paths
     from nbkit.workbook import jobtime
 
     paths.setup_environment()

@@ -85,7 +85,7 @@ def rerun(tree: Path, config: dict, steps: int, out: Path, isa: str) -> list[dic
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"the re-run failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-    from nbkit.runlog import load_runs
+    from nbkit.records.runlog import load_runs
 
     (rows,) = load_runs(out).values()
     return [r for r in rows if "step_time" in r]

@@ -14,7 +14,8 @@ emulation is not an AVX2 CPU.
 Under the cap oneDNN has no BF16/FP16 matmul at all (its BF16/FP16 support needs AVX512 or AVX2-VNNI-2/NE-convert),
 so ``create_onednn_mm`` raises and vLLM falls back to ``torch.nn.functional.linear`` in BF16/FP16, torch's own
 reduced-precision GEMM. ``--gemm fp32-accumulate`` runs the engine under the workbook's vLLM plugin
-(``nbkit.vllm_gemm``, what ``gemm="auto"`` picks on such a CPU), which replaces, for half weights only, that fallback
+(``nbkit.precision.vllm_gemm``, what ``gemm="auto"`` picks on such a CPU), which replaces, for half weights only, that
+fallback
 by the GPU tensor-core contract: the half weight upcast once (exactly) to FP32 and handed to the same oneDNN FP32
 matmul vLLM uses for FP32 models, the half activation upcast (exactly) per call, and the FP32 result rounded once to
 the half dtype. Weights, activations, KV cache, norms and attention stay in the requested dtype; only the GEMM kernel
@@ -82,7 +83,7 @@ def parse_args(argv=None):
         default=["native"],
         choices=["native", "fp32-accumulate"],
         help="VLLMEngine's gemm policy for half layers: vLLM's own kernels, or the tensor-core contract of "
-        "nbkit.vllm_gemm (fp32 runs: always native)",
+        "nbkit.precision.vllm_gemm (fp32 runs: always native)",
     )
     p.add_argument("--model", default="smollm2-135m", help="model ref (tiny-arith: arith prompts, else MATH-500)")
     p.add_argument(
@@ -107,7 +108,7 @@ def parse_args(argv=None):
 def _worker_facts(worker) -> dict:
     import torch
 
-    from nbkit import vllm_gemm
+    from nbkit.precision import vllm_gemm
 
     model = worker.model_runner.model
     libs = sorted({line.split("/")[-1].strip() for line in open("/proc/self/maps") if "vllm/_C" in line})
@@ -182,7 +183,7 @@ def categorize(rows) -> tuple[dict, list]:
 
 def child(args, isa: str, dtype: str, gemm: str) -> dict:
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    from nbkit import paths
+    from nbkit.runtime import paths
 
     paths.setup_environment()
     from nbkit.engines import SamplingConfig, VLLMEngine
@@ -224,8 +225,10 @@ def child(args, isa: str, dtype: str, gemm: str) -> dict:
     finally:
         engine.close()
     if args.mismatch:
-        from nbkit import gemm as gemm_policies
-        from nbkit import mismatch, models, schema
+        from nbkit.mismatch import mismatch
+        from nbkit.models import models
+        from nbkit.precision import gemm as gemm_policies
+        from nbkit.records import schema
 
         model, _ = models.load(args.model, "fp32")
         pi = mismatch.teacher_forced_logprobs(model, rollouts, dtype, gemm="auto")

@@ -51,7 +51,7 @@ def child(args, model: str, setting: str) -> dict:
     from transformers import AutoTokenizer
 
     from nbkit.engines import SamplingConfig, VLLMEngine, vllm_sized_for
-    from nbkit.models import resolve
+    from nbkit.models.models import resolve
     from nbkit.offline.analysis import load_prompts
 
     tok = AutoTokenizer.from_pretrained(resolve(model))

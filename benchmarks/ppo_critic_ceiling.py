@@ -22,10 +22,12 @@ import time
 
 import torch
 
-from nbkit import models, paths, tasks
+from nbkit import tasks
+from nbkit.models import models
 from nbkit.rl import gae
 from nbkit.rl.critic import Critic
 from nbkit.rl.run import trl_prompt
+from nbkit.runtime import paths
 
 BATCH = 128
 """Sequences per rollout batch (the study's 16 prompts × 8 samples)."""

@@ -22,14 +22,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nbkit import paths  # noqa: E402
+from nbkit.runtime import paths  # noqa: E402
 
 paths.setup_environment()
 
 from nbkit.rl import RLConfig, train  # noqa: E402
 from nbkit.tasks import arith  # noqa: E402
 
-RUN_FOLDER = {"nbkit.rl.runfolder", "nbkit.outputs", "nbkit.locks", "nbkit.rl.monitor", "nbkit.runlog"}
+RUN_FOLDER = {
+    "nbkit.rl.runfolder",
+    "nbkit.runtime.outputs",
+    "nbkit.runtime.locks",
+    "nbkit.rl.monitor",
+    "nbkit.records.runlog",
+}
 """The modules that held a run folder's logic before it was one object (``runfolder.RunFolder``)."""
 
 

@@ -197,7 +197,7 @@ def counts(rev: str | None = None) -> dict[str, int]:
     comps = strongly_connected(graph)
     of = layer_of(layers_at(rev))
 
-    schema_module = next((k for k in sorted(src) if k.rsplit(".", 1)[-1] == "schema"), "nbkit.schema")
+    schema_module = next((k for k in sorted(src) if k.rsplit(".", 1)[-1] == "schema"), "nbkit.records.schema")
     schema = src.get(schema_module, "")
     keys = (
         {

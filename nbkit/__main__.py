@@ -2,7 +2,7 @@
 
 import sys
 
-from nbkit import gcfreeze
+from nbkit.runtime import gcfreeze
 
 if __name__ == "__main__":
     gcfreeze.suspend()  # no automatic collection while the command line's modules load

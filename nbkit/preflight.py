@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 METADATA = ROOT / "requirements" / "vllm-metadata"
-"""Vendored ``Requires-Python`` / ``Requires-Dist`` lines of the GPU vLLM wheels (``nbkit.gpu_pins``)."""
+"""Vendored ``Requires-Python`` / ``Requires-Dist`` lines of the GPU vLLM wheels (``nbkit.runtime.gpu_pins``)."""
 GIB = 2**30
 
 TORCH_CUDA = {"2.13": "13.0", "2.12": "13.0", "2.11": "12.8", "2.10": "12.8", "2.9": "12.8"}

@@ -5,12 +5,13 @@ A study is a folder ``data/results/<study>/`` holding
 - ``runs/<label>.jsonl.gz``: every metric row of one run, gzip-compressed JSON lines (the run's ``metrics.jsonl``);
 - ``provenance.json``: the card that says where the numbers came from: git commit (and whether the tree had
   uncommitted changes), the command that produced them, the machine, the date, the wall time, the configs, and the
-  ``metrics_version`` its rows were computed under (``nbkit.metrics.VERSION``; cards stored before it have none),
+  ``metrics_version`` its rows were computed under (``nbkit.records.metrics.VERSION``; cards stored before it have
+  none),
   and ``sealed``: the sha256 of each run file and of the card itself as ``store`` wrote them (its record of
   amendments aside), so a hand edit is told from a store (``verify``; cards stored before it have none).
 
 ``store`` writes a study from run folders (or from rows already in memory); ``load`` reads it back in the shape of
-``nbkit.runlog.load_runs`` (``label → rows``), so every table and figure helper works on stored and live runs
+``nbkit.records.runlog.load_runs`` (``label → rows``), so every table and figure helper works on stored and live runs
 alike; ``card`` reads the provenance card. A notebook that draws from a stored study says so (``describe``).
 """
 
@@ -24,9 +25,10 @@ import platform
 import subprocess
 from pathlib import Path
 
-from nbkit import metrics, outputs
-from nbkit.paths import DATA, ROOT
-from nbkit.runlog import load_runs
+from nbkit.records import metrics
+from nbkit.records.runlog import load_runs
+from nbkit.runtime import outputs
+from nbkit.runtime.paths import DATA, ROOT
 
 RESULTS = DATA / "results"
 """Where stored studies live."""
@@ -78,7 +80,7 @@ def machine() -> dict:
         ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         ram_gib = None
-    from nbkit import gemm
+    from nbkit.precision import gemm
 
     return {
         "cpu": cpu,
@@ -107,7 +109,7 @@ def store(
     record: dict | None = None,
     keep_old: bool = False,
 ) -> Path:
-    """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.runlog.load_runs``) as
+    """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.records.runlog.load_runs``) as
     study ``study`` with its provenance card; an existing study of that name is replaced as a whole (its folder
     must hold only what its marker lists: ``outputs.check_replace``; ``GridStudy.store`` decides whether to).
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from nbkit import gcfreeze, paths
+from nbkit.runtime import gcfreeze, paths
 
 paths.setup_environment()  # the suite is an entry point: caches inside the project before any HF library loads
 
@@ -45,7 +45,7 @@ if XDIST_WORKER:
     for _key in PER_WORKER_CACHES:
         os.environ[_key] = str(paths.CACHE / "xdist" / XDIST_WORKER / _key.lower())
 os.environ.setdefault("NBKIT_WORKERS", "0")  # the suite's workers share the cores: a test's grid trains in-process
-os.environ.setdefault("NBKIT_POOL_KEEP", "300")  # a pool test's workers serve the next pool test (nbkit.pool)
+os.environ.setdefault("NBKIT_POOL_KEEP", "300")  # a pool test's workers serve the next pool test (nbkit.runtime.pool)
 
 
 def threads_per_worker(cores: int, workers: int) -> int:
@@ -63,8 +63,8 @@ if XDIST_WORKER:
     for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_key, _threads)  # set before torch loads; a value the user exported wins
 
+from nbkit.models.toymodels import tiny_arith  # noqa: E402
 from nbkit.tasks import arith  # noqa: E402
-from nbkit.toymodels import tiny_arith  # noqa: E402
 from nbkit.workbook import runner  # noqa: E402
 
 
@@ -78,7 +78,7 @@ def vllm_import_error() -> str | None:
 
 
 def pytest_configure(config):
-    from nbkit import versions
+    from nbkit.runtime import versions
 
     if os.environ.get(versions.STRICT_ENV) == "1":  # make test / CI: a library off its pin fails the run up front
         try:
@@ -125,7 +125,7 @@ CPU_KINDS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "epyc-avx512bf16": (("avx2", "avx512f", "avx512_bf16"), "AVX512", "fp32-accumulate"),
     "avx2": (("avx2", "fma", "f16c"), "AVX2", "fp32-accumulate"),
 }
-"""The CPU kinds the project meets, as ``nbkit.gemm`` reads them (kind → (CPU flags, torch's CPU capability, the
+"""The CPU kinds the project meets, as ``nbkit.precision.gemm`` reads them (kind → (CPU flags, torch's CPU capability, the
 policy ``gemm="auto"`` resolves to there)): a Sapphire Rapids Xeon (native half GEMMs), an EPYC with AVX512-BF16
 only and an AVX2-only EPYC (both ``fp32-accumulate``). A test whose result depends on the CPU's half kernels takes
 the ``cpu_kind`` fixture and runs once per kind on any machine; ``NBKIT_TEST_CPU_KIND=<kind>`` makes a whole session
@@ -134,10 +134,10 @@ resolve ``auto`` as that kind (``tests/suite/test_cpu_kinds.py`` runs the cross-
 
 
 def as_cpu_kind(monkeypatch, kind: str) -> str:
-    """Make ``nbkit.gemm`` see the CPU of ``kind`` (its flags and torch's capability; no kernel cap in the
+    """Make ``nbkit.precision.gemm`` see the CPU of ``kind`` (its flags and torch's capability; no kernel cap in the
     environment); returns the policy ``auto`` resolves to there. Only the decision changes: torch's kernels stay
     this machine's (``native`` on an AVX2 CPU runs torch's slow reference half kernels, with the same roundings)."""
-    from nbkit import gemm
+    from nbkit.precision import gemm
 
     flags, capability, policy = CPU_KINDS[kind]
     monkeypatch.setattr(gemm, "_cpu_flags", lambda: flags)
@@ -176,7 +176,8 @@ def pytest_collection(session):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Each test (its fixtures' set-up and tear-down included) runs in ``nbkit.gcfreeze.walk_only_new``, as a run
+    """Each test (its fixtures' set-up and tear-down included) runs in ``nbkit.runtime.gcfreeze.walk_only_new``, as a
+    run
     does: the collections it triggers walk what the test made, not the ~1 M objects the worker keeps (libraries,
     other tests' session fixtures); everything is walked again after it. ``NBKIT_GC_FREEZE=0`` turns it off."""
     with gcfreeze.walk_only_new():

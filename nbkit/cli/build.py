@@ -9,8 +9,8 @@ nbkit build heldout                        # data/tiny_arith_heldout, the judge'
 from __future__ import annotations
 
 from nbkit.cli.commands import Parser
+from nbkit.models.toymodels import tiny_arith, tiny_long, tiny_moe
 from nbkit.tasks import heldout
-from nbkit.toymodels import tiny_arith, tiny_long, tiny_moe
 
 WHAT = ("tiny-arith", "tiny-moe", "tiny-long", "heldout")
 """What ``nbkit build`` makes."""

@@ -12,9 +12,9 @@ import os
 import re
 import sys
 
-from nbkit import gcfreeze
-from nbkit.locks import FolderLockedError
-from nbkit.pool import JobFailed
+from nbkit.runtime import gcfreeze
+from nbkit.runtime.locks import FolderLockedError
+from nbkit.runtime.pool import JobFailed
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("nbkit.cli.train", "one RL run from flags and/or a YAML file (every RLConfig field is a flag)"),
@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def dispatch(name: str, argv: list[str]) -> int:
     """Run subcommand ``name`` with the rest of the command line."""
-    with gcfreeze.importing():  # the command's libraries load with no automatic collection (nbkit.gcfreeze)
+    with gcfreeze.importing():  # the command's libraries load with no automatic collection (nbkit.runtime.gcfreeze)
         module = importlib.import_module(COMMANDS[name][0])
     return module.main(argv)
 

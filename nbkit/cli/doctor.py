@@ -11,16 +11,17 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from nbkit import gemm, outputs, versions
 from nbkit.cli.commands import Parser
 from nbkit.cli.train import read_config_file
 from nbkit.offline import doctor, lints, risk
 from nbkit.offline.doctor import DoctorConfig, DoctorResult
-from nbkit.paths import REPORTS
 from nbkit.plots import anatomy as anatomy_plots
 from nbkit.plots import doctor as doctor_plots
 from nbkit.plots import mismatch as plots
+from nbkit.precision import gemm
 from nbkit.rl.config import RLConfig
+from nbkit.runtime import outputs, versions
+from nbkit.runtime.paths import REPORTS
 from nbkit.workbook import report
 from nbkit.workbook.runner import check_out_name
 

@@ -25,7 +25,7 @@ accelerate's ``prepare`` stops at DeepSpeed's batch check (``DEEPSPEED_CPU_ERROR
 from __future__ import annotations
 
 if __name__ == "__main__":  # run as a program (accelerate launch): no automatic collection while it sets up
-    from nbkit import gcfreeze as _gcfreeze
+    from nbkit.runtime import gcfreeze as _gcfreeze
 
     _gcfreeze.suspend()  # main() resumes
 
@@ -33,9 +33,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from nbkit import gcfreeze, models
 from nbkit.cli.plan import run_configs
+from nbkit.models import models
 from nbkit.rl import fsdp, launch
+from nbkit.runtime import gcfreeze
 
 KINDS = ("multi_gpu", "zero2", "zero3", "fsdp2")
 """The multi-process launch kinds the gpu profile's plan can print (``single_gpu`` is one process: the CPU path)."""

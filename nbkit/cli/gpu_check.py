@@ -36,8 +36,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nbkit import paths, schema
 from nbkit.cli.commands import Parser
+from nbkit.records import schema
+from nbkit.runtime import paths
 
 MODEL = "tiny-arith"
 """The shipped model every item trains (two steps)."""
@@ -132,7 +133,7 @@ def check_pi_fp32(work: Path) -> str:
     need_gpus(1)
     import torch
 
-    from nbkit import models
+    from nbkit.models import models
     from nbkit.rl.trainer import fp32_logits
 
     model, _ = models.load(MODEL, "fp32")

@@ -1,6 +1,6 @@
 """The ``nbkit`` command (and ``python -m nbkit``): the one entry point of every command line.
 
-It puts the caches inside the project (``nbkit.paths.setup_environment``; a user's own setting wins), runs the
+It puts the caches inside the project (``nbkit.runtime.paths.setup_environment``; a user's own setting wins), runs the
 subcommand (``run`` and ``list`` here, the others from ``nbkit.cli.commands.COMMANDS``, each ``nbkit/cli/<command>.py``)
 and reports a refusal as one line with exit status 2 (``--debug``: the traceback too).
 """
@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from nbkit import __version__, paths
+from nbkit import __version__
 from nbkit.cli.commands import COMMANDS, Parser, dispatch, guarded
-from nbkit.paths import REPORTS
+from nbkit.runtime import paths
+from nbkit.runtime.paths import REPORTS
 from nbkit.workbook import runner
 from nbkit.workbook.profiles import PROFILES
 

@@ -20,14 +20,15 @@ per GPU by the memory estimate of ``nbkit.rl.memory``, printed above each traine
 The commands run as printed on a fresh node, from the project root: the first step installs the venv (``make venv``
 with the GPU vLLM, ``GPU_VLLM_SPEC``; it installs and nothing else), the second downloads the model into the
 project's cache, and every executable is the venv's (``.venv/bin/...``). The workbook's entry points default to
-``HF_HUB_OFFLINE=1`` (``nbkit.paths``), so a command that names a hub model carries ``HF_HUB_OFFLINE=0``, and the
+``HF_HUB_OFFLINE=1`` (``nbkit.runtime.paths``), so a command that names a hub model carries ``HF_HUB_OFFLINE=0``, and
+the
 tools that are not the workbook's (``hf``, ``vllm``) get the project's ``HF_HOME``, so all read one cache.
 """
 
 from __future__ import annotations
 
 if __name__ == "__main__":  # run as a program (python -m, accelerate launch): caches in the project before HF loads
-    from nbkit import paths as _paths
+    from nbkit.runtime import paths as _paths
 
     _paths.setup_environment()
 
@@ -38,15 +39,15 @@ import shlex
 import sys
 from dataclasses import dataclass, fields
 
-from nbkit import paths
 from nbkit.cli.commands import Parser
-from nbkit.dtypes import VLLM_NAMES
-from nbkit.fieldcheck import Range, check_value
+from nbkit.models.dtypes import VLLM_NAMES
+from nbkit.records.runlog import run_label
 from nbkit.rl import launch, sizing
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.inputs import per_device_batch
 from nbkit.rl.weight_sync import RESET_EXTENSION
-from nbkit.runlog import run_label
+from nbkit.runtime import paths
+from nbkit.runtime.fieldcheck import Range, check_value
 from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOK = "03_rl_training"
@@ -105,7 +106,7 @@ class Plan:
 
 def run_configs(profile: str) -> list[RLConfig]:
     """One ``RLConfig`` per (train dtype, algorithm, seed) of the profile's RL notebook, dtype-major, each into
-    ``runs/<profile>/<label>`` with the label of ``nbkit.runlog.run_label``."""
+    ``runs/<profile>/<label>`` with the label of ``nbkit.records.runlog.run_label``."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {tuple(PROFILES)}")
     params = dict(PROFILES[profile].get(NOTEBOOK, {}))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from nbkit import schema
 from nbkit.cli.commands import Parser
+from nbkit.records import schema
 from nbkit.studies import tiny_long_regimes as regimes
 from nbkit.tasks import long_arith
 

@@ -19,8 +19,8 @@ On the command line ``null`` (or ``None``) sets an optional field to None; ``non
 from __future__ import annotations
 
 if __name__ == "__main__":  # run as a program (python -m, accelerate launch): caches in the project before HF loads
-    from nbkit import gcfreeze as _gcfreeze
-    from nbkit import paths as _paths
+    from nbkit.runtime import gcfreeze as _gcfreeze
+    from nbkit.runtime import paths as _paths
 
     _paths.setup_environment()
     _gcfreeze.suspend()  # no automatic collection while the imports below load torch and transformers
@@ -37,11 +37,11 @@ from transformers import HfArgumentParser
 
 import nbkit.rl as rl
 from nbkit.cli.commands import INTERRUPTED, Parser
-from nbkit.fieldcheck import spec
 from nbkit.rl import launch, runfolder
 from nbkit.rl.config import RLConfig
 from nbkit.rl.run import check_trl, world
 from nbkit.rl.runfolder import BOOKKEEPING
+from nbkit.runtime.fieldcheck import spec
 
 NONE_TEXTS = ("null", "None", "")
 """A flag's text that sets an optional field to None (``none`` is not one: it is a ``correction``)."""

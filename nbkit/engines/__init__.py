@@ -17,8 +17,7 @@ callers (and the tests' stand-ins) find each of them.
 
 from __future__ import annotations
 
-import nbkit.dial  # noqa: F401 - registers the dial's points with nbkit.formats (FAMILIES)
-from nbkit import formats, models
+import nbkit.precision.dial  # noqa: F401 - registers the dial's points with nbkit.precision.formats (FAMILIES)
 from nbkit.engines.base import (
     ENGINE_DTYPES,
     ENGINE_KINDS,
@@ -41,6 +40,8 @@ from nbkit.engines.sizing import (
     vllm_sized_for,
 )
 from nbkit.engines.vllm import VLLMEngine, require_vllm, sampling_params, vllm_available, vllm_gemm_policy
+from nbkit.models import models
+from nbkit.precision import formats
 
 __all__ = [
     "CPU_MAX_NUM_SEQS",

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nbkit import gcfreeze
-from nbkit.models import DTYPES
+from nbkit.models.models import DTYPES
+from nbkit.runtime import gcfreeze
 
 ENGINE_DTYPES = tuple(DTYPES)
-"""Engine dtypes: the short names of ``nbkit.models.DTYPES``."""
+"""Engine dtypes: the short names of ``nbkit.models.models.DTYPES``."""
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 SEEDINGS = ("engine", "request")
 """How vLLM seeds its sampler (``SamplingConfig.seeding``)."""
@@ -110,7 +110,7 @@ class Rollout:
     """Engine name, dtype and anything else worth keeping with the sample."""
     routing: torch.Tensor | None = None
     """Mixture-of-experts models on the HF engine: the engine's top-k experts per position of prompt + response,
-    ``(len(prompt_ids) + len(token_ids), layers, k)`` (``nbkit.routing``; the last token, never fed back, is -1)."""
+    ``(len(prompt_ids) + len(token_ids), layers, k)`` (``nbkit.models.routing``; the last token, never fed back, is -1)."""
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -128,7 +128,7 @@ def encode_prompt(tokenizer, prompt: str) -> list[int]:
 def release_memory() -> None:
     """Collect dropped engine objects and return the accelerator's cached blocks to the device, so a later
     engine (vLLM checks free memory at start-up) or run in the same process finds the memory free. What survives
-    the collection is frozen again inside a run's block (``nbkit.gcfreeze.refreeze``: vLLM's shutdown unfreezes
+    the collection is frozen again inside a run's block (``nbkit.runtime.gcfreeze.refreeze``: vLLM's shutdown unfreezes
     the whole process)."""
     import gc
 

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 
 import torch
 
-from nbkit import formats, lm_head, models, routing
-from nbkit import gemm as gemm_policies
 from nbkit.engines.base import LOGPROBS_MODES, Rollout, SamplingConfig, encode_prompt, release_memory
+from nbkit.models import models, routing
+from nbkit.precision import formats, lm_head
+from nbkit.precision import gemm as gemm_policies
 
 
 def _cut_at_stop(ids: list[int], stop_ids: set[int]) -> tuple[int, str]:
@@ -28,10 +29,12 @@ class HFEngine:
 
     The model's weights and compute run in ``dtype`` (fp32 | bf16 | fp16); log-softmax is taken in float32
     over the model's logits, as vLLM does. A model object in another dtype is copied, never cast in place.
-    Half-precision GEMMs follow ``gemm`` (``nbkit.gemm``: ``auto`` | ``native`` | ``fp32-accumulate``).
-    ``format`` (``nbkit.formats``, e.g. ``fp8-e4m3``, ``nvfp4``, ``e8m3``) runs a rollout format: its base dtype
+    Half-precision GEMMs follow ``gemm`` (``nbkit.precision.gemm``: ``auto`` | ``native`` | ``fp32-accumulate``).
+    ``format`` (``nbkit.precision.formats``, e.g. ``fp8-e4m3``, ``nvfp4``, ``e8m3``) runs a rollout format: its base
+    dtype
     (``dtype`` may be omitted, or must equal it) with its GEMMs quantized; ``format_gemms`` counts them.
-    ``fp32_lm_head`` runs the LM head in FP32 with the FP32 weights it was given (``nbkit.lm_head``; the engine side of
+    ``fp32_lm_head`` runs the LM head in FP32 with the FP32 weights it was given (``nbkit.precision.lm_head``; the
+    engine side of
     ``RLConfig.fp32_lm_head``); ``lm_head.dtype_of(engine.model)`` reports the dtype its last forward produced.
     """
 
@@ -81,7 +84,7 @@ class HFEngine:
         """GEMMs (and attentions) this engine routed through the fp32-accumulate policy, per format."""
         self.format_gemms: Counter = Counter()
         """GEMMs this engine ran in its rollout format (quantized formats only), by format name: the audit's
-        evidence (``take_format_gemms``, ``nbkit.formats.audit``)."""
+        evidence (``take_format_gemms``, ``nbkit.precision.formats.audit``)."""
         self.batch_size, self.progress = batch_size, progress
         self.stop_ids = _stop_ids(model, tokenizer)
 

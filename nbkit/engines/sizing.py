@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from nbkit.engines.base import SamplingConfig, encode_prompt
-from nbkit.models import DTYPES
+from nbkit.models.models import DTYPES
 
 
 def check_fits(max_model_len: int, prompt_ids: Sequence[list[int]], max_tokens: int) -> None:

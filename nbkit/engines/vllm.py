@@ -10,8 +10,6 @@ from pathlib import Path
 
 import torch
 
-from nbkit import formats, gcfreeze, logs, models, paths, vllm_gemm
-from nbkit import gemm as gemm_policies
 from nbkit.engines.base import LOGPROBS_MODES, Rollout, SamplingConfig, encode_prompt, release_memory
 from nbkit.engines.sizing import (
     check_fits,
@@ -20,12 +18,17 @@ from nbkit.engines.sizing import (
     default_enforce_eager,
     default_max_model_len,
 )
-from nbkit.models import DTYPES
+from nbkit.models import models
+from nbkit.models.models import DTYPES
+from nbkit.precision import formats, vllm_gemm
+from nbkit.precision import gemm as gemm_policies
+from nbkit.runtime import gcfreeze, logs, paths
 
 
 def vllm_gemm_policy(gemm: str, dtype: str) -> str:
-    """The GEMM policy a vLLM engine runs (``nbkit.gemm``'s ``auto`` resolved for this device): ``fp32-accumulate``
-    only for half dtypes on a CPU without native half GEMMs (``nbkit.vllm_gemm``), else ``native`` (vLLM's own
+    """The GEMM policy a vLLM engine runs (``nbkit.precision.gemm``'s ``auto`` resolved for this device):
+    ``fp32-accumulate``
+    only for half dtypes on a CPU without native half GEMMs (``nbkit.precision.vllm_gemm``), else ``native`` (vLLM's own
     kernels; CUDA's tensor cores already follow the contract). The plugin implements ``fp32-accumulate`` only, so
     ``bf16-split`` is ``native`` on a CPU with AMX-BF16 and no FP16 matrix unit (where it should pay: vLLM-CPU's
     oneDNN kernels there are AMX-BF16 and AVX512-FP16, fp32-accumulated, one rounding) and ``fp32-accumulate``
@@ -51,9 +54,10 @@ class VLLMEngine:
     ``logprobs_mode`` is an engine-level choice in vLLM, fixed here at construction. ``max_model_len=None``
     takes the model's own context length capped at 2048 (``default_max_model_len``); a request whose prompt +
     ``max_tokens`` exceeds it is refused (vLLM would end it at ``max_model_len`` as an ordinary "length" finish).
-    ``enforce_eager=None``: eager on CPU, CUDA graphs on GPUs (``default_enforce_eager``). ``gemm`` (``nbkit.gemm``'s
+    ``enforce_eager=None``: eager on CPU, CUDA graphs on GPUs (``default_enforce_eager``). ``gemm``
+    (``nbkit.precision.gemm``'s
     policies) decides the half linear layers' kernel on CPUs: ``auto`` gives them the tensor-core contract
-    (``nbkit.vllm_gemm``) where the CPU has no native half GEMMs, as the trainer's π gets it; ``native`` keeps
+    (``nbkit.precision.vllm_gemm``) where the CPU has no native half GEMMs, as the trainer's π gets it; ``native`` keeps
     vLLM's own choice. ``self.gemm`` (and each rollout's ``meta["gemm"]``) names what ran. ``kv_cache_gib``:
     vLLM-CPU's KV cache (None: sized to ``max_num_seqs`` full-length sequences, at most 2 GiB,
     ``cpu_kv_cache_bytes``); GPUs size theirs with ``gpu_memory_utilization``. On CPUs the worker runs in a process
@@ -182,7 +186,8 @@ class VLLMEngine:
         return sorted({d for worker in self._ask_workers(_param_dtypes) for d in worker})
 
     def linear_kernels(self) -> dict[str, int]:
-        """How many of the worker's layers run each linear kernel (``nbkit.vllm_gemm.kernels``; asked of the running
+        """How many of the worker's layers run each linear kernel (``nbkit.precision.vllm_gemm.kernels``; asked of the
+        running
         worker as ``worker_param_dtypes`` is)."""
         return dict(sum((Counter(w) for w in self._ask_workers(vllm_gemm.kernels)), Counter()))
 

@@ -1,7 +1,7 @@
 """The paper's offline mismatch analysis (its Fig. 5) for one model: every engine dtype × training dtype.
 
 For each engine dtype the rollout engine samples responses and reports μ; for each training dtype one
-teacher-forced forward computes π of the same tokens; ``nbkit.mismatch`` turns every (μ, π) pair into metrics.
+teacher-forced forward computes π of the same tokens; ``nbkit.mismatch.mismatch`` turns every (μ, π) pair into metrics.
 The diagonal (engine dtype = training dtype) is the paper's setting (vLLM BF16 vs FSDP BF16, or both FP16);
 the off-diagonal cells separate the engine's rounding from the trainer's.
 
@@ -23,9 +23,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import gemm, models, paths, pool, schema, stats
 from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
-from nbkit.mismatch import headline_cis, mismatch_metrics, read_ratio, relative_prob_error, teacher_forced_logprobs
+from nbkit.mismatch.mismatch import (
+    headline_cis,
+    mismatch_metrics,
+    read_ratio,
+    relative_prob_error,
+    teacher_forced_logprobs,
+)
+from nbkit.models import models
+from nbkit.precision import gemm
+from nbkit.records import schema
+from nbkit.runtime import paths, pool
+from nbkit.stats import stats
 from nbkit.tasks import arith
 
 SHORT_ANSWER = "\nGive a short answer."
@@ -58,7 +68,9 @@ class GridConfig:
     model: str = field(
         default="tiny-arith",
         metadata={
-            "help": ("Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory or a hub id).")
+            "help": (
+                "Model ref for ``nbkit.models.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory or a hub id)."
+            )
         },
     )
     engine: str = field(
@@ -120,8 +132,8 @@ class GridConfig:
         default="auto",
         metadata={
             "help": (
-                "Half-precision GEMM policy of the π forward and the engines (``nbkit.gemm``; vLLM-CPU's half linear "
-                "layers through ``nbkit.vllm_gemm``)."
+                "Half-precision GEMM policy of the π forward and the engines (``nbkit.precision.gemm``; vLLM-CPU's half linear "
+                "layers through ``nbkit.precision.vllm_gemm``)."
             )
         },
     )
@@ -349,11 +361,12 @@ def run_grids(
     workers: int | None = None,
     beside: dict | None = None,
 ):
-    """``run_grid`` of every config, one job per (model, engine dtype) through ``nbkit.pool``: as many at once as
+    """``run_grid`` of every config, one job per (model, engine dtype) through ``nbkit.runtime.pool``: as many at once
+    as
     the free cores hold (``workers``, else ``NBKIT_WORKERS``), each in its own process on ``threads`` cores. A
     job samples its engine dtype and computes π in every training dtype of its config on those rollouts, so the
     cells are those of one ``run_grid`` call; ``workers=0`` runs the configs one after another in this process.
-    ``beside``: other independent jobs (``label → nbkit.pool.Job``, e.g. a notebook's later sections) scheduled
+    ``beside``: other independent jobs (``label → nbkit.runtime.pool.Job``, e.g. a notebook's later sections) scheduled
     after the grid's in the same pool (in this process: after the grids); with it the value is
     ``(grid results, label → the jobs' values)``."""
     from dataclasses import replace
@@ -417,7 +430,8 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
 def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 1000, level: float = 0.95, seed: int = 0):
     """BF16/FP16 ratios of the ``RATIOS`` metrics on the diagonal cells (engine = training dtype), per model:
     each cell's estimate with its percentile bootstrap CI (sequences resampled independently in the two cells)
-    and what the pair can say (``nbkit.mismatch.read_ratio``). ``{num}/{den}`` and its ``CI low``/``CI high`` are
+    and what the pair can say (``nbkit.mismatch.mismatch.read_ratio``). ``{num}/{den}`` and its ``CI low``/``CI high``
+    are
     the ratio where ``den``'s CI lies above 0, else NaN: the signed k1 KL of a small sample often covers 0, where a
     ratio's bootstrap runs through ±∞. ``reading`` is ``ratio``, ``lower bound`` (``lower bound`` holds it) or
     ``undefined``; ``finding`` says it in words."""
@@ -471,7 +485,7 @@ def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 100
 
 def _bootstrap_pair(fn, num_pair, den_pair, n_boot, seed) -> tuple[np.ndarray, np.ndarray]:
     """``n_boot`` bootstrap values of fn on each cell, resampling each cell's sequences with replacement
-    (``nbkit.stats.bootstrap``: the two cells' resamples drawn independently, the numerator's first)."""
+    (``nbkit.stats.stats.bootstrap``: the two cells' resamples drawn independently, the numerator's first)."""
 
     def on(pair, idx):
         pi, mu = pair

@@ -44,11 +44,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit import forced, lm_head, mismatch, models, stats
-from nbkit import gemm as gemm_policies
-from nbkit import metrics as metric_registry
 from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
-from nbkit.fieldcheck import check_fields
+from nbkit.mismatch import forced, mismatch
+from nbkit.models import models
 from nbkit.offline import analysis
 from nbkit.offline.anatomy_surgery import (
     MODEL_HEAD,
@@ -58,6 +56,11 @@ from nbkit.offline.anatomy_surgery import (
     rounded_weights,
     state_divergence,
 )
+from nbkit.precision import gemm as gemm_policies
+from nbkit.precision import lm_head
+from nbkit.records import metrics as metric_registry
+from nbkit.runtime.fieldcheck import check_fields
+from nbkit.stats import stats
 
 FORMAT_PATH = {
     "weights": "every parameter rounded to the format, arithmetic in FP32",
@@ -88,9 +91,9 @@ TOTALS = {
     "implementation": "log μ − log π: the engine's μ against the trainer's π, both in the format",
 }
 HEAD_CASES = ("none", "trainer", "engine", "both")
-"""Where the LM head runs in FP32 (``nbkit.lm_head.FP32_LM_HEAD``)."""
+"""Where the LM head runs in FP32 (``nbkit.precision.lm_head.FP32_LM_HEAD``)."""
 METRICS = metric_registry.headline()
-"""The non-additive headline metrics kept beside the path (``nbkit.mismatch.HEADLINE``)."""
+"""The non-additive headline metrics kept beside the path (``nbkit.mismatch.mismatch.HEADLINE``)."""
 DELTA = "Δ log p/token"
 """The additive quantity: mean signed per-token difference of log p, pooled over the shared sequences' tokens."""
 
@@ -101,7 +104,7 @@ class AnatomyConfig:
 
     model: str = field(
         default="tiny-arith",
-        metadata={"help": ("Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")},
+        metadata={"help": ("Model ref for ``nbkit.models.models`` (built-in name, local directory or hub id).")},
     )
     engine: str = field(
         default="auto",
@@ -147,7 +150,9 @@ class AnatomyConfig:
     gemm: str = field(
         default="auto",
         metadata={
-            "help": ("The run's half-precision GEMM policy (trainer and engines: ``nbkit.vllm_gemm`` for vLLM-CPU).")
+            "help": (
+                "The run's half-precision GEMM policy (trainer and engines: ``nbkit.precision.vllm_gemm`` for vLLM-CPU)."
+            )
         },
     )
     n_boot: int = field(default=200, metadata={"help": "Bootstrap resamples of every CI (0 = none)."})

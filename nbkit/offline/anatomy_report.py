@@ -3,8 +3,8 @@ anatomies as markdown generated from the numbers (``compare``). The measurement 
 
 from __future__ import annotations
 
-from nbkit import schema
 from nbkit.offline.anatomy import DELTA, PATHS, UNATTRIBUTED, AnatomyResult
+from nbkit.records import schema
 
 
 def _delta(entry: dict) -> str:

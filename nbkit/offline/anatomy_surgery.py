@@ -16,8 +16,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from nbkit import gemm as gemm_policies
-from nbkit import lm_head, sampling_filter
+from nbkit.mismatch import sampling_filter
+from nbkit.precision import gemm as gemm_policies
+from nbkit.precision import lm_head
 
 SWITCHES = ("linear", "attention", "norms_activations", "residual", "lm_head")
 """The roundings ``emulate`` can add to a model (the path's ``weights`` step is ``rounded_weights``)."""
@@ -38,7 +39,7 @@ def rounded_weights(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modu
 
 def half_head_fn(head: torch.nn.Linear, dtype: torch.dtype):
     """The LM head in ``dtype`` as a function of the head's input: rounded operands, exact products and FP32
-    accumulation, logits rounded once (the GPU GEMM contract, ``nbkit.gemm``)."""
+    accumulation, logits rounded once (the GPU GEMM contract, ``nbkit.precision.gemm``)."""
 
     def forward(x):
         bias = None if head.bias is None else _round(head.bias, dtype)
@@ -48,7 +49,8 @@ def half_head_fn(head: torch.nn.Linear, dtype: torch.dtype):
 
 
 def fp32_head_fn(weight: torch.Tensor, bias: torch.Tensor | None = None):
-    """``nbkit.lm_head.install``'s FP32 head (``weight``, ``bias`` upcast, autocast off) as a function of its input."""
+    """``nbkit.precision.lm_head.install``'s FP32 head (``weight``, ``bias`` upcast, autocast off) as a function of its
+    input."""
 
     def forward(x):
         with torch.autocast(device_type=x.device.type, enabled=False):
@@ -60,7 +62,7 @@ def fp32_head_fn(weight: torch.Tensor, bias: torch.Tensor | None = None):
 @contextlib.contextmanager
 def half_head(model: torch.nn.Module, dtype: torch.dtype):
     """While active, only the LM head computes in ``dtype``: operands rounded, exact products and FP32
-    accumulation, logits rounded once (the GPU GEMM contract, ``nbkit.gemm``)."""
+    accumulation, logits rounded once (the GPU GEMM contract, ``nbkit.precision.gemm``)."""
     head = lm_head.head_of(model)
     head.forward = half_head_fn(head, dtype)
     try:
@@ -122,7 +124,7 @@ class Scored:
     """Per rollout ``(layers + 1, response tokens, hidden)`` float32 on the CPU (0 = embeddings); None if not kept."""
 
 
-@torch.no_grad()  # not inference_mode: the GEMM policy's dispatch mode must see the tensors (nbkit.gemm)
+@torch.no_grad()  # not inference_mode: the GEMM policy's dispatch mode must see the tensors (nbkit.precision.gemm)
 def forward_heads(
     net: torch.nn.Module,
     rollouts,

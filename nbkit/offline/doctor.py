@@ -6,7 +6,7 @@
 For each dtype the rollout engine samples responses (μ) and the trainer's forward scores them (π) in the same
 dtype (``nbkit.offline.analysis.run_grid``, the paper's setting). From the per-token log-ratios log r = log π − log μ:
 
-- per-token and sequence mismatch (``nbkit.mismatch`` metrics);
+- per-token and sequence mismatch (``nbkit.mismatch.mismatch`` metrics);
 - the response length at which the sequence log-ratio log R = Σ_t log r is expected to leave TRL's sequence
   mask (|log R| = log 3, ``vllm_importance_sampling_clip_max`` = 3) and the PPO clip range (log 1.2, ε = 0.2):
   with per-token mean δ and variance v, E[(log R)²] ≈ δ²L² + vL (independent tokens: drift plus a random walk),
@@ -33,11 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
-from nbkit import mismatch, models, routing, schema
-from nbkit.fieldcheck import check_fields
-from nbkit.mismatch import crossing_length  # (re-exported: the doctor's length model)
-from nbkit.models import DTYPES
+from nbkit.mismatch import mismatch
+from nbkit.mismatch.mismatch import crossing_length  # (re-exported: the doctor's length model)
+from nbkit.models import models, routing
+from nbkit.models.models import DTYPES
 from nbkit.offline import analysis, anatomy, anatomy_report, lints, risk
+from nbkit.records import schema
+from nbkit.runtime.fieldcheck import check_fields
 
 MASK_CAP = 3.0
 """TRL's default ``vllm_importance_sampling_clip_max`` (mode ``sequence_mask``): sequences with π/μ > 3 are dropped."""
@@ -46,7 +48,7 @@ EPSILON = 0.2
 FP16_MAX = 65504.0
 """Largest finite FP16 number: a weight beyond it cannot be stored in FP16 at all."""
 KIND = "doctor"
-"""The ``nbkit.outputs`` kind of a doctor report folder."""
+"""The ``nbkit.runtime.outputs`` kind of a doctor report folder."""
 
 
 @dataclass
@@ -55,7 +57,7 @@ class DoctorConfig:
 
     model: str = field(
         default="smollm2-135m",
-        metadata={"help": ("Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")},
+        metadata={"help": ("Model ref for ``nbkit.models.models`` (built-in name, local directory or hub id).")},
     )
     engine: str = field(
         default="auto", metadata={"help": ("Rollout engine: ``hf``, ``vllm`` or ``auto`` (vLLM where installed).")}
@@ -141,7 +143,7 @@ class DoctorConfig:
 
 
 def dtype_diagnosis(logp_pi, logp_mu, epsilon: float = EPSILON, mask_cap: float = MASK_CAP) -> dict:
-    """The verdict's numbers for one dtype from ragged per-token log π and log μ (``nbkit.mismatch`` metrics
+    """The verdict's numbers for one dtype from ragged per-token log π and log μ (``nbkit.mismatch.mismatch`` metrics
     plus crossing lengths, clip fraction and the check of the length model on the measured sequences)."""
     m = mismatch.mismatch_metrics(logp_pi, logp_mu, aliases=False)
     lr = mismatch.token_log_ratio(logp_pi, logp_mu)
@@ -312,7 +314,7 @@ def fit_context(cfg: DoctorConfig) -> tuple[DoctorConfig, str]:
     context (``max_position_embeddings``: tiny-arith has 128 positions, so the default 128 tokens after an
     8-token prompt would not), and the line saying so ("" when nothing was capped). Reads the model's config and
     tokenizer only, before any engine starts; a model whose longest prompt leaves no room is a ValueError naming
-    the limit. The model folder is checked first (``nbkit.models.resolve``: tokenizer and weights)."""
+    the limit. The model folder is checked first (``nbkit.models.models.resolve``: tokenizer and weights)."""
     from transformers import AutoConfig, AutoTokenizer
 
     from nbkit.engines import encode_prompt

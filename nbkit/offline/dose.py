@@ -6,7 +6,8 @@ The candidate units of the harm-threshold study (issue 37) and how each behaves 
 - ``token_abs_logp_diff/mean`` (per token |Δ log p|), and any other per-token unit: does not scale with L. It is
   read as measured over all sampled tokens; the responses' mean length is said with it.
 - ``seq_log_ratio/abs_mean`` (E|log R|, log R = Σ_t log π/μ), ``seq_kl`` (−E[log R]) and ``ess_seq_deficit``
-  (1/ESS − 1 of the sequence IS weights R, ESS normalised as in ``nbkit.mismatch.effective_sample_size``): grow with
+  (1/ESS − 1 of the sequence IS weights R, ESS normalised as in ``nbkit.mismatch.mismatch.effective_sample_size``): grow
+  with
   L. **Measured** at L: on the first L tokens of every sampled response at least L tokens long (the prefix's log R),
   when at least ``MIN_REACH`` responses are (fewer is no measurement). **Extrapolated** otherwise, by the doctor's
   length model (``nbkit.offline.doctor``): per-token log r with mean δ and variance v, independent across tokens, so
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nbkit import schema
+from nbkit.records import schema
 
 MIN_REACH = 8
 """Fewest sampled responses that must reach the target length for a sequence unit to count as measured there."""
@@ -66,7 +67,7 @@ def seq_value(unit: str, log_r: np.ndarray) -> float:
     if unit == "seq_kl":
         return float(-np.mean(log_r))
     if unit == "ess_seq_deficit":
-        from nbkit import mismatch  # (deferred: torch; the stored thresholds are read without it)
+        from nbkit.mismatch import mismatch  # (deferred: torch; the stored thresholds are read without it)
 
         return 1.0 / mismatch.effective_sample_size(log_r) - 1.0
     raise ValueError(f"unknown sequence unit {unit!r}; choose from {SEQ_UNITS}")

@@ -1,7 +1,9 @@
 """The rollout-precision ladder: the mismatch each rollout format causes against an FP32 trainer's π.
 
-For one model and a list of ``nbkit.formats`` names, the HF engine samples the same prompts in each format (μ, its
-GEMM count audited), one FP32 teacher-forced forward computes π of those tokens, and ``nbkit.mismatch`` turns each
+For one model and a list of ``nbkit.precision.formats`` names, the HF engine samples the same prompts in each format (μ,
+its
+GEMM count audited), one FP32 teacher-forced forward computes π of those tokens, and ``nbkit.mismatch.mismatch`` turns
+each
 pair into metrics with bootstrap CIs over sequences. With the trainer exact, each rung's mismatch is the format's own
 rounding (one side exact): the dose of the dose–response study.
 
@@ -17,12 +19,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import nbkit.dial  # noqa: F401 - registers the dial's points with nbkit.formats (FAMILIES)
-from nbkit import formats, gemm, models, schema
-from nbkit import metrics as metric_registry
+import nbkit.precision.dial  # noqa: F401 - registers the dial's points with nbkit.precision.formats (FAMILIES)
 from nbkit.engines import SamplingConfig, make_engine
-from nbkit.mismatch import headline_cis, mismatch_metrics, teacher_forced_logprobs
+from nbkit.mismatch.mismatch import headline_cis, mismatch_metrics, teacher_forced_logprobs
+from nbkit.models import models
 from nbkit.offline import analysis
+from nbkit.precision import formats, gemm
+from nbkit.records import metrics as metric_registry
+from nbkit.records import schema
 
 HEADLINE_KEYS = metric_registry.headline()
 """The ladder's metrics: per-token mean |log π − log μ|, token KL[μ‖π] (k1), sequence KL (paper's Fig. 5)."""
@@ -34,11 +38,15 @@ class LadderConfig:
 
     model: str = field(
         default="tiny-arith",
-        metadata={"help": ("Model ref for ``nbkit.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory).")},
+        metadata={
+            "help": ("Model ref for ``nbkit.models.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory).")
+        },
     )
     formats: tuple[str, ...] = field(
         default=formats.LADDER,
-        metadata={"help": ("Rollout formats (``nbkit.formats.FORMATS``), in the order the figure shows them.")},
+        metadata={
+            "help": ("Rollout formats (``nbkit.precision.formats.FORMATS``), in the order the figure shows them.")
+        },
     )
     prompt_source: str = field(
         default="auto",
@@ -64,7 +72,9 @@ class LadderConfig:
     gemm: str = field(
         default="auto",
         metadata={
-            "help": ("``nbkit.gemm`` policy of the GEMMs a format leaves in its base dtype (and of plain fp16/bf16).")
+            "help": (
+                "``nbkit.precision.gemm`` policy of the GEMMs a format leaves in its base dtype (and of plain fp16/bf16)."
+            )
         },
     )
     device: str | None = field(default=None, metadata={"help": "Device of the engine and of π; None = CPU."})
@@ -97,9 +107,9 @@ class LadderResult:
     metrics: dict[str, dict] = field(default_factory=dict)
     """Format → ``mismatch_metrics`` of (π, μ)."""
     cis: dict[str, dict] = field(default_factory=dict)
-    """Format → bootstrap CIs of the ``nbkit.mismatch.HEADLINE`` metrics."""
+    """Format → bootstrap CIs of the ``nbkit.mismatch.mismatch.HEADLINE`` metrics."""
     audits: dict[str, dict] = field(default_factory=dict)
-    """Format → ``nbkit.formats.audit`` record (quantized GEMMs counted in the engine)."""
+    """Format → ``nbkit.precision.formats.audit`` record (quantized GEMMs counted in the engine)."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall time per stage: ``generate/<format>``, ``pi/<format>``."""
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nbkit import stats
-from nbkit.stats import RatioReading, read_ratio
+from nbkit.stats import stats
+from nbkit.stats.stats import RatioReading, read_ratio
 
 PAPER_SLOPES = {"bf16": -1.01, "fp16": -0.07}
 """The paper's fitted slopes of log(π/μ) per 1,000 tokens (R1-Distill-Qwen-1.5B, 8k tokens)."""
@@ -125,7 +125,7 @@ def table(laws: dict[str, LengthLaw]) -> list[dict]:
 
 def seq_kl_ratio(laws: dict[str, LengthLaw], num: str = "bf16", den: str = "fp16") -> RatioReading | None:
     """Sequence KL of ``num`` over that of ``den`` (the paper: 7.64 / 0.32 ≈ 24), read from both CIs by
-    ``nbkit.stats.read_ratio``: a ratio only where ``den``'s sequence KL lies above 0 beyond its CI, else a lower
+    ``nbkit.stats.stats.read_ratio``: a ratio only where ``den``'s sequence KL lies above 0 beyond its CI, else a lower
     bound or none. No CI of the ratio itself (each law is bootstrapped on its own). None if either run is missing."""
     if num not in laws or den not in laws:
         return None

@@ -9,12 +9,12 @@ import time
 import numpy as np
 import torch
 
-from nbkit import gemm as gemm_policies
-from nbkit import models
 from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
-from nbkit.mismatch import teacher_forced_logprobs
+from nbkit.mismatch.mismatch import teacher_forced_logprobs
+from nbkit.models import models
 from nbkit.offline import analysis
 from nbkit.offline.lengthlaw import INSTRUCTION
+from nbkit.precision import gemm as gemm_policies
 
 
 def measure(

@@ -12,11 +12,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nbkit.dtypes import FROM_VLLM
-from nbkit.lm_head import FP32_LM_HEAD
-from nbkit.mismatch import crossing_length
-from nbkit.models import DTYPES
-from nbkit.schema import SKIPPED_STEP
+from nbkit.mismatch.mismatch import crossing_length
+from nbkit.models.dtypes import FROM_VLLM
+from nbkit.models.models import DTYPES
+from nbkit.precision.lm_head import FP32_LM_HEAD
+from nbkit.records.schema import SKIPPED_STEP
 
 FP16_MAX = 65504.0
 """Largest finite FP16 number."""
@@ -36,7 +36,7 @@ class Setup:
     engine_dtype_source: str = "explicit"
     """Where ``engine_dtype`` came from, for the message (``explicit``, ``RLConfig.rollout_dtype`` …)."""
     fp32_lm_head: str = "none"
-    """Where the LM head runs in FP32 (``nbkit.lm_head.FP32_LM_HEAD``)."""
+    """Where the LM head runs in FP32 (``nbkit.precision.lm_head.FP32_LM_HEAD``)."""
     temperature: float = 1.0
     """Sampling temperature."""
     top_p: float = 1.0
@@ -46,7 +46,7 @@ class Setup:
     logprobs_mode: str = "processed_logprobs"
     """What the engine reports as μ (vLLM's names; the workbook's trainer asks for ``processed_logprobs``)."""
     pi_filtered: bool = False
-    """π is scored under the same sampling filter (``nbkit.sampling_filter``): the workbook's RL trainer does, TRL's
+    """π is scored under the same sampling filter (``nbkit.mismatch.sampling_filter``): the workbook's RL trainer does, TRL's
     own trainer does not."""
     is_level: str = "token"
     """``token``: per-token IS weights; ``sequence``: ∏ π/μ from summed log-ratios (Seq-TIS/MIS, PG-Seq-IS)."""
@@ -193,7 +193,7 @@ def lint_processed_logprobs(s: Setup, m: Measured, model_path: str | None = None
         f"top_p={s.top_p:g}, top_k={s.top_k} with processed log-probs and an unfiltered π",
         f"μ is renormalised over the kept tokens, π is not: the IS ratio's mean is the kept mass "
         f"({_fmt(m.kept_mass)} measured on the sampled tokens) instead of 1, a bias unrelated to precision",
-        "score π under the same filter (nbkit.sampling_filter, teacher_forced_logprobs(top_p=, top_k=)), "
+        "score π under the same filter (nbkit.mismatch.sampling_filter, teacher_forced_logprobs(top_p=, top_k=)), "
         "or ask the engine for raw_logprobs, or sample without top-p/top-k (the paper's setting)",
     )
 
@@ -271,7 +271,7 @@ def lint_moe_replay(s: Setup, m: Measured, model_path: str | None = None) -> Fin
         f"engine and trainer can route a token to different experts (flip rate {_fmt(m.moe_flip_rate)} "
         f"measured); a flipped token runs through other weights, so its π and μ differ by far more "
         f"than rounding",
-        "router_replay=True (the trainer reuses the engine's expert choices, nbkit.routing)",
+        "router_replay=True (the trainer reuses the engine's expert choices, nbkit.models.routing)",
     )
 
 

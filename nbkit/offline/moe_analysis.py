@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from nbkit import gemm, mismatch, models, routing
 from nbkit.engines import HFEngine, SamplingConfig
+from nbkit.mismatch import mismatch
+from nbkit.models import models, routing
 from nbkit.offline import analysis
+from nbkit.precision import gemm
 
 
 @dataclass
@@ -34,7 +36,8 @@ class MoeConfig:
     """What the routing-flip analysis samples."""
 
     model: str = field(
-        default="tiny-moe-arith", metadata={"help": ("A mixture-of-experts model ref for ``nbkit.models.load``.")}
+        default="tiny-moe-arith",
+        metadata={"help": ("A mixture-of-experts model ref for ``nbkit.models.models.load``.")},
     )
     dtypes: tuple = field(
         default=("fp32", "bf16", "fp16"),
@@ -46,7 +49,7 @@ class MoeConfig:
     samples_per_prompt: int = field(default=4, metadata={"help": "Responses per prompt."})
     max_tokens: int = field(default=40, metadata={"help": "Longest response."})
     seed: int = field(default=0, metadata={"help": "Prompt choice and sampler seed."})
-    gemm: str = field(default="auto", metadata={"help": "Half GEMM kernel of both sides (``nbkit.gemm``)."})
+    gemm: str = field(default="auto", metadata={"help": "Half GEMM kernel of both sides (``nbkit.precision.gemm``)."})
 
     def __post_init__(self) -> None:
         for d in self.dtypes:

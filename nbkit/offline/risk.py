@@ -1,13 +1,13 @@
 """The doctor's risk lines: a user's dose placed against the stored harm thresholds, or a plain "none stored".
 
-The harm-threshold study (issue 37: ``nbkit.threshold`` on the dial's paired gaps) stores what it found as
+The harm-threshold study (issue 37: ``nbkit.stats.threshold`` on the dial's paired gaps) stores what it found as
 ``data/results/harm_threshold/thresholds.json``:
 
     {"unit": "token_abs_logp_diff/mean",              # the dose's unit: a key of the doctor's diagnosis
      "measured_on": "1 M-parameter models, 50 steps",  # what the thresholds were measured on, said with every line
      "tasks": {"tiny-arith": {"outcome": "crossing", "dose": 0.08, "ci": [0.05, 0.12]}, ...}}
 
-The full record of a task is ``nbkit.threshold.Threshold.to_json()`` plus what the figure draws: ``mean_gaps`` and
+The full record of a task is ``nbkit.stats.threshold.Threshold.to_json()`` plus what the figure draws: ``mean_gaps`` and
 ``gap_ci`` per dose, ``points`` (dosed formats → dose), ``placed`` (formats placed on the axis only → dose),
 ``response_length`` (mean tokens of the runs behind the doses) and ``study``; the store may add ``unit_note``
 (e.g. "primary unit, pre-registered; transfer to a second task not yet tested"), ``units`` (the same thresholds

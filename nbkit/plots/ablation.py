@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from nbkit import schema
 from nbkit.plots.training import training_curves
+from nbkit.records import schema
 
 PANELS = (
     ("accuracy", "training accuracy", False),
@@ -19,7 +19,7 @@ PANELS = (
 
 def by_pair(runs: dict[str, list[dict]], meta: dict[str, dict]) -> dict[str, list[dict]]:
     """``train/rollout → rows`` averaged over seeds step by step (a step missing in some seed averages the rest);
-    ``meta`` holds each run's coordinates (``nbkit.runlog.coords``)."""
+    ``meta`` holds each run's coordinates (``nbkit.records.runlog.coords``)."""
     groups: dict[str, dict[int, list[dict]]] = {}
     for label, rows in runs.items():
         train_dtype, rollout_dtype = meta[label]["train"], meta[label]["rollout"]

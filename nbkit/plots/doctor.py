@@ -8,7 +8,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from nbkit import mismatch
+from nbkit.mismatch import mismatch
 from nbkit.offline import risk
 from nbkit.offline.doctor import EPSILON, MASK_CAP, DoctorResult, rms_at
 from nbkit.plots.mismatch import COLORS

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from nbkit import schema
 from nbkit.plots.training import training_curves
+from nbkit.records import schema
 from nbkit.tasks.long_arith import REGIMES
 
 PANELS = (

@@ -12,9 +12,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from nbkit import schema
-from nbkit.mismatch import METRICS
+from nbkit.mismatch.mismatch import METRICS
 from nbkit.offline.ladder import HEADLINE_KEYS
+from nbkit.records import schema
 
 TITLES = {
     schema.METRIC_TOKEN_ABS_LOGP_DIFF: "per-token mean |Δ log p|",

@@ -1,7 +1,7 @@
 """Plotly figures of the π–μ mismatch (the paper's offline analysis, its Fig. 5, and the dtype grid).
 
 Every function takes plain data, never engines or models: ragged per-token log-probs as lists of 1-D arrays
-(one per sequence), keyed by a label such as the dtype, or metric dicts from ``nbkit.mismatch``.
+(one per sequence), keyed by a label such as the dtype, or metric dicts from ``nbkit.mismatch.mismatch``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from nbkit import schema
-from nbkit.mismatch import METRICS, fit_slope, seq_log_ratio, token_log_ratio
+from nbkit.mismatch.mismatch import METRICS, fit_slope, seq_log_ratio, token_log_ratio
+from nbkit.records import schema
 
 RATIO_KEYS = (
     schema.METRIC_TOKEN_ABS_LOGP_DIFF,

@@ -1,6 +1,7 @@
 """Figures of the precision primer: the grids, ratios, accumulation error, loss scaling and the GradScaler trace.
 
-Each function takes the result of an ``nbkit.number_formats`` experiment (or computes a cheap one) and returns a
+Each function takes the result of an ``nbkit.precision.number_formats`` experiment (or computes a cheap one) and returns
+a
 ``plotly.graph_objects.Figure``; nothing here measures anything new.
 """
 
@@ -13,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from nbkit import number_formats as P
+from nbkit.precision import number_formats as P
 
 COLORS = {
     "fp32": "#7f7f7f",

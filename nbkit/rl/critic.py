@@ -25,7 +25,7 @@ import copy
 import torch
 from torch import nn
 
-from nbkit import schema
+from nbkit.records import schema
 
 
 class Critic(nn.Module):

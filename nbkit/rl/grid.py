@@ -2,8 +2,10 @@
 ablation.
 
 ``train_grid`` trains every (algorithm, dtype, seed) of a base config into
-``<output_dir>/<algorithm>-<dtype>[-s<seed>]`` (labels of ``nbkit.runlog.run_label``), ``grid_configs`` names those
-runs' configs and ``train_all`` trains any ``label → RLConfig`` through ``nbkit.pool``. ``nbkit.runlog`` reads the
+``<output_dir>/<algorithm>-<dtype>[-s<seed>]`` (labels of ``nbkit.records.runlog.run_label``), ``grid_configs`` names
+those
+runs' configs and ``train_all`` trains any ``label → RLConfig`` through ``nbkit.runtime.pool``. ``nbkit.records.runlog``
+reads the
 run folders back (``load_runs``, ``load_meta``) and condenses them into tables.
 """
 
@@ -13,10 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import nbkit.rl.runfolder as runfolder
-from nbkit import pool
+from nbkit.records.runlog import pair_tag, run_label
 from nbkit.rl.config import RLConfig
 from nbkit.rl.run import RunResult, train
-from nbkit.runlog import pair_tag, run_label
+from nbkit.runtime import pool
 
 
 def train_grid(
@@ -36,7 +38,7 @@ def train_grid(
     replaces ``dtypes`` (pass ``[]``) with the paper's ablation grid: labels such as ``grpo-bf16-fp32r-s0``, and a
     pair whose two sides agree keeps the plain label (``grpo-bf16-s0``).
 
-    Runs are independent: ``nbkit.pool`` trains as many at once as the free cores hold (``workers``, else
+    Runs are independent: ``nbkit.runtime.pool`` trains as many at once as the free cores hold (``workers``, else
     ``NBKIT_WORKERS``), each in its own process on ``threads`` cores, so a run's rows do not depend on how many
     ran beside it; ``workers=0`` trains them one after another in this process. ``beside``: other jobs in the same
     pool (``train_all``), e.g. another study's runs (``GridStudy.jobs``); their values come back too."""
@@ -87,9 +89,10 @@ def train_all(
     workers: int | None = None,
     beside: dict[str, pool.Job] | None = None,
 ) -> dict[str, object]:
-    """Train every run of ``label → RLConfig`` through ``nbkit.pool`` (see ``train_grid``); ``label → RunResult``.
+    """Train every run of ``label → RLConfig`` through ``nbkit.runtime.pool`` (see ``train_grid``); ``label →
+    RunResult``.
     With a GPU the runs train one after another in this process unless ``workers`` says otherwise
-    (``nbkit.pool.place``): two runs on one GPU would share the memory ``nbkit.rl.memory`` gives to one.
+    (``nbkit.runtime.pool.place``): two runs on one GPU would share the memory ``nbkit.rl.memory`` gives to one.
     ``beside``: other independent jobs (``label → pool.Job``, e.g. a notebook's offline analysis) scheduled first,
     in the same pool as the runs, their values returned under their labels too (in this process: before the runs)."""
     beside = dict(beside or {})

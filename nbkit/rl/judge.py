@@ -28,7 +28,8 @@ import torch
 from transformers import TrainerCallback
 
 import nbkit.rl.amp as amp
-from nbkit import engines, schema, tasks
+from nbkit import engines, tasks
+from nbkit.records import schema
 
 MIN_PROBLEMS = 256
 """Fewest held-out problems a judge accepts (fewer would make its accuracy too noisy to compare runs)."""

@@ -18,7 +18,7 @@ import os
 import warnings
 from pathlib import Path
 
-from nbkit.paths import ROOT
+from nbkit.runtime.paths import ROOT
 
 CONFIGS = ROOT / "configs" / "accelerate"
 KINDS = ("single_gpu", "multi_gpu", "zero2", "zero3", "fsdp2")

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from nbkit import models
-from nbkit.paths import CACHE, DATA
-from nbkit.toymodels import tiny_arith, tiny_long, tiny_moe
+from nbkit.models import models
+from nbkit.models.toymodels import tiny_arith, tiny_long, tiny_moe
+from nbkit.runtime.paths import CACHE, DATA
 
 KNOWN_SHAPES: dict[str, dict] = {
     "smollm2-135m": dict(

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import nbkit.rl.algorithms as algorithms
-from nbkit import models
+from nbkit.models import models
 from nbkit.rl.inputs import per_device_batch
 
 GIB = 2**30

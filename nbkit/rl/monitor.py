@@ -1,4 +1,5 @@
-"""What a long run watches as it goes: a collapse alarm, non-finite detection (its metric rows: ``nbkit.runlog``)."""
+"""What a long run watches as it goes: a collapse alarm, non-finite detection (its metric rows:
+``nbkit.records.runlog``)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import torch
 
 import nbkit.rl.amp as amp
 import nbkit.rl.gae as gae
-from nbkit import schema
+from nbkit.records import schema
 from nbkit.rl.critic import Critic, critic_step, make_scaler
 from nbkit.rl.trainer import PrecisionGRPOTrainer
 

@@ -17,10 +17,11 @@ import time
 import torch
 from trl.generation.vllm_generation import VLLMGeneration
 
-from nbkit import formats, gemm, lm_head, paths, pool
 from nbkit.engines import HFEngine, SamplingConfig, VLLMEngine, release_memory
-from nbkit.errors import PrecisionError
-from nbkit.models import dtype_name
+from nbkit.models.models import dtype_name
+from nbkit.precision import formats, gemm, lm_head
+from nbkit.runtime import paths, pool
+from nbkit.runtime.errors import PrecisionError
 
 LAUNCH_ENV = pool.LAUNCH_ENV
 """The torch.distributed variables a colocated vLLM engine starts from (``external_launcher``, as TRL sets them).
@@ -49,10 +50,10 @@ class EngineGeneration(VLLMGeneration):
     ):
         self.engine_kind, self.model_ref, self.rollout_dtype, self.seed = engine, model_ref, dtype, seed
         self.rollout_format = rollout_format
-        """``nbkit.formats`` name the engine runs (None: the plain ``dtype``); audited by ``format_audit``."""
+        """``nbkit.precision.formats`` name the engine runs (None: the plain ``dtype``); audited by ``format_audit``."""
         self.gemm_policy = gemm_policy
         self.fp32_lm_head = fp32_lm_head
-        """The HF engine's LM head runs in FP32 (``nbkit.lm_head``), its weight refreshed at every sync."""
+        """The HF engine's LM head runs in FP32 (``nbkit.precision.lm_head``), its weight refreshed at every sync."""
         self.kv_cache_gib = kv_cache_gib
         self.hf_batch_size, self.max_num_batched_tokens = hf_batch_size, max_num_batched_tokens
         self.engine = None
@@ -196,7 +197,7 @@ class EngineGeneration(VLLMGeneration):
 
     def engine_gemm(self) -> str:
         """The engine and the GEMM policy its half layers ran, as the engine resolved ``gemm_policy`` (e.g.
-        ``vllm fp32-accumulate``: vLLM under ``nbkit.vllm_gemm``'s tensor-core contract; ``hf native``)."""
+        ``vllm fp32-accumulate``: vLLM under ``nbkit.precision.vllm_gemm``'s tensor-core contract; ``hf native``)."""
         return f"{self.engine_kind} {self.engine.gemm}"
 
     def engine_dtype(self) -> str:
@@ -219,7 +220,8 @@ class EngineGeneration(VLLMGeneration):
         return "+".join(sorted(held))
 
     def format_audit(self) -> dict:
-        """Audit record of the rollout format since the last call (``nbkit.formats.audit``): the HF engine's count
+        """Audit record of the rollout format since the last call (``nbkit.precision.formats.audit``): the HF engine's
+        count
         of GEMMs run in it, vLLM's FP8 weights; raises ``PrecisionError`` when the format did not run."""
         if self.engine_kind == "hf":
             counts = self.engine.take_format_gemms()

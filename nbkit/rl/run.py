@@ -19,8 +19,10 @@ import nbkit.rl.judge as judge
 import nbkit.rl.launch as launch
 import nbkit.rl.lora as lora
 import nbkit.rl.sizing as sizing
-from nbkit import gcfreeze, lm_head, logs, models, tasks, versions
+from nbkit import tasks
 from nbkit.engines import encode_prompt
+from nbkit.models import models
+from nbkit.precision import lm_head
 from nbkit.rl.config import RLConfig, trl_fields
 from nbkit.rl.inputs import (  # noqa: F401 - re-exported: a run's input rules, as before
     FIT_ROWS,
@@ -33,6 +35,7 @@ from nbkit.rl.inputs import (  # noqa: F401 - re-exported: a run's input rules, 
 )
 from nbkit.rl.runfolder import RunFolder
 from nbkit.rl.trackers import check_report_to
+from nbkit.runtime import gcfreeze, logs, versions
 
 
 @dataclass

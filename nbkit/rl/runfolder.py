@@ -1,7 +1,7 @@
 """The identity of an RL run folder: which run it holds, whether a request may start, continue or replace it.
 
 A run folder holds ``config.json`` (the run's config), ``metrics.jsonl``, ``checkpoint-N`` folders, ``summary.json``
-once finished, and the marker of ``nbkit.outputs`` with the run's id. The rules:
+once finished, and the marker of ``nbkit.runtime.outputs`` with the run's id. The rules:
 
 - a fresh run (``resume=False``) goes into a new or empty folder; into a folder that holds a run only with
   ``overwrite=True`` (which removes that run's files first, keeping nothing), and only when the folder holds nothing
@@ -44,10 +44,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from nbkit import outputs
-from nbkit.locks import LOCK, FolderLock
-from nbkit.rl.monitor import CollapseAlarm
-from nbkit.runlog import (  # noqa: F401 - re-exported: a run folder's identity, read back torch-free in runlog
+from nbkit.records.runlog import (  # noqa: F401 - re-exported: a run folder's identity, read back torch-free in runlog
     KIND,
     SAFE_TO_CHANGE,
     MetricsLog,
@@ -55,6 +52,9 @@ from nbkit.runlog import (  # noqa: F401 - re-exported: a run folder's identity,
     last_logged_step,
     last_step,
 )
+from nbkit.rl.monitor import CollapseAlarm
+from nbkit.runtime import outputs
+from nbkit.runtime.locks import LOCK, FolderLock
 
 STATE_FILE = "nbkit_state.json"
 """Written into ``checkpoint-N`` after transformers' files: the workbook's own state of the run at that step."""
@@ -346,7 +346,8 @@ def plan_run(cfg) -> RunPlan:
 
 
 def hold(out: Path, rank: int = 0) -> FolderLock:
-    """This process's lock on run folder ``out`` for the life of the run (``nbkit.locks``): a second process on the
+    """This process's lock on run folder ``out`` for the life of the run (``nbkit.runtime.locks``): a second process on
+    the
     folder, fresh or resume, is refused naming the holder. Each rank of a multi-process run holds its own lock file,
     so a second launch is refused rank by rank. Call after ``outputs.check_folder`` passed: the lock file is
     written into the folder."""
@@ -429,7 +430,7 @@ class RunFolderCallback(TrainerCallback):
 
 
 class RunFolder:
-    """One RL run folder as ``train`` uses it: ownership (``outputs``), the lock (``nbkit.locks``), the plan
+    """One RL run folder as ``train`` uses it: ownership (``outputs``), the lock (``nbkit.runtime.locks``), the plan
     (``plan_run``), the checkpoints and the metrics log, asked of one object instead of five modules in turn.
 
     ``RunFolder.open(cfg, rank)`` refuses a folder that is not the workbook's (``outputs.check_folder``) and takes

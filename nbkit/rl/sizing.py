@@ -29,7 +29,7 @@ from pathlib import Path
 
 import nbkit.rl.algorithms as algorithms
 import nbkit.rl.memory as memory
-from nbkit import models
+from nbkit.models import models
 from nbkit.rl.inputs import check_prompts, load_task, micro_batch, per_device_batch
 
 

@@ -4,7 +4,7 @@
 (and the workbook's own rows: ``nbkit.rl.trainer.StepLogger`` hands each row to the trainer's ``log``).
 
 ``trackio`` records locally, no Space and no hub (transformers' ``trackio_space_id`` stays None): into
-``$TRACKIO_DIR``, else ``$HF_HOME/trackio`` (the project's cache, ``nbkit.paths``), project ``huggingface``
+``$TRACKIO_DIR``, else ``$HF_HOME/trackio`` (the project's cache, ``nbkit.runtime.paths``), project ``huggingface``
 (``TrainingArguments.project``), one run per training run with its ``output_dir`` in the run's config; every key
 logged as ``train/<key>`` with ``train/global_step`` the optimiser step. ``trackio show`` opens the dashboard;
 ``tests/rl/test_trackio.py`` reads a run back with trackio's own API.
@@ -23,7 +23,8 @@ PACKAGES = {"trackio": ("trackio",), "tensorboard": ("tensorboard", "tensorboard
 def check_report_to(report_to: str, environ: Mapping[str, str] = os.environ) -> None:
     """Refuse a tracker that would not record the run, in one line naming the cause.
 
-    ``wandb`` with ``WANDB_MODE=disabled`` (what ``nbkit.paths.cache_env`` sets unless the user set it first) would run
+    ``wandb`` with ``WANDB_MODE=disabled`` (what ``nbkit.runtime.paths.cache_env`` sets unless the user set it first)
+    would run
     and record nothing; a tracker whose package is not installed would fail only once the trainer starts.
     """
     if report_to == "none":

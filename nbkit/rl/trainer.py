@@ -3,10 +3,10 @@
 What it adds, and nothing else:
 
 1. real precision: FP16 autocast + GradScaler on CPU too (``amp.enable_cpu_fp16``), the half-precision GEMM
-   policy of ``nbkit.gemm`` over forward and backward, both audited every step;
+   policy of ``nbkit.precision.gemm`` over forward and backward, both audited every step;
 2. μ from a workbook engine in an explicit dtype (``rollout.EngineGeneration``), so TRL's IS correction and its
    sampling metrics run for the HF engine as well as for vLLM;
-3. the π–μ mismatch metrics of ``nbkit.mismatch`` on every batch, the IS ratio's clipped/masked fractions,
+3. the π–μ mismatch metrics of ``nbkit.mismatch.mismatch`` on every batch, the IS ratio's clipped/masked fractions,
    loss scale and skipped steps, step time split into rollout / mismatch / update, all appended to
    ``metrics.jsonl`` by ``StepLogger``; NaN/inf stop the run with the step and tensor named;
 4. π comparable with μ under top-p/top-k sampling (``PrecisionGRPOTrainer._log_kept_mass``).
@@ -29,17 +29,20 @@ import nbkit.rl.amp as amp
 import nbkit.rl.fsdp as fsdp
 import nbkit.rl.memory as memory
 import nbkit.rl.opsm as opsm
-from nbkit import gemm, lm_head, mismatch, routing, sampling_filter, schema
-from nbkit import metrics as metric_registry
+from nbkit.mismatch import mismatch, sampling_filter
+from nbkit.models import routing
+from nbkit.precision import gemm, lm_head
+from nbkit.records import metrics as metric_registry
+from nbkit.records import schema
+from nbkit.records.runlog import MetricsLog
 from nbkit.rl.bins import StepBins
 from nbkit.rl.monitor import CollapseAlarm, NonFiniteError, first_non_finite
 from nbkit.rl.rollout import EngineGeneration
 from nbkit.rl.scaling import loss_scaler, step_was_skipped
 from nbkit.rl.server import ServerGeneration
-from nbkit.runlog import MetricsLog
 
 MISMATCH_KEYS = metric_registry.logged()
-"""Mismatch metrics logged per step (prefixed ``mismatch/``; names as in Oat / verl): the registry ``nbkit.metrics``."""
+"""Mismatch metrics logged per step (prefixed ``mismatch/``; names as in Oat / verl): the registry ``nbkit.records.metrics``."""
 
 
 class PrecisionGRPOTrainer(GRPOTrainer):
@@ -194,7 +197,8 @@ class PrecisionGRPOTrainer(GRPOTrainer):
         fused LM head, in the loss and as π_old) is the full-vocabulary log-softmax of logits / T, so π/μ would
         carry the kept mass (a public report: IS-ratio mean 0.896 for a kept mass of 0.895), not a precision gap.
         The workbook compares like with like: for TRL's IS ratio and its ``sampling/*`` metrics and for the mismatch
-        metrics, π is log π − this, π's log-softmax renormalised over its kept tokens (``nbkit.sampling_filter``:
+        metrics, π is log π − this, π's log-softmax renormalised over its kept tokens
+        (``nbkit.mismatch.sampling_filter``:
         the HF engine's warpers; the sampled token always counts), as the offline
         ``mismatch.teacher_forced_logprobs(top_p=, top_k=)`` does; μ as π_old (``mu_old``) is moved the other way,
         μ + this, onto the loss's full-vocabulary support.
@@ -322,7 +326,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             self._metrics["train"][schema.PHANTOM_FRACTION].append(float(counts[0] / counts[1]))
 
     def _log_mismatch(self, logp_pi: torch.Tensor, batch: dict) -> None:
-        """Mismatch metrics of ``batch`` (its μ and mask) against the trainer's π (``nbkit.mismatch``)."""
+        """Mismatch metrics of ``batch`` (its μ and mask) against the trainer's π (``nbkit.mismatch.mismatch``)."""
         start = time.perf_counter()
         self._needs_pi = False
         mask = batch["completion_mask"].bool().cpu()
@@ -338,7 +342,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             self._log_is_fractions(batch["importance_sampling_ratio"], mask)
         self._mismatch_seconds += time.perf_counter() - start
 
-    # -- mixture of experts: routing flips and router replay (nbkit.routing) ---------------------------------
+    # -- mixture of experts: routing flips and router replay (nbkit.models.routing) ---------------------------------
     def _engine_routing(self, prompt_width: int, completion_width: int) -> torch.Tensor:
         """The rollout engine's routing of the last generation laid out like TRL's prompt + completion batch."""
         gen = self.vllm_generation

@@ -2,12 +2,13 @@
 
 ``nbkit study ablation_tiny_arith run`` trains the grid (notebook 03's tiny-arith defaults: grpo, 16 × 8 per step,
 vLLM rollouts) and ``... store`` stores it as ``data/results/<study>/`` (``nbkit.results``) so notebook 05 renders
-without re-running. A run's pair and seed are read from its config (``nbkit.runlog.coords``).
+without re-running. A run's pair and seed are read from its config (``nbkit.records.runlog.coords``).
 """
 
 from __future__ import annotations
 
-from nbkit import runlog, schema, stats
+from nbkit.records import runlog, schema
+from nbkit.stats import stats
 from nbkit.studies.base import GridStudy
 
 PAIRS: list[tuple[str, str]] = [("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32")]

@@ -18,7 +18,8 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbkit import outputs, results
+from nbkit import results
+from nbkit.runtime import outputs
 
 RECORD_KEYS = ("rule", "training_started", "amendments")
 """Card fields a later sitting of the same study carries over (``GridStudy.store(keep_stored=True)``)."""

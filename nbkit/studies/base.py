@@ -18,8 +18,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nbkit import outputs, results
-from nbkit.runlog import KIND, RESULT_NEUTRAL, MetricsLog, last_logged_step, last_step, result_differences
+from nbkit import results
+from nbkit.records.runlog import KIND, RESULT_NEUTRAL, MetricsLog, last_logged_step, last_step, result_differences
+from nbkit.runtime import outputs
 
 
 class StoredStudyError(FileExistsError):
@@ -127,7 +128,7 @@ class GridStudy(Study):
         """The differing fields (``runlog.result_differences``: every field that changes the result) when ``cfg``'s
         run folder holds a workbook run of another setting ([] for none, an unreadable config, or a run of this one)."""
         if (outputs.read_marker(Path(cfg.output_dir)) or {}).get("kind") != KIND:
-            return []  # not a run of the workbook: train refuses the folder itself (nbkit.outputs)
+            return []  # not a run of the workbook: train refuses the folder itself (nbkit.runtime.outputs)
         try:
             saved = json.loads((Path(cfg.output_dir) / "config.json").read_text())
         except (OSError, ValueError):
@@ -161,7 +162,8 @@ class GridStudy(Study):
         A run folder holding a run of another setting (``other_setting``) is refused, naming the differing fields,
         before anything trains, unless ``overwrite``.
         ``threads`` / ``workers``: how runs share the cores (``nbkit.rl.grid.train_all``; the rows do not depend on
-        ``workers``). ``beside``: other jobs (``label → nbkit.pool.Job``) run in the same pool as the runs; with it
+        ``workers``). ``beside``: other jobs (``label → nbkit.runtime.pool.Job``) run in the same pool as the runs; with
+        it
         the value is ``(label → rows, label → the jobs' values)``."""
         from nbkit.rl import grid
 
@@ -211,7 +213,8 @@ class GridStudy(Study):
         overwrite: bool = False,
         **options,
     ) -> dict:
-        """``label → nbkit.pool.Job`` of the runs ``run`` would train now (after its checks), to train in another
+        """``label → nbkit.runtime.pool.Job`` of the runs ``run`` would train now (after its checks), to train in
+        another
         pool (``nbkit.rl.grid.train_grid(beside=...)``); ``live`` with the same options then reads them back."""
         from nbkit.rl import grid
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbkit import runlog, schema
-from nbkit.runlog import pair_tag
+from nbkit.records import runlog, schema
+from nbkit.records.runlog import pair_tag
 from nbkit.studies.base import GridStudy
 
 PAIRS: list[tuple[str, str]] = [("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32")]

@@ -53,10 +53,10 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from nbkit import noninferiority as NI
 from nbkit import results
-from nbkit.runlog import differing_fields, last_step
-from nbkit.stats import bounded_mean_ci, mean_ci
+from nbkit.records.runlog import differing_fields, last_step
+from nbkit.stats import noninferiority as NI
+from nbkit.stats.stats import bounded_mean_ci, mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import prereg
 
@@ -197,7 +197,7 @@ class CorrectionsStudy(prereg.PreRegistered):
         reuse: str | None = DEFAULT,
     ) -> dict:
         """The cells' runs; ``formats``/``corrections``/``seeds`` None and ``reuse`` not given: the study's own."""
-        from nbkit import formats as F
+        from nbkit.precision import formats as F
 
         formats = self.formats if formats is None else formats
         corrections = self.corrections if corrections is None else corrections

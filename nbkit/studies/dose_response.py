@@ -1,7 +1,8 @@
 """The rollout-precision dose–response: how much π–μ mismatch does RL training take before it breaks?
 
 The trainer runs in FP32 on tiny-arith's sanity set, so only the rollout engine's precision varies: FP32, FP16,
-BF16, FP8 (E4M3, E5M2), FP4 (MXFP4, NVFP4) and the synthetic ``e8m<k>`` dial (``nbkit.formats``: note that the dial
+BF16, FP8 (E4M3, E5M2), FP4 (MXFP4, NVFP4) and the synthetic ``e8m<k>`` dial (``nbkit.precision.formats``: note that the
+dial
 rounds every GEMM's operands *and* outputs and both attention products, where FP8/FP4 round linear operands only),
 each with the same seeds and settings. The paper's own pairs (BF16/BF16, FP16/FP16) are marked points. The x-axis,
 the *dose*, is each format's mismatch at step 0 (mean per-token |Δ log p| between the FP32 trainer's π and the
@@ -18,7 +19,7 @@ had begun the outcome was amended to the mean of the last two judgments (baa750f
 formats after the first look: both are on the stored card's ``amendments`` (``nbkit.studies.amendments``), and the
 page shows the original and amended outcome, first and second look, side by side. A cell with fewer than five paired
 seeds reports its direction only; the family of claims is also read after Holm's adjustment; power and error rates
-are simulated at each cell's own SD (``nbkit.noninferiority``).
+are simulated at each cell's own SD (``nbkit.stats.noninferiority``).
 
 ``nbkit study dose_response_tiny_arith run [--shard i/n]`` trains the grid (the primary contrast first, seed by seed, so a
 cut-off study still covers every format), ``... store`` stores the finished runs under ``data/results/``.
@@ -32,9 +33,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from nbkit import noninferiority as NI
-from nbkit import results, schema
-from nbkit.stats import bounded_mean_ci, mean_ci
+from nbkit import results
+from nbkit.records import schema
+from nbkit.stats import noninferiority as NI
+from nbkit.stats.stats import bounded_mean_ci, mean_ci
 from nbkit.studies import amendments as A
 from nbkit.studies.base import GridStudy
 
@@ -201,7 +203,7 @@ def _below_zero(row: dict) -> str:
 
 
 def verdict(lo: float, hi: float, margin: float = MARGIN) -> str:
-    """The rule's reading of a gap's 95 % interval (``nbkit.noninferiority.verdict``)."""
+    """The rule's reading of a gap's 95 % interval (``nbkit.stats.noninferiority.verdict``)."""
     return NI.verdict(lo, hi, margin)
 
 
@@ -273,7 +275,7 @@ class DoseResponse(GridStudy):
         overrides: dict | None = None,
         more_seeds: dict | None = None,
     ) -> dict:
-        from nbkit import formats as F
+        from nbkit.precision import formats as F
 
         formats = [F.validate(f) for f in formats]
         corrected = CORRECTED if corrected is None else corrected

@@ -1,4 +1,5 @@
-"""Why the mismatch grows during a run: each arm's shift-share split (``nbkit.shiftshare``) over its seeds, in words.
+"""Why the mismatch grows during a run: each arm's shift-share split (``nbkit.mismatch.shiftshare``) over its seeds, in
+words.
 
 For an arm of a stored study (one rollout format and correction, several seeds), the sequence-level mismatch of an
 early window of steps is compared with a late one, and the change is split into (a) response length, (b) the mix
@@ -9,10 +10,10 @@ binning; ``paragraph`` answers the question from those rows for the arms that br
 
 from __future__ import annotations
 
-from nbkit import shiftshare
+from nbkit.mismatch import shiftshare
 
 BINNINGS = ("entropy", "prob")
-"""The binnings a split is shown for (``nbkit.tokenbins.EDGES``)."""
+"""The binnings a split is shown for (``nbkit.mismatch.tokenbins.EDGES``)."""
 NAMES = {"length": "response length", "mix": "token mix across bins", "per_bin": "mismatch per token within a bin"}
 """The parts in words."""
 

@@ -1,7 +1,8 @@
 """Where harm starts: the dose at which an FP32-trained run's held-out accuracy falls 0.05 below FP32 rollouts'.
 
 The dose–response (``nbkit.studies.dose_response``) placed e8m2 (≈ 0.05 per token, inconclusive) and e8m1 (≈ 0.35,
-broken) with no dose between them. This study fills the gap with the dial (``nbkit.dial``'s channel rule: e8m1 on a
+broken) with no dose between them. This study fills the gap with the dial (``nbkit.precision.dial``'s channel rule: e8m1
+on a
 share of every rounding's channels, e8m2 on the rest) and reads a harm threshold with a CI off the curve.
 
 The rule (``RULE_TEXT``), fixed in this module and committed before any of its runs trained:
@@ -9,7 +10,8 @@ The rule (``RULE_TEXT``), fixed in this module and committed before any of its r
 - **Doses.** ``POINTS``: e8m3, e8m2, four channel-rule points and e8m1. The channel points were picked before any
   training from the offline ladder (``LADDER_FILE``: per-token |Δ log p| against an FP32 π, 32 prompts × 4 samples,
   seed 0, on this study's CPU) by ``pick_points``: for each of 6 targets log-spaced from e8m2's ladder dose to
-  e8m1's, the channel point nearest in log dose. The dial is not monotone in its share (``tests/core/test_dial.py``),
+  e8m1's, the channel point nearest in log dose. The dial is not monotone in its share
+  (``tests/precision/test_dial.py``),
   so the x-axis is the *measured* dose, never the share; e8m3 extends the range below e8m2 (a dose expected to do no
   harm anchors the curve's start).
 - **Runs.** The dose–response's run (``dose_response.base_config``: FP32 trainer, HF engine, GRPO on the tiny-arith
@@ -21,7 +23,8 @@ The rule (``RULE_TEXT``), fixed in this module and committed before any of its r
   (secondary; the transfer to a second task decides which one travels).
 - **Outcome.** Held-out judge accuracy, mean of the judgments at steps 40 and 50 (``dose_response.final_judge``);
   per seed and point the paired gap = point − FP32 on that seed.
-- **Threshold.** ``nbkit.threshold.estimate`` as committed there: the isotonic (non-increasing) fit of the mean gap
+- **Threshold.** ``nbkit.stats.threshold.estimate`` as committed there: the isotonic (non-increasing) fit of the mean
+gap
   against log dose, the dose where it reaches −0.05 by log-linear interpolation, a 95 % percentile bootstrap over
   seeds (2,000 replicates, seed 0, whole rows of gaps per drawn seed, t-corrected spread), the shape-free bracket
   beside it; no crossing inside the doses is reported as such (``below_range`` / ``above_range``), never
@@ -29,7 +32,7 @@ The rule (``RULE_TEXT``), fixed in this module and committed before any of its r
 - **Placed on the axis, not fitted.** ``EXTRAS`` (BF16, FP16, FP8 E4M3 rollouts, and NVFP4 rollouts with μ as PPO's
   π_old) on seeds ``EXTRA_SEEDS`` (0–2), trained after the threshold grid: their step-0 doses place the paper's
   formats on the axis (their gaps are shown as directions only: 3 seeds), and their per-step token bins are the
-  mechanism's runs (``nbkit.shiftshare``: early steps 1–10 against late steps 41–50).
+  mechanism's runs (``nbkit.mismatch.shiftshare``: early steps 1–10 against late steps 41–50).
 - **Stopping.** Seeds run in order; read once, on every stored seed, after the last sitting; a study stopped short
   of 5 seeds per point says so and is read at the seeds it has.
 
@@ -47,8 +50,11 @@ from pathlib import Path
 
 import numpy as np
 
-from nbkit import outputs, results, schema, threshold
-from nbkit.stats import bounded_mean_ci, mean_ci
+from nbkit import results
+from nbkit.records import schema
+from nbkit.runtime import outputs
+from nbkit.stats import threshold
+from nbkit.stats.stats import bounded_mean_ci, mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import growth, prereg
 
@@ -89,7 +95,7 @@ UNITS = {
 }
 """Candidate dose units: name → what it is. Each is read at step 0 from the run's row (``step0_dose``)."""
 EARLY, LATE = range(1, 11), range(41, 51)
-"""The shift-share windows (``nbkit.shiftshare``): steps 1–10 against steps 41–50."""
+"""The shift-share windows (``nbkit.mismatch.shiftshare``): steps 1–10 against steps 41–50."""
 HARM = threshold.HARM
 N_BOOT, BOOT_SEED = 2000, 0
 
@@ -254,7 +260,7 @@ class HarmThreshold(prereg.PreRegistered):
         output_dir: str | None = None,
         overrides: dict | None = None,
     ) -> dict:
-        from nbkit import formats as F
+        from nbkit.precision import formats as F
         from nbkit.rl.algorithms import CORRECTIONS as KNOWN
 
         points = [F.validate(p) for p in points]
@@ -657,8 +663,8 @@ def measure_ladder(path: Path = LADDER_FILE, steps: int = 16, **ladder) -> dict:
     CPU and commit it ran on."""
     import datetime as _dt
 
-    from nbkit import dial
     from nbkit.offline.ladder import LadderConfig, run_ladder
+    from nbkit.precision import dial
 
     names = ("e8m3", "e8m2", *dial.channel_names(steps)[1:-1], "e8m1")
     lc = LadderConfig(**{"model": "tiny-arith", **ladder, "formats": names})

@@ -20,7 +20,8 @@ The rule (``RULE_TEXT``, committed as ``RULE_RECORD`` says once the pilot had fi
   prompts): e8m2, the channel points nearest in log dose to the targets log-spaced between, e8m1.
 - **Runs, dose, outcome, threshold.** As ``harm_threshold``: FP32 trainer, HF engine, GRPO, 50 steps, FP32 rollouts
   paired on every seed, seeds 0–4 seed by seed, the step-0 mismatch in each of ``harm_threshold.UNITS``, the mean
-  held-out judge accuracy of steps 40 and 50, ``nbkit.threshold.estimate`` per unit. No extras (the mechanism reads
+  held-out judge accuracy of steps 40 and 50, ``nbkit.stats.threshold.estimate`` per unit. No extras (the mechanism
+  reads
   the dosed runs themselves). *Amended* (``AMENDMENTS``, after training began, before any outcome was read): the
   extras BF16, FP16 and NVFP4 with μ as π_old on seeds 0–2, placed on the axis and read by the mechanism, not fitted,
   as on tiny-arith.
@@ -48,7 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
-from nbkit import outputs, results, schema, threshold
+from nbkit import results
+from nbkit.records import schema
+from nbkit.runtime import outputs
+from nbkit.stats import threshold
 from nbkit.studies import harm_threshold as H
 from nbkit.studies import tiny_long_regimes as TL
 

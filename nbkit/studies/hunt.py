@@ -22,9 +22,9 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbkit import schema
-from nbkit.runlog import steps_to
-from nbkit.stats import seeds_needed
+from nbkit.records import schema
+from nbkit.records.runlog import steps_to
+from nbkit.stats.stats import seeds_needed
 from nbkit.studies.base import GridStudy
 from nbkit.tasks import long_arith
 

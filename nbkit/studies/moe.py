@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbkit import runlog, schema
+from nbkit.records import runlog, schema
 from nbkit.studies.base import GridStudy
 
 VARIANTS = {
@@ -52,7 +52,7 @@ def base_config(variant: str, steps: int, out: Path):
 
 
 def summary(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
-    """Per variant × dtype over seeds (``nbkit.runlog.seed_summary``; the group reads ``<variant>.<algorithm>``)
+    """Per variant × dtype over seeds (``nbkit.records.runlog.seed_summary``; the group reads ``<variant>.<algorithm>``)
     plus the mean ``moe/flip_rate``; ``meta`` holds each run's coordinates (``MoEStudy.coords``)."""
     groups = {k: {**m, "algorithm": f"{m['variant']}.{m['algorithm']}"} for k, m in meta.items()}
     table = runlog.seed_summary(runlog.summary_table(runs, target=0.95), groups)

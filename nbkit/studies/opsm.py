@@ -31,7 +31,8 @@ import math
 import statistics
 from dataclasses import replace
 
-from nbkit import results, schema
+from nbkit import results
+from nbkit.records import schema
 from nbkit.studies import corrections
 from nbkit.studies import dose_response as DR
 from nbkit.studies import harm_threshold as HT

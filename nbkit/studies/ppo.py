@@ -8,8 +8,8 @@ trained in pieces and stored once.
 
 from __future__ import annotations
 
-from nbkit import runlog, schema
-from nbkit.stats import mean_ci, t_quantile
+from nbkit.records import runlog, schema
+from nbkit.stats.stats import mean_ci, t_quantile
 from nbkit.studies.base import GridStudy
 
 STUDY = "ppo_tiny_arith"
@@ -73,7 +73,7 @@ def curves(runs: dict[str, list[dict]], smooth: int = 1):
 
 def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> list[dict]:
     """One row per run: the PPO diagnostics averaged over the run (max KL too) and over its last ``tail`` rollouts
-    (``meta``: each run's coordinates, ``nbkit.runlog.coords``)."""
+    (``meta``: each run's coordinates, ``nbkit.records.runlog.coords``)."""
     out = []
     for label, rows in sorted(runs.items()):
         dtype, seed = meta[label]["dtype"], meta[label]["seed"]

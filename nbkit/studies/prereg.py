@@ -14,7 +14,8 @@ import datetime as _dt
 import json
 from pathlib import Path
 
-from nbkit import outputs, results
+from nbkit import results
+from nbkit.runtime import outputs
 from nbkit.studies.base import GridStudy
 
 STARTED = "started.json"

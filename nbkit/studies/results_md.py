@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from nbkit import results
-from nbkit.paths import ROOT
+from nbkit.runtime.paths import ROOT
 from nbkit.studies.amendments import record_lines
 from nbkit.studies.base import Study, markdown_table
 from nbkit.studies.catalog import STUDIES

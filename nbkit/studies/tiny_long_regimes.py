@@ -14,7 +14,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING
 
-from nbkit import schema
+from nbkit.records import schema
 from nbkit.tasks import long_arith
 from nbkit.tasks.long_arith import LongArithConfig
 

@@ -32,8 +32,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nbkit import outputs, paths, pool
 from nbkit.engines import ENGINE_DTYPES, SamplingConfig, make_engine
+from nbkit.runtime import outputs, paths, pool
 from nbkit.tasks import Task
 
 HIST_BINS = 10
@@ -55,7 +55,7 @@ class BuildConfig:
         metadata={
             "help": (
                 'Where to write instead of ``data/<name>/`` (a relative path from the current directory); "" = default. The '
-                "folder must be new, empty or an earlier dataset of the workbook (``nbkit.outputs``): nothing else is "
+                "folder must be new, empty or an earlier dataset of the workbook (``nbkit.runtime.outputs``): nothing else is "
                 "overwritten."
             )
         },
@@ -64,7 +64,7 @@ class BuildConfig:
         default="tiny-arith",
         metadata={
             "help": (
-                "Model ref for ``nbkit.models.load`` / the engine: ``tiny-arith``, ``smollm2-135m``, a local HF path."
+                "Model ref for ``nbkit.models.models.load`` / the engine: ``tiny-arith``, ``smollm2-135m``, a local HF path."
             )
         },
     )
@@ -248,7 +248,7 @@ def estimate_pass_rates(
     sampled in this call). ``engine`` is any object with ``generate(prompts, sampling) -> list[Rollout]``;
     None makes one with ``make_engine`` only if something is left to sample.
 
-    Without an ``engine``, the batches are split into consecutive parts sampled at once through ``nbkit.pool``
+    Without an ``engine``, the batches are split into consecutive parts sampled at once through ``nbkit.runtime.pool``
     (``workers``, else ``NBKIT_WORKERS``, else one part per free core; one thread each), each part with its own
     engine and its own cache file (``rates.part-<j>.jsonl``, folded into the cache in batch order afterwards, or at
     the next build when this one was cut off). A batch's samples depend only on its seed (``BuildConfig.seed`` and

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbkit import paths
+from nbkit.runtime import paths
 from nbkit.tasks.arith import ArithConfig
 from nbkit.tasks.arith import make_problems as make_additions
 from nbkit.tasks.graders import GRADERS, normalize_answer

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbkit import results
-from nbkit.paths import DATA, ROOT
+from nbkit.runtime.paths import DATA, ROOT
 
 TIMINGS = DATA / "timings" / "main_job.json"
 """Stored measurements of the main job: a JSON list of records (see ``record``)."""
@@ -32,7 +32,8 @@ def calibrate(passes: int = 7, batch: int = 16, length: int = 48) -> dict:
     their sum (``seconds``): the speed of this CPU on the work the main job mostly does (about a second)."""
     import torch
 
-    from nbkit import gemm, models
+    from nbkit.models import models
+    from nbkit.precision import gemm
 
     model, _ = models.load("tiny-arith", "fp32")
     ids = torch.randint(0, model.config.vocab_size, (batch, length), generator=torch.Generator().manual_seed(0))

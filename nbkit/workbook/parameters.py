@@ -8,7 +8,8 @@ high`` a string), so each notebook checks them in the cell right after its param
     check_notebook_parameters("03_rl_training", globals())
 
 ``nbkit run`` calls the same ``check_values`` on a profile's parameters before any notebook starts
-(``nbkit.workbook.runner.check_parameters``). What is checked, each with ``nbkit.fieldcheck.check_value`` (what every
+(``nbkit.workbook.runner.check_parameters``). What is checked, each with ``nbkit.runtime.fieldcheck.check_value`` (what
+every
 config's ``__post_init__`` runs) or the check of the library that takes the value:
 
 - the type of the notebook's own default (its ``parameters`` cell, read with ``ast``): an int stays an integer (no
@@ -27,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from nbkit.fieldcheck import SEED, FieldRangeError, FieldTypeError, Range, at_least, check_value, positive, unit
-from nbkit.paths import ROOT
+from nbkit.runtime.fieldcheck import SEED, FieldRangeError, FieldTypeError, Range, at_least, check_value, positive, unit
+from nbkit.runtime.paths import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
 
@@ -94,7 +95,7 @@ def _one_of(kind: str, choices: Callable[[], tuple | list | dict]) -> Callable[[
 
 
 def _dtypes():
-    from nbkit.models import DTYPES
+    from nbkit.models.models import DTYPES
 
     return DTYPES
 
@@ -106,14 +107,14 @@ def _engines():
 
 
 def _gemm(value):
-    from nbkit import gemm
+    from nbkit.precision import gemm
 
     gemm.validate(value)
 
 
 def _format(value):
-    import nbkit.dial  # noqa: F401 - registers the dial's points with nbkit.formats
-    from nbkit import formats
+    import nbkit.precision.dial  # noqa: F401 - registers the dial's points with nbkit.precision.formats
+    from nbkit.precision import formats
 
     formats.get(value)  # a ValueError naming the formats (the dial's points included)
 

@@ -6,7 +6,7 @@ their registries between markers.
 
 Each block sits between ``<!-- registry:NAME -->`` and ``<!-- /registry:NAME -->`` and is rendered from one
 registry: ``presets`` (``nbkit.rl.algorithms.ALGORITHMS`` and ``CORRECTIONS``), ``formats``
-(``nbkit.formats.FORMATS`` by ``SCHEMES``), ``metrics`` (``nbkit.metrics.MISMATCH``) and ``studies``
+(``nbkit.precision.formats.FORMATS`` by ``SCHEMES``), ``metrics`` (``nbkit.records.metrics.MISMATCH``) and ``studies``
 (``nbkit.studies.catalog.STUDIES``). Everything outside the markers is the page's own prose.
 ``tests/workbook/test_readme_registries.py`` fails when the file is out of date, as
 ``tests/studies/test_results_md.py`` does for RESULTS.md.
@@ -21,10 +21,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from nbkit import formats as F
-from nbkit import metrics as M
-from nbkit.paths import ROOT
+from nbkit.precision import formats as F
+from nbkit.records import metrics as M
 from nbkit.rl import algorithms as A
+from nbkit.runtime.paths import ROOT
 from nbkit.studies.base import markdown_table
 from nbkit.studies.catalog import STUDIES
 

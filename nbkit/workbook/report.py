@@ -23,7 +23,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from nbkit.paths import NOTEBOOK_ENV, REPORT_DIR_ENV, ROOT, report_target  # noqa: F401  (the runner sets both)
+from nbkit.runtime.paths import NOTEBOOK_ENV, REPORT_DIR_ENV, ROOT, report_target  # noqa: F401  (the runner sets both)
 from nbkit.workbook import jobtime
 
 Scalar = (str, int, float, bool, type(None))
@@ -124,7 +124,7 @@ def computed_here():
     import torch
     from IPython.display import Markdown
 
-    from nbkit import gemm
+    from nbkit.precision import gemm
 
     flags = ", ".join(gemm.half_flags()) or "none"
     return Markdown(

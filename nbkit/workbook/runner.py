@@ -17,8 +17,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbkit import locks, outputs
-from nbkit.paths import REPORTS, ROOT, environment
+from nbkit.runtime import locks, outputs
+from nbkit.runtime.paths import REPORTS, ROOT, environment
 from nbkit.studies.base import markdown_table
 from nbkit.workbook import jobtime, report
 from nbkit.workbook.parameters import (  # noqa: F401 - notebook_parameters: also read as runner.notebook_parameters
@@ -189,7 +189,7 @@ def check_out_name(out_dir, what: str = "report folder") -> Path:
 
 def check_out_dir(out_dir) -> Path:
     """The report folder: a name that can hold it (``check_out_name``), and new, empty or an earlier report
-    (``nbkit.outputs``)."""
+    (``nbkit.runtime.outputs``)."""
     check_out_name(out_dir)
     outputs.check_listed(out_dir, "report", "report folder", files_only=True)
     return Path(out_dir)

@@ -16,12 +16,14 @@ from collections.abc import Sequence
 import ipywidgets as W
 import numpy as np
 
-from nbkit import formats, plots, schema
-from nbkit import number_formats as P
+from nbkit import plots
 from nbkit.offline.ladder import LadderConfig, run_ladder
-from nbkit.paths import report_target
 from nbkit.plots import mismatch as PM
 from nbkit.plots import precision as PP
+from nbkit.precision import formats
+from nbkit.precision import number_formats as P
+from nbkit.records import schema
+from nbkit.runtime.paths import report_target
 
 FIELD_STYLES = {"sign": "danger", "exponent": "success", "mantissa": "info"}
 """Button style of each bit field: sign red, exponent green, mantissa blue."""
@@ -306,7 +308,8 @@ class LossScaleExplorer(_Explorer):
 
 
 class FormatExplorer(_Explorer):
-    """Pick a rollout format (``nbkit.formats``): the HF engine samples tiny-arith in it now and an FP32 trainer
+    """Pick a rollout format (``nbkit.precision.formats``): the HF engine samples tiny-arith in it now and an FP32
+    trainer
     scores the same tokens; see μ against π per token and each sequence's Σ log(π/μ) against its length."""
 
     def __init__(

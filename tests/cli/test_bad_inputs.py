@@ -18,10 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nbkit import engines, fieldcheck, mismatch, models, outputs, tasks
+from nbkit import engines, tasks
 from nbkit.cli import main as cli_main
 from nbkit.cli import plan
+from nbkit.mismatch import mismatch
+from nbkit.models import models
 from nbkit.rl import RLConfig, config_from, train
+from nbkit.runtime import fieldcheck, outputs
 from nbkit.tasks import arith, dataset
 from nbkit.workbook import runner
 
@@ -997,7 +1000,7 @@ class ModelLoaded(BaseException):
 @pytest.fixture
 def no_model_loads(monkeypatch):
     """Every way the workbook loads a model fails the case: transformers' ``from_pretrained`` (which the Auto
-    classes call) and ``nbkit.models.load``; the list records what was attempted."""
+    classes call) and ``nbkit.models.models.load``; the list records what was attempted."""
     from transformers import PreTrainedModel
 
     attempts = []

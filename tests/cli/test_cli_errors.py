@@ -5,10 +5,10 @@ import json
 import subprocess
 import sys
 
-from nbkit import outputs
 from nbkit.cli import train as cli_train
-from nbkit.paths import ROOT
 from nbkit.rl import RLConfig, runfolder
+from nbkit.runtime import outputs
+from nbkit.runtime.paths import ROOT
 
 
 def nbkit(*argv: str) -> subprocess.CompletedProcess:

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nbkit import outputs
 from nbkit.cli import doctor as doctor_cli
 from nbkit.cli import main as cli_main
 from nbkit.cli.commands import INTERRUPTED
 from nbkit.offline import doctor, lints
 from nbkit.rl import runfolder
+from nbkit.runtime import outputs
 from nbkit.workbook import runner
 
 
@@ -210,7 +210,7 @@ def test_a_real_sigint_during_nbkit_train_ends_in_one_line_and_the_run_resumes(t
     import sys
     import time
 
-    from nbkit.paths import ROOT
+    from nbkit.runtime.paths import ROOT
 
     out = tmp_path / "run"
     argv = [

@@ -13,9 +13,9 @@ import yaml
 
 from nbkit.cli import dry_run
 from nbkit.cli.plan import run_configs, trainer_flags
-from nbkit.paths import ROOT
+from nbkit.records.runlog import MetricsLog
 from nbkit.rl import launch
-from nbkit.runlog import MetricsLog
+from nbkit.runtime.paths import ROOT
 
 
 def free_port() -> int:

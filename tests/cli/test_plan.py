@@ -8,8 +8,8 @@ import pytest
 
 from nbkit.cli import plan
 from nbkit.cli import train as cli_train
-from nbkit.paths import ROOT
 from nbkit.rl import launch
+from nbkit.runtime.paths import ROOT
 
 
 def commands(text: str) -> list[list[str]]:
@@ -104,7 +104,7 @@ def test_the_commands_run_as_printed_on_a_fresh_node():
             exe = next(a for a in argv if "=" not in a)
             assert exe.startswith(".venv/bin/"), (title, exe)
             assert model in argv and "HF_HUB_OFFLINE=0" in argv[: argv.index(exe)]
-    from nbkit import paths
+    from nbkit.runtime import paths
 
     assert paths.cache_env()["HF_HUB_OFFLINE"] == "1"  # why the flag is needed: the entry points' default
 

@@ -40,7 +40,7 @@ USER_FACING = (
 )
 """The config dataclasses a user fills in (runs, tasks, datasets, sampling, studies, offline analyses)."""
 MODEL_RECIPES = {"TinyArithConfig", "TinyLongConfig", "TinyMoeConfig"}
-"""``nbkit.toymodels``' architecture + SFT recipes of the shipped checkpoints: not run settings, outside this rule."""
+"""``nbkit.models.toymodels``' architecture + SFT recipes of the shipped checkpoints: not run settings, outside this rule."""
 
 
 def field_docstrings(cls) -> list[str]:

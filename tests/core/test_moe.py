@@ -9,12 +9,12 @@ import json
 import pytest
 import torch
 
-from nbkit import models, routing
 from nbkit.engines import HFEngine, SamplingConfig
+from nbkit.models import models, routing
+from nbkit.models.toymodels import tiny_arith, tiny_moe
 from nbkit.rl import RLConfig, train
 from nbkit.rl.amp import PrecisionAudit
 from nbkit.tasks import arith
-from nbkit.toymodels import tiny_arith, tiny_moe
 
 CFG = tiny_moe.TinyMoeConfig(
     hidden_size=32,
@@ -209,7 +209,7 @@ def test_offline_flip_analysis_splits_the_mismatch_by_flip(moe_dir):
         assert 0.0 <= s["flipped_share_of_tokens"] <= s["upstream_flipped_share_of_tokens"] <= 1.0
         assert s["flipped_tokens"] <= s["tokens"]
     assert "MoE flip rate engine vs trainer (bf16)" in res.headline()
-    from nbkit import gemm  # the setting names the engine's recipe, and says when it was the trainer's own
+    from nbkit.precision import gemm  # the setting names the engine's recipe, and says when it was the trainer's own
 
     assert res.gemm == gemm.resolve("auto") and f"GEMM {res.gemm}" in res.headline()["MoE setting"]
     assert ("recipe's floor" in res.setting()) == (res.gemm == "fp32-accumulate")

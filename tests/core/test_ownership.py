@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from nbkit import outputs, results, tasks
+from nbkit import results, tasks
 from nbkit.cli import doctor as doctor_cli
 from nbkit.cli import main as cli_main
 from nbkit.rl import RLConfig, runfolder, train
+from nbkit.runtime import outputs
 from nbkit.tasks import dataset
 from nbkit.workbook import runner
 
@@ -173,7 +174,7 @@ def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(tmp_path)
 
     out = tmp_path / "set"
     code = (
-        "import os, sys; from pathlib import Path; from nbkit import outputs; "
+        "import os, sys; from pathlib import Path; from nbkit.runtime import outputs; "
         f"t = outputs.temp_folder_beside(Path({str(out)!r})); (t / 'half.parquet').write_text('x'); "
         "os.kill(os.getpid(), 9)"
     )

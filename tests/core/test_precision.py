@@ -1,4 +1,5 @@
-"""Specification of nbkit.number_formats: the format table against torch.finfo, rounding against torch's casts bit for
+"""Specification of nbkit.precision.number_formats: the format table against torch.finfo, rounding against torch's casts
+bit for
 bit, the grid/ulp properties, the primer's experiments and the errors bad input gets."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import number_formats as P
+from nbkit.precision import number_formats as P
 
 LOW = ["fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2"]
 UINT = {8: torch.uint8, 16: torch.int16, 32: torch.int32}

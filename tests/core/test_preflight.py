@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from nbkit import preflight
-from nbkit.paths import ROOT
+from nbkit.runtime.paths import ROOT
 
 
 def _constraint_command() -> str:

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from nbkit import results
-from nbkit.outputs import OutputFolderError
-from nbkit.paths import ROOT
-from nbkit.runlog import MetricsLog
+from nbkit.records.runlog import MetricsLog
+from nbkit.runtime.outputs import OutputFolderError
+from nbkit.runtime.paths import ROOT
 
 
 def _runs(tmp_path):

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from nbkit import forced, lm_head, mismatch, models
 from nbkit.engines import HFEngine, SamplingConfig
+from nbkit.mismatch import forced, mismatch
+from nbkit.models import models
 from nbkit.offline import anatomy_surgery
+from nbkit.precision import lm_head
 from nbkit.tasks import arith
 
 

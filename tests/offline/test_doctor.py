@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from nbkit import gemm
 from nbkit.cli import main as cli_main
 from nbkit.offline import doctor
+from nbkit.precision import gemm
 
 
 def test_crossing_length_solves_drift_plus_random_walk():
@@ -59,7 +59,7 @@ def test_the_default_response_length_fits_every_shipped_toy_model_or_is_capped_s
     make vLLM refuse at start-up; the doctor caps the responses to the room the context leaves and says so."""
     from transformers import AutoConfig
 
-    from nbkit import models
+    from nbkit.models import models
 
     cfg = doctor.DoctorConfig(model=model, engine="hf")
     fitted, note = doctor.fit_context(cfg)
@@ -74,7 +74,7 @@ def test_the_default_response_length_fits_every_shipped_toy_model_or_is_capped_s
 def test_a_context_too_short_for_any_response_is_refused_naming_the_limit(tmp_path):
     import shutil
 
-    from nbkit import models
+    from nbkit.models import models
 
     short = tmp_path / "short-context"
     shutil.copytree(models.resolve("tiny-arith"), short)

@@ -2,7 +2,7 @@
 length — measured where the sampled responses reach it, extrapolated by the length model where not, and saying
 which — placed against every stored task's threshold and CI, and drawn on the gap-vs-dose figure of doctor.html.
 
-Every store here is written by the test from ``nbkit.threshold.estimate`` on synthetic gaps: a fixture, never a
+Every store here is written by the test from ``nbkit.stats.threshold.estimate`` on synthetic gaps: a fixture, never a
 result (its ``measured_on`` says so)."""
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ import math
 import numpy as np
 import pytest
 
-from nbkit import mismatch, schema, threshold
 from nbkit.cli import doctor as doctor_cli
 from nbkit.cli import main as cli_main
+from nbkit.mismatch import mismatch
 from nbkit.offline import dose, risk
 from nbkit.offline.doctor import DoctorConfig, DoctorResult, dtype_diagnosis
 from nbkit.plots import doctor as doctor_plots
+from nbkit.records import schema
+from nbkit.stats import threshold
 
 UNIT = schema.METRIC_TOKEN_ABS_LOGP_DIFF
 DOSES = np.geomspace(0.03, 0.5, 6)

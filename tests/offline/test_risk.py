@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from nbkit import schema
 from nbkit.offline import risk
 from nbkit.offline.doctor import DoctorConfig, DoctorResult
+from nbkit.records import schema
 
 UNIT = schema.METRIC_TOKEN_ABS_LOGP_DIFF
 DIAGS = {"bf16": {UNIT: 0.05}, "fp16": {UNIT: 0.004}}
@@ -47,7 +47,7 @@ def test_a_dose_is_placed_against_each_tasks_threshold_and_ci(tmp_path):
 def test_the_threshold_estimators_record_is_what_the_store_holds(tmp_path):
     import numpy as np
 
-    from nbkit import threshold
+    from nbkit.stats import threshold
 
     est = threshold.estimate(np.tile(-0.02 * np.arange(6), (5, 1)), np.geomspace(0.03, 0.5, 6))
     s = stored(tmp_path, {"tiny-arith": est.to_json()})

@@ -3,7 +3,7 @@ rollout engine built in another dtype than requested stops the run."""
 
 import pytest
 
-from nbkit import runlog
+from nbkit.records import runlog
 from nbkit.rl import RLConfig
 from nbkit.rl import rollout as rollout_mod
 from nbkit.rl.amp import PrecisionError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nbkit import runlog
+from nbkit.records import runlog
 from nbkit.rl import RLConfig
 from nbkit.rl.config import SAFE_TO_CHANGE, result_options
 

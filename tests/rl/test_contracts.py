@@ -20,7 +20,7 @@ from trl import GRPOTrainer
 from trl.generation.vllm_client import VLLMClient
 from trl.generation.vllm_generation import VLLMGeneration
 
-from nbkit import versions
+from nbkit.runtime import versions
 
 
 def source_tree(fn) -> ast.AST:
@@ -293,10 +293,14 @@ PRIVATE_NAMES: tuple[Contact, ...] = (
         "vllm.model_executor.layers.utils",
         "dispatch_cpu_unquantized_gemm",
         "function",
-        "wrapped by nbkit.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs",
+        "wrapped by nbkit.precision.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs",
     ),
-    Contact("vllm._custom_ops", "create_onednn_mm", "function", "called by nbkit.vllm_gemm: oneDNN's FP32 matmul"),
-    Contact("vllm._custom_ops", "onednn_mm", "function", "called by nbkit.vllm_gemm on each half layer's call"),
+    Contact(
+        "vllm._custom_ops", "create_onednn_mm", "function", "called by nbkit.precision.vllm_gemm: oneDNN's FP32 matmul"
+    ),
+    Contact(
+        "vllm._custom_ops", "onednn_mm", "function", "called by nbkit.precision.vllm_gemm on each half layer's call"
+    ),
 )
 """The contact points, one per (object, name, use)."""
 
@@ -400,7 +404,7 @@ def test_a_vllm_function_the_plugin_wraps_that_disappears_is_named(monkeypatch):
     found = broken()
     assert found == [
         "vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm is gone; the workbook: wrapped "
-        "by nbkit.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs"
+        "by nbkit.precision.vllm_gemm (a vLLM plugin): half linear layers get the tensor-core contract on CPUs"
     ]
 
 
@@ -434,7 +438,7 @@ def test_every_dependency_has_an_upper_bound():
 
     from packaging.requirements import Requirement
 
-    from nbkit.paths import ROOT
+    from nbkit.runtime.paths import ROOT
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     specs = list(project["dependencies"]) + [s for extra in project["optional-dependencies"].values() for s in extra]

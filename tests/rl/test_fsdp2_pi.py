@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from nbkit import models
+from nbkit.models import models
 from nbkit.rl import fsdp
 
 

@@ -1,8 +1,8 @@
 """The memory estimate of the gpu profile's runs: PPO's critic and its optimiser counted, TRL's chunked head (no
 full logits) modelled, and every run of notebooks 03 and 05 sized to fit one 80 GiB GPU."""
 
-from nbkit.paths import ROOT
 from nbkit.rl import memory
+from nbkit.runtime.paths import ROOT
 from nbkit.workbook import gpu_budget
 
 SHAPE = memory.model_shape("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")

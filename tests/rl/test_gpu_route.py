@@ -12,14 +12,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nbkit import engines, versions
+from nbkit import engines
 from nbkit.cli import plan
 from nbkit.cli import train as cli_train
-from nbkit.paths import ROOT
 from nbkit.rl import RLConfig, amp, launch, memory
 from nbkit.rl.monitor import first_non_finite
 from nbkit.rl.run import grpo_config, micro_batch, needed_context, trl_prompt
 from nbkit.rl.scaling import step_was_skipped
+from nbkit.runtime import versions
+from nbkit.runtime.paths import ROOT
 
 # -- vLLM's context: longest prompt + max_tokens, never a silent cut ------------------------------------------------
 
@@ -91,7 +92,7 @@ def test_accumulation_must_divide_each_processes_share():
 
 
 def test_the_memory_model_counts_a_real_models_parameters():
-    from nbkit import models
+    from nbkit.models import models
 
     model, _ = models.load("tiny-arith", "fp32")
     assert memory.model_shape("tiny-arith").params == sum(p.numel() for p in model.parameters() if p.dim() > 1)
@@ -230,7 +231,7 @@ def test_an_fp32_rollout_of_half_deepspeed_weights_is_refused():
 def test_pi_is_log_softmaxed_in_fp32_under_a_wrapper_that_casts_outputs_to_bf16():
     """FSDP2's ``MixedPrecisionPolicy(output_dtype=bfloat16)`` casts the root's outputs in a forward hook: so does
     this wrapper. The trainer's π must be FP32 log-softmax of those logits, not BF16-rounded log-probs."""
-    from nbkit import models
+    from nbkit.models import models
     from nbkit.rl.trainer import fp32_logits
 
     model, tok = models.load("tiny-arith", "fp32")
@@ -354,7 +355,7 @@ def test_trls_init_vllm_ends_with_a_barrier_and_both_overrides_keep_it():
 def test_the_hf_engines_mu_equals_a_teacher_forced_pass_without_keeping_every_steps_logits(mode, temperature, top_p):
     from transformers import TopPLogitsWarper
 
-    from nbkit import models
+    from nbkit.models import models
 
     model, tok = models.load("tiny-arith", "fp32")
     engine = engines.HFEngine(model, "fp32", tokenizer=tok, progress=False, gemm="native")

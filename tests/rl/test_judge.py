@@ -12,8 +12,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nbkit import engines, models, paths, schema, tasks
+from nbkit import engines, tasks
+from nbkit.models import models
+from nbkit.records import schema
 from nbkit.rl import RLConfig, amp, judge, train
+from nbkit.runtime import paths
 from nbkit.tasks import heldout
 
 JUDGE_SET = "data/tiny_arith_heldout"

@@ -6,8 +6,8 @@ import pytest
 from peft import LoraConfig, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from nbkit.paths import CACHE
 from nbkit.rl import lora
+from nbkit.runtime.paths import CACHE
 
 
 def peft_limit(model) -> tuple[set, int]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from nbkit import schema
+from nbkit.records import schema
 from nbkit.rl import RLConfig, algorithms, opsm, train
 
 

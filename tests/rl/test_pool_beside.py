@@ -6,9 +6,10 @@ import os
 import numpy as np
 import pytest
 
-from nbkit import pool, schema
 from nbkit.offline.ladder import LadderConfig
+from nbkit.records import schema
 from nbkit.rl import grid
+from nbkit.runtime import pool
 from nbkit.studies.dose_response import DoseResponse
 
 
@@ -20,11 +21,11 @@ def no_worker_limit(monkeypatch):
 
 def test_a_beside_job_named_like_a_run_is_refused_before_anything_runs():
     with pytest.raises(ValueError, match=r"beside job label\(s\) \['grpo-fp32'\].*other names"):
-        grid.train_all({"grpo-fp32": None}, beside={"grpo-fp32": pool.Job("tests.core.test_pool:where_am_i")})
+        grid.train_all({"grpo-fp32": None}, beside={"grpo-fp32": pool.Job("tests.runtime.test_pool:where_am_i")})
 
 
 def test_in_this_process_the_beside_jobs_run_here_and_come_back_under_their_labels():
-    got = grid.train_all({}, progress=False, workers=0, beside={"here": pool.Job("tests.core.test_pool:where_am_i")})
+    got = grid.train_all({}, progress=False, workers=0, beside={"here": pool.Job("tests.runtime.test_pool:where_am_i")})
     assert list(got) == ["here"] and got["here"]["pid"] == os.getpid()
 
 

@@ -75,7 +75,7 @@ def test_gae_refuses_lambda_outside_the_unit_interval():
 
 
 def _tiny_batch():
-    from nbkit import models
+    from nbkit.models import models
 
     policy, tok = models.load("tiny-arith", "fp32")
     ids = tok(["1+2=", "3+4="], return_tensors="pt", padding=True)

@@ -6,7 +6,7 @@ The contrast (issue 36): on the tiny-arith sanity set's correctness reward the s
 100 steps, because that return is not predictable from what a 1 M-parameter critic learns in that time (see
 ``nbkit.rl.critic``)."""
 
-from nbkit import schema
+from nbkit.records import schema
 from nbkit.rl import RLConfig, run, train
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from nbkit import outputs, results
+from nbkit import results
 from nbkit.cli import main as cli_main
 from nbkit.rl import RLConfig, runfolder, train
+from nbkit.runtime import outputs
 from nbkit.studies.catalog import STUDIES
 from nbkit.tasks import dataset as ds
 from tests.tasks.test_dataset import FakeEngine, arith_task, cfg, planned

@@ -13,10 +13,10 @@ import torch
 
 from nbkit.engines import vllm_available
 from nbkit.engines.vllm import vllm_gemm_policy
+from nbkit.models.toymodels import tiny_arith
+from nbkit.records.runlog import MetricsLog
 from nbkit.rl import ALGORITHMS, RLConfig, train
 from nbkit.rl.monitor import CollapseAlarm
-from nbkit.runlog import MetricsLog
-from nbkit.toymodels import tiny_arith
 
 MISMATCH = "mismatch/token_abs_logp_diff/mean"
 
@@ -176,7 +176,9 @@ def test_after_a_weight_sync_fp32_vllm_logprobs_equal_the_trainers_forward(tmp_p
 @pytest.mark.vllm
 @pytest.mark.slow
 @needs_vllm
-@pytest.mark.cpu_kernels("vLLM's half linear layers follow gemm auto (nbkit.vllm_gemm): the audit names the policy")
+@pytest.mark.cpu_kernels(
+    "vLLM's half linear layers follow gemm auto (nbkit.precision.vllm_gemm): the audit names the policy"
+)
 def test_a_bf16_vllm_rollout_really_runs_in_bf16(tmp_path, arith_jsonl):
     cfg = smoke(
         tmp_path,
@@ -345,7 +347,7 @@ def test_fp16_without_its_loss_scaling_machinery_fails_the_audit(tmp_path, tiny_
 
     monkeypatch.setattr(amp, "enable_cpu_fp16", lambda *a, **k: False)  # what accelerate alone does on CPU
     # the GEMM audit ("... policy for fp16 training but no fp16 GEMM ran") or the matmul audit ("requested fp16
-    # training but ...") catches it first, depending on the machine's GEMM policy (nbkit.gemm.default_policy)
+    # training but ...") catches it first, depending on the machine's GEMM policy (nbkit.precision.gemm.default_policy)
     with pytest.raises(amp.PrecisionError, match="fp16 training but"):
         train(smoke(tmp_path, tiny_random_model, arith_jsonl, train_dtype="fp16", steps=1), progress=False)
 

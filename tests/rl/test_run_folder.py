@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from nbkit import outputs
 from nbkit.rl import RLConfig, runfolder, train
 from nbkit.rl.trainer import StepLogger
+from nbkit.runtime import outputs
 
 
 def config(out, data, **kw) -> RLConfig:
@@ -163,7 +163,7 @@ def test_a_grid_checks_every_run_folder_before_its_first_run(tmp_path, arith_jso
 
 
 def test_runs_read_back_without_the_row_a_kill_cut_short(tmp_path):
-    from nbkit import runlog
+    from nbkit.records import runlog
 
     (tmp_path / "grpo-fp16").mkdir()
     (tmp_path / "grpo-fp16" / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')

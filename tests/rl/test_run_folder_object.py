@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from nbkit import locks, outputs
 from nbkit.rl import RLConfig
 from nbkit.rl.runfolder import KIND, RunFolder
+from nbkit.runtime import locks, outputs
 
 
 def config(out, data, **kw) -> RLConfig:

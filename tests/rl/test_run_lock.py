@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from nbkit import locks
 from nbkit.cli import main as cli_main
 from nbkit.rl import RLConfig, runfolder, train
+from nbkit.runtime import locks
 
 HOLDER = (
-    "import sys, time; from nbkit import locks; "  # runfolder.hold's rank-0 lock, without importing torch
+    "import sys, time; from nbkit.runtime import locks; "  # runfolder.hold's rank-0 lock, without importing torch
     "lock = locks.FolderLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)"
 )
 

@@ -80,7 +80,7 @@ def test_the_trainers_kept_mass_forward_never_holds_the_rows_full_logits(monkeyp
 
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from nbkit import sampling_filter
+    from nbkit.mismatch import sampling_filter
 
     torch.manual_seed(0)
     vocab, rows, width = 4096, 4, 96

@@ -153,7 +153,7 @@ def test_vllms_own_server_info_serialisation_is_what_the_check_reads(vllm_dtype,
     import pydantic
     from vllm.config import ModelConfig, VllmConfig
 
-    from nbkit import models
+    from nbkit.models import models
 
     config = VllmConfig(
         model_config=ModelConfig(model=models.resolve("tiny-arith"), dtype=vllm_dtype, max_model_len=128)

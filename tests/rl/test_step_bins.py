@@ -1,4 +1,5 @@
-"""Per-step token bins of the mismatch (``nbkit.rl.bins``, keys of ``nbkit.tokenbins``): binned by π's entropy and by
+"""Per-step token bins of the mismatch (``nbkit.rl.bins``, keys of ``nbkit.mismatch.tokenbins``): binned by π's entropy
+and by
 π's probability of the sampled token, padding left out, logged on every step of a run and consistent with the
 headline mismatch and the response length."""
 
@@ -9,7 +10,8 @@ import math
 import pytest
 import torch
 
-from nbkit import schema, tokenbins
+from nbkit.mismatch import tokenbins
+from nbkit.records import schema
 from nbkit.rl import RLConfig, train
 from nbkit.rl.bins import StepBins
 

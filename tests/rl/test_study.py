@@ -2,7 +2,7 @@
 
 import pytest
 
-from nbkit import runlog
+from nbkit.records import runlog
 from nbkit.rl import RLConfig
 from nbkit.rl.grid import train_grid
 

@@ -10,8 +10,8 @@ import pytest
 from transformers import TrainerCallback
 from transformers.integrations import integration_utils
 
+from nbkit.records.runlog import MetricsLog
 from nbkit.rl import RLConfig, trackers, train
-from nbkit.runlog import MetricsLog
 
 
 def test_wandb_under_the_workbooks_wandb_mode_disabled_is_refused_naming_the_variable():
@@ -32,7 +32,7 @@ def test_a_tracker_whose_package_is_missing_is_refused_before_the_run(tracker):
 
 
 def test_a_run_reporting_to_wandb_with_wandb_mode_disabled_stops_before_anything_loads(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "disabled")  # what nbkit.paths.cache_env sets unless the user set it first
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # what nbkit.runtime.paths.cache_env sets unless the user set it first
     cfg = RLConfig(report_to="wandb", model=str(tmp_path / "no-model"), output_dir=str(tmp_path / "run"))
     with pytest.raises(ValueError, match="WANDB_MODE=disabled"):
         train(cfg, progress=False)

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from nbkit.paths import ROOT
-from nbkit.runlog import MetricsLog
+from nbkit.records.runlog import MetricsLog
+from nbkit.runtime.paths import ROOT
 
 pytest.importorskip("trackio")
 
 TRAIN = """
-from nbkit import paths; paths.setup_environment()
+from nbkit.runtime import paths; paths.setup_environment()
 from nbkit.rl import RLConfig, train
 train(RLConfig(steps=2, prompts_per_step=2, samples_per_prompt=2, max_tokens=12, train_dtype="fp16",
                rollout_engine="hf", report_to="trackio", output_dir={out!r}), progress=False)

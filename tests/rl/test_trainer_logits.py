@@ -16,7 +16,8 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
-from nbkit import mismatch, models
+from nbkit.mismatch import mismatch
+from nbkit.models import models
 
 TEMPERATURE = 0.9
 

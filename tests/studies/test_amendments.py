@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbkit import schema
+from nbkit.records import schema
 from nbkit.studies import amendments as A
 from nbkit.studies import dose_response as D
 from nbkit.studies.results_md import stored_section

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from nbkit import noninferiority as NI
-from nbkit import results, schema
+from nbkit import results
+from nbkit.records import schema
+from nbkit.stats import noninferiority as NI
 from nbkit.studies import amendments, results_md
 from nbkit.studies import corrections as C
 from nbkit.studies import dose_response as DR

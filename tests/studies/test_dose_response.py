@@ -1,5 +1,5 @@
 """The dose–response study (notebook 06): its grid, its rule, the amendments on its card and its verdicts (the
-statistics behind them: tests/core/test_stats.py, tests/core/test_noninferiority.py)."""
+statistics behind them: tests/stats/test_stats.py, tests/stats/test_noninferiority.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import statistics
 
 import pytest
 
-from nbkit import results, schema
-from nbkit.stats import mean_ci
+from nbkit import results
+from nbkit.records import schema
+from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as D
 from nbkit.studies.base import GridStudy
 
@@ -154,7 +155,7 @@ def test_the_outcome_is_the_mean_of_the_last_two_judgments_after_step_0():
 def test_the_stored_study_loads_names_a_real_commit_and_its_table_follows_the_rule():
     import subprocess
 
-    from nbkit.paths import ROOT
+    from nbkit.runtime.paths import ROOT
 
     study = D.DoseResponse()
     runs, meta = study.load(), study.stored_meta()
@@ -191,7 +192,7 @@ def test_the_stored_card_records_each_amendment_with_the_verdicts_the_runs_say_i
     stored runs give now (the card cannot say a change moved nothing when it did)."""
     import subprocess
 
-    from nbkit.paths import ROOT
+    from nbkit.runtime.paths import ROOT
     from nbkit.studies import amendments as A
 
     study = D.DoseResponse()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbkit import tokenbins
+from nbkit.mismatch import tokenbins
 from nbkit.studies import growth
 
 

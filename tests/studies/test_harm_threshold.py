@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from nbkit import schema, threshold
+from nbkit.records import schema
+from nbkit.stats import threshold
 from nbkit.studies import harm_threshold as H
 
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from nbkit import schema
+from nbkit.records import schema
 from nbkit.rl import judge
 from nbkit.studies import harm_threshold as H
 from nbkit.studies import harm_transfer as T

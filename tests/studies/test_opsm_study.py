@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nbkit import results, schema
+from nbkit import results
+from nbkit.records import schema
 from nbkit.studies import harm_threshold as HT
 from nbkit.studies import opsm as O
 

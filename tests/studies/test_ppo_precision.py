@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from nbkit import schema
-from nbkit.stats import mean_ci
+from nbkit.records import schema
+from nbkit.stats.stats import mean_ci
 from nbkit.studies import ppo
 
 K3 = {"fp16": [1e-6, 2e-6, 1.5e-6, 1e-6, 3e-6], "bf16": [5e-5, 4e-5, 6e-5, 5.5e-5, 4.5e-5]}

@@ -85,7 +85,7 @@ def test_false_flag_rate_falls_as_the_margin_grows_against_the_noise():
 def test_the_hunts_seeds_needed_use_the_paired_t_tests_own_quantiles():
     # the normal formula, (1.96 + 0.8416)^2 * (0.06 / 0.05)^2 = 11.3 -> 12 seeds, is short of what the t-test it names
     # needs: (t(0.975, 13) + 0.8416) * 0.06 / sqrt(14) = 0.0481 <= 0.05, while 13 seeds give 0.0503
-    from nbkit.stats import detectable_gap, seeds_needed
+    from nbkit.stats.stats import detectable_gap, seeds_needed
 
     assert seeds_needed(0.06, 0.05) == 14
     assert detectable_gap(0.06, 14) <= 0.05 < detectable_gap(0.06, 13)

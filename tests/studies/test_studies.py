@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from nbkit import results, schema
+from nbkit import results
+from nbkit.records import schema
 from nbkit.studies import GridStudy
 from nbkit.studies.base import Study
 from nbkit.studies.catalog import STUDIES
@@ -190,7 +191,7 @@ def test_every_config_field_but_the_result_neutral_ones_changes_a_runs_identity(
     declared result-neutral; a resume may change only the neutral fields, steps and the skip cap."""
     from dataclasses import fields
 
-    from nbkit import runlog
+    from nbkit.records import runlog
     from nbkit.rl import RLConfig
 
     names = {f.name for f in fields(RLConfig)}

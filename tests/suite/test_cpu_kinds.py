@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_READS = ('resolve("auto")', "resolve('auto')", "default_policy(", "cpu_has_native_half(")
 """Source fragments of a test that reads which half kernels this CPU runs."""
-RESOLUTION_TESTS = {"tests/core/test_gemm.py"}
+RESOLUTION_TESTS = {"tests/precision/test_gemm.py"}
 """Tests of the resolution itself: they set the CPU flags they test (``monkeypatch``), whatever the machine."""
 
 
@@ -46,7 +46,7 @@ def kernel_dependent_tests() -> dict[str, bool]:
 def test_every_test_that_depends_on_the_cpus_half_kernels_says_which():
     found = kernel_dependent_tests()
     assert (
-        "tests/core/test_formats_dial.py::test_linear_operands_alone_cost_less_mismatch_than_the_full_dial_on_a_fixed_batch"
+        "tests/precision/test_formats_dial.py::test_linear_operands_alone_cost_less_mismatch_than_the_full_dial_on_a_fixed_batch"
         in found
     )
     unmarked = sorted(name for name, marked in found.items() if not marked)
@@ -56,7 +56,7 @@ def test_every_test_that_depends_on_the_cpus_half_kernels_says_which():
 def test_the_cpu_kind_fixture_resolves_auto_as_each_kind(cpu_kind):
     from conftest import CPU_KINDS
 
-    from nbkit import gemm
+    from nbkit.precision import gemm
 
     assert gemm.resolve("auto", "cpu") == CPU_KINDS[cpu_kind][2]
     assert (gemm.resolve("auto", "cpu") == "native") == (cpu_kind == "xeon-avx512fp16")

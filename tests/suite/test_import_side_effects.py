@@ -7,13 +7,13 @@ import os
 import subprocess
 import sys
 
-from nbkit import paths
+from nbkit.runtime import paths
 
 PROBE = """
 import json, os, warnings
 import torch, transformers, trl, trl.trainer.grpo_trainer  # the libraries' own import-time settings come first
 before, filters = dict(os.environ), list(warnings.filters)
-import nbkit, nbkit.rl, nbkit.engines, nbkit.mismatch
+import nbkit, nbkit.rl, nbkit.engines, nbkit.mismatch.mismatch
 changed = sorted(k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k))
 ours = [f for f in warnings.filters if f not in filters and "TRL currently supports" in str(f[1] and f[1].pattern)]
 print(json.dumps({"changed": changed, "our_filters": len(ours)}))
@@ -53,6 +53,6 @@ def test_the_nbkit_command_sets_the_cache_variables_for_what_it_runs():
 
 def test_a_users_own_setting_wins_over_the_entry_points_default():
     env = clean_env() | {"HF_HUB_OFFLINE": "0"}
-    code = "import os; from nbkit import paths; paths.setup_environment(); print(os.environ['HF_HUB_OFFLINE'])"
+    code = "import os; from nbkit.runtime import paths; paths.setup_environment(); print(os.environ['HF_HUB_OFFLINE'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "0"

@@ -13,7 +13,7 @@ from pathlib import Path
 import grimp
 import pytest
 
-from nbkit.paths import ROOT
+from nbkit.runtime.paths import ROOT
 
 LINT = (
     "import sys; from importlinter.cli import lint_imports; "
@@ -53,15 +53,16 @@ def test_the_contract_lists_the_layers_top_down_from_the_app_to_the_core():
     names = [layer.replace("|", ":").split(":") for layer in layers()]
     order = {name.strip(): i for i, group in enumerate(names) for name in group}
     assert order["cli"] < order["workbook"] < order["studies"] < order["rl"] == order["plots"] < order["offline"]
-    assert order["offline"] < order["engines"] == order["models"] < order["paths"] == order["dtypes"] == order["schema"]
+    assert order["offline"] < order["mismatch"] == order["results"] < order["engines"] == order["models"]
+    assert order["models"] == order["precision"] < order["records"] < order["stats"] == order["runtime"]
 
 
 @pytest.mark.parametrize("where", ["top", "function"])
 def test_an_upward_import_planted_in_a_copy_breaks_the_contract(tmp_path, where):
-    """A core module (``nbkit.paths``) importing the command line, at its top or deferred inside a function."""
+    """A core module (``nbkit.runtime.paths``) importing the command line, at its top or deferred inside a function."""
     shutil.copytree(ROOT / "nbkit", tmp_path / "nbkit", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = tmp_path / "nbkit" / "paths.py"
+    target = tmp_path / "nbkit" / "runtime" / "paths.py"
     planted = (
         "\nimport nbkit.cli.main\n"
         if where == "top"
@@ -70,7 +71,11 @@ def test_an_upward_import_planted_in_a_copy_breaks_the_contract(tmp_path, where)
     target.write_text(target.read_text() + planted)
     out = lint(tmp_path)
     assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "BROKEN" in out.stdout and "nbkit.paths is not allowed to import nbkit.cli" in out.stdout
+    assert (
+        "BROKEN" in out.stdout
+        and "nbkit.runtime is not allowed to import nbkit.cli" in out.stdout
+        and "- nbkit.runtime.paths -> nbkit.cli" in out.stdout
+    )
 
 
 def test_the_unchanged_copy_passes_so_the_planted_line_is_what_breaks_it(tmp_path):
@@ -82,8 +87,10 @@ def test_the_unchanged_copy_passes_so_the_planted_line_is_what_breaks_it(tmp_pat
 
 def test_no_import_cycle_joins_two_modules_deferred_imports_included():
     graph = grimp.build_graph("nbkit", cache_dir=None)
-    deferred = graph.get_import_details(importer="nbkit.results", imported="nbkit.gemm")
-    assert deferred and deferred[0]["line_contents"].startswith("from nbkit import gemm")  # inside results.machine
+    deferred = graph.get_import_details(importer="nbkit.results", imported="nbkit.precision.gemm")
+    assert deferred and deferred[0]["line_contents"].startswith(
+        "from nbkit.precision import gemm"
+    )  # inside results.machine
     cycles = []
     for importer in sorted(graph.modules):
         for imported in sorted(graph.find_modules_directly_imported_by(importer)):
@@ -97,9 +104,9 @@ def test_reading_stored_results_and_the_command_line_import_no_torch():
     """RESULTS.md, ``nbkit study NAME show``, ``nbkit --help`` / ``list`` and a run's metric rows read without torch
     (seconds saved on every command line); training, engines and figures import it when they run."""
     code = (
-        "import sys\nimport nbkit.studies.catalog, nbkit.studies.results_md, nbkit.results, nbkit.runlog, "
+        "import sys\nimport nbkit.studies.catalog, nbkit.studies.results_md, nbkit.results, nbkit.records.runlog, "
         "nbkit.cli.main, nbkit.cli.commands, nbkit.cli.study, nbkit.cli.results_md, nbkit.workbook.runner, "
-        "nbkit.dtypes, nbkit.paths\nprint(sorted(m for m in ('torch', 'transformers', 'trl', 'vllm') "
+        "nbkit.models.dtypes, nbkit.runtime.paths\nprint(sorted(m for m in ('torch', 'transformers', 'trl', 'vllm') "
         "if m in sys.modules))"
     )
     out = subprocess.run(
@@ -115,10 +122,10 @@ def test_reading_stored_results_and_the_command_line_import_no_torch():
 
 
 def test_paths_runs_with_the_standard_library_alone():
-    """The Makefile runs ``python3 nbkit/paths.py`` with the system python before any venv exists: without site
+    """The Makefile runs ``python3 nbkit/runtime/paths.py`` with the system python before any venv exists: without site
     packages (``-S``) and isolated from the environment (``-I``) it still prints the cache variables."""
     out = subprocess.run(
-        [sys.executable, "-I", "-S", "nbkit/paths.py"],
+        [sys.executable, "-I", "-S", "nbkit/runtime/paths.py"],
         cwd=ROOT,
         env={"PATH": "/usr/bin:/bin"},
         capture_output=True,

@@ -8,9 +8,9 @@ import shutil
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from nbkit import gpu_pins, versions
 from nbkit.cli import plan
-from nbkit.paths import ROOT
+from nbkit.runtime import gpu_pins, versions
+from nbkit.runtime.paths import ROOT
 
 
 def test_the_gpu_vllm_declares_transformers_and_torch_ranges_that_the_pins_meet():

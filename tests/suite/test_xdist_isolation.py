@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nbkit import paths, pool
+from nbkit.runtime import paths, pool
 
 PROBE_ENV = "NBKIT_ISOLATION_PROBE"
 

@@ -210,7 +210,7 @@ def test_rebuild_replaces_the_folder(tmp_path):
     task = arith_task(12)
     ds.build(task, cfg(tmp_path), FakeEngine(planned(task)), progress=False)
     (tmp_path / "out" / "stale.txt").write_text("old")  # a file an older build wrote (its marker lists it) ...
-    from nbkit import outputs
+    from nbkit.runtime import outputs
 
     outputs.record_files(tmp_path / "out", ["stale.txt"])  # ... an unlisted one is refused (test_replace_safely)
     result = ds.build(task, cfg(tmp_path, lo=0, hi=1), FakeEngine(planned(task)), progress=False)

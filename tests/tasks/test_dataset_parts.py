@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from nbkit import pool
+from nbkit.runtime import pool
 from nbkit.tasks import TaskConfig, make_task
 from nbkit.tasks import dataset as ds
 from tests.tasks.test_dataset import FakeEngine, planned

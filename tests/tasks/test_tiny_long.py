@@ -11,10 +11,11 @@ import json
 import pytest
 import torch
 
-from nbkit import models, tasks
+from nbkit import tasks
+from nbkit.models import models
+from nbkit.models.toymodels import tiny_arith, tiny_long
 from nbkit.tasks import long_arith
 from nbkit.tasks.long_arith import LongArithConfig
-from nbkit.toymodels import tiny_arith, tiny_long
 
 NOMINAL = {"short": 100, "mid": 180, "medium": 300, "long": 800}
 

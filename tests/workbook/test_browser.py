@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 
-from nbkit.paths import cache_env
+from nbkit.runtime.paths import cache_env
 from nbkit.workbook import runner
 
 CHROMIUM = os.environ.get("NBKIT_CHROMIUM", "/usr/bin/chromium")
@@ -50,7 +50,7 @@ def ensure_chromium() -> str:
         pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: {how}")
     import fcntl
 
-    from nbkit.paths import CACHE
+    from nbkit.runtime.paths import CACHE
 
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / "chromium-install.lock", "w") as lock:  # test workers (xdist) install it once, in turn

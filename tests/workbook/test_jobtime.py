@@ -185,7 +185,7 @@ def test_a_report_with_a_failed_notebook_is_not_a_reference(tmp_path):
 
 @pytest.mark.cpu_kernels("the calibration's BF16 pass runs under gemm auto: its policy is recorded")
 def test_the_calibration_times_fp32_and_bf16_passes_under_the_auto_policy():
-    from nbkit import gemm
+    from nbkit.precision import gemm
 
     c = jobtime.calibrate(passes=1, batch=2, length=8)
     assert c["policy"] == gemm.resolve("auto") and c["fp32"] > 0 and c["bf16"] > 0

@@ -9,10 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nbkit import formats, metrics, mismatch
-from nbkit.paths import ROOT
+from nbkit.mismatch import mismatch
+from nbkit.precision import formats
+from nbkit.records import metrics
 from nbkit.rl import algorithms
 from nbkit.rl.config import RLConfig
+from nbkit.runtime.paths import ROOT
 from nbkit.studies.catalog import STUDIES
 from nbkit.workbook import readme
 
@@ -106,7 +108,7 @@ def test_a_format_added_in_one_place_reaches_the_readme_the_cli_and_the_quantize
     assert cfg.rollout == "fp16"
     with pytest.raises(ValueError, match="'tmp-e4m3-fp16'"):
         formats.validate("nope")
-    from tests.core import test_formats
+    from tests.precision import test_formats
 
     test_formats.test_quantized_operands_stay_within_their_element_bound(fmt.name)
     with pytest.raises(ValueError, match="unknown scheme 'fp6'"):

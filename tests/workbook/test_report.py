@@ -10,7 +10,8 @@ import nbformat
 import plotly.graph_objects as go
 import pytest
 
-from nbkit import logs, runlog
+from nbkit.records import runlog
+from nbkit.runtime import logs
 from nbkit.workbook import report, runner
 
 
@@ -207,7 +208,7 @@ def test_a_logger_made_inside_quiet_can_still_log_while_the_process_exits(tmp_pa
         "import atexit, logging, sys, weakref\n"
         "atexit.register(lambda: logging.getLogger('engine').warning('a daemon thread, after every finaliser'))\n"
         "weakref.finalize(logging, print)  # an earlier finaliser, as importing vLLM makes\n"
-        "from nbkit import logs\n"
+        "from nbkit.runtime import logs\n"
         f"with logs.quiet('engine', path={str(log)!r}):\n"
         "    logging.getLogger('engine').addHandler(logging.StreamHandler(sys.stderr))\n"
         "    engine = logging.getLogger('engine')\n"
@@ -222,7 +223,7 @@ def test_every_notebook_says_where_its_live_numbers_ran():
     """Right after the parameters, each notebook shows the CPU, its half flags and the GEMM policy of this run."""
     import nbformat
 
-    from nbkit.paths import ROOT
+    from nbkit.runtime.paths import ROOT
     from nbkit.workbook import report
 
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):

@@ -83,7 +83,7 @@ def test_the_makefile_exports_exactly_the_cache_environment_of_nbkit_paths():
     import os
     import subprocess
 
-    from nbkit.paths import ROOT, cache_env
+    from nbkit.runtime.paths import ROOT, cache_env
 
     env = {k: v for k, v in os.environ.items() if k not in cache_env()}
     out = subprocess.run(
@@ -141,7 +141,7 @@ def test_a_report_folder_is_one_processs_at_a_time_and_the_second_is_refused_nam
     import subprocess
     import sys
 
-    from nbkit import locks, outputs
+    from nbkit.runtime import locks, outputs
 
     out = tmp_path / "report"
     out.mkdir()
@@ -151,7 +151,7 @@ def test_a_report_folder_is_one_processs_at_a_time_and_the_second_is_refused_nam
         [
             sys.executable,
             "-c",
-            "import sys, time; from nbkit.locks import FolderLock; held = FolderLock(sys.argv[1], 'report folder').acquire();"
+            "import sys, time; from nbkit.runtime.locks import FolderLock; held = FolderLock(sys.argv[1], 'report folder').acquire();"
             " print('held', flush=True); time.sleep(120)",
             str(out),
         ],

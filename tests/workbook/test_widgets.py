@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbkit import number_formats as P
+from nbkit.precision import number_formats as P
 from nbkit.workbook.widgets import BitExplorer, GridExplorer, LossScaleExplorer, RatioExplorer
 
 

@@ -1,0 +1,1 @@
+"""What a run records: the metrics registry, the metrics row's schema, run logs read back."""

@@ -1,0 +1,1 @@
+"""Statistics: small-sample intervals and tests, the isotonic harm threshold, non-inferiority."""
