@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import avx2  # noqa: E402
 
 PROBE = (
-    "import json, subprocess, sys, torch; from nbkit import gemm, results; "
+    "import json, subprocess, sys, torch; from nbkit import results; from nbkit.precision import gemm; "
     "flags = [torch.cpu._is_avx512_supported(), torch.cpu._is_avx512_bf16_supported(), "
     "torch.cpu._is_amx_tile_supported()]; "
     "child = subprocess.run([sys.executable, '-c', 'import torch; print(torch.cpu._is_avx512_supported())'], "
