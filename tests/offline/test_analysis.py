@@ -136,7 +136,7 @@ def test_the_setting_says_when_the_hf_engine_ran_the_trainers_own_recipe():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(len(__import__("nbkit.runtime.pool").pool.free_cores()) < 2, reason="needs two free cores")
+@pytest.mark.skipif(len(__import__("nbkit.runtime.pool").runtime.pool.free_cores()) < 2, reason="needs two free cores")
 def test_grids_split_by_engine_dtype_give_the_cells_of_one_grid_however_many_run_at_once():
     cfg = analysis.GridConfig(
         model="tiny-arith",
