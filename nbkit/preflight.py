@@ -140,21 +140,20 @@ def gpu_memory_problem(gpus_gib: list[float], planned: float):
 
 
 # -- the facts of this node ------------------------------------------------------------------------------------
-def _nvidia_smi(query: str) -> list[str] | None:
-    exe = shutil.which("nvidia-smi")
+def _output(program: str, *args: str) -> str | None:
+    """What ``program`` (looked up on PATH) prints with ``args``, else None when it is missing, fails or hangs."""
+    exe = shutil.which(program)
     if exe is None:
         return None
     try:
-        out = subprocess.run(
-            [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _nvidia_smi(query: str) -> list[str] | None:
+    out = _output("nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits")
+    lines = [line.strip() for line in (out or "").splitlines() if line.strip()]
     return lines or None
 
 
@@ -175,20 +174,8 @@ def gpu_gib() -> list[float] | None:
 
 def interpreter_version(python: str) -> tuple[int, ...] | None:
     """``python``'s version (it is run), else None when it does not run."""
-    exe = shutil.which(python)
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return _version(out) or None
+    out = _output(python, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))")
+    return _version(out or "") or None
 
 
 def newer_python(needed: tuple[int, int], candidates=PYTHON_CANDIDATES, version_of=interpreter_version) -> str | None:
