@@ -73,7 +73,9 @@ def _tiny_qwen2(vocab=512):
     return Qwen2ForCausalLM(cfg).eval()
 
 
-def _peak_bytes(fn) -> int:
+def peak_activation_bytes(fn) -> int:
+    """Peak bytes of tensors alive at once while ``fn`` runs, parameters and buffers left out (torch's own
+    ``MemTracker``, one root call around ``fn``)."""
     from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 
     PARAM, BUFFER = _MemRefType.PARAM, _MemRefType.BUFFER
@@ -114,6 +116,6 @@ def test_the_models_head_gives_the_kept_mass_in_chunks_without_its_full_logits()
             logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=width + 1).logits[:, :-1]
             sampling_filter.log_kept_mass(logits.reshape(-1, vocab), tokens.reshape(-1), 1.5, 0, 0.6)
 
-        peak, before = _peak_bytes(chunked), _peak_bytes(full_logits)
+        peak, before = peak_activation_bytes(chunked), peak_activation_bytes(full_logits)
     assert peak < before / 3, (peak, before)
     assert not model.get_output_embeddings()._forward_pre_hooks  # nothing left on the model

@@ -104,19 +104,7 @@ def test_the_trainers_kept_mass_forward_never_holds_the_rows_full_logits(monkeyp
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (2 * rows, 8 + width), generator=g)
     attn = torch.ones_like(ids)
-    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
-
-    PARAM, BUFFER = _MemRefType.PARAM, _MemRefType.BUFFER
-
-    def peak_of(fn) -> int:
-        class Root(torch.nn.Module):
-            def forward(self):
-                fn()
-
-        tracker = MemTracker()
-        with tracker:
-            Root()()
-        return sum(v["Total"] - v[PARAM] - v[BUFFER] for v in tracker.get_tracker_snapshot("peak").values())
+    from tests.mismatch.test_sampling_filter import peak_activation_bytes as peak_of
 
     result = {}
     peak = peak_of(lambda: result.setdefault("chunked", trainer._log_kept_mass(model, ids, attn, width, rows)))
