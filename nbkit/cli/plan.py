@@ -135,34 +135,53 @@ def run_configs(profile: str) -> list[RLConfig]:
 
 
 def ppo_configs(profile: str) -> list[RLConfig]:
-    """Notebook 03's PPO runs of the profile (``ppo_steps``; none when it sets none), one per train dtype and PPO
-    seed, as the notebook builds them (``nbkit.workbook.gpu_budget.notebook_runs``'s recipe), each into
-    ``runs/<profile>/<label>``."""
-    from nbkit.studies import ppo
+    """Notebook 03's PPO runs of the profile (``nbkit.workbook.gpu_budget.ppo_runs``: the notebook's own slice, which
+    ``nbkit gpu-budget`` sizes too; none when it sets no ``ppo_steps``), each into ``runs/<profile>/<label>`` and
+    checkpointed on the rollout-batch boundary nearest below the GRPO runs' ``checkpoint_every``."""
+    from nbkit.workbook import gpu_budget
 
-    params = dict(PROFILES[profile].get(NOTEBOOK, {}))
-    if not params.get("ppo_steps"):
-        return []
-    base = config_from(params.get("config_overrides", {}))
-    overrides = {
-        **{k: getattr(base, k) for k in ppo.SHARED_WITH_GRPO},
-        "rollout_engine": params.get("ppo_rollout_engine", "hf"),
-        "critic_lr": params.get("ppo_critic_lr", 2e-4),
-        "steps": params["ppo_steps"],
-        **params.get("ppo_overrides", {}),
-    }
-    probe = ppo.base_config(**overrides)
-    per_batch = probe.ppo_epochs * probe.ppo_minibatches  # PPO checkpoints on rollout-batch boundaries only
-    return [
-        dataclasses.replace(
-            ppo.base_config(**overrides, train_dtype=d, seed=s),
-            output_dir=f"runs/{profile}/{run_label('ppo', d, s)}",
-            overwrite=False,
-            checkpoint_every=base.checkpoint_every // per_batch * per_batch,
+    every = config_from(PROFILES[profile].get(NOTEBOOK, {}).get("config_overrides", {})).checkpoint_every
+    out = []
+    for label, cfg in gpu_budget.ppo_runs(profile).items():
+        per_batch = cfg.ppo_epochs * cfg.ppo_minibatches  # PPO checkpoints on rollout-batch boundaries only
+        out.append(
+            dataclasses.replace(
+                cfg,
+                output_dir=f"runs/{profile}/{label}",
+                overwrite=False,
+                checkpoint_every=every // per_batch * per_batch,
+            )
         )
-        for d in params.get("train_dtypes", ["fp16", "bf16"])
-        for s in params.get("ppo_seeds") or [0]
+    return out
+
+
+def hunt_steps(profile: str, gpus: int, gpu_gib: float, after_servers: bool = False) -> list[tuple[str, list[str]]]:
+    """Notebook 04's live hunt grid (``nbkit.workbook.gpu_budget.hunt_runs``: the notebook's own runs, which ``nbkit
+    gpu-budget`` sizes too) as ``nbkit study`` commands, one shard per GPU, each run with its vLLM colocated and
+    sized when it starts (``nbkit.rl.sizing``; the estimate per response length is printed above). The run folders
+    are the notebook's, so the notebook, run afterwards with the profile, reads the finished runs back.
+    ``after_servers``: the title says to stop the vLLM servers of the steps above first. ``[]``: no grid."""
+    from nbkit.studies import hunt
+    from nbkit.workbook import gpu_budget
+
+    options = gpu_budget.hunt_options(profile)
+    if options is None:
+        return []
+    runs = gpu_budget.hunt_runs(profile)
+    shards = min(gpus, len(runs))
+    estimates: dict[str, list[str]] = {}  # the estimate's line -> the run kinds it is for (fp16 and bf16 alike)
+    for notebook, run, cfg in gpu_budget.notebook_runs(profile):
+        if notebook == "04_where_bf16_breaks":
+            cfg, fit = sizing.size(cfg, 1, cfg.max_tokens + PROMPT_BUDGET, gpu_gib, "single_gpu")
+            estimates.setdefault(fit.text(cfg.max_tokens + PROMPT_BUDGET), []).append(run)
+    flags = [f for k, v in options.items() for f in ("--set", f"{k}={json.dumps(v)}")]
+    commands = [f"# {'; '.join(kinds)}: {line}" for line, kinds in estimates.items()] + [
+        f"CUDA_VISIBLE_DEVICES={i} "
+        + shlex.join([f"{VENV_BIN}/nbkit", "study", hunt.STUDY, "run", "--shard", f"{i}/{shards}", *flags])
+        for i in range(shards)
     ]
+    stop = " (stop the vLLM servers above first)" if after_servers else ""
+    return [(f"notebook 04: the hunt grid's {len(runs)} runs, one shard per GPU, vLLM colocated{stop}", commands)]
 
 
 def trainer_flags(cfg: RLConfig) -> list[str]:
@@ -332,6 +351,7 @@ def make_plan(
                 "CUDA_VISIBLE_DEVICES=0 " + shlex.join(one + flags + extra),
             ]
         steps.append((f"{dtype.upper()}: training runs ({len(commands) // 2})", commands))
+    steps += hunt_steps(profile, gpus, gpu_gib, after_servers=mode == "server")
     return Plan(gpus, mode, server_gpus, kind, steps, gpu_gib, problems)
 
 

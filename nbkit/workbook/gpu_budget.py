@@ -44,38 +44,104 @@ class Row:
         return self.peak_gib <= memory.HEADROOM * self.gpu_gib
 
 
+def notebook_params(profile: str, stem: str) -> dict:
+    """Notebook ``stem``'s parameters as the profile runs it: the notebook's own defaults with the profile's values
+    over them (what papermill hands the notebook)."""
+    from nbkit.workbook.parameters import defaults
+
+    return {**defaults(stem), **PROFILES[profile].get(stem, {})}
+
+
+def ppo_options(profile: str) -> dict | None:
+    """The options notebook 03 passes its PPO slice (``ppo.PPOStudy().live(**options)``), as the notebook builds
+    them from its parameters; None when the profile runs no PPO (``ppo_steps`` 0)."""
+    p03 = notebook_params(profile, "03_rl_training")
+    if not p03.get("ppo_steps"):
+        return None
+    base = config_from(p03.get("config_overrides", {}))  # the GRPO runs' recipe, which the slice shares
+    return {
+        "dtypes": p03["ppo_dtypes"],
+        "seeds": p03["ppo_seeds"],
+        "steps": p03["ppo_steps"],
+        "output_dir": p03["ppo_output_dir"],
+        "overrides": {
+            **{k: getattr(base, k) for k in ppo.SHARED_WITH_GRPO},
+            "rollout_engine": p03["ppo_rollout_engine"],
+            "critic_lr": p03["ppo_critic_lr"],
+            **p03.get("ppo_overrides", {}),
+        },
+    }
+
+
+def hunt_options(profile: str) -> dict | None:
+    """The options notebook 04 passes its live hunt grid (``hunt.Hunt().live(**options)``), as the notebook builds
+    them from its parameters; None when the profile runs no live slice (``live_lengths`` empty)."""
+    p04 = notebook_params(profile, "04_where_bf16_breaks")
+    if not p04.get("live_lengths"):
+        return None
+    return {
+        "lengths": p04["live_lengths"],
+        "lrs": p04["live_lrs"],
+        "algorithms": p04["live_algorithms"],
+        "seeds": p04["live_seeds"],
+        "steps": p04["live_steps"],
+        "prompts_per_step": p04["live_prompts_per_step"],
+        "samples_per_prompt": p04["live_samples_per_prompt"],
+        "engine": p04["rollout_engine"],
+        "output_dir": p04["output_dir"],
+    }
+
+
+def ppo_runs(profile: str) -> dict:
+    """``label → RLConfig`` of notebook 03's PPO slice (``PPOStudy.grid`` of ``ppo_options``; empty without one)."""
+    options = ppo_options(profile)
+    return ppo.PPOStudy().grid(**options) if options else {}
+
+
+def hunt_runs(profile: str) -> dict:
+    """``label → RLConfig`` of notebook 04's live hunt grid (``Hunt.grid`` of ``hunt_options``; empty without one)."""
+    from nbkit.studies import hunt
+
+    options = hunt_options(profile)
+    return hunt.Hunt().grid(**options) if options else {}
+
+
 def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
-    """(notebook, run, RLConfig) of each kind of RL run the profile's notebooks 03, 04 and 05 start (one per dtype
-    set and, for 04, response length: the memory does not depend on the seed or the algorithm's loss)."""
+    """(notebook, run, RLConfig) of each kind of RL run the profile's notebooks 03, 04 and 05 start: one per dtype
+    set and, for 04, response length (the memory does not depend on the seed, the learning rate or a loss without a
+    critic). 03's PPO and 04's grid are the notebooks' own runs (``ppo_runs``, ``hunt_runs``), which ``nbkit plan``
+    prints too."""
+    from nbkit.rl import algorithms
+    from nbkit.studies import hunt
+
     out = []
     p03 = PROFILES[profile].get("03_rl_training", {})
     base = config_from(p03.get("config_overrides", {}))
     for dtype in p03.get("train_dtypes", ["fp16", "bf16"]):
         out.append(("03_rl_training", f"GRPO family, {dtype}", replace(base, train_dtype=dtype)))
-    if p03.get("ppo_steps"):
-        shared = {k: getattr(base, k) for k in ppo.SHARED_WITH_GRPO}
-        overrides = {
-            **shared,
-            "rollout_engine": p03.get("ppo_rollout_engine", "hf"),
-            "critic_lr": p03.get("ppo_critic_lr", 2e-4),
-            **p03.get("ppo_overrides", {}),
-        }
-        for dtype in ("fp16", "bf16"):
-            out.append(("03_rl_training", f"PPO (critic), {dtype}", ppo.base_config(**overrides, train_dtype=dtype)))
-    p04 = PROFILES[profile].get("04_where_bf16_breaks", {})
-    if p04.get("live_lengths"):
-        from nbkit.studies import tiny_long_regimes
-
-        for length in p04["live_lengths"]:  # memory depends on the length, not on the lr, algorithm or seed
-            for dtype in ("fp16", "bf16"):
-                cfg = tiny_long_regimes.rl_config(
-                    length,
-                    dtype,
-                    engine=p04.get("rollout_engine", "hf"),
-                    prompts_per_step=p04.get("live_prompts_per_step", 8),
-                    samples_per_prompt=p04.get("live_samples_per_prompt", 8),
-                )
-                out.append(("04_where_bf16_breaks", f"hunt {length}, {dtype}", cfg))
+    seen = set()
+    for cfg in ppo_runs(profile).values():
+        if cfg.train_dtype not in seen:  # one per dtype: the seeds' memory is the same
+            seen.add(cfg.train_dtype)
+            out.append(("03_rl_training", f"PPO (critic), {cfg.train_dtype}", cfg))
+    seen, grid = set(), hunt.Hunt()
+    for cfg in hunt_runs(profile).values():
+        c = grid.coords(
+            {
+                "dataset": cfg.dataset,
+                "lr": cfg.lr,
+                "algorithm": cfg.algorithm,
+                "train_dtype": cfg.train_dtype,
+                "seed": cfg.seed,
+            }
+        )
+        critic = algorithms.get(cfg.algorithm).critic
+        key = (c["length"], c["dtype"], critic)
+        if key not in seen:
+            seen.add(key)
+            out.append(
+                ("04_where_bf16_breaks", f"hunt {c['length']}, {c['dtype']}{' (critic)' if critic else ''}", cfg)
+            )
     p05 = PROFILES[profile].get("05_precision_ablation", {})
     if p05.get("live_pairs"):
         cfg = config_from(
