@@ -10,6 +10,7 @@ from nbkit.cli import plan
 from nbkit.cli import train as cli_train
 from nbkit.rl import launch
 from nbkit.runtime.paths import ROOT
+from nbkit.workbook import gpu_budget
 
 
 def commands(text: str) -> list[list[str]]:
@@ -92,21 +93,64 @@ def test_what_the_readme_says_plan_prints_is_what_it_prints():
     assert "memory.py" in text and "peak" in text
 
 
-def test_the_commands_run_as_printed_on_a_fresh_node():
+@pytest.fixture
+def python3_at(monkeypatch):
+    """Sets the version the preflight reads from the node's ``python3`` (and the interpreters found on PATH), so a
+    test never depends on this machine's interpreter."""
+    from nbkit import preflight
+
+    def at(version, newer=None):
+        monkeypatch.setattr(preflight, "interpreter_version", lambda python: version if python == "python3" else None)
+        monkeypatch.setattr(preflight, "newer_python", lambda needed: newer)
+
+    return at
+
+
+def test_the_commands_run_as_printed_on_a_fresh_node(python3_at):
     """Install first, then the model into the project's cache, then servers and trainers: every executable the
-    venv's, and every command that names the hub model online (the workbook's entry points default offline)."""
+    venv's, and every command that names the hub model online (the workbook's entry points default offline);
+    notebook 04's grid trains the project's own tiny-long, offline."""
+    python3_at((3, 12, 3))
     steps = plan.make_plan("gpu", gpus=8).steps
     assert steps[0] == (steps[0][0], [f"make venv TORCH_SPEC={plan.GPU_VLLM_SPEC} VLLM_SPEC="])
     model = plan.run_configs("gpu")[0].model
     assert steps[1][1] == [f"HF_HOME=.cache/hf HF_HUB_OFFLINE=0 .venv/bin/hf download {model}"]
+    assert {c.model for c in gpu_budget.hunt_runs("gpu").values()} == {"tiny-long"}  # shipped in data/models
     for title, lines in steps[2:]:
         for argv in commands("\n".join(lines)):
             exe = next(a for a in argv if "=" not in a)
             assert exe.startswith(".venv/bin/"), (title, exe)
+            if argv[argv.index(exe) + 1] == "study":  # notebook 04's grid: nothing to download, stays offline
+                assert not any(a.startswith("HF_") for a in argv), argv
+                continue
             assert model in argv and "HF_HUB_OFFLINE=0" in argv[: argv.index(exe)]
     from nbkit.runtime import paths
 
     assert paths.cache_env()["HF_HUB_OFFLINE"] == "1"  # why the flag is needed: the entry points' default
+
+
+@pytest.mark.parametrize("gpus", [8, 1])
+def test_the_install_line_names_a_newer_python_only_when_the_nodes_python3_is_too_old(python3_at, gpus):
+    """The GPU vLLM needs Python >= 3.11 (its wheel's Requires-Python): with a new enough ``python3`` the install
+    line is plain ``make venv``; with Ubuntu 22.04's 3.10 it passes ``PYTHON=`` a newer interpreter found on PATH,
+    and the preflight line above names the old version and that fix; with none on PATH it says what to install."""
+    install = f"TORCH_SPEC={plan.GPU_VLLM_SPEC} VLLM_SPEC="
+    python3_at((3, 11, 0))
+    fine = plan.make_plan("gpu", gpus=gpus)
+    assert fine.steps[0][1] == [f"make venv {install}"]
+    assert not [p for p in fine.preflight if p.startswith("Python")]
+    python3_at((3, 10, 12), newer="python3.12")
+    old = plan.make_plan("gpu", gpus=gpus)
+    assert old.steps[0][1] == [f"make venv PYTHON=python3.12 {install}"]
+    assert [p for p in old.preflight if p.startswith("Python")] == [
+        "Python 3.10.12 (python3) is older than the 3.11 the GPU vLLM needs: run make with PYTHON=python3.12"
+    ]
+    assert "# preflight: Python 3.10.12 (python3)" in old.text()
+    python3_at((3, 10, 12), newer=None)
+    none = plan.make_plan("gpu", gpus=gpus)
+    assert none.steps[0][1] == [f"make venv {install}"]
+    (line,) = [p for p in none.preflight if p.startswith("Python")]
+    assert "install Python 3.11 or newer" in line and "pass PYTHON=..." in line
 
 
 def test_a_local_model_needs_no_download_and_stays_offline(tmp_path):
@@ -144,3 +188,61 @@ def test_the_plan_prints_the_nodes_preflight_failures_and_a_newer_python():
         configs, 80, python_version=(3, 12, 1), driver="580.95.05", gpus=[80.0] * 8, free=2**50
     )
     assert (fine, none) == ([], None)
+
+
+def study_commands(text: str) -> list[list[str]]:
+    return [c for c in commands(text) if ".venv/bin/nbkit" in c and "study" in c]
+
+
+@pytest.mark.parametrize("gpus", [8, 1])
+def test_the_plan_runs_notebook_04s_hunt_grid_one_shard_per_gpu(gpus):
+    """Notebook 04's live grid (issue 54, deliver 2): ``nbkit study hunt_tiny_long run`` once per GPU, shard i of
+    ``gpus`` on GPU i, with the very options notebook 04 passes under the profile, so the shards train exactly the
+    notebook's runs into the notebook's folders; each response length's estimate printed above."""
+    from nbkit.cli import study as cli_study
+    from nbkit.studies import hunt
+    from nbkit.studies.catalog import STUDIES
+
+    text = plan.make_plan("gpu", gpus=gpus).text()
+    shards = study_commands(text)
+    assert len(shards) == gpus
+    notebook = gpu_budget.hunt_runs("gpu")
+    assert len(notebook) == 3 * 3 * 3 * 3 * 2  # the gpu profile's lengths x lrs x algorithms x seeds x dtypes
+    for i, argv in enumerate(shards):
+        assert argv[0] == f"CUDA_VISIBLE_DEVICES={i}" and argv[1] == ".venv/bin/nbkit"
+        assert argv[2:5] == ["study", hunt.STUDY, "run"] and argv[argv.index("--shard") + 1] == f"{i}/{gpus}"
+        options = cli_study.parse_options([argv[j + 1] for j, a in enumerate(argv) if a == "--set"])
+        cli_study.check_options(STUDIES[hunt.STUDY], options)  # nbkit study accepts every option
+        assert options == gpu_budget.hunt_options("gpu")
+        assert STUDIES[hunt.STUDY].grid(**options) == notebook
+    assert {c.output_dir.rsplit("/", 1)[0] for c in notebook.values()} == {"runs/gpu/04_hunt"}  # the profile's
+    for length in ("short", "medium", "long"):
+        assert f"# hunt {length}, fp16; hunt {length}, bf16: per training GPU (estimate" in text
+
+
+def test_the_plans_ppo_and_hunt_runs_follow_the_notebooks_parameters(monkeypatch):
+    """One source of truth: the plan prints the PPO slice and the hunt grid the notebooks would run under the
+    profile (``nbkit.workbook.gpu_budget``, which ``nbkit gpu-budget`` sizes), not a list of its own."""
+    from nbkit.workbook.profiles import PROFILES
+
+    monkeypatch.setitem(PROFILES["gpu"]["03_rl_training"], "ppo_dtypes", ["bf16"])
+    monkeypatch.setitem(PROFILES["gpu"]["03_rl_training"], "ppo_seeds", [0, 1])
+    monkeypatch.setitem(PROFILES["gpu"]["04_where_bf16_breaks"], "live_lengths", ["long"])
+    text = plan.make_plan("gpu", gpus=8).text()
+    ppo_lines = [ln for ln in text.splitlines() if "--algorithm ppo" in ln]
+    assert len(ppo_lines) == 2 and all("--train-dtype bf16" in ln for ln in ppo_lines)  # bf16 only, seeds 0 and 1
+    assert ["--seed 1" in ln for ln in ppo_lines] == [False, True]
+    shard = study_commands(text)[0]
+    assert shard[shard.index("--set") + 1] == 'lengths=["long"]'
+    assert "# hunt long, fp16; hunt long, bf16" in text and "hunt short" not in text
+    budget_runs = {(nb, run) for nb, run, _ in gpu_budget.notebook_runs("gpu")}
+    assert ("03_rl_training", "PPO (critic), fp16") not in budget_runs  # gpu-budget reads the same slice
+    assert {r for r in budget_runs if r[0] == "04_where_bf16_breaks"} == {
+        ("04_where_bf16_breaks", "hunt long, fp16"),
+        ("04_where_bf16_breaks", "hunt long, bf16"),
+    }
+    for printed, notebook in zip(plan.ppo_configs("gpu"), gpu_budget.ppo_runs("gpu").values()):
+        kept = ("output_dir", "overwrite", "checkpoint_every")  # what the plan sets: its folders, resumable runs
+        assert {k: v for k, v in vars(printed).items() if k not in kept} == {
+            k: v for k, v in vars(notebook).items() if k not in kept
+        }
