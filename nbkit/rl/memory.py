@@ -17,17 +17,19 @@ An estimate, stated with its terms, not a measurement (nothing here has run on a
   (the policy's less its untied ``lm_head``); about 24 GiB for the 1.5B model under DDP.
 - **activations** of one micro-batch (TRL pads it to its longest sequence, so a full-length one is budgeted):
   the checkpointed hidden state of every layer (TRL's default gradient checkpointing) and one layer's recomputed
-  activations (without checkpointing, every layer's), the 4-D boolean attention mask SDPA gets for a padded batch
-  (sequences × tokens² bytes), and π's head. Under autocast over FP32 weights the residual stream stays FP32, so a
-  checkpointed hidden state costs 4 bytes per unit whatever the training dtype (``RESIDUAL_BYTES``), and a layer
-  kept whole (no checkpointing) holds FP32 residual and RMSNorm tensors beside its half ones (``LAYER_FP32``).
-  ``tests/rl/test_memory.py`` measures a small Qwen2 model on CPU under the same autocast and checkpointing
-  (torch's ``MemTracker``) and holds the estimate within 15 % of it. TRL 1.16 computes π with its fused, chunked
+  activations with the residual stream's gradient into and out of it (without checkpointing, every layer's
+  activations), the 4-D boolean attention mask SDPA gets for a padded batch (sequences × tokens² bytes), and π's
+  head. Under autocast over FP32 weights the residual stream stays FP32, so a checkpointed hidden state costs 4
+  bytes per unit whatever the training dtype (``RESIDUAL_BYTES``), its gradient is FP32 (``RESIDUAL_GRAD_BYTES``),
+  and a layer held whole (not checkpointed, or the one being recomputed) holds FP32 residual and RMSNorm tensors
+  beside its half ones (``LAYER_FP32``). ``tests/rl/test_memory.py`` measures small Qwen2 models of four shapes on
+  CPU under the same autocast and checkpointing (torch's ``MemTracker``) and holds the estimate within 15 % of each.
+  TRL 1.16 computes π with its fused, chunked
   head (``add_fused_lm_head``: tiles of 4,096 tokens × 32,768 vocabulary entries), which never builds the full
   logits: per token it keeps the FP32 hidden state for backward and its FP32 gradient (8 bytes per hidden unit),
-  plus one FP32 ``lm_head`` gradient buffer and one tile. Full logits (14 bytes per token and vocabulary entry:
-  half output, FP32 copy, FP32 gradient, log-softmax work space) are what a plain ``.logits`` forward with
-  gradient would cost (``fused_head=False``).
+  plus one FP32 ``lm_head`` gradient buffer and one tile. Full logits (``LOGIT_BYTES`` per token and vocabulary
+  entry at the peak: the half output and the saved FP32 log-softmax) are what a plain ``.logits`` forward with
+  gradient would cost (``fused_head=False``, the CPU measurement's path).
 - **vLLM** (colocated): its ``gpu_memory_utilization`` share, held during backward unless it sleeps.
 
 Peak = states + activations + vLLM share, or states + max(activations, vLLM share) when the engine sleeps
@@ -46,17 +48,24 @@ from nbkit.rl.inputs import per_device_batch
 GIB = 2**30
 HEADROOM = 0.9
 """Share of the GPU's memory the estimate may fill (the rest: CUDA context, allocator fragmentation, NCCL buffers)."""
-LOGIT_BYTES = 14
-"""Bytes per token and vocabulary entry in a full-logit loss forward/backward: half logits 2 + FP32 copy 4 + FP32
-gradient 4 + log-softmax work space 4 (not TRL 1.16's path: see ``head_bytes``)."""
+LOGIT_BYTES = 6
+"""Bytes per token and vocabulary entry a full-logit loss adds at the step's peak: the half logits 2 and the FP32
+log-softmax output saved for backward 4 (the FP32 copy and the gradients are not live at the same time as the
+trunk's peak). Measured on CPU beside the checkpointed trunk of four small Qwen2 shapes (``tests/rl/test_memory.py``;
+the sum of every logit-sized tensor, 14, overcounted by up to 29 %). Not TRL 1.16's path: see ``head_bytes``."""
 RESIDUAL_BYTES = 4
 """Bytes per hidden unit of a checkpointed layer input: FP32, the residual stream under autocast over FP32 weights
 (and in FP32 training). Measured on CPU: 4 bytes per unit, token and layer (``tests/rl/test_memory.py``)."""
 LAYER_FP32 = 10
-"""FP32 bytes per hidden unit and token a layer keeps for backward beyond its half activations when it is not
-checkpointed (residual adds, RMSNorm inputs and outputs under autocast). Fitted on CPU to three small Qwen2 shapes
-(38.5 × hidden + 8.75 × intermediate bytes per token and layer measured, against 28 × hidden + 8 × intermediate of
-half activations alone); an FP32 run counts all of its activations at 4 bytes already."""
+"""FP32 bytes per hidden unit and token a layer held whole (not checkpointed, or the checkpointed one being
+recomputed) keeps for backward beyond its half activations (residual adds, RMSNorm inputs and outputs under
+autocast). Fitted on CPU to three small Qwen2 shapes without checkpointing (38.5 × hidden + 8.75 × intermediate
+bytes per token and layer measured, against 28 × hidden + 8 × intermediate of half activations alone); an FP32 run
+counts all of its activations at 4 bytes already."""
+RESIDUAL_GRAD_BYTES = 8
+"""Bytes per hidden unit and token of the FP32 gradient of the residual stream during a layer's backward: the
+gradient arriving from the layer above and the one leaving it, both live while a checkpointed layer is recomputed
+and back-propagated (the residual stream is FP32 under autocast over FP32 weights)."""
 BUCKET_VIEW = True
 """The workbook's DDP runs pass ``gradient_as_bucket_view=True`` (``nbkit.rl.trainer``): no bucket copy of the
 gradients."""
@@ -179,14 +188,17 @@ def activation_bytes(
     value_bytes: int = 2,
 ) -> float:
     """Loss forward + backward of ``sequences`` padded to ``seq_tokens`` tokens each: with gradient checkpointing
-    each layer keeps its FP32 input hidden state (``RESIDUAL_BYTES``) and one layer's activations are live at a
-    time; without, every layer's, with their FP32 residual tensors (``LAYER_FP32``); plus the 4-D boolean attention
-    mask and π's head (``head_bytes``). ``value_bytes``: 2 for FP16/BF16 training, 4 for FP32."""
+    each layer keeps its FP32 input hidden state (``RESIDUAL_BYTES``) and one layer is live at a time, recomputed
+    whole (its half activations and FP32 residual tensors, ``LAYER_FP32``) with the FP32 gradient of the residual
+    stream into and out of it (``RESIDUAL_GRAD_BYTES``); without, every layer's activations and FP32 residual
+    tensors; plus the 4-D boolean attention mask and π's head (``head_bytes``). ``value_bytes``: 2 for FP16/BF16
+    training, 4 for FP32 (whose activations count at 4 bytes already)."""
     layer = value_bytes * (14 * shape.hidden + 4 * shape.intermediate)
+    layer += LAYER_FP32 * shape.hidden if value_bytes < 4 else 0
     if checkpointing:
-        kept = RESIDUAL_BYTES * shape.hidden * shape.layers + layer
+        kept = RESIDUAL_BYTES * shape.hidden * shape.layers + layer + RESIDUAL_GRAD_BYTES * shape.hidden
     else:
-        kept = (layer + (LAYER_FP32 * shape.hidden if value_bytes < 4 else 0)) * shape.layers
+        kept = layer * shape.layers
     tokens = sequences * seq_tokens
     mask = sequences * seq_tokens**2
     return tokens * kept + mask + head_bytes(shape, tokens, fused_head)

@@ -21,8 +21,8 @@ def test_trls_chunked_head_builds_no_full_logits():
     tokens = 10_240
     fused = memory.head_bytes(SHAPE, tokens)
     full = memory.head_bytes(SHAPE, tokens, fused=False)
-    assert full == tokens * memory.LOGIT_BYTES * SHAPE.vocab  # ~20 GiB for one sequence
-    assert fused < full / 10
+    assert full == tokens * memory.LOGIT_BYTES * SHAPE.vocab  # ~8.7 GiB for one sequence (half + saved FP32)
+    assert fused < full / 4  # one tile and the FP32 lm_head gradient, not a logit per token and vocabulary entry
     # the fused head grows with hidden size per token, not with the vocabulary
     assert memory.head_bytes(SHAPE, 2 * tokens) - fused < 2 * tokens * 8 * SHAPE.hidden
 
