@@ -10,8 +10,9 @@ Server mode runs one ``vllm serve`` per precision, with exactly the flags TRL's 
 another dtype. Each trainer command is ``accelerate launch`` with the matching config of ``configs/accelerate``
 and ``nbkit train`` with every setting spelled out as a flag (nothing read from elsewhere). The profile's RL
 settings are those notebook ``03_rl_training`` builds (``nbkit.rl.SANITY_RUN`` with the profile's
-``config_overrides`` of ``nbkit.workbook.profiles``); the commands run from the project
-root.
+``config_overrides`` of ``nbkit.workbook.profiles``); notebook 03's PPO runs follow (one GPU each), then notebook
+04's live hunt grid, one ``nbkit study`` shard per GPU: both as the notebooks build them under the profile
+(``nbkit.workbook.gpu_budget``, which ``nbkit gpu-budget`` sizes). The commands run from the project root.
 
 Sizes fit the named GPU (``--gpu-gib``, 80 by default: an A100/H100 80GB): the vLLM context is the longest
 prompt allowed (``PROMPT_BUDGET``) + ``max_tokens``, and ``gradient_accumulation_steps`` is chosen from tokens
