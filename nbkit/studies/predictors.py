@@ -91,7 +91,7 @@ RULE_TEXT = (
     "paired difference's Bonferroni interval (family-wise 0.05 over 2(K-1) comparisons) above 0, else no clear winner"
 )
 """The rule in one line, as the card records it."""
-RULE_RECORD: dict = {}
+RULE_RECORD: dict = {"commit": "0a35ea342c3f6f810fef6d70e7a12d16159e808a", "time": "2026-11-27T21:09:56+00:00"}
 """``{"commit", "time"}`` of the commit that fixed ``RULE_TEXT`` (empty until then)."""
 
 
