@@ -65,15 +65,34 @@ def folds(tasks, formats, scheme: str) -> list[np.ndarray]:
 def cv_error(x, y, held: list[np.ndarray]) -> float:
     """Mean |predicted − observed| over every held-out point of ``held`` (each fold fit on the rest); NaN when a
     fold leaves nothing to fit on."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    errs = []
+    return float(cv_errors(x, np.asarray(y, dtype=np.float64)[None, :], held)[0])
+
+
+def cv_errors(x, ys, held: list[np.ndarray]) -> np.ndarray:
+    """``cv_error`` of each row of ``ys`` (replicates × points) on the same ``x``: the folds' pooling of equal x and
+    interpolation weights are computed once, the isotonic fit once per row and fold."""
+    x, ys = np.asarray(x, dtype=np.float64), np.atleast_2d(np.asarray(ys, dtype=np.float64))
+    parts = []
     for idx in held:
         keep = np.ones(x.size, bool)
         keep[idx] = False
         if not keep.any():
-            return float("nan")
-        errs.append(np.abs(predict(fit(x[keep], y[keep]), x[idx]) - y[idx]))
-    return float(np.concatenate(errs).mean())
+            return np.full(ys.shape[0], np.nan)
+        ux, inv, counts = np.unique(x[keep], return_inverse=True, return_counts=True)
+        pool = np.zeros((inv.size, ux.size))
+        pool[np.arange(inv.size), inv] = 1.0 / counts[inv]
+        means, w = ys[:, keep] @ pool, counts.astype(np.float64)
+        fitted = np.array([isotonic_regression(m, weights=w, increasing=False).x for m in means])
+        # np.interp's weights at the held-out x (linear between fitted points, constant beyond), for every row
+        xn = np.clip(x[idx], ux[0], ux[-1])
+        hi = np.clip(np.searchsorted(ux, xn, side="right"), 1, max(ux.size - 1, 1))
+        lo = hi - 1 if ux.size > 1 else np.zeros_like(hi)
+        hi = hi if ux.size > 1 else np.zeros_like(hi)
+        span = ux[hi] - ux[lo]
+        t = np.divide(xn - ux[lo], span, out=np.zeros_like(xn), where=span > 0)
+        pred = fitted[:, lo] * (1 - t) + fitted[:, hi] * t
+        parts.append(np.abs(pred - ys[:, idx]))
+    return np.concatenate(parts, axis=1).mean(axis=1)
 
 
 @dataclass
@@ -174,7 +193,7 @@ def score(points: Points, n_boot: int = 2000, seed: int = 0, alpha: float = ALPH
         if len(held) < 2:
             raise ValueError(f"scheme {s} needs >= 2 folds, the points give {len(held)}")
         errors[s] = {c: cv_error(x, y, held) for c, x in points.values.items()}
-        replicates[s] = {c: np.array([cv_error(x, yb, held) for yb in reps]) for c, x in points.values.items()}
+        replicates[s] = {c: cv_errors(x, reps, held) for c, x in points.values.items()}
     out = Scores(errors, replicates, n_boot, seed, alpha)
     out.verdict = verdict(out)
     return out
