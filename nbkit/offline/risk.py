@@ -206,9 +206,9 @@ def lines(
 
 
 def predictor_path(thresholds: Path | str | None = None) -> Path:
-    """The predictor store read with a thresholds store: the one beside a named ``thresholds`` file, else
-    ``PREDICTOR``."""
-    return Path(thresholds).with_name(PREDICTOR.name) if thresholds else PREDICTOR
+    """The predictor store read with a thresholds store: ``predictor.json`` beside the named ``thresholds`` file,
+    else beside ``STORE`` (``PREDICTOR``)."""
+    return Path(thresholds or STORE).with_name(PREDICTOR.name)
 
 
 def load_predictor(path: Path | str | None = None) -> dict | None:
