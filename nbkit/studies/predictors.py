@@ -76,6 +76,14 @@ WORK = Path("runs") / STUDY
 """Where ``measure`` keeps each finished point (resumable) and ``started.json``."""
 STARTED = "started.json"
 
+NOTES = (
+    "Candidates measured by the offline ladder on each task's initial weights (the runs' step 0) with the runs' "
+    "training problems (32, seed 0), group size, max_tokens and temperature, HF engine in the format, FP32 π, "
+    "rewards by the run's grader: not the runs' own step-0 rollouts, which the stored runs keep only as per-step "
+    "aggregates."
+)
+"""The card's note on where the candidates were measured."""
+
 RULE_TEXT = (
     "question: which statistic of the step-0 mismatch predicts the FP32-paired accuracy gap across formats and "
     "tasks; points: every (task, format) arm trained in FP32 without correction with FP32 rollouts on the same seeds "
@@ -243,6 +251,7 @@ def store(root: Path = results.RESULTS, work: Path = WORK, command: str = "") ->
         command=command or "python -m nbkit.studies.predictors measure && python -m nbkit.studies.predictors store",
         wall_seconds=sum(r[0]["seconds"] for r in rows.values()),
         configs={"points": {k: {"task": r[0]["task"], "format": r[0]["format"]} for k, r in rows.items()}},
+        notes=NOTES,
         root=root,
         record={
             "rule": {"what": RULE_TEXT, **RULE_RECORD},
