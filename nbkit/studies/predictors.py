@@ -391,16 +391,23 @@ class Predictors(Study):
         pts, sc = scores(runs)
         v = sc.verdict
         tasks = ", ".join(f"{t} ({m})" for t, m in models_of(runs).items())
-        head = (
-            f"Verdict: {v['winner']} predicts the gap best. " if v["winner"] else "Verdict: no clear winner. "
-        ) + f"{v['reason']}."
+        reason = v["reason"][0].upper() + v["reason"][1:]
+        head = (f"Verdict: {v['winner']} predicts the gap best. " if v["winner"] else "Verdict: no clear winner. ") + (
+            f"{reason}."
+        )
         lead = "; ".join(
             f"{s.upper()} lowest error: {c} ({sc.errors[s][c]:.3g}, CI {sc.ci(s, c)[0]:.3g}–{sc.ci(s, c)[1]:.3g})"
             for s, c in v["leaders"].items()
         )
+        ranked = "; ".join(
+            f"by {s.upper()} error: "
+            + ", ".join(f"{c} {sc.errors[s][c]:.3g}" for c in sorted(sc.errors[s], key=sc.errors[s].get))
+            for s in predictive.SCHEMES
+        )
         return [
             head,
             lead + ".",
+            f"Ranked {ranked}.",
             f"{len(pts.tasks)} points ({', '.join(f'{pts.tasks.count(t)} on {t}' for t in dict.fromkeys(pts.tasks))}) "
             f"measured on {tasks}: the evidence is from these small models and tasks only.",
         ]
