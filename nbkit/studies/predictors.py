@@ -116,12 +116,20 @@ def candidates() -> dict[str, str]:
 def source_gaps(root: Path = results.RESULTS) -> dict[tuple[str, str], dict[str, dict[int, float]]]:
     """``(task, format) → study → seed → paired gap`` of every FP32-trained uncorrected arm of ``SOURCES`` with an
     FP32 reference in its own study (``DoseResponse.gaps``: the amended outcome)."""
-    from nbkit.studies.catalog import STUDIES
-
+    studies = {
+        s.name: s
+        for s in (
+            DR.DoseResponse(),
+            harm_threshold.HarmThreshold(),
+            corrections.CorrectionsStudy(),
+            opsm.OPSMStudy(),
+            harm_transfer.HarmTransfer(),
+        )
+    }
     d = DR.DoseResponse()
     out: dict = {}
     for name, task in SOURCES.items():
-        study = STUDIES[name]
+        study = studies[name]
         cells = d.cells(study.load(root), study.stored_meta(root))
         ref = cells.get(("fp32", REFERENCE, "none"), {})
         if not ref:
