@@ -310,7 +310,8 @@ def models_of(runs: dict[str, list[dict]]) -> dict[str, str]:
 
 
 def predictor_record(runs: dict[str, list[dict]], root: Path = results.RESULTS) -> dict:
-    """What ``PREDICTOR`` holds: the verdict, and for a winner its fit on every point (sorted values, fitted gaps)
+    """What ``PREDICTOR`` holds: the verdict with every candidate's errors and their CIs (``table``) and the winner's
+    comparisons, and for a winner its fit on every point (sorted values, fitted gaps)
     with the prediction interval's half-width (the 95 % quantile of its leave-one-format-out absolute errors)."""
     pts, sc = scores(runs, root)
     v = sc.verdict
@@ -324,6 +325,11 @@ def predictor_record(runs: dict[str, list[dict]], root: Path = results.RESULTS) 
         "tasks": sorted(set(pts.tasks)),
         "models": models_of(runs),
         "errors": sc.errors,
+        "table": sc.table(),
+        "comparisons": v["comparisons"],
+        "comparison_level": v["level"],
+        "n_boot": sc.n_boot,
+        "boot_seed": sc.seed,
     }
     if v["winner"]:
         x, y = pts.values[v["winner"]], pts.mean_gaps()
