@@ -155,6 +155,7 @@ def dtype_diagnosis(logp_pi, logp_mu, epsilon: float = EPSILON, mask_cap: float 
     return {
         schema.METRIC_TOKEN_ABS_LOGP_DIFF: m[schema.METRIC_TOKEN_ABS_LOGP_DIFF],
         schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX: m[schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX],
+        "token_abs_logp_diff/p99": m["token_abs_logp_diff/p99"],
         "kl_k3": m["kl_k3"],
         "seq_kl": m["seq_kl"],
         "seq_log_ratio/abs_mean": m["seq_log_ratio/abs_mean"],
@@ -273,9 +274,17 @@ class DoctorResult:
         """The stored harm thresholds the risk is read against (``nbkit.offline.risk.load``), None if none."""
         return risk.load(self.config.thresholds or None)
 
+    def predictor(self) -> dict | None:
+        """The stored predictor verdict (``nbkit.offline.risk.load_predictor``): the one beside a named thresholds
+        store, else the study's; None if none."""
+        return risk.load_predictor(risk.predictor_path(self.config.thresholds or None))
+
     def risk_lines(self) -> list[str]:
-        """One risk line per dtype: its dose at the target length against the stored thresholds."""
-        return risk.lines(self.diagnoses, self.thresholds(), self.config.target_length, self.pairs)
+        """One risk line per dtype: the stored predictor's prediction where it named a winner, else its dose at the
+        target length against the stored thresholds (with no clear winner: said as one reading among several)."""
+        return risk.lines(
+            self.diagnoses, self.thresholds(), self.config.target_length, self.pairs, predictor=self.predictor()
+        )
 
     def to_json(self) -> dict:
         return {

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 import nbkit.precision.dial  # noqa: F401 - registers the dial's points with nbkit.precision.formats (FAMILIES)
 from nbkit.engines import SamplingConfig, make_engine
@@ -78,6 +79,24 @@ class LadderConfig:
         },
     )
     device: str | None = field(default=None, metadata={"help": "Device of the engine and of π; None = CPU."})
+    prompts: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": (
+                "The prompts themselves, as a run's template gives them (e.g. a study's training problems); empty = "
+                "``prompt_source`` picks ``n_prompts``. Given, they replace ``prompt_source`` and ``n_prompts``."
+            )
+        },
+    )
+    argmax_flips: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Also record, per response position, whether the argmax of the format's distribution differs from "
+                "the FP32 π's (both teacher-forced on the sampled responses; ``LadderResult.flips``)."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         if not self.formats:
@@ -112,6 +131,8 @@ class LadderResult:
     """Format → ``nbkit.precision.formats.audit`` record (quantized GEMMs counted in the engine)."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall time per stage: ``generate/<format>``, ``pi/<format>``."""
+    flips: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """With ``argmax_flips``: format → per rollout, a boolean per response token (argmax μ ≠ argmax π there)."""
 
     def pairs(self) -> dict[str, tuple]:
         """Format → (log π, log μ) for ``nbkit.plots.mismatch``."""
@@ -138,13 +159,34 @@ class LadderResult:
         return pd.DataFrame(rows)
 
 
+@torch.no_grad()  # not inference_mode: a rollout format's dispatch mode must see the tensors
+def teacher_forced_argmax(model, rollouts, batch_size: int = 16) -> list[np.ndarray]:
+    """The argmax token of ``model``'s distribution at every response position of ``rollouts`` (teacher-forced on
+    prompt + response, run as given: the caller sets any format or GEMM policy), one int array per rollout."""
+    out = []
+    for s in range(0, len(rollouts), batch_size):
+        batch = rollouts[s : s + batch_size]
+        seqs = [list(r.prompt_ids) + list(r.token_ids) for r in batch]
+        width = max(len(q) for q in seqs)
+        ids = torch.zeros(len(seqs), width, dtype=torch.long)
+        mask = torch.zeros(len(seqs), width, dtype=torch.long)
+        for row, q in enumerate(seqs):
+            ids[row, : len(q)], mask[row, : len(q)] = torch.tensor(q), 1
+        device = next(model.parameters()).device
+        top = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.argmax(-1).cpu()
+        for row, r in enumerate(batch):  # logits at position j predict token j + 1
+            p, t = len(r.prompt_ids), len(r.token_ids)
+            out.append(top[row, p - 1 : p + t - 1].numpy())
+    return out
+
+
 def run_ladder(cfg: LadderConfig, progress: bool = False) -> LadderResult:
     """Sample with the HF engine in each format, audit it, score the tokens with FP32 π, compute the metrics."""
     model, tok = models.load(cfg.model, "fp32", device=cfg.device)
     source = (
         cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
     )
-    prompts = analysis.load_prompts(source, cfg.n_prompts, tok, cfg.seed)
+    prompts = list(cfg.prompts) or analysis.load_prompts(source, cfg.n_prompts, tok, cfg.seed)
     sampling = SamplingConfig(
         temperature=cfg.temperature, max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt, seed=cfg.seed
     )
@@ -157,6 +199,11 @@ def run_ladder(cfg: LadderConfig, progress: bool = False) -> LadderResult:
         rollouts = engine.generate(prompts, sampling)
         res.seconds[f"generate/{name}"] = time.perf_counter() - start
         res.audits[name] = formats.audit(name, engine.take_format_gemms())  # the format ran, or this fails
+        if cfg.argmax_flips:
+            with gemm.suspended(), formats.policy(engine.format, engine.gemm, engine.model):
+                mu_top = teacher_forced_argmax(engine.model, rollouts, cfg.batch_size)
+            pi_top = teacher_forced_argmax(model, rollouts, cfg.batch_size)
+            res.flips[name] = [a != b for a, b in zip(mu_top, pi_top, strict=True)]
         engine.close()
         start = time.perf_counter()
         pi = teacher_forced_logprobs(

@@ -28,12 +28,37 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from nbkit.offline import dose as dose_
 from nbkit.offline.dose import Reading
+from nbkit.records import schema
 from nbkit.results import RESULTS
 
 STORE = RESULTS / "harm_threshold" / "thresholds.json"
 """Where the harm-threshold study stores its thresholds."""
+PREDICTOR = STORE.with_name("predictor.json")
+"""Where the predictors study (``nbkit.studies.predictors``) stores its verdict: which candidate statistic predicts
+the accuracy gap (``winner``, or none: ``verdict`` "no clear winner"), with the winner's fit and prediction
+interval."""
+DIAG_KEYS = {
+    "token_abs": schema.METRIC_TOKEN_ABS_LOGP_DIFF,
+    "p99": "token_abs_logp_diff/p99",
+    "clip_out": "clip_fraction",
+    "seq_kl": "seq_kl",
+    "seq_abs": "seq_log_ratio/abs_mean",
+    "ess_deficit": "ess_seq_deficit",
+}
+"""Candidate (``nbkit.mismatch.candidates``) → the doctor's diagnosis key that measures it (``bias`` and ``rms`` are
+read from the per-token log-ratio's mean and variance; argmax flips, low-probability |Δ| and the advantage
+covariance the doctor does not measure)."""
+THRESHOLD_UNITS = {
+    "token_abs": schema.METRIC_TOKEN_ABS_LOGP_DIFF,
+    "seq_abs": "seq_log_ratio/abs_mean",
+    "seq_kl": "seq_kl",
+    "ess_deficit": "ess_seq_deficit",
+}
+"""Candidate → the harm-threshold unit the transfer study read for it (the others it did not read)."""
 CAVEAT = "evidence from small models, not a guarantee for this one"
 
 
@@ -133,10 +158,28 @@ def transfer_note(unit: str, transfer: dict) -> str:
 
 
 def lines(
-    diagnoses: dict[str, dict], stored: dict | None, target_length: int | None = None, pairs: dict | None = None
+    diagnoses: dict[str, dict],
+    stored: dict | None,
+    target_length: int | None = None,
+    pairs: dict | None = None,
+    predictor: dict | None = None,
 ) -> list[str]:
-    """One risk line per dtype of ``diagnoses`` (the doctor's per-dtype metrics) against ``stored`` (``load``), the
-    dose read at ``target_length`` tokens (``readings``)."""
+    """One risk line per dtype of ``diagnoses`` (the doctor's per-dtype metrics): with a stored ``predictor``
+    (``load_predictor``) that named a winner, its prediction (``predicted_lines``); else the dose read at
+    ``target_length`` tokens (``readings``) against ``stored`` (``load``), and where the predictor found no clear
+    winner, each line says so and that it is one reading among several."""
+    if predictor is not None and predictor["verdict"] == "winner":
+        return predicted_lines(diagnoses, predictor, (stored or {}).get("transfer"), target_length, pairs)
+    if predictor is not None:
+        head = (
+            f"no clear winner among the candidate predictors ({predictor.get('study', 'the predictors study')}, "
+            f"evidence from {_evidence(predictor)}: {predictor.get('reason', 'no reason stored')}); the reading "
+            "below is one among several, not a verdict: "
+        )
+        return [
+            f"{line.split(':', 1)[0]}: {head}{line.split(':', 1)[1].strip()}"
+            for line in lines(diagnoses, stored, target_length, pairs)
+        ]
     if stored is None:
         return [
             f"risk {d.upper()}: no stored harm threshold (the harm-threshold study has not stored "
@@ -158,5 +201,95 @@ def lines(
         out.append(
             f"risk {d.upper()} here: dose {reading.value:.3g} ({unit}, {reading.how}); {placed} "
             f"[thresholds measured on {stored.get('measured_on', 'unstated models')}{note}; {CAVEAT}]"
+        )
+    return out
+
+
+def predictor_path(thresholds: Path | str | None = None) -> Path:
+    """The predictor store read with a thresholds store: ``predictor.json`` beside the named ``thresholds`` file,
+    else beside ``STORE`` (``PREDICTOR``)."""
+    return Path(thresholds or STORE).with_name(PREDICTOR.name)
+
+
+def load_predictor(path: Path | str | None = None) -> dict | None:
+    """The stored predictor verdict (``PREDICTOR`` by default), or None when none is stored; ValueError for a file
+    that is there but lacks ``verdict``, or names a winner without its fit."""
+    path = Path(path) if path is not None else PREDICTOR
+    if not path.is_file():
+        return None
+    stored = json.loads(path.read_text())
+    if stored.get("verdict") not in ("winner", "no clear winner"):
+        raise ValueError(f"{path} holds no predictor verdict ('winner' or 'no clear winner'), has {sorted(stored)}")
+    if stored["verdict"] == "winner" and not {"winner", "curve", "interval", "range"} <= set(stored):
+        raise ValueError(f"{path} names a winner but lacks its curve, interval or range: has {sorted(stored)}")
+    return stored
+
+
+def candidate_reading(cand: str, diag: dict, target_length: int | None = None, pair=None) -> Reading | None:
+    """The candidate ``cand`` as the doctor's diagnosis measures it (sequence candidates at ``target_length``, as
+    ``dose.at_length`` reads them); None where the doctor does not measure it."""
+    if cand == "bias" and "token_log_ratio/mean" in diag:
+        return Reading(cand, -float(diag["token_log_ratio/mean"]), "measured per token", True, math.nan)
+    if cand == "rms" and {"token_log_ratio/mean", "token_log_ratio/var"} <= set(diag):
+        d, v = diag["token_log_ratio/mean"], diag["token_log_ratio/var"]
+        return Reading(cand, math.sqrt(d * d + v), "measured per token", True, math.nan)
+    key = DIAG_KEYS.get(cand)
+    if key is None:
+        return None
+    if key in dose_.SEQ_UNITS and target_length is not None:
+        return dose_.at_length(key, diag, target_length, pair)
+    return Reading(cand, float(diag[key]), "measured on the sampled responses", True, math.nan) if key in diag else None
+
+
+def _evidence(pred: dict) -> str:
+    models = pred.get("models") or {}
+    return ", ".join(f"{t} (model {models.get(t, '?')})" for t in pred.get("tasks") or models)
+
+
+def _winner_transfer(cand: str, transfer: dict | None) -> str:
+    """Whether the winner is shown to transfer between tasks by the stored transfer rule."""
+    unit = THRESHOLD_UNITS.get(cand)
+    if not transfer or unit is None:
+        study = (transfer or {}).get("study") or "the transfer study"
+        return f"not shown to transfer: {study} did not read {cand}"
+    mine = (transfer.get("units") or {}).get(unit) or {}
+    if mine.get("reading") == "transfers":
+        return transfer_note(unit, transfer)
+    return "not shown to transfer (" + transfer_note(unit, transfer) + ")"
+
+
+def predicted_lines(
+    diagnoses: dict[str, dict],
+    pred: dict,
+    transfer: dict | None = None,
+    target_length: int | None = None,
+    pairs: dict | None = None,
+) -> list[str]:
+    """One risk line per dtype from a stored predictor with a winner: the winner's value, the gap its fit predicts
+    with the prediction interval, the evidence's tasks and models, and whether it is shown to transfer."""
+    w, desc = pred["winner"], (pred.get("candidates") or {}).get(pred["winner"], pred["winner"])
+    xs, gaps = pred["curve"]["x"], pred["curve"]["gap"]
+    half, (lo_x, hi_x) = pred["interval"]["half_width"], pred["range"]
+    note = _winner_transfer(w, transfer)
+    out = []
+    for d, diag in diagnoses.items():
+        reading = candidate_reading(w, diag, target_length, (pairs or {}).get(d))
+        if reading is None:
+            out.append(
+                f"risk {d.upper()}: the stored predictor is {w} ({desc}), which this diagnosis did not measure; "
+                "no risk is read"
+            )
+            continue
+        gap = float(np.interp(reading.value, xs, gaps))
+        where = (
+            ""
+            if lo_x <= reading.value <= hi_x
+            else f"; outside the measured {lo_x:.3g}–{hi_x:.3g}, so the fit's end value: an extrapolation"
+        )
+        out.append(
+            f"risk {d.upper()} here: predicted accuracy gap to FP32 {gap:+.3g} (95 % prediction interval "
+            f"{gap - half:+.3g} to {gap + half:+.3g}; {pred['interval']['how']}) from {w} = {reading.value:.3g} "
+            f"({desc}; {reading.how}){where} [the predictor {pred['study']} picked; evidence from {_evidence(pred)}; "
+            f"{note}; {CAVEAT}]"
         )
     return out

@@ -19,6 +19,7 @@ from nbkit.studies import (
     moe,
     opsm,
     ppo,
+    predictors,
 )
 from nbkit.studies.base import Study
 
@@ -88,6 +89,7 @@ STUDIES: dict[str, Study] = {
         harm_threshold.HarmThreshold(),
         harm_transfer.HarmTransfer(),
         opsm.OPSMStudy(),
+        predictors.Predictors(),
     )
 }
 """Every stored study a reader can see, in RESULTS.md order."""

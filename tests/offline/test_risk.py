@@ -94,6 +94,7 @@ def test_the_doctors_text_carries_the_risk_lines(monkeypatch):
         "seq_rms/predicted": 0.1,
     }
     monkeypatch.setattr(risk, "load", lambda path=None: None)
+    monkeypatch.setattr(risk, "load_predictor", lambda path=None: None)
     result = DoctorResult(DoctorConfig(model="tiny-arith", engine="hf"), "hf", {"bf16": diag}, "fp16", [], 1.0, 1.0)
     assert "risk BF16: no stored harm threshold" in result.text()
 
@@ -142,3 +143,84 @@ def test_the_transfer_line_reads_the_amended_band_rule_where_the_record_has_it()
     }
     line = R.transfer_note("u", rec)
     assert "u is not shown to transfer" in line and "0.43" in line and "[0.5, 2]" in line
+
+
+# -- issue 50 item 5: the doctor reads the predictor the predictors study picked ------------------------------------
+TRANSFER = {
+    "tasks": ["tiny-arith", "tiny-long"],
+    "study": "harm_transfer_tiny_long",
+    "band": [0.5, 2.0],
+    "units": {UNIT: {"reading": "cannot tell", "joint_ratio": 0.43, "ratio_ci": [0.2, 1.83]}},
+}
+EVIDENCE = {"tasks": ["tiny-arith", "tiny-long"], "models": {"tiny-arith": "tiny-arith", "tiny-long": "tiny-long"}}
+
+
+def predictor(tmp_path, **fields):
+    path = tmp_path / "predictor.json"
+    path.write_text(json.dumps({"study": "predictors_tiny", **EVIDENCE, **fields}))
+    return risk.load_predictor(path)
+
+
+def winner(tmp_path, cand="token_abs", half=0.02):
+    return predictor(
+        tmp_path,
+        verdict="winner",
+        winner=cand,
+        candidates={cand: "what it is"},
+        curve={"x": [0.01, 0.05, 0.1], "gap": [0.0, -0.02, -0.08]},
+        interval={"half_width": half, "how": "± the 95 % quantile of the LOFO errors"},
+        range=[0.01, 0.1],
+    )
+
+
+def test_with_a_winner_each_line_predicts_the_gap_with_its_interval_and_names_its_evidence(tmp_path):
+    s = {
+        **stored(tmp_path, {"tiny-arith": {"outcome": "crossing", "dose": 0.08, "ci": [0.03, 0.12]}}),
+        "transfer": TRANSFER,
+    }
+    bf16, fp16 = risk.lines(DIAGS, s, predictor=winner(tmp_path))
+    assert bf16.startswith("risk BF16 here: predicted accuracy gap to FP32 -0.02 (95 % prediction interval -0.04 to +0")
+    assert "from token_abs = 0.05" in bf16 and "predictors_tiny" in bf16
+    assert "tiny-arith (model tiny-arith), tiny-long (model tiny-long)" in bf16
+    assert "not shown to transfer" in bf16, "the transfer rule says 'cannot tell' for this unit"
+    assert "threshold 0.08" not in bf16, "the winner's prediction replaces the threshold reading"
+    assert "extrapolation" in fp16, "0.004 lies below the measured range: said, not hidden"
+
+
+def test_a_winner_the_transfer_rule_never_read_is_not_shown_to_transfer_and_one_not_measured_reads_no_risk(tmp_path):
+    line = risk.lines({"bf16": {UNIT: 0.05, "seq_kl": 0.05}}, None, predictor=winner(tmp_path, "clip_out"))[0]
+    assert "which this diagnosis did not measure" in line and "no risk is read" in line
+    diag = {UNIT: 0.05, "clip_fraction": 0.05}
+    line = risk.lines(
+        {"bf16": diag}, {"unit": UNIT, "tasks": {}, "transfer": TRANSFER}, predictor=winner(tmp_path, "clip_out")
+    )[0]
+    assert "predicted accuracy gap to FP32 -0.02" in line
+    assert "not shown to transfer: harm_transfer_tiny_long did not read clip_out" in line
+
+
+def test_with_no_clear_winner_the_per_token_line_is_one_reading_among_several(tmp_path):
+    s = stored(tmp_path, {"tiny-arith": {"outcome": "crossing", "dose": 0.08, "ci": [0.03, 0.12]}})
+    none = predictor(
+        tmp_path, verdict="no clear winner", winner=None, reason="the lowest error differs between schemes"
+    )
+    bf16 = risk.lines({"bf16": {UNIT: 0.05}}, s, predictor=none)[0]
+    assert bf16.startswith("risk BF16 here: no clear winner among the candidate predictors (predictors_tiny")
+    assert "the lowest error differs between schemes" in bf16 and "tiny-long (model tiny-long)" in bf16
+    assert "one among several, not a verdict: dose 0.05" in bf16
+    assert "tiny-arith threshold 0.08 (CI 0.03–0.12): inside its CI" in bf16
+
+
+def test_the_doctor_reads_the_predictor_beside_its_thresholds_store(tmp_path):
+    s = stored(tmp_path, {"tiny-arith": {"outcome": "crossing", "dose": 0.08, "ci": [0.03, 0.12]}})
+    winner(tmp_path)
+    cfg = DoctorConfig(model="tiny-arith", engine="hf", thresholds=str(tmp_path / "thresholds.json"))
+    result = DoctorResult(cfg, "hf", {"bf16": {UNIT: 0.05}}, "fp16", [], 1.0, 1.0)
+    assert result.predictor()["winner"] == "token_abs" and s is not None
+    assert "predicted accuracy gap to FP32" in result.risk_lines()[0]
+
+
+def test_a_malformed_predictor_store_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="no predictor verdict"):
+        predictor(tmp_path, verdict="maybe")
+    with pytest.raises(ValueError, match="lacks its curve"):
+        predictor(tmp_path, verdict="winner", winner="bias")
