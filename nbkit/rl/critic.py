@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from nbkit.records import schema
+from nbkit.rl import gae
 
 INPUTS = ("hidden", "hidden+min_logp")
 """What the value of a state reads (``RLConfig.critic_input``): the last hidden state only, or that plus the running
@@ -49,6 +50,18 @@ def running_min_logp(logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     x = logps.detach().float().masked_fill(~mask.bool(), 0.0)
     low = x.cummin(dim=1).values.clamp(max=0.0)
     return torch.cat([torch.zeros_like(low[:, :1]), low[:, :-1]], dim=1)
+
+
+def bin_means_ev(min_logp: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """Explained variance (``nbkit.rl.gae.explained_variance``, over the mask's tokens) of ``returns`` by their own
+    mean within each ``MIN_LOGP_EDGES`` bin of ``min_logp``: what the best table of the bins reaches on this very
+    batch (fitted in sample, so a ceiling for the critic's table, which must predict the batch before seeing it)."""
+    bins = torch.bucketize(min_logp.float().cpu(), torch.tensor(MIN_LOGP_EDGES))
+    m, r = mask.bool().cpu(), returns.float().cpu()
+    n = len(MIN_LOGP_EDGES) + 1
+    sums = torch.zeros(n).index_add_(0, bins[m], r[m])
+    means = sums / torch.bincount(bins[m], minlength=n).clamp(min=1)
+    return float(gae.explained_variance(means[bins] * m, r, m))
 
 
 class Critic(nn.Module):

@@ -22,7 +22,7 @@ import torch
 import nbkit.rl.amp as amp
 import nbkit.rl.gae as gae
 from nbkit.records import schema
-from nbkit.rl.critic import Critic, critic_step, make_scaler, running_min_logp
+from nbkit.rl.critic import Critic, bin_means_ev, critic_step, make_scaler, running_min_logp
 from nbkit.rl.trainer import PrecisionGRPOTrainer
 
 CRITIC_FILE = "critic.pt"
@@ -112,6 +112,8 @@ class PPOTrainer(PrecisionGRPOTrainer):
         ev = float(gae.explained_variance(values, returns, mask))
         if ev == ev:  # NaN when every return is equal (nothing to explain)
             metrics[schema.VALUE_EXPLAINED_VARIANCE].append(ev)
+            if MIN_LOGP in out:  # what the table could explain on this batch at best (its in-sample bin means)
+                metrics[schema.VALUE_MIN_LOGP_CEILING].append(bin_means_ev(out[MIN_LOGP], returns, mask))
         return out
 
     # -- loss: TRL's clipped surrogate on per-token advantages + the critic's step ---------------------------

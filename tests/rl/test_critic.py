@@ -5,8 +5,9 @@ completion's tokens before each state (the feature ``benchmarks/ppo_critic_ceili
 import pytest
 import torch
 
+from nbkit.records import schema
 from nbkit.rl import RLConfig, train
-from nbkit.rl.critic import INPUTS, MIN_LOGP_EDGES, Critic, running_min_logp
+from nbkit.rl.critic import INPUTS, MIN_LOGP_EDGES, Critic, bin_means_ev, running_min_logp
 from nbkit.rl.ppo_trainer import MIN_LOGP, PPOTrainer
 
 
@@ -47,6 +48,18 @@ def test_the_table_gives_each_state_the_value_of_its_bin():
     assert critic.feature_parameters() == [critic.min_logp_values]
 
 
+def test_the_bins_ceiling_is_the_explained_variance_of_the_returns_by_their_own_bin_means_by_hand():
+    # two sequences of 2 tokens; tokens in bins 7, 7 | 7, 2: bin 7 holds returns 1, 1, 0 (mean 2/3), bin 2 holds 0
+    low = torch.tensor([[0.0, -0.01], [0.0, -2.5], [0.0, 0.0]])
+    returns = torch.tensor([[1.0, 1.0], [0.0, 0.0], [5.0, 5.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [0, 0]])  # the third row is off the mask: not counted
+    r = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    pred = torch.tensor([2 / 3, 2 / 3, 2 / 3, 0.0])
+    expected = 1 - (r - pred).var(unbiased=False) / r.var(unbiased=False)  # = 1 - (2/9 · 3/4) / (1/4) = 1/3
+    assert bin_means_ev(low, returns, mask) == pytest.approx(float(expected)) == pytest.approx(1 / 3)
+    assert bin_means_ev(torch.zeros(2, 2), returns[:2], mask[:2]) == pytest.approx(0.0)  # one bin: nothing explained
+
+
 def test_the_default_critic_reads_the_hidden_state_only_with_the_same_parameters_as_before():
     policy = _tiny_qwen2()
     critic = Critic(policy)
@@ -70,9 +83,10 @@ def _ppo(tmp_path, **kw) -> RLConfig:
 
 def test_default_ppo_trains_one_critic_parameter_group_at_the_critic_lr(tmp_path, monkeypatch):
     seen = _spy(monkeypatch)
-    train(_ppo(tmp_path, steps=4, critic_lr=3e-4), progress=False)
+    rows = train(_ppo(tmp_path, steps=4, critic_lr=3e-4), progress=False).rows
     assert [g["lr"] for g in seen["groups"]] == [3e-4]
     assert MIN_LOGP not in seen["batch"]
+    assert not any(schema.VALUE_MIN_LOGP_CEILING in r for r in rows)
 
 
 def test_min_logp_critic_reads_pi_olds_running_minimum_and_its_table_learns_at_its_own_rate(tmp_path, monkeypatch):
@@ -86,7 +100,9 @@ def test_min_logp_critic_reads_pi_olds_running_minimum_and_its_table_learns_at_i
     )
     assert any(0 < r["reward"] < 1 for r in rows if "reward" in r)  # returns vary: something to learn
     assert float(seen["table"].detach().abs().sum()) > 0  # the table moved from 0
-    assert sum("value/explained_variance" in r for r in rows) == 2  # EV still logged once per rollout batch
+    ev = [r for r in rows if schema.VALUE_EXPLAINED_VARIANCE in r]
+    assert len(ev) == 2  # EV still logged once per rollout batch, each with the bins' ceiling on that batch
+    assert all(-1e-6 <= r[schema.VALUE_MIN_LOGP_CEILING] <= 1 for r in ev)
 
 
 def _spy(monkeypatch) -> dict:
