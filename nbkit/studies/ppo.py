@@ -238,6 +238,30 @@ AMENDMENTS = (
 ``record_amendments`` with the readings each moved."""
 
 
+def critic_line(runs: dict[str, list[dict]], meta: dict[str, dict], root=None) -> str:
+    """Whether a critic learns here (issue 50, item 4): this study's explained variance over the last ``TAIL`` steps
+    per dtype, then the stored ``ppo_critic_tiny_arith`` under ``root`` (``nbkit.studies.ppo_critic``): its verdict
+    with each seed's numbers, or that it is registered and not yet run."""
+    from nbkit import results
+    from nbkit.studies import ppo_critic as PC
+
+    root = root or results.RESULTS
+    study = PC.PPOCriticStudy()
+    name = next(name for key, name, *_ in SUMMARY if key == schema.VALUE_EXPLAINED_VARIANCE)
+    evs = ", ".join(
+        f"{r['mean']:.3g} ({r['dtype'].upper()}, {r['seeds']} seeds)"
+        for r in precision_table(runs, meta)
+        if r["metric"] == name
+    )
+    head = (
+        f"The critic above reads the last hidden state only; its explained variance over the last {TAIL} steps, "
+        f"mean over seeds: {evs}. Given the running minimum of log π ({PC.STUDY}, pre-registered): "
+    )
+    if not (results.study_dir(PC.STUDY, root) / results.CARD).is_file():
+        return head + f"not yet run. {study.rule_line()}"
+    return head + PC.sentence(study.outcomes(study.load(root), study.stored_meta(root)))
+
+
 class PPOStudy(GridStudy):
     """The stored PPO study: options ``dtypes``, ``seeds``, ``steps``, ``output_dir`` and ``RLConfig`` fields in
     ``overrides`` (notebook 03 trains its live slice through the same grid)."""
@@ -354,6 +378,9 @@ class PPOStudy(GridStudy):
         ]
 
     def findings(self, runs, meta, rows):
+        return self.precision_findings(rows, runs, meta) + [critic_line(runs, meta)]
+
+    def precision_findings(self, rows, runs, meta):
         by = {r["dtype"]: r for r in rows}
         if "fp16" not in by or "bf16" not in by:
             return []
