@@ -51,8 +51,8 @@ RULE_TEXT = (
     "below 0.2 reading 'the feature stopped predicting' when its ceiling is at or below 0.2 too, else 'the critic did "
     "not fit the feature', and the stored hidden-only run of the same seed beside; read once after the third seed"
 )
-RULE_RECORD: dict = {}
-"""The commit that fixed ``RULE_TEXT`` and its time (empty until it is committed)."""
+RULE_RECORD = {"commit": "ce55d973eab37082529f72b7e9f20eecdafaf6b1", "time": "2026-11-27T21:17:31+00:00"}
+"""The commit that fixed ``RULE_TEXT`` and its time, before any run of the study."""
 
 
 def tail_mean(rows: list[dict], key: str, window: int = ppo.TAIL) -> float | None:
