@@ -249,7 +249,7 @@ def critic_line(runs: dict[str, list[dict]], meta: dict[str, dict], root=None) -
     study = PC.PPOCriticStudy()
     name = next(name for key, name, *_ in SUMMARY if key == schema.VALUE_EXPLAINED_VARIANCE)
     evs = ", ".join(
-        f"{r['mean']:.3g} ({r['dtype'].upper()}, {r['seeds']} seeds)"
+        f"{r['mean']:.3g} ({r['dtype'].upper()}, {r['seeds']} seed{'s' * (r['seeds'] != 1)})"
         for r in precision_table(runs, meta)
         if r["metric"] == name
     )
