@@ -21,6 +21,8 @@ What the critic can read (``RLConfig.critic_input``, issue 50): by default the l
 ``hidden+min_logp`` its value also adds a learned number per bin of the lowest log π among the completion's tokens
 before the state (``running_min_logp``; bins ``MIN_LOGP_EDGES``): the same benchmark finds E[R | that bin] explains
 ≈ 27 % of the correctness return on held-out rollouts, a feature the hidden state does not expose to a linear head.
+Whether a critic given it reaches EV > 0.2 at the end of real PPO runs is the pre-registered
+``nbkit.studies.ppo_critic`` (its verdict is on the PPO page of RESULTS.md).
 """
 
 from __future__ import annotations
