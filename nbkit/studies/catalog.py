@@ -96,7 +96,6 @@ STUDIES: dict[str, Study] = {
 
 PLANNED = {
     "corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained",
-    "ppo_critic_tiny_arith": "rule committed at ce55d97 before any run; runs not yet trained",
 }
 """Registered studies that may be missing from ``data/results`` (their rule is committed, their runs are not stored
 yet): RESULTS.md shows their question and plan, and says no result exists."""

@@ -117,7 +117,7 @@ class PPOCriticStudy(prereg.PreRegistered):
     title = "A PPO critic given the running minimum of log π: does it learn?"
     question = (
         "Given the feature the ceiling benchmark finds predicts tiny-arith's return (the lowest log π of the "
-        "completion's tokens so far, EV 0.268 offline), does FP16 PPO's critic reach an explained variance > 0.2 over "
+        "completion's tokens so far: EV 0.268 on held-out rollouts in benchmarks/ppo_critic_ceiling.py), does FP16 PPO's critic reach an explained variance > 0.2 over "
         "the last 20 steps in all 3 seeds?"
     )
     statistic = (
