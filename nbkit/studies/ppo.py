@@ -10,14 +10,9 @@ from __future__ import annotations
 
 from nbkit.records import runlog, schema
 from nbkit.stats.stats import mean_ci, t_quantile
+from nbkit.studies import ppo_critic
 from nbkit.studies.base import GridStudy
-
-STUDY = "ppo_tiny_arith"
-"""The stored study's folder name under ``data/results``."""
-
-OUTPUT_DIR = "reports/runs/ppo_tiny_arith"
-"""Where the study's run folders go."""
-
+from nbkit.studies.ppo_recipe import OUTPUT_DIR, STUDY, TAIL, base_config
 
 SHARED_WITH_GRPO = (
     "model",
@@ -32,25 +27,6 @@ SHARED_WITH_GRPO = (
 )
 """The fields notebook 03's PPO slice takes from its GRPO runs: the same task, sizes and learning rate (and the
 same memory-for-time choice, which changes no number)."""
-
-
-def base_config(**overrides):
-    """The study's PPO run on the tiny-arith sanity set (``SANITY_RUN``'s task and lr, HF rollouts, 2 epochs × 2
-    minibatches), with ``overrides``."""
-    from nbkit.rl.config import config_from
-
-    return config_from(
-        {
-            "algorithm": "ppo",
-            "train_dtype": "bf16",
-            "rollout_engine": "hf",
-            "critic_lr": 2e-4,
-            "output_dir": OUTPUT_DIR,
-            "checkpoint_every": 0,
-            "overwrite": True,
-            **overrides,
-        }
-    )
 
 
 PANELS = (
@@ -104,8 +80,6 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> 
     return out
 
 
-TAIL = 20
-"""Optimiser steps at the end of a run over which the critic's value error is read (the issue's "last 20 steps")."""
 SUMMARY = (
     (schema.KL_K3, "token KL[μ‖π] (mismatch, k3 ≥ 0), run mean", None, True),
     (schema.SEQ_KL, "sequence KL[μ‖π] (mismatch, k1: a sample can be < 0), run mean", None, False),
@@ -243,8 +217,8 @@ def critic_line(runs: dict[str, list[dict]], meta: dict[str, dict], root=None) -
     per dtype, then the stored ``ppo_critic_tiny_arith`` under ``root`` (``nbkit.studies.ppo_critic``): its verdict
     with each seed's numbers, or that it is registered and not yet run."""
     from nbkit import results
-    from nbkit.studies import ppo_critic as PC
 
+    PC = ppo_critic
     root = root or results.RESULTS
     study = PC.PPOCriticStudy()
     name = next(name for key, name, *_ in SUMMARY if key == schema.VALUE_EXPLAINED_VARIANCE)

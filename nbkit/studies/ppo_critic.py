@@ -13,7 +13,7 @@ The rule (``RULE_TEXT``), fixed in this module and committed before any of its r
   samples, 2 epochs × 2 minibatches, lr 2e-4, 100 steps) with the stored study's ``critic_lr`` 1e-3, and
   ``critic_input`` ``hidden+min_logp`` with ``critic_feature_lr`` 3e-2; seeds 0, 1, 2; one worker.
 - **Outcome per seed**: the mean of ``value/explained_variance`` over the rollout batches logged in the run's last 20
-  optimiser steps (steps 81–100: 5 batches, each measured before the critic trains on it; ``ppo.TAIL``).
+  optimiser steps (steps 81–100: 5 batches, each measured before the critic trains on it; ``TAIL``).
 - **Verdict**: the critic *learns* iff the outcome is > 0.2 in all 3 seeds; otherwise it *does not*; fewer than 3
   seeds stored: no verdict.
 - **Why (descriptive, stated first)**: per seed, the bins' in-batch ceiling (``value/min_logp_ceiling_ev``: the EV
@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from nbkit import results
 from nbkit.records import runlog, schema
-from nbkit.studies import ppo, prereg
+from nbkit.studies import prereg
+from nbkit.studies.ppo_recipe import STUDY as PPO_STUDY
+from nbkit.studies.ppo_recipe import TAIL, base_config
 
 STUDY = "ppo_critic_tiny_arith"
 """The stored study's folder name under ``data/results``."""
@@ -39,7 +41,7 @@ STEPS = 100
 CRITIC = {"critic_lr": 1e-3, "critic_input": "hidden+min_logp", "critic_feature_lr": 3e-2}
 """The critic's settings: the stored PPO study's learning rate and the running-minimum table with its own rate."""
 THRESHOLD = 0.2
-"""The explained variance every seed must exceed over the last ``ppo.TAIL`` steps for the critic to *learn*."""
+"""The explained variance every seed must exceed over the last ``TAIL`` steps for the critic to *learn*."""
 LABEL = "ppo-fp16-min_logp-s{seed}"
 
 RULE_TEXT = (
@@ -55,7 +57,7 @@ RULE_RECORD = {"commit": "ce55d973eab37082529f72b7e9f20eecdafaf6b1", "time": "20
 """The commit that fixed ``RULE_TEXT`` and its time, before any run of the study."""
 
 
-def tail_mean(rows: list[dict], key: str, window: int = ppo.TAIL) -> float | None:
+def tail_mean(rows: list[dict], key: str, window: int = TAIL) -> float | None:
     """Mean of ``key`` over the rows logged in the run's last ``window`` optimiser steps (step > last − window);
     None when none logged it (NaN values skipped)."""
     last = max((r.get(schema.STEP, 0) for r in rows), default=0)
@@ -88,14 +90,14 @@ def verdict(outcomes: dict[int, float | None]) -> str:
 
 def hidden_only(root=results.RESULTS) -> dict[int, float]:
     """``seed → outcome`` of the stored hidden-only FP16 PPO runs (``ppo_tiny_arith``); {} when not stored."""
-    study = ppo.PPOStudy()
-    if not (results.study_dir(study.name, root) / results.CARD).is_file():
+    if not (results.study_dir(PPO_STUDY, root) / results.CARD).is_file():
         return {}
-    runs, meta = study.load(root), study.stored_meta(root)
+    configs = results.card(PPO_STUDY, root)["configs"]["runs"]
     out = {}
-    for label, rows in runs.items():
-        if meta[label]["dtype"] == DTYPE and (v := tail_mean(rows, schema.VALUE_EXPLAINED_VARIANCE)) is not None:
-            out[int(meta[label]["seed"])] = v
+    for label, rows in results.load(PPO_STUDY, root).items():
+        coords = runlog.coords(configs[label])
+        if coords["dtype"] == DTYPE and (v := tail_mean(rows, schema.VALUE_EXPLAINED_VARIANCE)) is not None:
+            out[coords["seed"]] = v
     return out
 
 
@@ -138,7 +140,7 @@ class PPOCriticStudy(prereg.PreRegistered):
     def grid(self, seeds=SEEDS, steps: int = STEPS, output_dir: str | None = None, overrides: dict | None = None):
         from dataclasses import replace
 
-        base = ppo.base_config(
+        base = base_config(
             steps=steps, output_dir=output_dir or self.output_dir, train_dtype=DTYPE, **{**CRITIC, **(overrides or {})}
         )
         return {(label := LABEL.format(seed=s)): replace(base, seed=s, output_dir=str(base.out / label)) for s in seeds}
@@ -147,7 +149,7 @@ class PPOCriticStudy(prereg.PreRegistered):
         return {**runlog.coords(config), "critic_input": config.get("critic_input", "hidden")}
 
     def outcomes(self, runs, meta) -> dict[int, dict]:
-        """``seed → {"ev", "ceiling"}`` over the last ``ppo.TAIL`` steps of each run."""
+        """``seed → {"ev", "ceiling"}`` over the last ``TAIL`` steps of each run."""
         return {
             int(meta[label]["seed"]): {
                 "ev": tail_mean(rows, schema.VALUE_EXPLAINED_VARIANCE),
@@ -166,13 +168,13 @@ class PPOCriticStudy(prereg.PreRegistered):
                 {
                     "seed": seed,
                     "steps": schema.optimiser_steps(runs[label]),
-                    f"EV, last {ppo.TAIL} steps": _num(o["ev"]),
-                    f"bins' ceiling, last {ppo.TAIL} steps": _num(o["ceiling"]),
+                    f"EV, last {TAIL} steps": _num(o["ev"]),
+                    f"bins' ceiling, last {TAIL} steps": _num(o["ceiling"]),
                     "reading": reading(o["ev"], o["ceiling"]),
                     "EV per rollout batch (first, middle, last)": [_num(ev[i]) for i in (0, len(ev) // 2, -1)]
                     if ev
                     else [],
-                    f"hidden-only stored run, EV last {ppo.TAIL} steps": _num(beside.get(seed)),
+                    f"hidden-only stored run, EV last {TAIL} steps": _num(beside.get(seed)),
                 }
             )
         return out
@@ -200,9 +202,9 @@ def sentence(outcomes: dict[int, dict]) -> str:
         for s, o in sorted(outcomes.items())
     )
     head = {
-        "learns": f"The critic learns: its explained variance over the last {ppo.TAIL} steps is > {THRESHOLD} in all "
+        "learns": f"The critic learns: its explained variance over the last {TAIL} steps is > {THRESHOLD} in all "
         f"{len(SEEDS)} seeds",
-        "does not learn": f"The critic does not learn by the rule (EV > {THRESHOLD} over the last {ppo.TAIL} steps in "
+        "does not learn": f"The critic does not learn by the rule (EV > {THRESHOLD} over the last {TAIL} steps in "
         f"all {len(SEEDS)} seeds)",
         "no verdict": f"No verdict: {len(outcomes)} of {len(SEEDS)} seeds stored",
     }[v]
