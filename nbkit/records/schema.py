@@ -92,6 +92,7 @@ VALUE_MEAN = "value/mean"
 VALUE_GRAD_NORM = "value/grad_norm"
 VALUE_LOSS_SCALE = "value/loss_scale"
 VALUE_SCALER_ENABLED = "value/scaler_enabled"
+VALUE_MIN_LOGP_CEILING = "value/min_logp_ceiling_ev"
 # --- mixture of experts and several processes ----------------------------------------------------------------
 MOE_FLIP_RATE = "moe/flip_rate"
 RANKS_AUDIT_MATMUL_DTYPES = "ranks/audit_matmul_dtypes"
@@ -154,6 +155,8 @@ KEYS: dict[str, str] = {
     VALUE_GRAD_NORM: "critic's gradient norm",
     VALUE_LOSS_SCALE: "critic's loss scale",
     VALUE_SCALER_ENABLED: "the critic's GradScaler is live",
+    VALUE_MIN_LOGP_CEILING: "PPO, critic_input hidden+min_logp: explained variance of the rollout batch's returns by "
+    "their own mean per bin of the running minimum of log π (the most any value of the bin alone explains there)",
     MOE_FLIP_RATE: "share of tokens whose top-k experts differ between trainer and rollout (some layer)",
     RANKS_AUDIT_MATMUL_DTYPES: "each process's audit",
     RANKS_REWARD_SUM: "each process's reward sum",

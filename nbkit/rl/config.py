@@ -23,6 +23,7 @@ from typing import Annotated
 
 import nbkit.precision.dial  # noqa: F401 - registers the dial's points with nbkit.precision.formats (FAMILIES)
 import nbkit.rl.algorithms as algorithms
+import nbkit.rl.critic as critic
 from nbkit import engines, tasks
 from nbkit.engines import ENGINE_KINDS
 from nbkit.models.models import DTYPES
@@ -440,6 +441,31 @@ class RLConfig:
                 "fixed by a prompt token reaches an explained variance > 0.99 by the 20th rollout batch at 2e-4 and by the "
                 "10th at 1e-3; the sanity set's correctness return stays below 0.01 for 100 steps at either "
                 "(``nbkit.rl.critic`` says why)."
+            )
+        },
+    )
+    critic_input: str = field(
+        default="hidden",
+        metadata={
+            "choices": critic.INPUTS,
+            "help": (
+                "PPO presets: what the critic's value of a state reads (``nbkit.rl.critic.INPUTS``). ``hidden``: a "
+                "linear head on the last hidden state of the critic's backbone (the paper's critic; every run stored "
+                "before issue 50 used it). ``hidden+min_logp``: that plus a learned value per bin of the lowest log π "
+                "of the completion's tokens so far (π_old's own log-probabilities, detached; bins "
+                "``nbkit.rl.critic.MIN_LOGP_EDGES``), the feature ``benchmarks/ppo_critic_ceiling.py`` finds explains "
+                "≈ 27 % of tiny-arith's correctness return where the hidden state explains < 1 %."
+            ),
+        },
+    )
+    critic_feature_lr: Annotated[float, positive()] = field(
+        default=3e-2,
+        metadata={
+            "help": (
+                "PPO presets with ``critic_input`` ``hidden+min_logp``: the AdamW learning rate of the per-bin values "
+                "(> 0; their own parameter group: 8 numbers that must travel from 0 to the return's scale, ≈ 0.5, "
+                "within a few rollout batches, which ``critic_lr`` (2e-4) would take ≈ 2,500 updates to do). Unused "
+                "with ``hidden``."
             )
         },
     )

@@ -22,11 +22,14 @@ import torch
 import nbkit.rl.amp as amp
 import nbkit.rl.gae as gae
 from nbkit.records import schema
-from nbkit.rl.critic import Critic, critic_step, make_scaler
+from nbkit.rl.critic import Critic, bin_means_ev, critic_step, make_scaler, running_min_logp
 from nbkit.rl.trainer import PrecisionGRPOTrainer
 
 CRITIC_FILE = "critic.pt"
 """The critic's state (weights, optimizer, scaler) inside each checkpoint folder."""
+MIN_LOGP = "critic_min_logp"
+"""Batch key of each state's running minimum of log π (``nbkit.rl.critic.running_min_logp``), set at rollout time
+with ``critic_input`` ``hidden+min_logp``; it rides with its rows through TRL's shuffle and split."""
 
 
 class PPOTrainer(PrecisionGRPOTrainer):
@@ -40,10 +43,12 @@ class PPOTrainer(PrecisionGRPOTrainer):
                 f"{self.accelerator.num_processes} processes (launch it without --multi_gpu)"
             )
         device = self.accelerator.device
-        self.critic = Critic(self.accelerator.unwrap_model(self.model)).to(device).train()
-        self.critic_optimizer = torch.optim.AdamW(
-            [p for p in self.critic.parameters() if p.requires_grad], lr=run.critic_lr, weight_decay=0.0
-        )
+        self.critic = Critic(self.accelerator.unwrap_model(self.model), run.critic_input).to(device).train()
+        table = {id(p) for p in self.critic.feature_parameters()}
+        groups = [{"params": [p for p in self.critic.parameters() if p.requires_grad and id(p) not in table]}]
+        if table:  # the running-min table learns at its own rate (RLConfig.critic_feature_lr)
+            groups.append({"params": self.critic.feature_parameters(), "lr": run.critic_feature_lr})
+        self.critic_optimizer = torch.optim.AdamW(groups, lr=run.critic_lr, weight_decay=0.0)
         self.critic_scaler = make_scaler(
             device, run.train_dtype, init_scale=run.loss_scale_init, growth_interval=run.loss_scale_growth_interval
         )
@@ -61,7 +66,8 @@ class PPOTrainer(PrecisionGRPOTrainer):
         """The critic's value of the state before each completion token (B, T), FP32, from forwards of at most
         ``rows`` sequences each (all at once when None): at rollout time the batch is the process's whole generation
         batch (512 sequences of ≈ 8 k tokens in the gpu profile), which one forward could never hold, so it goes
-        through the critic a micro-batch at a time, as the policy's own scoring does."""
+        through the critic a micro-batch at a time, as the policy's own scoring does. With ``critic_input``
+        ``hidden+min_logp`` each value adds the table's value of the batch's ``MIN_LOGP`` (set at rollout time)."""
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         width = batch["completion_ids"].size(1)
@@ -70,7 +76,10 @@ class PPOTrainer(PrecisionGRPOTrainer):
         for lo in range(0, ids.size(0), rows):
             with self._autocast():
                 values = self.critic(ids[lo : lo + rows], attn[lo : lo + rows])
-            parts.append(values[:, -width - 1 : -1])
+            values = values[:, -width - 1 : -1]
+            if self.critic.feature_parameters():
+                values = values + self.critic.feature_values(batch[MIN_LOGP][lo : lo + rows])
+            parts.append(values)
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     # -- rollout: values and GAE advantages ----------------------------------------------------------------
@@ -86,6 +95,9 @@ class PPOTrainer(PrecisionGRPOTrainer):
         weights = self.reward_weights.to(self._rewards.device).unsqueeze(0)
         rewards = (self._rewards * weights).nansum(dim=1)[rank * n : (rank + 1) * n].float()
         mask = out["completion_mask"].float()
+        if self.critic.feature_parameters():  # π_old's log-probs of the sampled tokens (TRL's, else a forward)
+            logps = out.get("old_per_token_logps")
+            out[MIN_LOGP] = running_min_logp(self._training_logps(out) if logps is None else logps, mask)
         with torch.no_grad():
             values = self._values(out, rows=self.args.per_device_train_batch_size) * mask
         advantages, returns = gae.gae(values.cpu(), rewards.cpu(), mask.cpu(), self.run.ppo_gamma, self.run.ppo_lambda)
@@ -100,6 +112,8 @@ class PPOTrainer(PrecisionGRPOTrainer):
         ev = float(gae.explained_variance(values, returns, mask))
         if ev == ev:  # NaN when every return is equal (nothing to explain)
             metrics[schema.VALUE_EXPLAINED_VARIANCE].append(ev)
+            if MIN_LOGP in out:  # what the table could explain on this batch at best (its in-sample bin means)
+                metrics[schema.VALUE_MIN_LOGP_CEILING].append(bin_means_ev(out[MIN_LOGP], returns, mask))
         return out
 
     # -- loss: TRL's clipped surrogate on per-token advantages + the critic's step ---------------------------

@@ -19,6 +19,7 @@ from nbkit.studies import (
     moe,
     opsm,
     ppo,
+    ppo_critic,
     predictors,
 )
 from nbkit.studies.base import Study
@@ -81,6 +82,7 @@ STUDIES: dict[str, Study] = {
         ablation.Ablation(),
         hunt.Hunt(),
         ppo.PPOStudy(),
+        ppo_critic.PPOCriticStudy(),
         moe.MoEStudy(),
         _LengthLaw(),
         brevity.BrevityStudy(),

@@ -10,14 +10,9 @@ from __future__ import annotations
 
 from nbkit.records import runlog, schema
 from nbkit.stats.stats import mean_ci, t_quantile
+from nbkit.studies import ppo_critic
 from nbkit.studies.base import GridStudy
-
-STUDY = "ppo_tiny_arith"
-"""The stored study's folder name under ``data/results``."""
-
-OUTPUT_DIR = "reports/runs/ppo_tiny_arith"
-"""Where the study's run folders go."""
-
+from nbkit.studies.ppo_recipe import OUTPUT_DIR, STUDY, TAIL, base_config
 
 SHARED_WITH_GRPO = (
     "model",
@@ -32,25 +27,6 @@ SHARED_WITH_GRPO = (
 )
 """The fields notebook 03's PPO slice takes from its GRPO runs: the same task, sizes and learning rate (and the
 same memory-for-time choice, which changes no number)."""
-
-
-def base_config(**overrides):
-    """The study's PPO run on the tiny-arith sanity set (``SANITY_RUN``'s task and lr, HF rollouts, 2 epochs × 2
-    minibatches), with ``overrides``."""
-    from nbkit.rl.config import config_from
-
-    return config_from(
-        {
-            "algorithm": "ppo",
-            "train_dtype": "bf16",
-            "rollout_engine": "hf",
-            "critic_lr": 2e-4,
-            "output_dir": OUTPUT_DIR,
-            "checkpoint_every": 0,
-            "overwrite": True,
-            **overrides,
-        }
-    )
 
 
 PANELS = (
@@ -104,8 +80,6 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> 
     return out
 
 
-TAIL = 20
-"""Optimiser steps at the end of a run over which the critic's value error is read (the issue's "last 20 steps")."""
 SUMMARY = (
     (schema.KL_K3, "token KL[μ‖π] (mismatch, k3 ≥ 0), run mean", None, True),
     (schema.SEQ_KL, "sequence KL[μ‖π] (mismatch, k1: a sample can be < 0), run mean", None, False),
@@ -238,6 +212,30 @@ AMENDMENTS = (
 ``record_amendments`` with the readings each moved."""
 
 
+def critic_line(runs: dict[str, list[dict]], meta: dict[str, dict], root=None) -> str:
+    """Whether a critic learns here (issue 50, item 4): this study's explained variance over the last ``TAIL`` steps
+    per dtype, then the stored ``ppo_critic_tiny_arith`` under ``root`` (``nbkit.studies.ppo_critic``): its verdict
+    with each seed's numbers, or that it is registered and not yet run."""
+    from nbkit import results
+
+    PC = ppo_critic
+    root = root or results.RESULTS
+    study = PC.PPOCriticStudy()
+    name = next(name for key, name, *_ in SUMMARY if key == schema.VALUE_EXPLAINED_VARIANCE)
+    evs = ", ".join(
+        f"{r['mean']:.3g} ({r['dtype'].upper()}, {r['seeds']} seed{'s' * (r['seeds'] != 1)})"
+        for r in precision_table(runs, meta)
+        if r["metric"] == name
+    )
+    head = (
+        f"The critic above reads the last hidden state only; its explained variance over the last {TAIL} steps, "
+        f"mean over seeds: {evs}. Given the running minimum of log π ({PC.STUDY}, pre-registered): "
+    )
+    if not (results.study_dir(PC.STUDY, root) / results.CARD).is_file():
+        return head + f"not yet run. {study.rule_line()}"
+    return head + PC.sentence(study.outcomes(study.load(root), study.stored_meta(root)))
+
+
 class PPOStudy(GridStudy):
     """The stored PPO study: options ``dtypes``, ``seeds``, ``steps``, ``output_dir`` and ``RLConfig`` fields in
     ``overrides`` (notebook 03 trains its live slice through the same grid)."""
@@ -354,6 +352,9 @@ class PPOStudy(GridStudy):
         ]
 
     def findings(self, runs, meta, rows):
+        return self.precision_findings(rows, runs, meta) + [critic_line(runs, meta)]
+
+    def precision_findings(self, rows, runs, meta):
         by = {r["dtype"]: r for r in rows}
         if "fp16" not in by or "bf16" not in by:
             return []
