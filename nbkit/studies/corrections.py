@@ -50,7 +50,6 @@ ones, ``store --keep-stored`` adds a later sitting's. The first ``run`` to train
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 from nbkit import results
@@ -59,6 +58,7 @@ from nbkit.stats import noninferiority as NI
 from nbkit.stats.stats import bounded_mean_ci, mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import prereg
+from nbkit.studies.base import add_run
 
 STUDY = "corrections_tiny_arith"
 """The stored study's folder name under ``data/results``."""
@@ -155,6 +155,7 @@ class CorrectionsStudy(prereg.PreRegistered):
     )
     notebook = "06_dose_response"
     output_dir = f"runs/{STUDY}"
+    amendments = AMENDMENTS
     formats: tuple[str, ...] = FORMATS
     """The rollout formats of the cells."""
     corrections: tuple[str, ...] = CORRECTIONS
@@ -212,7 +213,7 @@ class CorrectionsStudy(prereg.PreRegistered):
         grid = {}
 
         def add(label, **kw):
-            grid[label] = replace(base, output_dir=str(base.out / label), **kw)
+            add_run(grid, base, label, **kw)
 
         for seed in seeds:  # seed by seed: a cut-off study has every cell on the same seeds
             add(f"fp32-none-s{seed}", rollout_format="fp32", seed=seed)
@@ -258,12 +259,6 @@ class CorrectionsStudy(prereg.PreRegistered):
             other = results.load(reuse["study"], root)
             runs = {**{k: other[k] for k in reuse["runs"] if k in other}, **runs}
         return runs
-
-    def record_amendments(self, root: Path = results.RESULTS) -> None:
-        """Put ``AMENDMENTS`` on the stored card (no verdict moved: the 6 seeds are what was read)."""
-        from nbkit.studies import amendments as A
-
-        A.put(self.name, AMENDMENTS, self.moves(self.load(root), self.stored_meta(root)), root)
 
     def moves(self, runs, meta) -> dict[str, list[str]]:
         """``AMENDMENTS``' key → the shown intervals whose reading (above/below 0, above/below −margin) moved."""

@@ -38,6 +38,9 @@ gap
 
 ``nbkit study harm_threshold_tiny_arith run [--shard i/n]`` trains what is unfinished, ``... store`` stores the
 finished runs and writes ``THRESHOLDS`` (what ``nbkit doctor`` reads, ``nbkit.offline.risk``) from them.
+
+The study as data (the constants named above, ``RULE_TEXT``, ``AMENDMENTS``, ``pick_points`` and the offline ladder) is
+``nbkit.studies.harm_threshold_rule``; its page (figure, tables, sentences) is ``nbkit.studies.harm_threshold_findings``.
 """
 
 from __future__ import annotations
@@ -79,10 +82,6 @@ from nbkit.studies.harm_threshold_rule import (  # the study as data (read throu
     UNITS,
     step0_dose,
 )
-from nbkit.studies.harm_threshold_rule import LADDER_FILE as LADDER_FILE  # (re-exported: how the doses were picked)
-from nbkit.studies.harm_threshold_rule import ladder_record as ladder_record
-from nbkit.studies.harm_threshold_rule import measure_ladder as measure_ladder
-from nbkit.studies.harm_threshold_rule import pick_points as pick_points
 
 
 class HarmThreshold(Page, prereg.PreRegistered):
@@ -98,6 +97,12 @@ class HarmThreshold(Page, prereg.PreRegistered):
     """The rule's dosed rollout formats, in ascending ladder dose (what ``gap_matrix`` reads)."""
     rule_seeds = SEEDS
     """The rule's seeds per dose (a study read at fewer says so)."""
+    extras = EXTRAS
+    """The rule's ``(rollout format, correction)`` placed on the axis, not fitted."""
+    extra_seeds = EXTRA_SEEDS
+    """The seeds of ``extras``."""
+    steps = 50
+    """Optimiser steps per run."""
     measured_on = "tiny-arith (a 4-layer, ~1 M-parameter model), 50 GRPO steps, FP32 trainer, HF engine"
     """What the task's thresholds were measured on, said with every risk line (``nbkit.offline.risk``)."""
     title = "Where harm starts: a harm threshold with a CI"
@@ -126,25 +131,34 @@ class HarmThreshold(Page, prereg.PreRegistered):
 
     def defaults(self) -> dict:
         return {
-            "points": list(POINTS),
-            "seeds": list(SEEDS),
-            "extras": [list(e) for e in EXTRAS],
-            "extra_seeds": list(EXTRA_SEEDS),
-            "steps": 50,
+            "points": list(self.rule_points),
+            "seeds": list(self.rule_seeds),
+            "extras": [list(e) for e in self.extras],
+            "extra_seeds": list(self.extra_seeds),
+            "steps": self.steps,
         }
 
     # -- write half -------------------------------------------------------------------------------------------
     def grid(
         self,
-        points=POINTS,
-        seeds=SEEDS,
-        extras=EXTRAS,
-        extra_seeds=EXTRA_SEEDS,
-        steps: int = 50,
+        points=None,
+        seeds=None,
+        extras=None,
+        extra_seeds=None,
+        steps: int | None = None,
         output_dir: str | None = None,
         overrides: dict | None = None,
     ) -> dict:
+        """``label → RLConfig``: FP32 and every point seed by seed, then the extras; an option left None is the
+        rule's (``defaults``)."""
         from nbkit.precision import formats as F
+
+        d = self.defaults()
+        points = d["points"] if points is None else points
+        seeds = d["seeds"] if seeds is None else seeds
+        steps = d["steps"] if steps is None else steps
+        extras = d["extras"] if extras is None else extras
+        extra_seeds = d["extra_seeds"] if extra_seeds is None else extra_seeds
         from nbkit.rl.algorithms import CORRECTIONS as KNOWN
 
         points = [F.validate(p) for p in points]
