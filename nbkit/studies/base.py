@@ -21,8 +21,8 @@ from pathlib import Path
 from nbkit import results
 from nbkit.records.runlog import KIND, RESULT_NEUTRAL, MetricsLog, last_logged_step, last_step, result_differences
 from nbkit.runtime import outputs
-from nbkit.studies import stored as stored_diff
 from nbkit.studies.prose import markdown_table as markdown_table  # (re-exported: the studies' table writer)
+from nbkit.studies.stored import keep_stored_change, store_change
 
 
 class StoredStudyError(FileExistsError):
@@ -272,7 +272,7 @@ class GridStudy(Study):
         stored = (results.study_dir(self.name, root) / results.CARD).is_file()
         if keep_stored and stored:
             kept, kept_configs = self.stored_runs(grid, root)
-            other = stored_diff.keep_stored_change(self, options, kept, root)
+            other = keep_stored_change(self, options, kept, root)
             if other and not replace:
                 raise StoredStudyError(
                     f"study {self.name}: --keep-stored only adds runs of the stored study's grid, but {other}; "
@@ -308,7 +308,7 @@ class GridStudy(Study):
         if not runs:
             raise ValueError(f"no finished run of {self.name}'s grid under {self.folder(options)}: nothing to store")
         if not keep_stored and stored:
-            change = stored_diff.store_change(self, options, runs, configs, root)
+            change = store_change(self, options, runs, configs, root)
             if not change:  # the same study again: nothing is written, so the stored files stay byte for byte
                 print(
                     f"[nbkit] {self.name}: the stored study already holds these {len(runs)} runs of this grid: "
@@ -351,10 +351,10 @@ class GridStudy(Study):
 
     def record_amendments(self, root: Path = results.RESULTS) -> None:
         """Put ``amendments`` on the stored card, each with what it moved (``moves`` of the stored runs)."""
-        from nbkit.studies import amendments as A
+        from nbkit.studies.amendments import put
 
         moved = self.moves(self.load(root), self.stored_meta(root))
-        A.put(self.name, self.amendments, moved, root, **self.amendment_record)
+        put(self.name, self.amendments, moved, root, **self.amendment_record)
 
     def card_record(self, options: dict) -> dict:
         """Fields of the study's record to write on its card at ``store`` (``nbkit.studies.amendments``: ``rule``,

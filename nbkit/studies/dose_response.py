@@ -380,8 +380,8 @@ class DoseResponse(Findings, GridStudy):
         for r in self.cell_rows(runs, meta):  # the reading added beside the verdicts (no verdict moved)
             if below_zero(r):
                 out["worse_than_fp32"].append(
-                    f"{prose.arm(r['format'], r['correction'], r['train'])}: {r['verdict']} → {r['verdict']}, worse than "
-                    "FP32 (size undecided)"
+                    f"{prose.arm(r['format'], r['correction'], r['train'])}: {r['verdict']} → {r['verdict']}, worse "
+                    "than FP32 (size undecided)"
                 )
         holm = self.holm(runs, meta)
         for key, by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):

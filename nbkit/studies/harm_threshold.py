@@ -39,8 +39,9 @@ gap
 ``nbkit study harm_threshold_tiny_arith run [--shard i/n]`` trains what is unfinished, ``... store`` stores the
 finished runs and writes ``THRESHOLDS`` (what ``nbkit doctor`` reads, ``nbkit.offline.risk``) from them.
 
-The study as data (the constants named above, ``RULE_TEXT``, ``AMENDMENTS``, ``pick_points`` and the offline ladder) is
-``nbkit.studies.harm_threshold_rule``; its page (figure, tables, sentences) is ``nbkit.studies.harm_threshold_findings``.
+The study as data (the constants named above, ``RULE_TEXT``, ``AMENDMENTS``, ``pick_points`` and the offline ladder)
+is ``nbkit.studies.harm_threshold_rule``; its page (figure, tables, sentences) is
+``nbkit.studies.harm_threshold_findings``.
 """
 
 from __future__ import annotations

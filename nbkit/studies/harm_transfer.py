@@ -44,13 +44,17 @@ the transfer reading is ``nbkit.studies.harm_transfer_reading``; the pilot, ladd
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import numpy as np
 
 from nbkit import results
+from nbkit.runtime import outputs
 from nbkit.stats import threshold
 from nbkit.studies import harm_threshold as H
+from nbkit.studies import harm_threshold_rule as HR
 from nbkit.studies import tiny_long_regimes as TL
 from nbkit.studies.harm_transfer_reading import (
     _read,
@@ -66,7 +70,10 @@ from nbkit.studies.harm_transfer_rule import (  # the study as data (read throug
     BAND,
     EXTRA_SEEDS,
     EXTRAS,
+    LADDER_FILE,
     LR,
+    PILOT_FILE,
+    PILOT_LRS,
     POINTS,
     REFERENCE_TASK,
     REGIME,
@@ -79,6 +86,7 @@ from nbkit.studies.harm_transfer_rule import (  # the study as data (read throug
     TASK,
     base_config,
 )
+from nbkit.studies.harm_transfer_setup import build_judge_set, measure_ladder, pilot, points_from_ladder
 
 
 def kw_options(kw: dict) -> dict:
@@ -300,7 +308,55 @@ class HarmTransfer(H.HarmThreshold):
         return [self.rule_line(), self.planned_runs(", by amendment", f", {lr}")]
 
 
-if __name__ == "__main__":
-    from nbkit.studies.harm_transfer_setup import main
+def store_transfer(root: Path = results.RESULTS) -> Path | None:
+    """Add the transfer reading to the thresholds stored under ``root`` (``with_transfer``; ``HarmTransfer.store``
+    writes it with them once every run of the rule is stored). None when no thresholds or not both tasks' are
+    stored."""
+    path = Path(root) / H.THRESHOLDS.relative_to(results.RESULTS)
+    study = HarmTransfer()
+    runs = study.load(root)
+    joint = study.joint(runs, study.meta(study.card(root)["configs"]["runs"]), root) if runs else None
+    read = with_transfer(_read(path), joint)
+    return outputs.write_json(path, read) if "transfer" in read else None
 
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m nbkit.studies.harm_transfer", description=__doc__.split("\n")[0])
+    p.add_argument("what", choices=("pilot", "ladder", "train-set", "judge-set", "points", "transfer"))
+    p.add_argument("--lrs", type=float, nargs="+", default=list(PILOT_LRS), help="pilot: candidate lrs")
+    p.add_argument("--steps", type=int, default=STEPS, help="pilot: steps per run (the rule: 50)")
+    p.add_argument("--output-dir", default=f"runs/{STUDY}_pilot", help="pilot: where its runs go")
+    p.add_argument("--store", action="store_true", help=f"pilot: also write the record to {PILOT_FILE}")
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    if a.what == "pilot":
+        res = pilot(a.lrs, a.steps, output_dir=a.output_dir, store=PILOT_FILE if a.store else None)
+        for k, v in res["runs"].items():
+            print(
+                f"lr {k}: judge {v['judge']}; rise {v['rise']}; learns: {v['learns']}; "
+                f"{v['seconds_per_step']} s/step, {v['seconds_per_judgment']} s/judgment"
+            )
+        print(f"smallest lr that learns (rise > {res['rise']}): {res['lr']}")
+    elif a.what == "ladder":
+        rec = measure_ladder()
+        print(json.dumps(rec["doses"], indent=1))
+        print("points:", points_from_ladder(rec["doses"]))
+    elif a.what == "points":
+        print(points_from_ladder(HR.ladder_record(LADDER_FILE)["doses"]))
+    elif a.what == "transfer":
+        path = store_transfer()
+        print(
+            f"wrote the transfer reading into {path}" if path else f"{HR.THRESHOLDS} lacks {REFERENCE_TASK} or {TASK}"
+        )
+    elif a.what == "train-set":
+        print(TL.build_set(REGIME).card["counts"])
+    else:
+        print(build_judge_set().card["counts"])
+    print(f"{time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
     raise SystemExit(main())

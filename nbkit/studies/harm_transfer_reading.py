@@ -8,8 +8,6 @@ import json
 import math
 from pathlib import Path
 
-from nbkit import results
-from nbkit.runtime import outputs
 from nbkit.stats import threshold
 from nbkit.studies import harm_threshold as H
 from nbkit.studies.harm_transfer_rule import BAND, REFERENCE_TASK, STUDY, TASK
@@ -34,11 +32,12 @@ def columns(first: str = REFERENCE_TASK, second: str = TASK) -> dict[str, str]:
     """``agreement``'s named fields → the transfer table's headers (the two tasks named)."""
     return {
         "unit": "unit",
-        **{
-            f"{side}_{k}": f"{task}: {head}"
-            for side, task in (("first", first), ("second", second))
-            for k, head in (("outcome", "outcome"), ("threshold", "threshold"), ("ci", "CI"))
-        },
+        "first_outcome": f"{first}: outcome",
+        "first_threshold": f"{first}: threshold",
+        "first_ci": f"{first}: CI",
+        "second_outcome": f"{second}: outcome",
+        "second_threshold": f"{second}: threshold",
+        "second_ci": f"{second}: CI",
         "ratio": f"ratio {second}/{first}",
         "overlap": "CIs overlap",
         "agrees": "agrees",
@@ -199,20 +198,6 @@ def with_transfer(thresholds: dict, joint: dict[str, dict] | None = None) -> dic
         "unit_note": f"the primary unit, pre-registered on {REFERENCE_TASK}",
         "transfer": transfer_record(thresholds.get("units", {}), joint=joint),
     }
-
-
-def store_transfer(root: Path = results.RESULTS) -> Path | None:
-    """Add the transfer reading to the thresholds stored under ``root`` (``with_transfer``; ``HarmTransfer.store``
-    writes it with them once every run of the rule is stored). None when no thresholds or not both tasks' are
-    stored."""
-    path = Path(root) / H.THRESHOLDS.relative_to(results.RESULTS)
-    from nbkit.studies.harm_transfer import HarmTransfer
-
-    study = HarmTransfer()
-    runs = study.load(root)
-    joint = study.joint(runs, study.meta(study.card(root)["configs"]["runs"]), root) if runs else None
-    read = with_transfer(_read(path), joint)
-    return outputs.write_json(path, read) if "transfer" in read else None
 
 
 def _read(path: Path) -> dict:

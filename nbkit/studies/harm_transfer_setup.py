@@ -1,12 +1,11 @@
 """Before the harm-transfer rule was committed: the lr pilot, the grid's budget, tiny-long's offline ladder and its
-judge set; ``main`` is ``python -m nbkit.studies.harm_transfer`` (the commands its module docstring lists).
+judge set (what ``python -m nbkit.studies.harm_transfer`` runs: the commands its module docstring lists).
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from nbkit.runtime import outputs
 from nbkit.studies import harm_threshold_rule as HR
 from nbkit.studies import tiny_long_regimes as TL
 from nbkit.studies.base import GridStudy
-from nbkit.studies.harm_transfer_reading import store_transfer
 from nbkit.studies.harm_transfer_rule import (
     DATASET,
     EXTRA_SEEDS,
@@ -25,17 +23,14 @@ from nbkit.studies.harm_transfer_rule import (
     JUDGE_SEED,
     JUDGE_SET,
     LADDER_FILE,
-    PILOT_FILE,
     PILOT_LRS,
     PILOT_RISE,
     POINTS,
-    REFERENCE_TASK,
     REGIME,
     SEEDS,
     STEPS,
     STUDY,
     TARGETS,
-    TASK,
     base_config,
 )
 
@@ -117,8 +112,8 @@ def _rows(cfg) -> list[dict]:
 
 
 def measure_ladder(path: Path = LADDER_FILE) -> dict:
-    """tiny-long's offline ladder at ``REGIME`` (``harm_threshold_rule.measure_ladder``: its prompts from ``DATASET``, its
-    response budget), written to ``path``."""
+    """tiny-long's offline ladder at ``REGIME`` (``harm_threshold_rule.measure_ladder``: its prompts from
+    ``DATASET``, its response budget), written to ``path``."""
     return HR.measure_ladder(path, model=TL.MODEL, prompt_source=DATASET, max_tokens=TL.max_tokens(REGIME))
 
 
@@ -160,47 +155,3 @@ def build_judge_set(pool_size: int = JUDGE_POOL, seed: int = JUDGE_SEED, n_sampl
         batch_prompts=16,
     )
     return dataset.build(judge_task(pool_size, seed), cfg)
-
-
-def _doc() -> str:
-    from nbkit.studies import harm_transfer
-
-    return harm_transfer.__doc__.split("\n")[0]
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m nbkit.studies.harm_transfer", description=_doc())
-    p.add_argument("what", choices=("pilot", "ladder", "train-set", "judge-set", "points", "transfer"))
-    p.add_argument("--lrs", type=float, nargs="+", default=list(PILOT_LRS), help="pilot: candidate lrs")
-    p.add_argument("--steps", type=int, default=STEPS, help="pilot: steps per run (the rule: 50)")
-    p.add_argument("--output-dir", default=f"runs/{STUDY}_pilot", help="pilot: where its runs go")
-    p.add_argument("--store", action="store_true", help=f"pilot: also write the record to {PILOT_FILE}")
-    a = p.parse_args(argv)
-    t0 = time.perf_counter()
-    if a.what == "pilot":
-        res = pilot(a.lrs, a.steps, output_dir=a.output_dir, store=PILOT_FILE if a.store else None)
-        for k, v in res["runs"].items():
-            print(
-                f"lr {k}: judge {v['judge']}; rise {v['rise']}; learns: {v['learns']}; "
-                f"{v['seconds_per_step']} s/step, {v['seconds_per_judgment']} s/judgment"
-            )
-        print(f"smallest lr that learns (rise > {res['rise']}): {res['lr']}")
-    elif a.what == "ladder":
-        rec = measure_ladder()
-        print(json.dumps(rec["doses"], indent=1))
-        print("points:", points_from_ladder(rec["doses"]))
-    elif a.what == "points":
-        print(points_from_ladder(HR.ladder_record(LADDER_FILE)["doses"]))
-    elif a.what == "transfer":
-        path = store_transfer()
-        print(
-            f"wrote the transfer reading into {path}" if path else f"{HR.THRESHOLDS} lacks {REFERENCE_TASK} or {TASK}"
-        )
-    elif a.what == "train-set":
-        print(TL.build_set(REGIME).card["counts"])
-    else:
-        print(build_judge_set().card["counts"])
-    print(f"{time.perf_counter() - t0:.0f} s")
-    return 0

@@ -2,7 +2,8 @@
 
 A study computes its numbers into rows with named fields (``gap``, ``ci_low``, ...); its page shows them under
 display headers (``columns``: field → header, ``display``) and writes its sentences by filling templates with the
-same named fields (``str.format``), so no sentence reads a display header and a header can change without touching prose.
+same named fields (``str.format``), so no sentence reads a display header and a header can change without touching
+prose.
 """
 
 from __future__ import annotations
