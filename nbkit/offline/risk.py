@@ -136,7 +136,7 @@ def transfer_note(unit: str, transfer: dict) -> str:
     by = f"read by {transfer['study']}" if transfer.get("study") else "the stored transfer reading"
     if mine is None:
         return f"the transfer between {first} and {second} ({by}) did not read {unit!r}"
-    if "reading" in mine:  # the amended rule (harm_transfer.TRANSFER_RULE): the ratio's CI against a band
+    if "reading" in mine:  # the amended rule (harm_transfer_rule.TRANSFER_RULE): the ratio's CI against a band
         lo, hi = transfer.get("band") or (None, None)
         ci = mine.get("ratio_ci") or (math.nan, math.nan)
         said = {"transfers": "transfers", "differs": "differs", "cannot tell": "is not shown to transfer"}

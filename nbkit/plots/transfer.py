@@ -27,7 +27,7 @@ def transfer_figure(units: dict[str, dict[str, dict]], labels: dict[str, str], r
     titles = []
     for u in names:
         r = said.get(u)
-        ratio = next((v for k, v in (r or {}).items() if k.startswith("ratio ")), None)
+        ratio = (r or {}).get("ratio")
         extra = "" if r is None else f" · {'agrees' if r['agrees'] else 'does not agree'}"
         extra += f", ratio {ratio:.2g}" if ratio is not None else ""
         titles.append(f"{labels.get(u, u)}{extra}")

@@ -225,13 +225,6 @@ def p_against(gaps: list[float], null: float) -> float:
     return p_value(gaps, -null)
 
 
-def contrast_verdict(lo: float, hi: float) -> str:
-    """A contrast's reading by its interval: above 0 helps, below 0 harms, else no detectable effect."""
-    if lo != lo or hi != hi:
-        return "one seed: no interval"
-    return HELPS if lo > 0 else HARMS if hi < 0 else NO_EFFECT
-
-
 def rescue_family(cells: dict[str, tuple[list[float], list[float]]], rule: Rule = RULE) -> dict[str, dict]:
     """The rescue rule over every cell at once. ``cells``: ``name → (contrast, vs_reference)``, the per-seed
     corrected − uncorrected and corrected − FP32 differences on the same seeds.

@@ -162,11 +162,16 @@ def amend(study: str, amendment: Amendment, root: Path = results.RESULTS, **reco
     return path
 
 
-def put(study: str, declared, moved: dict[str, list[str]] | None = None, root: Path = results.RESULTS) -> None:
+def put(
+    study: str, declared, moved: dict[str, list[str]] | None = None, root: Path = results.RESULTS, **record
+) -> None:
     """Put a study's declared amendments (``{"key", "what", "commit", "time", "why"}`` each, as the study modules
     declare ``AMENDMENTS``) on its stored card, each with what it moved (``moved[key]``, computed from the stored
-    runs; none when absent)."""
+    runs; none when absent); ``record``: ``rule`` and ``training_started`` set beside them (``amend``)."""
     for a in declared:
         amend(
-            study, Amendment(a["what"], a["commit"], a["time"], a["why"], list((moved or {}).get(a["key"], []))), root
+            study,
+            Amendment(a["what"], a["commit"], a["time"], a["why"], list((moved or {}).get(a["key"], []))),
+            root,
+            **record,
         )

@@ -7,8 +7,8 @@ trains the unfinished runs of a shard (a finished run is never re-run, so a kill
 ``store`` keeps finished runs only and lists the missing ones on the card. A run's coordinates in the grid (dtype,
 seed, ...) are read from its config (``coords``), never parsed from its folder name.
 
-Over ~400 lines on purpose: the one base class every study inherits (grid, shards, resume checks, store, load,
-card) reads best in one place.
+What ``store`` would change in a stored study is said by ``nbkit.studies.stored``; tables and sentences are written
+by ``nbkit.studies.prose``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 from nbkit import results
 from nbkit.records.runlog import KIND, RESULT_NEUTRAL, MetricsLog, last_logged_step, last_step, result_differences
 from nbkit.runtime import outputs
+from nbkit.studies.prose import markdown_table as markdown_table  # (re-exported: the studies' table writer)
+from nbkit.studies.stored import keep_stored_change, store_change
 
 
 class StoredStudyError(FileExistsError):
@@ -270,7 +272,7 @@ class GridStudy(Study):
         stored = (results.study_dir(self.name, root) / results.CARD).is_file()
         if keep_stored and stored:
             kept, kept_configs = self.stored_runs(grid, root)
-            other = self.keep_stored_change(options, kept, root)
+            other = keep_stored_change(self, options, kept, root)
             if other and not replace:
                 raise StoredStudyError(
                     f"study {self.name}: --keep-stored only adds runs of the stored study's grid, but {other}; "
@@ -306,7 +308,7 @@ class GridStudy(Study):
         if not runs:
             raise ValueError(f"no finished run of {self.name}'s grid under {self.folder(options)}: nothing to store")
         if not keep_stored and stored:
-            change = self.store_change(options, runs, configs, root)
+            change = store_change(self, options, runs, configs, root)
             if not change:  # the same study again: nothing is written, so the stored files stay byte for byte
                 print(
                     f"[nbkit] {self.name}: the stored study already holds these {len(runs)} runs of this grid: "
@@ -337,68 +339,22 @@ class GridStudy(Study):
             else "",
         )
 
-    def grid_changes(self, options: dict, card: dict) -> list[str]:
-        """``field (stored: ..., now: ...)`` for every grid option (``output_dir`` aside) where ``options`` differ
-        from the grid the stored ``card`` was made with."""
-        stored_grid = self.grid_options(card)
-        now = json.loads(json.dumps(options, default=str))
-        return [
-            f"{k} (stored: {json.dumps(stored_grid.get(k))}, now: {json.dumps(now.get(k))})"
-            for k in sorted(set(stored_grid) | set(now))
-            if k != "output_dir" and stored_grid.get(k) != now.get(k)
-        ]
+    amendments: tuple = ()
+    """Changes made after training began (``nbkit.studies.amendments``: ``key``, ``what``, ``commit``, ``time`` and
+    ``why`` each), put on the stored card by ``record_amendments``."""
+    amendment_record: dict = {}
+    """``rule`` and ``training_started`` set on the card beside them, for a card that lacks its own (none here)."""
 
-    def keep_stored_change(self, options: dict, kept: dict, root: Path = results.RESULTS) -> str:
-        """Why runs of the grid ``options`` cannot simply be added to the stored study ("" when they can): its grid
-        differs, or some stored run is not a run of this grid (``stored_runs``: another config, or cut short), so
-        storing would drop or replace it."""
-        fields = self.grid_changes(options, self.card(root))
-        lost = sorted(set(results.load(self.name, root)) - set(kept))
-        parts = []
-        if fields:
-            parts.append("grid fields that differ: " + "; ".join(fields))
-        if lost:
-            parts.append(
-                f"{len(lost)} stored run(s) are not runs of this grid and would be lost: "
-                f"{lost[:6] + (['...'] if len(lost) > 6 else [])}"
-            )
-        return "; ".join(parts)
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``amendment key → the readings and verdicts it moved``, computed from ``runs`` (none by default)."""
+        return {}
 
-    def store_change(
-        self, options: dict, runs: dict[str, list[dict]], configs: dict[str, dict], root: Path = results.RESULTS
-    ) -> str:
-        """How ``runs`` of the grid ``options`` differ from the stored study ("" when they are the same runs, row for
-        row, of the same grid): ``N stored runs -> M``, then the differing grid fields and runs."""
-        card = self.card(root)
-        fields = self.grid_changes(options, card)
-        stored_configs = card.get("configs", {}).get("runs", {})
-        stored_rows = self.load(root)
+    def record_amendments(self, root: Path = results.RESULTS) -> None:
+        """Put ``amendments`` on the stored card, each with what it moved (``moves`` of the stored runs)."""
+        from nbkit.studies.amendments import put
 
-        def same_config(a: dict, b: dict) -> bool:
-            return {k: v for k, v in a.items() if k not in RESULT_NEUTRAL} == {
-                k: v for k, v in b.items() if k not in RESULT_NEUTRAL
-            }
-
-        plain = json.loads(json.dumps(runs, default=results._plain))
-        plain_configs = json.loads(json.dumps(configs, default=str))
-        changed = sorted(
-            k
-            for k in set(runs) & set(stored_rows)
-            if stored_rows[k] != plain[k] or not same_config(stored_configs.get(k, {}), plain_configs[k])
-        )
-        if not fields and set(runs) == set(stored_rows) and not changed:
-            return ""
-        parts = [f"{len(stored_rows)} stored runs -> {len(runs)}"]
-        if fields:
-            parts.append("grid fields that differ: " + "; ".join(fields))
-        gone, new = sorted(set(stored_rows) - set(runs)), sorted(set(runs) - set(stored_rows))
-        if gone:
-            parts.append(f"stored runs not in the new study: {gone[:6] + (['...'] if len(gone) > 6 else [])}")
-        if new:
-            parts.append(f"new runs: {new[:6] + (['...'] if len(new) > 6 else [])}")
-        if changed:
-            parts.append(f"runs whose rows or config differ: {changed[:6] + (['...'] if len(changed) > 6 else [])}")
-        return "; ".join(parts)
+        moved = self.moves(self.load(root), self.stored_meta(root))
+        put(self.name, self.amendments, moved, root, **self.amendment_record)
 
     def card_record(self, options: dict) -> dict:
         """Fields of the study's record to write on its card at ``store`` (``nbkit.studies.amendments``: ``rule``,
@@ -479,6 +435,12 @@ class GridStudy(Study):
         return (runs, meta, seconds) if beside is None else (runs, meta, seconds, values)
 
 
+def add_run(grid: dict, base, label: str, **fields) -> None:
+    """Put run ``label`` in ``grid``: ``base`` (an ``RLConfig``) with ``fields`` changed, trained into
+    ``base.out / label`` (``replace`` re-validates the config)."""
+    grid[label] = replace(base, output_dir=str(base.out / label), **fields)
+
+
 def _plain_rows(rows: list[dict]) -> list[dict]:
     """``rows`` as they read back from a stored study (numpy scalars, paths and tuples as JSON has them)."""
     return json.loads(json.dumps(rows, default=results._plain))
@@ -489,29 +451,3 @@ def _check_shard(shard) -> tuple[int, int]:
     if not (isinstance(n, int) and n >= 1 and isinstance(i, int) and 0 <= i < n):
         raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}")
     return i, n
-
-
-def _cell(value) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        if value != value:
-            return "—"
-        return f"{value:.3g}" if value and abs(value) < 1e-2 else f"{value:.3f}".rstrip("0").rstrip(".")
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_cell(v) for v in value)
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
-    """A GitHub markdown table of ``rows`` (``columns`` picks and orders keys; default: the first row's keys)."""
-    if not rows:
-        return "_(no rows)_"
-    columns = columns or list(rows[0])
-    missing = [c for c in columns if c not in rows[0]]
-    if missing:
-        raise KeyError(f"columns {missing} are not in the table; it has {list(rows[0])}")
-    head = "| " + " | ".join(_cell(c) for c in columns) + " |"
-    rule = "|" + "---|" * len(columns)
-    body = ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join([head, rule, *body])

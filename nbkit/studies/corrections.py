@@ -50,7 +50,6 @@ ones, ``store --keep-stored`` adds a later sitting's. The first ``run`` to train
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 from nbkit import results
@@ -58,7 +57,8 @@ from nbkit.records.runlog import differing_fields, last_step
 from nbkit.stats import noninferiority as NI
 from nbkit.stats.stats import bounded_mean_ci, mean_ci
 from nbkit.studies import dose_response as DR
-from nbkit.studies import prereg
+from nbkit.studies import prereg, prose
+from nbkit.studies.base import add_run
 
 STUDY = "corrections_tiny_arith"
 """The stored study's folder name under ``data/results``."""
@@ -101,8 +101,34 @@ DEFAULT = "<the study's own>"
 """``grid``'s ``reuse`` when not given: the study's ``reuse`` attribute (None: a different choice, reuse nothing)."""
 
 
-def _name(fmt: str, corr: str) -> str:
-    return f"{fmt} + {corr}"
+COLUMNS = {
+    "format": "format",
+    "correction": "correction",
+    "paired": "paired seeds",
+    "uncorrected": "uncorrected − fp32",
+    "uncorrected_ci": "uncorrected − fp32 CI",
+    "corrected": "corrected − fp32",
+    "corrected_ci": "corrected − fp32 CI",
+    "contrast": "contrast",
+    "contrast_ci": "contrast CI",
+    "sd": "contrast SD (own)",
+    "verdict": "verdict",
+    "holm": "verdict (Holm)",
+    "p_rescue": "p rescue",
+}
+"""A table row's named fields → the headers the page shows them under (``nbkit.studies.prose``)."""
+CELL = (
+    "{format} + {correction} ({paired} paired seeds): corrected − uncorrected {contrast:+.3f}{contrast_ci}, "
+    "corrected − FP32 {corrected:+.3f}{corrected_ci}, uncorrected − FP32 {uncorrected:+.3f} on the same seeds: "
+    "{verdict}; family-wise (Holm): {holm}."
+)
+CI = " (95 % CI {:+.3f} to {:+.3f})"
+RESCUED = "Rescued by the rule (Holm over the {judged} rescue claims with a verdict): {rescued}."
+SHORT = (
+    "The rule planned {planned} paired seeds per cell; cells here have {short}: the study stopped short of its plan, "
+    "and its power is below the planned power."
+)
+"""The page's sentences: templates over a row's named fields (``COLUMNS``)."""
 
 
 AMENDMENTS = (
@@ -155,6 +181,7 @@ class CorrectionsStudy(prereg.PreRegistered):
     )
     notebook = "06_dose_response"
     output_dir = f"runs/{STUDY}"
+    amendments = AMENDMENTS
     formats: tuple[str, ...] = FORMATS
     """The rollout formats of the cells."""
     corrections: tuple[str, ...] = CORRECTIONS
@@ -212,7 +239,7 @@ class CorrectionsStudy(prereg.PreRegistered):
         grid = {}
 
         def add(label, **kw):
-            grid[label] = replace(base, output_dir=str(base.out / label), **kw)
+            add_run(grid, base, label, **kw)
 
         for seed in seeds:  # seed by seed: a cut-off study has every cell on the same seeds
             add(f"fp32-none-s{seed}", rollout_format="fp32", seed=seed)
@@ -258,12 +285,6 @@ class CorrectionsStudy(prereg.PreRegistered):
             other = results.load(reuse["study"], root)
             runs = {**{k: other[k] for k in reuse["runs"] if k in other}, **runs}
         return runs
-
-    def record_amendments(self, root: Path = results.RESULTS) -> None:
-        """Put ``AMENDMENTS`` on the stored card (no verdict moved: the 6 seeds are what was read)."""
-        from nbkit.studies import amendments as A
-
-        A.put(self.name, AMENDMENTS, self.moves(self.load(root), self.stored_meta(root)), root)
 
     def moves(self, runs, meta) -> dict[str, list[str]]:
         """``AMENDMENTS``' key → the shown intervals whose reading (above/below 0, above/below −margin) moved."""
@@ -313,51 +334,47 @@ class CorrectionsStudy(prereg.PreRegistered):
         )
 
     def table(self, runs, meta) -> list[dict]:
+        """``cell_rows`` under the page's headers (``COLUMNS``)."""
+        return prose.display(self.cell_rows(runs, meta), COLUMNS)
+
+    def cell_rows(self, runs, meta) -> list[dict]:
+        """One row of named fields (``COLUMNS``' keys) per corrected cell: its contrasts with their t-intervals and
+        the rescue rule's verdicts."""
         con = self.contrasts(runs, meta)
         fam = NI.rescue_family(
-            {_name(*k): (list(v["contrast"].values()), list(v["vs fp32"].values())) for k, v in con.items()}, RULE
+            {prose.arm(*k): (list(v["contrast"].values()), list(v["vs fp32"].values())) for k, v in con.items()}, RULE
         )
         rows = []
         for (fmt, corr), v in con.items():
             c, g, u = (list(v[k].values()) for k in ("contrast", "vs fp32", "uncorrected vs fp32"))
-            row = {"format": fmt, "correction": corr, "paired seeds": len(c)}
-            for label, xs in (("uncorrected − fp32", u), ("corrected − fp32", g), ("contrast", c)):
+            row = {"format": fmt, "correction": corr, "paired": len(c)}
+            for name, xs in (("uncorrected", u), ("corrected", g), ("contrast", c)):
                 m, lo, hi = mean_ci(xs) if xs else (None, None, None)  # the t-interval the verdict reads
-                row.update({label: m, f"{label} CI": None if m is None or lo != lo else [lo, hi]})
-            row["contrast SD (own)"] = statistics.stdev(c) if len(c) >= 2 else None
-            row.update({k: fam[_name(fmt, corr)][k] for k in ("verdict", "verdict (Holm)", "p rescue")})
+                row |= {name: m, f"{name}_ci": None if m is None or lo != lo else [lo, hi]}
+            row["sd"] = statistics.stdev(c) if len(c) >= 2 else None
+            verdicts = fam[prose.arm(fmt, corr)]
+            row |= {
+                "verdict": verdicts["verdict"],
+                "holm": verdicts["verdict (Holm)"],
+                "p_rescue": verdicts["p rescue"],
+            }
             rows.append(row)
         return rows
 
     # -- sentences ----------------------------------------------------------------------------------------------
     def findings(self, runs, meta, rows) -> list[str]:
-        out = []
-        for r in rows:
-            if r["contrast"] is None:
-                continue
-
-            def ci(k, r=r):
-                return f" (95 % CI {r[k][0]:+.3f} to {r[k][1]:+.3f})" if r[k] else ""
-
-            out.append(
-                f"{r['format']} + {r['correction']} ({r['paired seeds']} paired seeds): corrected − "
-                f"uncorrected {r['contrast']:+.3f}{ci('contrast CI')}, corrected − FP32 {r['corrected − fp32']:+.3f}"
-                f"{ci('corrected − fp32 CI')}, uncorrected − FP32 {r['uncorrected − fp32']:+.3f} on the same "
-                f"seeds: {r['verdict']}; family-wise (Holm): {r['verdict (Holm)']}."
-            )
-        judged = [r for r in rows if r["paired seeds"] >= RULE.min_seeds]
-        rescued = [f"{r['format']} + {r['correction']}" for r in judged if r["verdict (Holm)"] == NI.RESCUES]
-        out.append(
-            f"Rescued by the rule (Holm over the {len(judged)} rescue claims with a verdict): "
-            + (", ".join(rescued) if rescued else "none")
-            + "."
-        )
-        short = sorted({r["paired seeds"] for r in rows} - {len(self.seeds)})
+        rows = prose.named(rows, COLUMNS)
+        out = [
+            CELL.format_map({**r, **{k: CI.format(*r[k]) if r[k] else "" for k in ("contrast_ci", "corrected_ci")}})
+            for r in rows
+            if r["contrast"] is not None
+        ]
+        judged = [r for r in rows if r["paired"] >= RULE.min_seeds]
+        rescued = [prose.arm(r["format"], r["correction"]) for r in judged if r["holm"] == NI.RESCUES]
+        out.append(RESCUED.format(judged=len(judged), rescued=", ".join(rescued) if rescued else "none"))
+        short = sorted({r["paired"] for r in rows} - {len(self.seeds)})
         if short and rows:
-            out.append(
-                f"The rule planned {len(self.seeds)} paired seeds per cell; cells here have {short}: the study "
-                "stopped short of its plan, and its power is below the planned power."
-            )
+            out.append(SHORT.format(planned=len(self.seeds), short=short))
         out += self.power_findings()
         return out
 

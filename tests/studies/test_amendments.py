@@ -104,3 +104,37 @@ def test_amend_writes_the_record_onto_a_stored_card_and_replaces_an_amendment_of
     assert [x.verdicts_moved for x in A.read(card)] == [["x: a → b"]] and card["training_started"]["time"] == START
     with pytest.raises(ValueError, match="unknown card record fields"):
         A.amend("toy", a, tmp_path, start=START)
+
+
+def test_record_amendments_puts_each_declared_amendment_on_the_card_with_what_the_stored_runs_say_it_moved(tmp_path):
+    from nbkit import results
+    from nbkit.studies.base import GridStudy
+
+    class Toy(GridStudy):
+        name = "toy_study"
+        amendments = (
+            {"key": "a", "what": "First change.", "commit": "a" * 40, "time": "2026-01-01T11:00:00+00:00", "why": "x"},
+            {"key": "b", "what": "Second change.", "commit": "b" * 40, "time": "2026-01-01T12:00:00+00:00", "why": "y"},
+        )
+        amendment_record = {
+            "rule": {"what": "the rule", "commit": "c" * 40, "time": "2026-01-01T09:00:00+00:00"},
+            "training_started": {"time": START, "commit": "d" * 40, "evidence": "a test"},
+        }
+
+        def coords(self, config):
+            return {"seed": config["seed"]}
+
+        def moves(self, runs, meta):
+            return {"a": [f"seeds {sorted(m['seed'] for m in meta.values())}: {len(runs)} runs read"]}
+
+    runs = {f"s{s}": [{schema.STEP: 1, schema.ACCURACY: 0.5}] for s in (0, 1)}
+    configs = {"grid": {}, "runs": {f"s{s}": {"seed": s} for s in (0, 1)}}
+    results.store(Toy.name, runs, command="test", wall_seconds=1.0, configs=configs, root=tmp_path)
+    Toy().record_amendments(tmp_path)
+    card = results.card(Toy.name, tmp_path)
+    recorded = A.read(card)
+    assert [a.what for a in recorded] == ["First change.", "Second change."]
+    assert [a.verdicts_moved for a in recorded] == [["seeds [0, 1]: 2 runs read"], []]
+    assert card["rule"]["what"] == "the rule" and card["training_started"]["evidence"] == "a test"
+    Toy().record_amendments(tmp_path)  # recorded again: replaced, not repeated
+    assert len(results.card(Toy.name, tmp_path)["amendments"]) == 2

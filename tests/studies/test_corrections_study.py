@@ -92,6 +92,16 @@ def _synthetic(seeds=range(5), short: dict | None = None):
     return study, runs, study.meta(configs), configs
 
 
+def test_the_findings_read_named_fields_so_a_header_can_change_without_touching_a_sentence(monkeypatch):
+    study, runs, meta, _ = _synthetic()
+    said = study.findings(runs, meta, study.table(runs, meta))
+    monkeypatch.setattr(C, "COLUMNS", {k: f"shown as {v}" for k, v in C.COLUMNS.items()})
+    rows = study.table(runs, meta)
+    assert "shown as contrast CI" in rows[0] and "contrast CI" not in rows[0]
+    assert study.findings(runs, meta, rows) == said
+    assert any(s.startswith("e8m2 + token_tis (5 paired seeds): corrected − uncorrected +0.080") for s in said)
+
+
 def test_the_rescue_rule_reads_each_cell_from_its_paired_contrast_and_its_gap_to_fp32():
     study, runs, meta, _ = _synthetic(short={("nvfp4", "token_tis"): 3})
     rows = {(r["format"], r["correction"]): r for r in study.table(runs, meta)}

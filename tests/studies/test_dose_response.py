@@ -11,6 +11,7 @@ from nbkit import results
 from nbkit.records import schema
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as D
+from nbkit.studies import dose_response_findings as F
 from nbkit.studies.base import GridStudy
 
 
@@ -115,6 +116,23 @@ def test_the_table_pairs_each_format_with_fp32_by_seed_and_applies_the_rule():
     assert "2.5 % per format" not in text  # the old, false error-rate sentence
 
 
+def test_the_findings_read_named_fields_so_a_header_can_change_without_touching_a_sentence(monkeypatch):
+    runs, meta = {}, {}
+    for fmt, xs in {"fp32": [0.8, 0.85, 0.9, 0.82, 0.88], "e8m1": [0.4, 0.5, 0.45, 0.42, 0.47]}.items():
+        for seed, x in enumerate(xs):
+            runs[f"{fmt}-{seed}"] = _run(x, {"fp32": 1e-7, "e8m1": 0.4}[fmt])
+            meta[f"{fmt}-{seed}"] = {"format": fmt, "train": "fp32", "correction": "none", "seed": seed}
+    study = D.DoseResponse()
+    said = study.findings(runs, meta, study.table(runs, meta))
+    renamed = {k: f"shown as {v}" for k, v in F.COLUMNS.items()}
+    monkeypatch.setattr(F, "COLUMNS", renamed)
+    monkeypatch.setattr(D, "COLUMNS", renamed)
+    rows = study.table(runs, meta)
+    assert "shown as gap vs fp32" in rows[0] and "gap vs fp32" not in rows[0]
+    assert study.findings(runs, meta, rows) == said
+    assert any(s.startswith("e8m1 rollouts (dose: mismatch 0.4 per token at step 0") for s in said)
+
+
 def test_a_cell_under_five_seeds_gets_its_direction_only():
     assert D.DoseResponse.cell_verdict([0.01, 0.02, 0.015]).startswith("direction only: not worse")
     assert D.DoseResponse.cell_verdict([-0.3, -0.2, -0.25, -0.3]).startswith("direction only: worse")
@@ -182,9 +200,9 @@ def test_the_stored_study_loads_names_a_real_commit_and_its_table_follows_the_ru
 
 
 def test_an_inconclusive_interval_below_zero_is_said_to_be_worse_than_fp32():
-    assert "wholly below 0" in D._below_zero({"verdict": "inconclusive", "gap CI high": -0.01})
-    assert D._below_zero({"verdict": "inconclusive", "gap CI high": 0.02}) == ""
-    assert D._below_zero({"verdict": "breaks", "gap CI high": -0.2}) == ""
+    assert "wholly below 0" in F.below_zero({"verdict": "inconclusive", "ci_high": -0.01})
+    assert F.below_zero({"verdict": "inconclusive", "ci_high": 0.02}) == ""
+    assert F.below_zero({"verdict": "breaks", "ci_high": -0.2}) == ""
 
 
 def test_the_stored_card_records_each_amendment_with_the_verdicts_the_runs_say_it_moved():

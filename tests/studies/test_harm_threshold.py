@@ -12,11 +12,12 @@ import pytest
 from nbkit.records import schema
 from nbkit.stats import threshold
 from nbkit.studies import harm_threshold as H
+from nbkit.studies import harm_threshold_rule as HR
 
 
 def test_the_channel_points_are_the_ones_the_rule_picks_from_the_stored_ladder():
-    ladder = H.ladder_record()
-    assert H.pick_points(ladder["doses"]) == [p for p in H.POINTS if p != "e8m3"]
+    ladder = HR.ladder_record()
+    assert HR.pick_points(ladder["doses"]) == [p for p in H.POINTS if p != "e8m3"]
     assert ladder["unit"] == schema.METRIC_TOKEN_ABS_LOGP_DIFF and ladder["commit"]
     doses = [ladder["doses"][p] for p in H.POINTS]
     assert doses == sorted(doses), "the points ascend in ladder dose"
@@ -25,7 +26,7 @@ def test_the_channel_points_are_the_ones_the_rule_picks_from_the_stored_ladder()
 
 def test_pick_points_refuses_a_ladder_without_its_ends():
     with pytest.raises(ValueError, match="e8m2 and e8m1"):
-        H.pick_points({"e8m2": 0.05})
+        HR.pick_points({"e8m2": 0.05})
 
 
 def test_the_grid_trains_every_dose_and_fp32_seed_by_seed_then_the_placed_formats():

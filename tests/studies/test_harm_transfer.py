@@ -12,15 +12,19 @@ import pytest
 from nbkit.records import schema
 from nbkit.rl import judge
 from nbkit.studies import harm_threshold as H
+from nbkit.studies import harm_threshold_rule as HR
 from nbkit.studies import harm_transfer as T
+from nbkit.studies import harm_transfer_reading as TR
+from nbkit.studies import harm_transfer_rule as R
+from nbkit.studies import harm_transfer_setup as S
 from nbkit.studies import tiny_long_regimes as TL
 from nbkit.studies.catalog import STUDIES
 from nbkit.tasks import long_arith
 
 
 def test_the_points_are_e8m3_and_the_ones_pick_points_takes_from_tiny_longs_stored_ladder():
-    ladder = H.ladder_record(T.LADDER_FILE)
-    assert T.points_from_ladder(ladder["doses"]) == list(T.POINTS)
+    ladder = HR.ladder_record(R.LADDER_FILE)
+    assert S.points_from_ladder(ladder["doses"]) == list(T.POINTS)
     assert ladder["unit"] == schema.METRIC_TOKEN_ABS_LOGP_DIFF and ladder["commit"] and "tiny-long" in ladder["ladder"]
     doses = [ladder["doses"][p] for p in T.POINTS]
     assert doses == sorted(doses) and len(T.POINTS) >= 4, "at least 4 doses, ascending in ladder dose"
@@ -36,8 +40,8 @@ def test_the_grid_is_tiny_long_at_the_regime_fp32_paired_seed_by_seed_then_the_a
         assert labels[s * per_seed : (s + 1) * per_seed] == [f"fp32-none-s{s}", *[f"{p}-none-s{s}" for p in T.POINTS]]
     assert labels[n:] == [f"{f}-{c or 'none'}-s{s}" for s in T.EXTRA_SEEDS for f, c in T.EXTRAS], "extras come last"
     cfgs = list(grid.values())
-    assert {c.model for c in cfgs} == {"tiny-long"} and {c.dataset for c in cfgs} == {T.DATASET}
-    assert {c.max_tokens for c in cfgs} == {TL.max_tokens(T.REGIME)} and {c.judge_set for c in cfgs} == {T.JUDGE_SET}
+    assert {c.model for c in cfgs} == {"tiny-long"} and {c.dataset for c in cfgs} == {R.DATASET}
+    assert {c.max_tokens for c in cfgs} == {TL.max_tokens(T.REGIME)} and {c.judge_set for c in cfgs} == {R.JUDGE_SET}
     assert {(c.train_dtype, c.rollout_engine, c.steps, c.judge_every) for c in cfgs} == {("fp32", "hf", 50, 10)}
     assert {c.correction for c in cfgs[:n]} == {None} and grid["nvfp4-mu_old-s0"].correction == "mu_old"
     assert TL.max_tokens(T.REGIME) - TL.TOKEN_MARGIN >= 5 * 31.5, "answers at least 5x tiny-arith's"
@@ -56,18 +60,18 @@ def test_each_change_after_the_rule_is_an_amendment_that_names_its_commit_and_mo
 
 
 def test_the_grid_refuses_to_build_before_the_pilot_fixed_the_lr(monkeypatch):
-    monkeypatch.setattr(T, "LR", None)
+    monkeypatch.setattr(R, "LR", None)  # the rule's lr (harm_transfer_rule), not fixed yet
     with pytest.raises(ValueError, match="pilot"):
         T.HarmTransfer().grid()
 
 
 def test_the_lr_is_the_smallest_that_learns_in_the_stored_pilot():
-    pilot = json.loads(T.PILOT_FILE.read_text())
+    pilot = json.loads(R.PILOT_FILE.read_text())
     runs = pilot["runs"].values()
-    assert sorted(r["lr"] for r in runs) == sorted(T.PILOT_LRS) and pilot["steps"] == T.STEPS
+    assert sorted(r["lr"] for r in runs) == sorted(R.PILOT_LRS) and pilot["steps"] == T.STEPS
     for r in runs:  # "learns" is the rule's reading of the stored judgments
         (s0, first), (s50, last) = r["judge"][0], r["judge"][-1]
-        assert (s0, s50) == (0, T.STEPS) and r["learns"] == (last - first > T.PILOT_RISE)
+        assert (s0, s50) == (0, T.STEPS) and r["learns"] == (last - first > R.PILOT_RISE)
     assert T.LR == pilot["lr"] == min(r["lr"] for r in runs if r["learns"])
     assert {c.lr for c in T.HarmTransfer().grid().values()} == {T.LR}
     assert f"lr {T.LR}" in T.RULE_TEXT
@@ -92,16 +96,15 @@ def test_agreement_names_the_unit_whose_two_thresholds_overlap_and_their_ratio()
         "ess_seq_deficit": {"tiny-arith": {"outcome": "none", "why": "not estimable"}},
     }
     rows = {r["unit"]: r for r in T.agreement(units)}
-    assert rows["token_abs_logp_diff/mean"]["agrees"] and rows["token_abs_logp_diff/mean"][
-        "ratio tiny-long/tiny-arith"
-    ] == pytest.approx(1.2)
-    assert not rows["seq_log_ratio/abs_mean"]["agrees"] and rows["seq_log_ratio/abs_mean"]["CIs overlap"] is False
-    kl = rows["seq_kl"]  # a censored CI reaches infinity and meets "above 8", but only crossings can agree
-    assert kl["CIs overlap"] is True and not kl["agrees"] and kl["ratio tiny-long/tiny-arith"] is None
-    assert kl["tiny-arith: CI"] == [0.5, math.inf] and kl["tiny-long: CI"] == [8, math.inf]
-    assert (
-        rows["ess_seq_deficit"]["CIs overlap"] is None and rows["ess_seq_deficit"]["tiny-long: outcome"] == "not stored"
+    assert rows["token_abs_logp_diff/mean"]["agrees"] and rows["token_abs_logp_diff/mean"]["ratio"] == pytest.approx(
+        1.2
     )
+    assert not rows["seq_log_ratio/abs_mean"]["agrees"] and rows["seq_log_ratio/abs_mean"]["overlap"] is False
+    kl = rows["seq_kl"]  # a censored CI reaches infinity and meets "above 8", but only crossings can agree
+    assert kl["overlap"] is True and not kl["agrees"] and kl["ratio"] is None
+    assert kl["first_ci"] == [0.5, math.inf] and kl["second_ci"] == [8, math.inf]
+    assert rows["ess_seq_deficit"]["overlap"] is None and rows["ess_seq_deficit"]["second_outcome"] == "not stored"
+    assert TR.columns()["ratio"] == "ratio tiny-long/tiny-arith" and TR.columns()["first_ci"] == "tiny-arith: CI"
     said = T.verdict(list(rows.values()))
     assert "transferable" in said and H.UNITS["token_abs_logp_diff/mean"] in said and "1.2" in said
 
@@ -109,7 +112,7 @@ def test_agreement_names_the_unit_whose_two_thresholds_overlap_and_their_ratio()
 def test_the_transfer_record_keeps_per_unit_agreement_ratio_and_overlap_for_the_doctor():
     units = {u: {"tiny-arith": _crossing(1.0, 0.8, 1.2), "tiny-long": _crossing(1.1, 0.9, 1.3)} for u in H.UNITS}
     units["seq_kl"]["tiny-long"] = _crossing(5.0, 4.0, 6.0)
-    rec = T.transfer_record(units)
+    rec = TR.transfer_record(units)
     assert rec["tasks"] == ["tiny-arith", "tiny-long"] and rec["study"] == T.STUDY
     assert rec["units"][H.PRIMARY] == {"agrees": True, "ratio": pytest.approx(1.1), "cis_overlap": True}
     assert rec["units"]["seq_kl"] == {"agrees": False, "ratio": pytest.approx(5.0), "cis_overlap": False}
@@ -177,7 +180,7 @@ def test_store_merges_the_tiny_long_task_into_the_thresholds_tiny_arith_stored(t
     study.store(wall_seconds=1.0, command="test", root=tmp_path / "results", **opts)
     stored = json.loads(path.read_text())
     assert set(stored["tasks"]) == {"tiny-arith", "tiny-long"} and stored["tasks"]["tiny-arith"]["dose"] == 0.1
-    assert stored["transfer"] == T.transfer_record(stored["units"]), "the complete grid stores the transfer reading"
+    assert stored["transfer"] == TR.transfer_record(stored["units"]), "the complete grid stores the transfer reading"
     assert stored["transfer"]["tasks"] == ["tiny-arith", "tiny-long"] and set(stored["transfer"]["units"]) == set(
         H.UNITS
     )
@@ -210,15 +213,15 @@ def test_the_judge_set_is_large_enough_and_disjoint_from_the_training_set():
 def test_the_pool_of_the_judge_set_drops_every_training_problem():
     from nbkit import tasks
 
-    trained = {p["problem"] for p in tasks.make_task(source=T.DATASET, grader="arith").problems}
-    full = T.judge_task(pool_size=2000)
+    trained = {p["problem"] for p in tasks.make_task(source=R.DATASET, grader="arith").problems}
+    full = S.judge_task(pool_size=2000)
     assert trained and not trained & {p["problem"] for p in full.problems}
     assert len(full.problems) < 2000, "the seed-1 pool of 2000 shares some problems with the training pool"
     assert np.all([p["steps"] == long_arith.REGIMES[T.REGIME] for p in full.problems])
 
 
 def test_the_budget_counts_every_run_of_the_grid_and_its_judgments():
-    b = T.budget({"fp32": 10.0, "dial": 20.0}, seconds_per_judgment=5.0, jobs=2, seconds_startup=0.0)
+    b = S.budget({"fp32": 10.0, "dial": 20.0}, seconds_per_judgment=5.0, jobs=2, seconds_startup=0.0)
     dosed = len(T.SEEDS) * len(T.POINTS) + len(T.EXTRA_SEEDS) * len(T.EXTRAS)
     assert b["runs"] == len(T.SEEDS) + dosed
     ref, dose = 50 * 10 + 6 * 5, 50 * 20 + 6 * 5
@@ -230,8 +233,8 @@ def test_the_budget_counts_every_run_of_the_grid_and_its_judgments():
 def test_the_training_set_is_the_regimes_own_recipe_and_rebuilding_the_regimes_keeps_its_pool():
     from nbkit.tasks import dataset
 
-    card = dataset.load_card(T.DATASET)
-    assert card["task"]["pool_size"] == T.TRAIN_POOL == TL.regime_pool(T.REGIME) == 400
+    card = dataset.load_card(R.DATASET)
+    assert card["task"]["pool_size"] == R.TRAIN_POOL == TL.regime_pool(T.REGIME) == 400
     assert card["task"]["long_arith"]["steps"] == long_arith.REGIMES[T.REGIME] and card["window"] == [0.2, 0.8]
     assert TL.regime_pool("medium") == 100, "the hunt's regimes keep the pool they were built on"
 
