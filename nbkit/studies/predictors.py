@@ -111,7 +111,17 @@ CONSTANT_WHAT = (
     "(family-wise 0.05 per scheme), lies wholly below 0. The pre-registered verdict is read as before."
 )
 """The amendment's ``what`` (``nbkit.studies.amendments``)."""
-AMENDMENTS: tuple[dict, ...] = ()
+AMENDMENTS: tuple[dict, ...] = (
+    {
+        "key": "constant_baseline",
+        "commit": "6f0d7782bb0160737e2695be3d4c757a5c6e2df6",
+        "time": "2026-11-27T21:55:39+00:00",
+        "what": CONSTANT_WHAT,
+        "why": "A reviewer's first question of a 'no clear winner' verdict: does any candidate predict the gap "
+        "better than no candidate at all? The committed rule compared candidates only with each other (issue 50 "
+        "item 2).",
+    },
+)
 """Readings added after the results (``nbkit.studies.amendments``), put on the card by
 ``Predictors.record_amendments``."""
 
