@@ -173,8 +173,8 @@ def lines(
     if predictor is not None:
         head = (
             f"no clear winner among the candidate predictors ({predictor.get('study', 'the predictors study')}, "
-            f"evidence from {_evidence(predictor)}: {predictor.get('reason', 'no reason stored')}); the reading "
-            "below is one among several, not a verdict: "
+            f"evidence from {_evidence(predictor)}: {predictor.get('reason', 'no reason stored')}"
+            f"{_against_constant(predictor)}); the reading below is one among several, not a verdict: "
         )
         return [
             f"{line.split(':', 1)[0]}: {head}{line.split(':', 1)[1].strip()}"
@@ -239,6 +239,19 @@ def candidate_reading(cand: str, diag: dict, target_length: int | None = None, p
     if key in dose_.SEQ_UNITS and target_length is not None:
         return dose_.at_length(key, diag, target_length, pair)
     return Reading(cand, float(diag[key]), "measured on the sampled responses", True, math.nan) if key in diag else None
+
+
+def _against_constant(pred: dict) -> str:
+    """The stored predictor's reading against a constant prediction (added after its results, an amendment), in a
+    clause: which candidates beat the constant under both schemes, or none; "" when it stores no such reading."""
+    beats = (pred.get("against_constant") or {}).get("beats")
+    if not beats:
+        return ""
+    both = [c for c in next(iter(beats.values())) if all(c in b for b in beats.values())]
+    some = sorted({c for b in beats.values() for c in b} - set(both))
+    said = f"{', '.join(both)} beat(s) it under both schemes" if both else "none beats it under both schemes"
+    said += f" ({', '.join(some)} under one only)" if some else ""
+    return f"; against a constant prediction (a reading added after the results): {said}"
 
 
 def _evidence(pred: dict) -> str:

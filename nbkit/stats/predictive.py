@@ -21,6 +21,15 @@ are held fixed (each is one measurement; its sampling error is not carried).
 other candidate c and both schemes, the percentile interval of err_c − err_W lies wholly above 0 at the
 family-wise level ``ALPHA`` (Bonferroni over the 2·(K − 1) comparisons: each interval at 1 − ALPHA/(2·(K − 1))).
 Otherwise there is *no clear winner*, and the verdict says which comparisons failed.
+
+**Against a constant** (``against_constant``; a reading added after the results, not part of the rule above: the
+predictors study records it as an amendment). The *constant* predicts every held-out point by the mean observed gap
+of the points its fold was fit on (under ``lofo`` the mean over the other formats' points, under ``loto`` the other
+task's mean gap): the isotonic fit pooled flat, i.e. what a candidate carrying no information would score. It is
+scored on the same folds and the same bootstrap replicates as the candidates, so each candidate's difference
+err_c − err_constant is paired; its percentile interval is at 1 − ALPHA/K per scheme (Bonferroni over the K
+candidates within a scheme), and a candidate *beats the constant* under a scheme only where that interval lies
+wholly below 0.
 """
 
 from __future__ import annotations
@@ -66,6 +75,21 @@ def cv_error(x, y, held: list[np.ndarray]) -> float:
     """Mean |predicted − observed| over every held-out point of ``held`` (each fold fit on the rest); NaN when a
     fold leaves nothing to fit on."""
     return float(cv_errors(x, np.asarray(y, dtype=np.float64)[None, :], held)[0])
+
+
+def constant_errors(ys, held: list[np.ndarray]) -> np.ndarray:
+    """The constant's cross-validation error of each row of ``ys`` (replicates × points): each held-out point
+    predicted by the unweighted mean of the other points' gaps (those its fold was fit on); NaN when a fold leaves
+    nothing to fit on."""
+    ys = np.atleast_2d(np.asarray(ys, dtype=np.float64))
+    parts = []
+    for idx in held:
+        keep = np.ones(ys.shape[1], bool)
+        keep[idx] = False
+        if not keep.any():
+            return np.full(ys.shape[0], np.nan)
+        parts.append(np.abs(ys[:, keep].mean(axis=1, keepdims=True) - ys[:, idx]))
+    return np.concatenate(parts, axis=1).mean(axis=1)
 
 
 def cv_errors(x, ys, held: list[np.ndarray]) -> np.ndarray:
@@ -158,6 +182,14 @@ class Scores:
     alpha: float = ALPHA
     verdict: dict = field(default_factory=dict)
     """``verdict``'s reading."""
+    constant: dict[str, float] = field(default_factory=dict)
+    """scheme → the constant's error on the observed mean gaps (module docstring: against a constant)."""
+    constant_replicates: dict[str, np.ndarray] = field(default_factory=dict)
+    """scheme → the constant's error on the same bootstrap replicates as the candidates'."""
+
+    def constant_ci(self, scheme: str, level: float = LEVEL) -> tuple[float, float]:
+        lo, hi = np.nanquantile(self.constant_replicates[scheme], [(1 - level) / 2, (1 + level) / 2])
+        return float(lo), float(hi)
 
     def ci(self, scheme: str, cand: str, level: float = LEVEL) -> tuple[float, float]:
         r = self.replicates[scheme][cand]
@@ -187,16 +219,54 @@ def score(points: Points, n_boot: int = 2000, seed: int = 0, alpha: float = ALPH
     if len(points.values) < 2:
         raise ValueError(f"scoring needs >= 2 candidates, got {list(points.values)}")
     y, reps = points.mean_gaps(), replicate_gaps(points, n_boot, seed)
-    errors, replicates = {}, {}
+    errors, replicates, constant, constant_replicates = {}, {}, {}, {}
     for s in SCHEMES:
         held = folds(points.tasks, points.formats, s)
         if len(held) < 2:
             raise ValueError(f"scheme {s} needs >= 2 folds, the points give {len(held)}")
         errors[s] = {c: cv_error(x, y, held) for c, x in points.values.items()}
         replicates[s] = {c: cv_errors(x, reps, held) for c, x in points.values.items()}
-    out = Scores(errors, replicates, n_boot, seed, alpha)
+        constant[s] = float(constant_errors(y, held)[0])
+        constant_replicates[s] = constant_errors(reps, held)
+    out = Scores(errors, replicates, n_boot, seed, alpha, {}, constant, constant_replicates)
     out.verdict = verdict(out)
     return out
+
+
+def against_constant(scores: Scores) -> dict:
+    """Each candidate against the constant (module docstring): ``{"level": each interval's level, "how",
+    "constant": scheme → {"error", "ci"}, "rows": [{"candidate", "scheme", "diff", "ci", "beats"}],
+    "beats": scheme → the candidates that beat it}``."""
+    cands = list(scores.errors[SCHEMES[0]])
+    level = 1 - scores.alpha / len(cands)
+    rows, beats = [], {}
+    for s in SCHEMES:
+        beats[s] = []
+        for c in cands:
+            d = scores.replicates[s][c] - scores.constant_replicates[s]
+            lo, hi = (float(q) for q in np.nanquantile(d, [(1 - level) / 2, (1 + level) / 2]))
+            rows.append(
+                {
+                    "candidate": c,
+                    "scheme": s,
+                    "diff": scores.errors[s][c] - scores.constant[s],
+                    "ci": [lo, hi],
+                    "beats": bool(hi < 0),
+                }
+            )
+            if hi < 0:
+                beats[s].append(c)
+    return {
+        "level": level,
+        "how": (
+            f"err(candidate) − err(constant) on the same folds and {scores.n_boot} bootstrap replicates (seed "
+            f"{scores.seed}); {100 * level:.2f} % percentile interval each, Bonferroni over the {len(cands)} "
+            f"candidates within a scheme (family-wise {scores.alpha:g} per scheme); beats = interval wholly below 0"
+        ),
+        "constant": {s: {"error": scores.constant[s], "ci": list(scores.constant_ci(s))} for s in SCHEMES},
+        "rows": rows,
+        "beats": beats,
+    }
 
 
 def verdict(scores: Scores) -> dict:

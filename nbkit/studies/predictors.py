@@ -102,6 +102,29 @@ RULE_TEXT = (
 RULE_RECORD: dict = {"commit": "0a35ea342c3f6f810fef6d70e7a12d16159e808a", "time": "2026-11-27T21:09:56+00:00"}
 """``{"commit", "time"}`` of the commit that fixed ``RULE_TEXT`` (empty until then)."""
 
+CONSTANT_WHAT = (
+    "A reading added after the results, beside the committed rule's verdict: each candidate's error is compared "
+    "with a constant prediction (each held-out point predicted by the mean gap of the points its fold was fit on: "
+    "under leave-one-format-out the other formats' points, under leave-one-task-out the other task's mean gap), on "
+    "the same folds and bootstrap replicates; a candidate beats the constant under a scheme only where the "
+    "percentile interval of its paired err − constant, Bonferroni over the candidates within a scheme "
+    "(family-wise 0.05 per scheme), lies wholly below 0. The pre-registered verdict is read as before."
+)
+"""The amendment's ``what`` (``nbkit.studies.amendments``)."""
+AMENDMENTS: tuple[dict, ...] = (
+    {
+        "key": "constant_baseline",
+        "commit": "6f0d7782bb0160737e2695be3d4c757a5c6e2df6",
+        "time": "2026-11-27T21:55:39+00:00",
+        "what": CONSTANT_WHAT,
+        "why": "A reviewer's first question of a 'no clear winner' verdict: does any candidate predict the gap "
+        "better than no candidate at all? The committed rule compared candidates only with each other (issue 50 "
+        "item 2).",
+    },
+)
+"""Readings added after the results (``nbkit.studies.amendments``), put on the card by
+``Predictors.record_amendments``."""
+
 
 def candidates() -> dict[str, str]:
     """``nbkit.mismatch.candidates.CANDIDATES`` (imported on first use: it brings torch)."""
@@ -328,6 +351,10 @@ def predictor_record(runs: dict[str, list[dict]], root: Path = results.RESULTS) 
         "table": sc.table(),
         "comparisons": v["comparisons"],
         "comparison_level": v["level"],
+        "against_constant": {
+            **predictive.against_constant(sc),
+            "reading": "added after the results (an amendment on the card), not part of the committed rule",
+        },
         "n_boot": sc.n_boot,
         "boot_seed": sc.seed,
     }
@@ -351,6 +378,25 @@ def predictor_record(runs: dict[str, list[dict]], root: Path = results.RESULTS) 
             }
         )
     return rec
+
+
+def constant_finding(read: dict) -> str:
+    """The amended reading in one sentence (``predictive.against_constant``'s ``read``), marked as added after the
+    results."""
+    const = ", ".join(
+        f"{s.upper()} {read['constant'][s]['error']:.3g} (CI {read['constant'][s]['ci'][0]:.3g}–"
+        f"{read['constant'][s]['ci'][1]:.3g})"
+        for s in predictive.SCHEMES
+    )
+    beats = read["beats"]
+    both = [c for c in beats[predictive.SCHEMES[0]] if all(c in beats[s] for s in predictive.SCHEMES)]
+    said = "; ".join(f"under {s.upper()}: {', '.join(beats[s]) or 'none'}" for s in predictive.SCHEMES)
+    return (
+        f"Amended reading (added after the results, recorded on the card; the verdict above is the committed "
+        f"rule's and is unchanged): a constant prediction errs {const}. Candidates that beat it (err − constant's "
+        f"{100 * read['level']:.2f} % interval wholly below 0, Bonferroni over {len(read['rows']) // len(beats)} "
+        f"candidates per scheme): {said}; under both: {', '.join(both) or 'none'}."
+    )
 
 
 def write_predictor(root: Path = results.RESULTS) -> Path:
@@ -391,15 +437,46 @@ class Predictors(Study):
             r["candidate"] = f"{r['candidate']}: {candidates()[r['candidate']]}"
         return rows
 
+    def record_amendments(self, root: Path = results.RESULTS) -> None:
+        """Put ``AMENDMENTS`` on the stored card; none moved the committed verdict (each adds a reading)."""
+        from nbkit.studies import amendments as A
+
+        A.put(self.name, AMENDMENTS, {}, root)
+
+    def figure(self, runs, meta):
+        """Each candidate's LOFO and LOTO error with its CI against the constant's
+        (``nbkit.plots.predictors.error_figure``)."""
+        from nbkit.plots.predictors import error_figure
+
+        return error_figure(predictor_record(runs))
+
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
-        pts, _ = scores(runs)
+        pts, sc = scores(runs)
+        read = predictive.against_constant(sc)
+        by = {(r["candidate"], r["scheme"]): r for r in read["rows"]}
+        versus = []
+        for c in sc.errors[predictive.SCHEMES[0]]:
+            row = {"candidate": c}
+            for s in predictive.SCHEMES:
+                r = by[(c, s)]
+                row.update({f"{s}: err − constant": r["diff"], f"{s} CI": r["ci"], f"{s}: beats it": r["beats"]})
+            versus.append(row)
+        const = "; ".join(
+            f"{s.upper()} {read['constant'][s]['error']:.3g} (95 % CI {read['constant'][s]['ci'][0]:.3g}–"
+            f"{read['constant'][s]['ci'][1]:.3g})"
+            for s in predictive.SCHEMES
+        )
+        caption = (
+            f"Amended reading (added after the results, on the card): each candidate against a constant prediction "
+            f"(error {const}); {read['how']}"
+        )
         y = pts.mean_gaps()
         points = []
         for i, (t, f) in enumerate(zip(pts.tasks, pts.formats, strict=True)):
             row = {"task": t, "format": f, "seeds": len(pts.gaps[i]), "mean gap": float(y[i])}
             row.update({c: float(v[i]) for c, v in pts.values.items()})
             points.append(row)
-        return [("The points: mean paired gap and each candidate's value", points)]
+        return [(caption, versus), ("The points: mean paired gap and each candidate's value", points)]
 
     def findings(self, runs, meta, rows) -> list[str]:
         pts, sc = scores(runs)
@@ -422,6 +499,7 @@ class Predictors(Study):
             head,
             lead + ".",
             f"Ranked {ranked}.",
+            constant_finding(predictive.against_constant(sc)),
             f"{len(pts.tasks)} points ({', '.join(f'{pts.tasks.count(t)} on {t}' for t in dict.fromkeys(pts.tasks))}) "
             f"measured on {tasks}: the evidence is from these small models and tasks only.",
         ]

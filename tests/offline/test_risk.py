@@ -224,3 +224,17 @@ def test_a_malformed_predictor_store_is_refused(tmp_path):
         predictor(tmp_path, verdict="maybe")
     with pytest.raises(ValueError, match="lacks its curve"):
         predictor(tmp_path, verdict="winner", winner="bias")
+
+
+def test_with_no_clear_winner_the_line_says_whether_any_candidate_beats_a_constant_when_that_is_stored(tmp_path):
+    s = stored(tmp_path, {"tiny-arith": {"outcome": "crossing", "dose": 0.08, "ci": [0.03, 0.12]}})
+    base = {"verdict": "no clear winner", "winner": None, "reason": "the lowest error differs between schemes"}
+    none = predictor(tmp_path, **base, against_constant={"beats": {"lofo": [], "loto": []}})
+    line = risk.lines({"bf16": {UNIT: 0.05}}, s, predictor=none)[0]
+    assert "against a constant prediction (a reading added after the results): none beats it under both" in line
+    assert "one among several, not a verdict: dose 0.05" in line
+    some = predictor(tmp_path, **base, against_constant={"beats": {"lofo": ["clip_out", "bias"], "loto": ["bias"]}})
+    line = risk.lines({"bf16": {UNIT: 0.05}}, s, predictor=some)[0]
+    assert "bias beat(s) it under both schemes (clip_out under one only)" in line
+    unread = risk.lines({"bf16": {UNIT: 0.05}}, s, predictor=predictor(tmp_path, **base))[0]
+    assert "constant" not in unread, "a predictor stored before the reading says nothing about it"

@@ -120,3 +120,51 @@ def test_the_batched_errors_equal_the_fit_and_predict_of_each_fold():
             keep = np.setdiff1d(np.arange(12), idx)
             errs += np.abs(P.predict(P.fit(x[keep], y[keep]), x[idx]) - y[idx]).tolist()
         assert batched == pytest.approx(np.mean(errs), abs=1e-12)
+
+
+# -- against a constant (the reading the predictors study added after its results, as an amendment) ---------------
+def test_the_constant_predicts_each_held_out_point_by_the_mean_gap_of_the_points_its_fold_was_fit_on():
+    # tasks a, b × formats f1, f2, one seed each: gaps a/f1 −0.1, a/f2 −0.3, b/f1 0.0, b/f2 −0.2
+    pts = P.Points(
+        tasks=["a", "a", "b", "b"],
+        formats=["f1", "f2", "f1", "f2"],
+        gaps=[{0: -0.1}, {0: -0.3}, {0: 0.0}, {0: -0.2}],
+        values={"x": np.array([1.0, 2.0, 1.0, 2.0]), "z": np.array([2.0, 1.0, 2.0, 1.0])},
+    )
+    sc = P.score(pts, n_boot=20, seed=3)
+    # LOFO: f1 held out → mean(−0.3, −0.2) = −0.25, errors 0.15 and 0.25; f2 held out → mean(−0.1, 0.0) = −0.05,
+    # errors 0.25 and 0.15: mean 0.2. LOTO: a from b's mean −0.1 (errors 0, 0.2), b from a's −0.2 (0.2, 0): mean 0.1
+    assert sc.constant == pytest.approx({"lofo": 0.2, "loto": 0.1})
+    # scored on the very replicates the candidates were (one seed per point: every replicate is the observed gaps)
+    assert sc.constant_replicates["lofo"] == pytest.approx(np.full(20, 0.2))
+    assert sc.constant_ci("loto") == pytest.approx((0.1, 0.1))
+
+
+def test_the_constant_is_scored_on_the_candidates_own_bootstrap_replicates():
+    pts = synthetic_runs(lambda b, s: -2.0 * b)
+    sc = P.score(pts, n_boot=30, seed=5)
+    reps = P.replicate_gaps(pts, 30, 5)
+    for s in P.SCHEMES:
+        held = P.folds(pts.tasks, pts.formats, s)
+        assert sc.constant_replicates[s] == pytest.approx(P.constant_errors(reps, held))
+        assert sc.replicates[s]["bias"] == pytest.approx(P.cv_errors(pts.values["bias"], reps, held))
+
+
+def test_a_candidate_the_gap_depends_on_beats_the_constant_under_both_schemes():
+    sc = P.score(synthetic_runs(lambda b, s: -2.0 * b), n_boot=200, seed=0)
+    read = P.against_constant(sc)
+    assert "bias" in read["beats"]["lofo"] and "bias" in read["beats"]["loto"]
+    row = next(r for r in read["rows"] if r["candidate"] == "bias" and r["scheme"] == "lofo")
+    assert row["ci"][1] < 0 and row["diff"] == pytest.approx(sc.errors["lofo"]["bias"] - sc.constant["lofo"])
+    assert read["level"] == pytest.approx(1 - P.ALPHA / len(C.CANDIDATES))
+    assert len(read["rows"]) == len(P.SCHEMES) * len(C.CANDIDATES)
+
+
+def test_when_the_gap_is_noise_no_candidate_beats_the_constant():
+    rng = np.random.default_rng(7)
+    pure = rng.uniform(-0.1, 0.0, len(FORMATS))
+    pts = synthetic_runs(lambda b, s: 0.0, noise=0.0)
+    pts.gaps = [{k: pure[FORMATS.index(f)] + rng.normal(0, 0.02) for k in range(5)} for f in pts.formats]
+    read = P.against_constant(P.score(pts, n_boot=200, seed=0))
+    assert read["beats"] == {"lofo": [], "loto": []}
+    assert not any(r["beats"] for r in read["rows"])

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from nbkit import results
+from nbkit.stats import predictive
 from nbkit.studies import amendments, predictors
 from nbkit.studies.catalog import STUDIES
 
@@ -70,3 +71,63 @@ def test_what_the_doctor_reads_is_computed_from_the_stored_study():
     stored = json.loads(predictors.PREDICTOR.read_text())
     fresh = json.loads(json.dumps(predictors.predictor_record(results.load(predictors.STUDY))))
     assert stored == fresh
+
+
+# -- the reading against a constant, added after the results: an amendment on the card, shown beside the verdict ----
+PREDICTORS = "nbkit/studies/predictors.py"
+
+
+def test_the_constant_reading_was_committed_where_its_amendment_says():
+    (a,) = [a for a in predictors.AMENDMENTS if a["key"] == "constant_baseline"]
+    shown = subprocess.run(
+        ["git", "show", "-s", "--format=%cI", a["commit"]], capture_output=True, text=True, cwd=results.ROOT
+    )
+    if shown.returncode != 0:
+        pytest.skip("no git history here")
+    assert shown.stdout.strip() == a["time"]
+    for path, name in (("nbkit/stats/predictive.py", "def against_constant"), (PREDICTORS, "def constant_finding")):
+        held = subprocess.run(
+            ["git", "show", f"{a['commit']}:{path}"], capture_output=True, text=True, cwd=results.ROOT
+        )
+        assert name in held.stdout, f"{path} at {a['commit'][:7]} lacks {name}"
+
+
+@pytest.mark.skipif(not STORED, reason="the predictors study is not stored")
+def test_the_constant_reading_is_an_amendment_on_the_card_that_moved_no_verdict():
+    card = results.card(predictors.STUDY)
+    (a,) = [a for a in amendments.read(card) if a.what == predictors.CONSTANT_WHAT]
+    assert a.verdicts_moved == [] and a.commit == predictors.AMENDMENTS[0]["commit"]
+    assert not amendments.before_training(card, a.time), "added after the results, and the card says so"
+    assert not results.verify(predictors.STUDY), "an amendment leaves the card's sealed sum intact"
+    stored = json.loads(predictors.PREDICTOR.read_text())["against_constant"]
+    assert "after the results" in stored["reading"] and set(stored["beats"]) == {"lofo", "loto"}
+
+
+@pytest.mark.skipif(not STORED, reason="the predictors study is not stored")
+def test_the_page_shows_the_amended_reading_beside_the_committed_verdict_and_the_figure_draws_both(monkeypatch):
+    from nbkit.studies import results_md
+
+    monkeypatch.setattr(predictors, "N_BOOT", 200)  # the page's wording, not its numbers, is under test here
+    monkeypatch.setattr(predictors, "_SCORES", {})
+    study = predictors.Predictors()
+    runs, meta, card = study.load(), study.stored_meta(), study.card()
+    text = results_md.stored_section(study, runs, meta, card)
+    commit = predictors.AMENDMENTS[0]["commit"][:7]
+    assert f"- Amendment, commit `{commit}`" in text and "after training began" in text
+    verdict = text.index("- Verdict: no clear winner.")
+    amended = text.index("- Amended reading (added after the results, recorded on the card; the verdict above is")
+    assert verdict < amended, "the committed verdict first, the added reading after it"
+    assert "**Amended reading (added after the results, on the card): each candidate against a constant" in text
+    assert "Bonferroni over the 11 candidates within a scheme" in text
+
+    fig = study.figure(runs, meta)
+    dots = [t for t in fig.data if t.type == "scatter"]
+    assert [t.xaxis for t in dots] == ["x", "x2"] and all(len(t.y) == 11 for t in dots)
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    bands = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(lines) == len(bands) == 2, "the constant's error and its CI, in each scheme's panel"
+    _, sc = predictors.scores(runs)
+    assert sorted(s.x0 for s in lines) == pytest.approx(sorted(sc.constant.values()))
+    beats = predictive.against_constant(sc)["beats"]["lofo"]
+    filled = [c for c, m in zip(dots[0].y, dots[0].marker.symbol, strict=True) if m == "circle"]
+    assert sorted(filled) == sorted(beats), "filled dots are the candidates that beat the constant"
