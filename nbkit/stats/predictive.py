@@ -269,6 +269,17 @@ def against_constant(scores: Scores) -> dict:
     }
 
 
+def against_constant_table(read: dict) -> list[dict]:
+    """``against_constant``'s rows as one row per candidate: per scheme its error − the constant's, that difference's
+    interval and whether it beats the constant."""
+    table: dict[str, dict] = {}
+    for r in read["rows"]:
+        s = r["scheme"]
+        row = table.setdefault(r["candidate"], {"candidate": r["candidate"]})
+        row.update({f"{s}: err − constant": r["diff"], f"{s} CI": r["ci"], f"{s}: beats it": r["beats"]})
+    return list(table.values())
+
+
 def verdict(scores: Scores) -> dict:
     """The winner, or "no clear winner" with why (module docstring): ``{"winner": name or None, "reason",
     "leaders": scheme → lowest-error candidate, "level": each comparison's interval level, "comparisons": [...]}``."""
@@ -310,3 +321,23 @@ def verdict(scores: Scores) -> dict:
         f"interval lies above 0 ({m} comparisons, family-wise {scores.alpha:g}, Bonferroni)"
     )
     return out
+
+
+def prediction_curve(points: Points, name: str) -> dict:
+    """Candidate ``name``'s fit on every point (``curve``: sorted values, fitted gaps), the range it was fit on, and
+    its prediction interval: ± the 95 % quantile of its leave-one-format-out absolute prediction errors."""
+    x, y = points.values[name], points.mean_gaps()
+    resid = []
+    for idx in folds(points.tasks, points.formats, "lofo"):
+        keep = np.ones(x.size, bool)
+        keep[idx] = False
+        resid.extend(np.abs(predict(fit(x[keep], y[keep]), x[idx]) - y[idx]).tolist())
+    curve = fit(x, y)
+    return {
+        "curve": {"x": curve[0].tolist(), "gap": curve[1].tolist()},
+        "interval": {
+            "half_width": float(np.quantile(resid, 0.95)),
+            "how": "± the 95 % quantile of the winner's leave-one-format-out absolute prediction errors",
+        },
+        "range": [float(x.min()), float(x.max())],
+    }

@@ -334,8 +334,7 @@ def models_of(runs: dict[str, list[dict]]) -> dict[str, str]:
 
 def predictor_record(runs: dict[str, list[dict]], root: Path = results.RESULTS) -> dict:
     """What ``PREDICTOR`` holds: the verdict with every candidate's errors and their CIs (``table``) and the winner's
-    comparisons, and for a winner its fit on every point (sorted values, fitted gaps)
-    with the prediction interval's half-width (the 95 % quantile of its leave-one-format-out absolute errors)."""
+    comparisons, and for a winner ``predictive.prediction_curve``."""
     pts, sc = scores(runs, root)
     v = sc.verdict
     rec = {
@@ -359,24 +358,7 @@ def predictor_record(runs: dict[str, list[dict]], root: Path = results.RESULTS) 
         "boot_seed": sc.seed,
     }
     if v["winner"]:
-        x, y = pts.values[v["winner"]], pts.mean_gaps()
-        held = predictive.folds(pts.tasks, pts.formats, "lofo")
-        resid = []
-        for idx in held:
-            keep = np.ones(x.size, bool)
-            keep[idx] = False
-            resid.extend(np.abs(predictive.predict(predictive.fit(x[keep], y[keep]), x[idx]) - y[idx]).tolist())
-        curve = predictive.fit(x, y)
-        rec.update(
-            {
-                "curve": {"x": curve[0].tolist(), "gap": curve[1].tolist()},
-                "interval": {
-                    "half_width": float(np.quantile(resid, 0.95)),
-                    "how": "± the 95 % quantile of the winner's leave-one-format-out absolute prediction errors",
-                },
-                "range": [float(x.min()), float(x.max())],
-            }
-        )
+        rec.update(predictive.prediction_curve(pts, v["winner"]))
     return rec
 
 
@@ -453,14 +435,7 @@ class Predictors(Study):
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
         pts, sc = scores(runs)
         read = predictive.against_constant(sc)
-        by = {(r["candidate"], r["scheme"]): r for r in read["rows"]}
-        versus = []
-        for c in sc.errors[predictive.SCHEMES[0]]:
-            row = {"candidate": c}
-            for s in predictive.SCHEMES:
-                r = by[(c, s)]
-                row.update({f"{s}: err − constant": r["diff"], f"{s} CI": r["ci"], f"{s}: beats it": r["beats"]})
-            versus.append(row)
+        versus = predictive.against_constant_table(read)
         const = "; ".join(
             f"{s.upper()} {read['constant'][s]['error']:.3g} (95 % CI {read['constant'][s]['ci'][0]:.3g}–"
             f"{read['constant'][s]['ci'][1]:.3g})"

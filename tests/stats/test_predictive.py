@@ -168,3 +168,13 @@ def test_when_the_gap_is_noise_no_candidate_beats_the_constant():
     read = P.against_constant(P.score(pts, n_boot=200, seed=0))
     assert read["beats"] == {"lofo": [], "loto": []}
     assert not any(r["beats"] for r in read["rows"])
+
+
+def test_the_winners_prediction_interval_is_the_95_quantile_of_its_leave_one_format_out_errors():
+    # values 0..3, gaps already non-increasing: held-out errors 0.1 (left edge, flat), 0 and 0.05 (interpolated),
+    # 0.2 (right edge, flat); their 95 % quantile (linear) is 0.1 + 0.85 × 0.1.
+    pts = P.Points(["t"] * 4, ["a", "b", "c", "d"], [{0: g} for g in (0.0, -0.1, -0.2, -0.4)], {"c": np.arange(4.0)})
+    rec = P.prediction_curve(pts, "c")
+    assert rec["curve"] == {"x": [0.0, 1.0, 2.0, 3.0], "gap": [0.0, -0.1, -0.2, -0.4]}
+    assert rec["interval"]["half_width"] == pytest.approx(0.185)
+    assert rec["range"] == [0.0, 3.0]
