@@ -106,7 +106,7 @@ def test_reading_stored_results_and_the_command_line_import_no_torch():
     code = (
         "import sys\nimport nbkit.studies.catalog, nbkit.studies.results_md, nbkit.results, nbkit.records.runlog, "
         "nbkit.cli.main, nbkit.cli.commands, nbkit.cli.study, nbkit.cli.results_md, nbkit.workbook.runner, "
-        "nbkit.models.dtypes, nbkit.runtime.paths\nprint(sorted(m for m in ('torch', 'transformers', 'trl', 'vllm') "
+        "nbkit.precision.dtypes, nbkit.runtime.paths\nprint(sorted(m for m in ('torch', 'transformers', 'trl', 'vllm') "
         "if m in sys.modules))"
     )
     out = subprocess.run(
