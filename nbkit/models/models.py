@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from nbkit.models.toymodels import tiny_arith, tiny_long, tiny_moe
-from nbkit.precision.torch_dtypes import DTYPES, dtype_name, torch_dtype  # noqa: F401 (the loader's callers name dtypes here)
+from nbkit.precision.torch_dtypes import DTYPES, dtype_name, torch_dtype  # noqa: F401 (re-exported)
 from nbkit.runtime.paths import CACHE, DATA
 
 BUILTIN_MODELS = ("tiny-arith", "smollm2-135m", "tiny-moe-arith", "tiny-long")

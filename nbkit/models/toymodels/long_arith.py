@@ -13,7 +13,7 @@ window of the text just before it, which a 1 M-parameter model learns in minutes
 ``step_tokens`` tokens per step. ``n`` (``steps``) is the length knob: ``REGIMES`` names three of them. One
 wrong sum anywhere makes the final result wrong, so pass rates fall with length, as they should.
 
-The vocabulary is tiny-arith's (``nbkit.models.toymodels.arith.vocabulary``); the reward is tiny-arith's ``arith`` grader (the
+The vocabulary is tiny-arith's (``arith.vocabulary``, this package); the reward is tiny-arith's ``arith`` grader (the
 integer after the last ``|`` equals the reference).
 """
 

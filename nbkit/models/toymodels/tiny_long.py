@@ -2,7 +2,7 @@
 
 Why it exists: tiny-arith answers in ~30 tokens, but the training–inference mismatch grows with response length;
 the hunt for where BF16 RL breaks needs a model that writes 100–1,000-token answers and still solves them only
-*sometimes*. ``nbkit.models.toymodels.long_arith`` is the task (a chain of additions with a step knob); this module is the SFT
+*sometimes*. ``long_arith`` (this package) is the task (a chain of additions with a step knob); this module is the SFT
 recipe: a 4-layer Qwen2 (tiny-arith's width, depth, heads and character vocabulary) with room for 1,152
 positions, trained in fp32 from scratch on chains of every length 1..``long_arith.MAX_STEPS``, stopped early.
 
