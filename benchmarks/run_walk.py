@@ -26,8 +26,8 @@ from nbkit.runtime import paths  # noqa: E402
 
 paths.setup_environment()
 
+from nbkit.models.toymodels import arith  # noqa: E402
 from nbkit.rl import RLConfig, train  # noqa: E402
-from nbkit.tasks import arith  # noqa: E402
 
 RUN_FOLDER = {
     "nbkit.rl.runfolder",

@@ -63,8 +63,7 @@ if XDIST_WORKER:
     for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_key, _threads)  # set before torch loads; a value the user exported wins
 
-from nbkit.models.toymodels import tiny_arith  # noqa: E402
-from nbkit.tasks import arith  # noqa: E402
+from nbkit.models.toymodels import arith, tiny_arith  # noqa: E402
 from nbkit.workbook import runner  # noqa: E402
 
 

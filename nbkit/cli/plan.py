@@ -41,7 +41,7 @@ import sys
 from dataclasses import dataclass, fields
 
 from nbkit.cli.commands import Parser
-from nbkit.models.dtypes import VLLM_NAMES
+from nbkit.precision.dtypes import VLLM_NAMES
 from nbkit.records.runlog import run_label
 from nbkit.rl import launch, sizing
 from nbkit.rl.config import RLConfig, config_from

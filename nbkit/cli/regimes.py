@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from nbkit.cli.commands import Parser
+from nbkit.models.toymodels import long_arith
 from nbkit.records import schema
 from nbkit.studies import tiny_long_regimes as regimes
-from nbkit.tasks import long_arith
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,1 +1,2 @@
-"""The models: loaders by name, the dtype table, MoE routing records, and the toy models the project trains."""
+"""The models: loaders by name, MoE routing records, and the toy models the project trains (the dtype table they read
+sits below them, in ``nbkit.precision``)."""

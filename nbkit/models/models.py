@@ -26,34 +26,14 @@ from pathlib import Path
 
 import torch
 
-from nbkit.models.dtypes import NAMES, TORCH_NAMES
 from nbkit.models.toymodels import tiny_arith, tiny_long, tiny_moe
+from nbkit.precision.torch_dtypes import DTYPES, dtype_name, torch_dtype  # noqa: F401 (re-exported)
 from nbkit.runtime.paths import CACHE, DATA
-
-DTYPES: dict[str, torch.dtype] = {name: getattr(torch, TORCH_NAMES[name]) for name in NAMES}
-"""The precisions the workbook compares, by the paper's short names (``nbkit.models.dtypes``) → torch dtypes."""
 
 BUILTIN_MODELS = ("tiny-arith", "smollm2-135m", "tiny-moe-arith", "tiny-long")
 """Models that need no hub: trained by the project or installed from PyPI."""
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def torch_dtype(name: str | torch.dtype) -> torch.dtype:
-    """``"fp16"`` → ``torch.float16`` (a torch dtype passes through if it is one of the three)."""
-    if isinstance(name, torch.dtype) and name in DTYPES.values():
-        return name
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; choose one of {tuple(DTYPES)}")
-    return DTYPES[name]
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.bfloat16`` → ``"bf16"``."""
-    for name, value in DTYPES.items():
-        if value == dtype:
-            return name
-    raise ValueError(f"unsupported torch dtype {dtype!r}; choose one of {tuple(DTYPES.values())}")
 
 
 def resolve(ref: str | os.PathLike) -> str:

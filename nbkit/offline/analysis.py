@@ -32,11 +32,11 @@ from nbkit.mismatch.mismatch import (
     teacher_forced_logprobs,
 )
 from nbkit.models import models
+from nbkit.models.toymodels import arith
 from nbkit.precision import gemm
 from nbkit.records import schema
 from nbkit.runtime import paths, pool
 from nbkit.stats import stats
-from nbkit.tasks import arith
 
 SHORT_ANSWER = "\nGive a short answer."
 """Appended to math problems for chat models: short responses with varied lengths (some stop early), so the

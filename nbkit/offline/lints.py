@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nbkit.mismatch.mismatch import crossing_length
-from nbkit.models.dtypes import FROM_VLLM
 from nbkit.models.models import DTYPES
+from nbkit.precision.dtypes import FROM_VLLM
 from nbkit.precision.lm_head import FP32_LM_HEAD
 from nbkit.records.schema import SKIPPED_STEP
 

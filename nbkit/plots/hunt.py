@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from nbkit.models.toymodels.long_arith import REGIMES
 from nbkit.plots.training import training_curves
 from nbkit.records import schema
-from nbkit.tasks.long_arith import REGIMES
 
 PANELS = (
     ("accuracy", "training accuracy", False),

@@ -1,1 +1,2 @@
-"""Number formats and their arithmetic: rollout formats and the dial, GEMM policies, the vLLM GEMM plugin, the FP32 LM head."""
+"""Number formats and their arithmetic: the dtype table (names, spellings, torch dtypes), rollout formats and the dial,
+GEMM policies, the vLLM GEMM plugin, the FP32 LM head."""

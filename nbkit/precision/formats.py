@@ -252,7 +252,7 @@ class RolloutFormat:
     name: str
     """Registry name (``FORMATS``)."""
     base: str
-    """The forward's dtype (``nbkit.models.models.DTYPES``): weights, activations and every non-GEMM op."""
+    """The forward's dtype (``nbkit.precision.torch_dtypes.DTYPES``): weights, activations and every non-GEMM op."""
     scheme: str = "none"
     """A key of ``SCHEMES``: ``none`` (the base dtype's own GEMMs), ``fp8``, ``mxfp4``, ``nvfp4``, ``e8m`` (the
     mantissa dial: every GEMM's operands and output and attention) or ``e8m-linear`` (the dial on linear operands

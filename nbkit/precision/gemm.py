@@ -49,7 +49,7 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nbkit.models.models import DTYPES
+from nbkit.precision.torch_dtypes import DTYPES
 
 GEMM_POLICIES = ("auto", "native", "fp32-accumulate", "bf16-split")
 """Accepted values of every ``gemm`` setting of the workbook."""
@@ -58,7 +58,7 @@ ROUTED = ("fp32-accumulate", "bf16-split")
 """The policies that route half GEMMs through a dispatch mode of this module (``policy`` yields it; it counts)."""
 
 HALF = {dt: name for name, dt in DTYPES.items() if name != "fp32"}
-"""The half formats by torch dtype (from ``nbkit.models.models.DTYPES``)."""
+"""The half formats by torch dtype (from ``nbkit.precision.torch_dtypes.DTYPES``)."""
 
 _aten = torch.ops.aten
 GEMM_OPS = frozenset(

@@ -20,7 +20,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-from nbkit.models.models import dtype_name
+from nbkit.precision.torch_dtypes import dtype_name
 
 FP32_LM_HEAD = ("none", "trainer", "engine", "both")
 """Where the LM head runs in FP32: nowhere, on the trainer (π) only, on the rollout engine (μ) only, on both."""

@@ -23,8 +23,8 @@ import time
 
 from trl.generation.vllm_generation import VLLMGeneration
 
-from nbkit.models.dtypes import FROM_VLLM as SERVER_DTYPES
-from nbkit.models.dtypes import VLLM_NAMES
+from nbkit.precision.dtypes import FROM_VLLM as SERVER_DTYPES
+from nbkit.precision.dtypes import VLLM_NAMES
 from nbkit.rl.weight_sync import WeightSyncError, check_server_reset, close_server_groups, close_trainer_group
 
 

@@ -12,18 +12,14 @@ A ``Task`` bundles three choices that the RL notebooks and the dataset builder s
     prompts = [task.prompt(p) for p in task.problems]
     reward = task.reward(response, task.problems[0]["answer"])   # 1.0 or 0.0, never raises
 
-The package's modules and their place in the layers (pyproject's ``[tool.importlinter]``: the package sits in the
-engines layer as a whole; within it these stand lowest first):
-
-- ``arith``, ``long_arith``: the generated problems and their answer rules (standard library only, the low end:
-  toy models and studies import them);
-- ``templates``, ``graders``, ``sources``, ``task``: the registry this module re-exports (``templates`` and
-  ``graders`` over ``arith``; ``sources`` over both; ``task`` over all three);
-- ``dataset`` (the perfectible-set builder) and ``heldout`` (the RL judge's held-out sets): they sample through
-  ``nbkit.engines`` and are not imported here.
+The package sits above the rollout engines in pyproject's layers (``[tool.importlinter]``): ``dataset`` (the
+perfectible-set builder) and ``heldout`` (the RL judge's held-out sets) sample through ``nbkit.engines`` and are not
+imported here. The generated problems and their answer rules, ``arith`` and ``long_arith`` (standard library only),
+live below, in ``nbkit.models.toymodels``, beside the toy models trained on them; this package re-exports both as task
+sources. ``templates`` and ``graders`` build on ``arith``; ``sources`` on both; ``task`` on all three.
 """
 
-from nbkit.tasks import arith, long_arith
+from nbkit.models.toymodels import arith, long_arith
 from nbkit.tasks.graders import (
     GRADERS,
     Grader,

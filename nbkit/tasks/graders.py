@@ -1,7 +1,7 @@
 """Graders: how a response is read and scored against the reference answer (``GRADERS``).
 
 Math answers are checked with math-verify (``math_verify.parse``/``verify``), the checker Oat and the paper's
-repository (sail-sg/Precision-RL) use; ``arith`` answers with ``nbkit.tasks.arith.is_correct``.
+repository (sail-sg/Precision-RL) use; ``arith`` answers with ``nbkit.models.toymodels.arith.is_correct``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nbkit.tasks.arith import extract_answer, is_correct
+from nbkit.models.toymodels.arith import extract_answer, is_correct
 
 
 def _parse_timeout() -> int | None:
@@ -117,7 +117,7 @@ GRADERS: dict[str, Grader] = {
             extract_answer,
             is_correct,
             _arith_answer_ok,
-            "nbkit.tasks.arith: the integer after the last '|' equals the sum.",
+            "nbkit.models.toymodels.arith: the integer after the last '|' equals the sum.",
         ),
         Grader(
             "math_verify",

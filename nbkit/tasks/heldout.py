@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nbkit import tasks
-from nbkit.models.toymodels import tiny_arith
+from nbkit.models.toymodels import arith, tiny_arith
 from nbkit.runtime import paths
-from nbkit.tasks import arith, dataset
+from nbkit.tasks import dataset
 
 JUDGE_SEED = 1
 """Seed of the held-out pool's generator and sampler (the model's SFT and the training pool use seed 0)."""

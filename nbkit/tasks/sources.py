@@ -11,12 +11,12 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbkit.models.toymodels.arith import ArithConfig
+from nbkit.models.toymodels.arith import make_problems as make_additions
+from nbkit.models.toymodels.long_arith import LongArithConfig
+from nbkit.models.toymodels.long_arith import make_problems as make_chains
 from nbkit.runtime import paths
-from nbkit.tasks.arith import ArithConfig
-from nbkit.tasks.arith import make_problems as make_additions
 from nbkit.tasks.graders import GRADERS, normalize_answer
-from nbkit.tasks.long_arith import LongArithConfig
-from nbkit.tasks.long_arith import make_problems as make_chains
 from nbkit.tasks.templates import TEMPLATES
 
 GENERATED_SOURCES = ("arith", "long_arith")

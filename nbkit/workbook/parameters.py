@@ -120,7 +120,7 @@ def _format(value):
 
 
 def _lengths():
-    from nbkit.tasks.long_arith import REGIMES
+    from nbkit.models.toymodels.long_arith import REGIMES
 
     return REGIMES
 

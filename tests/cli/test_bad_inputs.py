@@ -23,9 +23,10 @@ from nbkit.cli import main as cli_main
 from nbkit.cli import plan
 from nbkit.mismatch import mismatch
 from nbkit.models import models
+from nbkit.models.toymodels import arith
 from nbkit.rl import RLConfig, config_from, train
 from nbkit.runtime import fieldcheck, outputs
-from nbkit.tasks import arith, dataset
+from nbkit.tasks import dataset
 from nbkit.workbook import runner
 
 EXIT_2 = 2

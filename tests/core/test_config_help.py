@@ -12,6 +12,8 @@ import pytest
 
 from nbkit.cli import doctor as doctor_cli
 from nbkit.engines import SamplingConfig
+from nbkit.models.toymodels.arith import ArithConfig
+from nbkit.models.toymodels.long_arith import LongArithConfig
 from nbkit.offline.analysis import GridConfig
 from nbkit.offline.anatomy import AnatomyConfig
 from nbkit.offline.doctor import DoctorConfig
@@ -20,9 +22,7 @@ from nbkit.offline.moe_analysis import MoeConfig
 from nbkit.rl import RLConfig
 from nbkit.studies.hunt import HuntConfig
 from nbkit.tasks import TaskConfig
-from nbkit.tasks.arith import ArithConfig
 from nbkit.tasks.dataset import BuildConfig
-from nbkit.tasks.long_arith import LongArithConfig
 
 USER_FACING = (
     RLConfig,

@@ -31,8 +31,8 @@ from nbkit.engines import (
 )
 from nbkit.mismatch.mismatch import teacher_forced_logprobs
 from nbkit.models import models
+from nbkit.models.toymodels import arith
 from nbkit.runtime import paths
-from nbkit.tasks import arith
 
 DTYPES = ("fp32", "bf16", "fp16")
 PROMPTS = [p["problem"] for p in arith.make_problems(24, seed=7)]

@@ -11,10 +11,9 @@ import torch
 
 from nbkit.engines import HFEngine, SamplingConfig
 from nbkit.models import models, routing
-from nbkit.models.toymodels import tiny_arith, tiny_moe
+from nbkit.models.toymodels import arith, tiny_arith, tiny_moe
 from nbkit.rl import RLConfig, train
 from nbkit.rl.amp import PrecisionAudit
-from nbkit.tasks import arith
 
 CFG = tiny_moe.TinyMoeConfig(
     hidden_size=32,

@@ -8,7 +8,7 @@ import torch
 from nbkit.engines import HFEngine, SamplingConfig
 from nbkit.mismatch import mismatch, sampling_filter
 from nbkit.models import models
-from nbkit.tasks import arith
+from nbkit.models.toymodels import arith
 
 
 def test_filtered_logprobs_renormalise_over_the_kept_tokens():

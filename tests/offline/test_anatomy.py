@@ -12,11 +12,11 @@ import torch
 from nbkit.engines import HFEngine, SamplingConfig
 from nbkit.mismatch import forced
 from nbkit.models import models
+from nbkit.models.toymodels import arith
 from nbkit.offline import anatomy, anatomy_report
 from nbkit.plots import anatomy as anatomy_plots
 from nbkit.precision import lm_head
 from nbkit.records import schema
-from nbkit.tasks import arith
 
 NOISE = 1e-5  # FP32 kernel differences (two attention kernels, KV-cache vs full forward): ~1e-8 per token measured
 

@@ -12,9 +12,9 @@ import torch
 from nbkit.engines import HFEngine, SamplingConfig
 from nbkit.mismatch import forced, mismatch
 from nbkit.models import models
+from nbkit.models.toymodels import arith
 from nbkit.offline import anatomy_surgery
 from nbkit.precision import lm_head
-from nbkit.tasks import arith
 
 
 @pytest.fixture(scope="module")

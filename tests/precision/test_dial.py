@@ -12,9 +12,8 @@ import pytest
 import torch
 
 from nbkit.models import models
-from nbkit.models.toymodels import tiny_arith
+from nbkit.models.toymodels import arith, tiny_arith
 from nbkit.precision import dial, formats
-from nbkit.tasks import arith
 
 
 @pytest.fixture(scope="module")

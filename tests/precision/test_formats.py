@@ -17,12 +17,12 @@ import torch
 from nbkit.engines import SamplingConfig, make_engine
 from nbkit.mismatch.mismatch import teacher_forced_logprobs
 from nbkit.models import models
+from nbkit.models.toymodels import arith
 from nbkit.offline import ladder
 from nbkit.precision import formats
 from nbkit.precision.formats import E2M1, E4M3, E5M2, e8m
 from nbkit.rl import RLConfig, train
 from nbkit.rl.amp import PrecisionError
-from nbkit.tasks import arith
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

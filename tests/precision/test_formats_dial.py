@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from nbkit.models import models
+from nbkit.models.toymodels import arith
 from nbkit.precision import formats
-from nbkit.tasks import arith
 
 
 def test_the_linear_only_variant_rounds_operands_but_not_the_result():

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from nbkit.models import models
+from nbkit.models.toymodels import arith
 from nbkit.offline import analysis
 from nbkit.precision import gemm
 from nbkit.rl import RLConfig, train
 from nbkit.rl.amp import PrecisionAudit, PrecisionError
-from nbkit.tasks import arith
 
 HALVES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 UNIT = {"fp16": 2.0**-11, "bf16": 2.0**-8}

@@ -8,11 +8,10 @@ from dataclasses import dataclass, field, fields
 
 import pytest
 
-from nbkit.models.toymodels import tiny_arith
+from nbkit.models.toymodels import arith, tiny_arith
 from nbkit.rl import RLConfig, train
 from nbkit.rl.config import trl_fields
 from nbkit.rl.run import TRL_DEFAULTS, grpo_config, workbook_args
-from nbkit.tasks import arith
 
 
 def test_sampling_kl_and_vllm_memory_fields_reach_trls_config(tmp_path):

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from nbkit.models.toymodels import long_arith
 from nbkit.records import schema
 from nbkit.rl import judge
 from nbkit.studies import harm_threshold as H
@@ -19,7 +20,6 @@ from nbkit.studies import harm_transfer_rule as R
 from nbkit.studies import harm_transfer_setup as S
 from nbkit.studies import tiny_long_regimes as TL
 from nbkit.studies.catalog import STUDIES
-from nbkit.tasks import long_arith
 
 
 def test_the_points_are_e8m3_and_the_ones_pick_points_takes_from_tiny_longs_stored_ladder():

@@ -53,8 +53,16 @@ def test_the_contract_lists_the_layers_top_down_from_the_app_to_the_core():
     names = [layer.replace("|", ":").split(":") for layer in layers()]
     order = {name.strip(): i for i, group in enumerate(names) for name in group}
     assert order["cli"] < order["workbook"] < order["studies"] < order["rl"] == order["plots"] < order["offline"]
-    assert order["offline"] < order["mismatch"] == order["results"] < order["engines"] == order["models"]
-    assert order["models"] == order["precision"] < order["records"] < order["stats"] == order["runtime"]
+    assert order["offline"] < order["mismatch"] == order["results"] < order["tasks"] < order["engines"]
+    assert (
+        order["engines"] < order["models"] < order["precision"] < order["records"] < order["stats"] == order["runtime"]
+    )
+
+
+def test_siblings_of_a_layer_are_independent_so_no_two_packages_share_a_level_to_import_each_other():
+    """``|`` in the contract: siblings never import each other (``:`` would let them, which hid tasks -> engines ->
+    models -> tasks and precision -> models inside one level until issue 53)."""
+    assert all(":" not in layer for layer in layers())
 
 
 @pytest.mark.parametrize("where", ["top", "function"])
@@ -76,6 +84,27 @@ def test_an_upward_import_planted_in_a_copy_breaks_the_contract(tmp_path, where)
         and "nbkit.runtime is not allowed to import nbkit.cli" in out.stdout
         and "- nbkit.runtime.paths -> nbkit.cli" in out.stdout
     )
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "importer", "imported"),
+    [
+        ("precision/gemm.py", "from nbkit.models.models import DTYPES", "nbkit.precision", "nbkit.models"),
+        ("models/toymodels/tiny_arith.py", "from nbkit.tasks import sources", "nbkit.models", "nbkit.tasks"),
+        ("engines/base.py", "from nbkit.tasks import dataset", "nbkit.engines", "nbkit.tasks"),
+    ],
+)
+def test_the_arrows_issue_53_removed_cannot_come_back(tmp_path, module, line, importer, imported):
+    """The gemm policy and the LM head once read the dtype table from the model loader, and the toy models read their
+    problems from the tasks package, which samples through the engines, which load the toy models: each arrow, planted
+    again inside a function, breaks the contract."""
+    shutil.copytree(ROOT / "nbkit", tmp_path / "nbkit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "nbkit" / module
+    target.write_text(target.read_text() + f"\n\ndef _planted():\n    {line}\n")
+    out = lint(tmp_path)
+    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
+    assert f"{importer} is not allowed to import {imported}" in out.stdout
 
 
 def test_the_unchanged_copy_passes_so_the_planted_line_is_what_breaks_it(tmp_path):
@@ -106,7 +135,7 @@ def test_reading_stored_results_and_the_command_line_import_no_torch():
     code = (
         "import sys\nimport nbkit.studies.catalog, nbkit.studies.results_md, nbkit.results, nbkit.records.runlog, "
         "nbkit.cli.main, nbkit.cli.commands, nbkit.cli.study, nbkit.cli.results_md, nbkit.workbook.runner, "
-        "nbkit.models.dtypes, nbkit.runtime.paths\nprint(sorted(m for m in ('torch', 'transformers', 'trl', 'vllm') "
+        "nbkit.precision.dtypes, nbkit.runtime.paths\nprint(sorted(m for m in ('torch', 'transformers', 'trl', 'vllm') "
         "if m in sys.modules))"
     )
     out = subprocess.run(

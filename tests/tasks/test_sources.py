@@ -4,7 +4,8 @@ on screen); a small one stays silent."""
 import json
 
 from nbkit import tasks
-from nbkit.tasks import arith, sources
+from nbkit.models.toymodels import arith
+from nbkit.tasks import sources
 
 
 def _jsonl(path, n):

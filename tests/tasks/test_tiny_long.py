@@ -13,9 +13,8 @@ import torch
 
 from nbkit import tasks
 from nbkit.models import models
-from nbkit.models.toymodels import tiny_arith, tiny_long
-from nbkit.tasks import long_arith
-from nbkit.tasks.long_arith import LongArithConfig
+from nbkit.models.toymodels import long_arith, tiny_arith, tiny_long
+from nbkit.models.toymodels.long_arith import LongArithConfig
 
 NOMINAL = {"short": 100, "mid": 180, "medium": 300, "long": 800}
 

@@ -1,7 +1,7 @@
 """The ``tiny-arith`` model: a 1 M-parameter Qwen2 trained by the workbook itself to add with a scratchpad.
 
 Why it exists: no model can be downloaded here, and the paper's sanity test needs a model that solves a task
-*sometimes*. Supervised fine-tuning (SFT, fp32, seeded) on ``nbkit.tasks.arith`` problems, stopped early, leaves a
+*sometimes*. Supervised fine-tuning (SFT, fp32, seeded) on ``arith`` problems (this package), stopped early, leaves a
 model right on part of the columns part of the time, so pass rates over 40 samples spread out.
 
 ``build()`` regenerates the shipped checkpoint in ``data/models/tiny-arith`` deterministically::
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from nbkit.models.toymodels import arith
 from nbkit.runtime.paths import DATA
-from nbkit.tasks import arith
 
 CHECKPOINT = DATA / "models" / "tiny-arith"
 

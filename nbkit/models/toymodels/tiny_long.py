@@ -2,7 +2,7 @@
 
 Why it exists: tiny-arith answers in ~30 tokens, but the training–inference mismatch grows with response length;
 the hunt for where BF16 RL breaks needs a model that writes 100–1,000-token answers and still solves them only
-*sometimes*. ``nbkit.tasks.long_arith`` is the task (a chain of additions with a step knob); this module is the SFT
+*sometimes*. ``long_arith`` (this package) is the task (a chain of additions with a step knob); this module is the SFT
 recipe: a 4-layer Qwen2 (tiny-arith's width, depth, heads and character vocabulary) with room for 1,152
 positions, trained in fp32 from scratch on chains of every length 1..``long_arith.MAX_STEPS``, stopped early.
 
@@ -22,9 +22,8 @@ from pathlib import Path
 
 import torch
 
-from nbkit.models.toymodels import tiny_arith
+from nbkit.models.toymodels import long_arith, tiny_arith
 from nbkit.runtime.paths import CACHE, DATA
-from nbkit.tasks import long_arith
 
 CHECKPOINT = DATA / "models" / "tiny-long"
 STATE = CACHE / "tiny_long_sft"
@@ -161,7 +160,7 @@ def build(
     tail = log[-20:]
     meta = {
         "recipe": asdict(cfg),
-        "task": f"nbkit.tasks.long_arith (chain of additions, steps {cfg.min_chain}..{cfg.max_chain})",
+        "task": f"nbkit.models.toymodels.long_arith (chain of additions, steps {cfg.min_chain}..{cfg.max_chain})",
         "train_seconds": round(sum(r["seconds"] for r in log), 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "final_loss": log[-1]["loss"],

@@ -21,9 +21,8 @@ from pathlib import Path
 import torch
 
 from nbkit.models import routing
-from nbkit.models.toymodels import tiny_arith
+from nbkit.models.toymodels import arith, tiny_arith
 from nbkit.runtime.paths import DATA
-from nbkit.tasks import arith
 
 CHECKPOINT = DATA / "models" / "tiny-moe-arith"
 

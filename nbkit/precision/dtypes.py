@@ -1,9 +1,9 @@
 """The precisions the workbook compares, by the paper's short names, and the other spellings of them: the one table.
 
-``nbkit.models.models.DTYPES`` maps the same names to torch dtypes; the vLLM command lines (``nbkit plan``), the vLLM
-server
-checks (``nbkit.rl.server``) and the lints (``nbkit.offline.lints``) read the spellings here. Pure Python, so a
-command line reads it without importing torch.
+``nbkit.precision.torch_dtypes.DTYPES`` maps the same names to torch dtypes; the vLLM command lines (``nbkit plan``),
+the vLLM server checks (``nbkit.rl.server``) and the lints (``nbkit.offline.lints``) read the spellings here. Pure
+Python, so a command line reads it without importing torch. It sits in the precision package, the lowest of the model
+layers, so every layer above (models, engines, GEMM policies, the LM head) reads the one table downward.
 """
 
 from __future__ import annotations
