@@ -127,7 +127,7 @@ def judge_task(pool_size: int = JUDGE_POOL, seed: int = JUDGE_SEED, train: str =
     ``tiny_long_regimes.build_set`` draws the training pool with seed 0), those of the training set ``train``
     removed (the judge refuses a shared problem: ``nbkit.rl.judge.load_set``)."""
     from nbkit import tasks
-    from nbkit.tasks.long_arith import LongArithConfig
+    from nbkit.models.toymodels.long_arith import LongArithConfig
 
     trained = {p["problem"] for p in tasks.make_task(source=train, grader="arith").problems}
     task = tasks.make_task(

@@ -22,14 +22,14 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbkit.models.toymodels import long_arith
 from nbkit.records import schema
 from nbkit.records.runlog import steps_to
 from nbkit.stats.stats import seeds_needed
 from nbkit.studies.base import GridStudy
-from nbkit.tasks import long_arith
 
 LENGTHS: tuple[str, ...] = ("short", "medium", "long")
-"""tiny-long's length regimes the hunt ran (``nbkit.tasks.long_arith.REGIMES``: ~100, ~300 and ~800 response tokens)."""
+"""tiny-long's length regimes the hunt ran (``nbkit.models.toymodels.long_arith.REGIMES``: ~100, ~300 and ~800 response tokens)."""
 LRS: tuple[float, ...] = (1e-4, 1e-3)
 """Learning rates: tiny-long's RL default and 10× it (the stored grid; 3e-4 between them fits a longer budget)."""
 HUNT_ALGORITHMS: tuple[str, ...] = ("grpo", "pg_seq_is", "grpo_mu_old")

@@ -14,9 +14,9 @@ import tempfile
 import time
 from typing import TYPE_CHECKING
 
+from nbkit.models.toymodels import long_arith
+from nbkit.models.toymodels.long_arith import LongArithConfig
 from nbkit.records import schema
-from nbkit.tasks import long_arith
-from nbkit.tasks.long_arith import LongArithConfig
 
 if TYPE_CHECKING:
     from nbkit.tasks import dataset
