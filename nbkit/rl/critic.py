@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from nbkit.records import schema
-from nbkit.rl import gae
+from nbkit.rl.gae import explained_variance
 
 INPUTS = ("hidden", "hidden+min_logp")
 """What the value of a state reads (``RLConfig.critic_input``): the last hidden state only, or that plus the running
@@ -63,7 +63,7 @@ def bin_means_ev(min_logp: torch.Tensor, returns: torch.Tensor, mask: torch.Tens
     n = len(MIN_LOGP_EDGES) + 1
     sums = torch.zeros(n).index_add_(0, bins[m], r[m])
     means = sums / torch.bincount(bins[m], minlength=n).clamp(min=1)
-    return float(gae.explained_variance(means[bins] * m, r, m))
+    return float(explained_variance(means[bins] * m, r, m))
 
 
 class Critic(nn.Module):
