@@ -15,12 +15,15 @@ from nbkit.models.toymodels.arith import ArithConfig
 from nbkit.models.toymodels.arith import make_problems as make_additions
 from nbkit.models.toymodels.long_arith import LongArithConfig
 from nbkit.models.toymodels.long_arith import make_problems as make_chains
+from nbkit.models.toymodels.word_arith import WordArithConfig
+from nbkit.models.toymodels.word_arith import make_problems as make_word_problems
 from nbkit.runtime import paths
 from nbkit.tasks.graders import GRADERS, normalize_answer
 from nbkit.tasks.templates import TEMPLATES
 
-GENERATED_SOURCES = ("arith", "long_arith")
-"""Sources made by a generator (``pool_size`` problems): tiny-arith's additions, tiny-long's chains of additions."""
+GENERATED_SOURCES = ("arith", "long_arith", "word_arith")
+"""Sources made by a generator (``pool_size`` problems): tiny-arith's additions, tiny-long's chains of additions,
+SmolLM2's questions in words (``What is 347 plus 58?``)."""
 
 NAMED_SOURCES = {
     "sanity_math_1460": ("sanity_math_1460", "train"),
@@ -30,8 +33,9 @@ NAMED_SOURCES = {
 
 
 def default_grader(source: str, template: str) -> str:
-    """The grader that fits a source and template: arith for arith, r1_distill for its template, else math."""
-    if source in GENERATED_SOURCES:
+    """The grader that fits a source and template: arith for the tiny models' sources, r1_distill for its
+    template, else math-verify (``word_arith``'s boxed answers too)."""
+    if source in ("arith", "long_arith"):
         return "arith"
     return "r1_distill" if template == "r1_distill_qwen" else "math_verify"
 
@@ -86,6 +90,11 @@ class TaskConfig:
                 "tiny-long's task."
             )
         },
+    )
+
+    word_arith: WordArithConfig = field(
+        default_factory=WordArithConfig,
+        metadata={"help": "Operation and operand sizes of ``word_arith`` problems (SmolLM2's short-answer task)."},
     )
 
     def __post_init__(self) -> None:
@@ -209,6 +218,9 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
         return [{**r, "source_index": i} for i, r in enumerate(rows)]
     if cfg.source == "long_arith":
         rows = make_chains(cfg.pool_size, cfg.long_arith, seed=cfg.seed)
+        return [{**r, "source_index": i} for i, r in enumerate(rows)]
+    if cfg.source == "word_arith":
+        rows = make_word_problems(cfg.pool_size, cfg.word_arith, seed=cfg.seed)
         return [{**r, "source_index": i} for i, r in enumerate(rows)]
     rows = _read_rows(cfg.source, cfg.split)
     if not rows:

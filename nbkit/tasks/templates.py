@@ -9,6 +9,11 @@ from dataclasses import dataclass
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """The instruction every math template carries (Qwen-Math's and DeepSeek-R1's recommended wording)."""
+ANSWER_ONLY_INSTRUCTION = "Give only the final answer, as a number within \\boxed{}."
+"""The system prompt of ``smol_answer``: a short answer (a few tokens) instead of a worked solution."""
+ANSWER_ONLY_EXAMPLE = ("What is 12 plus 7?", "\\boxed{19}")
+"""The one example turn of ``smol_answer`` (question, answer): without it SmolLM2-135M-Instruct ignores the system
+prompt and writes ~50 tokens of (mostly wrong) working (probe of 2026-11-27: 142 of 240 responses cut at 64 tokens)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,19 @@ TEMPLATES: dict[str, Template] = {
             "<|im_end|>\n<|im_start|>assistant\n",
             "Oat's 'qwen_math': ChatML with the boxed instruction as system prompt (Qwen2.5-Math, and any "
             "ChatML model such as SmolLM2-Instruct).",
+        ),
+        Template(
+            "smol_answer",
+            "<|im_start|>system\n"
+            + ANSWER_ONLY_INSTRUCTION
+            + "<|im_end|>\n<|im_start|>user\n"
+            + ANSWER_ONLY_EXAMPLE[0]
+            + "<|im_end|>\n<|im_start|>assistant\n"
+            + ANSWER_ONLY_EXAMPLE[1]
+            + "<|im_end|>\n<|im_start|>user\n",
+            "<|im_end|>\n<|im_start|>assistant\n",
+            "ChatML asking for the answer only in \\boxed{}, with one worked turn (``ANSWER_ONLY_EXAMPLE``): "
+            "SmolLM2-135M-Instruct's short-answer task (``word_arith``, issue 51), a few completion tokens per answer.",
         ),
         Template(
             "r1_distill_qwen",
