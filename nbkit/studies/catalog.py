@@ -96,8 +96,7 @@ STUDIES: dict[str, Study] = {
 
 PLANNED = {
     "corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained",
-    "mechanism_tiny_arith": "rule committed before any run (its card and nbkit.studies.mechanism.RULE_RECORD say "
-    "where); runs stored as they finish",
+    "mechanism_tiny_arith": "rule committed at 6489c6f before any run; runs stored as they finish",
 }
 """Registered studies that may be missing from ``data/results`` (their rule is committed, their runs are not stored
 yet): RESULTS.md shows their question and plan, and says no result exists."""

@@ -116,7 +116,7 @@ RULE_TEXT = (
     "e8m3 more than fp8-e5m2; runs may span sittings, read once after the last run"
 )
 """The rule in one line, as the card records it."""
-RULE_RECORD: dict = {}
+RULE_RECORD: dict = {"commit": "6489c6facd596b66256fc02b79fb315bb914db1f", "time": "2026-11-27T21:26:32+00:00"}
 """The commit that fixed ``RULE_TEXT`` and its time (``git log -1 --format=%cI``), before any run of the study."""
 
 
