@@ -27,6 +27,11 @@ dtype, as in ``nbkit.precision.gemm``) and change only what the GEMMs see:
   every linear layer but the LM head, exact products, FP32 accumulation and one rounding of the result to the
   base dtype; the LM head, attention and every other op as the base dtype's own (no per-token or per-tensor scale:
   8 exponent bits need none). Its mismatch against the full dial's is what rounding outputs and attention costs.
+- ``e8m0-linear-rn`` … ``e8m10-acts``: the mechanism variants (``MECHANISMS``), each an FP32 forward whose linear
+  layers (the LM head excepted) see one kind of e8m<k> rounding: both operands to nearest (``-linear-rn``) or
+  stochastically (``-linear-sr``: unbiased, ``Minifloat.round_stochastic``, its draws from an explicit generator that
+  ``policy`` seeds with the rollout's seed), the weights only (``-weights``: a fixed error) or the activations only
+  (``-acts``: a fresh one); the other operand enters the GEMM as its FP32 bits.
 
 Every quantized GEMM is computed the way the hardware does it: operands quantized with their scales, exact
 products (E4M3×E4M3, E2M1×E4M3-scaled and e8m<k>×e8m<k> products all fit FP32's 24-bit significand), FP32
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,17 +100,35 @@ class Minifloat:
             return _round_bits(x, self.man_bits)
         return self.round_reference(x)
 
-    def round_reference(self, x: torch.Tensor) -> torch.Tensor:
-        """The definition ``round`` implements: on the grid of spacing 2^(max(e, emin) − man_bits) around x
-        (e = floor(log2 |x|); below emin the subnormals' fixed spacing), round half to even, then saturate."""
-        x = x.float()
-        e = _exponent(x).clamp(self.emin, 127)
+    def spacing(self, x: torch.Tensor) -> torch.Tensor:
+        """The grid's spacing around float32 ``x``: 2^(max(e, emin) − man_bits), e = floor(log2 |x|) (below emin the
+        subnormals' fixed spacing)."""
+        e = _exponent(x.float()).clamp(self.emin, 127)
         if self.emin - self.man_bits >= -126:  # every spacing is a normal fp32 number: its bits directly
-            q = ((e - self.man_bits + 127) << 23).view(torch.float32)
-        else:
-            q = _pow2(e - self.man_bits)  # the spacing of representable values around x
+            return ((e - self.man_bits + 127) << 23).view(torch.float32)
+        return _pow2(e - self.man_bits)
+
+    def round_reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The definition ``round`` implements: on the grid of spacing ``spacing(x)`` around x, round half to even,
+        then saturate."""
+        x = x.float()
+        q = self.spacing(x)
         y = torch.round(x / q) * q  # division and product by a power of two are exact; torch.round is half-even
         return y.clamp(-self.max, self.max) if self.saturate else y
+
+    def round_stochastic(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """``x`` (float32) rounded to one of its two neighbours on this format's grid, the upper with probability
+        (x − lower) / spacing: E[round] = x (unbiased), where ``round`` errs the same way every time. The draws come
+        from ``generator`` (explicit: the same generator state gives the same bits). Values on the grid, zeros,
+        inf and NaN stay as they are; overflow as ``round`` (saturate or inf)."""
+        x = x.float()
+        if self.emin == -126 and not self.saturate:
+            return _round_bits_stochastic(x, self.man_bits, generator)
+        q = self.spacing(x).double()
+        u = torch.rand(x.shape, generator=generator, dtype=torch.float64, device=x.device)
+        y = torch.copysign((torch.floor(x.double() / q + u) * q).float(), x)  # x / q exact in float64; keeps −0
+        y = y.clamp(-self.max, self.max) if self.saturate else torch.where(y.abs() > self.max, y * math.inf, y)
+        return torch.where(torch.isfinite(x), y, x)
 
 
 def _round_bits(x: torch.Tensor, man_bits: int) -> torch.Tensor:
@@ -117,6 +141,19 @@ def _round_bits(x: torch.Tensor, man_bits: int) -> torch.Tensor:
     b = x.view(torch.int32)
     r = ((b + ((1 << (drop - 1)) - 1) + ((b >> drop) & 1)) & -(1 << drop)).view(torch.float32)
     return torch.where(torch.isnan(x), x, r)
+
+
+def _round_bits_stochastic(x: torch.Tensor, man_bits: int, generator: torch.Generator) -> torch.Tensor:
+    """Stochastic rounding of float32 ``x`` to ``man_bits`` mantissa bits on its own bits: a uniform integer below
+    2^dropped added to the magnitude, then the dropped bits cleared (the round-up happens with probability equal to
+    the dropped fraction; carries move into the exponent and past the largest finite value to inf). Inf and NaN are
+    kept."""
+    if man_bits >= 23:
+        return x
+    drop = 23 - man_bits
+    noise = torch.randint(0, 1 << drop, x.shape, generator=generator, dtype=torch.int32, device=x.device)
+    r = ((x.view(torch.int32) + noise) & -(1 << drop)).view(torch.float32)  # sign-magnitude: the sign bit is kept
+    return torch.where(torch.isfinite(x), r, x)
 
 
 E4M3 = Minifloat("e4m3", man_bits=3, emin=-6, max=448.0, saturate=True)
@@ -201,6 +238,11 @@ class Scheme:
     all_gemms: bool = False
     """Every GEMM and attention runs in the format (the dial); otherwise only the linear layers' weights ×
     activations, never the LM head or attention (as vLLM and the FP4 deployments do)."""
+    operands: tuple[str, ...] = ("activation", "weight")
+    """The roles ``quantize`` rounds; an operand of another role enters the GEMM as the base dtype's own values
+    (``e8m-weights``: the weights only, a fixed error; ``e8m-activations``: the activations only, a fresh one)."""
+    stochastic: bool = False
+    """``quantize`` rounds stochastically and takes a ``generator`` (``Minifloat.round_stochastic``)."""
 
 
 def _one(x: torch.Tensor) -> torch.Tensor:
@@ -240,6 +282,29 @@ SCHEMES: dict[str, Scheme] = {
             "the dial on linear operands only, as FP8/FP4",
             lambda x, f, role: (f.element.round(x), _one(x)),
         ),
+        Scheme(
+            "e8m-linear-rn",
+            "the dial on linear operands only, rounded to nearest (the stochastic scheme's twin, on an FP32 forward)",
+            lambda x, f, role: (f.element.round(x), _one(x)),
+        ),
+        Scheme(
+            "e8m-linear-sr",
+            "the dial on linear operands only, rounded stochastically (unbiased)",
+            lambda x, f, role, generator: (f.element.round_stochastic(x, generator), _one(x)),
+            stochastic=True,
+        ),
+        Scheme(
+            "e8m-weights",
+            "the dial on the linear layers' weights only (a fixed error: the same rounding every forward)",
+            lambda x, f, role: (f.element.round(x), _one(x)),
+            operands=("weight",),
+        ),
+        Scheme(
+            "e8m-activations",
+            "the dial on the linear layers' activations only (a fresh error every operation)",
+            lambda x, f, role: (f.element.round(x), _one(x)),
+            operands=("activation",),
+        ),
     )
 }
 """Name → quantization scheme."""
@@ -255,8 +320,9 @@ class RolloutFormat:
     """The forward's dtype (``nbkit.precision.torch_dtypes.DTYPES``): weights, activations and every non-GEMM op."""
     scheme: str = "none"
     """A key of ``SCHEMES``: ``none`` (the base dtype's own GEMMs), ``fp8``, ``mxfp4``, ``nvfp4``, ``e8m`` (the
-    mantissa dial: every GEMM's operands and output and attention) or ``e8m-linear`` (the dial on linear operands
-    only, as FP8/FP4)."""
+    mantissa dial: every GEMM's operands and output and attention), ``e8m-linear`` (the dial on linear operands
+    only, as FP8/FP4), or one of the mechanism variants' (``MECHANISMS``: ``e8m-linear-rn``, ``e8m-linear-sr``,
+    ``e8m-weights``, ``e8m-activations``)."""
     element: Minifloat | None = None
     """The operands' element format (E4M3, E5M2, E2M1 or e8m<k>); None for ``none``."""
     weight_scale: str = "tensor"
@@ -301,6 +367,27 @@ class RolloutFormat:
 
 DIAL = tuple(range(1, 11))
 """Mantissa bits of the ``e8m<k>`` formats in the registry."""
+MECHANISM_BITS = tuple(range(0, 11))
+"""Mantissa bits of the mechanism variants in the registry (``e8m0``, powers of two only, reaches the doses the full
+dial reaches with more bits: these round the linear layers only)."""
+MECHANISMS = (
+    ("e8m{k}-linear-rn", "e8m-linear-rn", "FP32 forward, linear operands (not the LM head) rounded to nearest e8m{k}"),
+    (
+        "e8m{k}-linear-sr",
+        "e8m-linear-sr",
+        "FP32 forward, linear operands (not the LM head) rounded stochastically to e8m{k}",
+    ),
+    ("e8m{k}-weights", "e8m-weights", "FP32 forward, linear weights only (not the LM head) rounded to nearest e8m{k}"),
+    (
+        "e8m{k}-acts",
+        "e8m-activations",
+        "FP32 forward, linear activations only (not the LM head) rounded to nearest e8m{k}",
+    ),
+)
+"""The mechanism variants (issue 50 item 3): ``(name pattern, scheme, description)``, one format per ``DIAL`` point.
+Each runs an FP32 forward whose linear layers (the LM head excepted) see one kind of rounding, so the only mismatch
+is the one under study: nearest against stochastic (``-linear-rn`` / ``-linear-sr``), a fixed error in the weights
+against a fresh one in the activations (``-weights`` / ``-acts``), at each of ``MECHANISM_BITS``."""
 FORMATS: dict[str, RolloutFormat] = {}
 """Every rollout format by name (filled by ``register``)."""
 
@@ -363,6 +450,11 @@ for _fmt in (
             description=f"e8m{k} linear operands only (as FP8/FP4: no LM head, outputs or attention)",
         )
         for k in DIAL
+    ),
+    *(
+        RolloutFormat(name.format(k=k), "fp32", scheme, e8m(k), description=what.format(k=k))
+        for name, scheme, what in MECHANISMS
+        for k in MECHANISM_BITS
     ),
 ):
     register(_fmt)
@@ -432,15 +524,32 @@ def get(name: str | RolloutFormat) -> RolloutFormat:
 # The quantized GEMM
 
 
-def quantize_operand(x: torch.Tensor, fmt: str | RolloutFormat, role: str) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_operand(
+    x: torch.Tensor, fmt: str | RolloutFormat, role: str, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A GEMM operand [rows, K] in ``fmt``: (values with their inner scales applied, exact in fp32; the outer
     scale applied to the GEMM's fp32 result: [rows, 1] or a scalar). ``role``: ``activation`` (FP8: per-token
-    scale) or ``weight`` (FP8: per-tensor or per-channel scale, as the format says)."""
+    scale) or ``weight`` (FP8: per-tensor or per-channel scale, as the format says); a role the scheme does not
+    round (``Scheme.operands``) comes back as it is. ``generator``: the draws of a stochastic scheme (required
+    there, refused elsewhere: a nearest rounding has nothing to draw)."""
     fmt, x = get(fmt), x.float()
     if role not in ("activation", "weight"):
         raise ValueError(f"unknown operand role {role!r}; choose 'activation' or 'weight'")
     if not fmt.quantized:
         raise ValueError(f"rollout format {fmt.name!r} quantizes nothing")
+    if fmt.rules.stochastic != (generator is not None):
+        raise ValueError(
+            f"rollout format {fmt.name!r} "
+            + (
+                "rounds stochastically: pass a torch.Generator"
+                if generator is None
+                else "rounds to nearest: no generator"
+            )
+        )
+    if role not in fmt.rules.operands:
+        return x, _one(x)
+    if generator is not None:
+        return fmt.rules.quantize(x, fmt, role, generator)
     return fmt.rules.quantize(x, fmt, role)
 
 
@@ -451,6 +560,7 @@ def quantized_linear(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     qw: tuple[torch.Tensor, torch.Tensor] | None = None,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """a @ w.T (+ bias) in ``fmt``: activations ``a`` [M, K], weight ``w`` [N, K] (K is the quantization axis;
     ``qw``: the weight already through ``quantize_operand``, then ``w`` may be None).
@@ -458,12 +568,13 @@ def quantized_linear(
     Operands quantized with their scales, exact products and FP32 accumulation (one FP32 GEMM of the exactly
     representable quantized values), outer scales and bias applied in FP32, one rounding to ``out_dtype``
     (default: ``a``'s dtype). ``e8m<k>`` rounds the result to e8m<k> first (exact in the base dtype);
-    ``e8m<k>-linear`` does not (its result is rounded once, to ``out_dtype``, as FP8/FP4's).
+    ``e8m<k>-linear`` does not (its result is rounded once, to ``out_dtype``, as FP8/FP4's). ``generator``: a
+    stochastic scheme's draws (``quantize_operand``).
     """
     fmt = get(fmt)
     out_dtype = out_dtype or a.dtype
-    qa, sa = quantize_operand(a, fmt, "activation")
-    qw, sw = qw if qw is not None else quantize_operand(w, fmt, "weight")
+    qa, sa = quantize_operand(a, fmt, "activation", generator)
+    qw, sw = qw if qw is not None else quantize_operand(w, fmt, "weight", generator)
     out = qa @ qw.T
     if fmt.rules.outer_scales:
         out = out * (sa * sw.reshape(1, -1))  # per token × per tensor or per channel (NVFP4: tensor × tensor)
@@ -492,9 +603,19 @@ class FormatGemm(gemm.AttentionRoutingMode):
     format: ``<format name>`` for quantized ones, the half format for routed ones, ``sdpa/<name>`` for attention.
     """
 
-    def __init__(self, fmt: str | RolloutFormat, weights: set[int] | None = None, half_gemm: str = "native"):
+    def __init__(
+        self,
+        fmt: str | RolloutFormat,
+        weights: set[int] | None = None,
+        half_gemm: str = "native",
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         self.fmt = get(fmt)
+        if self.fmt.rules.stochastic and generator is None:
+            raise ValueError(f"rollout format {self.fmt.name!r} rounds stochastically: pass a torch.Generator")
+        self.generator = generator
+        """A stochastic scheme's draws, in the order the GEMMs run (a weight's rounding is drawn once per version)."""
         self.weights = weights
         self.route_half = gemm.validate(half_gemm) == "fp32-accumulate"
         self.counts: Counter[str] = Counter()
@@ -520,7 +641,8 @@ class FormatGemm(gemm.AttentionRoutingMode):
             if func is _aten.addmm.default and (kwargs.get("beta", 1) != 1 or kwargs.get("alpha", 1) != 1):
                 raise NotImplementedError("addmm with beta/alpha != 1 is not a linear layer")
             a = args[-2]
-            return quantized_linear(a, None, self.fmt, bias, out_dtype=a.dtype, qw=self._weight(args[-1]))
+            qw = self._weight(args[-1])
+            return quantized_linear(a, None, self.fmt, bias, out_dtype=a.dtype, qw=qw, generator=self.generator)
         if self.route_half and base is not None:
             self.counts[gemm.HALF[base]] += 1
             return func(*[a.float() if isinstance(a, torch.Tensor) else a for a in args], **kwargs).to(base)
@@ -543,7 +665,7 @@ class FormatGemm(gemm.AttentionRoutingMode):
         weight sync writes in place and bumps the version, so a stale quantization is never reused."""
         key = (w_t.data_ptr(), w_t._version, tuple(w_t.shape))
         if key not in self._cache:
-            self._cache[key] = quantize_operand(w_t.t(), self.fmt, "weight")
+            self._cache[key] = quantize_operand(w_t.t(), self.fmt, "weight", self.generator)
         return self._cache[key]
 
     def take(self) -> Counter:
@@ -655,10 +777,18 @@ def quantized_weights(model: torch.nn.Module, head: bool = False) -> set[int]:
 
 
 @contextlib.contextmanager
-def policy(fmt: str | RolloutFormat, half_gemm: str = "auto", model: torch.nn.Module | None = None, device=None):
+def policy(
+    fmt: str | RolloutFormat,
+    half_gemm: str = "auto",
+    model: torch.nn.Module | None = None,
+    device=None,
+    seed: int | None = None,
+):
     """Run the block in rollout format ``fmt``; yields the mode that counts its GEMMs, or None (a plain format
     whose GEMMs run natively). ``model``: the network whose linear layers FP8/FP4 quantize (None = every 2-D GEMM);
-    ``half_gemm``: the ``nbkit.precision.gemm`` policy of the GEMMs the format leaves in the base dtype."""
+    ``half_gemm``: the ``nbkit.precision.gemm`` policy of the GEMMs the format leaves in the base dtype. ``seed``: a
+    stochastic format's generator seed; None = ``torch.initial_seed()``, the seed the caller last set (the HF
+    engine sets the rollout's ``SamplingConfig.seed`` before it generates), so a run's roundings follow its seed."""
     fmt = get(fmt)
     half = gemm.resolve(half_gemm, device)
     if not fmt.quantized:
@@ -672,7 +802,11 @@ def policy(fmt: str | RolloutFormat, half_gemm: str = "auto", model: torch.nn.Mo
         )
     weights = quantized_weights(model, head=fmt.all_gemms) if model is not None else None
     family = next((f for f in FAMILIES if isinstance(fmt, f.kind)), None)
-    with family.policy(fmt, weights, half, model) if family else FormatGemm(fmt, weights, half) as mode:
+    generator = None
+    if fmt.rules.stochastic:
+        where = next(model.parameters()).device if model is not None else torch.device(device or "cpu")
+        generator = torch.Generator(where).manual_seed(torch.initial_seed() if seed is None else seed)
+    with family.policy(fmt, weights, half, model) if family else FormatGemm(fmt, weights, half, generator) as mode:
         yield mode
 
 

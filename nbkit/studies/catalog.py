@@ -16,6 +16,7 @@ from nbkit.studies import (
     harm_threshold,
     harm_transfer,
     hunt,
+    mechanism,
     moe,
     opsm,
     ppo,
@@ -92,12 +93,14 @@ STUDIES: dict[str, Study] = {
         harm_transfer.HarmTransfer(),
         opsm.OPSMStudy(),
         predictors.Predictors(),
+        mechanism.Mechanism(),
     )
 }
 """Every stored study a reader can see, in RESULTS.md order."""
 
 PLANNED = {
     "corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained",
+    "mechanism_tiny_arith": "rule committed at 6489c6f before any run; runs stored as they finish",
 }
 """Registered studies that may be missing from ``data/results`` (their rule is committed, their runs are not stored
 yet): RESULTS.md shows their question and plan, and says no result exists."""

@@ -419,3 +419,123 @@ def test_the_ladder_measures_each_format_against_the_fp32_trainer():
 def test_a_ladder_with_an_unknown_format_is_refused_before_any_model_loads():
     with pytest.raises(ValueError, match=r"'fp6'.*nvfp4"):
         ladder.LadderConfig(model="no-such-model", formats=("bf16", "fp6"))
+
+
+# --- the mechanism variants: stochastic rounding, weights only, activations only ----------------------------
+
+
+def rounding_bias(rnd, x: torch.Tensor, elem, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per element of ``x``: the mean error in magnitude of ``n`` roundings ``rnd(x)``, in units of the grid's
+    spacing, and its standard error (sample std / √n)."""
+    unit = elem.spacing(x).double() * torch.sign(x).double()
+    errs = torch.stack([(rnd(x).double() - x.double()) / unit for _ in range(n)])
+    return errs.mean(0), errs.std(0) / math.sqrt(n)
+
+
+def off_grid(elem, n: int = 256, seed: int = 0) -> torch.Tensor:
+    """Values (of both signs) a fraction 0.1–0.45 of a spacing above a grid point in magnitude (round to nearest
+    always rounds them down in magnitude)."""
+    g = torch.Generator().manual_seed(seed)
+    grid = elem.round(torch.randn(n, generator=g) * torch.exp2(torch.randint(-8, 8, (n,), generator=g).float()))
+    grid = grid[grid != 0]
+    up = grid.abs() + (0.1 + 0.35 * torch.rand(grid.shape, generator=g)) * elem.spacing(grid.abs())
+    return torch.copysign(up, grid)
+
+
+@pytest.mark.parametrize("elem", [e8m(3), e8m(1), E5M2], ids=lambda e: e.name)
+def test_stochastic_rounding_is_unbiased_within_its_standard_error(elem):
+    x = off_grid(elem)
+    g = torch.Generator().manual_seed(1)
+    mean, se = rounding_bias(lambda t: elem.round_stochastic(t, g), x, elem, n=4000)
+    assert (se > 0).all()
+    assert ((mean.abs() / se) < 4.5).all()  # every element (256 tests at 4.5 se)
+    pooled = mean.mean() / (mean.std() / math.sqrt(len(mean)))
+    assert abs(pooled) < 3
+    # the same test detects round-to-nearest's bias: it always rounds these values down
+    near_mean, _ = rounding_bias(elem.round, x, elem, n=2)  # deterministic: its spread is 0
+    assert (near_mean < -0.09).all() and abs(near_mean.mean() / (near_mean.std() / math.sqrt(len(x)))) > 3
+
+
+@pytest.mark.parametrize("elem", [e8m(3), E5M2], ids=lambda e: e.name)
+def test_stochastic_rounding_lands_on_a_neighbour_and_is_reproducible_by_seed(elem):
+    x = torch.randn(5000) * 10
+    a = elem.round_stochastic(x, torch.Generator().manual_seed(3))
+    b = elem.round_stochastic(x, torch.Generator().manual_seed(3))
+    assert same_bits(a, b)
+    assert not torch.equal(a, elem.round_stochastic(x, torch.Generator().manual_seed(4)))
+    down = torch.floor(x / elem.spacing(x)) * elem.spacing(x)
+    assert ((a == down) | (a == down + elem.spacing(x))).all()
+    assert torch.equal(elem.round(a), a)  # on the grid
+    special = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -2.5])
+    assert same_bits(elem.round_stochastic(special, torch.Generator().manual_seed(0)), special)
+
+
+def test_a_stochastic_format_needs_a_generator_and_a_nearest_one_refuses_it():
+    x = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="e8m3-linear-sr.*Generator"):
+        formats.quantize_operand(x, "e8m3-linear-sr", "activation")
+    with pytest.raises(ValueError, match="e8m3-linear-rn.*no generator"):
+        formats.quantize_operand(x, "e8m3-linear-rn", "activation", torch.Generator())
+    with pytest.raises(ValueError, match="e8m3-linear-sr.*Generator"):
+        formats.FormatGemm("e8m3-linear-sr")
+
+
+@pytest.mark.parametrize(
+    ("name", "rounded", "kept"), [("e8m3-weights", "weight", "activation"), ("e8m3-acts", "activation", "weight")]
+)
+def test_weights_only_and_activations_only_leave_the_other_operand_bitwise_fp32(name, rounded, kept):
+    x = torch.randn(16, 64)
+    fmt = formats.get(name)
+    assert fmt.base == "fp32"
+    same, _ = formats.quantize_operand(x, fmt, kept)
+    assert same_bits(same, x)
+    q, _ = formats.quantize_operand(x, fmt, rounded)
+    assert same_bits(q, e8m(3).round(x)) and not torch.equal(q, x)
+
+
+def _round_linear_inputs(model, head):
+    """Forward pre-hooks rounding every linear layer's input (the LM head's excepted) to e8m3."""
+    return [
+        m.register_forward_pre_hook(lambda mod, args: (e8m(3).round(args[0]),))
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear) and m is not head
+    ]
+
+
+def test_weights_only_and_activations_only_run_inside_a_forward_as_their_definitions(arith_model):
+    """e8m3-weights = an FP32 forward with every linear weight (not the head) rounded to e8m3; e8m3-acts = an FP32
+    forward with every linear input (not the head's) rounded; bit for bit, and each GEMM counted for the audit."""
+    import copy
+
+    model, tok, prompts = arith_model
+    ids = torch.tensor([tok(prompts[0])["input_ids"]])
+    head = model.get_output_embeddings()
+    linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules()) - 1
+    with torch.no_grad():
+        rounded = copy.deepcopy(model)
+        for m in rounded.modules():
+            if isinstance(m, torch.nn.Linear) and m is not rounded.get_output_embeddings():
+                m.weight.copy_(e8m(3).round(m.weight))
+        want_w = rounded(ids).logits
+        handles = _round_linear_inputs(model, head)
+        want_a = model(ids).logits
+        for h in handles:
+            h.remove()
+        plain = model(ids).logits
+        for name, want in (("e8m3-weights", want_w), ("e8m3-acts", want_a)):
+            with formats.policy(name, model=model) as mode:
+                got = model(ids).logits
+            assert torch.equal(got, want) and not torch.equal(got, plain), name
+            assert formats.audit(name, mode.counts)["audit/rollout_format_gemms"] == linears
+
+
+def test_a_stochastic_rollout_follows_its_seed_and_is_audited(arith_model):
+    model, tok, prompts = arith_model
+    runs = [sample(arith_model, format="e8m3-linear-sr") for _ in range(2)]
+    assert [r.logprobs for r in runs[0][1]] == [r.logprobs for r in runs[1][1]]
+    assert formats.audit("e8m3-linear-sr", runs[0][0].take_format_gemms())["audit/rollout_format_gemms"] > 0
+    engine = make_engine("hf", model, tokenizer=tok, progress=False, format="e8m3-linear-sr")
+    other = engine.generate(prompts, SamplingConfig(max_tokens=24, n=2, seed=6))
+    assert [r.logprobs for r in other] != [r.logprobs for r in runs[0][1]]
+    _, nearest = sample(arith_model, format="e8m3-linear-rn")
+    assert [r.logprobs for r in nearest] != [r.logprobs for r in runs[0][1]]
