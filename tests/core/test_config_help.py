@@ -14,6 +14,7 @@ from nbkit.cli import doctor as doctor_cli
 from nbkit.engines import SamplingConfig
 from nbkit.models.toymodels.arith import ArithConfig
 from nbkit.models.toymodels.long_arith import LongArithConfig
+from nbkit.models.toymodels.word_arith import WordArithConfig
 from nbkit.offline.analysis import GridConfig
 from nbkit.offline.anatomy import AnatomyConfig
 from nbkit.offline.doctor import DoctorConfig
@@ -30,6 +31,7 @@ USER_FACING = (
     BuildConfig,
     ArithConfig,
     LongArithConfig,
+    WordArithConfig,
     SamplingConfig,
     HuntConfig,
     AnatomyConfig,
