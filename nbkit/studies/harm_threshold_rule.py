@@ -144,16 +144,20 @@ def pick_points(ladder: dict[str, float], targets: int = TARGETS, low: str = "e8
     return sorted(picked, key=lambda k: ladder[k])
 
 
+def first_step_value(rows: list[dict], key: str) -> float | None:
+    """A run's value of ``key`` at its first logged optimiser step (rollouts drawn with the initial weights)."""
+    logged = [r for r in rows if r.get(schema.STEP, 0) >= 1 and r.get(key) is not None]
+    return min(logged, key=lambda r: r[schema.STEP])[key] if logged else None
+
+
 def step0_dose(rows: list[dict], unit: str) -> float | None:
     """A run's dose in ``unit`` (``UNITS``): its first optimiser step's value (rollouts drawn with the initial
     weights); ``ess_seq_deficit`` is 1/ESS − 1 of that step's sequence ESS."""
     if unit not in UNITS:
         raise ValueError(f"unknown dose unit {unit!r}; choose from {list(UNITS)}")
-    key = schema.ESS_SEQ if unit == "ess_seq_deficit" else schema.mismatch_key(unit)
-    logged = [r for r in rows if r.get(schema.STEP, 0) >= 1 and r.get(key) is not None]
-    if not logged:
+    v = first_step_value(rows, schema.ESS_SEQ if unit == "ess_seq_deficit" else schema.mismatch_key(unit))
+    if v is None:
         return None
-    v = min(logged, key=lambda r: r[schema.STEP])[key]
     return (1 / v - 1 if v > 0 else math.inf) if unit == "ess_seq_deficit" else v
 
 

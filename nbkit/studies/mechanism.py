@@ -71,6 +71,7 @@ from nbkit.runtime import outputs
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import prereg
+from nbkit.studies.harm_threshold_rule import first_step_value
 
 STUDY = "mechanism_tiny_arith"
 """The stored study's folder name under ``data/results``."""
@@ -164,9 +165,8 @@ def calibration(doses: dict[str, float] | None = None) -> list[dict]:
 
 
 def step0(rows: list[dict], key: str = PRIMARY) -> float | None:
-    """A run's value of ``key`` at its first optimiser step (rollouts drawn with the initial weights)."""
-    logged = [r for r in rows if r.get(schema.STEP, 0) >= 1 and r.get(key) is not None]
-    return min(logged, key=lambda r: r[schema.STEP])[key] if logged else None
+    """A run's value of ``key`` at its first optimiser step (``harm_threshold_rule.first_step_value``)."""
+    return first_step_value(rows, key)
 
 
 class Mechanism(prereg.PreRegistered):
