@@ -107,3 +107,33 @@ def test_nothing_is_read_before_every_run_of_the_grid_is_stored():
     text = study.findings(runs, meta, full)[0]
     assert f"{M.PAIRS[0][0]} harms more" in text or "biased (nearest) error harms more" in text
     assert "not logged" in text
+
+
+def test_as_amended_no_difference_is_not_read_as_harm_following_size_and_the_first_reading_stays_beside_it():
+    study = STUDIES[M.STUDY]
+    collapsed = [-0.79, -0.08, -0.08, -0.07, -0.14]  # one seed collapsed: a wide interval
+    runs, meta = fake_runs(collapsed, [-0.02, -0.07, 0.0, -0.04, -0.05], pair=1)
+    amended, first = study.findings(runs, meta, study.table(runs, meta))
+    assert "follows the size of the mismatch, not that property" in first
+    assert "follows the size of the mismatch, not that property" not in amended
+    assert first.startswith("As first written (before the amendment on the card)")
+    assert "not ruled out" in amended and "neither shows that harm follows the size alone nor that it does not" in (
+        amended
+    )
+    a, b, _ = M.PAIRS[1]
+    assert f"{a}: -0.79, -0.08, -0.08, -0.07, -0.14" in amended  # the seeds that make the interval wide
+    assert "held for 1 of 3 pairs (bias)" in amended  # bias predicted no difference; the other two a harms more
+    assert [x["key"] for x in M.AMENDMENTS] == ["paragraph"] and study.amendments == M.AMENDMENTS
+
+
+def test_the_prediction_is_read_as_committed_in_the_rule():
+    assert (
+        "prediction: fixed (weights) harms more than fresh (activations), bias pair no difference shown, e8m3 more "
+        "than fp8-e5m2" in M.RULE_TEXT
+    )
+    assert M.PREDICTED == {
+        "bias": "no difference shown",
+        "fixed against fresh": "a harms more",
+        "where the rounding sits": "a harms more",
+    }
+    assert [p[2].split(":")[0].lower() for p in M.PAIRS] == list(M.PREDICTED)
