@@ -134,8 +134,8 @@ pair's first member)."""
 AMENDMENTS = (
     {
         "key": "paragraph",
-        "commit": "",
-        "time": "",
+        "commit": "62f64974f93eaea936db38f2daac3c4bd71af53b",
+        "time": "2026-11-28T01:01:33+00:00",
         "what": "The paragraph no longer says that, where a matched pair shows no difference, harm 'follows the size "
         "of the mismatch, not that property': it says how large a difference each interval still allows, names the "
         "seeds that make an interval wide, and reads the committed prediction pair by pair. The paragraph as first "
@@ -396,6 +396,12 @@ class Mechanism(prereg.PreRegistered):
             + " Alignment with the advantage is not varied by any pair and not logged by the runs: this study does not "
             "answer it."
         )
+
+    def store(self, *, wall_seconds, command: str, root: Path = results.RESULTS, **kw) -> Path:
+        """``GridStudy.store``, then ``AMENDMENTS`` put on the card (``record_amendments``)."""
+        path = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
+        self.record_amendments(root)
+        return path
 
     def amended_paragraph(self, readings: list[dict], gaps: dict[str, dict[int, float]]) -> str:
         """The paragraph as amended (``AMENDMENTS``): each pair's verdict; for a pair with no difference shown, the
