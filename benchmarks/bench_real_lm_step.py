@@ -52,7 +52,6 @@ Three more comparisons, each measured in the same run:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import statistics
@@ -496,9 +495,16 @@ def trl_cell(cfg, rollouts: Rollouts) -> list[dict]:
     clock = StepClock(trainer, rollouts)
     trainer.add_callback(clock.callback)
     trainer.remove_callback(PrinterCallback)  # no dump of every metric per step (the workbook's run drops it too)
-    policy = gemm.mode(cfg.gemm, trainer.accelerator.device)  # the workbook's training_step runs under it
-    with policy if policy is not None else contextlib.nullcontext():
-        trainer.train()
+    policy = gemm.mode(cfg.gemm, trainer.accelerator.device)
+    if policy is not None:  # where the workbook's trainer runs it: around training_step (not the optimiser step)
+        inner = trainer.training_step
+
+        def training_step(*a, **kw):  # on the instance: the class is TRL's, untouched
+            with policy:
+                return inner(*a, **kw)
+
+        trainer.training_step = training_step
+    trainer.train()
     return clock.rows
 
 
