@@ -179,6 +179,15 @@ class Forwards:
 
     calls: dict[str, list[tuple[int, int, int]]] = field(default_factory=lambda: {p: [] for p in PHASES})
     phase: str = "pi_old"
+    threads: str = ""
+    """torch's threads and the process's cores at the last update forward (``threads``)."""
+
+
+def threads() -> str:
+    """torch's intra-op threads and the cores this process may run on, now (an in-process vLLM engine binds them)."""
+    import torch
+
+    return f"{torch.get_num_threads()} thread(s) on cores {sorted(os.sched_getaffinity(0))}"
 
 
 def instrument(forwards: Forwards):
@@ -193,6 +202,8 @@ def instrument(forwards: Forwards):
     def logps(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         phase = "update" if torch.is_grad_enabled() else forwards.phase
         forwards.calls[phase].append((int(input_ids.size(0)), int(input_ids.size(1)), int(logits_to_keep)))
+        if phase == "update":
+            forwards.threads = threads()
         return originals["_get_per_token_logps_and_entropies"](
             self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
@@ -441,7 +452,13 @@ class StepClock:
                 step = time.perf_counter() - clock.start
                 replayed = clock.rollouts.take_seconds()
                 clock.rows.append(
-                    {"step": state.global_step, "time/step": step, "replay": replayed, "score": clock.score - replayed}
+                    {
+                        "step": state.global_step,
+                        "time/step": step,
+                        "replay": replayed,
+                        "score": clock.score - replayed,
+                        "threads": threads(),
+                    }
                 )
 
             def on_log(self, args, state, control, logs=None, **kw):
@@ -508,9 +525,9 @@ def trl_cell(cfg, rollouts: Rollouts) -> list[dict]:
     return clock.rows
 
 
-def compare_trl(row: dict, trl: dict) -> None:
+def compare_trl(row: dict, trl: dict, threads: str) -> None:
     """The workbook's last step against TRL's on the same batch: per phase both exposes, and the step without
-    generation and weight sync (TRL was fed the workbook's rollouts)."""
+    generation and weight sync (TRL was fed the workbook's rollouts); ``threads``: the workbook's update ran on."""
     wb = {
         "score (rewards, advantages, π_old)": row["time/score"],
         "update (+ mismatch, audit, bins)": row["time/update"] + row["time/mismatch"],
@@ -524,7 +541,8 @@ def compare_trl(row: dict, trl: dict) -> None:
     print(
         f"  vs TRL's own GRPOTrainer, step {trl['step']}, fed this cell's rollouts (TRL's vLLM path is not the "
         f"workbook's route on a CPU): loss workbook {row.get('loss')} / TRL {trl.get('loss')}; workbook generation "
-        f"{row['time/rollout']:.2f} s + sync {row['time/sync']:.2f} s not compared (TRL's replay {trl['replay']:.3f} s)"
+        f"{row['time/rollout']:.2f} s + sync {row['time/sync']:.2f} s not compared (TRL's replay {trl['replay']:.3f} s); "
+        f"update on {threads} (workbook) / {trl['threads']} (TRL)"
     )
     print(f"  {'phase':36} {'workbook s':>10} {'TRL s':>8} {'ratio':>6}")
     for phase, seconds in wb.items():
@@ -688,7 +706,7 @@ def main(argv=None) -> None:
                 if args.vs_trl:
                     cfg = cell_config(args, dtype, mode, Path(tmp) / f"trl-{dtype}-{mode}")
                     trl = trl_cell(cfg, rollouts)
-                    compare_trl(row, max(trl, key=lambda r: r["step"]))
+                    compare_trl(row, max(trl, key=lambda r: r["step"]), forwards.threads)
                     print(f"  (load {os.getloadavg()[0]:.2f})", flush=True)
                 if args.side_by_side:
                     report_beside(
