@@ -120,8 +120,8 @@ def check(args) -> str | None:
                 n for n, a in algorithms.ALGORITHMS.items() if a.corrections == ("none",) and a.trainer == "grpo"
             )
             return (
-                f"--vs-trl: in --algorithm {args.algorithm!r} the rollout's log-probs enter the loss, which plain TRL "
-                f"does only on its vLLM path; choose one of {plain}"
+                f"--vs-trl: --algorithm {args.algorithm!r} puts the rollout's log-probs into the loss (plain TRL "
+                f"does that only on its vLLM path) or trains a critic; choose one of {plain}"
             )
     if args.side_by_side and len(pool.free_cores()) < 2:
         return f"--side-by-side needs 2 cores this process may use, it has {pool.free_cores()}"
