@@ -250,6 +250,7 @@ class PPOStudy(GridStudy):
     notebook = "03_rl_training"
     output_dir = OUTPUT_DIR
     twins = 2
+    amendments = AMENDMENTS
     toy = {
         "dtypes": ["fp32"],
         "seeds": [0],
@@ -293,14 +294,6 @@ class PPOStudy(GridStudy):
             if f"{r['mean']:.3g}" != f"{now['mean']:.3g}":  # value loss is logged every step: unmoved
                 out.append(f"{r['dtype']} {now['metric']}: {r['mean']:.3g} → {now['mean']:.3g}")
         return {"last_steps": out}
-
-    def record_amendments(self, root=None) -> None:
-        """Put ``AMENDMENTS`` on the stored card with the readings each moved (``moves``)."""
-        from nbkit import results
-        from nbkit.studies import amendments as A
-
-        root = root or results.RESULTS
-        A.put(self.name, AMENDMENTS, self.moves(self.load(root), self.stored_meta(root)), root)
 
     def coords(self, config: dict) -> dict:
         return runlog.coords(config)
