@@ -116,3 +116,15 @@ def test_the_stored_studys_amendment_is_recorded_by_the_shared_machinery_with_th
     ppo.PPOStudy().record_amendments(tmp_path)
     assert results.card(ppo.STUDY, tmp_path)["amendments"] == stored
     assert [len(a.verdicts_moved) for a in amendments.read({"amendments": stored})] == [2]  # it moved two readings
+
+
+def test_the_findings_read_named_fields_so_a_header_can_change_without_touching_them(monkeypatch):
+    """The tables are shown under ``COLUMNS``' and ``PAIRED``' headers; every sentence reads the named fields."""
+    runs, meta = _runs()
+    study = ppo.PPOStudy()
+    text = study.findings(runs, meta, study.table(runs, meta))
+    monkeypatch.setattr(ppo, "COLUMNS", {k: f"<{v}>" for k, v in ppo.COLUMNS.items()})
+    monkeypatch.setattr(ppo, "PAIRED", {k: f"<{v}>" for k, v in ppo.PAIRED.items()})
+    rows = study.table(runs, meta)
+    assert "<approx KL, max (each seed)>" in rows[0] and "<bf16 − fp16>" in ppo.paired_difference(runs, meta)[0]
+    assert study.findings(runs, meta, rows) == text
