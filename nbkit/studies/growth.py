@@ -126,21 +126,3 @@ def paragraph(rows: list[dict], broke: set[str], binnings=BINNINGS) -> str:
     if none:
         said.append("No claim for " + "; ".join(none) + ".")
     return " ".join(said)
-
-
-def summary(rows: list[dict]) -> str:
-    """One sentence: over the arms whose sequence mismatch grew and those where it fell (change CI clear of 0), which
-    part was the largest, counted."""
-    out = []
-    for word, sign in (("grew", 1), ("fell", -1)):
-        arms = [r for r in rows if r["change CI"][0] is not None and sign * r["change CI"][0 if sign > 0 else 1] > 0]
-        if not arms:
-            continue
-        count = {p: sum(1 for r in arms if largest(r) == p) for p in NAMES}
-        said = ", ".join(f"{NAMES[p]} in {n}" for p, n in count.items() if n)
-        out.append(
-            f"where it {word} ({len(arms)} arm(s): {', '.join(r['arm'] for r in arms)}), the largest part was {said}"
-        )
-    if not out:
-        return "In no arm did the sequence-level mismatch change clear of its CI."
-    return "In sum: " + "; ".join(out) + "."
