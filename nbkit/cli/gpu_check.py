@@ -27,7 +27,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -170,20 +169,15 @@ def check_colocated_sleep(work: Path) -> str:
     return f"{len(rows)} sleep → wake → reload cycles, FP16 rollouts, KL per step {[f'{k:.2g}' for k in kl]}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def check_server_sync(work: Path) -> str:
     need_gpus(2)
     need_vllm()
     import requests
 
     from nbkit.cli import plan
+    from nbkit.runtime.pool import free_port
 
-    port = _free_port()
+    port = free_port()
     server_cfg = _config(work / "server", train_dtype="fp16", rollout_engine="vllm", vllm_mode="server")
     command = plan.server_command(server_cfg, 1, port)
     command[0] = str(Path(sys.executable).with_name("vllm"))

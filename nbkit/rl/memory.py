@@ -41,9 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import nbkit.rl.algorithms as algorithms
 from nbkit.models import models
-from nbkit.rl.inputs import per_device_batch
 
 GIB = 2**30
 HEADROOM = 0.9
@@ -283,24 +281,4 @@ def fit_micro_batch(
         vllm_gib=vllm / GIB,
         peak_gib=peak(m) / GIB,
         gpu_gib=gpu_gib,
-    )
-
-
-def fit_run(cfg, trainers: int, gpu_gib: float, kind: str, colocated: bool, prompt_tokens: int) -> Fit:
-    """``fit_micro_batch`` for an ``RLConfig`` run on ``trainers`` processes: its model, share of the batch, sequence
-    length (``prompt_tokens`` + ``max_tokens``), vLLM share when colocated, PPO's critic and minibatches."""
-    ppo = algorithms.get(cfg.algorithm).critic
-    return fit_micro_batch(
-        model_shape(cfg.model),
-        per_device_batch(cfg, trainers),
-        cfg.max_tokens + prompt_tokens,
-        kind,
-        trainers,
-        gpu_gib,
-        vllm_share=cfg.vllm_gpu_memory_utilization if colocated else 0.0,
-        vllm_sleeps=cfg.vllm_sleep_mode,
-        checkpointing=cfg.gradient_checkpointing,
-        critic=ppo,
-        minibatches=cfg.ppo_minibatches if ppo else 1,
-        value_bytes=4 if cfg.train_dtype == "fp32" else 2,
     )

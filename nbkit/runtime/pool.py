@@ -370,7 +370,7 @@ class _Pool:
         )
         worker = _take(key)
         if worker is None:
-            settings["MASTER_PORT"] = str(_free_port())
+            settings["MASTER_PORT"] = str(free_port())
             executor = ProcessPoolExecutor(
                 max_workers=1,
                 mp_context=multiprocessing.get_context("spawn"),  # a fresh interpreter: no copy of this one's threads
@@ -434,7 +434,7 @@ def _has_gpu() -> bool:
     return bool(torch is not None and torch.cuda.is_available())
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A TCP port free on localhost now (each child's own torch.distributed rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

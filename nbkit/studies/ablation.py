@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from nbkit.records import runlog, schema
 from nbkit.stats import stats
+from nbkit.studies import prose
 from nbkit.studies.base import GridStudy
 
 PAIRS: list[tuple[str, str]] = [("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32")]
@@ -44,41 +45,84 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.
                 "rollout": rollout_dtype,
                 "seeds": len(group),
                 "steps": max(schema.optimiser_steps(r) for r in group.values()),
-                f"reached {target:.0%}": f"{sum(x is not None for x in reach)}/{len(reach)}",
-                f"steps to {target:.0%} (each)": ", ".join("—" if x is None else str(x) for x in reach),
-                "final accuracy (mean)": round(sum(final) / len(final), 3),
-                "final accuracy [min, max]": f"[{min(final)}, {max(final)}]",
-                "mean |Δ log p|": mean(schema.TOKEN_ABS_LOGP_DIFF),
-                "k3 KL": mean(schema.KL_K3),
-                "s/step rollout": round(rollout, 2),
-                "s/step update": mean(schema.TIME_UPDATE),
-                "s/step total": mean(schema.TIME_STEP),
-                "rollout dtype (audit)": ", ".join(sorted({str(r.get(schema.AUDIT_ROLLOUT_DTYPE)) for r in rows})),
-                "train matmuls (audit)": ", ".join(
-                    sorted({d for r in rows for d in r.get(schema.AUDIT_MATMUL_DTYPES) or []})
-                ),
+                "reached": f"{sum(x is not None for x in reach)}/{len(reach)}",
+                "each": ", ".join("—" if x is None else str(x) for x in reach),
+                "final": round(sum(final) / len(final), 3),
+                "final_range": f"[{min(final)}, {max(final)}]",
+                "mismatch": mean(schema.TOKEN_ABS_LOGP_DIFF),
+                "k3": mean(schema.KL_K3),
+                "s_rollout": round(rollout, 2),
+                "s_update": mean(schema.TIME_UPDATE),
+                "s_total": mean(schema.TIME_STEP),
+                "audit_rollout": ", ".join(sorted({str(r.get(schema.AUDIT_ROLLOUT_DTYPE)) for r in rows})),
+                "audit_matmuls": ", ".join(sorted({d for r in rows for d in r.get(schema.AUDIT_MATMUL_DTYPES) or []})),
             }
         )
-    return out
+    return prose.display(out, headers(target))
+
+
+COLUMNS = {
+    "train": "train",
+    "rollout": "rollout",
+    "seeds": "seeds",
+    "steps": "steps",
+    "reached": "reached {target:.0%}",
+    "each": "steps to {target:.0%} (each)",
+    "final": "final accuracy (mean)",
+    "final_range": "final accuracy [min, max]",
+    "mismatch": "mean |Δ log p|",
+    "k3": "k3 KL",
+    "s_rollout": "s/step rollout",
+    "s_update": "s/step update",
+    "s_total": "s/step total",
+    "audit_rollout": "rollout dtype (audit)",
+    "audit_matmuls": "train matmuls (audit)",
+}
+"""A table row's named fields → the headers it is shown under (``{target}``: the target accuracy, ``headers``)."""
+
+
+def headers(target: float = 0.95) -> dict[str, str]:
+    """``COLUMNS`` with the target accuracy filled in."""
+    return {k: v.format(target=target) for k, v in COLUMNS.items()}
+
+
+# -- the findings: templates over a row's named fields, or values named beside them ----------------------------
+PAIR = (
+    "{train} train / {rollout} rollout vs {ref_train}/{ref_rollout} ({seeds} seeds): mismatch |Δ log p| "
+    "{mismatch_ratio}, step time {time_ratio}, {reach}."
+)
+REACH = "steps to {target:.0%} {low}–{high} vs {ref_low}–{ref_high}: {apart}"
+SEPARATED = "ranges separated"
+OVERLAP = "ranges overlap (no difference shown at this size)"
+NONE_REACHED = "steps to {target:.0%}: no seed reached it"
+REF_NEVER = "steps to {target:.0%}: the reference never reached it"
+MISSED = "; {missed} of {seeds} seeds never reached it"
+RATIO = "{0:.2f}×"
+NO_RATIO = "n/a"
+RULES_OUT = "What an overlap can rule out: {resolution}."
+RESOLUTION = (
+    "with {n} seeds a pair and a pooled seed SD of {sd:.3g} steps to the target, a two-sample t-test ({alpha:.0%} "
+    "two-sided) finds a difference with {power:.0%} power only from {gap:.3g} steps up"
+)
 
 
 def findings(rows: list[dict], target: float = 0.95, reference: tuple[str, str] = ("bf16", "bf16")) -> list[str]:
     """Plain sentences computed from ``table`` rows, each pair against ``reference``: its mismatch and step time as
     ratios, and whether its steps-to-``target`` range is separated from the reference's (disjoint ranges over seeds)
     or not. Next to the paper's statements, so a reader sees where this grid agrees and where it does not."""
+    rows = prose.named(rows, headers(target))
     by_pair = {(r["train"], r["rollout"]): r for r in rows}
     if reference not in by_pair:
         raise ValueError(f"reference pair {reference} is not in the table; pairs: {sorted(by_pair)}")
     ref = by_pair[reference]
-    key = f"steps to {target:.0%} (each)"
 
     def steps(r):
-        xs = [x.strip() for x in str(r[key]).split(",")]
+        xs = [x.strip() for x in str(r["each"]).split(",")]
         return [int(x) for x in xs if x.isdigit()], sum(not x.isdigit() for x in xs)
 
-    def ratio(r, col):
-        a, b = r.get(col), ref.get(col)
-        return f"{a / b:.2f}×" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "n/a"
+    def ratio(r, field):
+        a, b = r.get(field), ref.get(field)
+        return RATIO.format(a / b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else NO_RATIO
 
     ref_steps, _ = steps(ref)
     resolution = _resolution([steps(r)[0] for r in rows])
@@ -89,19 +133,32 @@ def findings(rows: list[dict], target: float = 0.95, reference: tuple[str, str] 
         s, missed = steps(r)
         if s and ref_steps:
             apart = max(s) < min(ref_steps) or min(s) > max(ref_steps)
-            reach = f"steps to {target:.0%} {min(s)}–{max(s)} vs {min(ref_steps)}–{max(ref_steps)}: " + (
-                "ranges separated" if apart else "ranges overlap (no difference shown at this size)"
+            reach = REACH.format(
+                target=target,
+                low=min(s),
+                high=max(s),
+                ref_low=min(ref_steps),
+                ref_high=max(ref_steps),
+                apart=SEPARATED if apart else OVERLAP,
             )
         else:
-            reach = f"steps to {target:.0%}: " + ("no seed reached it" if not s else "the reference never reached it")
+            reach = (NONE_REACHED if not s else REF_NEVER).format(target=target)
         if missed:
-            reach += f"; {missed} of {r['seeds']} seeds never reached it"
+            reach += MISSED.format(missed=missed, seeds=r["seeds"])
         out.append(
-            f"{pair[0]} train / {pair[1]} rollout vs {reference[0]}/{reference[1]} ({r['seeds']} seeds): "
-            f"mismatch |Δ log p| {ratio(r, 'mean |Δ log p|')}, step time {ratio(r, 's/step total')}, {reach}."
+            PAIR.format_map(
+                {
+                    **r,
+                    "ref_train": reference[0],
+                    "ref_rollout": reference[1],
+                    "mismatch_ratio": ratio(r, "mismatch"),
+                    "time_ratio": ratio(r, "s_total"),
+                    "reach": reach,
+                }
+            )
         )
-    if resolution and any("ranges overlap" in line for line in out):
-        out.append(f"What an overlap can rule out: {resolution}.")
+    if resolution and any(OVERLAP in line for line in out):
+        out.append(RULES_OUT.format(resolution=resolution))
     return out
 
 
@@ -116,10 +173,7 @@ def _resolution(reached: list[list[int]], power: float = 0.8, alpha: float = 0.0
         return ""
     n = min(len(s) for s in reached if len(s) >= 2)
     gap = stats.detectable_difference(sd * math.sqrt(2 / n), 2 * n - 2, power, alpha)
-    return (
-        f"with {n} seeds a pair and a pooled seed SD of {sd:.3g} steps to the target, a two-sample t-test "
-        f"({alpha:.0%} two-sided) finds a difference with {power:.0%} power only from {gap:.3g} steps up"
-    )
+    return RESOLUTION.format(n=n, sd=sd, alpha=alpha, power=power, gap=gap)
 
 
 def base_config(**overrides):

@@ -82,6 +82,23 @@ class Study:
         """The study's key figure (plotly), or None."""
         return None
 
+    amendments: tuple = ()
+    """Changes made after training began (``nbkit.studies.amendments``: ``key``, ``what``, ``commit``, ``time`` and
+    ``why`` each), put on the stored card by ``record_amendments``."""
+    amendment_record: dict = {}
+    """``rule`` and ``training_started`` set on the card beside them, for a card that lacks its own (none here)."""
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """``amendment key → the readings and verdicts it moved``, computed from ``runs`` (none by default)."""
+        return {}
+
+    def record_amendments(self, root: Path = results.RESULTS) -> None:
+        """Put ``amendments`` on the stored card, each with what it moved (``moves`` of the stored runs)."""
+        from nbkit.studies.amendments import put
+
+        moved = self.moves(self.load(root), self.stored_meta(root))
+        put(self.name, self.amendments, moved, root, **self.amendment_record)
+
     def plan(self) -> list[str]:
         """Sentences a page shows while the study is not stored yet (its committed rule, its planned power)."""
         return []
@@ -338,23 +355,6 @@ class GridStudy(Study):
             if missing
             else "",
         )
-
-    amendments: tuple = ()
-    """Changes made after training began (``nbkit.studies.amendments``: ``key``, ``what``, ``commit``, ``time`` and
-    ``why`` each), put on the stored card by ``record_amendments``."""
-    amendment_record: dict = {}
-    """``rule`` and ``training_started`` set on the card beside them, for a card that lacks its own (none here)."""
-
-    def moves(self, runs, meta) -> dict[str, list[str]]:
-        """``amendment key → the readings and verdicts it moved``, computed from ``runs`` (none by default)."""
-        return {}
-
-    def record_amendments(self, root: Path = results.RESULTS) -> None:
-        """Put ``amendments`` on the stored card, each with what it moved (``moves`` of the stored runs)."""
-        from nbkit.studies.amendments import put
-
-        moved = self.moves(self.load(root), self.stored_meta(root))
-        put(self.name, self.amendments, moved, root, **self.amendment_record)
 
     def card_record(self, options: dict) -> dict:
         """Fields of the study's record to write on its card at ``store`` (``nbkit.studies.amendments``: ``rule``,

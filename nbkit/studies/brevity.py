@@ -19,6 +19,7 @@ from pathlib import Path
 
 from nbkit.records import runlog, schema
 from nbkit.records.runlog import pair_tag
+from nbkit.studies import prose
 from nbkit.studies.base import GridStudy
 
 PAIRS: list[tuple[str, str]] = [("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32")]
@@ -92,15 +93,32 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], max_tokens: int = 
                 "train": pair[0],
                 "rollout": pair[1],
                 "seeds": len(seeds),
-                "length, first step": mean("completions/mean_length", lambda rows: rows[:1]),
-                "length, last 3 steps": mean("completions/mean_length", lambda rows: rows[-3:]),
-                f"converged (≤ {SHORT:.0%} of max) at step": ", ".join("—" if s is None else str(s) for s in steps),
-                "mean |Δ log p|": mean(schema.TOKEN_ABS_LOGP_DIFF),
-                "phantom-clip fraction": mean(schema.PHANTOM_FRACTION),
-                "s/step": mean(schema.TIME_STEP),
+                "first": mean("completions/mean_length", lambda rows: rows[:1]),
+                "last": mean("completions/mean_length", lambda rows: rows[-3:]),
+                "converged": ", ".join("—" if s is None else str(s) for s in steps),
+                "mismatch": mean(schema.TOKEN_ABS_LOGP_DIFF),
+                "phantom": mean(schema.PHANTOM_FRACTION),
+                "s_step": mean(schema.TIME_STEP),
             }
         )
-    return out
+    return prose.display(out, COLUMNS)
+
+
+COLUMNS = {
+    "train": "train",
+    "rollout": "rollout",
+    "seeds": "seeds",
+    "first": "length, first step",
+    "last": "length, last 3 steps",
+    "converged": f"converged (≤ {SHORT:.0%} of max) at step",
+    "mismatch": "mean |Δ log p|",
+    "phantom": "phantom-clip fraction",
+    "s_step": "s/step",
+}
+"""A table row's named fields → the headers ``table`` shows them under."""
+ANECDOTE = "One seed per pair: an anecdote, not evidence of a difference between the pairs."
+NEVER = "No run of {pairs} reached {short:.0%} of max_tokens within its steps."
+PAIR = "{train}/{rollout}"
 
 
 class BrevityStudy(GridStudy):
@@ -147,17 +165,11 @@ class BrevityStudy(GridStudy):
         return table(runs, meta)
 
     def findings(self, runs, meta, rows):
-        seeds = sorted({r["seeds"] for r in rows})
-        out = []
-        if seeds == [1]:
-            out.append("One seed per pair: an anecdote, not evidence of a difference between the pairs.")
-        never = [
-            f"{r['train']}/{r['rollout']}"
-            for r in rows
-            if set(r["converged (≤ 10% of max) at step"].split(", ")) == {"—"}
-        ]
+        rows = prose.named(rows, COLUMNS)
+        out = [ANECDOTE] if sorted({r["seeds"] for r in rows}) == [1] else []
+        never = [PAIR.format_map(r) for r in rows if set(r["converged"].split(", ")) == {"—"}]
         if never:
-            out.append(f"No run of {', '.join(never)} reached {SHORT:.0%} of max_tokens within its steps.")
+            out.append(NEVER.format(pairs=", ".join(never), short=SHORT))
         return out
 
     def figure(self, runs, meta):

@@ -11,11 +11,41 @@ binning; ``paragraph`` answers the question from those rows for the arms that br
 from __future__ import annotations
 
 from nbkit.mismatch import shiftshare
+from nbkit.studies import prose
 
 BINNINGS = ("entropy", "prob")
 """The binnings a split is shown for (``nbkit.mismatch.tokenbins.EDGES``)."""
 NAMES = {"length": "response length", "mix": "token mix across bins", "per_bin": "mismatch per token within a bin"}
 """The parts in words."""
+COLUMNS = {
+    "arm": "arm",
+    "binning": "binning",
+    "runs": "runs",
+    "early": "early M",
+    "late": "late M",
+    "change": "change",
+    "change_ci": "change CI",
+    **{k: v for p in shiftshare.PARTS for k, v in ((p, p), (f"{p}_ci", f"{p} CI"), (f"{p}_share", f"{p} share"))},
+}
+"""A ``table`` row's named fields → the headers it is shown under."""
+
+# -- the paragraph's sentences: templates over a row's named fields, or values named beside them -------------
+NO_BINS = "No run logged the token bins in both windows: the growth of the mismatch cannot be split."
+HEAD = (
+    "The sequence-level mismatch fell from the early to the late steps in {n_fell} of {arms} arms ({fell}) and grew "
+    "in {n_grew} ({grew}); the rest changed within their CIs."
+)
+FEW = "{arm} ({runs} runs, fewer than {min_runs})"
+DISAGREE = "{arm} (the binnings disagree: {parts})"
+CLAIM = "{arm} ({status}; {runs} runs): {parts}."
+CLAIM_PART = "by {binning}, {main}"
+MAIN = (
+    "{part}, {value:+.3g} ({ci}, {excluding} 0) of a total change of {change:+.3g} (early {early:.3g}, late {late:.3g})"
+)
+PART_CI = "CI {0:+.3g} to {1:+.3g}"
+NO_CI = "no CI"
+CLAIMS = "Where the change came from (the largest part, the same in both binnings, >= 5 runs): {claims}"
+NO_CLAIM = "No claim for {arms}."
 
 
 def split(runs: list[list[dict]], binning: str, early, late, n_boot: int = 2000, seed: int = 0):
@@ -41,14 +71,14 @@ def table(arms: dict[str, list[list[dict]]], early, late, binnings=BINNINGS) -> 
             s = split(runs, b, early, late)
             if s is None:
                 continue
-            row = {"arm": arm, "binning": b, "runs": len(runs), "early M": s.early, "late M": s.late}
-            row["change"], row["change CI"] = s.total, list(s.ci.get("total", (None, None)))
+            row = {"arm": arm, "binning": b, "runs": len(runs), "early": s.early, "late": s.late}
+            row["change"], row["change_ci"] = s.total, list(s.ci.get("total", (None, None)))
             for p in shiftshare.PARTS:
                 row[p] = s.parts[p]
-                row[f"{p} CI"] = list(s.ci.get(p, (None, None)))
-                row[f"{p} share"] = s.shares[p]
+                row[f"{p}_ci"] = list(s.ci.get(p, (None, None)))
+                row[f"{p}_share"] = s.shares[p]
             rows.append(row)
-    return rows
+    return prose.display(rows, COLUMNS)
 
 
 def largest(row: dict) -> str:
@@ -57,14 +87,18 @@ def largest(row: dict) -> str:
 
 
 def _main_part(row: dict) -> str:
-    """The part with the largest share of the change in ``row``, with whether its CI excludes 0."""
+    """The part with the largest share of the change in ``row`` (named fields), with whether its CI excludes 0."""
     p = largest(row)
-    lo, hi = row[f"{p} CI"]
+    lo, hi = row[f"{p}_ci"]
     sure = lo is not None and hi is not None and (lo > 0 or hi < 0)
-    ci = f"CI {lo:+.3g} to {hi:+.3g}" if lo is not None and hi is not None else "no CI"
-    return (
-        f"{NAMES[p]}, {row[p]:+.3g} ({ci}, {'excluding' if sure else 'including'} 0) of a total change of "
-        f"{row['change']:+.3g} (early {row['early M']:.3g}, late {row['late M']:.3g})"
+    return MAIN.format_map(
+        {
+            **row,
+            "part": NAMES[p],
+            "value": row[p],
+            "ci": PART_CI.format(lo, hi) if lo is not None and hi is not None else NO_CI,
+            "excluding": "excluding" if sure else "including",
+        }
     )
 
 
@@ -74,7 +108,7 @@ MIN_RUNS = 5
 
 def _direction(row: dict) -> str:
     """``grew``, ``fell`` (the change's CI clear of 0) or ``unclear``."""
-    lo, hi = row["change CI"]
+    lo, hi = row["change_ci"]
     if lo is None or hi is None or lo != lo or hi != hi:
         return "unclear"
     return "grew" if lo > 0 else "fell" if hi < 0 else "unclear"
@@ -87,60 +121,40 @@ def paragraph(rows: list[dict], broke: set[str], binnings=BINNINGS) -> str:
     put the largest part in the same place; every other arm is named with why it gets no claim. ``broke``: the arms
     whose gap's CI lies below the harm line."""
     by_arm: dict[str, dict[str, dict]] = {}
-    for r in rows:
+    for r in prose.named(rows, COLUMNS):
         if r["binning"] in binnings:
             by_arm.setdefault(r["arm"], {})[r["binning"]] = r
     if not by_arm:
-        return "No run logged the token bins in both windows: the growth of the mismatch cannot be split."
+        return NO_BINS
     first = next(iter(binnings))
     moved = {
         w: [a for a, b in by_arm.items() if _direction(b.get(first) or next(iter(b.values()))) == w]
         for w in ("fell", "grew")
     }
-    head = (
-        f"The sequence-level mismatch fell from the early to the late steps in {len(moved['fell'])} of {len(by_arm)} "
-        f"arms ({', '.join(moved['fell']) or 'none'}) and grew in {len(moved['grew'])} "
-        f"({', '.join(moved['grew']) or 'none'}); the rest changed within their CIs."
-    )
+    said = [
+        HEAD.format(
+            n_fell=len(moved["fell"]),
+            arms=len(by_arm),
+            fell=", ".join(moved["fell"]) or "none",
+            n_grew=len(moved["grew"]),
+            grew=", ".join(moved["grew"]) or "none",
+        )
+    ]
     claims, none = [], []
     for arm, b in by_arm.items():
         parts = {k: largest(r) for k, r in b.items()}
         runs = min(r["runs"] for r in b.values())
-        status = "broke" if arm in broke else "did not break"
         if runs < MIN_RUNS:
-            none.append(f"{arm} ({runs} runs, fewer than {MIN_RUNS})")
+            none.append(FEW.format(arm=arm, runs=runs, min_runs=MIN_RUNS))
         elif len(parts) < len(binnings) or len(set(parts.values())) > 1:
-            none.append(
-                f"{arm} (the binnings disagree: " + ", ".join(f"{k} {NAMES[v]}" for k, v in parts.items()) + ")"
-            )
+            disagree = ", ".join(f"{k} {NAMES[v]}" for k, v in parts.items())
+            none.append(DISAGREE.format(arm=arm, parts=disagree))
         else:
-            claims.append(
-                f"{arm} ({status}; {runs} runs): " + "; ".join(f"by {k}, {_main_part(r)}" for k, r in b.items())
-            )
-    said = [head]
+            status = "broke" if arm in broke else "did not break"
+            by = "; ".join(CLAIM_PART.format(binning=k, main=_main_part(r)) for k, r in b.items())
+            claims.append(CLAIM.format(arm=arm, status=status, runs=runs, parts=by))
     if claims:
-        said.append(
-            "Where the change came from (the largest part, the same in both binnings, >= 5 runs): "
-            + " ".join(f"{c}." for c in claims)
-        )
+        said.append(CLAIMS.format(claims=" ".join(claims)))
     if none:
-        said.append("No claim for " + "; ".join(none) + ".")
+        said.append(NO_CLAIM.format(arms="; ".join(none)))
     return " ".join(said)
-
-
-def summary(rows: list[dict]) -> str:
-    """One sentence: over the arms whose sequence mismatch grew and those where it fell (change CI clear of 0), which
-    part was the largest, counted."""
-    out = []
-    for word, sign in (("grew", 1), ("fell", -1)):
-        arms = [r for r in rows if r["change CI"][0] is not None and sign * r["change CI"][0 if sign > 0 else 1] > 0]
-        if not arms:
-            continue
-        count = {p: sum(1 for r in arms if largest(r) == p) for p in NAMES}
-        said = ", ".join(f"{NAMES[p]} in {n}" for p, n in count.items() if n)
-        out.append(
-            f"where it {word} ({len(arms)} arm(s): {', '.join(r['arm'] for r in arms)}), the largest part was {said}"
-        )
-    if not out:
-        return "In no arm did the sequence-level mismatch change clear of its CI."
-    return "In sum: " + "; ".join(out) + "."

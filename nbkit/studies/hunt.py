@@ -11,9 +11,8 @@ BF16 cell has its FP16 twin: same seed, same everything else, trainer and rollou
 A finished cell (its metrics.jsonl has every step) is skipped, so a grid cut off half-way resumes where it stopped.
 ``phase_map`` turns the runs into one row per (length, lr, algorithm) with the BF16 − FP16 gap over seeds, and
 ``verdict`` says in plain words where BF16 fell behind, or that it did not anywhere in the explored range. A run's
-coordinates come from its config (``Hunt.coords``), never from its folder name.
-
-Just over ~400 lines: the hunt's grid, its regimes' configs and its tables are one study.
+coordinates come from its config (``Hunt.coords``), never from its folder name. Its sentences are templates over
+the rows' named fields (``COLUMNS``).
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from nbkit.models.toymodels import long_arith
 from nbkit.records import schema
 from nbkit.records.runlog import steps_to
 from nbkit.stats.stats import seeds_needed
+from nbkit.studies import prose
 from nbkit.studies.base import GridStudy
 
 LENGTHS: tuple[str, ...] = ("short", "medium", "long")
@@ -153,25 +153,71 @@ def run_summary(rows: list[dict], target: float = 0.95, window: int = 5) -> dict
     }
 
 
-def phase_map(
+COLUMNS = {
+    "length": "length",
+    "lr": "lr",
+    "algorithm": "algorithm",
+    "seeds": "seeds",
+    "fp16_final": "fp16 final",
+    "bf16_final": "bf16 final",
+    "gap": "gap (bf16 − fp16)",
+    "gap_range": "gap [min, max]",
+    "sign": "gap sign",
+    "fp16_best": "fp16 best",
+    "bf16_best": "bf16 best",
+    "fp16_steps": "fp16 steps to {target:.0%}",
+    "bf16_steps": "bf16 steps to {target:.0%}",
+    "fp16_alarms": "fp16 alarms",
+    "bf16_alarms": "bf16 alarms",
+    "fp16_collapsed": "fp16 collapsed",
+    "bf16_collapsed": "bf16 collapsed",
+    "fp16_mismatch": "fp16 mismatch",
+    "bf16_mismatch": "bf16 mismatch",
+    "mismatch_ratio": "mismatch bf16/fp16",
+    "bf16_growth": "bf16 mismatch growth",
+    "fp16_growth": "fp16 mismatch growth",
+    "bf16_phantom": "bf16 phantom",
+    "fp16_phantom": "fp16 phantom",
+}
+"""A phase-map row's named fields → the headers it is shown under (``nbkit.studies.prose``; ``{target}`` is filled
+with the target accuracy), in column order."""
+TABLE = (
+    "length",
+    "lr",
+    "algorithm",
+    "seeds",
+    "fp16_final",
+    "bf16_final",
+    "gap",
+    "gap_range",
+    "sign",
+    "mismatch_ratio",
+    "bf16_growth",
+    "bf16_phantom",
+)
+"""The named fields of the study page's table."""
+
+
+def cells(
     runs: dict[str, list[dict]],
     meta: dict[str, dict],
     target: float = 0.95,
     window: int = 5,
     margin: float = GAP_MARGIN,
 ) -> list[dict]:
-    """One row per (length, lr, algorithm): FP16 and BF16 over seeds, and the BF16 − FP16 gap of the final
-    accuracy per seed (paired by seed). ``meta`` holds each run's coordinates (``Hunt.coords``). ``gap sign`` is ``BF16 behind`` / ``BF16 ahead`` only when the mean gap is
-    beyond ``margin`` and every seed's gap has that sign; otherwise ``within seed spread``."""
-    cells: dict[tuple, dict[str, dict[int, dict]]] = {}
+    """One row of named fields (``COLUMNS``' keys) per (length, lr, algorithm): FP16 and BF16 over seeds, and the
+    BF16 − FP16 gap of the final accuracy per seed (paired by seed). ``meta`` holds each run's coordinates
+    (``Hunt.coords``). ``sign`` is ``BF16 behind`` / ``BF16 ahead`` only when the mean gap is beyond ``margin`` and
+    every seed's gap has that sign; otherwise ``within seed spread``."""
+    by_cell: dict[tuple, dict[str, dict[int, dict]]] = {}
     for name, rows in runs.items():
         p = meta[name]
         key = (p["length"], p["lr"], p["algorithm"])
-        cells.setdefault(key, {}).setdefault(p["dtype"], {})[p["seed"]] = run_summary(rows, target, window)
+        by_cell.setdefault(key, {}).setdefault(p["dtype"], {})[p["seed"]] = run_summary(rows, target, window)
     order = {x: i for i, x in enumerate(LENGTHS)}
     out = []
     for (length, lr, algorithm), by_dtype in sorted(
-        cells.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1], kv[0][2])
+        by_cell.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1], kv[0][2])
     ):
         fp16, bf16 = by_dtype.get("fp16", {}), by_dtype.get("bf16", {})
         seeds = sorted(set(fp16) & set(bf16))
@@ -201,29 +247,42 @@ def phase_map(
                 "lr": lr,
                 "algorithm": algorithm,
                 "seeds": len(seeds),
-                "fp16 final": _r(mean(fp16, "final")),
-                "bf16 final": _r(mean(bf16, "final")),
-                "gap (bf16 − fp16)": _r(mean_gap),
-                "gap [min, max]": f"[{_r(min(gaps))}, {_r(max(gaps))}]" if gaps else "—",
-                "gap sign": sign,
-                "fp16 best": _r(mean(fp16, "best")),
-                "bf16 best": _r(mean(bf16, "best")),
-                f"fp16 steps to {target:.0%}": each(fp16, "steps_to_target"),
-                f"bf16 steps to {target:.0%}": each(bf16, "steps_to_target"),
-                "fp16 alarms": sum(v["alarms"] for v in fp16.values()),
-                "bf16 alarms": sum(v["alarms"] for v in bf16.values()),
-                "fp16 collapsed": sum(v["collapsed"] for v in fp16.values()),
-                "bf16 collapsed": sum(v["collapsed"] for v in bf16.values()),
-                "fp16 mismatch": _r(m16, 3),
-                "bf16 mismatch": _r(m_bf, 3),
-                "mismatch bf16/fp16": _r(m_bf / m16, 3) if m16 and m_bf else None,
-                "bf16 mismatch growth": _r(mean(bf16, "mismatch_growth"), 3),
-                "fp16 mismatch growth": _r(mean(fp16, "mismatch_growth"), 3),
-                "bf16 phantom": _r(mean(bf16, "phantom"), 3),
-                "fp16 phantom": _r(mean(fp16, "phantom"), 3),
+                "fp16_final": _r(mean(fp16, "final")),
+                "bf16_final": _r(mean(bf16, "final")),
+                "gap": _r(mean_gap),
+                "gap_range": f"[{_r(min(gaps))}, {_r(max(gaps))}]" if gaps else "—",
+                "sign": sign,
+                "fp16_best": _r(mean(fp16, "best")),
+                "bf16_best": _r(mean(bf16, "best")),
+                "fp16_steps": each(fp16, "steps_to_target"),
+                "bf16_steps": each(bf16, "steps_to_target"),
+                "fp16_alarms": sum(v["alarms"] for v in fp16.values()),
+                "bf16_alarms": sum(v["alarms"] for v in bf16.values()),
+                "fp16_collapsed": sum(v["collapsed"] for v in fp16.values()),
+                "bf16_collapsed": sum(v["collapsed"] for v in bf16.values()),
+                "fp16_mismatch": _r(m16, 3),
+                "bf16_mismatch": _r(m_bf, 3),
+                "mismatch_ratio": _r(m_bf / m16, 3) if m16 and m_bf else None,
+                "bf16_growth": _r(mean(bf16, "mismatch_growth"), 3),
+                "fp16_growth": _r(mean(fp16, "mismatch_growth"), 3),
+                "bf16_phantom": _r(mean(bf16, "phantom"), 3),
+                "fp16_phantom": _r(mean(fp16, "phantom"), 3),
             }
         )
     return out
+
+
+def phase_map(
+    runs: dict[str, list[dict]],
+    meta: dict[str, dict],
+    target: float = 0.95,
+    window: int = 5,
+    margin: float = GAP_MARGIN,
+) -> list[dict]:
+    """``cells`` under their display headers (``COLUMNS``, the target filled in): the map notebook 04 shows."""
+    return prose.display(
+        cells(runs, meta, target, window, margin), {k: v.format(target=target) for k, v in COLUMNS.items()}
+    )
 
 
 def _r(x, digits: int = 3):
@@ -232,12 +291,13 @@ def _r(x, digits: int = 3):
     return float(f"{x:.{digits}g}") if abs(x) < 1e-2 and x != 0 else round(x, digits)
 
 
-def most_telling(rows: list[dict]) -> dict:
-    """The cell where BF16 fell furthest behind FP16 (most negative mean gap)."""
-    rows = [r for r in rows if r["gap (bf16 − fp16)"] is not None]
+def most_telling(rows: list[dict], gap: str = COLUMNS["gap"]) -> dict:
+    """The row where BF16 fell furthest behind FP16 (most negative mean gap; ``gap`` is the field holding it, by
+    default a ``phase_map`` row's header)."""
+    rows = [r for r in rows if r[gap] is not None]
     if not rows:
         raise ValueError("no cell has both an FP16 and a BF16 run with the same seed")
-    return min(rows, key=lambda r: r["gap (bf16 − fp16)"])
+    return min(rows, key=lambda r: r[gap])
 
 
 def cell_runs(runs: dict[str, list[dict]], meta: dict[str, dict], cell: dict) -> dict[str, list[dict]]:
@@ -249,56 +309,83 @@ def cell_runs(runs: dict[str, list[dict]], meta: dict[str, dict], cell: dict) ->
     }
 
 
+# -- the page's sentences: templates over a row's named fields (``COLUMNS``), or values named beside them --------
+WHERE = "{length} responses, lr {lr:g}, {algorithm}"
+HEAD = (
+    "Over {cells} cells ({lengths} lengths × {lrs} learning rates × {algorithms} algorithms, {seeds} seeds each"
+    "{not_run}), "
+)
+NOT_RUN = "; not run: {cells}"
+BEHIND = "BF16 ended behind FP16 beyond the seed spread (every seed, mean gap < −{margin:g}) in {n}: {cells}."
+BEHIND_CELL = WHERE + " ({gap:+.3f})"
+NEVER_BEHIND = (
+    "BF16 never ended behind FP16 beyond the seed spread (every seed, mean gap < −{margin:g}). The largest mean gap "
+    "against BF16 was {gap:+.3f} (per seed {gap_range}) at " + WHERE + "."
+)
+AHEAD = " BF16 ended ahead beyond the seed spread in {n}: {cells}."
+COLLAPSED = " Runs whose final accuracy ended ≥ {drop:g} below their first step's: FP16 {fp16}, BF16 {bf16}{where}."
+COLLAPSED_WHERE = " (in {cells})"
+ALARMS = (
+    " Collapse alarms: FP16 {fp16}, BF16 {bf16}. BF16's mean |Δ log p| was {low:.1f}–{high:.1f}× FP16's across cells."
+)
+LEFT_OUT = " Left out, no FP16/BF16 twin: {cells}."
+NOISE = (
+    "Noise: the paired gap of one seed has a pooled within-cell SD of {sd:.3f} (over {k} cells); with that noise and "
+    "no true gap, the rule flags a cell with probability {p:.1%}, so among {k} cells the chance of at least one flag "
+    "is {any_flag:.0%}. A single flagged cell is what chance predicts, not evidence; a true gap of {margin:g} at this "
+    "noise needs about {seeds} seeds per cell to be seen with 80 % power (two-sided 5 % paired t-test)."
+)
+TOO_FEW = "Too few seeds per cell to estimate how often chance alone would flag one."
+
+
 def verdict(rows: list[dict], margin: float = GAP_MARGIN) -> str:
     """The hunt's answer in plain words, computed from ``phase_map`` rows."""
+    rows = prose.named(rows, COLUMNS)
     incomplete = [r for r in rows if not r["seeds"]]
     rows = [r for r in rows if r["seeds"]]
     if not rows:
         raise ValueError("no phase-map cell has an FP16 and a BF16 run with the same seed: nothing to compare")
-    behind = [r for r in rows if r["gap sign"] == "BF16 behind"]
-    ahead = [r for r in rows if r["gap sign"] == "BF16 ahead"]
-    worst = most_telling(rows)
-    alarms16, alarms_bf = sum(r["fp16 alarms"] for r in rows), sum(r["bf16 alarms"] for r in rows)
-    ratios = [r["mismatch bf16/fp16"] for r in rows if r["mismatch bf16/fp16"]]
-    where = lambda r: f"{r['length']} responses, lr {r['lr']:g}, {r['algorithm']}"  # noqa: E731
-    seeds = sorted({r["seeds"] for r in rows})
+    behind = [r for r in rows if r["sign"] == "BF16 behind"]
+    ahead = [r for r in rows if r["sign"] == "BF16 ahead"]
+    ratios = [r["mismatch_ratio"] for r in rows if r["mismatch_ratio"]]
     axes = [sorted({r[k] for r in rows + incomplete}, key=str) for k in ("length", "lr", "algorithm")]
     have = {(r["length"], r["lr"], r["algorithm"]) for r in rows + incomplete}
-    absent = [c for c in itertools.product(*axes) if c not in have]
-    head = (
-        f"Over {len(rows)} cells ({len(axes[0])} lengths × {len(axes[1])} learning rates × {len(axes[2])} "
-        f"algorithms, {'/'.join(map(str, seeds))} seeds each"
-        + (f"; not run: {'; '.join(f'{a} responses, lr {b:g}, {c}' for a, b, c in absent)}" if absent else "")
-        + "), "
+    absent = [dict(zip(("length", "lr", "algorithm"), c)) for c in itertools.product(*axes) if c not in have]
+
+    def where(cells: list[dict], template: str = WHERE) -> str:
+        return "; ".join(template.format_map(r) for r in cells)
+
+    text = HEAD.format(
+        cells=len(rows),
+        lengths=len(axes[0]),
+        lrs=len(axes[1]),
+        algorithms=len(axes[2]),
+        seeds="/".join(map(str, sorted({r["seeds"] for r in rows}))),
+        not_run=NOT_RUN.format(cells=where(absent)) if absent else "",
     )
     if behind:
-        body = (
-            f"BF16 ended behind FP16 beyond the seed spread (every seed, mean gap < −{margin:g}) in "
-            f"{len(behind)}: " + "; ".join(f"{where(r)} ({r['gap (bf16 − fp16)']:+.3f})" for r in behind) + "."
-        )
+        text += BEHIND.format(margin=margin, n=len(behind), cells=where(behind, BEHIND_CELL))
     else:
-        body = (
-            f"BF16 never ended behind FP16 beyond the seed spread (every seed, mean gap < −{margin:g}). The "
-            f"largest mean gap against BF16 was {worst['gap (bf16 − fp16)']:+.3f} (per seed "
-            f"{worst['gap [min, max]']}) at {where(worst)}."
-        )
+        text += NEVER_BEHIND.format_map({**most_telling(rows, "gap"), "margin": margin})
     if ahead:
-        body += f" BF16 ended ahead beyond the seed spread in {len(ahead)}: " + "; ".join(map(where, ahead)) + "."
-    n16, n_bf = (sum(r[f"{d} collapsed"] for r in rows) for d in ("fp16", "bf16"))
-    gone = [where(r) for r in rows if r["fp16 collapsed"] + r["bf16 collapsed"]]
-    body += (
-        f" Runs whose final accuracy ended ≥ {COLLAPSE_DROP:g} below their first step's: FP16 {n16}, BF16 "
-        f"{n_bf}" + (f" (in {'; '.join(gone)})" if gone else "") + "."
+        text += AHEAD.format(n=len(ahead), cells=where(ahead))
+    gone = [r for r in rows if r["fp16_collapsed"] + r["bf16_collapsed"]]
+    text += COLLAPSED.format(
+        drop=COLLAPSE_DROP,
+        fp16=sum(r["fp16_collapsed"] for r in rows),
+        bf16=sum(r["bf16_collapsed"] for r in rows),
+        where=COLLAPSED_WHERE.format(cells=where(gone)) if gone else "",
     )
-    body += (
-        f" Collapse alarms: FP16 {alarms16}, BF16 {alarms_bf}. BF16's mean |Δ log p| was "
-        f"{min(ratios):.1f}–{max(ratios):.1f}× FP16's across cells."
-        if ratios
-        else ""
-    )
+    if ratios:
+        text += ALARMS.format(
+            fp16=sum(r["fp16_alarms"] for r in rows),
+            bf16=sum(r["bf16_alarms"] for r in rows),
+            low=min(ratios),
+            high=max(ratios),
+        )
     if incomplete:
-        body += f" Left out, no FP16/BF16 twin: {'; '.join(map(where, incomplete))}."
-    return head + body
+        text += LEFT_OUT.format(cells=where(incomplete))
+    return text
 
 
 def seed_gaps(runs: dict[str, list[dict]], meta: dict[str, dict], window: int = 5) -> dict[tuple, list[float]]:
@@ -333,20 +420,14 @@ def chance_caveat(
     paired gaps, the per-cell false-flag rate under that noise, and the chance of ≥ 1 flag among the grid's cells."""
     gaps = {c: g for c, g in seed_gaps(runs, meta, window).items() if len(g) >= 2}
     if not gaps:
-        return "Too few seeds per cell to estimate how often chance alone would flag one."
+        return TOO_FEW
     import statistics
 
     sd = statistics.fmean(statistics.variance(g) for g in gaps.values()) ** 0.5
     n_seeds = min(len(g) for g in gaps.values())
     p = false_flag_rate(sd, n_seeds, margin)
     k = len(gaps)
-    return (
-        f"Noise: the paired gap of one seed has a pooled within-cell SD of {sd:.3f} (over {k} cells); with that "
-        f"noise and no true gap, the rule flags a cell with probability {p:.1%}, so among {k} cells the chance of "
-        f"at least one flag is {1 - (1 - p) ** k:.0%}. A single flagged cell is what chance predicts, not "
-        f"evidence; a true gap of {margin:g} at this noise needs about "
-        f"{seeds_needed(sd, margin)} seeds per cell to be seen with 80 % power (two-sided 5 % paired t-test)."
-    )
+    return NOISE.format(sd=sd, k=k, p=p, any_flag=1 - (1 - p) ** k, margin=margin, seeds=seeds_needed(sd, margin))
 
 
 class Hunt(GridStudy):
@@ -405,21 +486,7 @@ class Hunt(GridStudy):
         }
 
     def table(self, runs, meta):
-        keep = (
-            "length",
-            "lr",
-            "algorithm",
-            "seeds",
-            "fp16 final",
-            "bf16 final",
-            "gap (bf16 − fp16)",
-            "gap [min, max]",
-            "gap sign",
-            "mismatch bf16/fp16",
-            "bf16 mismatch growth",
-            "bf16 phantom",
-        )
-        return [{k: r[k] for k in keep} for r in phase_map(runs, meta)]
+        return prose.display([{k: r[k] for k in TABLE} for r in cells(runs, meta)], COLUMNS)
 
     def findings(self, runs, meta, rows):
         return [verdict(phase_map(runs, meta)), chance_caveat(runs, meta)]

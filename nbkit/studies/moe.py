@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nbkit.records import runlog, schema
+from nbkit.studies import prose
 from nbkit.studies.base import GridStudy
 
 VARIANTS = {
@@ -64,8 +65,26 @@ def summary(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
             if schema.MOE_FLIP_RATE in r
             and (groups[label]["algorithm"], groups[label]["dtype"]) == (row["algorithm"], row["dtype"])
         ]
-        row["moe/flip_rate (mean over steps and seeds)"] = round(sum(flips) / len(flips), 5) if flips else None
+        row[COLUMNS["flip_rate"]] = round(sum(flips) / len(flips), 5) if flips else None
     return table
+
+
+COLUMNS = {
+    "algorithm": "algorithm",
+    "dtype": "dtype",
+    "seeds": "seeds",
+    "reached": "reached 95%",
+    "final": "final accuracy (mean)",
+    "final_range": "final accuracy [min, max]",
+    "mismatch": "mean |Δ log p| last 5 (mean)",
+    "flip_rate": "moe/flip_rate (mean over steps and seeds)",
+}
+"""The study table's named fields → the headers ``summary`` (``nbkit.records.runlog.seed_summary``) gives them."""
+FINDING = (
+    "{variant}: BF16's mismatch over the last 5 steps is {ratio:.1f}× FP16's; final accuracy {bf16} (BF16) vs "
+    "{fp16} (FP16), ranges {bf16_range} and {fp16_range}."
+)
+"""A variant's sentence, over the named fields of its BF16 and FP16 rows."""
 
 
 class MoEStudy(GridStudy):
@@ -132,28 +151,22 @@ class MoEStudy(GridStudy):
         return {**runlog.coords(config), "variant": variant}
 
     def table(self, runs, meta):
-        keep = (
-            "algorithm",
-            "dtype",
-            "seeds",
-            "reached 95%",
-            "final accuracy (mean)",
-            "final accuracy [min, max]",
-            "mean |Δ log p| last 5 (mean)",
-            "moe/flip_rate (mean over steps and seeds)",
-        )
-        return [{k: r[k] for k in keep} for r in summary(runs, meta)]
+        return [{h: r[h] for h in COLUMNS.values()} for r in summary(runs, meta)]
 
     def findings(self, runs, meta, rows):
-        by = {(r["algorithm"], r["dtype"]): r for r in rows}
+        by = {(r["algorithm"], r["dtype"]): r for r in prose.named(rows, COLUMNS)}
         out = []
         for variant in ("moe.grpo", "moe_replay.grpo"):
             a, b = by.get((variant, "bf16")), by.get((variant, "fp16"))
-            if a and b and a["mean |Δ log p| last 5 (mean)"] and b["mean |Δ log p| last 5 (mean)"]:
+            if a and b and a["mismatch"] and b["mismatch"]:
                 out.append(
-                    f"{variant.split('.')[0]}: BF16's mismatch over the last 5 steps is "
-                    f"{a['mean |Δ log p| last 5 (mean)'] / b['mean |Δ log p| last 5 (mean)']:.1f}× FP16's; "
-                    f"final accuracy {a['final accuracy (mean)']} (BF16) vs {b['final accuracy (mean)']} "
-                    f"(FP16), ranges {a['final accuracy [min, max]']} and {b['final accuracy [min, max]']}."
+                    FINDING.format(
+                        variant=variant.split(".")[0],
+                        ratio=a["mismatch"] / b["mismatch"],
+                        bf16=a["final"],
+                        fp16=b["final"],
+                        bf16_range=a["final_range"],
+                        fp16_range=b["final_range"],
+                    )
                 )
         return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from nbkit.records import runlog, schema
 from nbkit.stats.stats import mean_ci, t_quantile
-from nbkit.studies import ppo_critic
+from nbkit.studies import ppo_critic, prose
 from nbkit.studies.base import GridStudy
 from nbkit.studies.ppo_recipe import OUTPUT_DIR, STUDY, TAIL, base_config
 
@@ -160,12 +160,21 @@ def precision_table(runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[
     return out
 
 
-def paired_difference(
-    runs: dict[str, list[dict]], meta: dict[str, dict], a: str = "bf16", b: str = "fp16"
-) -> list[dict]:
-    """Per metric: ``a − b`` paired by seed (the seeds both dtypes have), mean with its 95 % t-interval; for the KLs
-    also, for a positive metric, the ratio ``a / b`` (geometric mean of the per-seed ratios, t-interval on the log
-    scale)."""
+PAIRED = {
+    "metric": "metric",
+    "diff": "{a} − {b}",
+    "ci": "95 % CI",
+    "seeds": "seeds",
+    "ratio": "{a} / {b}",
+    "ratio_ci": "{a} / {b} 95 % CI",
+}
+"""A paired row's named fields → the headers ``paired_difference`` shows them under (``{a}``, ``{b}``: the dtypes)."""
+
+
+def paired_rows(runs: dict[str, list[dict]], meta: dict[str, dict], a: str = "bf16", b: str = "fp16") -> list[dict]:
+    """Per metric, a row of named fields (``PAIRED``' keys): ``a − b`` paired by seed (the seeds both dtypes have),
+    mean with its 95 % t-interval; for a positive metric also the ratio ``a / b`` (geometric mean of the per-seed
+    ratios, t-interval on the log scale)."""
     import math
 
     seeds = per_seed(runs, meta)
@@ -176,25 +185,26 @@ def paired_difference(
         both = sorted(s for s in set(seeds[a]) & set(seeds[b]) if name in seeds[a][s] and name in seeds[b][s])
         if not both:
             continue
-        row = {
-            "metric": name,
-            f"{a} − {b}": None,
-            **{k: v for k, v in _interval([seeds[a][s][name] - seeds[b][s][name] for s in both]).items()},
-        }
-        row[f"{a} − {b}"] = row.pop("mean")
+        diff = _interval([seeds[a][s][name] - seeds[b][s][name] for s in both])
+        row = {"metric": name, "diff": diff["mean"], "ci": diff["95 % CI"], "seeds": diff["seeds"]}
         logs = [
             math.log(seeds[a][s][name] / seeds[b][s][name])
             for s in both
             if positive and seeds[a][s][name] > 0 and seeds[b][s][name] > 0
         ]
+        row["ratio"], row["ratio_ci"] = None, None
         if logs and len(logs) == len(both):
             m, lo, hi = mean_ci(logs)
-            row[f"{a} / {b}"] = math.exp(m)
-            row[f"{a} / {b} 95 % CI"] = None if lo != lo else [math.exp(lo), math.exp(hi)]
-        else:
-            row[f"{a} / {b}"], row[f"{a} / {b} 95 % CI"] = None, None
+            row["ratio"], row["ratio_ci"] = math.exp(m), None if lo != lo else [math.exp(lo), math.exp(hi)]
         out.append(row)
     return out
+
+
+def paired_difference(
+    runs: dict[str, list[dict]], meta: dict[str, dict], a: str = "bf16", b: str = "fp16"
+) -> list[dict]:
+    """``paired_rows`` under their headers (``PAIRED``), as the page shows them."""
+    return prose.display(paired_rows(runs, meta, a, b), {k: v.format(a=a, b=b) for k, v in PAIRED.items()})
 
 
 AMENDMENTS = (
@@ -212,6 +222,24 @@ AMENDMENTS = (
 ``record_amendments`` with the readings each moved."""
 
 
+# -- the page's sentences: templates over a row's named fields, or values named beside them -----------------
+DIFF = "BF16 − FP16 in {metric}, paired over {seeds} seeds: {diff:+.3g} ({interval}){ratio_text}."
+CI = "95 % CI {0:+.3g} to {1:+.3g}"
+NO_CI = "one seed, no interval"
+RATIO = "; BF16/FP16 {ratio:.3g}×{ratio_interval}"
+RATIO_CI = " (95 % CI {0:.3g}–{1:.3g})"
+MISMATCH = (
+    "BF16's training-time mismatch is {ratio:.1f}× FP16's (mean |Δ log p| over steps and seeds); the largest approx "
+    "KL of any seed is {kl_fp16:.3g} (FP16) and {kl_bf16:.3g} (BF16), far from the paper's BF16 PPO KL > 40."
+)
+EV = "{mean:.3g} ({DTYPE}, {n_seeds})"
+CRITIC = (
+    "The critic above reads the last hidden state only; its explained variance over the last {tail} steps, mean "
+    "over seeds: {evs}. Given the running minimum of log π ({study}, pre-registered): "
+)
+NOT_RUN = "not yet run. {rule}"
+
+
 def critic_line(runs: dict[str, list[dict]], meta: dict[str, dict], root=None) -> str:
     """Whether a critic learns here (issue 50, item 4): this study's explained variance over the last ``TAIL`` steps
     per dtype, then the stored ``ppo_critic_tiny_arith`` under ``root`` (``nbkit.studies.ppo_critic``): its verdict
@@ -223,17 +251,26 @@ def critic_line(runs: dict[str, list[dict]], meta: dict[str, dict], root=None) -
     study = PC.PPOCriticStudy()
     name = next(name for key, name, *_ in SUMMARY if key == schema.VALUE_EXPLAINED_VARIANCE)
     evs = ", ".join(
-        f"{r['mean']:.3g} ({r['dtype'].upper()}, {r['seeds']} seed{'s' * (r['seeds'] != 1)})"
+        EV.format_map({**r, "DTYPE": r["dtype"].upper(), "n_seeds": prose.seeds(r["seeds"])})
         for r in precision_table(runs, meta)
         if r["metric"] == name
     )
-    head = (
-        f"The critic above reads the last hidden state only; its explained variance over the last {TAIL} steps, "
-        f"mean over seeds: {evs}. Given the running minimum of log π ({PC.STUDY}, pre-registered): "
-    )
+    head = CRITIC.format(tail=TAIL, evs=evs, study=PC.STUDY)
     if not (results.study_dir(PC.STUDY, root) / results.CARD).is_file():
-        return head + f"not yet run. {study.rule_line()}"
+        return head + NOT_RUN.format(rule=study.rule_line())
     return head + PC.sentence(study.outcomes(study.load(root), study.stored_meta(root)))
+
+
+COLUMNS = {
+    "dtype": "dtype",
+    "seeds": "seeds",
+    "kl_mean": "approx KL, mean over steps (each seed)",
+    "kl_max": "approx KL, max (each seed)",
+    "accuracy": "accuracy first → last 5 rollouts (each seed)",
+    "ev": "explained variance, last 5 (mean)",
+    "mismatch": "mean |Δ log p| (mean)",
+}
+"""The study table's named fields (``PPOStudy.table``) → the headers the page shows them under."""
 
 
 class PPOStudy(GridStudy):
@@ -250,6 +287,7 @@ class PPOStudy(GridStudy):
     notebook = "03_rl_training"
     output_dir = OUTPUT_DIR
     twins = 2
+    amendments = AMENDMENTS
     toy = {
         "dtypes": ["fp32"],
         "seeds": [0],
@@ -294,14 +332,6 @@ class PPOStudy(GridStudy):
                 out.append(f"{r['dtype']} {now['metric']}: {r['mean']:.3g} → {now['mean']:.3g}")
         return {"last_steps": out}
 
-    def record_amendments(self, root=None) -> None:
-        """Put ``AMENDMENTS`` on the stored card with the readings each moved (``moves``)."""
-        from nbkit import results
-        from nbkit.studies import amendments as A
-
-        root = root or results.RESULTS
-        A.put(self.name, AMENDMENTS, self.moves(self.load(root), self.stored_meta(root)), root)
-
     def coords(self, config: dict) -> dict:
         return runlog.coords(config)
 
@@ -323,14 +353,14 @@ class PPOStudy(GridStudy):
                 {
                     "dtype": dtype,
                     "seeds": len(rows),
-                    "approx KL, mean over steps (each seed)": each("approx KL (mean)"),
-                    "approx KL, max (each seed)": each("approx KL (max)"),
-                    "accuracy first → last 5 rollouts (each seed)": each("accuracy (first → last 5 rollouts)"),
-                    "explained variance, last 5 (mean)": mean("explained variance (last 5 rollouts)"),
-                    "mean |Δ log p| (mean)": mean("mean |Δ log p|"),
+                    "kl_mean": each("approx KL (mean)"),
+                    "kl_max": each("approx KL (max)"),
+                    "accuracy": each("accuracy (first → last 5 rollouts)"),
+                    "ev": mean("explained variance (last 5 rollouts)"),
+                    "mismatch": mean("mean |Δ log p|"),
                 }
             )
-        return out
+        return prose.display(out, COLUMNS)
 
     def page_tables(self, runs, meta, rows):
         return [
@@ -355,33 +385,25 @@ class PPOStudy(GridStudy):
         return self.precision_findings(rows, runs, meta) + [critic_line(runs, meta)]
 
     def precision_findings(self, rows, runs, meta):
-        by = {r["dtype"]: r for r in rows}
+        by = {r["dtype"]: r for r in prose.named(rows, COLUMNS)}
         if "fp16" not in by or "bf16" not in by:
             return []
         out = []
-        for d in paired_difference(runs, meta):
-            ci = (
-                f"95 % CI {d['95 % CI'][0]:+.3g} to {d['95 % CI'][1]:+.3g}" if d["95 % CI"] else "one seed, no interval"
-            )
-            ratio = (
-                f"; BF16/FP16 {d['bf16 / fp16']:.3g}×"
-                + (
-                    f" (95 % CI {d['bf16 / fp16 95 % CI'][0]:.3g}–{d['bf16 / fp16 95 % CI'][1]:.3g})"
-                    if d["bf16 / fp16 95 % CI"]
-                    else ""
+        for d in paired_rows(runs, meta):
+            ratio = ""
+            if d["ratio"] is not None:
+                ratio = RATIO.format(
+                    ratio=d["ratio"], ratio_interval=RATIO_CI.format(*d["ratio_ci"]) if d["ratio_ci"] else ""
                 )
-                if d.get("bf16 / fp16") is not None
-                else ""
-            )
             out.append(
-                f"BF16 − FP16 in {d['metric']}, paired over {d['seeds']} seeds: {d['bf16 − fp16']:+.3g} ({ci}){ratio}."
+                DIFF.format_map({**d, "interval": CI.format(*d["ci"]) if d["ci"] else NO_CI, "ratio_text": ratio})
             )
-        ratio = by["bf16"]["mean |Δ log p| (mean)"] / by["fp16"]["mean |Δ log p| (mean)"]
-        kl_max = {d: max(by[d]["approx KL, max (each seed)"]) for d in ("fp16", "bf16")}
         return out + [
-            f"BF16's training-time mismatch is {ratio:.1f}× FP16's (mean |Δ log p| over steps and seeds); the "
-            f"largest approx KL of any seed is {kl_max['fp16']:.3g} (FP16) and {kl_max['bf16']:.3g} (BF16), far "
-            f"from the paper's BF16 PPO KL > 40."
+            MISMATCH.format(
+                ratio=by["bf16"]["mismatch"] / by["fp16"]["mismatch"],
+                kl_fp16=max(by["fp16"]["kl_max"]),
+                kl_bf16=max(by["bf16"]["kl_max"]),
+            )
         ]
 
     def figure(self, runs, meta):

@@ -123,7 +123,7 @@ AMENDMENTS: tuple[dict, ...] = (
     },
 )
 """Readings added after the results (``nbkit.studies.amendments``), put on the card by
-``Predictors.record_amendments``."""
+``record_amendments``."""
 
 
 def candidates() -> dict[str, str]:
@@ -408,6 +408,7 @@ class Predictors(Study):
         "and lengths (the stored runs keep per-step aggregates only), held fixed in the bootstrap."
     )
     notebook = "06_dose_response"
+    amendments = AMENDMENTS  # none moved the committed verdict: each adds a reading (``moves``: none)
 
     def reproduce(self, card: dict) -> str:
         return card.get("command", "")
@@ -418,12 +419,6 @@ class Predictors(Study):
         for r in rows:
             r["candidate"] = f"{r['candidate']}: {candidates()[r['candidate']]}"
         return rows
-
-    def record_amendments(self, root: Path = results.RESULTS) -> None:
-        """Put ``AMENDMENTS`` on the stored card; none moved the committed verdict (each adds a reading)."""
-        from nbkit.studies import amendments as A
-
-        A.put(self.name, AMENDMENTS, {}, root)
 
     def figure(self, runs, meta):
         """Each candidate's LOFO and LOTO error with its CI against the constant's

@@ -146,3 +146,16 @@ def test_findings_compare_every_pair_with_bf16_and_say_when_the_seeds_cannot_sep
     assert "ranges separated" in said["fp32 train / fp32 rollout"]  # 5 against 9-13
     with pytest.raises(ValueError, match="reference pair"):
         ablation.findings(ablation.table(runs, meta_of(runs)), reference=("fp8", "fp8"))
+
+
+def test_the_findings_read_named_fields_so_a_header_can_change_without_touching_them(monkeypatch):
+    runs = {
+        "grpo-bf16-s0": _rows([0.5] * 8 + [1.0] * 8, 1.0, 1.0, ("bf16", "bf16")),
+        "grpo-bf16-s1": _rows([0.5] * 4 + [1.0] * 12, 1.0, 1.0, ("bf16", "bf16")),
+        "grpo-bf16-fp32r-s0": _rows([0.5] * 6 + [1.0] * 10, 3.0, 1.0, ("bf16", "fp32")),
+    }
+    lines = ablation.findings(ablation.table(runs, meta_of(runs)))
+    monkeypatch.setattr(ablation, "COLUMNS", {k: f"<{v}>" for k, v in ablation.COLUMNS.items()})
+    rows = ablation.table(runs, meta_of(runs))
+    assert "<steps to 95% (each)>" in rows[0] and "<s/step total>" in rows[0]
+    assert ablation.findings(rows) == lines

@@ -47,6 +47,20 @@ def test_the_table_reports_per_pair_when_each_seed_converged_or_a_dash():
     assert fp16["length, first step"] == 128 and bf16["mean |Δ log p|"] == 0.04
 
 
+def test_the_findings_name_the_pairs_that_never_converged_and_read_named_fields(monkeypatch):
+    runs = {
+        "brevity-fp16-s0": _rows([128, 90, 20, 10, 8, 6], 0.005),
+        "brevity-bf16-s0": _rows([128, 128, 128, 128, 128, 128], 0.04),
+    }
+    study = brevity.BrevityStudy()
+    text = study.findings(runs, meta_of(runs), brevity.table(runs, meta_of(runs)))
+    assert text == [brevity.ANECDOTE, "No run of bf16/bf16 reached 10% of max_tokens within its steps."]
+    monkeypatch.setattr(brevity, "COLUMNS", {k: f"<{v}>" for k, v in brevity.COLUMNS.items()})
+    rows = brevity.table(runs, meta_of(runs))
+    assert "<converged (≤ 10% of max) at step>" in rows[0]
+    assert study.findings(runs, meta_of(runs), rows) == text  # a header can change without touching the prose
+
+
 def test_each_run_is_the_toy_task_on_smollm2_with_mu_as_pi_old():
     cfg = brevity.config("fp32", "bf16", 2, Path("/tmp/brevity"))
     assert (cfg.model, cfg.reward, cfg.algorithm, cfg.rollout_engine, cfg.lora) == (

@@ -77,3 +77,14 @@ def test_an_arm_without_bins_is_left_out_and_the_paragraph_says_nothing_can_be_s
     bare = [{"step": s} for s in range(1, 51)]
     assert growth.table({"bare": [bare]}, range(1, 11), range(41, 51)) == []
     assert "cannot be split" in growth.paragraph([], broke=set())
+
+
+def test_the_paragraph_reads_named_fields_so_a_header_can_change_without_touching_it(monkeypatch):
+    arms = {"falls": [_both(_rows(lambda s: 60 - s)) for _ in range(5)], "few": [_both(_rows(lambda s: 60 - s))]}
+    rows = growth.table(arms, range(1, 11), range(41, 51))
+    text = growth.paragraph(rows, broke={"falls"})
+    assert "falls (broke; 5 runs): by entropy, response length, " in text and "few (1 runs, fewer than 5)" in text
+    monkeypatch.setattr(growth, "COLUMNS", {k: f"<{v}>" for k, v in growth.COLUMNS.items()})
+    renamed = growth.table(arms, range(1, 11), range(41, 51))
+    assert "<change CI>" in renamed[0] and "change CI" not in renamed[0]
+    assert growth.paragraph(renamed, broke={"falls"}) == text

@@ -138,6 +138,18 @@ def test_the_verdict_names_the_cells_where_bf16_fell_behind_or_says_it_did_not()
     assert "never ended behind" in calm and "16.0–16.0×" in calm
 
 
+def test_the_sentences_read_named_fields_so_a_header_can_change_without_touching_them(monkeypatch):
+    """The table is shown under ``COLUMNS``' headers; the verdict and the worst cell are read by named field."""
+    runs = {**_grid({0: 0.5, 1: 0.55, 2: 0.6}), **_grid({0: 0.8, 1: 0.81, 2: 0.79}, cell=("short", 1e-4, "grpo"))}
+    texts = [hunt.verdict(pm(runs)), hunt.verdict(pm(_grid({0: 0.8, 1: 0.81, 2: 0.79})))]
+    renamed = {k: f"<{v}>" for k, v in hunt.COLUMNS.items()}
+    monkeypatch.setattr(hunt, "COLUMNS", renamed)
+    rows = pm(runs)
+    assert "<gap (bf16 − fp16)>" in rows[0] and "gap (bf16 − fp16)" not in rows[0]
+    assert [hunt.verdict(rows), hunt.verdict(pm(_grid({0: 0.8, 1: 0.81, 2: 0.79})))] == texts
+    assert hunt.most_telling(rows, "<gap (bf16 − fp16)>")["<length>"] == "long"
+
+
 def test_alarms_and_steps_to_target_are_counted_per_precision():
     runs = _grid({0: 0.5, 1: 0.55, 2: 0.6}, fp16_final=0.97)
     runs[hunt.label("long", 1e-3, "grpo_mu_old", "bf16", 0)] = _rows([0.6] * 5 + [0.5] * 5, alarm_at=9)

@@ -97,3 +97,34 @@ def test_last_20_steps_reads_the_steps_not_the_last_20_logged_values():
     assert values["explained variance, last 20 steps"] == pytest.approx(0.5)
     first = values["explained variance, last 20 steps" + ppo.AS_FIRST_SHOWN.format(n=20)]
     assert first == pytest.approx((5 * 0.5 - 15 * 0.5) / 20)
+
+
+def test_the_stored_studys_amendment_is_recorded_by_the_shared_machinery_with_the_readings_it_moved(tmp_path):
+    """``record_amendments`` (``GridStudy``'s) puts ``AMENDMENTS`` on a copy of the stored card with the readings the
+    stored runs say it moved: the same record the stored card carries."""
+    import json
+    import shutil
+
+    from nbkit import results
+    from nbkit.studies import amendments
+
+    shutil.copytree(results.study_dir(ppo.STUDY), tmp_path / ppo.STUDY)
+    path = tmp_path / ppo.STUDY / results.CARD
+    card = json.loads(path.read_text())
+    stored = card.pop("amendments")
+    path.write_text(json.dumps(card))
+    ppo.PPOStudy().record_amendments(tmp_path)
+    assert results.card(ppo.STUDY, tmp_path)["amendments"] == stored
+    assert [len(a.verdicts_moved) for a in amendments.read({"amendments": stored})] == [2]  # it moved two readings
+
+
+def test_the_findings_read_named_fields_so_a_header_can_change_without_touching_them(monkeypatch):
+    """The tables are shown under ``COLUMNS``' and ``PAIRED``' headers; every sentence reads the named fields."""
+    runs, meta = _runs()
+    study = ppo.PPOStudy()
+    text = study.findings(runs, meta, study.table(runs, meta))
+    monkeypatch.setattr(ppo, "COLUMNS", {k: f"<{v}>" for k, v in ppo.COLUMNS.items()})
+    monkeypatch.setattr(ppo, "PAIRED", {k: f"<{v}>" for k, v in ppo.PAIRED.items()})
+    rows = study.table(runs, meta)
+    assert "<approx KL, max (each seed)>" in rows[0] and "<bf16 − fp16>" in ppo.paired_difference(runs, meta)[0]
+    assert study.findings(runs, meta, rows) == text

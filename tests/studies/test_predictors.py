@@ -104,6 +104,20 @@ def test_the_constant_reading_is_an_amendment_on_the_card_that_moved_no_verdict(
 
 
 @pytest.mark.skipif(not STORED, reason="the predictors study is not stored")
+def test_the_shared_record_amendments_puts_the_same_amendment_back_on_a_copy_of_the_card(tmp_path):
+    import shutil
+
+    shutil.copytree(results.study_dir(predictors.STUDY), tmp_path / predictors.STUDY)
+    path = tmp_path / predictors.STUDY / results.CARD
+    card = json.loads(path.read_text())
+    stored = card.pop("amendments")
+    path.write_text(json.dumps(card))
+    predictors.Predictors().record_amendments(tmp_path)
+    assert results.card(predictors.STUDY, tmp_path)["amendments"] == stored
+    assert [a["what"] for a in stored] == [a["what"] for a in predictors.AMENDMENTS]
+
+
+@pytest.mark.skipif(not STORED, reason="the predictors study is not stored")
 def test_the_page_shows_the_amended_reading_beside_the_committed_verdict_and_the_figure_draws_both(monkeypatch):
     from nbkit.studies import results_md
 

@@ -28,7 +28,7 @@ def test_worker_records_what_it_uses(i, tmp_path):
     record = {
         "worker": os.environ.get("PYTEST_XDIST_WORKER"),
         "tmp": str(tmp_path.parent),  # the worker's base temporary folder
-        "port": pool._free_port(),
+        "port": pool.free_port(),
         "caches": {k: os.environ[k] for k in PER_WORKER_CACHES},
         "torch_threads": torch.get_num_threads(),
         "omp": os.environ.get("OMP_NUM_THREADS"),
