@@ -78,7 +78,7 @@ TEMPLATES: dict[str, Template] = {
             "smol_after",
             chatml(NUMBER_ONLY_INSTRUCTION, number_after.EXAMPLES),
             "<|im_end|>\n<|im_start|>assistant\n",
-            "ChatML asking for the number only, with two example turns (``number_after.EXAMPLES``): "
+            "ChatML asking for the number only, with four example turns (``number_after.EXAMPLES``): "
             "SmolLM2-135M-Instruct's RL task (``number_after``, issue 51), graded by ``first_int``.",
         ),
         Template(

@@ -18,13 +18,13 @@ def test_problems_are_deterministic_by_seed_distinct_and_answered_correctly():
 
 
 def test_the_template_examples_are_never_drawn():
-    cfg = NumberAfterConfig(20, 60)
+    cfg = NumberAfterConfig(20, 700)
     problems = number_after.make_problems(len(cfg.numbers()), cfg)
     asked = {p["problem"] for p in problems}
-    assert len(asked) == 41 - 2
+    assert len(asked) == 681 - 4
     assert not asked & {q for q, _ in number_after.EXAMPLES}
-    with pytest.raises(ValueError, match="between 1 and 39"):
-        number_after.make_problems(40, cfg)
+    with pytest.raises(ValueError, match="between 1 and 677"):
+        number_after.make_problems(678, cfg)
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_the_template_examples_are_never_drawn():
         (dict(lo=-1), "lo must be an integer between 0 and 999999, got -1"),
         (dict(hi=10**6), "hi must be an integer between 0 and 999999, got 1000000"),
         (dict(lo=50, hi=40), "hi must be >= lo, got lo=50, hi=40"),
-        (dict(lo=23, hi=23), r"holds only the template's example numbers \[23, 59\]"),
+        (dict(lo=23, hi=23), r"holds only the template's example numbers \[23, 59, 347, 699\]"),
     ],
 )
 def test_bad_ranges_are_refused_naming_the_value(kwargs, message):
@@ -50,13 +50,15 @@ def test_the_source_is_registered_with_its_template_and_strict_grader():
         tasks.TaskConfig(source="number_after", template="smol_after")
 
 
-def test_smol_after_prompt_is_chatml_asking_for_the_number_with_two_example_turns():
-    prompt = tasks.TEMPLATES["smol_after"]("What number comes after 347?")
+def test_smol_after_prompt_is_chatml_asking_for_the_number_with_four_example_turns():
+    prompt = tasks.TEMPLATES["smol_after"]("What number comes after 128?")
     assert prompt == (
         "<|im_start|>system\nAnswer with the number only.<|im_end|>\n"
         "<|im_start|>user\nWhat number comes after 23?<|im_end|>\n<|im_start|>assistant\n24<|im_end|>\n"
         "<|im_start|>user\nWhat number comes after 59?<|im_end|>\n<|im_start|>assistant\n60<|im_end|>\n"
-        "<|im_start|>user\nWhat number comes after 347?<|im_end|>\n<|im_start|>assistant\n"
+        "<|im_start|>user\nWhat number comes after 347?<|im_end|>\n<|im_start|>assistant\n348<|im_end|>\n"
+        "<|im_start|>user\nWhat number comes after 699?<|im_end|>\n<|im_start|>assistant\n700<|im_end|>\n"
+        "<|im_start|>user\nWhat number comes after 128?<|im_end|>\n<|im_start|>assistant\n"
     )
 
 

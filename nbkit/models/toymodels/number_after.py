@@ -1,9 +1,10 @@
 """Which number comes after n: SmolLM2-135M-Instruct's short-answer RL task (issue 51).
 
 A problem is ``What number comes after 347?``; the answer is ``348``, which the model writes alone (the
-``smol_after`` template asks for the number only, with two example turns, ``EXAMPLES``). At temperature 1 the
-shipped SmolLM2-135M-Instruct gets about one answer in eight right (FP32, probe of 2026-11-28), with a third of the
-problems between 0.2 and 0.8: more of them in that window than any arithmetic family probed (``data/README.md``).
+``smol_after`` template asks for the number only, with four example turns, ``EXAMPLES``). At temperature 1 the
+shipped SmolLM2-135M-Instruct gets about one answer in eight right (FP32, probe of 2026-11-28), with a quarter to a
+third of the problems between 0.2 and 0.8: more of them in that window than any arithmetic family probed
+(``data/smollm2_task_probe``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-EXAMPLES = (("What number comes after 23?", "24"), ("What number comes after 59?", "60"))
-"""The template's two example turns (question, answer); their numbers are never drawn as problems."""
+EXAMPLES = (
+    ("What number comes after 23?", "24"),
+    ("What number comes after 59?", "60"),
+    ("What number comes after 347?", "348"),
+    ("What number comes after 699?", "700"),
+)
+"""The template's four example turns (question, answer), two- and three-digit, two with a carry; their numbers are
+never drawn as problems. Four turns instead of the first two raised the pass rate on three-digit numbers from 0.047
+(3 of 32 problems in [0.2, 0.8]) to 0.121 (8 of 30): ``data/smollm2_task_probe``."""
 _EXAMPLE_NUMBERS = frozenset(int(q.rstrip("?").rsplit(" ", 1)[1]) for q, _ in EXAMPLES)
 
 
