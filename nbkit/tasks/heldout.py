@@ -76,7 +76,7 @@ def build_tiny_arith(
 
 NUMBER_AFTER_RESERVE = 400
 """The first problems of the seed-0 ``number_after`` pool (``make_problems(NUMBER_AFTER_RESERVE, seed=0)``) kept for
-SmolLM2's training set (``data/smollm2_after_sanity``, 128 of them built): never judged, so the training pool may
+SmolLM2's training set (``data/smollm2_after_sanity``, 256 of them built): never judged, so the training pool may
 grow up to them without touching the judge set."""
 
 

@@ -2,9 +2,9 @@
 
 A problem is ``What number comes after 347?``; the answer is ``348``, which the model writes alone (the
 ``smol_after`` template asks for the number only, with four example turns, ``EXAMPLES``). At temperature 1 the
-shipped SmolLM2-135M-Instruct gets about one answer in eight right (FP32, probe of 2026-11-28), with a quarter to a
-third of the problems between 0.2 and 0.8: more of them in that window than any arithmetic family probed
-(``data/smollm2_task_probe``).
+shipped SmolLM2-135M-Instruct gets about one answer in nine right (FP32), with about a quarter of the problems
+between 0.2 and 0.8 (60 of 256: ``data/smollm2_after_sanity``): more of them in that window than any arithmetic
+family probed (``data/smollm2_task_probe``).
 """
 
 from __future__ import annotations
