@@ -166,7 +166,8 @@ def model_fingerprint(ref: str) -> str:
 
 
 def cache_file(task: Task, cfg: BuildConfig) -> Path:
-    """The JSONL file of this configuration: one folder per (model, engine, dtype, N, seed, template, ...)."""
+    """The JSONL file of this configuration: one folder per (model, engine, dtype, N, seed, template and its text,
+    ...)."""
     key = dict(
         model=cfg.model,
         fingerprint=model_fingerprint(cfg.model),
@@ -176,6 +177,7 @@ def cache_file(task: Task, cfg: BuildConfig) -> Path:
         n=cfg.n_samples,
         seed=cfg.seed,
         template=task.cfg.template,
+        template_text=[task.template.prefix, task.template.suffix],  # an edited template samples anew
         grader=task.cfg.grader,
         max_tokens=cfg.max_tokens,
         temperature=cfg.temperature,

@@ -1,12 +1,15 @@
 """Graders: how a response is read and scored against the reference answer (``GRADERS``).
 
 Math answers are checked with math-verify (``math_verify.parse``/``verify``), the checker Oat and the paper's
-repository (sail-sg/Precision-RL) use; ``arith`` answers with ``nbkit.models.toymodels.arith.is_correct``.
+repository (sail-sg/Precision-RL) use; ``arith`` answers with ``nbkit.models.toymodels.arith.is_correct``; the
+short integer answers of SmolLM2's task (issue 51) strictly, as the template asks for them (``boxed_int``,
+``first_int``): math-verify would take the last number of a response with an empty box as its answer.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,6 +112,39 @@ def _r1_correct(response: str, answer: str) -> bool:
     return tail is not None and math_verify_correct(tail, answer)
 
 
+_INTEGER = re.compile(r"[+-]?\d+")
+_BOX = re.compile(r"\\boxed\s*\{([^{}]*)\}")
+
+
+def _integer_answer_ok(answer: str) -> bool:
+    return _INTEGER.fullmatch(answer.strip()) is not None
+
+
+def boxed_int(response: str) -> str | None:
+    """The integer in the response's only ``\\boxed{}`` (``"so \\boxed{ 12 }."`` → ``"12"``); None when there is
+    no box, more than one (hedging), or the box holds anything but an integer (``\\boxed{}``, ``\\boxed{12.5}``)."""
+    boxes = _BOX.findall(response)
+    if len(boxes) != 1 or "\\boxed" in _BOX.sub("", response):  # a box left over is one nested or never closed
+        return None
+    text = boxes[0].strip()
+    return str(int(text)) if _INTEGER.fullmatch(text) else None
+
+
+def first_int(response: str) -> str | None:
+    """The first integer written in the response (``"12."`` → ``"12"``, ``"7 plus 5 is 12"`` → ``"7"``); None
+    when it has none. For a template that asks for the number only: restating the question is wrong."""
+    match = _INTEGER.search(response)
+    return str(int(match.group())) if match else None
+
+
+def _int_grader(extract: Callable[[str], str | None]) -> Callable[[str, str], bool]:
+    def correct(response: str, answer: str) -> bool:
+        got = extract(response)
+        return got is not None and int(got) == int(answer.strip())
+
+    return correct
+
+
 GRADERS: dict[str, Grader] = {
     g.name: g
     for g in (
@@ -133,6 +169,22 @@ GRADERS: dict[str, Grader] = {
             _r1_correct,
             lambda a: bool(parse_reference(a)),
             "math-verify on the text after </think> only; no </think> = no answer (as Oat grades R1-distill models).",
+        ),
+        Grader(
+            "boxed_int",
+            boxed_int,
+            _int_grader(boxed_int),
+            _integer_answer_ok,
+            "The integer in the response's only \\boxed{} equals the integer reference; no box, an empty or "
+            "non-integer box, or several boxes = no answer (``smol_answer``).",
+        ),
+        Grader(
+            "first_int",
+            first_int,
+            _int_grader(first_int),
+            _integer_answer_ok,
+            "The first integer of the response equals the integer reference (a template asking for the number "
+            "only, ``smol_number``); no integer = no answer.",
         ),
     )
 }

@@ -7,6 +7,9 @@ samples in [0.2, 0.8], ``nbkit.tasks.dataset.build``), so held-out accuracy meas
 the training set's difficulty, and none of them was ever trained on::
 
     nbkit build heldout            # ~2-4 minutes on 2 CPU cores
+
+``number_after_judge_problems`` picks the problems of ``data/smollm2_after_heldout``, SmolLM2-135M-Instruct's judge
+set (issue 51): ``number_after`` problems of another seed outside the training set's reserve.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nbkit import tasks
-from nbkit.models.toymodels import arith, tiny_arith
+from nbkit.models.toymodels import arith, number_after, tiny_arith
 from nbkit.runtime import paths
 from nbkit.tasks import dataset
 
@@ -69,3 +72,33 @@ def build_tiny_arith(
         top_p=card["sampling"]["top_p"],
     )
     return dataset.build(task, cfg, progress=progress)
+
+
+NUMBER_AFTER_RESERVE = 400
+"""The first problems of the seed-0 ``number_after`` pool (``make_problems(NUMBER_AFTER_RESERVE, seed=0)``) kept for
+SmolLM2's training set (``data/smollm2_after_sanity``, 256 of them built): never judged, so the training pool may
+grow up to them without touching the judge set."""
+
+
+def number_after_judge_problems(
+    count: int,
+    train_pool: list[dict],
+    seed: int = JUDGE_SEED,
+    reserve: int = NUMBER_AFTER_RESERVE,
+    cfg: number_after.NumberAfterConfig = number_after.NumberAfterConfig(),
+) -> list[dict]:
+    """``count`` seeded ``number_after`` problems (with ``source_index``, their place in seed ``seed``'s draw of
+    every number) outside the first ``reserve`` problems of seed 0; ValueError when a problem of ``train_pool`` lies
+    outside that reserve (the judge set could then share it) or fewer than ``count`` problems are left."""
+    reserved = number_after.make_problems(reserve, cfg, seed=0)
+    outside = unseen(train_pool, reserved)
+    if outside:
+        raise ValueError(
+            f"{len(outside)} training problems lie outside the judge's reserve of {reserve} "
+            f"(e.g. {outside[0]['problem']!r}): raise reserve"
+        )
+    every = number_after.make_problems(len(cfg.numbers()), cfg, seed=seed)
+    left = unseen([{**p, "source_index": i} for i, p in enumerate(every)], reserved)
+    if count > len(left):
+        raise ValueError(f"count must be at most {len(left)} (numbers of {cfg} outside the reserve), got {count!r}")
+    return left[:count]

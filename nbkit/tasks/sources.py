@@ -15,15 +15,17 @@ from nbkit.models.toymodels.arith import ArithConfig
 from nbkit.models.toymodels.arith import make_problems as make_additions
 from nbkit.models.toymodels.long_arith import LongArithConfig
 from nbkit.models.toymodels.long_arith import make_problems as make_chains
+from nbkit.models.toymodels.number_after import NumberAfterConfig
+from nbkit.models.toymodels.number_after import make_problems as make_after_problems
 from nbkit.models.toymodels.word_arith import WordArithConfig
 from nbkit.models.toymodels.word_arith import make_problems as make_word_problems
 from nbkit.runtime import paths
 from nbkit.tasks.graders import GRADERS, normalize_answer
 from nbkit.tasks.templates import TEMPLATES
 
-GENERATED_SOURCES = ("arith", "long_arith", "word_arith")
+GENERATED_SOURCES = ("arith", "long_arith", "word_arith", "number_after")
 """Sources made by a generator (``pool_size`` problems): tiny-arith's additions, tiny-long's chains of additions,
-SmolLM2's questions in words (``What is 347 plus 58?``)."""
+SmolLM2's questions in words (``What is 347 plus 58?``, ``What number comes after 347?``)."""
 
 NAMED_SOURCES = {
     "sanity_math_1460": ("sanity_math_1460", "train"),
@@ -32,12 +34,16 @@ NAMED_SOURCES = {
 """Shipped sources: name → (folder under ``data/``, split). Copied from the paper's repository (data/README.md)."""
 
 
+TEMPLATE_GRADERS = {"r1_distill_qwen": "r1_distill", "smol_answer": "boxed_int", "smol_after": "first_int"}
+"""Templates that ask for the answer in one place, and the grader that reads it only there."""
+
+
 def default_grader(source: str, template: str) -> str:
-    """The grader that fits a source and template: arith for the tiny models' sources, r1_distill for its
-    template, else math-verify (``word_arith``'s boxed answers too)."""
+    """The grader that fits a source and template: arith for the tiny models' sources, the template's own
+    (``TEMPLATE_GRADERS``: r1_distill, SmolLM2's strict integer graders), else math-verify."""
     if source in ("arith", "long_arith"):
         return "arith"
-    return "r1_distill" if template == "r1_distill_qwen" else "math_verify"
+    return TEMPLATE_GRADERS.get(template, "math_verify")
 
 
 @dataclass
@@ -95,6 +101,10 @@ class TaskConfig:
     word_arith: WordArithConfig = field(
         default_factory=WordArithConfig,
         metadata={"help": "Operation and operand sizes of ``word_arith`` problems (SmolLM2's short-answer task)."},
+    )
+    number_after: NumberAfterConfig = field(
+        default_factory=NumberAfterConfig,
+        metadata={"help": "Range of the numbers ``number_after`` problems ask about (SmolLM2's RL task)."},
     )
 
     def __post_init__(self) -> None:
@@ -221,6 +231,9 @@ def load_problems(cfg: TaskConfig) -> list[dict]:
         return [{**r, "source_index": i} for i, r in enumerate(rows)]
     if cfg.source == "word_arith":
         rows = make_word_problems(cfg.pool_size, cfg.word_arith, seed=cfg.seed)
+        return [{**r, "source_index": i} for i, r in enumerate(rows)]
+    if cfg.source == "number_after":
+        rows = make_after_problems(cfg.pool_size, cfg.number_after, seed=cfg.seed)
         return [{**r, "source_index": i} for i, r in enumerate(rows)]
     rows = _read_rows(cfg.source, cfg.split)
     if not rows:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nbkit.models.toymodels import number_after
+
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """The instruction every math template carries (Qwen-Math's and DeepSeek-R1's recommended wording)."""
 ANSWER_ONLY_INSTRUCTION = "Give only the final answer, as a number within \\boxed{}."
@@ -14,6 +16,14 @@ ANSWER_ONLY_INSTRUCTION = "Give only the final answer, as a number within \\boxe
 ANSWER_ONLY_EXAMPLE = ("What is 12 plus 7?", "\\boxed{19}")
 """The one example turn of ``smol_answer`` (question, answer): without it SmolLM2-135M-Instruct ignores the system
 prompt and writes ~50 tokens of (mostly wrong) working (probe of 2026-11-27: 142 of 240 responses cut at 64 tokens)."""
+NUMBER_ONLY_INSTRUCTION = "Answer with the number only."
+"""The system prompt of ``smol_after``: the answer is the first integer of the response (grader ``first_int``)."""
+
+
+def chatml(system: str, turns: tuple[tuple[str, str], ...]) -> str:
+    """A ChatML conversation up to the next user turn: the system prompt, then each (question, answer) example turn."""
+    examples = "".join(f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n{a}<|im_end|>\n" for q, a in turns)
+    return f"<|im_start|>system\n{system}<|im_end|>\n{examples}<|im_start|>user\n"
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,13 @@ TEMPLATES: dict[str, Template] = {
             "<|im_end|>\n<|im_start|>assistant\n",
             "ChatML asking for the answer only in \\boxed{}, with one worked turn (``ANSWER_ONLY_EXAMPLE``): "
             "SmolLM2-135M-Instruct's short-answer task (``word_arith``, issue 51), a few completion tokens per answer.",
+        ),
+        Template(
+            "smol_after",
+            chatml(NUMBER_ONLY_INSTRUCTION, number_after.EXAMPLES),
+            "<|im_end|>\n<|im_start|>assistant\n",
+            "ChatML asking for the number only, with four example turns (``number_after.EXAMPLES``): "
+            "SmolLM2-135M-Instruct's RL task (``number_after``, issue 51), graded by ``first_int``.",
         ),
         Template(
             "r1_distill_qwen",

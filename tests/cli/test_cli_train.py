@@ -87,7 +87,7 @@ def test_trl_settings_come_as_a_yaml_mapping_or_a_flags_json(tmp_path):
         ("train_dtype: fp8\n", r"unknown train_dtype 'fp8'; choose one of \('fp32', 'bf16', 'fp16'\)"),
         (
             "grader: exact\n",
-            r"unknown grader 'exact'; choose one of \['arith', 'math_verify', 'r1_distill'\] or 'auto'",
+            r"unknown grader 'exact'; choose one of \['arith', 'boxed_int', 'first_int', 'math_verify', 'r1_distill'\] or 'auto'",
         ),
         ("template: chatml\n", r"unknown template 'chatml'; choose one of \[.*'qwen_math'.*\]"),
         ("vllm_mode: remote\n", r"unknown vllm_mode 'remote'; choose one of \('colocate', 'server'\)"),

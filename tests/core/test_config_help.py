@@ -14,6 +14,7 @@ from nbkit.cli import doctor as doctor_cli
 from nbkit.engines import SamplingConfig
 from nbkit.models.toymodels.arith import ArithConfig
 from nbkit.models.toymodels.long_arith import LongArithConfig
+from nbkit.models.toymodels.number_after import NumberAfterConfig
 from nbkit.models.toymodels.word_arith import WordArithConfig
 from nbkit.offline.analysis import GridConfig
 from nbkit.offline.anatomy import AnatomyConfig
@@ -32,6 +33,7 @@ USER_FACING = (
     ArithConfig,
     LongArithConfig,
     WordArithConfig,
+    NumberAfterConfig,
     SamplingConfig,
     HuntConfig,
     AnatomyConfig,

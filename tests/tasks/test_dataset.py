@@ -215,3 +215,18 @@ def test_rebuild_replaces_the_folder(tmp_path):
     outputs.record_files(tmp_path / "out", ["stale.txt"])  # ... an unlisted one is refused (test_replace_safely)
     result = ds.build(task, cfg(tmp_path, lo=0, hi=1), FakeEngine(planned(task)), progress=False)
     assert not (result.path / "stale.txt").exists() and len(datasets.load_from_disk(str(result.path))["train"]) == 12
+
+
+def test_a_template_whose_text_changed_under_the_same_name_is_sampled_anew(tmp_path, monkeypatch):
+    from nbkit.tasks import templates
+
+    task = arith_task(8)
+    c = cfg(tmp_path)
+    ds.estimate_pass_rates(task, task.problems, c, FakeEngine(planned(task)), progress=False)
+    edited = templates.Template("raw", " ", "", "raw with a leading space: same name, other prompts")
+    monkeypatch.setitem(templates.TEMPLATES, "raw", edited)
+    assert task.prompt(task.problems[0]) == " " + task.problems[0]["problem"]
+    engine = FakeEngine({task.prompt(p): n for p, n in zip(task.problems, planned(task).values())})
+    records, sampled = ds.estimate_pass_rates(task, task.problems, c, engine, progress=False)
+    assert sampled == 8 and engine.prompts == [task.prompt(p) for p in task.problems]
+    assert [r["pass_rate"] for r in records] == [(i % (N + 1)) / N for i in range(8)]

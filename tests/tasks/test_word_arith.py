@@ -1,5 +1,5 @@
 """Specification of SmolLM2's short-answer task (issue 51): ``word_arith`` problems, the ``smol_answer`` template and
-the math-verify grader on its answers."""
+the ``boxed_int`` grader on its answers."""
 
 import pytest
 
@@ -43,11 +43,11 @@ def test_bad_parameters_are_refused_with_the_valid_choices(kwargs, message):
         WordArithConfig(**kwargs)
 
 
-def test_the_source_is_registered_and_graded_by_math_verify():
+def test_the_source_is_registered_and_graded_by_the_strict_boxed_integer_grader():
     cfg = tasks.TaskConfig(
         source="word_arith", pool_size=5, seed=3, template="smol_answer", word_arith=WordArithConfig("sub", 3, 2)
     )
-    assert "word_arith" in tasks.GENERATED_SOURCES and cfg.grader == "math_verify"
+    assert "word_arith" in tasks.GENERATED_SOURCES and cfg.grader == "boxed_int"
     task = tasks.make_task(cfg)
     assert [p["problem"] for p in task.problems] == [
         p["problem"] for p in word_arith.make_problems(5, cfg.word_arith, seed=3)
@@ -70,6 +70,7 @@ def test_smol_answer_prompt_is_chatml_with_one_example_turn():
         ("\\boxed{405}", 1.0, "405"),  # right
         ("\\boxed{415}", 0.0, "415"),  # wrong
         ("I am not sure.", 0.0, None),  # unparsable: no answer
+        ("1 times 405 is still \\boxed{}.", 0.0, None),  # an empty box: math-verify would read the last number
     ],
 )
 def test_grader_on_fixed_answers(response, reward, extracted):
