@@ -323,12 +323,16 @@ def verdict(scores: Scores) -> dict:
     return out
 
 
-def prediction_curve(points: Points, name: str) -> dict:
+def prediction_curve(points: Points, name: str, scheme: str = "lofo") -> dict:
     """Candidate ``name``'s fit on every point (``curve``: sorted values, fitted gaps), the range it was fit on, and
-    its prediction interval: ± the 95 % quantile of its leave-one-format-out absolute prediction errors."""
+    its prediction interval: ± the 95 % quantile of its absolute prediction errors with a format held out
+    (``scheme="lofo"``) or a whole task held out (``"loto"``: the interval for a new task or model)."""
     x, y = points.values[name], points.mean_gaps()
+    held_out = {"lofo": "leave-one-format-out", "loto": "leave-one-task-out"}
+    if scheme not in held_out:
+        raise ValueError(f"scheme {scheme!r}: choose one of {sorted(held_out)}")
     resid = []
-    for idx in folds(points.tasks, points.formats, "lofo"):
+    for idx in folds(points.tasks, points.formats, scheme):
         keep = np.ones(x.size, bool)
         keep[idx] = False
         resid.extend(np.abs(predict(fit(x[keep], y[keep]), x[idx]) - y[idx]).tolist())
@@ -337,7 +341,7 @@ def prediction_curve(points: Points, name: str) -> dict:
         "curve": {"x": curve[0].tolist(), "gap": curve[1].tolist()},
         "interval": {
             "half_width": float(np.quantile(resid, 0.95)),
-            "how": "± the 95 % quantile of the winner's leave-one-format-out absolute prediction errors",
+            "how": f"± the 95 % quantile of the candidate's {held_out[scheme]} absolute prediction errors",
         },
         "range": [float(x.min()), float(x.max())],
     }
