@@ -190,6 +190,17 @@ class RLConfig:
             ),
         },
     )
+    shared_prefix: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Score π with each distinct prompt run once and its completions run against its KV cache "
+                "(``nbkit.rl.shared_prefix``) instead of TRL's row-by-row forwards: the same π, entropies and gradients up "
+                "to the order of sums, for a fraction of the matrix products when prompts are long beside their answers "
+                "(SmolLM2's ``number_after``). Needs ``gradient_checkpointing=False``."
+            ),
+        },
+    )
     loss_scale_init: Annotated[float, positive()] = field(
         default=2.0**16, metadata={"help": ("Initial FP16 loss scale (torch's default).")}
     )
@@ -546,6 +557,11 @@ class RLConfig:
         algorithms.resolve(self.algorithm, self.correction)
         if not self.icepop_low < self.icepop_high:
             raise ValueError(f"icepop_low must be below icepop_high, got [{self.icepop_low!r}, {self.icepop_high!r}]")
+        if self.shared_prefix and self.gradient_checkpointing:
+            raise ValueError(
+                "shared_prefix=True needs gradient_checkpointing=False (a checkpointed layer drops the prompts' KV "
+                "cache); got gradient_checkpointing=True"
+            )
         if self.judge_every and not self.judge_set.strip():
             raise ValueError(f"judge_every={self.judge_every} needs a judge_set, got {self.judge_set!r}")
         gemm.validate(self.gemm)

@@ -29,6 +29,7 @@ import nbkit.rl.amp as amp
 import nbkit.rl.fsdp as fsdp
 import nbkit.rl.memory as memory
 import nbkit.rl.opsm as opsm
+import nbkit.rl.shared_prefix as shared_prefix
 from nbkit.mismatch import mismatch, sampling_filter
 from nbkit.models import routing
 from nbkit.precision import gemm, lm_head
@@ -254,7 +255,11 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             with fp32_logits(
                 model
             ):  # π in FP32 from the model's (half) logits, whatever the wrapper casts its output to
-                result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+                result = (
+                    shared_prefix.logps(model, *args, autocast=self.accelerator.autocast, **kwargs)
+                    if self.run.shared_prefix
+                    else super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+                )
             if torch.is_grad_enabled():  # the loss forward: π of the weights that produced this batch
                 self._loss_logps = result[0].detach()
         if self._filter_pending and model is self.model and not torch.is_grad_enabled():

@@ -75,3 +75,9 @@ def test_a_resume_compares_the_result_options_a_run_saved_before_trl_existed_as_
     assert runlog.differing_fields(saved, RLConfig(trl={"adam_beta2": 0.99})) == [
         "trl (run: {}, now: {'adam_beta2': 0.99})"
     ]
+
+
+def test_prompts_shared_across_samples_need_gradient_checkpointing_off():
+    with pytest.raises(ValueError, match="shared_prefix=True needs gradient_checkpointing=False"):
+        RLConfig(shared_prefix=True)
+    assert RLConfig(shared_prefix=True, gradient_checkpointing=False).shared_prefix
