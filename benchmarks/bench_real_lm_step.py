@@ -83,6 +83,13 @@ def parse_args(argv=None):
     p.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     p.add_argument("--algorithm", default="grpo")
     p.add_argument("--checkpointing", choices=["on", "off"], default="on", help="gradient checkpointing (TRL: on)")
+    p.add_argument(
+        "--shared-prefix",
+        action="store_true",
+        help="RLConfig.shared_prefix: each prompt's forward once per step (needs --checkpointing off); the phase "
+        "FLOPs stay those of TRL's row-by-row scoring, so GFLOP/s is the effective rate",
+    )
+    p.add_argument("--block-size", type=int, help="RLConfig.vllm_block_size (vLLM-CPU default 128; 32 shares prompts)")
     p.add_argument("--repeats", type=int, default=3, help="timings per GEMM (best kept)")
     p.add_argument("--dataset", default="eval/math", help="problems (RLConfig.dataset; default the brevity task's)")
     p.add_argument("--template", default="qwen_math", choices=sorted(TEMPLATES), help="prompt template")
@@ -312,6 +319,8 @@ def cell_config(args, dtype: str, mode: str, out: Path):
         samples_per_prompt=args.samples,
         max_tokens=args.max_tokens,
         gradient_checkpointing=args.checkpointing == "on",
+        shared_prefix=args.shared_prefix,
+        vllm_block_size=args.block_size,
         dataset=args.dataset,
         template=args.template,
         grader=args.grader or default_grader(args.dataset, args.template),
@@ -687,7 +696,8 @@ def main(argv=None) -> None:
         print(line, flush=True)
     print(
         f"\nbatch {args.prompts} x {args.samples}, <= {args.max_tokens} tokens, {args.engine} engine, {args.algorithm}, "
-        f"checkpointing {args.checkpointing}; task {args.dataset} in {args.template}, reward {args.reward}; 'floor/s' "
+        f"checkpointing {args.checkpointing}, shared prefix {'on' if args.shared_prefix else 'off'}, vLLM block "
+        f"{args.block_size or 'default'}; task {args.dataset} in {args.template}, reward {args.reward}; 'floor/s' "
         "= the phase's floor at the limits measured right after the cell over its time"
     )
     with tempfile.TemporaryDirectory() as tmp:

@@ -51,6 +51,7 @@ class HFEngine:
         gemm: str = "auto",
         format: str | None = None,
         fp32_lm_head: bool = False,
+        share_prefix: bool = False,
     ):
         gemm_policies.validate(gemm)
         if format is None:
@@ -86,6 +87,10 @@ class HFEngine:
         """GEMMs this engine ran in its rollout format (quantized formats only), by format name: the audit's
         evidence (``take_format_gemms``, ``nbkit.precision.formats.audit``)."""
         self.batch_size, self.progress = batch_size, progress
+        self.share_prefix = share_prefix
+        """Prefill the tokens every prompt of a batch starts with once (``shared_start``), not once per row: the
+        same samples up to the order of sums; plain formats of dense models only (a format or MoE routing that
+        reads the whole batch keeps the row-by-row prefill)."""
         self.stop_ids = _stop_ids(model, tokenizer)
 
     def generate(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Rollout]:
@@ -123,14 +128,27 @@ class HFEngine:
         prompt_ids = [ids for _, _, ids in jobs]
         width = max(map(len, prompt_ids))
         pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=self.model.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=self.model.device)
-        moe = routing.capture(self.model) if routing.is_moe(self.model) else contextlib.nullcontext()
+        moe = routing.is_moe(self.model)
+        start = shared_start(prompt_ids) if self.share_prefix and not moe and self.format.name == self.dtype else []
+        k = len(start)  # padding goes after the shared start, so its cache serves every row at the same positions
+        ids = torch.tensor([start + [pad] * (width - len(p)) + p[k:] for p in prompt_ids], device=self.model.device)
+        mask = torch.tensor(
+            [[1] * k + [0] * (width - len(p)) + [1] * (len(p) - k) for p in prompt_ids], device=self.model.device
+        )
+        capture = routing.capture(self.model) if moe else contextlib.nullcontext()
         mu = SampledLogprobs(sampling.logprobs_mode)
         # the engine's own format and GEMM policy, whatever the caller runs
-        with gemm_policies.suspended(), formats.policy(self.format, self.gemm, self.model) as mode, moe as rec:
+        with gemm_policies.suspended(), formats.policy(self.format, self.gemm, self.model) as mode, capture as rec:
+            cache = None
+            if k:
+                cache = self.model(input_ids=ids[:1, :k], use_cache=True).past_key_values
+                cache.batch_repeat_interleave(len(jobs))
             res = self.model.generate(
-                input_ids=ids, attention_mask=mask, generation_config=gen_cfg, logits_processor=mu.processors(sampling)
+                input_ids=ids,
+                attention_mask=mask,
+                past_key_values=cache,
+                generation_config=gen_cfg,
+                logits_processor=mu.processors(sampling),
             )
         chosen = rec.choices() if rec is not None else None
         if mode is not None:
@@ -217,6 +235,18 @@ class SampledLogprobs:
             if self.picked
             else sequences.new_zeros((len(sequences), 0), dtype=torch.float32)
         )
+
+
+def shared_start(prompt_ids: Sequence[list[int]]) -> list[int]:
+    """The longest run of tokens every prompt starts with, leaving each prompt at least one token of its own (the
+    first generation step needs one); [] for a single prompt's batch too small to gain (< 2 rows)."""
+    if len(prompt_ids) < 2:
+        return []
+    first, limit = prompt_ids[0], min(map(len, prompt_ids)) - 1
+    k = 0
+    while k < limit and all(p[k] == first[k] for p in prompt_ids):
+        k += 1
+    return list(first[:k])
 
 
 def _stop_ids(model, tokenizer) -> set[int]:

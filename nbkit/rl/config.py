@@ -348,6 +348,17 @@ class RLConfig:
             "help": ("Colocated vLLM: tokens the scheduler batches per engine step (larger = faster, more memory).")
         },
     )
+    vllm_block_size: Annotated[int | None, at_least(1)] = field(
+        default=None,
+        metadata={
+            "help": (
+                "Colocated vLLM: tokens per KV-cache block; None = vLLM's default (128 on CPUs, 16 on GPUs; vLLM-CPU takes "
+                "multiples of 32). vLLM's prefix cache reuses whole blocks only, so a prompt shorter than a block is "
+                "prefilled once per sample: 32 lets a step's samples share their prompt (SmolLM2's ``number_after``: "
+                "rollout 30 s -> 5-8 s on an AVX2 EPYC). The cache is reset at every weight sync."
+            ),
+        },
+    )
     hf_engine_batch_size: Annotated[int, at_least(1)] = field(
         default=1024,
         metadata={

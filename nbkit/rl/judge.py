@@ -65,7 +65,12 @@ class Judge:
     def _engine(self, device):
         if self.engine is None:
             self.engine = engines.HFEngine(
-                self.cfg.model, "fp32", device=device, batch_size=self.cfg.hf_engine_batch_size, progress=False
+                self.cfg.model,
+                "fp32",
+                device=device,
+                batch_size=self.cfg.hf_engine_batch_size,
+                progress=False,
+                share_prefix=True,  # every held-out prompt starts with the template: prefilled once
             )
             self.audit = amp.PrecisionAudit(self.engine.model)
         return self.engine

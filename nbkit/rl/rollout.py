@@ -43,6 +43,7 @@ class EngineGeneration(VLLMGeneration):
         kv_cache_gib: float | None = None,
         hf_batch_size: int = 1024,
         max_num_batched_tokens: int = 4096,
+        block_size: int | None = None,
         gemm_policy: str = "auto",
         rollout_format: str | None = None,
         fp32_lm_head: bool = False,
@@ -56,6 +57,8 @@ class EngineGeneration(VLLMGeneration):
         """The HF engine's LM head runs in FP32 (``nbkit.precision.lm_head``), its weight refreshed at every sync."""
         self.kv_cache_gib = kv_cache_gib
         self.hf_batch_size, self.max_num_batched_tokens = hf_batch_size, max_num_batched_tokens
+        self.block_size = block_size
+        """vLLM's KV-cache block size (None: vLLM's default); prompts shorter than a block miss its prefix cache."""
         self.engine = None
         self.last_routing = self.last_prompt_lens = None
         """MoE models on the HF engine: the last ``generate``'s routing per sequence (``Rollout.routing``)."""
@@ -109,6 +112,7 @@ class EngineGeneration(VLLMGeneration):
             distributed_executor_backend="external_launcher",
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
+            **({"block_size": self.block_size} if self.block_size else {}),
             format=self.rollout_format,
             gemm=self.gemm_policy,
             **({"enable_sleep_mode": True} if self.sleeps else {}),

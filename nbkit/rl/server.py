@@ -103,6 +103,7 @@ class ServerGeneration(VLLMGeneration):
             "gemm_policy",
             "hf_batch_size",
             "max_num_batched_tokens",
+            "block_size",
         ):
             trl_kwargs.pop(colocate_only, None)  # the server owns its engine
         self.rollout_dtype, self.served = dtype, None

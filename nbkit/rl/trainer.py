@@ -67,6 +67,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             accelerator=self.accelerator,
             hf_batch_size=run.hf_engine_batch_size,
             max_num_batched_tokens=run.vllm_max_num_batched_tokens,
+            block_size=run.vllm_block_size,
             **(
                 {"server_base_url": run.vllm_server_base_url, "server_timeout": run.vllm_server_timeout}
                 if run.vllm_mode == "server"

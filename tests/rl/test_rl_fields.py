@@ -30,6 +30,7 @@ def test_sampling_kl_and_vllm_memory_fields_reach_trls_config(tmp_path):
         ("vllm_gpu_memory_utilization", 0.0, "vllm_gpu_memory_utilization must be in (0, 1]"),
         ("hf_engine_batch_size", 0, "hf_engine_batch_size must be >= 1"),
         ("vllm_max_num_batched_tokens", 0, "vllm_max_num_batched_tokens must be >= 1"),
+        ("vllm_block_size", 0, "vllm_block_size must be >= 1"),
     ],
 )
 def test_out_of_range_values_are_refused_naming_the_field(field, value, message):
