@@ -22,6 +22,7 @@ from nbkit.studies import (
     ppo,
     ppo_critic,
     predictors,
+    smollm2_after,
 )
 from nbkit.studies.base import Study
 
@@ -94,6 +95,7 @@ STUDIES: dict[str, Study] = {
         opsm.OPSMStudy(),
         predictors.Predictors(),
         mechanism.Mechanism(),
+        smollm2_after.SmolLM2After(),
     )
 }
 """Every stored study a reader can see, in RESULTS.md order."""
@@ -101,6 +103,7 @@ STUDIES: dict[str, Study] = {
 PLANNED = {
     "corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained",
     "mechanism_tiny_arith": "rule committed at 6489c6f before any run; runs stored as they finish",
+    "smollm2_after": "draft rule: the pilot, the step-0 doses and the predictions come first; nothing trains before",
 }
 """Registered studies that may be missing from ``data/results`` (their rule is committed, their runs are not stored
 yet): RESULTS.md shows their question and plan, and says no result exists."""

@@ -100,3 +100,51 @@ def test_an_image_batch_is_refused_by_name():
     ids, mask = batch()
     with pytest.raises(ValueError, match="pixel_values"):
         shared_prefix.logps(m, ids, mask, 5, autocast=contextlib.nullcontext, pixel_values=torch.zeros(1))
+
+
+def _same_rows(a: list[dict], b: list[dict]) -> None:
+    """Every logged value but timings equal: numbers to a relative 1e-4 (an absolute 1e-6 near zero)."""
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        keys = {k for k in ra.keys() | rb.keys() if not (k.startswith("time/") or k == "step_time")}
+        assert {k for k in keys if k in ra} == {k for k in keys if k in rb}
+        for k in keys:
+            x, y = ra[k], rb[k]
+            if isinstance(x, float) and isinstance(y, float):
+                assert x == pytest.approx(y, rel=1e-4, abs=1e-6), (ra["step"], k, x, y)
+            else:
+                assert x == y, (ra["step"], k, x, y)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_a_two_step_smollm2_run_logs_the_same_rows_with_prompts_shared(tmp_path):
+    """Issue 52's same-rows check on the real LM: SmolLM2-135M, LoRA, FP32, vLLM rollouts on ``number_after``,
+    row-by-row scoring with vLLM's default blocks against prompts shared in both (``shared_prefix``, 32-token
+    blocks): the same rollouts, rewards, losses, gradient norms and mismatch metrics."""
+    from nbkit.rl import RLConfig
+    from nbkit.rl.run import train
+
+    base = dict(
+        model="smollm2-135m",
+        dataset="data/smollm2_after_sanity",
+        template="smol_after",
+        grader="first_int",
+        algorithm="grpo_mu_old",
+        rollout_engine="vllm",
+        lora=True,
+        lr=5e-4,
+        steps=2,
+        prompts_per_step=2,
+        samples_per_prompt=4,
+        max_tokens=8,
+        gradient_checkpointing=False,
+        seed=7,
+        checkpoint_every=0,
+    )
+    before = train(RLConfig(**base, output_dir=str(tmp_path / "rows")), progress=False).rows
+    after = train(
+        RLConfig(**base, shared_prefix=True, vllm_block_size=32, output_dir=str(tmp_path / "shared")), progress=False
+    ).rows
+    assert [r["step"] for r in after] == [1, 2]
+    _same_rows(before, after)

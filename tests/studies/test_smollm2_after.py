@@ -1,0 +1,76 @@
+"""The real-LM prediction study (issue 51): its grid, its refusal to train before the predictions are committed,
+the candidates a run's first row gives, and a 2-step smoke run of every arm on SmolLM2 with the audit passing."""
+
+from pathlib import Path
+
+import pytest
+
+from nbkit.records import schema
+from nbkit.studies import prereg
+from nbkit.studies import smollm2_after as S
+
+
+def test_the_grid_pairs_every_arm_with_fp32_on_each_seed_seed_by_seed():
+    grid = S.SmolLM2After().grid(seeds=[0, 1], output_dir="/tmp/s2a")
+    assert list(grid)[:5] == ["fp32-s0", "fp32-fp16r-s0", "fp32-bf16r-s0", "bf16-s0", "fp16-s0"]
+    assert len(grid) == 10
+    cfg = grid["fp32-bf16r-s1"]
+    assert (cfg.model, cfg.train_dtype, cfg.rollout, cfg.seed) == ("smollm2-135m", "fp32", "bf16", 1)
+    assert cfg.shared_prefix and not cfg.gradient_checkpointing and cfg.vllm_block_size == 32
+    assert Path(cfg.output_dir) == Path("/tmp/s2a/fp32-bf16r-s1")
+
+
+def test_nothing_trains_before_the_predictions_are_committed(tmp_path):
+    study = S.SmolLM2After()
+    with pytest.raises(prereg.PredictionsMissing, match="no prediction for arm"):
+        study.run(output_dir=str(tmp_path))
+    assert not (tmp_path / prereg.STARTED).exists()
+
+
+def test_a_runs_first_row_gives_the_candidates_it_logs_ess_as_its_deficit():
+    row = {
+        schema.TOKEN_ABS_LOGP_DIFF: 0.04,
+        schema.mismatch_key("kl_k1"): -1e-4,
+        schema.mismatch_key("seq_kl"): 2e-4,
+        schema.mismatch_key("seq_log_ratio/abs_mean"): 0.1,
+        schema.mismatch_key("ess_seq"): 0.8,
+    }
+    assert S.candidate_values(row) == pytest.approx(
+        {"token_abs": 0.04, "bias": -1e-4, "seq_kl": 2e-4, "seq_abs": 0.1, "ess_deficit": 0.25}
+    )
+    assert S.candidate_values({}) == {}
+
+
+def test_the_gap_is_the_arm_minus_fp32_on_the_same_seed():
+    def rows(acc):
+        return [{"step": s, schema.JUDGE_ACCURACY: acc} for s in (0, 10, 20, 30, 40, 50)]
+
+    runs = {"a0": rows(0.30), "r0": rows(0.40), "a1": rows(0.35), "r1": rows(0.38)}
+    meta = {
+        "a0": {"train": "fp32", "rollout": "bf16", "seed": 0},
+        "r0": {"train": "fp32", "rollout": "fp32", "seed": 0},
+        "a1": {"train": "fp32", "rollout": "bf16", "seed": 1},
+        "r1": {"train": "fp32", "rollout": "fp32", "seed": 1},
+    }
+    gaps = S.SmolLM2After().gaps(runs, meta)
+    assert gaps["fp32/bf16"] == pytest.approx({0: -0.10, 1: -0.03})
+    obs = S.SmolLM2After().observed(runs, meta)["fp32/bf16"]
+    assert obs["gap"] == pytest.approx(-0.065) and obs["lo"] < obs["gap"] < obs["hi"]
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.parametrize("arm", [S.REFERENCE, *S.ARMS], ids=lambda a: S.arm_name(*a))
+def test_every_arm_trains_two_steps_on_smollm2_with_the_audit_passing(arm, tmp_path):
+    from nbkit.rl.run import train
+
+    t, r = arm
+    rows = train(
+        S.config(t, r, 0, tmp_path, steps=2, prompts_per_step=2, samples_per_prompt=2, max_tokens=8, judge_every=0),
+        progress=False,
+    ).rows
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row[schema.AUDIT_ROLLOUT_DTYPE] == r
+        assert set(row[schema.AUDIT_MATMUL_DTYPES]) == {t}
+        assert row[schema.AUDIT_SCALER_ENABLED] is (t == "fp16")
