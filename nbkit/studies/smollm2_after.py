@@ -45,8 +45,8 @@ DOSE_SEEDS = (200,)
 """Seeds of the dose measurement (outside the study's and the pilot's)."""
 DOSE_PROMPTS = 32
 """Prompts of the dose measurement's one step (× the run's samples per prompt)."""
-DOSES_FILE = results.RESULTS / "smollm2_after_doses" / "doses.json"
-"""Where ``measure_doses`` writes each arm's step-0 candidates (before any run of the study)."""
+DOSES = results.RESULTS / "smollm2_after_doses"
+"""Where ``measure_doses`` writes each arm's step-0 candidates (``<train>-<rollout>.json``), before any run."""
 CANDIDATE_KEYS = {
     "token_abs": schema.TOKEN_ABS_LOGP_DIFF,
     "bias": schema.mismatch_key("kl_k1"),
@@ -121,25 +121,40 @@ def candidate_values(row: dict) -> dict[str, float]:
     return out
 
 
-def measure_doses(work: Path, arms=(REFERENCE, *ARMS), path: Path = DOSES_FILE, progress: bool = True) -> dict:
+def measure_doses(work: Path, arms=(REFERENCE, *ARMS), folder: Path = DOSES, progress: bool = True) -> None:
     """Each arm's step-0 candidates: one step of its own run (``DOSE_PROMPTS`` prompts, judge off, seeds
-    ``DOSE_SEEDS``) trained into ``work``; their mean over seeds written to ``path`` with the time and commit."""
+    ``DOSE_SEEDS``) trained into ``work``; their mean over seeds written to ``folder/<train>-<rollout>.json`` with
+    the time and commit as each arm finishes (an arm already there is not measured again)."""
+    import datetime as _dt
+
     from nbkit.rl.run import train
 
-    rec: dict = {"arms": {}, "seeds": list(DOSE_SEEDS), "prompts": DOSE_PROMPTS, **results.git_state()}
     for t, r in arms:
+        path = Path(folder) / f"{t}-{r}.json"
+        if path.is_file():
+            continue
         rows = [
             train(config(t, r, s, Path(work), steps=1, prompts_per_step=DOSE_PROMPTS, judge_every=0), progress).rows
             for s in DOSE_SEEDS
         ]
         per_seed = [candidate_values(rs[0]) for rs in rows]
-        rec["arms"][arm_name(t, r)] = {
-            c: statistics.fmean(v[c] for v in per_seed) for c in per_seed[0] if all(c in v for v in per_seed)
-        }
-        rec["arms"][arm_name(t, r)]["step_seconds"] = statistics.fmean(rs[0][schema.TIME_STEP] for rs in rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    outputs.write_json(path, rec)
-    return rec
+        outputs.write_json(
+            path,
+            {
+                "arm": arm_name(t, r),
+                "candidates": {c: statistics.fmean(v[c] for v in per_seed) for c in CANDIDATE_KEYS},
+                "seeds": list(DOSE_SEEDS),
+                "prompts": DOSE_PROMPTS,
+                "step_seconds": statistics.fmean(rs[0][schema.TIME_STEP] for rs in rows),
+                "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                **results.git_state(),
+            },
+        )
+
+
+def doses(folder: Path = DOSES) -> dict[str, dict]:
+    """``arm → its measured record`` (``measure_doses``), for the arms measured so far."""
+    return {(rec := json.loads(p.read_text()))["arm"]: rec for p in sorted(Path(folder).glob("*.json"))}
 
 
 class SmolLM2After(prereg.PreRegistered):
@@ -229,10 +244,12 @@ class SmolLM2After(prereg.PreRegistered):
         return [("predicted beside observed", self.predicted_beside_observed(self.observed(runs, meta)))]
 
     def plan(self) -> list[str]:
-        doses = json.loads(DOSES_FILE.read_text()) if DOSES_FILE.is_file() else None
+        measured = doses()
         return [
             self.rule_line(),
             f"Arms: {', '.join(arm_name(*a) for a in ARMS)} against {arm_name(*REFERENCE)}, seeds "
             f"{SEEDS[0]}–{SEEDS[-1]}.",
-            "Step-0 doses measured: " + (", ".join(doses["arms"]) if doses else "not yet") + ".",
+            "Step-0 doses measured: "
+            + (", ".join(f"{a} {m['candidates']['token_abs']:.3g} per token" for a, m in measured.items()) or "not yet")
+            + ".",
         ]

@@ -74,3 +74,35 @@ def test_every_arm_trains_two_steps_on_smollm2_with_the_audit_passing(arm, tmp_p
         assert row[schema.AUDIT_ROLLOUT_DTYPE] == r
         assert set(row[schema.AUDIT_MATMUL_DTYPES]) == {t}
         assert row[schema.AUDIT_SCALER_ENABLED] is (t == "fp16")
+
+
+def test_doses_are_one_step_of_each_arms_own_run_written_per_arm_and_never_remeasured(tmp_path, monkeypatch):
+    import types
+
+    import nbkit.rl.run as run
+
+    trained = []
+
+    def fake_train(cfg, progress=True):
+        trained.append((cfg.train_dtype, cfg.rollout, cfg.steps, cfg.prompts_per_step, cfg.judge_every, cfg.seed))
+        bf16 = cfg.rollout == "bf16"
+        row = {
+            schema.TOKEN_ABS_LOGP_DIFF: 0.04 if bf16 else 0.005,
+            schema.mismatch_key("kl_k1"): 0.0,
+            schema.mismatch_key("seq_kl"): 1e-4,
+            schema.mismatch_key("seq_log_ratio/abs_mean"): 0.1,
+            schema.mismatch_key("ess_seq"): 0.5,
+            schema.TIME_STEP: 30.0,
+        }
+        return types.SimpleNamespace(rows=[row])
+
+    monkeypatch.setattr(run, "train", fake_train)
+    arms = (("fp32", "fp32"), ("fp32", "bf16"))
+    S.measure_doses(tmp_path / "work", arms=arms, folder=tmp_path / "doses", progress=False)
+    assert trained == [(t, r, 1, S.DOSE_PROMPTS, 0, s) for t, r in arms for s in S.DOSE_SEEDS]
+    measured = S.doses(tmp_path / "doses")
+    assert measured["fp32/bf16"]["candidates"]["token_abs"] == pytest.approx(0.04)
+    assert measured["fp32/bf16"]["candidates"]["ess_deficit"] == pytest.approx(1.0)
+    assert "commit" in measured["fp32/fp32"] and "time" in measured["fp32/fp32"]
+    S.measure_doses(tmp_path / "work", arms=arms, folder=tmp_path / "doses", progress=False)
+    assert len(trained) == 2 * len(S.DOSE_SEEDS)  # nothing measured twice
