@@ -4,9 +4,11 @@ FP32 sample) at step 0, every 10 steps and the last. Seeds 100+ (the study's are
 
     /work/hrun python data/smollm2_after_pilot/pilot.py LABEL SEED '{"lora": true, "lr": 5e-4}'
 
-writes ``data/smollm2_after_pilot/runs/LABEL`` (the run folder: config.json, metrics.jsonl, summary.json)."""
+writes ``data/smollm2_after_pilot/runs/LABEL`` (the run folder: config.json, metrics.jsonl, summary.json);
+``pilot.py report`` rewrites README.md's table from the stored runs."""
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -36,7 +38,33 @@ BASE = dict(
 )
 
 
+def report() -> str:
+    """Per stored run: its settings, the judge's accuracy at each judged step, training reward over the first and
+    last 5 steps, and median step / update / rollout seconds (CPU named by the caller's note)."""
+    lines = [
+        "| run | lora | lr | steps | judge accuracy by step | reward, steps 1-5 | reward, last 5 | median step s "
+        "| update s | rollout s |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for run in sorted((HERE / "runs").glob("*/metrics.jsonl")):
+        cfg = json.loads((run.parent / "config.json").read_text())
+        rows = [json.loads(line) for line in run.read_text().splitlines() if line.strip()]
+        steps = [r for r in rows if r.get("step", 0) > 0 and "reward" in r]
+        judged = ", ".join(f"{r['step']}: {r['judge/accuracy']:.3f}" for r in rows if "judge/accuracy" in r)
+        med = {k: statistics.median(r[k] for r in steps) for k in ("time/step", "time/update", "time/rollout")}
+        lines.append(
+            f"| {run.parent.name} | {cfg['lora']} | {cfg['lr']:g} | {len(steps)} | {judged} "
+            f"| {statistics.fmean(r['reward'] for r in steps[:5]):.3f} "
+            f"| {statistics.fmean(r['reward'] for r in steps[-5:]):.3f} "
+            f"| {med['time/step']:.1f} | {med['time/update']:.1f} | {med['time/rollout']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
+    if sys.argv[1] == "report":
+        print(report())
+        return
     label, seed, overrides = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     train(RLConfig(**{**BASE, **overrides, "seed": seed, "output_dir": str(HERE / "runs" / label)}))
 
