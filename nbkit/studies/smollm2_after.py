@@ -41,10 +41,11 @@ REFERENCE = ("fp32", "fp32")
 ARMS: tuple[tuple[str, str], ...] = (("fp32", "fp16"), ("fp32", "bf16"), ("bf16", "bf16"), ("fp16", "fp16"))
 """(train dtype, rollout dtype) of each predicted arm; ``REFERENCE`` runs on every seed beside them."""
 SEEDS = tuple(range(5))
-DOSE_SEEDS = (200,)
-"""Seeds of the dose measurement (outside the study's and the pilot's)."""
-DOSE_PROMPTS = 32
-"""Prompts of the dose measurement's one step (× the run's samples per prompt)."""
+DOSE_SEEDS = (200, 201)
+"""Seeds of the dose measurement (outside the study's and the pilot's): one step each, their mean recorded."""
+DOSE_PROMPTS = 16
+"""Prompts of each dose step (× the run's 8 samples): 16 keeps the update's activations (no checkpointing with
+``shared_prefix``) near 5 GB; 32 took 15 GB and was killed for memory beside a running pilot."""
 DOSES = results.RESULTS / "smollm2_after_doses"
 """Where ``measure_doses`` writes each arm's step-0 candidates (``<train>-<rollout>.json``), before any run."""
 CANDIDATE_KEYS = {
