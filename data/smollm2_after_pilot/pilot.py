@@ -4,8 +4,8 @@ FP32 sample) at step 0, every 10 steps and the last. Seeds 100+ (the study's are
 
     /work/hrun python data/smollm2_after_pilot/pilot.py LABEL SEED '{"lora": true, "lr": 5e-4}'
 
-writes ``data/smollm2_after_pilot/runs/LABEL`` (the run folder: config.json, metrics.jsonl, summary.json);
-``pilot.py report`` rewrites README.md's table from the stored runs."""
+writes ``data/smollm2_after_pilot/trained/LABEL`` (the run folder: config.json, metrics.jsonl, summary.json);
+``pilot.py report`` prints the README's table from the stored runs."""
 
 import json
 import statistics
@@ -46,7 +46,7 @@ def report() -> str:
         "| update s | rollout s |",
         "|---|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
-    for run in sorted((HERE / "runs").glob("*/metrics.jsonl")):
+    for run in sorted((HERE / "trained").glob("*/metrics.jsonl")):
         cfg = json.loads((run.parent / "config.json").read_text())
         rows = [json.loads(line) for line in run.read_text().splitlines() if line.strip()]
         steps = [r for r in rows if r.get("step", 0) > 0 and "reward" in r]
@@ -66,7 +66,7 @@ def main() -> None:
         print(report())
         return
     label, seed, overrides = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-    train(RLConfig(**{**BASE, **overrides, "seed": seed, "output_dir": str(HERE / "runs" / label)}))
+    train(RLConfig(**{**BASE, **overrides, "seed": seed, "output_dir": str(HERE / "trained" / label)}))
 
 
 if __name__ == "__main__":
