@@ -107,9 +107,9 @@ def _named(v):
     return sorted(v) if isinstance(v, dict) else [_named(i) for i in v] if isinstance(v, list) else v
 
 
-def _same_rows(a: list[dict], b: list[dict], rel: float) -> None:
-    """Every logged value but timings equal: numbers to ``rel`` (an absolute 1e-6 near zero), the audit's GEMM
-    tallies by the dtypes they name."""
+def _same_rows(a: list[dict], b: list[dict], rel: float, abs_: float, mismatch_abs: float) -> None:
+    """Every logged value but timings equal: numbers to ``rel`` (``abs_`` near zero; ``mismatch_abs`` for the π–μ
+    metrics and bins), the audit's GEMM tallies by the dtypes they name."""
     assert len(a) == len(b)
     for ra, rb in zip(a, b):
         keys = {k for k in ra.keys() | rb.keys() if not (k.startswith("time/") or k == "step_time")}
@@ -117,7 +117,8 @@ def _same_rows(a: list[dict], b: list[dict], rel: float) -> None:
         for k in keys:
             x, y = ra[k], rb[k]
             if isinstance(x, float) and isinstance(y, float):
-                assert x == pytest.approx(y, rel=rel, abs=1e-6), (ra["step"], k, x, y)
+                near = mismatch_abs if k.startswith(("mismatch/", "bins/")) else abs_
+                assert x == pytest.approx(y, rel=rel, abs=near), (ra["step"], k, x, y)
             elif "audit" in k:  # which dtypes ran; the GEMM tallies double (two passes)
                 assert _named(x) == _named(y), (ra["step"], k, x, y)
             else:
@@ -127,8 +128,8 @@ def _same_rows(a: list[dict], b: list[dict], rel: float) -> None:
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_a_two_step_smollm2_run_logs_the_same_rows_with_prompts_shared(tmp_path):
-    """Issue 52's same-rows check on the real LM: SmolLM2-135M, LoRA, FP16 trainer and rollouts (a live loss
-    scaler; half GEMMs under the CPU's policy), vLLM rollouts on ``number_after``,
+    """Issue 52's same-rows check on the real LM: SmolLM2-135M, LoRA, FP32 trainer and vLLM rollouts on
+    ``number_after``,
     row-by-row scoring with vLLM's default blocks against prompts shared in both (``shared_prefix``, 32-token
     blocks): the same rollouts, rewards, losses, gradient norms and mismatch metrics."""
     from nbkit.rl import RLConfig
@@ -140,7 +141,7 @@ def test_a_two_step_smollm2_run_logs_the_same_rows_with_prompts_shared(tmp_path)
         template="smol_after",
         grader="first_int",
         algorithm="grpo_mu_old",
-        train_dtype="fp16",
+        train_dtype="fp32",
         rollout_engine="vllm",
         lora=True,
         lr=5e-4,
@@ -157,6 +158,10 @@ def test_a_two_step_smollm2_run_logs_the_same_rows_with_prompts_shared(tmp_path)
         RLConfig(**base, shared_prefix=True, vllm_block_size=32, output_dir=str(tmp_path / "shared")), progress=False
     ).rows
     assert [r["step"] for r in after] == [1, 2]
-    # FP16 GEMMs round each output to half: another split of the same sums moves a value by up to one half ulp
-    # (2**-10 relative), which the step's statistics carry at about that size (grad norm: 1.7e-4 measured)
-    _same_rows(before, after, rel=2**-10)
+    # FP32: only the order of sums differs. (In FP16 the first step agreed within a half ulp, 2**-10 relative, but
+    # the second did not: one update's last-bit differences resample some tokens, and the rows are other rows.)
+    # The FP32 π–μ mismatch itself (~2e-5 per token, its max ~6e-5: vLLM's kernels against the trainer's) is
+    # made of the same rounding another order of sums changes, so its metrics are held to 1e-4 absolute (BF16
+    # rollouts' per-token mismatch is 0.04); everything else to 1e-5 (the loss of a step whose π is π_old is ~1e-6 of
+    # rounding).
+    _same_rows(before, after, rel=1e-4, abs_=1e-5, mismatch_abs=1e-4)
