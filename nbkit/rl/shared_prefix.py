@@ -27,7 +27,9 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 
 
 def backbone(model: torch.nn.Module) -> torch.nn.Module:
-    """The transformer stack under the LM head (``base_model_prefix``), through a PEFT wrapper."""
+    """The transformer stack under the LM head (``base_model_prefix``), through a DDP-style wrapper (``.module``) and
+    a PEFT wrapper."""
+    model = getattr(model, "module", model)
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     return getattr(base, base.base_model_prefix)
 

@@ -90,6 +90,7 @@ def test_chunks_smaller_than_a_group_still_give_trls_log_probs():
 def test_the_backbone_is_its_own_again_after_the_block():
     m = model(lora=True)
     stack = shared_prefix.backbone(m)
+    assert shared_prefix.backbone(types.SimpleNamespace(module=m)) is stack  # under a DDP-style wrapper too
     with shared_prefix.prompts_once(m, 4):
         assert "forward" in vars(stack)
     assert "forward" not in vars(stack)
