@@ -128,11 +128,14 @@ def _same_rows(a: list[dict], b: list[dict], rel: float, abs_: float, mismatch_a
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_a_two_step_smollm2_run_logs_the_same_rows_with_prompts_shared(tmp_path):
+def test_a_two_step_smollm2_run_logs_the_same_rows_with_prompts_shared(tmp_path, monkeypatch):
     """Issue 52's same-rows check on the real LM: SmolLM2-135M, LoRA, FP32 trainer and vLLM rollouts on
     ``number_after``,
     row-by-row scoring with vLLM's default blocks against prompts shared in both (``shared_prefix``, 32-token
     blocks): the same rollouts, rewards, losses, gradient norms and mismatch metrics."""
+    from nbkit.runtime.pool import free_port
+
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # not 29500: another worker's trainer may hold it
     from nbkit.rl import RLConfig
     from nbkit.rl.run import train
 

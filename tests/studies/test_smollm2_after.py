@@ -61,7 +61,10 @@ def test_the_gap_is_the_arm_minus_fp32_on_the_same_seed():
 @pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.parametrize("arm", [S.REFERENCE, *S.ARMS], ids=lambda a: S.arm_name(*a))
-def test_every_arm_trains_two_steps_on_smollm2_with_the_audit_passing(arm, tmp_path):
+def test_every_arm_trains_two_steps_on_smollm2_with_the_audit_passing(arm, tmp_path, monkeypatch):
+    from nbkit.runtime.pool import free_port
+
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # not 29500: another worker's trainer may hold it
     from nbkit.rl.run import train
 
     t, r = arm
