@@ -242,11 +242,7 @@ def shared_start(prompt_ids: Sequence[list[int]]) -> list[int]:
     first generation step needs one); [] for a single prompt's batch too small to gain (< 2 rows)."""
     if len(prompt_ids) < 2:
         return []
-    first, limit = prompt_ids[0], min(map(len, prompt_ids)) - 1
-    k = 0
-    while k < limit and all(p[k] == first[k] for p in prompt_ids):
-        k += 1
-    return list(first[:k])
+    return list(os.path.commonprefix([list(p) for p in prompt_ids]))[: min(map(len, prompt_ids)) - 1]
 
 
 def _stop_ids(model, tokenizer) -> set[int]:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from nbkit import results
 from nbkit.records import schema
+from nbkit.records.runlog import pair_tag
 from nbkit.runtime import outputs
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as DR
@@ -73,7 +74,7 @@ PREDICTIONS: dict = {}
 
 def label(train: str, rollout: str, seed: int) -> str:
     """``fp32-bf16r-s3`` (``fp16-s3`` when trainer and rollouts agree)."""
-    return f"{train}-s{seed}" if train == rollout else f"{train}-{rollout}r-s{seed}"
+    return f"{pair_tag(train, rollout)}-s{seed}"
 
 
 def arm_name(train: str, rollout: str) -> str:
