@@ -123,6 +123,18 @@ def detectable_gap(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -
     return detectable_difference(sd / math.sqrt(n), n - 1, power, alpha)
 
 
+def ci_side_power(gap: float, sd: float, n: int, bound: float, side: str, level: float = 0.95) -> float:
+    """The chance that the two-sided ``level`` t-interval of a mean over ``n`` values (true mean ``gap``, SD ``sd``)
+    lies wholly ``"below"`` ``bound`` (its upper end under it) or wholly ``"above"`` it (its lower end over it):
+    exact, from the non-central t (``scipy.stats.nct``) — the power of a rule that reads one side of one interval."""
+    if side not in ("below", "above"):
+        raise ValueError(f"side={side!r}; choose 'below' or 'above'")
+    if n < 2 or not sd > 0:
+        raise ValueError(f"need n >= 2 and sd > 0, got n={n!r}, sd={sd!r}")
+    tc, nc = t_quantile(0.5 + level / 2, n - 1), (gap - bound) / (sd / math.sqrt(n))
+    return float(_sps.nct.cdf(-tc, n - 1, nc) if side == "below" else _sps.nct.sf(tc, n - 1, nc))
+
+
 def pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
     """The SD pooled over the groups with two values or more (each weighted by its degrees of freedom) and those
     degrees of freedom; (NaN, 0) when no group has two values."""

@@ -141,3 +141,21 @@ def test_the_percentile_interval_drops_what_is_not_finite_and_is_numpys_linear_p
     lo, hi = stats.percentile_interval(v, 0.5)
     assert (lo, hi) == tuple(np.percentile([1.0, 2.0, 3.0, 4.0], [25, 75]))
     assert all(math.isnan(x) for x in stats.percentile_interval([np.nan, np.inf]))
+
+
+@pytest.mark.parametrize(("gap", "bound", "side"), [(-0.06, -0.02, "below"), (-0.01, -0.05, "above")])
+def test_the_power_of_reading_one_side_of_a_t_interval_is_what_simulated_studies_reach(gap, bound, side):
+    sd, n = 0.03, 5
+    rng = np.random.default_rng(0)
+    draws = rng.normal(gap, sd, size=(20_000, n))
+    m, se = draws.mean(1), draws.std(1, ddof=1) / math.sqrt(n)
+    half = stats.t_quantile(0.975, n - 1) * se
+    hits = (m + half < bound) if side == "below" else (m - half > bound)
+    assert stats.ci_side_power(gap, sd, n, bound, side) == pytest.approx(hits.mean(), abs=0.01)
+    assert stats.ci_side_power(gap, sd, 10, bound, side) > stats.ci_side_power(gap, sd, n, bound, side)
+    assert stats.ci_side_power(bound, sd, n, bound, side) == pytest.approx(0.025)  # at the bound: its error rate
+
+
+def test_the_power_of_a_side_names_the_valid_sides():
+    with pytest.raises(ValueError, match="'below' or 'above'"):
+        stats.ci_side_power(-0.05, 0.02, 5, -0.02, "under")

@@ -22,9 +22,57 @@ def test_the_grid_pairs_every_arm_with_fp32_on_each_seed_seed_by_seed():
 
 def test_nothing_trains_before_the_predictions_are_committed(tmp_path):
     study = S.SmolLM2After()
+    study.rule_record = {}  # as before the rule's commit was recorded
+    with pytest.raises(prereg.PredictionsMissing, match="not committed yet"):
+        study.run(output_dir=str(tmp_path))
+    study.predictions = {a: p for a, p in S.PREDICTIONS.items() if a != "fp16/fp16"}
     with pytest.raises(prereg.PredictionsMissing, match="no prediction for arm"):
         study.run(output_dir=str(tmp_path))
     assert not (tmp_path / prereg.STARTED).exists()
+
+
+def test_the_committed_predictions_cover_every_arm_and_candidate_from_the_measured_doses():
+    assert set(S.PREDICTIONS) == set(S.CRITERIA) == {S.arm_name(*a) for a in S.ARMS}
+    doses = S.doses()
+    for arm, by_cand in S.PREDICTIONS.items():
+        assert set(by_cand) == set(S.CANDIDATE_KEYS)
+        for cand, p in by_cand.items():
+            assert p["lo"] <= p["gap"] <= p["hi"]
+            assert p["value"] == pytest.approx(doses[arm]["candidates"][cand], rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("arm", "lo", "hi", "expected"),
+    [
+        ("fp32/bf16", -0.09, -0.03, "holds"),
+        ("fp32/bf16", -0.01, 0.02, "fails"),  # BF16 did no harm of 0.02: the prediction can fail
+        ("fp32/bf16", -0.05, 0.0, "undecided"),
+        ("fp16/fp16", -0.04, 0.01, "holds"),
+        ("fp16/fp16", -0.09, -0.06, "fails"),
+        ("fp16/fp16", -0.07, 0.0, "undecided"),
+    ],
+)
+def test_each_arm_reads_one_side_of_its_one_interval(arm, lo, hi, expected):
+    assert S.verdict(arm, {"gap": (lo + hi) / 2, "lo": lo, "hi": hi, "seeds": 5}) == expected
+    assert S.verdict(arm, None) == "not run"
+
+
+def test_the_headline_holds_only_when_every_arm_holds_and_fails_when_any_fails():
+    every = dict.fromkeys(S.CRITERIA, "holds")
+    assert S.headline(every) == "holds"
+    assert S.headline({**every, "fp16/fp16": "undecided"}) == "undecided"
+    assert S.headline({**every, "fp32/bf16": "fails", "fp16/fp16": "undecided"}) == "fails"
+    assert S.headline({}) == "undecided"
+
+
+def test_the_blinded_extension_adds_seeds_only_when_the_reference_spreads_and_stops_at_the_cap():
+    assert S.seeds_planned([0.82, 0.82, 0.821, 0.819, 0.82])[0] == len(S.SEEDS)  # a quiet reference: five
+    n, sd = S.seeds_planned([0.80, 0.83, 0.78, 0.84, 0.81])
+    assert len(S.SEEDS) < n <= S.SEEDS_MAX and min(S.power(sd, n).values()) >= S.POWER_TARGET
+    assert min(S.power(sd, n - 1).values()) < S.POWER_TARGET  # the smallest such n
+    assert S.seeds_planned([0.6, 0.9, 0.7, 0.95, 0.65])[0] == S.SEEDS_MAX
+    with pytest.raises(ValueError, match="reference's 5 seeds"):
+        S.seeds_planned([0.8, 0.8])
 
 
 def test_a_runs_first_row_gives_the_candidates_it_logs_ess_as_its_deficit():

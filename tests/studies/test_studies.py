@@ -31,7 +31,10 @@ def test_every_stored_study_of_rl_runs_is_a_grid_study_with_a_toy_grid():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("study", GRID_STUDIES, ids=lambda s: s.name)
-def test_the_smallest_grid_runs_stores_loads_and_tabulates(study, tmp_path):
+def test_the_smallest_grid_runs_stores_loads_and_tabulates(study, tmp_path, monkeypatch):
+    from nbkit.runtime.pool import free_port
+
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # not 29500: another worker's trainer may hold it
     opts = {**study.toy, "output_dir": str(tmp_path / "runs")}
     if getattr(study, "predicted_arms", ()) and not study.rule_record:  # predictions not committed yet: no run
         with pytest.raises(PredictionsMissing):
