@@ -31,50 +31,6 @@ def test_nothing_trains_before_the_predictions_are_committed(tmp_path):
     assert not (tmp_path / prereg.STARTED).exists()
 
 
-def test_the_committed_predictions_cover_every_arm_and_candidate_from_the_measured_doses():
-    assert set(S.PREDICTIONS) == set(S.CRITERIA) == {S.arm_name(*a) for a in S.ARMS}
-    doses = S.doses()
-    for arm, by_cand in S.PREDICTIONS.items():
-        assert set(by_cand) == set(S.CANDIDATE_KEYS)
-        for cand, p in by_cand.items():
-            assert p["lo"] <= p["gap"] <= p["hi"]
-            assert p["value"] == pytest.approx(doses[arm]["candidates"][cand], rel=1e-3)
-
-
-@pytest.mark.parametrize(
-    ("arm", "lo", "hi", "expected"),
-    [
-        ("fp32/bf16", -0.09, -0.03, "holds"),
-        ("fp32/bf16", -0.01, 0.02, "fails"),  # BF16 did no harm of 0.02: the prediction can fail
-        ("fp32/bf16", -0.05, 0.0, "undecided"),
-        ("fp16/fp16", -0.04, 0.01, "holds"),
-        ("fp16/fp16", -0.09, -0.06, "fails"),
-        ("fp16/fp16", -0.07, 0.0, "undecided"),
-    ],
-)
-def test_each_arm_reads_one_side_of_its_one_interval(arm, lo, hi, expected):
-    assert S.verdict(arm, {"gap": (lo + hi) / 2, "lo": lo, "hi": hi, "seeds": 5}) == expected
-    assert S.verdict(arm, None) == "not run"
-
-
-def test_the_headline_holds_only_when_every_arm_holds_and_fails_when_any_fails():
-    every = dict.fromkeys(S.CRITERIA, "holds")
-    assert S.headline(every) == "holds"
-    assert S.headline({**every, "fp16/fp16": "undecided"}) == "undecided"
-    assert S.headline({**every, "fp32/bf16": "fails", "fp16/fp16": "undecided"}) == "fails"
-    assert S.headline({}) == "undecided"
-
-
-def test_the_blinded_extension_adds_seeds_only_when_the_reference_spreads_and_stops_at_the_cap():
-    assert S.seeds_planned([0.82, 0.82, 0.821, 0.819, 0.82])[0] == len(S.SEEDS)  # a quiet reference: five
-    n, sd = S.seeds_planned([0.80, 0.83, 0.78, 0.84, 0.81])
-    assert len(S.SEEDS) < n <= S.SEEDS_MAX and min(S.power(sd, n).values()) >= S.POWER_TARGET
-    assert min(S.power(sd, n - 1).values()) < S.POWER_TARGET  # the smallest such n
-    assert S.seeds_planned([0.6, 0.9, 0.7, 0.95, 0.65])[0] == S.SEEDS_MAX
-    with pytest.raises(ValueError, match="reference's 5 seeds"):
-        S.seeds_planned([0.8, 0.8])
-
-
 def test_a_runs_first_row_gives_the_candidates_it_logs_ess_as_its_deficit():
     row = {
         schema.TOKEN_ABS_LOGP_DIFF: 0.04,
@@ -157,3 +113,65 @@ def test_doses_are_one_step_of_each_arms_own_run_written_per_arm_and_never_remea
     assert "commit" in measured["fp32/fp32"] and "time" in measured["fp32/fp32"]
     S.measure_doses(tmp_path / "work", arms=arms, folder=tmp_path / "doses", progress=False)
     assert len(trained) == 2 * len(S.DOSE_SEEDS)  # nothing measured twice
+
+
+def _study_runs(gaps: dict[str, float], ref: list[float], seeds=range(5), skip=()):
+    """Runs judged at 0, 20, 40, 50: the reference at ``ref[seed]``, each arm ``gaps[arm]`` below it."""
+
+    def rows(acc):
+        return [{"step": s, schema.JUDGE_ACCURACY: acc, schema.TOKEN_ABS_LOGP_DIFF: 0.01} for s in (0, 20, 40, 50)]
+
+    runs, meta = {}, {}
+    for seed in seeds:
+        for t, r in (S.REFERENCE, *S.ARMS):
+            arm = S.arm_name(t, r)
+            if (arm, seed) in skip:
+                continue
+            lab = S.label(t, r, seed)
+            runs[lab] = rows(ref[seed] + (gaps[arm] + 0.002 * seed if arm in gaps else 0.0))
+            meta[lab] = {"train": t, "rollout": r, "seed": seed}
+    return runs, meta
+
+
+QUIET = [0.82, 0.821, 0.819, 0.82, 0.822]
+AS_PREDICTED = {"fp32/fp16": -0.01, "fp16/fp16": -0.012, "fp32/bf16": -0.06, "bf16/bf16": -0.06}
+
+
+def test_the_page_is_blind_until_every_arm_is_judged_on_every_planned_seed():
+    study = S.SmolLM2After()
+    runs, meta = _study_runs(AS_PREDICTED, QUIET, skip={("fp16/fp16", 4)})
+    assert not study.complete(runs, meta) and study.planned(runs, meta) == 5
+    assert study.read(runs, meta) == {} and all(r["gap"] is None for r in study.table(runs, meta))
+    assert {v["verdict"] for v in study.verdicts(runs, meta)[:-1]} == {"not run"}
+    assert "Blind until" in study.findings(runs, meta, [])[0]
+    fig = study.figure(runs, meta)
+    assert len(fig.data) == len(S.CANDIDATE_KEYS)  # the committed predictions only, nothing observed
+
+
+def test_once_complete_the_page_reads_each_arm_and_the_headline_from_the_numbers():
+    study = S.SmolLM2After()
+    runs, meta = _study_runs(AS_PREDICTED, QUIET)
+    assert study.complete(runs, meta)
+    verdicts = study.verdicts(runs, meta)
+    assert [v["verdict"] for v in verdicts] == ["holds"] * 4 + ["holds"]
+    assert verdicts[1]["gap"] == pytest.approx(-0.06 + 0.004)
+    text = " ".join(study.findings(runs, meta, []))
+    assert text.startswith("The prediction held (read on 5 seeds)") and "Closest predictor: token_abs" in text
+    assert len(study.figure(runs, meta).data) == len(S.CANDIDATE_KEYS) + 1
+    runs, meta = _study_runs({**AS_PREDICTED, "fp32/bf16": 0.0}, QUIET)  # BF16 rollouts did no harm
+    assert study.verdicts(runs, meta)[-1]["verdict"] == "fails"
+    assert study.findings(runs, meta, [])[0].startswith("The prediction failed")
+
+
+def test_a_spread_reference_extends_the_study_and_the_first_look_is_shown_beside():
+    study = S.SmolLM2After()
+    spread = [0.80, 0.83, 0.78, 0.84, 0.81, 0.80, 0.82, 0.79, 0.83, 0.81]
+    runs, meta = _study_runs(AS_PREDICTED, spread)
+    n = study.planned(runs, meta)
+    assert n > 5 and not study.complete(runs, meta)
+    runs, meta = _study_runs(AS_PREDICTED, spread, seeds=range(n))
+    assert study.complete(runs, meta)
+    captions = [c for c, _ in study.page_tables(runs, meta, [])]
+    assert "first look: seeds 0-4" in captions
+    first = dict(study.page_tables(runs, meta, []))["first look: seeds 0-4"]
+    assert {r["seeds"] for r in first[:-1]} == {5}
