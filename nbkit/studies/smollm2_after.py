@@ -259,8 +259,9 @@ class SmolLM2After(prereg.PreRegistered):
         return self.observed(runs, meta) if self.complete(runs, meta) else {}
 
     def table(self, runs, meta) -> list[dict]:
-        """Per arm (the reference first): runs judged, the step-0 per-token dose in its runs, and, once the study is
-        complete, the gap with its CI."""
+        """Per arm (the reference first): runs judged, the step-0 per-token dose in its runs, the median step's
+        seconds (wall time on the card's CPU, two runs side by side), and, once the study is complete, the gap with
+        its CI."""
         obs, finals = self.read(runs, meta), self.finals(runs, meta)
         rows = []
         for t, r in (REFERENCE, *ARMS):
@@ -272,11 +273,19 @@ class SmolLM2After(prereg.PreRegistered):
                 and (v := first_step_value(rs, schema.TOKEN_ABS_LOGP_DIFF)) is not None
             ]
             o = obs.get(arm, {})
+            steps = [
+                row[key]
+                for lab, rs in runs.items()
+                if arm_name(meta[lab]["train"], meta[lab]["rollout"]) == arm
+                for row in rs
+                if isinstance(row.get(key := schema.TIME_STEP), (int, float))
+            ]
             rows.append(
                 {
                     "arm": arm,
                     "seeds judged": len(finals.get(arm, {})),
                     "step-0 dose": statistics.fmean(doses) if doses else None,
+                    "median step s": statistics.median(steps) if steps else None,
                     "gap": o.get("gap"),
                     "95 % CI": [o["lo"], o["hi"]] if o else None,
                 }
@@ -355,6 +364,16 @@ class SmolLM2After(prereg.PreRegistered):
             f"The prediction {verdicts[-1]['verdict'].replace('holds', 'held').replace('fails', 'failed')} "
             f"({'is undecided' if verdicts[-1]['verdict'] == 'undecided' else 'read'} on {n} seeds): {arms}."
         ]
+        ref = self.finals(runs, meta)[arm_name(*REFERENCE)]
+        n_planned, sd = seeds_planned([ref[s] for s in SEEDS])
+        out.append(
+            f"Power of the rule applied, at the blinded SD of a gap ({sd:.3f}, from FP32/FP32's seeds 0-4) and "
+            f"{n_planned} seeds, each arm's criterion at {PREDICTOR}'s predicted gap: "
+            + ", ".join(f"{a} {p:.2f}" for a, p in power(sd, n_planned).items())
+            + "."
+            if sd > 0
+            else "The reference's five outcomes were equal: no SD to compute power from."
+        )
         close = self.closeness(runs, meta)
         if close:
             best = close[0]["mean |observed − predicted|"]

@@ -157,6 +157,7 @@ def test_once_complete_the_page_reads_each_arm_and_the_headline_from_the_numbers
     assert verdicts[1]["gap"] == pytest.approx(-0.06 + 0.004)
     text = " ".join(study.findings(runs, meta, []))
     assert text.startswith("The prediction held (read on 5 seeds)") and "Closest predictor: token_abs" in text
+    assert "Power of the rule applied, at the blinded SD of a gap (0.002" in text  # √2 × SD of QUIET
     assert len(study.figure(runs, meta).data) == len(S.CANDIDATE_KEYS) + 1
     runs, meta = _study_runs({**AS_PREDICTED, "fp32/bf16": 0.0}, QUIET)  # BF16 rollouts did no harm
     assert study.verdicts(runs, meta)[-1]["verdict"] == "fails"
