@@ -10,6 +10,17 @@ TITLE = "Predicted before the runs, observed after: the held-out accuracy gap to
 """The figure's title."""
 
 
+def _bars(centres: list[float], intervals: list, **style) -> dict:
+    """plotly's ``error_x`` for intervals ``(lo, hi)`` around ``centres``."""
+    return dict(
+        type="data",
+        symmetric=False,
+        array=[hi - c for c, (_, hi) in zip(centres, intervals, strict=True)],
+        arrayminus=[c - lo for c, (lo, _) in zip(centres, intervals, strict=True)],
+        **style,
+    )
+
+
 def predicted_observed_figure(rows: list[dict], lines: dict[float, str] | None = None) -> go.Figure:
     """``rows``: ``PreRegistered.predicted_beside_observed`` (arm, predictor, predicted gap and interval, observed
     gap and CI). One line per arm: each predictor's gap (open markers, its interval as a thin bar, offset so they
@@ -25,13 +36,7 @@ def predicted_observed_figure(rows: list[dict], lines: dict[float, str] | None =
             y=[arms.index(r["arm"]) + 0.15 + k * step for r in mine],
             mode="markers",
             marker=dict(symbol="circle-open", size=8),
-            error_x=dict(
-                type="data",
-                symmetric=False,
-                array=[r["predicted interval"][1] - r["predicted gap"] for r in mine],
-                arrayminus=[r["predicted gap"] - r["predicted interval"][0] for r in mine],
-                thickness=1,
-            ),
+            error_x=_bars([r["predicted gap"] for r in mine], [r["predicted interval"] for r in mine], thickness=1),
             name=f"predicted: {pred}",
             hovertemplate=f"{pred}: %{{x:.3f}}<extra></extra>",
         )
@@ -43,13 +48,8 @@ def predicted_observed_figure(rows: list[dict], lines: dict[float, str] | None =
             y=[arms.index(r["arm"]) for r in obs],
             mode="markers",
             marker=dict(color="black", size=11),
-            error_x=dict(
-                type="data",
-                symmetric=False,
-                array=[r["observed CI"][1] - r["observed gap"] for r in obs],
-                arrayminus=[r["observed gap"] - r["observed CI"][0] for r in obs],
-                thickness=2.5,
-                color="black",
+            error_x=_bars(
+                [r["observed gap"] for r in obs], [r["observed CI"] for r in obs], thickness=2.5, color="black"
             ),
             name="observed (95 % CI over seeds)",
             hovertemplate="observed %{x:.3f}<extra></extra>",
