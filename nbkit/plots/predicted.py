@@ -24,7 +24,8 @@ def _bars(centres: list[float], intervals: list, **style) -> dict:
 def predicted_observed_figure(rows: list[dict], lines: dict[float, str] | None = None) -> go.Figure:
     """``rows``: ``PreRegistered.predicted_beside_observed`` (arm, predictor, predicted gap and interval, observed
     gap and CI). One line per arm: each predictor's gap (open markers, its interval as a thin bar, offset so they
-    do not overlap) and the observed gap with its CI (filled black); ``lines``: ``x → label`` drawn dashed."""
+    do not overlap) and the observed gap with its CI (filled black); ``lines``: ``x → label`` drawn dashed. The axis
+    spans the gaps, the observed CIs and the lines: a predicted interval wider than that runs off the plot."""
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     predictors = list(dict.fromkeys(r["predictor"] for r in rows))
     fig = go.Figure()
@@ -54,9 +55,21 @@ def predicted_observed_figure(rows: list[dict], lines: dict[float, str] | None =
             name="observed (95 % CI over seeds)",
             hovertemplate="observed %{x:.3f}<extra></extra>",
         )
-    for x, label in (lines or {}).items():
-        fig.add_vline(x=x, line=dict(color="grey", dash="dash"), annotation_text=label)
+    for k, (x, label) in enumerate(sorted((lines or {}).items())):
+        fig.add_vline(
+            x=x,
+            line=dict(color="grey", dash="dash"),
+            annotation_text=label,
+            annotation_position="top left" if k == 0 else "top right",
+        )
+    # the axis spans the gaps, the observed CIs and the lines; wider predicted intervals run off it (their ends hover)
+    xs = [r["predicted gap"] for r in rows] + list(lines or {})
+    xs += [v for r in seen.values() for v in (r["observed gap"], *r["observed CI"])]
+    pad = 0.25 * (max(xs) - min(xs) or 0.1)
+    fig.update_xaxes(range=[min(xs) - pad, max(xs) + pad])
     fig.update_yaxes(tickvals=list(range(len(arms))), ticktext=arms, title="arm (train/rollout)")
     fig.update_xaxes(title="held-out accuracy gap to FP32/FP32 (paired by seed)")
-    fig.update_layout(title=TITLE, template="plotly_white", height=140 + 90 * len(arms))
+    halves = [(r["predicted interval"][1] - r["predicted interval"][0]) / 2 for r in rows]
+    note = f"<br><sup>predicted intervals ± {min(halves):.2f} to {max(halves):.2f}: they run off the axis</sup>"
+    fig.update_layout(title=TITLE + (note if halves else ""), template="plotly_white", height=140 + 90 * len(arms))
     return fig
