@@ -32,7 +32,7 @@ from pathlib import Path
 
 from nbkit import results
 from nbkit.records import schema
-from nbkit.records.runlog import pair_tag
+from nbkit.records.runlog import audit_verdict, pair_tag
 from nbkit.runtime import outputs
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as DR
@@ -219,6 +219,24 @@ class SmolLM2After(prereg.PreRegistered):
         ref = arms.pop(arm_name(*REFERENCE), {})
         return {a: DR.DoseResponse().gaps(by_seed, ref) for a, by_seed in arms.items()}
 
+    @staticmethod
+    def rollout_audit(runs, meta) -> str:
+        """Whether every step's rollouts ran in its arm's rollout dtype (the engine's own record of its dtype)."""
+        bad = [
+            f"{lab} step {r.get(schema.STEP)}: {r.get(schema.AUDIT_ROLLOUT_DTYPE)}"
+            for lab, rows in runs.items()
+            for r in rows
+            if schema.AUDIT_ROLLOUT_DTYPE in r and r[schema.AUDIT_ROLLOUT_DTYPE] != meta[lab]["rollout"]
+        ]
+        audited = sum(schema.AUDIT_ROLLOUT_DTYPE in r for rows in runs.values() for r in rows)
+        if not audited:
+            return "no audited step"
+        return (
+            f"MISMATCH in {len(bad)} of {audited} steps: " + "; ".join(bad[:3])
+            if bad
+            else f"all {audited} in the arm's dtype"
+        )
+
     def finals(self, runs, meta) -> dict[str, dict[int, float]]:
         """``arm → seed → outcome`` (``final_judge``) of every run with judgments, the reference included."""
         out: dict = {}
@@ -346,6 +364,7 @@ class SmolLM2After(prereg.PreRegistered):
         """The answer in sentences from the numbers: blind progress until ``complete``, then the headline, each arm's
         gap against its prediction, the closest predictor and the per-token threshold's reading."""
         finals, n = self.finals(runs, meta), self.planned(runs, meta)
+        audit = [f"Audit, trainer: {audit_verdict(runs)}; rollouts: {self.rollout_audit(runs, meta)}."] if runs else []
         if not self.complete(runs, meta):
             done = ", ".join(f"{arm_name(*a)} {len(finals.get(arm_name(*a), {}))}" for a in (REFERENCE, *ARMS))
             plan = (
@@ -353,7 +372,7 @@ class SmolLM2After(prereg.PreRegistered):
                 if n
                 else "the plan is set when FP32/FP32 has judged seeds 0-4"
             )
-            return [f"Blind until every arm is judged on every planned seed (seeds judged: {done}); {plan}."]
+            return [f"Blind until every arm is judged on every planned seed (seeds judged: {done}); {plan}.", *audit]
         obs, verdicts = self.observed(runs, meta), self.verdicts(runs, meta)
         arms = "; ".join(
             f"{v['arm']} {v['gap']:+.3f} (95 % CI {v['95 % CI'][0]:+.3f} to {v['95 % CI'][1]:+.3f}; "
@@ -390,7 +409,7 @@ class SmolLM2After(prereg.PreRegistered):
             f"placed {', '.join(below) or 'no arm'} below its CI, predicting no crossing of −0.05: "
             + (f"{', '.join(crossed)} crossed it." if crossed else "none crossed it.")
         )
-        return out
+        return [*out, *audit]
 
     def plan(self) -> list[str]:
         measured = doses()

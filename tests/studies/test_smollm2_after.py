@@ -176,3 +176,14 @@ def test_a_spread_reference_extends_the_study_and_the_first_look_is_shown_beside
     assert "first look: seeds 0-4" in captions
     first = dict(study.page_tables(runs, meta, []))["first look: seeds 0-4"]
     assert {r["seeds"] for r in first[:-1]} == {5}
+
+
+def test_the_page_audits_every_steps_rollout_dtype_against_its_arm():
+    meta = {"a": {"train": "fp32", "rollout": "bf16", "seed": 0}}
+    ok = {"a": [{"step": 1, schema.AUDIT_ROLLOUT_DTYPE: "bf16"}, {"step": 2, schema.AUDIT_ROLLOUT_DTYPE: "bf16"}]}
+    assert S.SmolLM2After.rollout_audit(ok, meta) == "all 2 in the arm's dtype"
+    bad = {"a": [*ok["a"], {"step": 3, schema.AUDIT_ROLLOUT_DTYPE: "fp32"}]}
+    assert S.SmolLM2After.rollout_audit(bad, meta) == "MISMATCH in 1 of 3 steps: a step 3: fp32"
+    assert S.SmolLM2After.rollout_audit({"a": [{"step": 1}]}, meta) == "no audited step"
+    runs, meta = _study_runs(AS_PREDICTED, QUIET, skip={("fp16/fp16", 4)})
+    assert S.SmolLM2After().findings(runs, meta, [])[-1].startswith("Audit, trainer: no audited step; rollouts:")
