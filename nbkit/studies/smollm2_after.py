@@ -312,8 +312,9 @@ class SmolLM2After(prereg.PreRegistered):
 
     def verdicts(self, runs, meta, seeds=None) -> list[dict]:
         """Per arm of ``CRITERIA``: its criterion, the observed gap and its CI, and ``verdict``; a last row with the
-        ``headline``. Blind (every verdict ``not run``) until the study is ``complete``."""
-        obs = self.observed(runs, meta, seeds) if self.complete(runs, meta) else {}
+        ``headline``. Every verdict ``blind`` until the study is ``complete``."""
+        read = self.complete(runs, meta)
+        obs = self.observed(runs, meta, seeds) if read else {}
         rows = []
         for arm, (side, bound) in CRITERIA.items():
             o = obs.get(arm)
@@ -324,10 +325,11 @@ class SmolLM2After(prereg.PreRegistered):
                     "seeds": o["seeds"] if o else 0,
                     "gap": o["gap"] if o else None,
                     "95 % CI": [o["lo"], o["hi"]] if o else None,
-                    "verdict": verdict(arm, o),
+                    "verdict": verdict(arm, o) if read else "blind",
                 }
             )
-        rows.append({"arm": "all four", "verdict": headline({r["arm"]: r["verdict"] for r in rows})})
+        overall = headline({r["arm"]: r["verdict"] for r in rows}) if read else "blind"
+        rows.append({"arm": "all four", "verdict": overall})
         return rows
 
     def closeness(self, runs, meta) -> list[dict]:
