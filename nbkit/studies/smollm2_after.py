@@ -210,12 +210,18 @@ class SmolLM2After(prereg.PreRegistered):
             "seed": int(config["seed"]),
         }
 
-    def gaps(self, runs, meta) -> dict[str, dict[int, float]]:
-        """``arm → seed → gap`` to FP32/FP32 on the same seed."""
+    @staticmethod
+    def by_arm(runs, meta) -> dict[str, dict[int, list[dict]]]:
+        """``arm → seed → rows`` (the reference included)."""
         arms: dict = {}
         for lab, rows in runs.items():
             m = meta[lab]
             arms.setdefault(arm_name(m["train"], m["rollout"]), {})[m["seed"]] = rows
+        return arms
+
+    def gaps(self, runs, meta) -> dict[str, dict[int, float]]:
+        """``arm → seed → gap`` to FP32/FP32 on the same seed."""
+        arms = self.by_arm(runs, meta)
         ref = arms.pop(arm_name(*REFERENCE), {})
         return {a: DR.DoseResponse().gaps(by_seed, ref) for a, by_seed in arms.items()}
 
@@ -239,12 +245,11 @@ class SmolLM2After(prereg.PreRegistered):
 
     def finals(self, runs, meta) -> dict[str, dict[int, float]]:
         """``arm → seed → outcome`` (``final_judge``) of every run with judgments, the reference included."""
-        out: dict = {}
-        for lab, rows in runs.items():
-            m = meta[lab]
-            if (v := DR.final_judge(rows)) is not None:
-                out.setdefault(arm_name(m["train"], m["rollout"]), {})[m["seed"]] = v
-        return out
+        finals = {
+            arm: {s: v for s, rows in by_seed.items() if (v := DR.final_judge(rows)) is not None}
+            for arm, by_seed in self.by_arm(runs, meta).items()
+        }
+        return {arm: by_seed for arm, by_seed in finals.items() if by_seed}
 
     def planned(self, runs, meta) -> int | None:
         """The seeds the rule's blinded extension plans (``seeds_planned`` on FP32/FP32's seeds 0-4), None until
@@ -280,24 +285,14 @@ class SmolLM2After(prereg.PreRegistered):
         """Per arm (the reference first): runs judged, the step-0 per-token dose in its runs, the median step's
         seconds (wall time on the card's CPU, two runs side by side), and, once the study is complete, the gap with
         its CI."""
-        obs, finals = self.read(runs, meta), self.finals(runs, meta)
+        obs, finals, arms = self.read(runs, meta), self.finals(runs, meta), self.by_arm(runs, meta)
         rows = []
         for t, r in (REFERENCE, *ARMS):
             arm = arm_name(t, r)
-            doses = [
-                v
-                for lab, rs in runs.items()
-                if arm_name(meta[lab]["train"], meta[lab]["rollout"]) == arm
-                and (v := first_step_value(rs, schema.TOKEN_ABS_LOGP_DIFF)) is not None
-            ]
+            mine = arms.get(arm, {}).values()
+            doses = [v for rs in mine if (v := first_step_value(rs, schema.TOKEN_ABS_LOGP_DIFF)) is not None]
+            steps = [v for rs in mine for row in rs if isinstance(v := row.get(schema.TIME_STEP), (int, float))]
             o = obs.get(arm, {})
-            steps = [
-                row[key]
-                for lab, rs in runs.items()
-                if arm_name(meta[lab]["train"], meta[lab]["rollout"]) == arm
-                for row in rs
-                if isinstance(row.get(key := schema.TIME_STEP), (int, float))
-            ]
             rows.append(
                 {
                     "arm": arm,
@@ -381,10 +376,8 @@ class SmolLM2After(prereg.PreRegistered):
             f"{PREDICTOR} predicted {PREDICTIONS[v['arm']][PREDICTOR]['gap']:+.3f}): {v['verdict']}"
             for v in verdicts[:-1]
         )
-        out = [
-            f"The prediction {verdicts[-1]['verdict'].replace('holds', 'held').replace('fails', 'failed')} "
-            f"({'is undecided' if verdicts[-1]['verdict'] == 'undecided' else 'read'} on {n} seeds): {arms}."
-        ]
+        said = {"holds": "held", "fails": "failed", "undecided": "is undecided"}[verdicts[-1]["verdict"]]
+        out = [f"The prediction {said} (read on {n} seeds): {arms}."]
         ref = self.finals(runs, meta)[arm_name(*REFERENCE)]
         n_planned, sd = seeds_planned([ref[s] for s in SEEDS])
         out.append(

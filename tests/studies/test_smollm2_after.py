@@ -162,6 +162,9 @@ def test_once_complete_the_page_reads_each_arm_and_the_headline_from_the_numbers
     runs, meta = _study_runs({**AS_PREDICTED, "fp32/bf16": 0.0}, QUIET)  # BF16 rollouts did no harm
     assert study.verdicts(runs, meta)[-1]["verdict"] == "fails"
     assert study.findings(runs, meta, [])[0].startswith("The prediction failed")
+    runs, meta = _study_runs({**AS_PREDICTED, "fp32/bf16": -0.024}, QUIET)  # mean -0.020: its CI straddles -0.02
+    assert study.verdicts(runs, meta)[-1]["verdict"] == "undecided"
+    assert study.findings(runs, meta, [])[0].startswith("The prediction is undecided (read on 5 seeds)")
 
 
 def test_a_spread_reference_extends_the_study_and_the_first_look_is_shown_beside():
