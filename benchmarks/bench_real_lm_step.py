@@ -618,11 +618,24 @@ def report_beside(result: dict) -> None:
 
 
 def report(
-    row: dict, forwards: Forwards, tokens: dict, shape: Shape, lim: dict, dtype: str, mode: str, ckpt: bool, n: int
+    row: dict,
+    forwards: Forwards,
+    tokens: dict,
+    shape: Shape,
+    lim: dict,
+    dtype: str,
+    mode: str,
+    ckpt: bool,
+    n: int,
+    prefilled: float = 1.0,
 ):
     """One cell's table: per phase seconds, tokens, GFLOP, GFLOP/s and the ratio to its limit; ``tokens``: the
-    step's prompt and completion tokens (``step_tokens``)."""
-    completion, prompt = tokens["completion"], tokens["prompt"]
+    step's prompt and completion tokens (``step_tokens``); ``prefilled``: the share of those prompt tokens the engine
+    computes (vLLM prefills a prompt once for all its samples, its prefix cache serving the copies: 1 / samples;
+    the HF engine every copy: 1). vLLM's cache shares whole KV blocks only, so it recomputes a prompt's last partial
+    block per copy: 1 / samples undercounts that work and the floor errs low, never claiming more of it than was
+    done."""
+    completion, prompt = tokens["completion"], tokens["prompt"] * prefilled
     bpp = 4 if dtype == "fp32" or "fp32-accumulate" in str(row.get("audit/rollout_gemm", "")) else 2
     steps = row["completions/max_length"]
     decode = completion * (shape.per_token + 2 * shape.hidden * shape.vocab)  # + the LM head at each new token
@@ -707,7 +720,18 @@ def main(argv=None) -> None:
                 rollouts = Rollouts() if args.vs_trl else None
                 row, forwards, tokens = cell(args, dtype, mode, tmp, rollouts)
                 now = limits(shape, [dtype], n, args.repeats)  # the limits again, under the load the cell ran in
-                report(row, forwards, tokens, shape, now, dtype, mode, args.checkpointing == "on", n)
+                report(
+                    row,
+                    forwards,
+                    tokens,
+                    shape,
+                    now,
+                    dtype,
+                    mode,
+                    args.checkpointing == "on",
+                    n,
+                    prefilled=1 / args.samples if args.engine == "vllm" else 1.0,
+                )
                 print(
                     f"  limits right after the cell: memory {now['bandwidth']:.1f} GB/s, {dtype} GEMM "
                     f"{now[dtype]['model']:.1f} / {now[dtype]['decode']:.1f} GFLOP/s (model shapes / decode batch)"
