@@ -37,6 +37,7 @@ from nbkit.runtime import outputs
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import prereg
+from nbkit.studies import smollm2_after_transfer as transfer
 from nbkit.studies.harm_threshold_rule import first_step_value
 from nbkit.studies.smollm2_after_rule import (
     CRITERIA,
@@ -347,7 +348,16 @@ class SmolLM2After(prereg.PreRegistered):
         n = self.planned(runs, meta)
         if self.complete(runs, meta) and n > len(SEEDS):  # the extension ran: the first look beside
             tables.append((f"first look: seeds 0-{len(SEEDS) - 1}", self.verdicts(runs, meta, seeds=SEEDS)))
-        return [*tables, ("which predictor came closest", self.closeness(runs, meta))]
+        return [
+            *tables,
+            ("which predictor came closest", self.closeness(runs, meta)),
+            ("the transfer question's third point", self.transfer_table(runs, meta)),
+        ]
+
+    def transfer_table(self, runs, meta) -> list[dict]:
+        """Each toy task's stored threshold, per unit, read as a prediction for each arm
+        (``nbkit.studies.smollm2_after_transfer``; observed ``blind`` until the study is ``complete``)."""
+        return transfer.table(PREDICTIONS, self.read(runs, meta), transfer.thresholds())
 
     def figure(self, runs, meta):
         """Each predictor's committed gap and interval beside the observed gap's CI per arm
@@ -369,7 +379,11 @@ class SmolLM2After(prereg.PreRegistered):
                 if n
                 else "the plan is set when FP32/FP32 has judged seeds 0-4"
             )
-            return [f"Blind until every arm is judged on every planned seed (seeds judged: {done}); {plan}.", *audit]
+            return [
+                f"Blind until every arm is judged on every planned seed (seeds judged: {done}); {plan}.",
+                transfer.summary(self.transfer_table(runs, meta)),
+                *audit,
+            ]
         obs, verdicts = self.observed(runs, meta), self.verdicts(runs, meta)
         arms = "; ".join(
             f"{v['arm']} {v['gap']:+.3f} (95 % CI {v['95 % CI'][0]:+.3f} to {v['95 % CI'][1]:+.3f}; "
@@ -404,7 +418,7 @@ class SmolLM2After(prereg.PreRegistered):
             f"placed {', '.join(below) or 'no arm'} below its CI, predicting no crossing of −0.05: "
             + (f"{', '.join(crossed)} crossed it." if crossed else "none crossed it.")
         )
-        return [*out, *audit]
+        return [*out, transfer.summary(self.transfer_table(runs, meta)), *audit]
 
     def plan(self) -> list[str]:
         measured = doses()
