@@ -173,6 +173,7 @@ class SmolLM2After(prereg.PreRegistered):
     rule_record = RULE_RECORD
     predictions = PREDICTIONS
     predicted_arms = tuple(arm_name(t, r) for t, r in ARMS)
+    amendments = transfer.AMENDMENTS
     title = "The prediction tested on a real LM: SmolLM2-135M in FP32, FP16 and BF16"
     question = (
         "Does SmolLM2-135M-Instruct lose the held-out accuracy the stored curves predict from each arm's step-0 "
@@ -194,6 +195,12 @@ class SmolLM2After(prereg.PreRegistered):
 
     def defaults(self) -> dict:
         return {"arms": [list(a) for a in ARMS], "seeds": list(SEEDS), "steps": 50}
+
+    def store(self, *, wall_seconds, command: str, root: Path = results.RESULTS, **kw) -> Path:
+        """``GridStudy.store``, then ``amendments`` put on the card (``record_amendments``)."""
+        path = super().store(wall_seconds=wall_seconds, command=command, root=root, **kw)
+        self.record_amendments(root)
+        return path
 
     def grid(self, arms=None, seeds=SEEDS, steps: int = 50, output_dir: str | None = None, overrides=None) -> dict:
         arms = ARMS if arms is None else [tuple(a) for a in arms]

@@ -37,8 +37,8 @@ reads; the signed bias has no threshold)."""
 AMENDMENTS = (
     {
         "key": "transfer",
-        "commit": "",
-        "time": "",
+        "commit": "1b77ae028a2a22d0ef479125f60ddd9285888312",
+        "time": "2026-11-28T11:14:40+00:00",
         "what": "Added a reading: the transfer question's third point. Per dose unit (per-token |d log p|, sequence "
         "|sum log pi/mu|, sequence KL, 1/ESS - 1) and toy task (tiny-arith, tiny-long; their stored thresholds and "
         "95 % CIs), each arm's committed step-0 dose predicts a crossing of -0.05 when above the threshold's CI, none "
