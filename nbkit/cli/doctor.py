@@ -107,17 +107,7 @@ def setup_from_args(args) -> lints.Setup:
     fields = {"target_length": args.target_length}
     if args.config:
         fields = {**asdict(lints.Setup.from_rlconfig(RLConfig(**read_config_file(args.config)))), **fields}
-    for name in (
-        "train_dtype",
-        "engine_dtype",
-        "fp32_lm_head",
-        "temperature",
-        "top_p",
-        "top_k",
-        "logprobs_mode",
-        "is_level",
-        "is_cap",
-    ):
+    for name in "train_dtype engine_dtype fp32_lm_head temperature top_p top_k logprobs_mode is_level is_cap".split():
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     if args.engine_dtype is not None:
@@ -176,19 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     setup.add_argument("--router-replay", action="store_true", help="MoE: the trainer replays the engine's routing")
     args = parser.parse_args(argv)
     try:
-        cfg = DoctorConfig(
-            model=args.model,
-            engine=args.engine,
-            dtypes=tuple(args.dtypes),
-            n_prompts=args.n_prompts,
-            samples_per_prompt=args.samples_per_prompt,
-            max_tokens=args.max_tokens,
-            target_length=args.target_length,
-            seed=args.seed,
-            anatomy=args.anatomy,
-            anatomy_sequences=args.anatomy_sequences,
-            thresholds=args.thresholds,
-        )
+        flags = {name: getattr(args, name) for name in defaults if name != "engine_kwargs"}  # every field a flag
+        cfg = DoctorConfig(**{**flags, "dtypes": tuple(args.dtypes)})
         run_setup = setup_from_args(args)
         if args.out is not None and not args.out.strip():
             raise ValueError(f"--out {args.out!r}: name the doctor's report folder")

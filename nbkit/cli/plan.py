@@ -22,8 +22,7 @@ The commands run as printed on a fresh node, from the project root: the first st
 with the GPU vLLM, ``GPU_VLLM_SPEC``; it installs and nothing else), the second downloads the model into the
 project's cache, and every executable is the venv's (``.venv/bin/...``). The workbook's entry points default to
 ``HF_HUB_OFFLINE=1`` (``nbkit.runtime.paths``), so a command that names a hub model carries ``HF_HUB_OFFLINE=0``, and
-the
-tools that are not the workbook's (``hf``, ``vllm``) get the project's ``HF_HOME``, so all read one cache.
+the tools that are not the workbook's (``hf``, ``vllm``) get the project's ``HF_HOME``, so all read one cache.
 """
 
 from __future__ import annotations
@@ -64,6 +63,8 @@ GPU_VLLM_SPEC = f"vllm=={SERVER_VLLM}"
 """What ``make venv`` installs first on a GPU node (``TORCH_SPEC``): vLLM with the CUDA torch it pins."""
 VENV_BIN = ".venv/bin"
 """The project venv's executables, relative to the project root (the Makefile's ``VENV``)."""
+ENGINE_FIELDS = ("rollout_engine", "vllm_mode", "vllm_server_base_url")
+"""The fields a trainer command sets after its own flags (the rollout engine of the plan's mode)."""
 MAX_GPUS = 64
 """The most GPUs ``nbkit plan`` plans for on one node (a larger count is a typo, not a node)."""
 MAX_GPU_GIB = 1024
@@ -185,13 +186,13 @@ def hunt_steps(profile: str, gpus: int, gpu_gib: float, after_servers: bool = Fa
     return [(f"notebook 04: the hunt grid's {len(runs)} runs, one shard per GPU, vLLM colocated{stop}", commands)]
 
 
-def trainer_flags(cfg: RLConfig) -> list[str]:
-    """``nbkit train`` flags for every field of ``cfg`` that differs from RLConfig's default."""
+def trainer_flags(cfg: RLConfig, skip: tuple[str, ...] = ()) -> list[str]:
+    """``nbkit train`` flags for every field of ``cfg`` that differs from RLConfig's default (and is not in ``skip``)."""
     default = RLConfig()
     flags = []
     for f in fields(RLConfig):
         value = getattr(cfg, f.name)
-        if value == getattr(default, f.name):
+        if value == getattr(default, f.name) or f.name in skip:
             continue
         flag = "--" + f.name.replace("_", "-")
         if isinstance(value, bool):
@@ -276,80 +277,40 @@ def make_plan(
     launch.config_path(kind, "fp16")  # validates the name
     train_devices = ",".join(map(str, range(trainers)))
     server_devices = ",".join(map(str, range(trainers, gpus)))
-    steps = []
     problems, python = node_preflight(configs + ppo_configs(profile), gpu_gib)
-    steps.append(
-        (
-            "install (once): the venv, vLLM first with its CUDA torch (`make venv` installs, runs nothing)",
-            [f"make venv {f'PYTHON={python} ' if python else ''}TORCH_SPEC={GPU_VLLM_SPEC} VLLM_SPEC="],
-        )
-    )
+    install = f"make venv {f'PYTHON={python} ' if python else ''}TORCH_SPEC={GPU_VLLM_SPEC} VLLM_SPEC="
+    steps = [
+        ("install (once): the venv, vLLM first with its CUDA torch (`make venv` installs, runs nothing)", [install])
+    ]
     hub = dict.fromkeys(c.model for c in configs if is_hub_model(c.model))
     if hub:
-        steps.append(
-            (
-                "download the model into the project's cache (once)",
-                [shlex.join([*_hub_env(), f"{VENV_BIN}/hf", "download", m]) for m in hub],
-            )
-        )
+        download = [shlex.join([*_hub_env(), f"{VENV_BIN}/hf", "download", m]) for m in hub]
+        steps.append(("download the model into the project's cache (once)", download))
     for dtype in dict.fromkeys(c.train_dtype for c in configs):
         runs = [c for c in configs if c.train_dtype == dtype]
         online = _hub_env(workbook=True) if is_hub_model(runs[0].model) else []
-        accel = [
-            *online,
-            f"{VENV_BIN}/accelerate",
-            "launch",
-            "--config_file",
-            str(launch.config_path(kind, dtype).relative_to(launch.ROOT)),
-            "--num_processes",
-            str(trainers),
-            "-m",
-            "nbkit.cli.train",
-        ]
+        accel = _accelerate(online, kind, dtype, trainers)
+        extra = ["--rollout-engine", "vllm", "--vllm-mode", mode]
         if mode == "server":
-            steps.append(
-                (
-                    f"{dtype.upper()}: the vLLM server (keep it running for the {dtype.upper()} runs; stop it after)",
-                    [
-                        f"CUDA_VISIBLE_DEVICES={server_devices} VLLM_SERVER_DEV_MODE=1 "
-                        + shlex.join([*_hub_env(), *server_command(runs[0], server_gpus, port)])
-                    ],
-                )
-            )
-            extra = [
-                "--rollout-engine",
-                "vllm",
-                "--vllm-mode",
-                "server",
-                "--vllm-server-base-url",
-                f"http://localhost:{port}",
-            ]
-        else:
-            extra = ["--rollout-engine", "vllm", "--vllm-mode", "colocate"]
+            title = f"{dtype.upper()}: the vLLM server (keep it running for the {dtype.upper()} runs; stop it after)"
+            server = shlex.join([*_hub_env(), *server_command(runs[0], server_gpus, port)])
+            steps.append((title, [f"CUDA_VISIBLE_DEVICES={server_devices} VLLM_SERVER_DEV_MODE=1 {server}"]))
+            extra += ["--vllm-server-base-url", f"http://localhost:{port}"]
         commands = []
         for cfg in runs:
             cfg, fit = sized(cfg, kind, trainers, gpu_gib, colocated=mode == "colocate")
-            flags = _drop(trainer_flags(cfg), ("--rollout-engine", "--vllm-mode", "--vllm-server-base-url"))
+            flags = trainer_flags(cfg, ENGINE_FIELDS) + extra
             commands += [
                 "# " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
-                f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags + extra),
+                f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags),
             ]
         for cfg in [c for c in ppo_configs(profile) if c.train_dtype == dtype]:
             # PPO's critic trains in one process (nbkit.rl.ppo_trainer): one trainer GPU, the single-GPU config
             cfg, fit = sized(cfg, "single_gpu", 1, gpu_gib, colocated=mode == "colocate")
-            flags = _drop(trainer_flags(cfg), ("--rollout-engine", "--vllm-mode", "--vllm-server-base-url"))
-            one = [
-                *accel[: accel.index("--config_file")],
-                "--config_file",
-                str(launch.config_path("single_gpu", dtype).relative_to(launch.ROOT)),
-                "--num_processes",
-                "1",
-                "-m",
-                "nbkit.cli.train",
-            ]
+            one = _accelerate(online, "single_gpu", dtype, 1)
             commands += [
                 "# PPO (critic in one process): " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
-                "CUDA_VISIBLE_DEVICES=0 " + shlex.join(one + flags + extra),
+                "CUDA_VISIBLE_DEVICES=0 " + shlex.join(one + trainer_flags(cfg, ENGINE_FIELDS) + extra),
             ]
         steps.append((f"{dtype.upper()}: training runs ({len(commands) // 2})", commands))
     steps += hunt_steps(profile, gpus, gpu_gib, after_servers=mode == "server")
@@ -401,17 +362,11 @@ def _default_server_gpus(gpus: int, total: int) -> int:
     return next((k for k in range(1, gpus) if total % (gpus - k) == 0), 1)
 
 
-def _drop(flags: list[str], names: tuple[str, ...]) -> list[str]:
-    out, skip = [], False
-    for f in flags:
-        if skip:
-            skip = False
-            continue
-        if f in names:
-            skip = True
-            continue
-        out.append(f)
-    return out
+def _accelerate(online: list[str], kind: str, dtype: str, processes: int) -> list[str]:
+    """``accelerate launch`` of ``nbkit.cli.train`` on ``processes`` processes with ``kind``'s config for ``dtype``."""
+    config = str(launch.config_path(kind, dtype).relative_to(launch.ROOT))
+    launcher = [*online, f"{VENV_BIN}/accelerate", "launch", "--config_file", config]
+    return [*launcher, "--num_processes", str(processes), "-m", "nbkit.cli.train"]
 
 
 def main(argv: list[str] | None = None) -> int:

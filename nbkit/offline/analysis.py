@@ -68,21 +68,19 @@ class GridConfig:
     model: str = field(
         default="tiny-arith",
         metadata={
-            "help": (
-                "Model ref for ``nbkit.models.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory or a hub id)."
-            )
+            "help": "Model ref for ``nbkit.models.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory or a hub id)."
         },
     )
     engine: str = field(
         default="auto",
-        metadata={"help": ("Rollout engine: ``hf``, ``vllm``, or ``auto`` (vLLM where it is installed, else HF).")},
+        metadata={"help": "Rollout engine: ``hf``, ``vllm``, or ``auto`` (vLLM where it is installed, else HF)."},
     )
     engine_dtypes: tuple[str, ...] = field(
         default=("fp32", "bf16", "fp16"),
-        metadata={"help": ("Dtypes the rollout engine runs in (μ); one engine is started per dtype.")},
+        metadata={"help": "Dtypes the rollout engine runs in (μ); one engine is started per dtype."},
     )
     train_dtypes: tuple[str, ...] = field(
-        default=("fp32", "bf16", "fp16"), metadata={"help": ("Dtypes of the teacher-forced training forward (π).")}
+        default=("fp32", "bf16", "fp16"), metadata={"help": "Dtypes of the teacher-forced training forward (π)."}
     )
     prompt_source: str = field(
         default="auto",
@@ -98,35 +96,33 @@ class GridConfig:
     max_tokens: int = field(default=64, metadata={"help": "Longest response (tokens)."})
     temperature: float = field(
         default=1.0,
-        metadata={"help": ("Sampling temperature (1.0 = the paper's setting; π is computed at the same temperature).")},
+        metadata={"help": "Sampling temperature (1.0 = the paper's setting; π is computed at the same temperature)."},
     )
     seed: int = field(default=0, metadata={"help": "Seed of the prompt choice and of the samplers."})
     shortest: bool = field(
         default=True,
         metadata={
-            "help": ("Take the shortest problems of a dataset source (cheaper prompts), else a seeded random subset.")
+            "help": "Take the shortest problems of a dataset source (cheaper prompts), else a seeded random subset."
         },
     )
     chat_template: bool | None = field(
         default=None,
-        metadata={
-            "help": ("Wrap dataset problems in the tokenizer's chat template; None = when the tokenizer has one.")
-        },
+        metadata={"help": "Wrap dataset problems in the tokenizer's chat template; None = when the tokenizer has one."},
     )
     instruction: str = field(
-        default=SHORT_ANSWER, metadata={"help": ("Text appended to every dataset problem (not to ``arith`` prompts).")}
+        default=SHORT_ANSWER, metadata={"help": "Text appended to every dataset problem (not to ``arith`` prompts)."}
     )
     batch_size: int = field(default=8, metadata={"help": "Sequences per teacher-forced forward."})
     n_boot: int = field(
-        default=200, metadata={"help": ("Bootstrap resamples for the headline CIs of every cell (0 = none).")}
+        default=200, metadata={"help": "Bootstrap resamples for the headline CIs of every cell (0 = none)."}
     )
     engine_kwargs: dict = field(
         default_factory=dict,
-        metadata={"help": ("Extra arguments for the engine (e.g. ``kv_cache_gib``, ``max_model_len`` for vLLM).")},
+        metadata={"help": "Extra arguments for the engine (e.g. ``kv_cache_gib``, ``max_model_len`` for vLLM)."},
     )
     device: str | None = field(
         default=None,
-        metadata={"help": ("Device of the training forward (and of the HF engine), e.g. ``cuda``; None = CPU.")},
+        metadata={"help": "Device of the training forward (and of the HF engine), e.g. ``cuda``; None = CPU."},
     )
     gemm: str = field(
         default="auto",
@@ -272,13 +268,16 @@ def load_prompts(
     ]
 
 
+def source_of(cfg) -> str:
+    """A config's ``prompt_source`` (grid, ladder, anatomy) with ``auto`` resolved: ``arith`` for tiny-arith,
+    ``eval/math`` otherwise."""
+    return cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
+
+
 def grid_prompts(cfg: GridConfig, tokenizer) -> list[str]:
-    """The prompts ``run_grid`` samples for ``cfg`` (``prompt_source`` ``auto``: ``arith`` for tiny-arith,
-    ``eval/math`` otherwise)."""
-    source = (
-        cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
-    )
-    return load_prompts(source, cfg.n_prompts, tokenizer, cfg.seed, cfg.shortest, cfg.chat_template, cfg.instruction)
+    """The prompts ``run_grid`` samples for ``cfg`` (``source_of``)."""
+    args = (cfg.seed, cfg.shortest, cfg.chat_template, cfg.instruction)
+    return load_prompts(source_of(cfg), cfg.n_prompts, tokenizer, *args)
 
 
 def _dataset_problems(source: str) -> list[str]:
@@ -362,13 +361,12 @@ def run_grids(
     beside: dict | None = None,
 ):
     """``run_grid`` of every config, one job per (model, engine dtype) through ``nbkit.runtime.pool``: as many at once
-    as
-    the free cores hold (``workers``, else ``NBKIT_WORKERS``), each in its own process on ``threads`` cores. A
-    job samples its engine dtype and computes π in every training dtype of its config on those rollouts, so the
-    cells are those of one ``run_grid`` call; ``workers=0`` runs the configs one after another in this process.
-    ``beside``: other independent jobs (``label → nbkit.runtime.pool.Job``, e.g. a notebook's later sections) scheduled
-    after the grid's in the same pool (in this process: after the grids); with it the value is
-    ``(grid results, label → the jobs' values)``."""
+    as the free cores hold (``workers``, else ``NBKIT_WORKERS``), each in its own process on ``threads`` cores. A job
+    samples its engine dtype and computes π in every training dtype of its config on those rollouts, so the cells are
+    those of one ``run_grid`` call; ``workers=0`` runs the configs one after another in this process. ``beside``: other
+    independent jobs (``label → nbkit.runtime.pool.Job``, e.g. a notebook's later sections) scheduled after the grid's
+    in the same pool (in this process: after the grids); with it the value is ``(grid results, label → the jobs'
+    values)``."""
     from dataclasses import replace
 
     for cfg in configs:
@@ -402,21 +400,21 @@ def run_grids(
     return out if beside is None else (out, {k: parts[k] for k in extra})
 
 
+def start_engine(kind, cfg, dtype, model, tok, prompts, sampling, progress, **hf):
+    """The engine of one dtype (``cfg``: a grid or anatomy config): HF on ``model`` (``hf``: its extra arguments), or
+    vLLM serving ``cfg.model``, sized for ``prompts`` and ``sampling``."""
+    if kind == "hf":
+        return make_engine(
+            "hf", model, dtype, tokenizer=tok, progress=progress, gemm=cfg.gemm, **hf, **cfg.engine_kwargs
+        )
+    sized = {**vllm_sized_for(tok, prompts, sampling), **cfg.engine_kwargs}
+    return make_engine("vllm", cfg.model, dtype, gemm=cfg.gemm, progress=progress, seed=sampling.seed, **sized)
+
+
 def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) -> list:
     """Rollouts of one engine dtype; a vLLM engine is started for them and closed afterwards."""
     start = time.time()
-    if kind == "hf":
-        engine = make_engine("hf", model, dtype, tokenizer=tok, progress=progress, gemm=cfg.gemm, **cfg.engine_kwargs)
-    else:
-        engine = make_engine(
-            "vllm",
-            cfg.model,
-            dtype,
-            gemm=cfg.gemm,
-            progress=progress,
-            seed=sampling.seed,
-            **{**vllm_sized_for(tok, prompts, sampling), **cfg.engine_kwargs},
-        )
+    engine = start_engine(kind, cfg, dtype, model, tok, prompts, sampling, progress)
     seconds[f"start/{dtype}"] = time.time() - start
     try:
         start = time.time()
@@ -428,13 +426,12 @@ def _sample(kind, cfg, dtype, model, tok, prompts, sampling, seconds, progress) 
 
 
 def ratio_table(results, num: str = "bf16", den: str = "fp16", n_boot: int = 1000, level: float = 0.95, seed: int = 0):
-    """BF16/FP16 ratios of the ``RATIOS`` metrics on the diagonal cells (engine = training dtype), per model:
-    each cell's estimate with its percentile bootstrap CI (sequences resampled independently in the two cells)
-    and what the pair can say (``nbkit.mismatch.mismatch.read_ratio``). ``{num}/{den}`` and its ``CI low``/``CI high``
-    are
-    the ratio where ``den``'s CI lies above 0, else NaN: the signed k1 KL of a small sample often covers 0, where a
-    ratio's bootstrap runs through ±∞. ``reading`` is ``ratio``, ``lower bound`` (``lower bound`` holds it) or
-    ``undefined``; ``finding`` says it in words."""
+    """BF16/FP16 ratios of the ``RATIOS`` metrics on the diagonal cells (engine = training dtype), per model: each
+    cell's estimate with its percentile bootstrap CI (sequences resampled independently in the two cells) and what the
+    pair can say (``nbkit.mismatch.mismatch.read_ratio``). ``{num}/{den}`` and its ``CI low``/``CI high`` are the ratio
+    where ``den``'s CI lies above 0, else NaN: the signed k1 KL of a small sample often covers 0, where a ratio's
+    bootstrap runs through ±∞. ``reading`` is ``ratio``, ``lower bound`` (``lower bound`` holds it) or ``undefined``;
+    ``finding`` says it in words."""
     import pandas as pd
 
     rows = []

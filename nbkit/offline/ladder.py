@@ -1,11 +1,9 @@
 """The rollout-precision ladder: the mismatch each rollout format causes against an FP32 trainer's π.
 
 For one model and a list of ``nbkit.precision.formats`` names, the HF engine samples the same prompts in each format (μ,
-its
-GEMM count audited), one FP32 teacher-forced forward computes π of those tokens, and ``nbkit.mismatch.mismatch`` turns
-each
-pair into metrics with bootstrap CIs over sequences. With the trainer exact, each rung's mismatch is the format's own
-rounding (one side exact): the dose of the dose–response study.
+its GEMM count audited), one FP32 teacher-forced forward computes π of those tokens, and ``nbkit.mismatch.mismatch``
+turns each pair into metrics with bootstrap CIs over sequences. With the trainer exact, each rung's mismatch is the
+format's own rounding (one side exact): the dose of the dose–response study.
 
     res = run_ladder(LadderConfig(model="tiny-arith", formats=("fp32", "bf16", "fp8-e4m3", "nvfp4")))
     res.table()                                  # one row per format, headline metrics with 95 % CIs
@@ -25,6 +23,7 @@ from nbkit.engines import SamplingConfig, make_engine
 from nbkit.mismatch.mismatch import headline_cis, mismatch_metrics, teacher_forced_logprobs
 from nbkit.models import models
 from nbkit.offline import analysis
+from nbkit.offline.anatomy_surgery import right_padded
 from nbkit.precision import formats, gemm
 from nbkit.records import metrics as metric_registry
 from nbkit.records import schema
@@ -40,14 +39,12 @@ class LadderConfig:
     model: str = field(
         default="tiny-arith",
         metadata={
-            "help": ("Model ref for ``nbkit.models.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory).")
+            "help": "Model ref for ``nbkit.models.models.load`` (``tiny-arith``, ``smollm2-135m``, a directory)."
         },
     )
     formats: tuple[str, ...] = field(
         default=formats.LADDER,
-        metadata={
-            "help": ("Rollout formats (``nbkit.precision.formats.FORMATS``), in the order the figure shows them.")
-        },
+        metadata={"help": "Rollout formats (``nbkit.precision.formats.FORMATS``), in the order the figure shows them."},
     )
     prompt_source: str = field(
         default="auto",
@@ -64,18 +61,16 @@ class LadderConfig:
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (π at the same temperature)."})
     seed: int = field(
         default=0,
-        metadata={"help": ("Seed of the prompts, the samplers (the same in every format) and the bootstrap.")},
+        metadata={"help": "Seed of the prompts, the samplers (the same in every format) and the bootstrap."},
     )
     batch_size: int = field(default=16, metadata={"help": "Sequences per teacher-forced π forward."})
     n_boot: int = field(
-        default=200, metadata={"help": ("Bootstrap resamples (sequences) for each headline CI; 0 = none.")}
+        default=200, metadata={"help": "Bootstrap resamples (sequences) for each headline CI; 0 = none."}
     )
     gemm: str = field(
         default="auto",
         metadata={
-            "help": (
-                "``nbkit.precision.gemm`` policy of the GEMMs a format leaves in its base dtype (and of plain fp16/bf16)."
-            )
+            "help": "``nbkit.precision.gemm`` policy of the GEMMs a format leaves in its base dtype (and of plain fp16/bf16)."
         },
     )
     device: str | None = field(default=None, metadata={"help": "Device of the engine and of π; None = CPU."})
@@ -166,12 +161,7 @@ def teacher_forced_argmax(model, rollouts, batch_size: int = 16) -> list[np.ndar
     out = []
     for s in range(0, len(rollouts), batch_size):
         batch = rollouts[s : s + batch_size]
-        seqs = [list(r.prompt_ids) + list(r.token_ids) for r in batch]
-        width = max(len(q) for q in seqs)
-        ids = torch.zeros(len(seqs), width, dtype=torch.long)
-        mask = torch.zeros(len(seqs), width, dtype=torch.long)
-        for row, q in enumerate(seqs):
-            ids[row, : len(q)], mask[row, : len(q)] = torch.tensor(q), 1
+        ids, mask = right_padded(batch)
         device = next(model.parameters()).device
         top = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.argmax(-1).cpu()
         for row, r in enumerate(batch):  # logits at position j predict token j + 1
@@ -183,10 +173,7 @@ def teacher_forced_argmax(model, rollouts, batch_size: int = 16) -> list[np.ndar
 def run_ladder(cfg: LadderConfig, progress: bool = False) -> LadderResult:
     """Sample with the HF engine in each format, audit it, score the tokens with FP32 π, compute the metrics."""
     model, tok = models.load(cfg.model, "fp32", device=cfg.device)
-    source = (
-        cfg.prompt_source if cfg.prompt_source != "auto" else ("arith" if cfg.model == "tiny-arith" else "eval/math")
-    )
-    prompts = list(cfg.prompts) or analysis.load_prompts(source, cfg.n_prompts, tok, cfg.seed)
+    prompts = list(cfg.prompts) or analysis.load_prompts(analysis.source_of(cfg), cfg.n_prompts, tok, cfg.seed)
     sampling = SamplingConfig(
         temperature=cfg.temperature, max_tokens=cfg.max_tokens, n=cfg.samples_per_prompt, seed=cfg.seed
     )

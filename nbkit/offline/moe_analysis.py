@@ -28,6 +28,7 @@ from nbkit.engines import HFEngine, SamplingConfig
 from nbkit.mismatch import mismatch
 from nbkit.models import models, routing
 from nbkit.offline import analysis
+from nbkit.offline.anatomy_surgery import right_padded
 from nbkit.precision import gemm
 
 
@@ -37,14 +38,14 @@ class MoeConfig:
 
     model: str = field(
         default="tiny-moe-arith",
-        metadata={"help": ("A mixture-of-experts model ref for ``nbkit.models.models.load``.")},
+        metadata={"help": "A mixture-of-experts model ref for ``nbkit.models.models.load``."},
     )
     dtypes: tuple = field(
         default=("fp32", "bf16", "fp16"),
-        metadata={"help": ("Engine = trainer dtypes compared (FP32 is also the reference routing).")},
+        metadata={"help": "Engine = trainer dtypes compared (FP32 is also the reference routing)."},
     )
     n_prompts: int = field(
-        default=32, metadata={"help": ("tiny-arith problems (``nbkit.offline.analysis.load_prompts('arith', ...)``).")}
+        default=32, metadata={"help": "tiny-arith problems (``nbkit.offline.analysis.load_prompts('arith', ...)``)."}
     )
     samples_per_prompt: int = field(default=4, metadata={"help": "Responses per prompt."})
     max_tokens: int = field(default=40, metadata={"help": "Longest response."})
@@ -117,16 +118,11 @@ def _teacher_forced_routing(model, rollouts, batch: int = 32) -> list[torch.Tens
     """The model's top-k choice per position of prompt + response of each rollout (right-padded batches)."""
     out = []
     for lo in range(0, len(rollouts), batch):
-        rows = [list(r.prompt_ids) + list(r.token_ids) for r in rollouts[lo : lo + batch]]
-        width = max(map(len, rows))
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+        ids, mask = right_padded(rollouts[lo : lo + batch])
         with torch.no_grad(), routing.capture(model) as rec:
             model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device))
         chosen = rec.choices()
-        out += [chosen[i, : len(r)] for i, r in enumerate(rows)]
+        out += [chosen[i, :n] for i, n in enumerate(mask.sum(1).tolist())]
     return out
 
 
@@ -168,27 +164,13 @@ def run(cfg: MoeConfig = MoeConfig(), progress: bool = False) -> MoeResult:
         }
         pi = mismatch.teacher_forced_logprobs(trainer, rollouts, gemm=cfg.gemm, progress=False)
         diff = np.concatenate([np.abs(p - np.asarray(r.logprobs)) for p, r in zip(pi, rollouts)])
-        flipped = np.concatenate(
-            [
-                routing.flips(
-                    _response_positions(e, len(r.prompt_ids), len(r))[None],
-                    _response_positions(o, len(r.prompt_ids), len(r))[None],
-                )
-                .any(-1)[0]
-                .numpy()
-                for e, o, r in zip(eng, own, rollouts)
-            ]
-        )
-        upstream = np.concatenate(
-            [  # any position up to the predicting one flipped (reaches it via attention)
-                routing.flips(e[None], o[None])
-                .any(-1)[0]
-                .cummax(0)
-                .values[len(r.prompt_ids) - 1 : len(r.prompt_ids) - 1 + len(r)]
-                .numpy()
-                for e, o, r in zip(eng, own, rollouts)
-            ]
-        )
+        flipped, upstream = [], []
+        for e, o, r in zip(eng, own, rollouts):
+            f = routing.flips(e[None], o[None]).any(-1)[0]  # per position: routed differently in any layer
+            at = slice(len(r.prompt_ids) - 1, len(r.prompt_ids) - 1 + len(r))  # the positions predicting the response
+            flipped.append(f[at].numpy())
+            upstream.append(f.cummax(0).values[at].numpy())  # or any earlier one (reaches it via attention)
+        flipped, upstream = np.concatenate(flipped), np.concatenate(upstream)
         total = float(diff.sum())
         res.split[d] = {
             "tokens": int(diff.size),
