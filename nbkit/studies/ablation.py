@@ -10,7 +10,7 @@ from __future__ import annotations
 from nbkit.records import runlog, schema
 from nbkit.stats import stats
 from nbkit.studies import prose
-from nbkit.studies.base import GridStudy
+from nbkit.studies.base import GridStudy, add_run
 
 PAIRS: list[tuple[str, str]] = [("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32")]
 """The paper's grid: (train dtype, rollout dtype)."""
@@ -35,8 +35,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], target: float = 0.
         rows = [r for rows in group.values() for r in rows]
 
         def mean(key, rows=rows):
-            xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
-            return float(f"{sum(xs) / len(xs):.3g}") if xs else None
+            return prose.mean3([r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]])
 
         rollout = (mean(schema.TIME_ROLLOUT) or 0) + (mean(schema.TIME_SYNC) or 0)
         out.append(
@@ -238,8 +237,6 @@ class Ablation(GridStudy):
         output_dir: str | None = None,
         overrides: dict | None = None,
     ) -> dict:
-        from dataclasses import replace
-
         pairs = [tuple(p) for p in (pairs or PAIRS)]
         if any(len(p) != 2 for p in pairs) or len(set(pairs)) != len(pairs):
             raise ValueError(f"pairs must be distinct [train, rollout] pairs such as ['bf16', 'fp32'], got {pairs!r}")
@@ -252,19 +249,10 @@ class Ablation(GridStudy):
         )
         out = {}
         for seed in seeds:
-            for train_dtype, rollout_dtype in pairs:
-                label = runlog.run_label(algorithm, runlog.pair_tag(train_dtype, rollout_dtype), seed)
-                out[label] = replace(
-                    base,
-                    train_dtype=train_dtype,
-                    rollout_dtype=rollout_dtype,
-                    seed=seed,
-                    output_dir=str(base.out / label),
-                )
+            for train, rollout in pairs:
+                label = runlog.run_label(algorithm, runlog.pair_tag(train, rollout), seed)
+                add_run(out, base, label, train_dtype=train, rollout_dtype=rollout, seed=seed)
         return out
-
-    def coords(self, config: dict) -> dict:
-        return runlog.coords(config)
 
     def table(self, runs, meta):
         return table(runs, meta)

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nbkit import results
+from nbkit.records import runlog
 from nbkit.records.runlog import KIND, RESULT_NEUTRAL, MetricsLog, last_logged_step, last_step, result_differences
 from nbkit.runtime import outputs
 from nbkit.studies.prose import markdown_table as markdown_table  # (re-exported: the studies' table writer)
@@ -120,8 +121,9 @@ class GridStudy(Study):
         raise NotImplementedError
 
     def coords(self, config: dict) -> dict:
-        """A run's coordinates in the grid, read from its config (``RLConfig.to_dict()``)."""
-        raise NotImplementedError
+        """A run's coordinates in the grid, read from its config (``RLConfig.to_dict()``; by default
+        ``nbkit.records.runlog.coords``: algorithm, dtypes and seed)."""
+        return runlog.coords(config)
 
     # -- where runs live -------------------------------------------------------------------------------------
     def folder(self, options: dict | None = None) -> Path:
@@ -439,6 +441,15 @@ def add_run(grid: dict, base, label: str, **fields) -> None:
     """Put run ``label`` in ``grid``: ``base`` (an ``RLConfig``) with ``fields`` changed, trained into
     ``base.out / label`` (``replace`` re-validates the config)."""
     grid[label] = replace(base, output_dir=str(base.out / label), **fields)
+
+
+def group_seeds(runs: dict[str, list[dict]], meta: dict[str, dict], key) -> dict:
+    """``key(coordinates) → seed → rows`` of ``runs`` (a run whose ``key`` is None is left out)."""
+    out: dict = {}
+    for label, rows in runs.items():
+        if (k := key(meta[label])) is not None:
+            out.setdefault(k, {})[meta[label]["seed"]] = rows
+    return out
 
 
 def _plain_rows(rows: list[dict]) -> list[dict]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbkit.records import runlog, schema
+from nbkit.records import schema
 from nbkit.records.runlog import pair_tag
 from nbkit.studies import prose
 from nbkit.studies.base import GridStudy
@@ -77,8 +77,9 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], max_tokens: int = 
     for pair, seeds in sorted(groups.items(), key=lambda kv: order.get(kv[0], 99)):
 
         def mean(key, rows_of=lambda rows: rows, seeds=seeds):
-            xs = [r[key] for rows in seeds for r in rows_of(rows) if isinstance(r.get(key), (int, float))]
-            return float(f"{sum(xs) / len(xs):.3g}") if xs else None
+            return prose.mean3(
+                [r[key] for rows in seeds for r in rows_of(rows) if isinstance(r.get(key), (int, float))]
+            )
 
         def converged(rows):
             lengths = [r["completions/mean_length"] for r in rows]
@@ -157,9 +158,6 @@ class BrevityStudy(GridStudy):
             for s in seeds
             for t, r in (pairs or PAIRS)
         }
-
-    def coords(self, config: dict) -> dict:
-        return runlog.coords(config)
 
     def table(self, runs, meta):
         return table(runs, meta)

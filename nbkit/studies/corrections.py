@@ -49,6 +49,7 @@ ones, ``store --keep-stored`` adds a later sitting's. The first ``run`` to train
 
 from __future__ import annotations
 
+import functools
 import statistics
 from pathlib import Path
 
@@ -237,9 +238,7 @@ class CorrectionsStudy(prereg.PreRegistered):
             raise ValueError(f"unknown correction(s) {bad}; choose from {[c for c in KNOWN if c != 'none']}")
         base = DR.base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         grid = {}
-
-        def add(label, **kw):
-            add_run(grid, base, label, **kw)
+        add = functools.partial(add_run, grid, base)
 
         for seed in seeds:  # seed by seed: a cut-off study has every cell on the same seeds
             add(f"fp32-none-s{seed}", rollout_format="fp32", seed=seed)
@@ -274,8 +273,7 @@ class CorrectionsStudy(prereg.PreRegistered):
             out["reused"] = {"study": reuse, "runs": sorted(self.reused(full, reuse))}
         return out
 
-    def coords(self, config: dict) -> dict:
-        return DR.DoseResponse().coords(config)
+    coords = DR.DoseResponse.coords
 
     # -- read half: this study's runs and the reused control arms -----------------------------------------------
     def load(self, root: Path = results.RESULTS) -> dict[str, list[dict]]:

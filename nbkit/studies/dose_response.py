@@ -30,13 +30,14 @@ sentences are templates over named fields in ``nbkit.studies.dose_response_findi
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 from nbkit.records import schema
 from nbkit.stats import noninferiority as NI
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import prose
-from nbkit.studies.base import GridStudy, add_run
+from nbkit.studies.base import GridStudy, add_run, group_seeds
 from nbkit.studies.dose_response_findings import COLUMNS, Findings, below_zero
 from nbkit.studies.dose_response_rule import (
     AMENDMENTS,
@@ -147,9 +148,7 @@ class DoseResponse(Findings, GridStudy):
         corrected = CORRECTED if corrected is None else corrected
         base = base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         out = {}
-
-        def add(label, **kw):
-            add_run(out, base, label, **kw)
+        add = functools.partial(add_run, out, base)
 
         # order = priority (a cut-off study has the primary contrast first): every format without correction, seed
         # by seed; then the corrections; then the paper's pairs
@@ -182,11 +181,7 @@ class DoseResponse(Findings, GridStudy):
     # -- read half --------------------------------------------------------------------------------------------
     def cells(self, runs, meta) -> dict[tuple[str, str, str], dict[int, list[dict]]]:
         """``(train, format, correction) → seed → rows``."""
-        out: dict = {}
-        for label, rows in runs.items():
-            m = meta[label]
-            out.setdefault((m["train"], m["format"], m["correction"]), {})[m["seed"]] = rows
-        return out
+        return group_seeds(runs, meta, lambda m: (m["train"], m["format"], m["correction"]))
 
     # -- the outcome and its gaps --------------------------------------------------------------------------------
     def gaps(

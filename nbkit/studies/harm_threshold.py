@@ -46,6 +46,7 @@ is ``nbkit.studies.harm_threshold_rule``; its page (figure, tables, sentences) i
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -60,7 +61,7 @@ from nbkit.stats import threshold
 from nbkit.stats.stats import bounded_mean_ci, mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import growth, prereg, prose
-from nbkit.studies.base import add_run
+from nbkit.studies.base import add_run, group_seeds
 from nbkit.studies.harm_threshold_findings import Page, mean_gap_ci
 from nbkit.studies.harm_threshold_rule import (  # the study as data (read through this module too)
     AMENDMENTS,
@@ -169,9 +170,7 @@ class HarmThreshold(Page, prereg.PreRegistered):
             raise ValueError(f"unknown correction(s) {bad}; choose from {list(KNOWN)}")
         base = self.base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         grid = {}
-
-        def add(label, **kw):
-            add_run(grid, base, label, **kw)
+        add = functools.partial(add_run, grid, base)
 
         for seed in seeds:  # seed by seed: a cut-off study has every dose on the same seeds
             add(f"{REFERENCE}-none-s{seed}", rollout_format=REFERENCE, seed=seed)
@@ -188,18 +187,12 @@ class HarmThreshold(Page, prereg.PreRegistered):
         (``dose_response.base_config``)."""
         return DR.base_config(**overrides)
 
-    def coords(self, config: dict) -> dict:
-        return DR.DoseResponse().coords(config)
+    coords = DR.DoseResponse.coords
 
     # -- the analysis (the rule's) -------------------------------------------------------------------------------
     def arms(self, runs, meta) -> dict[tuple[str, str], dict[int, list[dict]]]:
         """``(format, correction) → seed → rows`` of the FP32-trained runs."""
-        out: dict = {}
-        for label, rows in runs.items():
-            m = meta[label]
-            if m["train"] == "fp32":
-                out.setdefault((m["format"], m["correction"]), {})[m["seed"]] = rows
-        return out
+        return group_seeds(runs, meta, lambda m: (m["format"], m["correction"]) if m["train"] == "fp32" else None)
 
     def doses(self, runs, meta, unit: str = PRIMARY) -> dict[tuple[str, str], float]:
         """``arm → dose``: the mean over its seeds of the step-0 mismatch in ``unit``."""

@@ -4,13 +4,13 @@ judge set (what ``python -m nbkit.studies.harm_transfer`` runs: the commands its
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
 
 from nbkit import results
 from nbkit.records import schema
+from nbkit.records.runlog import MetricsLog
 from nbkit.runtime import outputs
 from nbkit.studies import harm_threshold_rule as HR
 from nbkit.studies import tiny_long_regimes as TL
@@ -63,7 +63,12 @@ def pilot(
             output_dir=f"{output_dir}/lr{lr:g}",
             **overrides,
         )
-        rows = _rows(cfg) if GridStudy.finished(cfg) else rl.train(replace(cfg, overwrite=True)).rows
+        done = GridStudy.finished(cfg)
+        rows = (
+            MetricsLog.read(Path(cfg.output_dir) / "metrics.jsonl")
+            if done
+            else rl.train(replace(cfg, overwrite=True)).rows
+        )
         judged = [(r[schema.STEP], r[schema.JUDGE_ACCURACY]) for r in rows if schema.JUDGE_ACCURACY in r]
         first, last = (judged[0][1], judged[-1][1]) if len(judged) >= 2 else (None, None)
         step_s = [r[schema.TIME_STEP] for r in rows if schema.TIME_STEP in r]
@@ -106,11 +111,6 @@ def budget(
     }
 
 
-def _rows(cfg) -> list[dict]:
-    with open(Path(cfg.output_dir) / "metrics.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def measure_ladder(path: Path = LADDER_FILE) -> dict:
     """tiny-long's offline ladder at ``REGIME`` (``harm_threshold_rule.measure_ladder``: its prompts from
     ``DATASET``, its response budget), written to ``path``."""
@@ -139,19 +139,6 @@ def judge_task(pool_size: int = JUDGE_POOL, seed: int = JUDGE_SEED, train: str =
 def build_judge_set(pool_size: int = JUDGE_POOL, seed: int = JUDGE_SEED, n_samples: int = 16):
     """``JUDGE_SET``: notebook 01's recipe (keep the problems tiny-long in FP32 solves in [0.2, 0.8] of
     ``n_samples`` samples) on ``judge_task``, as tiny-arith's held-out set was made (``data/tiny_arith_heldout``: the
-    training set's recipe on a pool drawn with seed 1)."""
-    from nbkit.tasks import dataset
-
-    cfg = dataset.BuildConfig(
-        name=Path(JUDGE_SET).name,
-        model=TL.MODEL,
-        engine="hf",
-        dtype="fp32",
-        n_samples=n_samples,
-        lo=0.2,
-        hi=0.8,
-        seed=seed,
-        max_tokens=TL.max_tokens(REGIME),
-        batch_prompts=16,
-    )
-    return dataset.build(judge_task(pool_size, seed), cfg)
+    training set's recipe on a pool drawn with seed 1: ``tiny_long_regimes.build_set`` on that pool)."""
+    task = judge_task(pool_size, seed)
+    return TL.build_set(REGIME, n_samples=n_samples, batch_prompts=16, seed=seed, task=task, name=Path(JUDGE_SET).name)

@@ -64,7 +64,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 from nbkit import results
@@ -73,6 +72,7 @@ from nbkit.runtime import outputs
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import prereg
+from nbkit.studies.base import add_run, group_seeds
 from nbkit.studies.harm_threshold_rule import first_step_value
 
 STUDY = "mechanism_tiny_arith"
@@ -245,12 +245,10 @@ class Mechanism(prereg.PreRegistered):
         grid = {}
         for seed in seeds:  # seed by seed: a cut-off study has every arm on the same seeds
             for f in (REFERENCE, *dict.fromkeys(arms)):
-                label = f"{f}-s{seed}"
-                grid[label] = replace(base, output_dir=str(base.out / label), rollout_format=f, seed=seed)
+                add_run(grid, base, f"{f}-s{seed}", rollout_format=f, seed=seed)
         return grid
 
-    def coords(self, config: dict) -> dict:
-        return DR.DoseResponse().coords(config)
+    coords = DR.DoseResponse.coords
 
     # -- the analysis (the rule's) ------------------------------------------------------------------------------
     def complete(self, runs) -> tuple[int, int]:
@@ -260,12 +258,7 @@ class Mechanism(prereg.PreRegistered):
 
     def arms(self, runs, meta) -> dict[str, dict[int, list[dict]]]:
         """``format → seed → rows`` of the FP32-trained runs."""
-        out: dict = {}
-        for label, rows in runs.items():
-            m = meta[label]
-            if m["train"] == "fp32":
-                out.setdefault(m["format"], {})[m["seed"]] = rows
-        return out
+        return group_seeds(runs, meta, lambda m: m["format"] if m["train"] == "fp32" else None)
 
     def gaps(self, runs, meta) -> dict[str, dict[int, float]]:
         """``format → seed → gap`` to FP32 on the same seed (``DoseResponse.gaps``)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from nbkit.records import runlog, schema
 from nbkit.stats.stats import mean_ci, t_quantile
 from nbkit.studies import ppo_critic, prose
-from nbkit.studies.base import GridStudy
+from nbkit.studies.base import GridStudy, add_run
 from nbkit.studies.ppo_recipe import OUTPUT_DIR, STUDY, TAIL, base_config
 
 SHARED_WITH_GRPO = (
@@ -57,9 +57,7 @@ def table(runs: dict[str, list[dict]], meta: dict[str, dict], tail: int = 5) -> 
         def col(key, rows=rows):
             return [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
 
-        def mean(xs):
-            return float(f"{sum(xs) / len(xs):.3g}") if xs else None
-
+        mean = prose.mean3
         kl, acc, ev = col(schema.PPO_APPROX_KL), col("accuracy"), col(schema.VALUE_EXPLAINED_VARIANCE)
         out.append(
             {
@@ -306,16 +304,12 @@ class PPOStudy(GridStudy):
         output_dir: str | None = None,
         overrides: dict | None = None,
     ) -> dict:
-        from dataclasses import replace
-
         base = base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
-        return {
-            (label := runlog.run_label("ppo", d, s)): replace(
-                base, train_dtype=d, seed=s, output_dir=str(base.out / label)
-            )
-            for s in seeds
-            for d in dtypes
-        }
+        out = {}
+        for s in seeds:
+            for d in dtypes:
+                add_run(out, base, runlog.run_label("ppo", d, s), train_dtype=d, seed=s)
+        return out
 
     def moves(self, runs, meta) -> dict[str, list[str]]:
         """``AMENDMENTS``' key → the readings it moved ("dtype metric: before → after", means over seeds)."""
@@ -332,9 +326,6 @@ class PPOStudy(GridStudy):
                 out.append(f"{r['dtype']} {now['metric']}: {r['mean']:.3g} → {now['mean']:.3g}")
         return {"last_steps": out}
 
-    def coords(self, config: dict) -> dict:
-        return runlog.coords(config)
-
     def table(self, runs, meta):
         """``table`` per dtype over seeds: each seed's value, then the mean."""
         per_run = table(runs, meta)
@@ -346,8 +337,7 @@ class PPOStudy(GridStudy):
                 return [r[key] for r in rows]
 
             def mean(key):
-                xs = [x for x in each(key) if isinstance(x, (int, float))]
-                return float(f"{sum(xs) / len(xs):.3g}") if xs else None
+                return prose.mean3([x for x in each(key) if isinstance(x, (int, float))])
 
             out.append(
                 {

@@ -28,6 +28,7 @@ from __future__ import annotations
 from nbkit import results
 from nbkit.records import runlog, schema
 from nbkit.studies import prereg
+from nbkit.studies.base import add_run
 from nbkit.studies.ppo_recipe import STUDY as PPO_STUDY
 from nbkit.studies.ppo_recipe import TAIL, base_config
 
@@ -138,12 +139,13 @@ class PPOCriticStudy(prereg.PreRegistered):
         return {"seeds": list(SEEDS), "steps": STEPS}
 
     def grid(self, seeds=SEEDS, steps: int = STEPS, output_dir: str | None = None, overrides: dict | None = None):
-        from dataclasses import replace
-
         base = base_config(
             steps=steps, output_dir=output_dir or self.output_dir, train_dtype=DTYPE, **{**CRITIC, **(overrides or {})}
         )
-        return {(label := LABEL.format(seed=s)): replace(base, seed=s, output_dir=str(base.out / label)) for s in seeds}
+        out = {}
+        for s in seeds:
+            add_run(out, base, LABEL.format(seed=s), seed=s)
+        return out
 
     def coords(self, config: dict) -> dict:
         return {**runlog.coords(config), "critic_input": config.get("critic_input", "hidden")}

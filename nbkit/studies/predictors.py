@@ -410,9 +410,6 @@ class Predictors(Study):
     notebook = "06_dose_response"
     amendments = AMENDMENTS  # none moved the committed verdict: each adds a reading (``moves``: none)
 
-    def reproduce(self, card: dict) -> str:
-        return card.get("command", "")
-
     def table(self, runs, meta) -> list[dict]:
         _, sc = scores(runs)
         rows = sc.table()

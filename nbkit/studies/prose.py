@@ -14,6 +14,11 @@ def seeds(n: int) -> str:
     return f"{n} seed" + ("" if n == 1 else "s")
 
 
+def mean3(xs: list[float]) -> float | None:
+    """The mean of ``xs`` to 3 significant figures (None for no value)."""
+    return float(f"{sum(xs) / len(xs):.3g}") if xs else None
+
+
 def arm(fmt: str, correction: str | None = None, train: str = "fp32") -> str:
     """An arm's name on a page: ``format``, ``format + correction``, or ``train/format`` when the trainer is not
     FP32."""

@@ -84,10 +84,7 @@ def section(study: Study, root: Path | None = None) -> str:
         plan = study.plan()
         return "\n".join(
             [
-                f"## {study.title}",
-                "",
-                f"**Question.** {study.question}",
-                "",
+                *head(study),
                 f"**Statistic.** {study.statistic}",
                 "",
                 f"**Not stored yet** (`data/results/{study.name}` is missing): no run of it has been "
@@ -96,6 +93,11 @@ def section(study: Study, root: Path | None = None) -> str:
             + (["", "**The plan** (nothing below is a result):", ""] + [f"- {s}" for s in plan] if plan else [])
         )
     return checked(study, root)[0]
+
+
+def head(study: Study) -> list[str]:
+    """A section's first lines: the study's title and question."""
+    return [f"## {study.title}", "", f"**Question.** {study.question}", ""]
 
 
 def checked(study: Study, root: Path) -> tuple[str, str]:
@@ -123,7 +125,7 @@ def checked(study: Study, root: Path) -> tuple[str, str]:
                 f"{back[0].upper() + back[1:] if back else ''}Re-make it with a grid that holds what its table needs, "
                 f"e.g. its default: `nbkit study {study.name} run && nbkit study {study.name} store --replace`."
             )
-    return "\n".join([f"## {study.title}", "", f"**Question.** {study.question}", "", f"**Not shown.** {line}"]), line
+    return "\n".join([*head(study), f"**Not shown.** {line}"]), line
 
 
 def stored_section(study: Study, runs: dict[str, list[dict]], meta: dict[str, dict], card: dict) -> str:
@@ -132,10 +134,7 @@ def stored_section(study: Study, runs: dict[str, list[dict]], meta: dict[str, di
     after), statistic, tables, findings."""
     rows = study.table(runs, meta)
     parts = [
-        f"## {study.title}",
-        "",
-        f"**Question.** {study.question}",
-        "",
+        *head(study),
         f"**Stored** in `data/results/{study.name}`"
         + (f", drawn by notebook `{study.notebook}`" if study.notebook else "")
         + f": {provenance(study, card)}",

@@ -57,16 +57,20 @@ def build_set(
     batch_prompts: int = 8,
     engine: str = "hf",
     seed: int = 0,
+    task=None,
+    name: str | None = None,
 ) -> dataset.BuildResult:
     """The perfectible set of one regime, ``data/tiny_long_<regime>`` (notebook 01's recipe, resumable cache) on
-    ``pool_size`` problems (None: the regime's own, ``regime_pool``)."""
+    ``pool_size`` problems (None: the regime's own, ``regime_pool``); ``task`` and ``name``: the recipe on another
+    pool of the regime's problems, as a set of that name (the harm-transfer study's judge set)."""
     from nbkit import tasks
     from nbkit.tasks import dataset
 
     n = regime_pool(regime) if pool_size is None else pool_size
-    task = tasks.make_task(source="long_arith", pool_size=n, seed=seed, long_arith=LongArithConfig.regime(regime))
+    if task is None:
+        task = tasks.make_task(source="long_arith", pool_size=n, seed=seed, long_arith=LongArithConfig.regime(regime))
     cfg = dataset.BuildConfig(
-        name=set_name(regime),
+        name=name or set_name(regime),
         model=MODEL,
         engine=engine,
         dtype="fp32",
