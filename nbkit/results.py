@@ -279,12 +279,17 @@ def describe(study: str, root: Path = RESULTS) -> str:
         f"computed {where(sittings[0])}"
         if len(sittings) == 1
         else f"computed in {len(sittings)} sittings: "
-        + "; ".join(f"{len(p.get('runs') or [])} runs {where(p)}" for p in sittings)
+        + "; ".join(f"{count(len(p.get('runs') or []), 'run')} {where(p)}" for p in sittings)
     )
     return (
         f"Stored results `data/results/{study}` ({len(c.get('runs', []))} runs): {made}, by `{c.get('command')}`. "
         f"They are not re-computed here; re-run them with that command."
     )
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1 ("1 run", "3 runs")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _plain(x):

@@ -60,7 +60,7 @@ def provenance(study: Study, card: dict | None = None) -> str:
         where(sittings[0])
         if len(sittings) == 1
         else f"in {len(sittings)} sittings: "
-        + "; ".join(f"{len(p.get('runs') or [])} runs at {where(p)}" for p in sittings)
+        + "; ".join(f"{results.count(len(p.get('runs') or []), 'run')} at {where(p)}" for p in sittings)
     )
     line = f"{len(c.get('runs', []))} runs, {made}; made by `{c.get('command')}`" + (
         f"; today: `{now}`." if now and now != c.get("command") else "."

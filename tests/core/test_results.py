@@ -168,3 +168,7 @@ def test_a_wall_time_not_measured_is_recorded_as_unknown_never_as_zero(tmp_path)
     assert results.card("demo", root)["wall_seconds"] is None
     assert "wall time not recorded" in results.describe("demo", root)
     assert "12 min wall" == results.wall_text(720.0)
+
+
+def test_a_count_of_one_is_singular_every_other_plural():
+    assert [results.count(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
