@@ -103,7 +103,7 @@ STUDIES: dict[str, Study] = {
 PLANNED = {
     "corrections_tiny_arith": "rule committed at cbe5feb before any run; runs not yet trained",
     "mechanism_tiny_arith": "rule committed at 6489c6f before any run; runs stored as they finish",
-    "smollm2_after": "draft rule: the pilot, the step-0 doses and the predictions come first; nothing trains before",
+    "smollm2_after": "rule and predictions committed at e0c078f before any run; runs stored as they finish",
 }
 """Registered studies that may be missing from ``data/results`` (their rule is committed, their runs are not stored
 yet): RESULTS.md shows their question and plan, and says no result exists."""
