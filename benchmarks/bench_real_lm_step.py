@@ -635,7 +635,8 @@ def report(
     the HF engine every copy: 1). vLLM's cache shares whole KV blocks only, so it recomputes a prompt's last partial
     block per copy: 1 / samples undercounts that work and the floor errs low, never claiming more of it than was
     done."""
-    completion, prompt = tokens["completion"], tokens["prompt"] * prefilled
+    completion, sent = tokens["completion"], tokens["prompt"]
+    prompt = sent * prefilled
     bpp = 4 if dtype == "fp32" or "fp32-accumulate" in str(row.get("audit/rollout_gemm", "")) else 2
     steps = row["completions/max_length"]
     decode = completion * (shape.per_token + 2 * shape.hidden * shape.vocab)  # + the LM head at each new token
@@ -660,7 +661,8 @@ def report(
         phases[phase] = (seconds, tokens, flops, floor)
     print(
         f"\n{dtype} {mode}: step {row['time/step']:.1f} s (sync {row['time/sync']:.2f} s), {n} completions, "
-        f"prompt {prompt:.0f} ({prompt / n:.0f} per completion) + completion {completion:.0f} tokens, longest "
+        f"prompt {sent:.0f} ({sent / n:.0f} per completion; {prompt:.0f} prefilled) + "
+        f"completion {completion:.0f} tokens, longest "
         f"{steps:.0f}; "
         f"GEMM {row.get('audit/gemm')}, rollout {row.get('audit/rollout_gemm')}"
     )
