@@ -8,10 +8,12 @@ prose.
 
 from __future__ import annotations
 
+from nbkit import results
+
 
 def seeds(n: int) -> str:
-    """``"1 seed"``, ``"5 seeds"``."""
-    return f"{n} seed" + ("" if n == 1 else "s")
+    """``"1 seed"``, ``"5 seeds"`` (``nbkit.results.count``)."""
+    return results.count(n, "seed")
 
 
 def mean3(xs: list[float]) -> float | None:

@@ -38,6 +38,7 @@ from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import prereg
 from nbkit.studies import smollm2_after_transfer as transfer
+from nbkit.studies.base import group_seeds
 from nbkit.studies.harm_threshold_rule import first_step_value
 from nbkit.studies.smollm2_after_rule import (
     CRITERIA,
@@ -221,11 +222,7 @@ class SmolLM2After(prereg.PreRegistered):
     @staticmethod
     def by_arm(runs, meta) -> dict[str, dict[int, list[dict]]]:
         """``arm → seed → rows`` (the reference included)."""
-        arms: dict = {}
-        for lab, rows in runs.items():
-            m = meta[lab]
-            arms.setdefault(arm_name(m["train"], m["rollout"]), {})[m["seed"]] = rows
-        return arms
+        return group_seeds(runs, meta, lambda m: arm_name(m["train"], m["rollout"]))
 
     def gaps(self, runs, meta) -> dict[str, dict[int, float]]:
         """``arm → seed → gap`` to FP32/FP32 on the same seed."""
