@@ -229,11 +229,32 @@ def check_scaler_under(kind: str, work: Path) -> str:
     if kind.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
         raise CannotCheck("DeepSpeed is not installed")
     out = work / f"scaler-{kind}"
-    accelerate = [str(Path(sys.executable).with_name("accelerate")), "launch"]
-    train = f"--model {MODEL} --steps {STEPS} --train-dtype fp16 --prompts-per-step 4 --samples-per-prompt 4"
-    command = [*accelerate, "--config_file", str(launch.config_path(kind, "fp16")), "--num_processes", str(gpus)]
-    command += ["-m", "nbkit.cli.train", *train.split(), "--max-tokens", "24", "--checkpoint-every", "0"]
-    command += ["--output-dir", str(out)]
+    command = [
+        str(Path(sys.executable).with_name("accelerate")),
+        "launch",
+        "--config_file",
+        str(launch.config_path(kind, "fp16")),
+        "--num_processes",
+        str(gpus),
+        "-m",
+        "nbkit.cli.train",
+        "--model",
+        MODEL,
+        "--steps",
+        str(STEPS),
+        "--train-dtype",
+        "fp16",
+        "--prompts-per-step",
+        "4",
+        "--samples-per-prompt",
+        "4",
+        "--max-tokens",
+        "24",
+        "--checkpoint-every",
+        "0",
+        "--output-dir",
+        str(out),
+    ]
     done = subprocess.run(command, cwd=paths.ROOT, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
