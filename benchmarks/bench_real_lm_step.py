@@ -37,7 +37,9 @@ Three more comparisons, each measured in the same run:
   corrections only on its vLLM path.
 - ``--side-by-side``: the cell trained alone in a child process pinned to one core, then two identical copies at
   once, each pinned to its own core (``nbkit.runtime.pool``, one thread each): the throughput of the two over the
-  one's, from their step times and from their wall times (start-up included).
+  one's, from their step times and from their wall times (start-up included). Run before the cell's own steps in
+  this process, so that no model or engine of this process sits in memory beside the two (a SmolLM2 run of the
+  real-LM study's batch holds ~10 GB).
 - ``--dataset`` / ``--template`` / ``--grader`` / ``--reward``: another task than the brevity task's MATH prompts in
   ``qwen_math`` (e.g. ``--dataset word_arith --template smol_answer --reward correctness``), to measure what a
   shorter prompt saves.
@@ -597,7 +599,7 @@ def throughput(alone: dict, pair: dict) -> dict:
     }
 
 
-def report_beside(result: dict) -> None:
+def report_beside(result: dict, cell: str) -> None:
     ratio = throughput(result["alone"], result["pair"])
 
     def phases(rows):
@@ -606,7 +608,7 @@ def report_beside(result: dict) -> None:
 
     alone = result["alone"]["rows"][0]
     print(
-        f"  side by side (one thread, one pinned core each): alone median step {median_step(alone):.2f} s "
+        f"{cell}, side by side (one thread, one pinned core each): alone median step {median_step(alone):.2f} s "
         f"(last step: {phases(alone)} s), run wall {result['alone']['wall']:.0f} s"
     )
     for i, rows in enumerate(result["pair"]["rows"]):
@@ -718,6 +720,12 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for mode in args.modes:
             for dtype in args.dtypes:
+                if args.side_by_side:  # first, while this process holds no model (memory)
+                    report_beside(
+                        beside(cell_config(args, dtype, mode, Path(tmp)), Path(tmp) / f"beside-{dtype}-{mode}"),
+                        f"{dtype} {'LoRA' if mode == 'lora' else 'full'}",
+                    )
+                    print(f"  (load {os.getloadavg()[0]:.2f})", flush=True)
                 start = time.perf_counter()
                 rollouts = Rollouts() if args.vs_trl else None
                 row, forwards, tokens = cell(args, dtype, mode, tmp, rollouts)
@@ -743,11 +751,6 @@ def main(argv=None) -> None:
                     cfg = cell_config(args, dtype, mode, Path(tmp) / f"trl-{dtype}-{mode}")
                     trl = trl_cell(cfg, rollouts)
                     compare_trl(row, max(trl, key=lambda r: r["step"]), forwards.threads)
-                    print(f"  (load {os.getloadavg()[0]:.2f})", flush=True)
-                if args.side_by_side:
-                    report_beside(
-                        beside(cell_config(args, dtype, mode, Path(tmp)), Path(tmp) / f"beside-{dtype}-{mode}")
-                    )
                     print(f"  (load {os.getloadavg()[0]:.2f})", flush=True)
 
 
