@@ -455,6 +455,9 @@ def _start_worker(cores: tuple[int, ...], threads: int, settings: dict[str, str]
     its own set, torch loaded; then its output goes to a file with no name, and it watches its parent."""
     global _log
     os.setsid()
+    # Its SIGINT is the pool's "stop as Ctrl-C does" (no terminal reaches its session), also when the parent runs with
+    # SIGINT ignored, as a background job (`cmd &` without job control) does and its children inherit.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
     for key in CHILD_CLEARED:

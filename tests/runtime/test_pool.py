@@ -84,6 +84,15 @@ def pid_then_sleep(path: str, seconds: float = 300) -> None:
     time.sleep(seconds)
 
 
+def pid_then_sleep_noting_ctrl_c(path: str, seconds: float = 300) -> None:
+    """``pid_then_sleep``, writing ``<path>.ctrl-c`` when it is stopped as Ctrl-C stops a run."""
+    try:
+        pid_then_sleep(path, seconds)
+    except KeyboardInterrupt:
+        Path(f"{path}.ctrl-c").write_text("stopped")
+        raise
+
+
 def pids_of(paths: list[Path], timeout: float = 180) -> list[int]:
     """The pids ``pid_then_sleep`` jobs wrote to ``paths``, once all are there."""
     deadline = time.time() + timeout
@@ -154,7 +163,8 @@ def test_a_worker_killed_under_its_job_is_named_in_one_line_with_its_job_and_sig
     assert list(private_tmp.iterdir()) == []
 
 
-CTRL_C = """import sys
+CTRL_C = """import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's foreground process: Ctrl-C is not ignored
 from nbkit.runtime import pool
 from nbkit.cli.commands import guarded
 jobs = {f"j{i}": pool.Job("tests.runtime.test_pool:pid_then_sleep", {"path": f"{sys.argv[1]}/pid{i}"}) for i in range(2)}
@@ -202,6 +212,28 @@ def test_a_worker_whose_parent_is_killed_stops_its_job_and_ends(tmp_path):
     while alive(worker) and time.time() < deadline:
         time.sleep(0.2)
     assert not alive(worker)
+
+
+IGNORING = """import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job's: its children inherit SIGINT ignored
+from nbkit.runtime import pool
+pool.run({"j": pool.Job("tests.runtime.test_pool:pid_then_sleep_noting_ctrl_c", {"path": sys.argv[1]})}, workers=1,
+         progress=False)
+"""
+
+
+def test_a_worker_stops_its_job_as_ctrl_c_does_even_when_its_parent_ignores_ctrl_c(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", IGNORING, str(tmp_path / "pid")])
+    try:
+        worker = pids_of([tmp_path / "pid"])[0]
+    finally:
+        parent.kill()  # its worker sees it die and stops the job with a SIGINT to itself
+        parent.wait()
+    deadline = time.time() + 30
+    while alive(worker) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not alive(worker)
+    assert (tmp_path / "pid.ctrl-c").read_text() == "stopped"  # a KeyboardInterrupt, not the kill 20 s later
 
 
 _science = schema.without_timing
