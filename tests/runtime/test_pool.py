@@ -195,39 +195,22 @@ def test_in_this_process_calls_the_target_here():
     assert got["here"]["pid"] == os.getpid()
 
 
-ORPHAN = """import sys
-from nbkit.runtime import pool
-pool.run({"j": pool.Job("tests.runtime.test_pool:pid_then_sleep", {"path": sys.argv[1]})}, workers=1, progress=False)
-"""
-
-
-def test_a_worker_whose_parent_is_killed_stops_its_job_and_ends(tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", ORPHAN, str(tmp_path / "pid")])
-    try:
-        worker = pids_of([tmp_path / "pid"])[0]
-    finally:
-        parent.kill()  # kill -9: no Ctrl-C handling, no exit handler in the parent
-        parent.wait()
-    deadline = time.time() + 30
-    while alive(worker) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not alive(worker)
-
-
-IGNORING = """import signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job's: its children inherit SIGINT ignored
+ORPHAN = """import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN if sys.argv[2] == "ignored" else signal.default_int_handler)
 from nbkit.runtime import pool
 pool.run({"j": pool.Job("tests.runtime.test_pool:pid_then_sleep_noting_ctrl_c", {"path": sys.argv[1]})}, workers=1,
          progress=False)
 """
 
 
-def test_a_worker_stops_its_job_as_ctrl_c_does_even_when_its_parent_ignores_ctrl_c(tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", IGNORING, str(tmp_path / "pid")])
+# "ignored": a background job's parent (`cmd &` without job control), whose children inherit SIGINT ignored
+@pytest.mark.parametrize("parent_sigint", ["handled", "ignored"])
+def test_a_worker_whose_parent_is_killed_stops_its_job_as_ctrl_c_does_and_ends(tmp_path, parent_sigint):
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN, str(tmp_path / "pid"), parent_sigint])
     try:
         worker = pids_of([tmp_path / "pid"])[0]
     finally:
-        parent.kill()  # its worker sees it die and stops the job with a SIGINT to itself
+        parent.kill()  # kill -9: no Ctrl-C handling, no exit handler in the parent
         parent.wait()
     deadline = time.time() + 30
     while alive(worker) and time.time() < deadline:
