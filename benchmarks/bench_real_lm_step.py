@@ -91,6 +91,12 @@ def parse_args(argv=None):
         help="RLConfig.shared_prefix: each prompt's forward once per step (needs --checkpointing off); the phase "
         "FLOPs stay those of TRL's row-by-row scoring, so GFLOP/s is the effective rate",
     )
+    p.add_argument(
+        "--gemm",
+        default="auto",
+        help="the cells' RLConfig.gemm, one of nbkit.precision.gemm.GEMM_POLICIES (trainer and engine; nbkit.precision.gemm): e.g. bf16-split for FP16 on a CPU "
+        "with AMX-BF16 and no FP16 matrix unit; the limits and the single-GEMM table stay as documented",
+    )
     p.add_argument("--block-size", type=int, help="RLConfig.vllm_block_size (vLLM-CPU default 128; 32 shares prompts)")
     p.add_argument("--repeats", type=int, default=3, help="timings per GEMM (best kept)")
     p.add_argument("--dataset", default="eval/math", help="problems (RLConfig.dataset; default the brevity task's)")
@@ -327,6 +333,7 @@ def cell_config(args, dtype: str, mode: str, out: Path):
         template=args.template,
         grader=args.grader or default_grader(args.dataset, args.template),
         reward=args.reward,
+        gemm=args.gemm,
     )
 
 
@@ -687,12 +694,13 @@ def main(argv=None) -> None:
     from nbkit.runtime import paths
     from nbkit.workbook import jobtime
 
+    gemm.validate(args.gemm)  # a bad name fails here, naming the choices, before anything is measured
     paths.setup_environment()
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     print(jobtime.cpu_header())
     print(
         f"shared machine: load average {os.getloadavg()[0]:.2f} at the start; torch threads {torch.get_num_threads()}; "
-        f"gemm auto = {gemm.resolve('auto')}; half flags {gemm.half_flags()}"
+        f"gemm auto = {gemm.resolve('auto')}, cells' gemm = {args.gemm}; half flags {gemm.half_flags()}"
     )
     with tempfile.TemporaryDirectory() as tmp:  # a task that cannot train is refused before anything is measured
         try:

@@ -90,7 +90,11 @@ class HFEngine:
         self.share_prefix = share_prefix
         """Prefill the tokens every prompt of a batch starts with once (``shared_start``), not once per row: the
         same samples up to the order of sums; plain formats of dense models only (a format or MoE routing that
-        reads the whole batch keeps the row-by-row prefill)."""
+        reads the whole batch keeps the row-by-row prefill). The two prefills run GEMMs of other shapes: under
+        ``fp32-accumulate`` (and FP32) they agree to the last bits, but native half kernels may pick another kernel
+        per shape and round differently, as GPU kernels do (measured 2026-11-28 on a Xeon with AMX-BF16, BF16
+        tiny-arith: log-probs up to 0.06 apart, and one sample in eight seeds' batches drawn otherwise at a near
+        tie)."""
         self.stop_ids = _stop_ids(model, tokenizer)
 
     def generate(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Rollout]:

