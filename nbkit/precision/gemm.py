@@ -28,9 +28,10 @@ Policies (``GEMM_POLICIES``):
   and AVX512-BF16 or AMX-BF16) and to ``fp32-accumulate`` elsewhere (AVX2-only CPUs; AVX512-BF16 without FP16), so
   FP16 and BF16 always share one kind of kernel (``default_policy``). ``bf16-split`` is chosen by name only: it
   should pay on CPUs with a BF16 matrix unit (AMX-BF16) but none for FP16 (e.g. Sapphire Rapids, whose AVX512-FP16
-  GEMMs run at FP32's speed while its AMX-BF16 ones run 4–9× faster; ``cpu_has_bf16_matrix_only`` tells), but
-  that has not been measured on such a CPU, so ``auto`` does not switch to it yet
-  (``benchmarks/bench_real_lm_step.py`` prints the per-policy GEMM ratios to decide it).
+  GEMMs run at FP32's speed while its AMX-BF16 ones run 4–9× faster; ``cpu_has_bf16_matrix_only`` tells). Measured
+  on such a Xeon (``benchmarks/README.md``, 28 Nov 2026) it does not pay: 2.0–3.6× FP32 per GEMM at SmolLM2's update
+  shapes, as torch's CPU path for FP32-valued BF16 math runs the four-fold GEMM at 1.34× one FP32 GEMM before any
+  splitting; ``auto`` keeps ``native`` there (``benchmarks/bench_real_lm_step.py`` prints the per-policy ratios).
 
 Usage::
 
@@ -88,7 +89,7 @@ def default_policy(device: str | torch.device | None = None) -> str:
 
     CUDA (and any non-CPU accelerator) counts as native; a CPU with AVX512-FP16 (or AMX-FP16) and AVX512-BF16 (or
     AMX-BF16) too. One policy for both formats: they must differ by format, not kernel. ``bf16-split`` is never the
-    default until it is measured to pay on a CPU with a BF16 matrix unit only (see the module docstring).
+    default: measured on a CPU with a BF16 matrix unit only, it did not pay (see the module docstring).
     """
     kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind != "cpu":
