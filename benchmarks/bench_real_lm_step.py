@@ -115,11 +115,14 @@ def parse_args(argv=None):
 
 
 def check(args) -> str | None:
-    """What is wrong with a combination of options (None when nothing is): the algorithm's name, what ``--vs-trl``
-    can compare, the cores ``--side-by-side`` needs."""
+    """What is wrong with a combination of options (None when nothing is): the GEMM policy's and the algorithm's
+    names, what ``--vs-trl`` can compare, the cores ``--side-by-side`` needs."""
+    from nbkit.precision import gemm
     from nbkit.rl import algorithms
     from nbkit.runtime import pool
 
+    if args.gemm not in gemm.GEMM_POLICIES:
+        return f"--gemm {args.gemm!r}: choose one of {list(gemm.GEMM_POLICIES)}"
     for name in ("prompts", "samples", "max_tokens", "steps", "repeats"):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1"
@@ -694,7 +697,6 @@ def main(argv=None) -> None:
     from nbkit.runtime import paths
     from nbkit.workbook import jobtime
 
-    gemm.validate(args.gemm)  # a bad name fails here, naming the choices, before anything is measured
     paths.setup_environment()
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     print(jobtime.cpu_header())

@@ -29,6 +29,12 @@ def test_an_unknown_algorithm_is_refused_naming_the_presets(capsys):
     assert "'grpo2'" in line and "'grpo'" in line and "'dr_grpo'" in line
 
 
+def test_an_unknown_gemm_policy_is_refused_naming_the_policies(capsys):
+    line = refusal(capsys, ["--gemm", "amx"])
+    assert "'amx'" in line and "'bf16-split'" in line and "'fp32-accumulate'" in line
+    assert bench.parse_args(["--gemm", "bf16-split"]).gemm == "bf16-split" and bench.parse_args([]).gemm == "auto"
+
+
 def test_vs_trl_compares_fp32_and_bf16_and_refuses_fp16(capsys):
     assert bench.parse_args(["--vs-trl"]).dtypes == ["fp32", "bf16"]
     assert bench.parse_args([]).dtypes == ["fp32", "bf16", "fp16"]
