@@ -272,7 +272,7 @@ def describe(study: str, root: Path = RESULTS) -> str:
         commit = (p.get("commit") or "unknown")[:10] + (" (with uncommitted changes)" if p.get("dirty") else "")
         return (
             f"at commit {commit} on {(p.get('machine') or {}).get('cpu')} ({(p.get('machine') or {}).get('cores')} "
-            f"cores) on {p.get('date')}, {wall_text(p.get('wall_seconds'))}"
+            f"cores{caps_text(p.get('machine'))}) on {p.get('date')}, {wall_text(p.get('wall_seconds'))}"
         )
 
     made = (
@@ -285,6 +285,13 @@ def describe(study: str, root: Path = RESULTS) -> str:
         f"Stored results `data/results/{study}` ({len(c.get('runs', []))} runs): {made}, by `{c.get('command')}`. "
         f"They are not re-computed here; re-run them with that command."
     )
+
+
+def caps_text(machine: dict | None) -> str:
+    """``"; kernels capped: ATEN_CPU_CAPABILITY=avx2, ..."`` for a machine record made under capped kernels (an ISA
+    emulation, ``gemm.kernel_caps``), else ``""``: where it ran and what it ran are not the same CPU then."""
+    caps = (machine or {}).get("kernel_caps") or {}
+    return f"; kernels capped: {', '.join(f'{k}={v}' for k, v in caps.items())}" if caps else ""
 
 
 def count(n: int, noun: str) -> str:

@@ -46,6 +46,7 @@ def provenance(study: Study, card: dict | None = None) -> str:
             if flags is not None
             else "; CPU flags not recorded"
         )
+        + results.caps_text(m)
         + ")"
     )
     now = study.reproduce(c)
@@ -53,7 +54,12 @@ def provenance(study: Study, card: dict | None = None) -> str:
 
     def where(p: dict) -> str:
         commit = (p.get("commit") or "unknown")[:10] + (" with uncommitted changes" if p.get("dirty") else "")
-        cpu_p = cpu if p.get("machine") == m else f"{(p.get('machine') or {}).get('cpu')}"
+        pm = p.get("machine") or {}
+        cpu_p = (
+            cpu
+            if pm == m
+            else f"{pm.get('cpu')}" + (f" ({results.caps_text(pm)[2:]})" if pm.get("kernel_caps") else "")
+        )
         return f"commit `{commit}`, {cpu_p}, {str(p.get('date', '?'))[:10]}, {results.wall_text(p.get('wall_seconds'))}"
 
     made = (

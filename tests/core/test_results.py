@@ -172,3 +172,20 @@ def test_a_wall_time_not_measured_is_recorded_as_unknown_never_as_zero(tmp_path)
 
 def test_a_count_of_one_is_singular_every_other_plural():
     assert [results.count(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
+
+
+def test_a_machine_recorded_under_capped_kernels_says_so_wherever_its_sitting_is_described(tmp_path, monkeypatch):
+    """A sitting run under the AVX2 emulation on an AVX512 CPU names the caps: the CPU's name alone would not say
+    which kernels ran."""
+    caps = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert (
+        results.caps_text({"kernel_caps": caps})
+        == "; kernels capped: ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2"
+    )
+    assert results.caps_text({"kernel_caps": {}}) == results.caps_text(None) == ""
+    from nbkit.precision import gemm
+
+    monkeypatch.setattr(gemm, "kernel_caps", lambda: caps)
+    root = tmp_path / "results"
+    results.store("demo", _runs(tmp_path), command="x", wall_seconds=1, root=root)
+    assert "kernels capped: ATEN_CPU_CAPABILITY=avx2" in results.describe("demo", root)
