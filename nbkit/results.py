@@ -108,6 +108,7 @@ def store(
     earlier: list[dict] | None = None,
     record: dict | None = None,
     keep_old: bool = False,
+    ran_on: dict | None = None,
 ) -> Path:
     """Write ``runs`` (``label → rows``, or a folder of run folders read with ``nbkit.records.runlog.load_runs``) as
     study ``study`` with its provenance card; an existing study of that name is replaced as a whole (its folder
@@ -119,7 +120,9 @@ def store(
     carries over; the card lists them under ``parts`` with this sitting's, and its wall time is their sum.
     ``record``: fields of the study's record kept on the card as they are (``nbkit.studies.amendments``: the rule,
     the training start and the amendments of a study continued in a later sitting).
-    ``keep_old``: the study it replaces is kept beside it as ``<study>.replaced-<date>`` (``replaced_name``)."""
+    ``keep_old``: the study it replaces is kept beside it as ``<study>.replaced-<date>`` (``replaced_name``).
+    ``ran_on``: the machine record of the machine the runs ran on (``machine()`` in the runs, read from their
+    folders); None: this process's, for runs that did not record theirs."""
     if not isinstance(runs, dict):
         folder = Path(runs)
         runs = load_runs(folder)
@@ -141,7 +144,7 @@ def store(
         "study": study,
         **git_state(),
         "command": command,
-        "machine": machine(),
+        "machine": ran_on or machine(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "wall_seconds": None if wall_seconds is None else round(float(wall_seconds), 1),
         "runs": sorted(runs),

@@ -19,7 +19,7 @@ import nbkit.rl.judge as judge
 import nbkit.rl.launch as launch
 import nbkit.rl.lora as lora
 import nbkit.rl.sizing as sizing
-from nbkit import tasks
+from nbkit import results, tasks
 from nbkit.engines import encode_prompt
 from nbkit.models import models
 from nbkit.precision import lm_head
@@ -327,6 +327,7 @@ def _trained(cfg: RLConfig, folder: RunFolder, progress: bool, rank: int, world_
             "seconds": result.seconds,
             "alarms": result.alarms,
             "num_processes": world_size,
+            "machine": results.machine(),  # what the run ran on: a later store may run elsewhere
         }
     )
     return result

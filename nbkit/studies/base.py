@@ -30,6 +30,33 @@ class StoredStudyError(FileExistsError):
     """``store`` would replace a stored study with other runs or another grid without ``replace``: nothing changed."""
 
 
+def ran_on(study: str, folders: dict[str, Path]) -> dict | None:
+    """The machine record the finished runs in ``folders`` (``label → run folder``) wrote in their
+    ``summary.json`` (``nbkit.rl.run``), the one a sitting's card names; None when none wrote one (runs older than
+    the record: the storing process's machine stands in). Runs that ran on different machines are refused, naming
+    them: one sitting has one machine, so store each machine's runs in a sitting of its own."""
+    seen: dict[str, list[str]] = {}
+    records: dict[str, dict] = {}
+    for label, folder in folders.items():
+        try:
+            record = json.loads((folder / "summary.json").read_text()).get("machine")
+        except (OSError, ValueError):
+            record = None
+        if record:
+            key = json.dumps(record, sort_keys=True)
+            seen.setdefault(key, []).append(label)
+            records[key] = record
+    if len(seen) > 1:
+        where = "; ".join(
+            f"{records[k].get('cpu')}{results.caps_text(records[k])}: {labels}" for k, labels in seen.items()
+        )
+        raise ValueError(
+            f"study {study}: the runs to store ran on {len(seen)} machines ({where}); one sitting has one machine: "
+            f"store each machine's runs in a sitting of its own (--keep-stored), moving the others' folders aside"
+        )
+    return next(iter(records.values()), None)
+
+
 class Study:
     """One stored study under ``data/results/<name>`` and how to read it."""
 
@@ -288,6 +315,7 @@ class GridStudy(Study):
         grid = self.grid(**options)
         runs, configs = self.collect(**options)
         earlier, record = None, None
+        fresh = set(runs)  # the runs this sitting adds (keep_stored: those not stored yet)
         stored = (results.study_dir(self.name, root) / results.CARD).is_file()
         if keep_stored and stored:
             kept, kept_configs = self.stored_runs(grid, root)
@@ -306,6 +334,7 @@ class GridStudy(Study):
                     flush=True,
                 )
             runs = {k: v for k, v in runs.items() if k not in kept}
+            fresh = set(runs)
             if not runs and not other:
                 print(
                     f"[nbkit] {self.name}: no run of this grid to add to the {len(kept)} stored: unchanged",
@@ -352,6 +381,7 @@ class GridStudy(Study):
             earlier=earlier,
             record=record,
             keep_old=replace,
+            ran_on=ran_on(self.name, {k: Path(grid[k].output_dir) for k in sorted(fresh)}),
             configs={"grid": {k: v for k, v in options.items()}, "runs": configs},
             notes=f"{len(missing)} of the grid's {len(grid)} runs not stored (not run or not finished): {missing}"
             if missing

@@ -68,6 +68,8 @@ def test_every_algorithm_runs_two_steps_in_real_low_precision(
         else:
             assert row["loss_scale"] is None
     assert (result.out / "metrics.jsonl").exists() and (result.out / "summary.json").exists()
+    ran_on = json.loads((result.out / "summary.json").read_text())["machine"]  # what a later store names
+    assert ran_on["cpu"] and ran_on["gemm_auto"] in ("native", "fp32-accumulate") and "kernel_caps" in ran_on
 
 
 @pytest.mark.slow

@@ -88,10 +88,15 @@ def test_a_study_continued_in_a_later_sitting_trains_only_what_the_store_lacks(t
     second = study.run(progress=False, keep_stored=True, root=root, **opts)
     assert set(second) == set(study.grid(**opts)) - set(first)  # nothing stored is trained again
     assert not any((tmp_path / "runs" / label).exists() for label in first)
+    elsewhere = {"cpu": "another CPU", "kernel_caps": {"ATEN_CPU_CAPABILITY": "avx2"}}
+    for label in second:  # sitting 2's runs ran on another machine than the one that stores them
+        summary = tmp_path / "runs" / label / "summary.json"
+        summary.write_text(json.dumps({**json.loads(summary.read_text()), "machine": elsewhere}))
     study.store(wall_seconds=5.0, command="sitting 2", root=root, keep_stored=True, **opts)
     assert study.load(root) == {**first, **second}
     card = study.card(root)
     assert [p["runs"] for p in results.parts(card)] == [sorted(first), sorted(second)]
+    assert [p["machine"]["cpu"] for p in results.parts(card)] == [results.machine()["cpu"], "another CPU"]
     assert card["wall_seconds"] == 15.0 and "2 sittings" in results.describe(study.name, root)
     assert study.stored_meta(root).keys() == study.load(root).keys()
 
@@ -251,3 +256,21 @@ def test_store_without_wall_seconds_records_none_not_its_own_seconds(tmp_path, m
     assert "wall time not recorded" in results.describe(study.name, root)
     with pytest.raises(SystemExit):
         cli_main.main(["study", study.name, "store", "--wall-seconds", "-5", *sets])
+
+
+def test_a_sitting_names_the_machine_its_runs_ran_on_and_refuses_runs_of_two_machines(tmp_path):
+    """The card's machine is the one the runs wrote in their summaries, not the storing process's (a store run
+    unemulated beside runs trained under the AVX2 emulation would name the wrong kernels)."""
+    from nbkit.studies.base import ran_on
+
+    def run(label, machine=None):
+        (tmp_path / label).mkdir()
+        (tmp_path / label / "summary.json").write_text(json.dumps({"steps": 1, **({"machine": machine} if machine else {})}))
+        return label, tmp_path / label
+
+    xeon = {"cpu": "Xeon", "kernel_caps": {"ATEN_CPU_CAPABILITY": "avx2"}}
+    epyc = {"cpu": "EPYC", "kernel_caps": {}}
+    assert ran_on("s", dict([run("old")])) is None  # runs from before the record: the storing machine stands in
+    assert ran_on("s", dict([run("a", xeon), run("b", xeon), run("c")])) == xeon
+    with pytest.raises(ValueError, match=r"2 machines .*Xeon; kernels capped: ATEN_CPU_CAPABILITY=avx2: \['a', 'b'\]"):
+        ran_on("s", dict([("a", tmp_path / "a"), ("b", tmp_path / "b"), run("d", epyc)]))
