@@ -265,7 +265,9 @@ def test_a_sitting_names_the_machine_its_runs_ran_on_and_refuses_runs_of_two_mac
 
     def run(label, machine=None):
         (tmp_path / label).mkdir()
-        (tmp_path / label / "summary.json").write_text(json.dumps({"steps": 1, **({"machine": machine} if machine else {})}))
+        (tmp_path / label / "summary.json").write_text(
+            json.dumps({"steps": 1, **({"machine": machine} if machine else {})})
+        )
         return label, tmp_path / label
 
     xeon = {"cpu": "Xeon", "kernel_caps": {"ATEN_CPU_CAPABILITY": "avx2"}}
