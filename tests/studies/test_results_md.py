@@ -212,3 +212,25 @@ def test_a_grid_stored_with_replace_that_makes_no_table_is_named_and_the_rest_of
     assert "reference pair ('bf16', 'bf16') is not in the table" in troubles[0]
     assert f"{study.name}.replaced-" in troubles[0] and "store --replace" in troubles[0]
     assert results_md.section(STUDIES["ppo_tiny_arith"], root) in text  # the rest of the page is made as ever
+
+
+def test_each_sitting_names_its_own_cpu_flags_and_kernel_caps():
+    """A study stored over sittings on several CPUs says, per sitting, which CPU and which kernels ran it."""
+    avx2 = {"cpu": "AMD EPYC", "cores": 2, "cpu_flags": ["avx2"]}
+    emulated = {**avx2, "cpu_flags": ["avx2", "avx512f", "avx512_bf16"], "kernel_caps": {"ATEN_CPU_CAPABILITY": "avx2"}}
+    card = {
+        "runs": ["a", "b"],
+        "command": "nbkit study x run",
+        "machine": emulated,
+        "parts": [
+            {"commit": "1" * 40, "machine": avx2, "date": "2026-11-28", "wall_seconds": 60, "runs": ["a"]},
+            {"commit": "2" * 40, "machine": emulated, "date": "2026-12-02", "wall_seconds": 60, "runs": ["b"]},
+            {"commit": "3" * 40, "date": "2026-12-02", "wall_seconds": 60, "runs": []},
+        ],
+    }
+    line = results_md.provenance(STUDIES["smollm2_after"], card)
+    assert "1 run at commit `1111111111`, AMD EPYC (2 cores; avx2), 2026-11-28" in line
+    assert (
+        "AMD EPYC (2 cores; avx2, avx512f, avx512_bf16; kernels capped: ATEN_CPU_CAPABILITY=avx2), 2026-12-02" in line
+    )
+    assert "0 runs at commit `3333333333`, machine not recorded" in line
