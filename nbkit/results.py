@@ -273,10 +273,7 @@ def describe(study: str, root: Path = RESULTS) -> str:
 
     def where(p: dict) -> str:
         commit = (p.get("commit") or "unknown")[:10] + (" (with uncommitted changes)" if p.get("dirty") else "")
-        return (
-            f"at commit {commit} on {(p.get('machine') or {}).get('cpu')} ({(p.get('machine') or {}).get('cores')} "
-            f"cores{caps_text(p.get('machine'))}) on {p.get('date')}, {wall_text(p.get('wall_seconds'))}"
-        )
+        return f"at commit {commit} on {machine_text(p.get('machine') or {})} on {p.get('date')}, {wall_text(p.get('wall_seconds'))}"
 
     made = (
         f"computed {where(sittings[0])}"
@@ -295,6 +292,18 @@ def caps_text(machine: dict | None) -> str:
     emulation, ``gemm.kernel_caps``), else ``""``: where it ran and what it ran are not the same CPU then."""
     caps = (machine or {}).get("kernel_caps") or {}
     return f"; kernels capped: {', '.join(f'{k}={v}' for k, v in caps.items())}" if caps else ""
+
+
+def machine_text(m: dict) -> str:
+    """A machine record as ``"AMD EPYC (2 cores; avx2, avx512f; kernels capped: ...)"``: its CPU, cores, half-precision
+    flags and kernel caps, so two CPUs of one name (an AVX2-only EPYC, an AVX512 one) read apart."""
+    flags = m.get("cpu_flags")
+    named = (
+        f"; {', '.join(flags) or 'no AVX512/AMX half-precision flags'}"
+        if flags is not None
+        else "; CPU flags not recorded"
+    )
+    return f"{m.get('cpu')} ({m.get('cores')} cores{named}{caps_text(m)})"
 
 
 def count(n: int, noun: str) -> str:

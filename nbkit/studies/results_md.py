@@ -34,17 +34,6 @@ re-run that command to reproduce it. Results of the main job (`make report`) are
 """
 
 
-def cpu_text(m: dict) -> str:
-    """A machine record as ``"AMD EPYC (2 cores; avx2, avx512f; kernels capped: ...)"``: each sitting names its own."""
-    flags = m.get("cpu_flags")
-    named = (
-        f"; {', '.join(flags) or 'no AVX512/AMX half-precision flags'}"
-        if flags is not None
-        else "; CPU flags not recorded"
-    )
-    return f"{m.get('cpu')} ({m.get('cores')} cores{named}{results.caps_text(m)})"
-
-
 def provenance(study: Study, card: dict | None = None) -> str:
     """One line from the study's card (default: the stored one): commit, machine, date, wall time, command, runs."""
     c = study.card() if card is None else card
@@ -53,7 +42,7 @@ def provenance(study: Study, card: dict | None = None) -> str:
 
     def where(p: dict) -> str:
         commit = (p.get("commit") or "unknown")[:10] + (" with uncommitted changes" if p.get("dirty") else "")
-        cpu = cpu_text(p["machine"]) if p.get("machine") else "machine not recorded"
+        cpu = results.machine_text(p["machine"]) if p.get("machine") else "machine not recorded"
         return f"commit `{commit}`, {cpu}, {str(p.get('date', '?'))[:10]}, {results.wall_text(p.get('wall_seconds'))}"
 
     made = (

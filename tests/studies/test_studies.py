@@ -98,6 +98,11 @@ def test_a_study_continued_in_a_later_sitting_trains_only_what_the_store_lacks(t
     assert [p["runs"] for p in results.parts(card)] == [sorted(first), sorted(second)]
     assert [p["machine"]["cpu"] for p in results.parts(card)] == [results.machine()["cpu"], "another CPU"]
     assert card["wall_seconds"] == 15.0 and "2 sittings" in results.describe(study.name, root)
+    for p in results.parts(card):  # each sitting named with its own CPU, flags and kernel caps
+        assert results.machine_text(p["machine"]) in results.describe(study.name, root)
+    assert "another CPU (None cores; CPU flags not recorded; kernels capped: ATEN_CPU_CAPABILITY=avx2)" in (
+        results.describe(study.name, root)
+    )
     assert study.stored_meta(root).keys() == study.load(root).keys()
 
 
