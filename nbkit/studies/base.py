@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 from nbkit import results
 from nbkit.records import runlog
 from nbkit.records.runlog import KIND, RESULT_NEUTRAL, MetricsLog, last_logged_step, last_step, result_differences
-from nbkit.runtime import outputs
+from nbkit.runtime import outputs, pool
 from nbkit.studies.prose import markdown_table as markdown_table  # (re-exported: the studies' table writer)
 from nbkit.studies.stored import keep_stored_change, store_change
 
@@ -465,6 +466,26 @@ class GridStudy(Study):
         meta = self.meta({k: configs[k] for k in runs})
         seconds = time.perf_counter() - start
         return (runs, meta, seconds) if beside is None else (runs, meta, seconds, values)
+
+    def start_live(self, **options) -> Future:
+        """``live(**options)`` started in the background: a future of its ``(runs, meta, seconds)``, awaited
+        (``.result()``) in the section that shows the runs, so a page can train its slice while earlier sections
+        compute. The grid is built first, here, so a bad option is refused before anything starts. Its runs always
+        train in worker processes, at least one even for a single run or on a GPU (where ``live`` would train in this
+        process), so that the caller's work meanwhile shares no RNG, GEMM policy or default dtype with them."""
+        if options.get("beside"):
+            raise ValueError("start_live takes no beside jobs: start them in the background too, or run them here")
+        self.grid(**{k: v for k, v in options.items() if k not in LIVE_ONLY})  # bad options: refused here, now
+        threads = options.get("threads", 1)
+        cores = len(pool.free_cores()) // threads if isinstance(threads, int) and threads >= 1 else 1
+        workers = max(1, pool.place(cores or 1, threads, options.pop("workers", None)).workers)
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-live").submit(
+            self.live, workers=workers, **options
+        )
+
+
+LIVE_ONLY = ("shard", "progress", "keep_stored", "root", "overwrite", "threads", "workers", "beside")
+"""``live``'s (and ``run``'s) own arguments: everything else it takes is a grid option."""
 
 
 def add_run(grid: dict, base, label: str, **fields) -> None:

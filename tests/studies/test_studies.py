@@ -281,3 +281,49 @@ def test_a_sitting_names_the_machine_its_runs_ran_on_and_refuses_runs_of_two_mac
     assert ran_on("s", dict([run("a", xeon), run("b", xeon), run("c")])) == xeon
     with pytest.raises(ValueError, match=r"2 machines .*Xeon; kernels capped: ATEN_CPU_CAPABILITY=avx2: \['a', 'b'\]"):
         ran_on("s", dict([("a", tmp_path / "a"), ("b", tmp_path / "b"), run("d", epyc)]))
+
+
+# -- a live slice started in the background (a notebook trains it while earlier sections compute) ----------------
+
+
+def _slice(**more) -> dict:
+    return dict(
+        formats=["fp32"],
+        seeds=[0],
+        steps=1,
+        pairs=[],
+        more_seeds={},
+        corrected={"formats": [], "corrections": []},
+        output_dir="unused",
+        **more,
+    )
+
+
+def test_a_background_slice_trains_in_worker_processes_even_where_live_would_train_in_this_one(monkeypatch):
+    import threading
+
+    from nbkit.runtime import pool
+    from nbkit.studies.dose_response import DoseResponse
+
+    monkeypatch.setenv(pool.WORKERS_ENV, "0")  # "in this process": a foreground live() would train here
+    calls = []
+
+    def live(self, **options):
+        calls.append((options, threading.current_thread()))
+        return {}, {}, 0.0
+
+    monkeypatch.setattr(DoseResponse, "live", live)
+    assert DoseResponse().start_live(**_slice(progress=False)).result(timeout=60) == ({}, {}, 0.0)
+    ((options, thread),) = calls
+    assert options["workers"] >= 1 and options["progress"] is False  # a child, at least one; the rest passed on
+    assert thread is not threading.current_thread()  # the caller went on meanwhile
+
+
+def test_a_background_slice_with_a_bad_option_is_refused_before_anything_starts(monkeypatch):
+    from nbkit.studies.dose_response import DoseResponse
+
+    monkeypatch.setattr(DoseResponse, "live", lambda self, **o: pytest.fail("the slice started"))
+    with pytest.raises(ValueError, match=r"unknown rollout format 'fp33'; choose one of \('fp32'"):
+        DoseResponse().start_live(**{**_slice(), "formats": ["fp33"]})
+    with pytest.raises(ValueError, match="no beside jobs"):
+        DoseResponse().start_live(**_slice(beside={"x": None}))
