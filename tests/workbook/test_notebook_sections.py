@@ -54,9 +54,12 @@ def test_the_sections_of_notebook_02_compute_their_own_live_parts():
 
 
 def test_the_sections_of_notebook_06_compute_their_own_live_parts():
-    """Section 1 computes the offline ladder alone; section 4 trains the live slice it shows."""
+    """Section 1 computes the offline ladder alone; the live slice is started in the background before section 1
+    (``start_live``) and section 4, which shows it, awaits it: no section before 4 reads it."""
     (path,) = [p for p in NOTEBOOKS if p.stem.startswith("06_")]
+    preamble = sections(path)[0][1]
     by_number = {h.split(".")[0]: code for h, code in sections(path) if h[:1].isdigit()}
+    assert "study.start_live(" in preamble and "study.live(" not in preamble
     assert "run_ladder(" in by_number["1"]
-    assert "study.live(" not in by_number["1"]
-    assert "study.live(" in by_number["4"]
+    assert all("live_slice" not in code and "study.live(" not in code for n, code in by_number.items() if n < "4")
+    assert "live_slice.result()" in by_number["4"]
