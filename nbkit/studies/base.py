@@ -13,6 +13,7 @@ by ``nbkit.studies.prose``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -475,17 +476,13 @@ class GridStudy(Study):
         process), so that the caller's work meanwhile shares no RNG, GEMM policy or default dtype with them."""
         if options.get("beside"):
             raise ValueError("start_live takes no beside jobs: start them in the background too, or run them here")
-        self.grid(**{k: v for k, v in options.items() if k not in LIVE_ONLY})  # bad options: refused here, now
-        threads = options.get("threads", 1)
-        cores = len(pool.free_cores()) // threads if isinstance(threads, int) and threads >= 1 else 1
-        workers = max(1, pool.place(cores or 1, threads, options.pop("workers", None)).workers)
+        own = inspect.signature(self.run).parameters  # run's own arguments; every other option is a grid option
+        grid = self.grid(**{k: v for k, v in options.items() if k not in own})  # bad options: refused here, now
+        placed = pool.place(len(grid), options.get("threads", 1), options.pop("workers", None))  # as live would
+        workers = max(1, placed.workers)  # but never in this process
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-live").submit(
             self.live, workers=workers, **options
         )
-
-
-LIVE_ONLY = ("shard", "progress", "keep_stored", "root", "overwrite", "threads", "workers", "beside")
-"""``live``'s (and ``run``'s) own arguments: everything else it takes is a grid option."""
 
 
 def add_run(grid: dict, base, label: str, **fields) -> None:
