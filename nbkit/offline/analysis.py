@@ -360,33 +360,51 @@ def run_grids(
     workers: int | None = None,
     beside: dict | None = None,
 ):
-    """``run_grid`` of every config, one job per (model, engine dtype) through ``nbkit.runtime.pool``: as many at once
-    as the free cores hold (``workers``, else ``NBKIT_WORKERS``), each in its own process on ``threads`` cores. A job
-    samples its engine dtype and computes π in every training dtype of its config on those rollouts, so the cells are
-    those of one ``run_grid`` call; ``workers=0`` runs the configs one after another in this process. ``beside``: other
-    independent jobs (``label → nbkit.runtime.pool.Job``, e.g. a notebook's later sections) scheduled after the grid's
-    in the same pool (in this process: after the grids); with it the value is ``(grid results, label → the jobs'
-    values)``."""
+    """``run_grid`` of every config, one job per (model, engine dtype) through ``nbkit.runtime.pool`` (``grid_jobs``):
+    as many at once as the free cores hold (``workers``, else ``NBKIT_WORKERS``), each in its own process on
+    ``threads`` cores. A job samples its engine dtype and computes π in every training dtype of its config on those
+    rollouts, so the cells are those of one ``run_grid`` call; ``workers=0`` runs the configs one after another in this
+    process. ``beside``: other independent jobs (``label → nbkit.runtime.pool.Job``) scheduled after the grid's in the
+    same pool (in this process: after the grids); with it the value is ``(grid results, label → the jobs' values)``.
+    A notebook that shows those jobs in later sections starts them all with ``pool.start`` instead and awaits the
+    grid with ``grid_results``."""
+    jobs, extra = grid_jobs(configs), dict(beside or {})
+    if pool.place(len(jobs) + len(extra), threads, workers).workers == 0:
+        out = [run_grid(cfg, progress=progress) for cfg in configs]
+        return out if beside is None else (out, {k: pool.call(job.target, job.kwargs) for k, job in extra.items()})
+    clash = sorted(set(jobs) & set(extra))
+    if clash:
+        raise ValueError(f"beside job label(s) {clash} are also grid job labels; give them other names")
+    parts = pool.run({**jobs, **extra}, threads, workers, progress=progress, desc="offline grid cells")
+    out = merge_grids(configs, parts)
+    return out if beside is None else (out, {k: parts[k] for k in extra})
+
+
+def grid_jobs(configs: list[GridConfig]) -> dict[str, pool.Job]:
+    """``label → pool.Job`` of every config's grid, one per (model, engine dtype) (``run_grid`` of that engine dtype
+    alone, every training dtype); the dtypes are checked here, before any job starts."""
     from dataclasses import replace
 
     for cfg in configs:
         for dt in (*cfg.engine_dtypes, *cfg.train_dtypes):
-            models.torch_dtype(dt)  # validate before any job starts
-    extra = dict(beside or {})
-    if pool.place(sum(len(cfg.engine_dtypes) for cfg in configs) + len(extra), threads, workers).workers == 0:
-        out = [run_grid(cfg, progress=progress) for cfg in configs]
-        return out if beside is None else (out, {k: pool.call(job.target, job.kwargs) for k, job in extra.items()})
-    jobs = {
+            models.torch_dtype(dt)
+    return {
         f"{i}:{cfg.model}:{e}": pool.Job(
             "nbkit.offline.analysis:run_grid", {"cfg": replace(cfg, engine_dtypes=(e,)), "progress": False}
         )
         for i, cfg in enumerate(configs)
         for e in cfg.engine_dtypes
     }
-    clash = sorted(set(jobs) & set(extra))
-    if clash:
-        raise ValueError(f"beside job label(s) {clash} are also grid job labels; give them other names")
-    parts = pool.run({**jobs, **extra}, threads, workers, progress=progress, desc="offline grid cells")
+
+
+def grid_results(configs: list[GridConfig], started: pool.Started) -> list[GridResult]:
+    """``run_grids``' value from jobs started in the background (``pool.start`` of ``grid_jobs(configs)`` and maybe
+    others): each grid job awaited, then the parts merged per config."""
+    return merge_grids(configs, {label: started.result(label) for label in grid_jobs(configs)})
+
+
+def merge_grids(configs: list[GridConfig], parts: dict) -> list[GridResult]:
+    """One ``GridResult`` per config from its engine dtypes' parts (``grid_jobs`` labels → ``run_grid`` values)."""
     out = []
     for i, cfg in enumerate(configs):
         merged = None
@@ -397,7 +415,7 @@ def run_grids(
             for name in ("rollouts", "logp_pi", "metrics", "cis", "seconds"):
                 getattr(merged, name).update(getattr(part, name))
         out.append(merged)
-    return out if beside is None else (out, {k: parts[k] for k in extra})
+    return out
 
 
 def start_engine(kind, cfg, dtype, model, tok, prompts, sampling, progress, **hf):

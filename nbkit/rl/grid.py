@@ -42,10 +42,28 @@ def train_grid(
     ``NBKIT_WORKERS``), each in its own process on ``threads`` cores, so a run's rows do not depend on how many
     ran beside it; ``workers=0`` trains them one after another in this process. ``beside``: other jobs in the same
     pool (``train_all``), e.g. another study's runs (``GridStudy.jobs``); their values come back too."""
-    configs = grid_configs(base, algorithms, dtypes, seeds, pairs)
-    for cfg in configs.values():  # every run folder too: a refusal comes before the first run, not after it
-        runfolder.plan_run(cfg)
+    configs = planned(grid_configs(base, algorithms, dtypes, seeds, pairs))
     return train_all(configs, progress=progress, threads=threads, workers=workers, beside=beside)
+
+
+def grid_jobs(
+    base: RLConfig,
+    algorithms: list[str],
+    dtypes: list[str],
+    seeds: list[int] | None = None,
+    pairs: list[tuple[str, str]] | None = None,
+) -> dict[str, pool.Job]:
+    """``label → pool.Job`` of ``train_grid``'s runs (arguments as there; every config and run folder checked here),
+    for ``pool.start``: a notebook that starts its later sections' jobs with them awaits each run's
+    ``RunResult``."""
+    return train_jobs(planned(grid_configs(base, algorithms, dtypes, seeds, pairs)))
+
+
+def planned(configs: dict[str, RLConfig]) -> dict[str, RLConfig]:
+    """``configs``, each run folder checked (``runfolder.plan_run``): a refusal comes before the first run starts."""
+    for cfg in configs.values():
+        runfolder.plan_run(cfg)
+    return configs
 
 
 def grid_configs(

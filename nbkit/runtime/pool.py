@@ -175,6 +175,64 @@ def run(
     return _Pool(jobs, placement, progress, desc, on_done).run()
 
 
+class Started(dict):
+    """``start``'s value: ``label → concurrent.futures.Future`` of each job's value, in the jobs' order, each set as
+    its job finishes. A job that did not finish (it failed, or a job before it failed and the pool stopped giving out
+    jobs, or ``stop``) has its future raise the run's error (``JobFailed`` naming every failure)."""
+
+    def __init__(self, futures: dict[str, Future], pool: _Pool, thread: threading.Thread):
+        super().__init__(futures)
+        self._pool, self._thread = pool, thread
+
+    def result(self, label: str):
+        """Job ``label``'s value, awaited. Ctrl-C while waiting stops every job as it stops ``run``, then re-raises."""
+        try:
+            return self[label].result()
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every job as Ctrl-C stops ``run`` (checkpoints stay resumable) and wait until the workers are gone."""
+        self._pool.stopping.set()
+        self._thread.join()
+
+
+def start(
+    *groups: dict[str, Job], threads: int = 1, workers: int | None = None, progress: bool = True, desc: str = "jobs"
+) -> Started:
+    """``run`` in the background: returns at once with ``label → Future`` (``Started``), so a notebook can start the
+    jobs of its later sections with the first section's and await each in the section that shows it. ``groups``: the
+    jobs (``label → Job``), e.g. one group per section, given out in that order; a label in two groups is refused.
+    Always in worker processes (at least one, even where ``run`` would call the jobs in this process: one job,
+    ``workers=0``, ``NBKIT_WORKERS=0``, a GPU), so that this process's work meanwhile shares no RNG, default dtype or
+    GEMM policy with them. Placement and failures are ``run``'s."""
+    jobs: dict[str, Job] = {}
+    for group in groups:
+        clash = sorted(set(group) & set(jobs))
+        if clash:
+            raise ValueError(f"job label(s) {clash} are in two groups; give them other names")
+        jobs.update(group)
+    placement = place(len(jobs), threads, workers)
+    if placement.workers == 0 and jobs:
+        placement = place(len(jobs), threads, 1)  # never in this process
+    futures = {label: Future() for label in jobs}
+    background = _Pool(jobs, placement, progress, desc, lambda label, value: futures[label].set_result(value))
+
+    def work() -> None:
+        try:
+            background.run()
+        except BaseException as exc:  # noqa: BLE001 - handed to every job that did not finish
+            for future in futures.values():
+                if not future.done():
+                    future.set_exception(exc)
+
+    thread = threading.Thread(target=work, name=f"nbkit-pool-{desc}", daemon=True)
+    started = Started(futures, background, thread)
+    thread.start()
+    return started
+
+
 @dataclass(eq=False)
 class _Worker:
     """A slot's worker: a one-process executor started with ``_start_worker`` (pinned, its threads fixed, its own
@@ -296,6 +354,7 @@ class _Pool:
         self.running: dict[Future, tuple[str, int]] = {}  # a job's future -> (its label, its slot)
         self.results: dict[str, object] = {}
         self.failed: dict[str, str] = {}  # label -> why
+        self.stopping = threading.Event()  # set by another thread (``Started.stop``): stop as Ctrl-C does
 
     def run(self) -> dict[str, object]:
         from tqdm.auto import tqdm
@@ -308,6 +367,8 @@ class _Pool:
         shown: list[str] = []
         try:
             while todo or self.running:
+                if self.stopping.is_set():
+                    raise KeyboardInterrupt
                 while todo and free and not self.failed:
                     label, slot = todo.pop(0), free.pop(0)
                     self.running[self._submit(label, slot)] = (label, slot)

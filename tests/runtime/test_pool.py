@@ -1,7 +1,8 @@
 """Independent jobs on the free cores (``nbkit.runtime.pool``): placement from the affinity mask and an explicit limit,
 each
 child on the cores and threads it was given, the same rows however many run at once, failures named (a killed worker
-by its signal), Ctrl-C stopping every worker, nothing left in the temporary folder."""
+by its signal), Ctrl-C stopping every worker, jobs started in the background and awaited one by one, nothing left in
+the temporary folder."""
 
 import os
 import signal
@@ -193,6 +194,50 @@ def test_ctrl_c_stops_every_worker_and_exits_130_within_seconds_leaving_nothing_
 def test_in_this_process_calls_the_target_here():
     got = pool.run({"here": pool.Job("tests.runtime.test_pool:where_am_i")}, workers=0, progress=False)
     assert got["here"]["pid"] == os.getpid()
+
+
+# -- in the background (``start``): a notebook's later sections awaited where they are shown ---------------------
+
+
+def test_started_jobs_run_in_a_worker_even_when_run_would_call_them_here_and_a_failure_reaches_the_jobs_it_cut(
+    private_tmp,
+):
+    started = pool.start(
+        {
+            "fine": pool.Job("tests.runtime.test_pool:where_am_i"),
+            "broken": pool.Job("tests.runtime.test_pool:fail_loudly", {"message": "the planted failure"}),
+            "after": pool.Job("tests.runtime.test_pool:where_am_i"),
+        },
+        workers=0,  # run would call them in this process, one after another
+        progress=False,
+    )
+    assert list(started) == ["fine", "broken", "after"]
+    assert started.result("fine")["pid"] != os.getpid()
+    for label in ("broken", "after"):  # the failed job, and the one the pool no longer gave out after it
+        with pytest.raises(pool.JobFailed, match=r"(?s)job 'broken' failed.*the planted failure"):
+            started.result(label)
+    started.stop()  # nothing left to stop: returns
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_a_label_in_two_groups_of_started_jobs_is_refused_before_anything_starts():
+    job = pool.Job("tests.runtime.test_pool:where_am_i")
+    with pytest.raises(ValueError, match=r"job label\(s\) \['grpo-fp16-s0'\] are in two groups"):
+        pool.start({"grpo-fp16-s0": job}, {"grpo-fp16-s0": job, "other": job}, progress=False)
+
+
+def test_stopping_started_jobs_stops_them_as_ctrl_c_does_and_ends_their_worker(tmp_path, private_tmp):
+    path = tmp_path / "pid"
+    started = pool.start(
+        {"j": pool.Job("tests.runtime.test_pool:pid_then_sleep_noting_ctrl_c", {"path": str(path)})}, progress=False
+    )
+    (worker,) = pids_of([path])
+    started.stop()
+    assert not alive(worker)
+    assert (tmp_path / "pid.ctrl-c").read_text() == "stopped"  # a KeyboardInterrupt in the job, not a kill
+    with pytest.raises(KeyboardInterrupt):
+        started["j"].result(timeout=0)
+    assert list(private_tmp.iterdir()) == []
 
 
 ORPHAN = """import signal, sys

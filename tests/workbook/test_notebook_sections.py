@@ -1,6 +1,7 @@
-"""A notebook reads top to bottom: each section computes its own results in its own cells. No cell starts a later
-section's work beside its own (``beside=`` jobs in one pool) for a later section to read back, so a student never
-meets a result before the section that explains it."""
+"""A notebook reads top to bottom: each section computes its own results in its own cells, or awaits them there when
+they were started in the background before section 1 (``pool.start``, ``GridStudy.start_live``). No cell starts a
+later section's work beside its own (``beside=`` jobs in one pool) for a later section to read back, so a student
+never meets a result before the section that explains it."""
 
 import re
 
@@ -44,13 +45,35 @@ def test_no_section_starts_a_later_sections_work(path):
         )
 
 
-def test_the_sections_of_notebook_02_compute_their_own_live_parts():
+def test_the_sections_of_notebook_02_await_their_own_live_parts_started_in_one_pool_before_section_1():
+    """The grid and the live parts of sections 7-9 start together before section 1 (``pool.start``: one pool, both
+    cores busy to the end); section 1 awaits the grid, and each of sections 7-9 awaits its own jobs, which no section
+    before it reads."""
     (path,) = [p for p in NOTEBOOKS if p.stem.startswith("02_")]
+    preamble = sections(path)[0][1]
     by_number = {h.split(".")[0]: code for h, code in sections(path) if h[:1].isdigit()}
-    assert "run_grids(" in by_number["1"]
-    assert "lengthlaw_measure:measure" in by_number["7"]
-    assert "moe_analysis:run" in by_number["8"]
-    assert "anatomy:run" in by_number["9"]
+    assert "pool.start(" in preamble and "analysis.grid_jobs(configs)" in preamble
+    for target in ("lengthlaw_measure:measure", "moe_analysis:run", "anatomy:run"):
+        assert target in preamble
+    assert "grid_results(configs, live)" in by_number["1"]
+    awaited = {"7": 'live.result("lengthlaw")', "8": 'live.result(f"moe:', "9": 'live.result(f"anatomy:'}
+    for number, call in awaited.items():
+        assert call in by_number[number], number
+        assert all(call not in code for n, code in by_number.items() if int(n) < int(number)), number
+    assert all("pool.run(" not in code and "run_grids(" not in code for code in by_number.values())
+
+
+def test_the_sections_of_notebook_03_await_their_own_runs_started_in_one_pool_before_section_1():
+    """Section 1's GRPO runs and section 5's live PPO slice start together before section 1; section 1 awaits the
+    GRPO runs, section 5 the PPO runs (then reads them back), and no section before 5 reads the slice."""
+    (path,) = [p for p in NOTEBOOKS if p.stem.startswith("03_")]
+    preamble = sections(path)[0][1]
+    by_number = {h.split(".")[0]: code for h, code in sections(path) if h[:1].isdigit()}
+    assert "pool.start(grpo_jobs, ppo_jobs" in preamble and "ppo_study.live(" not in preamble
+    assert "live.result(label) for label in grpo_jobs" in by_number["1"]
+    assert "for label in ppo_jobs" in by_number["5"] and "ppo_study.live(" in by_number["5"]
+    assert all("ppo_jobs" not in code and "ppo_runs" not in code for n, code in by_number.items() if n < "5")
+    assert all("train_grid(" not in code for code in by_number.values())
 
 
 def test_the_sections_of_notebook_06_compute_their_own_live_parts():
