@@ -25,38 +25,11 @@ from nbkit.records import runlog
 from nbkit.records.runlog import KIND, RESULT_NEUTRAL, MetricsLog, last_logged_step, last_step, result_differences
 from nbkit.runtime import outputs, pool
 from nbkit.studies.prose import markdown_table as markdown_table  # (re-exported: the studies' table writer)
-from nbkit.studies.stored import keep_stored_change, store_change
+from nbkit.studies.stored import keep_stored_change, ran_on, store_change
 
 
 class StoredStudyError(FileExistsError):
     """``store`` would replace a stored study with other runs or another grid without ``replace``: nothing changed."""
-
-
-def ran_on(study: str, folders: dict[str, Path]) -> dict | None:
-    """The machine record the finished runs in ``folders`` (``label → run folder``) wrote in their
-    ``summary.json`` (``nbkit.rl.run``), the one a sitting's card names; None when none wrote one (runs older than
-    the record: the storing process's machine stands in). Runs that ran on different machines are refused, naming
-    them: one sitting has one machine, so store each machine's runs in a sitting of its own."""
-    seen: dict[str, list[str]] = {}
-    records: dict[str, dict] = {}
-    for label, folder in folders.items():
-        try:
-            record = json.loads((folder / "summary.json").read_text()).get("machine")
-        except (OSError, ValueError):
-            record = None
-        if record:
-            key = json.dumps(record, sort_keys=True)
-            seen.setdefault(key, []).append(label)
-            records[key] = record
-    if len(seen) > 1:
-        where = "; ".join(
-            f"{records[k].get('cpu')}{results.caps_text(records[k])}: {labels}" for k, labels in seen.items()
-        )
-        raise ValueError(
-            f"study {study}: the runs to store ran on {len(seen)} machines ({where}); one sitting has one machine: "
-            f"store each machine's runs in a sitting of its own (--keep-stored), moving the others' folders aside"
-        )
-    return next(iter(records.values()), None)
 
 
 class Study:

@@ -1,4 +1,5 @@
-"""What ``GridStudy.store`` would change in a stored study: the grid options and runs that differ, in one line.
+"""What ``GridStudy.store`` would change in a stored study: the grid options and runs that differ, in one line; and
+which machine the runs it adds ran on (``ran_on``).
 
 ``store`` refuses to replace or add to a stored study of another grid, or holding other runs, unless asked to; these
 functions say what differs (``N stored runs -> M``, the grid fields, the runs gone, new and changed).
@@ -77,3 +78,30 @@ def store_change(
     if changed:
         parts.append(f"runs whose rows or config differ: {changed[:6] + (['...'] if len(changed) > 6 else [])}")
     return "; ".join(parts)
+
+
+def ran_on(study: str, folders: dict[str, Path]) -> dict | None:
+    """The machine record the finished runs in ``folders`` (``label → run folder``) wrote in their
+    ``summary.json`` (``nbkit.rl.run``), the one a sitting's card names; None when none wrote one (runs older than
+    the record: the storing process's machine stands in). Runs that ran on different machines are refused, naming
+    them: one sitting has one machine, so store each machine's runs in a sitting of its own."""
+    seen: dict[str, list[str]] = {}
+    records: dict[str, dict] = {}
+    for label, folder in folders.items():
+        try:
+            record = json.loads((folder / "summary.json").read_text()).get("machine")
+        except (OSError, ValueError):
+            record = None
+        if record:
+            key = json.dumps(record, sort_keys=True)
+            seen.setdefault(key, []).append(label)
+            records[key] = record
+    if len(seen) > 1:
+        where = "; ".join(
+            f"{records[k].get('cpu')}{results.caps_text(records[k])}: {labels}" for k, labels in seen.items()
+        )
+        raise ValueError(
+            f"study {study}: the runs to store ran on {len(seen)} machines ({where}); one sitting has one machine: "
+            f"store each machine's runs in a sitting of its own (--keep-stored), moving the others' folders aside"
+        )
+    return next(iter(records.values()), None)

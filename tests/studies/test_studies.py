@@ -266,7 +266,7 @@ def test_store_without_wall_seconds_records_none_not_its_own_seconds(tmp_path, m
 def test_a_sitting_names_the_machine_its_runs_ran_on_and_refuses_runs_of_two_machines(tmp_path):
     """The card's machine is the one the runs wrote in their summaries, not the storing process's (a store run
     unemulated beside runs trained under the AVX2 emulation would name the wrong kernels)."""
-    from nbkit.studies.base import ran_on
+    from nbkit.studies.stored import ran_on
 
     def run(label, machine=None):
         (tmp_path / label).mkdir()
