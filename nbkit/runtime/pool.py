@@ -25,6 +25,9 @@ same cores, threads, environment and folder (the test suite sets it: its tests r
 a time). A job therefore may not rely on a fresh process, as a job run in this process (``workers=0``, one after
 another) never could.
 
+``start`` runs the same pool in the background and returns each job's future at once: a notebook starts the jobs of
+its later sections with its first section's (both cores stay busy to the end) and awaits each where it is shown.
+
 A job is ``Job(target="module:function", kwargs=...)``; its return value comes back pickled. Its output goes to its
 worker's log, a file with no name (nothing is left in the temporary folder however a run ends). A failed job raises
 ``JobFailed`` naming it with the tail of its output, after the jobs already running have finished (finished work is
