@@ -389,7 +389,7 @@ def grid_jobs(configs: list[GridConfig]) -> dict[str, pool.Job]:
         for dt in (*cfg.engine_dtypes, *cfg.train_dtypes):
             models.torch_dtype(dt)
     return {
-        f"{i}:{cfg.model}:{e}": pool.Job(
+        _label(i, cfg, e): pool.Job(
             "nbkit.offline.analysis:run_grid", {"cfg": replace(cfg, engine_dtypes=(e,)), "progress": False}
         )
         for i, cfg in enumerate(configs)
@@ -397,10 +397,16 @@ def grid_jobs(configs: list[GridConfig]) -> dict[str, pool.Job]:
     }
 
 
+def _label(i: int, cfg: GridConfig, engine_dtype: str) -> str:
+    """The job label of config ``i``'s grid in one engine dtype (``grid_jobs``, ``merge_grids``)."""
+    return f"{i}:{cfg.model}:{engine_dtype}"
+
+
 def grid_results(configs: list[GridConfig], started: pool.Started) -> list[GridResult]:
     """``run_grids``' value from jobs started in the background (``pool.start`` of ``grid_jobs(configs)`` and maybe
     others): each grid job awaited, then the parts merged per config."""
-    return merge_grids(configs, {label: started.result(label) for label in grid_jobs(configs)})
+    labels = [_label(i, cfg, e) for i, cfg in enumerate(configs) for e in cfg.engine_dtypes]
+    return merge_grids(configs, {label: started.result(label) for label in labels})
 
 
 def merge_grids(configs: list[GridConfig], parts: dict) -> list[GridResult]:
@@ -409,7 +415,7 @@ def merge_grids(configs: list[GridConfig], parts: dict) -> list[GridResult]:
     for i, cfg in enumerate(configs):
         merged = None
         for e in cfg.engine_dtypes:
-            part = parts[f"{i}:{cfg.model}:{e}"]
+            part = parts[_label(i, cfg, e)]
             if merged is None:
                 merged = GridResult(cfg, part.engine, part.prompts)
             for name in ("rollouts", "logp_pi", "metrics", "cis", "seconds"):

@@ -124,6 +124,27 @@ def test_notebook_02_s_later_parts_beside_the_grid_give_the_numbers_of_one_job_a
     assert t_later["anatomy"].table().equals(a_later["anatomy"].table())
 
 
+def test_notebook_02_s_grid_started_in_the_background_gives_the_numbers_of_run_grids():
+    """``pool.start(analysis.grid_jobs(...))`` awaited by ``grid_results`` (notebook 02 since its pool starts before
+    section 1) gives ``run_grids``' cells."""
+    from nbkit.offline import analysis
+
+    cfg = analysis.GridConfig(
+        model="tiny-arith",
+        engine="hf",
+        n_prompts=4,
+        samples_per_prompt=2,
+        max_tokens=16,
+        n_boot=10,
+        engine_dtypes=("fp32", "bf16"),
+        train_dtypes=("fp32", "bf16"),
+    )
+    (started,) = analysis.grid_results([cfg], pool.start(analysis.grid_jobs([cfg]), progress=False))
+    (alone,) = analysis.run_grids([cfg], progress=False, workers=1)
+    assert list(started.rollouts) == list(alone.rollouts) == ["fp32", "bf16"]
+    np.testing.assert_equal(started.metrics, alone.metrics)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
 def test_a_study_s_runs_trained_beside_a_grid_are_read_back_by_live_with_the_rows_of_live_alone(
