@@ -114,9 +114,7 @@ def train_all(
     ``beside``: other independent jobs (``label → pool.Job``, e.g. a notebook's offline analysis) scheduled first,
     in the same pool as the runs, their values returned under their labels too (in this process: before the runs)."""
     beside = dict(beside or {})
-    clash = sorted(set(beside) & set(configs))
-    if clash:
-        raise ValueError(f"beside job label(s) {clash} are also run labels; give them other names")
+    pool.joined(beside, dict.fromkeys(configs))  # a beside job named like a run is refused before anything runs
     placement = pool.place(len(configs) + len(beside), threads, workers)
     if placement.workers == 0:  # in this process: each run shows its own progress bar
         results = {label: pool.call(job.target, job.kwargs) for label, job in beside.items()}

@@ -201,6 +201,18 @@ class Started(dict):
         self._thread.join()
 
 
+def joined(*groups: dict[str, Job]) -> dict[str, Job]:
+    """The jobs of every group (``label → Job``) in one dict, in order; a label in two groups is refused (the one
+    check behind ``start``, ``nbkit.rl.grid.train_all``'s and ``nbkit.offline.analysis.run_grids``' ``beside``)."""
+    jobs: dict[str, Job] = {}
+    for group in groups:
+        clash = sorted(set(group) & set(jobs))
+        if clash:
+            raise ValueError(f"job label(s) {clash} are in two groups; give them other names")
+        jobs.update(group)
+    return jobs
+
+
 def start(
     *groups: dict[str, Job], threads: int = 1, workers: int | None = None, progress: bool = True, desc: str = "jobs"
 ) -> Started:
@@ -210,12 +222,7 @@ def start(
     Always in worker processes (at least one, even where ``run`` would call the jobs in this process: one job,
     ``workers=0``, ``NBKIT_WORKERS=0``, a GPU), so that this process's work meanwhile shares no RNG, default dtype or
     GEMM policy with them. Placement and failures are ``run``'s."""
-    jobs: dict[str, Job] = {}
-    for group in groups:
-        clash = sorted(set(group) & set(jobs))
-        if clash:
-            raise ValueError(f"job label(s) {clash} are in two groups; give them other names")
-        jobs.update(group)
+    jobs = joined(*groups)
     placement = place(len(jobs), threads, workers)
     if placement.workers == 0 and jobs:
         placement = place(len(jobs), threads, 1)  # never in this process

@@ -20,8 +20,18 @@ def no_worker_limit(monkeypatch):
 
 
 def test_a_beside_job_named_like_a_run_is_refused_before_anything_runs():
-    with pytest.raises(ValueError, match=r"beside job label\(s\) \['grpo-fp32'\].*other names"):
+    with pytest.raises(ValueError, match=r"job label\(s\) \['grpo-fp32'\] are in two groups; give them other names"):
         grid.train_all({"grpo-fp32": None}, beside={"grpo-fp32": pool.Job("tests.runtime.test_pool:where_am_i")})
+
+
+def test_a_beside_job_named_like_a_grid_job_is_refused_in_either_placement():
+    from nbkit.offline import analysis
+
+    cfg = analysis.GridConfig(model="tiny-arith", engine="hf", engine_dtypes=("fp16",), train_dtypes=("fp32",))
+    clash = {"0:tiny-arith:fp16": pool.Job("tests.runtime.test_pool:where_am_i")}
+    for workers in (0, 2):  # in this process as well as in the pool
+        with pytest.raises(ValueError, match=r"job label\(s\) \['0:tiny-arith:fp16'\] are in two groups"):
+            analysis.run_grids([cfg], progress=False, workers=workers, beside=clash)
 
 
 def test_in_this_process_the_beside_jobs_run_here_and_come_back_under_their_labels():
