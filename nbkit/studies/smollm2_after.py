@@ -325,23 +325,21 @@ class SmolLM2After(prereg.PreRegistered):
         return self.observed(runs, meta) if self.complete(runs, meta) else {}
 
     def table(self, runs, meta) -> list[dict]:
-        """Per arm (the reference first): runs judged, the step-0 per-token dose in its runs, the median step's
-        seconds (wall time on the card's CPU, two runs side by side), and, once the study is complete, the gap with
-        its CI."""
+        """Per arm (the reference first): runs judged, the step-0 per-token dose in its runs and, once the study is
+        complete, the gap with its CI. Step times are per sitting (``step_times``): pooled over sittings they mix
+        CPUs and runs at once."""
         obs, finals, arms = self.read(runs, meta), self.finals(runs, meta), self.by_arm(runs, meta)
         rows = []
         for t, r in (REFERENCE, *ARMS):
             arm = arm_name(t, r)
             mine = arms.get(arm, {}).values()
             doses = [v for rs in mine if (v := first_step_value(rs, schema.TOKEN_ABS_LOGP_DIFF)) is not None]
-            steps = [v for rs in mine for row in rs if isinstance(v := row.get(schema.TIME_STEP), (int, float))]
             o = obs.get(arm, {})
             rows.append(
                 {
                     "arm": arm,
                     "seeds judged": len(finals.get(arm, {})),
                     "step-0 dose": statistics.fmean(doses) if doses else None,
-                    "median step s": statistics.median(steps) if steps else None,
                     "gap": o.get("gap"),
                     "95 % CI": [o["lo"], o["hi"]] if o else None,
                 }
@@ -394,7 +392,35 @@ class SmolLM2After(prereg.PreRegistered):
             *tables,
             ("which predictor came closest", self.closeness(runs, meta)),
             ("the transfer question's third point", self.transfer_table(runs, meta)),
+            (
+                "median seconds per step, by sitting (1 or 2 runs at once; the card does not record which)",
+                self.step_times(runs, meta, self.sittings()),
+            ),
         ]
+
+    def sittings(self) -> list[dict]:
+        """The stored card's sittings (``results.parts``); none before the study is stored."""
+        try:
+            return results.parts(self.card())
+        except FileNotFoundError:
+            return []
+
+    def step_times(self, runs, meta, sittings: list[dict]) -> list[dict]:
+        """Per sitting: when it was stored, its CPU (``results.machine_text``) and each arm's median step seconds
+        over its runs there (None where the arm did not run), so each time is read on one machine."""
+        rows = []
+        for p in sittings:
+            here = [lab for lab in p.get("runs") or [] if lab in runs and lab in meta]
+            row = {"sitting": str(p.get("date"))[:16], "CPU": results.machine_text(p.get("machine") or {})}
+            for t, r in (REFERENCE, *ARMS):
+                arm = arm_name(t, r)
+                mine = [lab for lab in here if arm_name(meta[lab]["train"], meta[lab]["rollout"]) == arm]
+                secs = [
+                    v for lab in mine for step in runs[lab] if isinstance(v := step.get(schema.TIME_STEP), (int, float))
+                ]
+                row[arm] = statistics.median(secs) if secs else None
+            rows.append(row)
+        return rows
 
     def transfer_table(self, runs, meta) -> list[dict]:
         """Each toy task's stored threshold, per unit, read as a prediction for each arm
@@ -454,11 +480,15 @@ class SmolLM2After(prereg.PreRegistered):
                 f"{close[-1]['mean |observed − predicted|']:.3f})."
             )
         below = [a for a in CRITERIA if PREDICTIONS[a][PREDICTOR]["value"] < THRESHOLD_CI[0]]
-        crossed = [a for a in below if obs[a]["hi"] < -0.05]
+        seen = {
+            "crossed": "crossed it (CI wholly below −0.05)",
+            "did not cross": "did not cross it (CI wholly above −0.05)",
+            "undecided": "undecided (CI spans −0.05)",
+        }
         out.append(
             f"The per-token threshold ({THRESHOLD:g}, 95 % CI {THRESHOLD_CI[0]:g}-{THRESHOLD_CI[1]:g} on tiny-arith) "
-            f"placed {', '.join(below) or 'no arm'} below its CI, predicting no crossing of −0.05: "
-            + (f"{', '.join(crossed)} crossed it." if crossed else "none crossed it.")
+            f"placed {', '.join(below) or 'no arm'} below its CI, predicting no crossing of −0.05"
+            + (": " + "; ".join(f"{a} {seen[transfer.observed(obs[a])]}" for a in below) + "." if below else ".")
         )
         return [*out, transfer.summary(self.transfer_table(runs, meta)), *audit]
 

@@ -167,6 +167,38 @@ def test_once_complete_the_page_reads_each_arm_and_the_headline_from_the_numbers
     assert study.findings(runs, meta, [])[0].startswith("The prediction is undecided (read on 5 seeds)")
 
 
+def test_the_per_token_threshold_sentence_reads_each_arm_by_its_one_interval():
+    study = S.SmolLM2After()
+    runs, meta = _study_runs(AS_PREDICTED, QUIET)
+    text = " ".join(study.findings(runs, meta, []))
+    assert "fp32/fp16 did not cross it (CI wholly above −0.05); fp16/fp16 did not cross it" in text
+    noisy = [0.80, 0.86, 0.74, 0.85, 0.77]  # fp16/fp16's gaps drawn from a spread reference: its CI spans −0.05
+    runs, meta = _study_runs(AS_PREDICTED, QUIET)
+    for seed, acc in enumerate(noisy):
+        for step in runs[S.label("fp16", "fp16", seed)]:
+            step[schema.JUDGE_ACCURACY] = acc - 0.05
+    assert S.transfer.observed(study.observed(runs, meta)["fp16/fp16"]) == "undecided"
+    assert "fp16/fp16 undecided (CI spans −0.05)" in " ".join(study.findings(runs, meta, []))
+
+
+def test_step_times_are_read_per_sitting_on_its_own_machine():
+    meta = {
+        S.label("fp32", "fp32", 0): {"train": "fp32", "rollout": "fp32", "seed": 0},
+        S.label("bf16", "bf16", 0): {"train": "bf16", "rollout": "bf16", "seed": 0},
+    }
+    a, b = meta
+    runs = {a: [{schema.TIME_STEP: t} for t in (10.0, 12.0, 30.0)], b: [{schema.TIME_STEP: 20.0}, {"step": 0}]}
+    sittings = [
+        {"date": "2026-11-28T07:31:02+00:00", "machine": {"cpu": "AMD EPYC", "cores": 2}, "runs": [a]},
+        {"date": "2026-12-02T13:47:57+00:00", "machine": {"cpu": "Intel Xeon", "cores": 2}, "runs": [b]},
+    ]
+    rows = S.SmolLM2After().step_times(runs, meta, sittings)
+    assert [r["sitting"] for r in rows] == ["2026-11-28T07:31", "2026-12-02T13:47"]
+    assert rows[0]["CPU"].startswith("AMD EPYC") and rows[1]["CPU"].startswith("Intel Xeon")
+    assert rows[0]["fp32/fp32"] == 12.0 and rows[0]["bf16/bf16"] is None
+    assert rows[1]["bf16/bf16"] == 20.0 and rows[1]["fp32/fp32"] is None
+
+
 def test_a_spread_reference_extends_the_study_and_the_first_look_is_shown_beside():
     study = S.SmolLM2After()
     spread = [0.80, 0.83, 0.78, 0.84, 0.81, 0.80, 0.82, 0.79, 0.83, 0.81]
