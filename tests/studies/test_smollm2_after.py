@@ -157,6 +157,7 @@ def test_once_complete_the_page_reads_each_arm_and_the_headline_from_the_numbers
     assert verdicts[1]["gap"] == pytest.approx(-0.06 + 0.004)
     text = " ".join(study.findings(runs, meta, []))
     assert text.startswith("The prediction held (read on 5 seeds)") and "Closest predictor: token_abs" in text
+    assert "tests no predictor against another" not in text  # CIs this narrow do tell the predictors apart
     assert "Power of the rule applied, at the blinded SD of a gap (0.002" in text  # √2 × SD of QUIET
     assert len(study.figure(runs, meta).data) == len(S.CANDIDATE_KEYS) + 1
     runs, meta = _study_runs({**AS_PREDICTED, "fp32/bf16": 0.0}, QUIET)  # BF16 rollouts did no harm
@@ -179,6 +180,28 @@ def test_the_per_token_threshold_sentence_reads_each_arm_by_its_one_interval():
             step[schema.JUDGE_ACCURACY] = acc - 0.05
     assert S.transfer.observed(study.observed(runs, meta)["fp16/fp16"]) == "undecided"
     assert "fp16/fp16 undecided (CI spans −0.05)" in " ".join(study.findings(runs, meta, []))
+    moved = ["per-token threshold reading, fp16/fp16: did not cross → undecided"]
+    assert study.moves(runs, meta) == {"threshold-sentence": moved}  # the sentence as first written said so
+
+
+def test_the_closest_predictor_is_called_descriptive_when_every_gaps_ci_is_wider_than_the_predictors_spread():
+    study = S.SmolLM2After()
+    runs, meta = _study_runs(AS_PREDICTED, QUIET)
+    noise = [0.06, -0.04, 0.08, -0.07, 0.0]
+    for i, (t, r) in enumerate(S.ARMS):
+        for seed in range(5):
+            for step in runs[S.label(t, r, seed)]:
+                step[schema.JUDGE_ACCURACY] += noise[(seed + i) % 5]
+    text = " ".join(study.findings(runs, meta, []))
+    assert "so the ranking describes these seeds and tests no predictor against another" in text
+
+
+def test_the_amendment_after_unblinding_says_so_and_moves_no_verdict_of_the_rule():
+    a = S.THRESHOLD_SENTENCE_AMENDMENT
+    assert a in S.SmolLM2After.amendments and len(a["commit"]) == 40 and a["time"] > S.RULE_RECORD["time"]
+    assert "after unblinding" in a["why"] and "verdicts" in a["what"]
+    runs, meta = _study_runs(AS_PREDICTED, QUIET)
+    assert S.SmolLM2After().moves(runs, meta) == {"threshold-sentence": []}  # both readings agree here
 
 
 def test_step_times_are_read_per_sitting_on_its_own_machine():
