@@ -233,6 +233,24 @@ def outside_the_suites_freeze(monkeypatch):
         gc.freeze()
 
 
+@pytest.fixture
+def small_grid():
+    """The small tiny-arith offline grid the pool and grid-splitting tests run: 4 prompts × 2 samples, ≤ 16 tokens,
+    FP32 and BF16 engines × FP32 and BF16 trainers."""
+    from nbkit.offline import analysis
+
+    return analysis.GridConfig(
+        model="tiny-arith",
+        engine="hf",
+        n_prompts=4,
+        samples_per_prompt=2,
+        max_tokens=16,
+        n_boot=10,
+        engine_dtypes=("fp32", "bf16"),
+        train_dtypes=("fp32", "bf16"),
+    )
+
+
 @pytest.fixture(scope="session")
 def tiny_random_model(tmp_path_factory) -> str:
     """Folder of a 2-layer, 32-wide tiny-arith model with random weights (fast to train; not the shipped model)."""

@@ -137,17 +137,8 @@ def test_the_setting_says_when_the_hf_engine_ran_the_trainers_own_recipe():
 
 @pytest.mark.slow
 @pytest.mark.skipif(len(__import__("nbkit.runtime.pool").runtime.pool.free_cores()) < 2, reason="needs two free cores")
-def test_grids_split_by_engine_dtype_give_the_cells_of_one_grid_however_many_run_at_once():
-    cfg = analysis.GridConfig(
-        model="tiny-arith",
-        engine="hf",
-        n_prompts=4,
-        samples_per_prompt=2,
-        max_tokens=16,
-        n_boot=10,
-        engine_dtypes=("fp32", "bf16"),
-        train_dtypes=("fp32", "bf16"),
-    )
+def test_grids_split_by_engine_dtype_give_the_cells_of_one_grid_however_many_run_at_once(small_grid):
+    cfg = small_grid
     (together,), (alone,) = (analysis.run_grids([cfg], progress=False, workers=w) for w in (2, 1))
     assert together.config == alone.config == cfg  # the merged result names the whole grid, not one job's part
     assert list(together.rollouts) == ["fp32", "bf16"] and set(together.metrics) == {

@@ -80,12 +80,12 @@ def _no_time(rows: list[dict]) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(len(pool.free_cores()) < 2, reason="needs two free cores")
-def test_notebook_02_s_later_parts_beside_the_grid_give_the_numbers_of_one_job_at_a_time():
+def test_notebook_02_s_later_parts_beside_the_grid_give_the_numbers_of_one_job_at_a_time(small_grid):
     """The grid's jobs, the length law, the routing flips and the anatomy in one pool (notebook 02's section 1)."""
     from nbkit.offline import analysis
     from nbkit.offline.moe_analysis import MoeConfig
 
-    cfg = _small_grid()
+    cfg = small_grid
     later = {
         "lengthlaw": pool.Job(
             "nbkit.offline.lengthlaw_measure:measure",
@@ -125,12 +125,12 @@ def test_notebook_02_s_later_parts_beside_the_grid_give_the_numbers_of_one_job_a
     assert t_later["anatomy"].table().equals(a_later["anatomy"].table())
 
 
-def test_notebook_02_s_grid_started_in_the_background_gives_the_numbers_of_run_grids():
+def test_notebook_02_s_grid_started_in_the_background_gives_the_numbers_of_run_grids(small_grid):
     """``pool.start(analysis.grid_jobs(...))`` awaited by ``grid_results`` (notebook 02 since its pool starts before
     section 1) gives ``run_grids``' cells."""
     from nbkit.offline import analysis
 
-    cfg = _small_grid()
+    cfg = small_grid
     (started,) = analysis.grid_results([cfg], pool.start(analysis.grid_jobs([cfg]), progress=False))
     (alone,) = analysis.run_grids([cfg], progress=False, workers=1)
     assert list(started.rollouts) == list(alone.rollouts) == ["fp32", "bf16"]
@@ -172,19 +172,3 @@ def test_a_study_s_runs_trained_beside_a_grid_are_read_back_by_live_with_the_row
     assert sorted(beside) == sorted(alone) and meta == alone_meta
     for label in beside:
         assert _science(beside[label]) == _science(alone[label]), label
-
-
-def _small_grid():
-    """The small tiny-arith grid both of notebook 02's pool tests run: two engine dtypes × two training dtypes."""
-    from nbkit.offline import analysis
-
-    return analysis.GridConfig(
-        model="tiny-arith",
-        engine="hf",
-        n_prompts=4,
-        samples_per_prompt=2,
-        max_tokens=16,
-        n_boot=10,
-        engine_dtypes=("fp32", "bf16"),
-        train_dtypes=("fp32", "bf16"),
-    )
