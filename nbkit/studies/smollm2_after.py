@@ -204,6 +204,11 @@ AVX512_BF16_AMENDMENT = {
 """The reading of ``MACHINE_AMENDMENT`` for a CPU it does not name, made before any run on that CPU."""
 
 
+BELOW_THRESHOLD = [a for a in CRITERIA if PREDICTIONS[a][PREDICTOR]["value"] < THRESHOLD_CI[0]]
+"""The arms whose committed step-0 dose lies below tiny-arith's per-token threshold CI: predicted not to cross −0.05
+(the rule's per-token threshold reading)."""
+
+
 THRESHOLD_SENTENCE_AMENDMENT = {
     "key": "threshold-sentence",
     "commit": "b5ebd5d364c33fb2593a8db9dedf905decdddcde",
@@ -389,8 +394,8 @@ class SmolLM2After(prereg.PreRegistered):
         between the sentence as first written (crossed only when its CI lay wholly below −0.05, else counted as not
         crossing) and as amended (``transfer.observed``); nothing while blind."""
         obs, moved = self.read(runs, meta), []
-        for arm in CRITERIA:
-            if arm in obs and PREDICTIONS[arm][PREDICTOR]["value"] < THRESHOLD_CI[0]:
+        for arm in BELOW_THRESHOLD:
+            if arm in obs:
                 before = "crossed" if obs[arm]["hi"] < transfer.HARM else "did not cross"
                 after = transfer.observed(obs[arm])
                 if after != before:
@@ -439,15 +444,14 @@ class SmolLM2After(prereg.PreRegistered):
         over its runs there (None where the arm did not run), so each time is read on one machine."""
         rows = []
         for p in sittings:
-            here = [lab for lab in p.get("runs") or [] if lab in runs and lab in meta]
+            here = self.by_arm({lab: runs[lab] for lab in p.get("runs") or [] if lab in runs and lab in meta}, meta)
             row = {"sitting": str(p.get("date"))[:16], "CPU": results.machine_text(p.get("machine") or {})}
             for t, r in (REFERENCE, *ARMS):
-                arm = arm_name(t, r)
-                mine = [lab for lab in here if arm_name(meta[lab]["train"], meta[lab]["rollout"]) == arm]
+                rs = here.get(arm_name(t, r), {}).values()
                 secs = [
-                    v for lab in mine for step in runs[lab] if isinstance(v := step.get(schema.TIME_STEP), (int, float))
+                    v for steps in rs for step in steps if isinstance(v := step.get(schema.TIME_STEP), (int, float))
                 ]
-                row[arm] = statistics.median(secs) if secs else None
+                row[arm_name(t, r)] = statistics.median(secs) if secs else None
             rows.append(row)
         return rows
 
@@ -514,7 +518,6 @@ class SmolLM2After(prereg.PreRegistered):
                 f"Closest predictor: {', '.join(tied)} (mean |observed − predicted| {errors[0]:.3f} over "
                 f"{close[0]['arms']} arms; the farthest, {close[-1]['predictor']}, {errors[-1]:.3f})" + caveat
             )
-        below = [a for a in CRITERIA if PREDICTIONS[a][PREDICTOR]["value"] < THRESHOLD_CI[0]]
         seen = {
             "crossed": "crossed it (CI wholly below −0.05)",
             "did not cross": "did not cross it (CI wholly above −0.05)",
@@ -522,8 +525,9 @@ class SmolLM2After(prereg.PreRegistered):
         }
         out.append(
             f"The per-token threshold ({THRESHOLD:g}, 95 % CI {THRESHOLD_CI[0]:g}-{THRESHOLD_CI[1]:g} on tiny-arith) "
-            f"placed {', '.join(below) or 'no arm'} below its CI, predicting no crossing of −0.05"
-            + (": " + "; ".join(f"{a} {seen[transfer.observed(obs[a])]}" for a in below) + "." if below else ".")
+            f"placed {', '.join(BELOW_THRESHOLD)} below its CI, predicting no crossing of −0.05: "
+            + "; ".join(f"{a} {seen[transfer.observed(obs[a])]}" for a in BELOW_THRESHOLD)
+            + "."
         )
         return [*out, transfer.summary(self.transfer_table(runs, meta)), *audit]
 
