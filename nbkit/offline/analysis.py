@@ -369,11 +369,11 @@ def run_grids(
     A notebook that shows those jobs in later sections starts them all with ``pool.start`` instead and awaits the
     grid with ``grid_results``."""
     jobs, extra = grid_jobs(configs), dict(beside or {})
-    pool.joined(jobs, extra)  # a beside job named like a grid job is refused, in this process too
-    if pool.place(len(jobs) + len(extra), threads, workers).workers == 0:
+    every = pool.joined(jobs, extra)  # a beside job named like a grid job is refused, in this process too
+    if pool.place(len(every), threads, workers).workers == 0:
         out = [run_grid(cfg, progress=progress) for cfg in configs]
         return out if beside is None else (out, {k: pool.call(job.target, job.kwargs) for k, job in extra.items()})
-    parts = pool.run({**jobs, **extra}, threads, workers, progress=progress, desc="offline grid cells")
+    parts = pool.run(every, threads, workers, progress=progress, desc="offline grid cells")
     out = merge_grids(configs, parts)
     return out if beside is None else (out, {k: parts[k] for k in extra})
 
