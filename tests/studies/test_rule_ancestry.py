@@ -18,7 +18,7 @@ def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def rule_preceded_training(card: dict, repo: Path) -> str:
-    """ "" when the card's rule commit is an ancestor of its first training commit, else what is wrong."""
+    """Empty when the card's rule commit is an ancestor of its first training commit, else what is wrong."""
     rule, started = (card.get("rule") or {}).get("commit"), (card.get("training_started") or {}).get("commit")
     if not rule or not started:
         return f"the card names no {'rule' if not rule else 'first training'} commit"
