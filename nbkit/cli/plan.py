@@ -14,7 +14,8 @@ settings are those notebook ``03_rl_training`` builds (``nbkit.rl.SANITY_RUN`` w
 04's live hunt grid, one ``nbkit study`` shard per GPU: both as the notebooks build them under the profile
 (``nbkit.workbook.gpu_budget``, which ``nbkit gpu-budget`` sizes). The commands run from the project root.
 
-Sizes fit the named GPU (``--gpu-gib``, 80 by default: an A100/H100 80GB): the vLLM context is the longest
+Sizes fit the named GPU (``--gpu-gib``; by default the smallest card's size as ``nvidia-smi`` reports it, 80
+where none is seen: an A100/H100 80GB): the vLLM context is the longest
 prompt allowed (``PROMPT_BUDGET``) + ``max_tokens``, and ``gradient_accumulation_steps`` is chosen from tokens
 per GPU by the memory estimate of ``nbkit.rl.memory``, printed above each trainer command.
 
@@ -67,6 +68,8 @@ ENGINE_FIELDS = ("rollout_engine", "vllm_mode", "vllm_server_base_url")
 """The fields a trainer command sets after its own flags (the rollout engine of the plan's mode)."""
 MAX_GPUS = 64
 """The most GPUs ``nbkit plan`` plans for on one node (a larger count is a typo, not a node)."""
+DEFAULT_GPU_GIB = 80
+"""The GPU memory a plan is sized for where no GPU is seen (an A100/H100 80GB)."""
 MAX_GPU_GIB = 1024
 """The most memory one GPU may be given (``--gpu-gib``): the largest accelerators of 2026 hold 288 GB; a larger
 value is a typo or another unit (81920 is an 80 GB card in MiB), not a GPU."""
@@ -244,15 +247,16 @@ def make_plan(
     server_gpus: int | None = None,
     kind: str | None = None,
     port: int = 8000,
-    gpu_gib: float = 80,
+    gpu_gib: float | None = None,
 ) -> Plan:
-    """The commands for ``gpus`` GPUs of ``gpu_gib`` GiB each; every choice is validated (and the batch split
+    """The commands for ``gpus`` GPUs of ``gpu_gib`` GiB each (None: ``node_gpu_gib``); every choice is validated (and the batch split
     checked) first. ``mode`` None: a server when there are GPUs to spare for one, colocated on one GPU."""
     mode = mode or ("colocate" if gpus == 1 else "server")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
     check_value("--gpus", gpus, int, False, Range(1, MAX_GPUS))
     check_value("--port", port, int, False, Range(1, 65535))
+    gpu_gib = node_gpu_gib() if gpu_gib is None else gpu_gib
     check_value("--gpu-gib", gpu_gib, float, False, Range(0, MAX_GPU_GIB, lo_open=True))  # > 0, finite, a GPU's
     check_value("--server-gpus", server_gpus, int, True, Range(1, MAX_GPUS))  # 0 is refused, never replaced
     if mode != "server" and server_gpus is not None:
@@ -317,6 +321,16 @@ def make_plan(
     return Plan(gpus, mode, server_gpus, kind, steps, gpu_gib, problems)
 
 
+def node_gpu_gib() -> float:
+    """The smallest GPU's memory on this node as the card reports it (``nvidia-smi``: an H100 80GB says 79.6 GiB),
+    else ``DEFAULT_GPU_GIB`` (no GPU seen: a plan printed on a login node)."""
+    import math
+
+    from nbkit import preflight
+
+    return math.floor(10 * min(preflight.gpu_gib() or [DEFAULT_GPU_GIB])) / 10
+
+
 def node_preflight(configs: list[RLConfig], gpu_gib: float, **facts) -> tuple[list[str], str | None]:
     """``nbkit.preflight.plan_problems`` for these runs on this node: the disk they need is every run's kept
     checkpoints (``save_total_limit``, PPO's critic included) where they write (the project's ``runs/``)."""
@@ -379,7 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-gpus", type=int, help="GPUs for the vLLM server (default: fewest that fit)")
     parser.add_argument("--kind", choices=launch.KINDS, help="accelerate config family (default: DDP, or single_gpu)")
     parser.add_argument("--port", type=int, default=8000, help="vLLM server port")
-    parser.add_argument("--gpu-gib", type=float, default=80, help="memory of one GPU in GiB (80: A100/H100 80GB)")
+    parser.add_argument(
+        "--gpu-gib",
+        type=float,
+        help=f"memory of one GPU in GiB (default: this node's smallest card, else {DEFAULT_GPU_GIB}: A100/H100 80GB)",
+    )
     args = parser.parse_args(argv)
     try:
         plan = make_plan(args.profile, args.gpus, args.mode, args.server_gpus, args.kind, args.port, args.gpu_gib)

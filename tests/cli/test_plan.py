@@ -246,3 +246,19 @@ def test_the_plans_ppo_and_hunt_runs_follow_the_notebooks_parameters(monkeypatch
         assert {k: v for k, v in vars(printed).items() if k not in kept} == {
             k: v for k, v in vars(notebook).items() if k not in kept
         }
+
+
+def test_an_80gb_card_reporting_79_6_gib_gets_no_memory_warning_and_sizes_the_default_plan(monkeypatch):
+    """Issue 72, item 2: ``nvidia-smi`` on an H100 80GB says 81,559 MiB (79.6 GiB); the default ``--gpu-gib`` is
+    that size, and ``--gpu-gib 80`` is no warning either; a 40 GB card still is."""
+    from nbkit import preflight
+
+    answers = {"memory.total": "81559\n" * 8, "driver_version": "580.95.05\n" * 8}  # nvidia-smi's recorded answers
+    monkeypatch.setattr(preflight, "_output", lambda program, *args: answers.get(args[0].partition("=")[2]))
+    default = plan.make_plan("gpu", gpus=8)
+    assert default.gpu_gib == 79.6 and default.text().startswith("# 8 GPUs of 79.6 GiB")
+    for printed in (default, plan.make_plan("gpu", gpus=8, gpu_gib=80)):
+        assert not [p for p in printed.preflight if "GiB, less than" in p], printed.preflight
+    answers["memory.total"] = "40960\n" * 8
+    (small,) = [p for p in plan.make_plan("gpu", gpus=8, gpu_gib=80).preflight if "less than" in p]
+    assert small.startswith("8 of 8 GPUs hold 40.0 GiB, less than the 80 GiB")

@@ -86,12 +86,14 @@ def test_a_full_disk_is_one_line_naming_free_and_needed():
 
 
 def test_a_smaller_gpu_than_planned_names_the_flag_to_replan():
-    line = preflight.gpu_memory_problem([79.2, 39.4], planned=80)
+    line = preflight.gpu_memory_problem([78.0, 39.4], planned=80)
     assert (
         line
         == "2 of 2 GPUs hold 39.4 GiB, less than the 80 GiB the plan is sized for: print it again with --gpu-gib 39"
     )
     assert preflight.gpu_memory_problem([80.0] * 8, planned=80) is None
+    # an H100 80GB reports 81,559 MiB = 79.6 GiB: a card of the planned size, not a smaller one (issue 72, item 2)
+    assert preflight.gpu_memory_problem([81559 / 1024] * 8, planned=80) is None
 
 
 def test_a_newer_python_on_path_is_found_for_the_fix():
