@@ -49,9 +49,9 @@ from nbkit.records.runlog import run_label
 from nbkit.rl import launch, sizing
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.inputs import per_device_batch
-from nbkit.rl.weight_sync import RESET_EXTENSION
 from nbkit.runtime import paths
 from nbkit.runtime.fieldcheck import Range, check_value
+from nbkit.runtime.vllm_worker import RESET_EXTENSION
 from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOK = "03_rl_training"
