@@ -298,3 +298,15 @@ def test_the_plans_server_runs_the_reset_extension():
 
     command = plan.server_command(RLConfig(rollout_engine="vllm", vllm_mode="server"), 1, 8000)
     assert command[command.index("--worker-extension-cls") + 1] == RESET_EXTENSION
+
+
+def test_the_weight_sync_groups_port_is_found_free_at_start_not_trls_fixed_one(monkeypatch):
+    """Issue 72, item 7: TRL's default group port is 51216 for every run, so two trainers on one node collide."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    seen = []
+    monkeypatch.setattr(VLLMGeneration, "__init__", lambda self, **kw: seen.append(kw["group_port"]))
+    monkeypatch.setattr(server_mode, "free_port", iter([40001, 40002]).__next__)
+    for _ in range(2):
+        ServerGeneration(dtype="fp16", server_base_url="http://127.0.0.1:8123")
+    assert seen == [40001, 40002]
