@@ -78,3 +78,9 @@ clean-venv:
 # The fast tier for development: no notebook, browser, vLLM or multi-step training tests.
 test-fast: venv
 	$(PY) -m pytest -m "not slow and not vllm" -q -n $(TEST_WORKERS) --dist loadgroup
+
+# The one-command GPU smoke test (docs/gpu.md): one PASS / FAIL / SKIP line per item, a JSON record of what it measured,
+# exit 1 on any FAIL; on a machine without a GPU it lists what cannot run here and exits 0.
+.PHONY: gpu-smoke
+gpu-smoke: venv
+	$(PY) -m nbkit gpu-check --smoke
