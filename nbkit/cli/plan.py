@@ -7,14 +7,18 @@
 
 Server mode runs one ``vllm serve`` per precision, with exactly the flags TRL's ``trl vllm-serve`` would pass
 (``trl.scripts.vllm_serve.build_command``), ``--dtype`` set to the rollout dtype; the trainer refuses a server in
-another dtype. Each trainer command is ``accelerate launch`` with the matching config of ``configs/accelerate``
-and ``nbkit train`` with every setting spelled out as a flag (nothing read from elsewhere). The profile's RL
+another dtype. The server listens on 127.0.0.1 (``--server-host``) on a port free when the plan is printed
+(``--port``), as is accelerate's rendezvous (``--main-process-port``; no port is fixed, so two plans on one node do
+not collide), and under it a line says to restart it after a crashed run. Each trainer command is ``accelerate
+launch`` with the matching config of ``configs/accelerate`` and ``nbkit train`` with every setting spelled out as a
+flag (nothing read from elsewhere). The profile's RL
 settings are those notebook ``03_rl_training`` builds (``nbkit.rl.SANITY_RUN`` with the profile's
 ``config_overrides`` of ``nbkit.workbook.profiles``); notebook 03's PPO runs follow (one GPU each), then notebook
 04's live hunt grid, one ``nbkit study`` shard per GPU: both as the notebooks build them under the profile
 (``nbkit.workbook.gpu_budget``, which ``nbkit gpu-budget`` sizes). The commands run from the project root.
 
-Sizes fit the named GPU (``--gpu-gib``, 80 by default: an A100/H100 80GB): the vLLM context is the longest
+Sizes fit the named GPU (``--gpu-gib``; by default the smallest card's size as ``nvidia-smi`` reports it, 80
+where none is seen: an A100/H100 80GB): the vLLM context is the longest
 prompt allowed (``PROMPT_BUDGET``) + ``max_tokens``, and ``gradient_accumulation_steps`` is chosen from tokens
 per GPU by the memory estimate of ``nbkit.rl.memory``, printed above each trainer command.
 
@@ -45,9 +49,9 @@ from nbkit.records.runlog import run_label
 from nbkit.rl import launch, sizing
 from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.inputs import per_device_batch
-from nbkit.rl.weight_sync import RESET_EXTENSION
 from nbkit.runtime import paths
 from nbkit.runtime.fieldcheck import Range, check_value
+from nbkit.runtime.vllm_worker import RESET_EXTENSION
 from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOK = "03_rl_training"
@@ -65,8 +69,18 @@ VENV_BIN = ".venv/bin"
 """The project venv's executables, relative to the project root (the Makefile's ``VENV``)."""
 ENGINE_FIELDS = ("rollout_engine", "vllm_mode", "vllm_server_base_url")
 """The fields a trainer command sets after its own flags (the rollout engine of the plan's mode)."""
+LOCALHOST = "127.0.0.1"
+"""Where the plan's server listens unless ``--server-host`` says otherwise: its weight-update and collective-RPC
+endpoints (``VLLM_SERVER_DEV_MODE``) are for this node's trainers only."""
+RESTART_LINE = (
+    "# after a training run crashes or is stopped (Ctrl-C, kill) stop this server and start it again with the "
+    "command above before the next run: a weight sync cut short leaves its workers waiting for the lost trainer"
+)
+"""What the plan says under each server command (issue 72, item 5)."""
 MAX_GPUS = 64
 """The most GPUs ``nbkit plan`` plans for on one node (a larger count is a typo, not a node)."""
+DEFAULT_GPU_GIB = 80
+"""The GPU memory a plan is sized for where no GPU is seen (an A100/H100 80GB)."""
 MAX_GPU_GIB = 1024
 """The most memory one GPU may be given (``--gpu-gib``): the largest accelerators of 2026 hold 288 GB; a larger
 value is a typo or another unit (81920 is an 80 GB card in MiB), not a GPU."""
@@ -203,16 +217,25 @@ def trainer_flags(cfg: RLConfig, skip: tuple[str, ...] = ()) -> list[str]:
     return flags
 
 
-def server_command(cfg: RLConfig, tensor_parallel: int, port: int) -> list[str]:
-    """``vllm serve`` as TRL builds it for ``trl vllm-serve``, serving ``cfg``'s model in its rollout dtype."""
+def server_command(cfg: RLConfig, tensor_parallel: int, port: int, host: str = LOCALHOST) -> list[str]:
+    """``vllm serve`` as TRL builds it for ``trl vllm-serve``, serving ``cfg``'s model in its rollout dtype: the
+    model's resolved path (a shipped name such as ``tiny-arith`` is no hub id; under the project root, relative to
+    it), a context of ``PROMPT_BUDGET`` + ``max_tokens`` within the model's own positions, listening on ``host``."""
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
+    from nbkit.models import models
+    from nbkit.rl import memory
+
+    model = cfg.model if is_hub_model(cfg.model) else models.resolve(cfg.model)
+    with contextlib.suppress(ValueError):
+        model = str(paths.Path(model).resolve().relative_to(paths.ROOT))
     args = ScriptArguments(
-        model=cfg.model,
+        model=model,
+        host=host,
         tensor_parallel_size=tensor_parallel,
         port=port,
         dtype=VLLM_NAMES[cfg.rollout],
-        max_model_len=cfg.max_tokens + PROMPT_BUDGET,
+        max_model_len=min(cfg.max_tokens + PROMPT_BUDGET, memory.model_shape(cfg.model).context),
     )
     with server_vllm_version(SERVER_VLLM):
         command = build_command(args)
@@ -243,16 +266,23 @@ def make_plan(
     mode: str | None = None,
     server_gpus: int | None = None,
     kind: str | None = None,
-    port: int = 8000,
-    gpu_gib: float = 80,
+    port: int | None = None,
+    gpu_gib: float | None = None,
+    host: str = LOCALHOST,
+    main_process_port: int | None = None,
 ) -> Plan:
-    """The commands for ``gpus`` GPUs of ``gpu_gib`` GiB each; every choice is validated (and the batch split
+    """The commands for ``gpus`` GPUs of ``gpu_gib`` GiB each (None: ``node_gpu_gib``); every choice is validated (and the batch split
     checked) first. ``mode`` None: a server when there are GPUs to spare for one, colocated on one GPU."""
     mode = mode or ("colocate" if gpus == 1 else "server")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
     check_value("--gpus", gpus, int, False, Range(1, MAX_GPUS))
+    found = iter(free_ports(2))  # none fixed: two plans on one node (or a busy 8000 / 29500) do not collide
+    port = next(found) if port is None else port
+    main_process_port = next(found) if main_process_port is None else main_process_port
     check_value("--port", port, int, False, Range(1, 65535))
+    check_value("--main-process-port", main_process_port, int, False, Range(1, 65535))
+    gpu_gib = node_gpu_gib() if gpu_gib is None else gpu_gib
     check_value("--gpu-gib", gpu_gib, float, False, Range(0, MAX_GPU_GIB, lo_open=True))  # > 0, finite, a GPU's
     check_value("--server-gpus", server_gpus, int, True, Range(1, MAX_GPUS))  # 0 is refused, never replaced
     if mode != "server" and server_gpus is not None:
@@ -289,13 +319,16 @@ def make_plan(
     for dtype in dict.fromkeys(c.train_dtype for c in configs):
         runs = [c for c in configs if c.train_dtype == dtype]
         online = _hub_env(workbook=True) if is_hub_model(runs[0].model) else []
-        accel = _accelerate(online, kind, dtype, trainers)
+        accel = _accelerate(online, kind, dtype, trainers, main_process_port)
         extra = ["--rollout-engine", "vllm", "--vllm-mode", mode]
         if mode == "server":
             title = f"{dtype.upper()}: the vLLM server (keep it running for the {dtype.upper()} runs; stop it after)"
-            server = shlex.join([*_hub_env(), *server_command(runs[0], server_gpus, port)])
-            steps.append((title, [f"CUDA_VISIBLE_DEVICES={server_devices} VLLM_SERVER_DEV_MODE=1 {server}"]))
-            extra += ["--vllm-server-base-url", f"http://localhost:{port}"]
+            server = shlex.join([*_hub_env(), *server_command(runs[0], server_gpus, port, host)])
+            steps.append(
+                (title, [f"CUDA_VISIBLE_DEVICES={server_devices} VLLM_SERVER_DEV_MODE=1 {server}", RESTART_LINE])
+            )
+            reach = LOCALHOST if host in ("0.0.0.0", "::") else host  # the trainers run on this node
+            extra += ["--vllm-server-base-url", f"http://{reach}:{port}"]
         commands = []
         for cfg in runs:
             cfg, fit = sized(cfg, kind, trainers, gpu_gib, colocated=mode == "colocate")
@@ -307,7 +340,7 @@ def make_plan(
         for cfg in [c for c in ppo_configs(profile) if c.train_dtype == dtype]:
             # PPO's critic trains in one process (nbkit.rl.ppo_trainer): one trainer GPU, the single-GPU config
             cfg, fit = sized(cfg, "single_gpu", 1, gpu_gib, colocated=mode == "colocate")
-            one = _accelerate(online, "single_gpu", dtype, 1)
+            one = _accelerate(online, "single_gpu", dtype, 1, main_process_port)
             commands += [
                 "# PPO (critic in one process): " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
                 "CUDA_VISIBLE_DEVICES=0 " + shlex.join(one + trainer_flags(cfg, ENGINE_FIELDS) + extra),
@@ -315,6 +348,16 @@ def make_plan(
         steps.append((f"{dtype.upper()}: training runs ({len(commands) // 2})", commands))
     steps += hunt_steps(profile, gpus, gpu_gib, after_servers=mode == "server")
     return Plan(gpus, mode, server_gpus, kind, steps, gpu_gib, problems)
+
+
+def node_gpu_gib() -> float:
+    """The smallest GPU's memory on this node as the card reports it (``nvidia-smi``: an H100 80GB says 79.6 GiB),
+    else ``DEFAULT_GPU_GIB`` (no GPU seen: a plan printed on a login node)."""
+    import math
+
+    from nbkit import preflight
+
+    return math.floor(10 * min(preflight.gpu_gib() or [DEFAULT_GPU_GIB])) / 10
 
 
 def node_preflight(configs: list[RLConfig], gpu_gib: float, **facts) -> tuple[list[str], str | None]:
@@ -362,10 +405,22 @@ def _default_server_gpus(gpus: int, total: int) -> int:
     return next((k for k in range(1, gpus) if total % (gpus - k) == 0), 1)
 
 
-def _accelerate(online: list[str], kind: str, dtype: str, processes: int) -> list[str]:
-    """``accelerate launch`` of ``nbkit.cli.train`` on ``processes`` processes with ``kind``'s config for ``dtype``."""
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on this node now (each socket held until all are found)."""
+    import socket
+
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def _accelerate(online: list[str], kind: str, dtype: str, processes: int, port: int) -> list[str]:
+    """``accelerate launch`` of ``nbkit.cli.train`` on ``processes`` processes with ``kind``'s config for ``dtype``,
+    its rendezvous on ``port`` (not torch's fixed 29500)."""
     config = str(launch.config_path(kind, dtype).relative_to(launch.ROOT))
-    launcher = [*online, f"{VENV_BIN}/accelerate", "launch", "--config_file", config]
+    launcher = [*online, f"{VENV_BIN}/accelerate", "launch", "--config_file", config, "--main_process_port", str(port)]
     return [*launcher, "--num_processes", str(processes), "-m", "nbkit.cli.train"]
 
 
@@ -378,11 +433,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--server-gpus", type=int, help="GPUs for the vLLM server (default: fewest that fit)")
     parser.add_argument("--kind", choices=launch.KINDS, help="accelerate config family (default: DDP, or single_gpu)")
-    parser.add_argument("--port", type=int, default=8000, help="vLLM server port")
-    parser.add_argument("--gpu-gib", type=float, default=80, help="memory of one GPU in GiB (80: A100/H100 80GB)")
+    parser.add_argument("--port", type=int, help="vLLM server port (default: one free on this node now)")
+    parser.add_argument(
+        "--server-host", default=LOCALHOST, help=f"address the vLLM server listens on (default {LOCALHOST}: this node)"
+    )
+    parser.add_argument(
+        "--main-process-port", type=int, help="accelerate's rendezvous port (default: one free on this node now)"
+    )
+    parser.add_argument(
+        "--gpu-gib",
+        type=float,
+        help=f"memory of one GPU in GiB (default: this node's smallest card, else {DEFAULT_GPU_GIB}: A100/H100 80GB)",
+    )
     args = parser.parse_args(argv)
     try:
-        plan = make_plan(args.profile, args.gpus, args.mode, args.server_gpus, args.kind, args.port, args.gpu_gib)
+        plan = make_plan(
+            args.profile,
+            args.gpus,
+            args.mode,
+            args.server_gpus,
+            args.kind,
+            args.port,
+            args.gpu_gib,
+            args.server_host,
+            args.main_process_port,
+        )
     except ValueError as exc:
         parser.error(str(exc))
     print(plan.text(), end="")

@@ -70,12 +70,21 @@ class Critic(nn.Module):
     """A causal LM's backbone (copied from the policy) plus a scalar value head per token; with ``inputs``
     ``hidden+min_logp`` also a table of values per bin of the running minimum of log π (``feature_values``)."""
 
-    def __init__(self, policy: nn.Module, inputs: str = "hidden"):
+    def __init__(self, policy: nn.Module, inputs: str = "hidden", checkpointing: dict | None = None):
+        """``checkpointing``: the Trainer's ``gradient_checkpointing_kwargs`` (``{}`` for its defaults) to checkpoint
+        the backbone's layers as the Trainer checkpoints π's, or None for none. The Trainer turns π's on only when
+        ``train()`` starts, after this copy is made, so the copy never inherits it."""
         super().__init__()
         if inputs not in INPUTS:
             raise ValueError(f"critic input {inputs!r} is not one of {', '.join(INPUTS)}")
         self.inputs = inputs
         self.backbone = copy.deepcopy(policy.get_decoder() if hasattr(policy, "get_decoder") else policy.model)
+        if checkpointing is not None:
+            kwargs = dict(checkpointing)  # split as transformers' Trainer splits them
+            every, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
+            self.backbone.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs=kwargs or None, every_n_layers=every, offload=offload
+            )
         hidden = policy.config.hidden_size
         self.value_head = nn.Linear(hidden, 1, dtype=next(policy.parameters()).dtype)
         nn.init.zeros_(self.value_head.weight)

@@ -14,7 +14,9 @@ An estimate, stated with its terms, not a measurement (nothing here has run on a
   ZeRO-3 shards everything (16 / trainers).
 - **critic** (PPO): a copy of the policy's backbone with a value head (``nbkit.rl.critic``), trained with its own
   AdamW: the same bytes per parameter as the policy under the same launch kind, for the backbone's parameters
-  (the policy's less its untied ``lm_head``); about 24 GiB for the 1.5B model under DDP.
+  (the policy's less its untied ``lm_head``); about 24 GiB for the 1.5B model under DDP. Its loss-time forward and
+  backward run inside π's loss, before π's backward, so its activations (checkpointed like π's, ``nbkit.rl.critic``;
+  no vocabulary head) are held beside π's: ``critic_activation_bytes``, added to the activations.
 - **activations** of one micro-batch (TRL pads it to its longest sequence, so a full-length one is budgeted):
   the checkpointed hidden state of every layer (TRL's default gradient checkpointing) and one layer's recomputed
   activations with the residual stream's gradient into and out of it (without checkpointing, every layer's
@@ -184,13 +186,14 @@ def activation_bytes(
     checkpointing: bool = True,
     fused_head: bool = True,
     value_bytes: int = 2,
+    head: bool = True,
 ) -> float:
     """Loss forward + backward of ``sequences`` padded to ``seq_tokens`` tokens each: with gradient checkpointing
     each layer keeps its FP32 input hidden state (``RESIDUAL_BYTES``) and one layer is live at a time, recomputed
     whole (its half activations and FP32 residual tensors, ``LAYER_FP32``) with the FP32 gradient of the residual
     stream into and out of it (``RESIDUAL_GRAD_BYTES``); without, every layer's activations and FP32 residual
     tensors; plus the 4-D boolean attention mask and π's head (``head_bytes``). ``value_bytes``: 2 for FP16/BF16
-    training, 4 for FP32 (whose activations count at 4 bytes already)."""
+    training, 4 for FP32 (whose activations count at 4 bytes already). ``head`` False: no vocabulary head (the critic)."""
     layer = value_bytes * (14 * shape.hidden + 4 * shape.intermediate)
     layer += LAYER_FP32 * shape.hidden if value_bytes < 4 else 0
     if checkpointing:
@@ -199,7 +202,15 @@ def activation_bytes(
         kept = layer * shape.layers
     tokens = sequences * seq_tokens
     mask = sequences * seq_tokens**2
-    return tokens * kept + mask + head_bytes(shape, tokens, fused_head)
+    return tokens * kept + mask + (head_bytes(shape, tokens, fused_head) if head else 0)
+
+
+def critic_activation_bytes(
+    shape: ModelShape, sequences: int, seq_tokens: int, checkpointing: bool = True, value_bytes: int = 2
+) -> float:
+    """PPO's critic's loss-time forward + backward of the same micro-batch: π's trunk without its vocabulary head
+    (the value head's output is one number per token), checkpointed when π is (``nbkit.rl.critic``)."""
+    return activation_bytes(shape, sequences, seq_tokens, checkpointing, value_bytes=value_bytes, head=False)
 
 
 def kv_cache_bytes(shape: ModelShape, tokens: int) -> float:
@@ -248,8 +259,8 @@ def fit_micro_batch(
 ) -> Fit:
     """The largest micro-batch (a divisor of ``share`` / ``minibatches``: the process's completions per optimiser
     step; at most ``largest`` when given) whose estimated peak stays within ``HEADROOM`` × ``gpu_gib``; ValueError
-    naming the terms when even one sequence does not fit. ``critic``: PPO's critic and its optimiser are held too (its forward and backward run
-    after the policy's, on the same micro-batch, so its activations are not added to the policy's)."""
+    naming the terms when even one sequence does not fit. ``critic``: PPO's critic and its optimiser are held too,
+    and its activations (``critic_activation_bytes``) beside π's: its forward and backward run inside π's loss."""
     if share % minibatches:
         raise ValueError(f"{share} completions per process do not split into {minibatches} minibatches")
     share //= minibatches
@@ -257,8 +268,12 @@ def fit_micro_batch(
     vllm = vllm_share * gpu_gib * GIB
     budget = HEADROOM * gpu_gib * GIB
 
-    def peak(m: int) -> float:
+    def activations(m: int) -> float:
         act = activation_bytes(shape, m, seq_tokens, checkpointing, value_bytes=value_bytes)
+        return act + (critic_activation_bytes(shape, m, seq_tokens, checkpointing, value_bytes) if critic else 0)
+
+    def peak(m: int) -> float:
+        act = activations(m)
         return states + (max(act, vllm) if vllm_sleeps else act + vllm)
 
     cap = share if largest is None else min(share, largest)
@@ -267,7 +282,7 @@ def fit_micro_batch(
         raise ValueError(
             f"one sequence of {seq_tokens} tokens does not fit a {gpu_gib:g} GiB GPU: states "
             f"{states / GIB:.1f} GiB ({kind}, {trainers} trainers) + activations "
-            f"{activation_bytes(shape, 1, seq_tokens, checkpointing, value_bytes=value_bytes) / GIB:.1f} GiB + vLLM "
+            f"{activations(1) / GIB:.1f} GiB + vLLM "
             f"{vllm / GIB:.1f} GiB > "
             f"{HEADROOM:.0%} of the GPU; use a sharded kind (fsdp2, zero2, zero3), more GPUs, shorter max_tokens "
             f"or a smaller vLLM share"
@@ -277,7 +292,7 @@ def fit_micro_batch(
         micro_batch=m,
         gradient_accumulation_steps=share // m,
         states_gib=states / GIB,
-        activations_gib=activation_bytes(shape, m, seq_tokens, checkpointing, value_bytes=value_bytes) / GIB,
+        activations_gib=activations(m) / GIB,
         vllm_gib=vllm / GIB,
         peak_gib=peak(m) / GIB,
         gpu_gib=gpu_gib,

@@ -3,7 +3,8 @@
 What PPO adds, and nothing else (TRL's clipped surrogate already takes per-token advantages):
 
 1. a critic (``nbkit.rl.critic``): a value head on a copy of the policy, trained in the policy's precision with its
-   own optimizer and, under FP16, its own live GradScaler; its matmuls are audited like the policy's;
+   own optimizer and, under FP16, its own live GradScaler, gradient-checkpointed when π is; its matmuls are audited
+   like the policy's;
 2. per-token advantages by GAE (``nbkit.rl.gae``) from the critic's values at rollout time and the outcome reward,
    replacing TRL's group advantages (they are whitened over the batch's tokens, as Oat does);
 3. the clipped value loss and the critic's step in every minibatch; ``num_iterations`` (epochs) ×
@@ -43,7 +44,9 @@ class PPOTrainer(PrecisionGRPOTrainer):
                 f"{self.accelerator.num_processes} processes (launch it without --multi_gpu)"
             )
         device = self.accelerator.device
-        self.critic = Critic(self.accelerator.unwrap_model(self.model), run.critic_input).to(device).train()
+        checkpointing = (self.args.gradient_checkpointing_kwargs or {}) if self.args.gradient_checkpointing else None
+        policy = self.accelerator.unwrap_model(self.model)
+        self.critic = Critic(policy, run.critic_input, checkpointing).to(device).train()  # checkpointed like π
         table = {id(p) for p in self.critic.feature_parameters()}
         groups = [{"params": [p for p in self.critic.parameters() if p.requires_grad and id(p) not in table]}]
         if table:  # the running-min table learns at its own rate (RLConfig.critic_feature_lr)

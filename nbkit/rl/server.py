@@ -10,22 +10,85 @@ the server reports log-probs before temperature / top-p (``--logprobs-mode`` oth
 
 One server serves run after run (``nbkit plan`` starts it once per precision). vLLM 0.32's worker replaces its NCCL
 weight-transfer group on every ``/init_weight_transfer_engine`` without closing the one before it, and TRL's client
-drops its end without destroying it, so each run left a live NCCL communicator on every server GPU and on the
-trainer's. The server therefore runs with the worker extension ``nbkit.rl.weight_sync.WeightTransferReset`` (which
-``nbkit plan`` passes as ``--worker-extension-cls``): before a run opens its group, and again when it closes, the
-trainer asks every worker (vLLM's dev ``/collective_rpc``) to destroy the group it holds; ``close`` destroys the
-trainer's end too. A server started without the extension is refused, naming the flag.
+drops its end without destroying it. The server therefore runs with the worker extension
+``nbkit.runtime.vllm_worker.WeightTransferReset`` (``--worker-extension-cls``, which ``nbkit plan`` passes): before a
+run opens its group, and again when it closes, the trainer asks every worker (vLLM's dev ``/collective_rpc``) to end
+an update a lost trainer left open and destroy the group it holds; ``close`` destroys the trainer's end too. A server
+started without the extension is refused, naming the flag.
+
+Every request to the server has a timeout (TRL's client sets none): ``CONTROL_TIMEOUT`` for its info and the group's
+opening, closing and update boundaries, ``TRANSFER_TIMEOUT`` for generation and a weight transfer. A server whose
+workers are stuck in a weight sync a crashed run started then fails the next request in bounded time, with the
+restart named, instead of hanging the trainer and its cleanup. The weight-sync group's port is found free when the
+run starts (TRL's default is the fixed 51216).
 """
 
 from __future__ import annotations
 
 import time
 
+import requests
+from trl.generation.vllm_client import VLLMClient
 from trl.generation.vllm_generation import VLLMGeneration
 
 from nbkit.precision.dtypes import FROM_VLLM as SERVER_DTYPES
 from nbkit.precision.dtypes import VLLM_NAMES
-from nbkit.rl.weight_sync import WeightSyncError, check_server_reset, close_server_groups, close_trainer_group
+from nbkit.runtime.pool import free_port
+from nbkit.runtime.vllm_worker import RESET_EXTENSION, RESET_METHOD
+
+CONTROL_TIMEOUT = 60.0
+"""Seconds a control request may take (server info, the weight-sync group's opening and closing, an update's start
+and finish): a healthy server answers in well under a second."""
+TRANSFER_TIMEOUT = 1800.0
+"""Seconds a generation request or a weight transfer may take (a gpu-profile rollout batch is minutes)."""
+TRANSFER_PATHS = ("/v1/", "/inference/", "/update_weights", "/init_weight_transfer_engine")
+"""Requests that last as long as their work: generation, and the transfers the workers block in until the trainer
+has sent (``/init_weight_transfer_engine``'s rendezvous, ``/update_weights``' broadcast)."""
+RESTART = "stop the vLLM server and start it again (the command nbkit plan prints) before the next run"
+
+
+class WeightSyncError(RuntimeError):
+    """A server that cannot close its weight-transfer group, or does not answer in time."""
+
+
+def request_timeout(url: str) -> float:
+    """The timeout of a request to ``url``: ``TRANSFER_TIMEOUT`` for ``TRANSFER_PATHS``, else ``CONTROL_TIMEOUT``."""
+    return TRANSFER_TIMEOUT if any(path in url for path in TRANSFER_PATHS) else CONTROL_TIMEOUT
+
+
+class TimedClient(VLLMClient):
+    """TRL's ``VLLMClient`` with a timeout on every request (``request_timeout``), its ``/health`` wait included, and
+    a request that timed out not sent again (TRL retries reads 5 times: behind a stuck one, each would queue)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for adapter in self.session.adapters.values():
+            adapter.max_retries = adapter.max_retries.new(read=0)
+
+    @property
+    def session(self) -> requests.Session:
+        return self.__dict__["session"]
+
+    @session.setter
+    def session(self, session: requests.Session) -> None:  # TRL builds its session in __init__: time it there
+        send = session.request
+        session.request = lambda method, url, **kw: send(method, url, **{"timeout": request_timeout(url), **kw})
+        self.__dict__["session"] = session
+
+    def check_server(self, total_timeout: float = 0.0, retry_interval: float = 2.0) -> None:
+        """Wait up to ``total_timeout`` seconds for ``/health`` to answer 200 (TRL's waits without a timeout)."""
+        deadline = time.monotonic() + total_timeout
+        while True:
+            try:
+                if self.session.get(f"{self.base_url}/health").status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() >= deadline:
+                raise ConnectionError(
+                    f"the vLLM server at {self.base_url} did not answer /health in {total_timeout:g} s"
+                )
+            time.sleep(retry_interval)
 
 
 class ServerDtypeError(RuntimeError):
@@ -106,6 +169,7 @@ class ServerGeneration(VLLMGeneration):
             "block_size",
         ):
             trl_kwargs.pop(colocate_only, None)  # the server owns its engine
+        trl_kwargs.setdefault("group_port", free_port())  # never TRL's fixed 51216: two runs on one node
         self.rollout_dtype, self.served = dtype, None
         self.seconds = {"generate": 0.0, "sync": 0.0}
         self.length_hits = [0, 0]
@@ -114,12 +178,11 @@ class ServerGeneration(VLLMGeneration):
     def _init_vllm(self) -> None:
         """Connect (main process), check the dtype on every process, then open TRL's weight-sync group."""
         from accelerate.utils import broadcast_object_list
-        from trl.generation.vllm_client import VLLMClient
 
         acc = self.accelerator
         verdict = [None]
         if acc.is_main_process:
-            self.vllm_client = VLLMClient(
+            self.vllm_client = TimedClient(
                 base_url=self.server_base_url, group_port=self.group_port, connection_timeout=self.server_timeout
             )
             try:
@@ -187,3 +250,46 @@ class ServerGeneration(VLLMGeneration):
                 close_server_groups(client)
             finally:
                 close_trainer_group(client)
+
+
+def check_server_reset(client) -> None:
+    """Refuse a server whose workers cannot close a weight-transfer group (started without ``RESET_EXTENSION``)."""
+    parallel = client.get_server_info().get("parallel_config") or {}
+    if parallel.get("worker_extension_cls") != RESET_EXTENSION:
+        raise WeightSyncError(
+            f"the vLLM server at {getattr(client, 'base_url', '?')} runs worker extension "
+            f"{parallel.get('worker_extension_cls')!r}, so a second run would leave the first run's NCCL "
+            f"weight-transfer group open: restart it with --worker-extension-cls {RESET_EXTENSION} (nbkit plan "
+            f"prints it)"
+        )
+
+
+def close_server_groups(client) -> list:
+    """Ask every worker of the server to end an update left open and destroy its weight-transfer group
+    (``WeightTransferReset``), within ``CONTROL_TIMEOUT``; returns their answers (True where a group was closed)."""
+    try:
+        response = client.session.post(f"{client.base_url}/collective_rpc", json={"method": RESET_METHOD})
+    except requests.RequestException as exc:  # a read timeout, once retries are spent, arrives as ConnectionError
+        raise WeightSyncError(
+            f"the vLLM server at {client.base_url} did not close its weight-transfer group within "
+            f"{CONTROL_TIMEOUT:g} s ({type(exc).__name__}; its workers may wait in a weight sync a stopped run "
+            f"left): {RESTART}"
+        ) from None
+    if response.status_code != 200:
+        raise WeightSyncError(
+            f"the vLLM server at {client.base_url} could not close its weight-transfer group "
+            f"({response.status_code}: {response.text[:200]}): {RESTART}"
+        )
+    return response.json().get("results", []) if response.content else []
+
+
+def close_trainer_group(client) -> None:
+    """Destroy the trainer's end of the weight-transfer group (vLLM's ``PyNcclCommunicator.destroy``), then let
+    TRL's client drop it (TRL only drops it)."""
+    communicator = getattr(client, "communicator", None)
+    if communicator is None:
+        return
+    destroy = getattr(communicator, "destroy", None)
+    if destroy is not None:
+        destroy()
+    client.close_communicator()

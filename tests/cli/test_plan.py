@@ -246,3 +246,60 @@ def test_the_plans_ppo_and_hunt_runs_follow_the_notebooks_parameters(monkeypatch
         assert {k: v for k, v in vars(printed).items() if k not in kept} == {
             k: v for k, v in vars(notebook).items() if k not in kept
         }
+
+
+def test_an_80gb_card_reporting_79_6_gib_gets_no_memory_warning_and_sizes_the_default_plan(monkeypatch):
+    """Issue 72, item 2: ``nvidia-smi`` on an H100 80GB says 81,559 MiB (79.6 GiB); the default ``--gpu-gib`` is
+    that size, and ``--gpu-gib 80`` is no warning either; a 40 GB card still is."""
+    from nbkit import preflight
+
+    answers = {"memory.total": "81559\n" * 8, "driver_version": "580.95.05\n" * 8}  # nvidia-smi's recorded answers
+    monkeypatch.setattr(preflight, "_output", lambda program, *args: answers.get(args[0].partition("=")[2]))
+    default = plan.make_plan("gpu", gpus=8)
+    assert default.gpu_gib == 79.6 and default.text().startswith("# 8 GPUs of 79.6 GiB")
+    for printed in (default, plan.make_plan("gpu", gpus=8, gpu_gib=80)):
+        assert not [p for p in printed.preflight if "GiB, less than" in p], printed.preflight
+    answers["memory.total"] = "40960\n" * 8
+    (small,) = [p for p in plan.make_plan("gpu", gpus=8, gpu_gib=80).preflight if "less than" in p]
+    assert small.startswith("8 of 8 GPUs hold 40.0 GiB, less than the 80 GiB")
+
+
+def test_the_server_serves_the_models_resolved_path_within_its_positions():
+    """Issue 72, item 3: a shipped model's name is no hub id, and ``--max-model-len`` above its positions (128 for
+    tiny-arith) stops vLLM at start-up; the 1.5B model's context (131,072) holds the plan's 2,048 + max_tokens."""
+    from nbkit.rl import RLConfig, memory
+
+    tiny = plan.server_command(RLConfig(model="tiny-arith", max_tokens=24, rollout_engine="vllm"), 1, 8123)
+    assert tiny[tiny.index("serve") + 1] == "data/models/tiny-arith" and (ROOT / "data/models/tiny-arith").is_dir()
+    assert int(tiny[tiny.index("--max-model-len") + 1]) == memory.model_shape("tiny-arith").context == 128
+    for argv in [c for c in commands(plan.make_plan("gpu", gpus=8).text()) if "serve" in c]:
+        cfg = plan.run_configs("gpu")[0]
+        assert argv[argv.index("serve") + 1] == cfg.model
+        assert int(argv[argv.index("--max-model-len") + 1]) == cfg.max_tokens + plan.PROMPT_BUDGET
+
+
+def test_the_server_listens_on_localhost_on_free_ports_and_says_to_restart_it_after_a_crash():
+    """Issue 72, items 5-7: the dev-mode server (weight updates, collective RPC) on 127.0.0.1 unless
+    ``--server-host`` says otherwise; its port and accelerate's rendezvous found free (or given), never 8000 / 29500;
+    under each server a line naming what to restart after a crashed run."""
+    import socket
+
+    printed = plan.make_plan("gpu", gpus=8).text()
+    servers = [c for c in commands(printed) if "serve" in c]
+    trainers = [c for c in commands(printed) if ".venv/bin/accelerate" in c]
+    ports = {int(s[s.index("--port") + 1]) for s in servers}
+    (port,) = ports
+    rendezvous = {int(c[c.index("--main_process_port") + 1]) for c in trainers}
+    assert len(trainers) == 6 and len(rendezvous) == 1 and not (ports | rendezvous) & {8000, 29500, 51216}
+    for free in ports | rendezvous:
+        with socket.socket() as s:
+            s.bind(("", free))  # free on this node (nothing of the plan listens yet)
+    assert {s[s.index("--host") + 1] for s in servers} == {"127.0.0.1"}
+    assert {c[c.index("--vllm-server-base-url") + 1] for c in trainers} == {f"http://127.0.0.1:{port}"}
+    lines = printed.splitlines()
+    for i, line in enumerate(lines):
+        if " serve " in line:
+            assert lines[i + 1] == plan.RESTART_LINE and "stop this server and start it again" in lines[i + 1]
+    given = plan.make_plan("gpu", gpus=8, port=8123, host="10.0.0.5", main_process_port=29511).text()
+    assert {c[c.index("--host") + 1] for c in commands(given) if "serve" in c} == {"10.0.0.5"}
+    assert "--vllm-server-base-url http://10.0.0.5:8123" in given and "--main_process_port 29511" in given

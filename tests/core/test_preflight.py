@@ -86,12 +86,14 @@ def test_a_full_disk_is_one_line_naming_free_and_needed():
 
 
 def test_a_smaller_gpu_than_planned_names_the_flag_to_replan():
-    line = preflight.gpu_memory_problem([79.2, 39.4], planned=80)
+    line = preflight.gpu_memory_problem([78.0, 39.4], planned=80)
     assert (
         line
         == "2 of 2 GPUs hold 39.4 GiB, less than the 80 GiB the plan is sized for: print it again with --gpu-gib 39"
     )
     assert preflight.gpu_memory_problem([80.0] * 8, planned=80) is None
+    # an H100 80GB reports 81,559 MiB = 79.6 GiB: a card of the planned size, not a smaller one (issue 72, item 2)
+    assert preflight.gpu_memory_problem([81559 / 1024] * 8, planned=80) is None
 
 
 def test_a_newer_python_on_path_is_found_for_the_fix():
@@ -117,3 +119,20 @@ def test_make_venv_runs_the_preflight_before_the_venv_and_stops_on_a_failure(tmp
         [sys.executable, str(ROOT / "nbkit" / "preflight.py"), "--build", "torch==2.13.0"], capture_output=True
     )
     assert ok.returncode == 0
+
+
+def test_make_venv_installs_a_setuptools_that_reads_the_license_before_the_editable_install(tmp_path):
+    """Issue 72, item 1: Python 3.11's venv ships setuptools 65.5, which refuses ``license = "MIT"`` (PEP 639
+    strings need setuptools 77), and the editable install builds without isolation, under the venv's setuptools."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    dry = subprocess.run(
+        ["make", "-n", "venv", f"VENV={tmp_path / 'v'}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    setuptools = re.search(r'install "(setuptools[^"]*)" && ', dry)
+    assert setuptools and dry.index(setuptools.group(0)) < dry.index("--no-build-isolation -e .")
+    (built_by,) = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    for spec in (setuptools.group(1), built_by):
+        assert not Requirement(spec).specifier.contains("76.9") and Requirement(spec).specifier.contains("77.0")

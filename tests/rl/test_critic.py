@@ -123,3 +123,45 @@ def _spy(monkeypatch) -> dict:
     monkeypatch.setattr(PPOTrainer, "close", on_close)
     monkeypatch.setattr(PPOTrainer, "_generate_and_score_completions", on_score)
     return seen
+
+
+def test_the_critic_is_gradient_checkpointed_like_the_policy(tmp_path, monkeypatch):
+    """Issue 72, item 4: the Trainer checkpoints π when ``train()`` starts, after the critic's copy is made, so the
+    critic kept every layer's activations for its loss-time backward. Checkpointed, what its forward holds for
+    backward is a fraction of that; the PPO trainer builds it so whenever the run checkpoints π."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    ids = torch.randint(0, 128, (2, 512), generator=torch.Generator().manual_seed(0))
+
+    def held(checkpointing) -> int:
+        """Bytes the critic's forward saves for its backward."""
+        torch.manual_seed(0)
+        critic = Critic(Qwen2ForCausalLM(config), checkpointing=checkpointing).train()
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda x: saved.append(x.nbytes) or x, lambda x: x):
+            loss = critic(ids).pow(2).mean()
+        loss.backward()
+        return sum(saved)
+
+    whole, checkpointed = held(None), held({})
+    assert checkpointed < 0.1 * whole, (checkpointed, whole)
+    seen = {}
+    close = PPOTrainer.close
+
+    def on_close(self):
+        seen["critic"] = self.critic.backbone.is_gradient_checkpointing
+        seen["policy"] = self.accelerator.unwrap_model(self.model).is_gradient_checkpointing
+        close(self)
+
+    monkeypatch.setattr(PPOTrainer, "close", on_close)
+    train(_ppo(tmp_path, steps=1, ppo_epochs=1, ppo_minibatches=1), progress=False)
+    assert seen == {"critic": True, "policy": True}

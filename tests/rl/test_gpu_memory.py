@@ -37,3 +37,15 @@ def test_every_run_of_the_gpu_profiles_notebooks_fits_one_gpu():
 
 def test_the_gpu_pages_table_is_the_estimate():
     assert gpu_budget.table(gpu_budget.budget("gpu")) in (ROOT / "docs" / "gpu.md").read_text()
+
+
+def test_ppos_critic_activations_are_counted_checkpointed_beside_the_policys():
+    """Issue 72, item 4: the critic's forward and backward run inside π's loss, so its activations are held beside
+    π's; checkpointed like π (≈ 3 GiB for one 10,240-token sequence of the 1.5B model) rather than whole (≈ 35)."""
+    tokens = 10_240
+    checkpointed = memory.critic_activation_bytes(SHAPE, 1, tokens) / memory.GIB
+    whole = memory.critic_activation_bytes(SHAPE, 1, tokens, checkpointing=False) / memory.GIB
+    assert 2.5 < checkpointed < 4 and 30 < whole < 40
+    args = dict(shape=SHAPE, share=8, seq_tokens=tokens, kind="single_gpu", trainers=1, gpu_gib=80, largest=1)
+    grpo, ppo = memory.fit_micro_batch(**args), memory.fit_micro_batch(**args, critic=True)
+    assert abs(ppo.activations_gib - grpo.activations_gib - checkpointed) < 1e-9

@@ -10,8 +10,9 @@ import pytest
 
 from nbkit.engines import vllm_available
 from nbkit.rl import RLConfig
+from nbkit.rl import server as server_mode
 from nbkit.rl.server import ServerDtypeError, ServerGeneration, check_server_dtype, served_dtype
-from nbkit.rl.weight_sync import RESET_EXTENSION, WeightTransferReset
+from nbkit.runtime.vllm_worker import RESET_EXTENSION, WeightTransferReset
 
 
 class FakeServer:
@@ -106,7 +107,8 @@ def _generation(
 ) -> ServerGeneration:
     """``ServerGeneration._init_vllm`` on one process with the fake client (TRL's constructor is not run)."""
     monkeypatch.setattr(
-        "trl.generation.vllm_client.VLLMClient",
+        server_mode,
+        "TimedClient",
         lambda **kw: FakeClient(**kw, dtype=served, logprobs_mode=logprobs_mode, server=server),
     )
     gen = ServerGeneration.__new__(ServerGeneration)
@@ -181,19 +183,114 @@ def test_two_runs_against_one_server_never_leave_a_weight_transfer_group_open(mo
 
 def test_a_server_without_the_reset_extension_is_refused_before_the_group_opens(monkeypatch):
     server = FakeServer(extension="")
-    with pytest.raises(ServerDtypeError, match=r"restart it with --worker-extension-cls nbkit.rl.weight_sync.WeightTr"):
+    with pytest.raises(
+        ServerDtypeError, match=r"restart it with --worker-extension-cls nbkit.runtime.vllm_worker.WeightTr"
+    ):
         _generation(monkeypatch, "torch.float16", "fp16", server=server)
     assert server.opened == 0
 
 
-def test_the_worker_extension_destroys_the_workers_group_through_vllms_engine():
-    closed = []
-    engine = SimpleNamespace(model_update_group=object())
-    engine.shutdown = lambda: closed.append(engine.model_update_group) or setattr(engine, "model_update_group", None)
-    worker = type("Worker", (WeightTransferReset,), {})()
-    worker.weight_transfer_engine = engine
-    assert worker.close_weight_transfer() is True and len(closed) == 1
-    assert worker.close_weight_transfer() is False and len(closed) == 1  # nothing open: nothing done
+@pytest.mark.vllm
+@pytest.mark.skipif(not vllm_available(), reason="vLLM not installed")
+def test_the_worker_extension_ends_an_update_a_lost_trainer_left_open_then_closes_the_group():
+    """Issue 72, item 5: a trainer stopped during a weight sync leaves the worker's "update active" flag set, so
+    vLLM's own ``shutdown_weight_transfer_engine`` and the next run's ``start_weight_update`` are refused. The
+    extension, on a worker whose methods are vLLM 0.32's own, ends that update and closes the group."""
+    from vllm.config import VllmConfig
+    from vllm.v1.worker.gpu_worker import Worker
+
+    calls = []
+
+    class Engine:  # vLLM's NCCL engine as the worker drives it (its group: PyNcclCommunicator)
+        model_update_group = SimpleNamespace(destroy=lambda: calls.append("destroy"))
+        start_weight_update = staticmethod(lambda: calls.append("start"))
+        finish_weight_update = staticmethod(lambda: calls.append("finish"))
+        reset_weight_update_target = staticmethod(lambda: None)
+
+        def shutdown(self):
+            self.model_update_group.destroy()
+            self.model_update_group = None
+
+    own = ("shutdown_weight_transfer_engine", "finish_weight_update", "start_weight_update", "_start_weight_update")
+    worker = type("Worker", (WeightTransferReset,), {n: getattr(Worker, n) for n in own})()
+    worker._check_weight_transfer_engine = lambda: None
+    worker.vllm_config, worker.weight_transfer_engine = VllmConfig(), Engine()
+    worker.model_runner = SimpleNamespace(reset_lora_state=lambda: None)
+    worker._weight_update_active = worker._weight_update_is_draft = False
+    worker.start_weight_update()  # the lost trainer's update: started, never finished
+    with pytest.raises(RuntimeError, match="during a weight update"):
+        worker.shutdown_weight_transfer_engine()
+    with pytest.raises(RuntimeError, match="already active"):
+        worker.start_weight_update()
+    assert worker.close_weight_transfer() is True and calls == ["start", "finish", "destroy"]
+    assert worker.close_weight_transfer() is False and calls == ["start", "finish", "destroy"]  # nothing left open
+    worker.start_weight_update()  # the next run's first update is accepted
+    assert calls[-1] == "start"
+
+
+def test_the_worker_extension_imports_nothing_heavy():
+    """Issue 72, item 8: every vLLM worker resolves ``--worker-extension-cls`` by importing its module; it was in
+    ``nbkit.rl``, whose package imports TRL and the whole trainer."""
+    import subprocess
+    import sys
+
+    module, _, cls = RESET_EXTENSION.rpartition(".")
+    code = (
+        f"import sys, {module} as m; getattr(m, {cls!r}); "
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'trl', 'transformers', 'vllm') "
+        "or n.startswith('nbkit.rl')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_every_request_to_the_server_has_a_timeout_and_a_stuck_close_names_the_restart(monkeypatch):
+    """Issue 72, item 5: TRL's client sends without a timeout, so a server whose workers wait in a sync a crashed
+    run started hung the trainer's close, and so the next run. A fake server on 127.0.0.1: generation slower than
+    a control timeout still answers; a close that does not answer fails in bounded time, naming the restart."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def answer(self, body):
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self.answer({"data": [{"id": "tiny"}]} if self.path == "/v1/models" else {})
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            time.sleep(1.0)  # generation: slower than a control request may take; /collective_rpc: stuck
+            if self.path == "/collective_rpc":
+                time.sleep(5.0)
+            self.answer({"results": []})
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.setattr(server_mode, "CONTROL_TIMEOUT", 0.3)
+    monkeypatch.setattr(server_mode, "TRANSFER_TIMEOUT", 10.0)
+    try:
+        client = server_mode.TimedClient(base_url=f"http://127.0.0.1:{httpd.server_port}", connection_timeout=5)
+        assert client.model == "tiny"
+        assert client.session.post(f"{client.base_url}/v1/completions", json={}).status_code == 200
+        start = time.monotonic()
+        with pytest.raises(server_mode.WeightSyncError, match="did not close its weight-transfer group within 0.3 s"):
+            server_mode.close_server_groups(client)
+        assert time.monotonic() - start < 3  # one try: a timed-out POST is not sent again behind the stuck one
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert "start it again" in server_mode.RESTART
 
 
 def test_the_plans_server_runs_the_reset_extension():
@@ -201,3 +298,15 @@ def test_the_plans_server_runs_the_reset_extension():
 
     command = plan.server_command(RLConfig(rollout_engine="vllm", vllm_mode="server"), 1, 8000)
     assert command[command.index("--worker-extension-cls") + 1] == RESET_EXTENSION
+
+
+def test_the_weight_sync_groups_port_is_found_free_at_start_not_trls_fixed_one(monkeypatch):
+    """Issue 72, item 7: TRL's default group port is 51216 for every run, so two trainers on one node collide."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    seen = []
+    monkeypatch.setattr(VLLMGeneration, "__init__", lambda self, **kw: seen.append(kw["group_port"]))
+    monkeypatch.setattr(server_mode, "free_port", iter([40001, 40002]).__next__)
+    for _ in range(2):
+        ServerGeneration(dtype="fp16", server_base_url="http://127.0.0.1:8123")
+    assert seen == [40001, 40002]
