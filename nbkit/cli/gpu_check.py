@@ -20,8 +20,9 @@ recorded, so a pass is the workbook's own evidence, not a second implementation:
   GPUs; ZeRO-2/3 with DeepSpeed installed).
 
 ``--smoke`` runs, on one GPU: ``environment`` (Python, torch and its CUDA, vLLM, TRL, setuptools: the versions it ran
-on), ``fp16``, ``bf16``, ``pi-fp32``, ``vllm-colocate-sleep``, ``vllm-server-sync`` (server and trainer on the one
-GPU: one run, one weight sync, its completions) and ``critic-memory`` (PPO's critic, checkpointed, on a random model
+on), ``fp16``, ``bf16``, ``pi-fp32``, ``vllm-colocate-sleep``, ``vllm-server-sync`` (with a second GPU: the weight
+sync's NCCL group takes one rank per device; on one GPU its command is checked and the rest SKIPs) and
+``critic-memory`` (PPO's critic, checkpointed, on a random model
 of the 1.5B shape, 1 × 4,096 tokens: its peak against ``nbkit.rl.memory``'s estimate). An item that needs vLLM or
 TRL where it is not importable is SKIP, naming what is missing; the JSON record keeps each item's measured values.
 
@@ -202,7 +203,7 @@ def check_colocated_sleep(work: Path) -> tuple[str, dict]:
     return f"{len(rows)} sleep → wake → reload cycles, FP16 rollouts, KL per step {[f'{k:.2g}' for k in kl]}", {KL: kl}
 
 
-def checked_server_command(cfg, port: int, memory_share: float | None = None) -> tuple[list[str], str]:
+def checked_server_command(cfg, port: int) -> tuple[list[str], str]:
     """``nbkit plan``'s server command for ``cfg`` (TRL builds it: needs TRL) and what was checked of it on this
     machine: the model is a folder here and ``--max-model-len`` lies within the model's positions."""
     needs(0, trl=True)
@@ -210,8 +211,6 @@ def checked_server_command(cfg, port: int, memory_share: float | None = None) ->
     from nbkit.rl import memory
 
     command = plan.server_command(cfg, 1, port)
-    if memory_share is not None:
-        command[command.index("--gpu-memory-utilization") + 1] = str(memory_share)
     model, length = command[command.index("serve") + 1], int(command[command.index("--max-model-len") + 1])
     context = memory.model_shape(cfg.model).context
     if not (paths.ROOT / model).is_dir():
@@ -223,9 +222,10 @@ def checked_server_command(cfg, port: int, memory_share: float | None = None) ->
     return command, f"server command checked ({model}, --max-model-len {length} within {context} positions)"
 
 
-def check_server_sync(work: Path, gpus: int = 2) -> tuple[str, dict]:
-    """A server from ``nbkit plan``'s command and runs against it: on its own GPU (``gpus`` 2: two runs, the second
-    opening a fresh weight-sync group) or sharing the one GPU with the trainer (``gpus`` 1: one run)."""
+def check_server_sync(work: Path) -> tuple[str, dict]:
+    """A server from ``nbkit plan``'s command on its own GPU and two runs against it (the second opening a fresh
+    weight-sync group). Two GPUs: the sync's NCCL group takes one rank per device (NCCL refuses two on one GPU)."""
+    gpus = 2
     import requests
 
     from nbkit.runtime.pool import free_port
@@ -233,7 +233,7 @@ def check_server_sync(work: Path, gpus: int = 2) -> tuple[str, dict]:
     port = free_port()
     server_cfg = _config(work / "server", train_dtype="fp16", rollout_engine="vllm", vllm_mode="server")
     try:
-        command, checked = checked_server_command(server_cfg, port, memory_share=0.3 if gpus == 1 else None)
+        command, checked = checked_server_command(server_cfg, port)
     except CannotCheck:  # no TRL to build the command with: name everything else the item lacks too
         needs(gpus, vllm=True, trl=True)
         raise
@@ -242,7 +242,7 @@ def check_server_sync(work: Path, gpus: int = 2) -> tuple[str, dict]:
     except CannotCheck as exc:
         raise CannotCheck(f"{checked}; {exc}") from None
     command[0] = str(Path(sys.executable).with_name("vllm"))
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpus - 1), "VLLM_SERVER_DEV_MODE": "1"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "1", "VLLM_SERVER_DEV_MODE": "1"}
     log = (work / "server.log").open("w")
     server = subprocess.Popen(command, cwd=paths.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -257,7 +257,7 @@ def check_server_sync(work: Path, gpus: int = 2) -> tuple[str, dict]:
         else:
             raise AssertionError(f"vllm serve did not answer within {SERVER_WAIT} s (log: {work / 'server.log'})")
         rows = []
-        for run in ("first", "second")[: 2 if gpus > 1 else 1]:  # two runs: the second opens a fresh group
+        for run in ("first", "second"):  # one server, two runs: the second opens a fresh weight-sync group
             cfg = dataclasses.replace(
                 server_cfg, output_dir=str(work / f"server-{run}"), vllm_server_base_url=f"http://127.0.0.1:{port}"
             )
@@ -272,8 +272,7 @@ def check_server_sync(work: Path, gpus: int = 2) -> tuple[str, dict]:
     kl = [r.get(KL) for r in rows]
     if any(k is None or not abs(k) < 0.05 for k in kl):
         raise AssertionError(f"π–μ KL {kl}: the server does not hold the synced weights")
-    runs = "two runs" if gpus > 1 else "one run"
-    return f"{checked}; {runs} on one server, {len(rows)} steps, KL per step {[f'{k:.2g}' for k in kl]}", {KL: kl}
+    return f"{checked}; two runs on one server, {len(rows)} steps, KL per step {[f'{k:.2g}' for k in kl]}", {KL: kl}
 
 
 def check_critic_memory(work: Path, tokens: int = 4096) -> tuple[str, dict]:
@@ -423,15 +422,10 @@ def items() -> list[tuple[str, Callable[[Path], str | tuple[str, dict]]]]:
 
 
 def smoke_items() -> list[tuple[str, Callable[[Path], str | tuple[str, dict]]]]:
-    """The smoke test's (name, check), on one GPU: the environment, then the items of ``items`` that one GPU runs
-    (the server sharing the GPU with the trainer), then the critic's memory."""
-    one_gpu = [(n, c) for n, c in items() if n in ("fp16", "bf16", "pi-fp32", "vllm-colocate-sleep")]
-    return [
-        ("environment", check_environment),
-        *one_gpu,
-        ("vllm-server-sync", lambda w: check_server_sync(w, gpus=1)),
-        ("critic-memory", check_critic_memory),
-    ]
+    """The smoke test's (name, check): the environment, the items of ``items`` but the launch kinds' (the server's
+    needs a second GPU for its weight sync: on one GPU its command is checked and the rest SKIPs), the critic's
+    memory."""
+    return [("environment", check_environment), *items()[:5], ("critic-memory", check_critic_memory)]
 
 
 def run_item(name: str, check: Callable[[Path], str | tuple[str, dict]], work: Path) -> Result:
