@@ -25,7 +25,8 @@ The design (``RULE_TEXT``, committed with ``PREDICTIONS`` before any run; ``RULE
 - **Machines.** Seeds 0-2 trained on an AVX2-only AMD EPYC; later seeds on whatever CPU a session had, under the
   AVX2 emulation where that CPU has native half kernels (``MACHINE_AMENDMENT``) or an AVX512 vLLM-CPU build
   (``AVX512_BF16_AMENDMENT``). The card's parts name each sitting's machine and kernel caps; every gap is read
-  within one seed, so within one machine.
+  within one seed, which was meant to be one machine: where an arm and its reference did not share one
+  (fp16-s3), the page reads that arm with and without the seed (``nbkit.studies.smollm2_after_record``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from nbkit.runtime import outputs
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import prereg
+from nbkit.studies import smollm2_after_record as record
 from nbkit.studies import smollm2_after_transfer as transfer
 from nbkit.studies.base import group_seeds
 from nbkit.studies.harm_threshold_rule import first_step_value
@@ -389,10 +391,28 @@ class SmolLM2After(prereg.PreRegistered):
         rows.append({"arm": "all four", "verdict": overall})
         return rows
 
+    def crossings(self, meta) -> dict[str, dict[int, dict]]:
+        """``arm → seed → runs and CPUs`` of each gap whose arm and reference trained on different CPUs
+        (``record.crossed``, from the stored card's sittings)."""
+        return record.crossed(meta, self.sittings(), lambda m: arm_name(m["train"], m["rollout"]), arm_name(*REFERENCE))
+
+    def deviation(self, runs, meta) -> list[dict]:
+        """``record.deviation_rows`` once the study is ``complete`` (nothing while blind)."""
+        if not self.complete(runs, meta):
+            return []
+        return record.deviation_rows(
+            lambda seeds: self.observed(runs, meta, seeds),
+            self.gaps(runs, meta),
+            self.crossings(meta),
+            verdict,
+            transfer.observed,
+        )
+
     def moves(self, runs, meta) -> dict[str, list[str]]:
         """What ``THRESHOLD_SENTENCE_AMENDMENT`` moved: each arm below the threshold's CI whose reading differs
         between the sentence as first written (crossed only when its CI lay wholly below −0.05, else counted as not
-        crossing) and as amended (``transfer.observed``); nothing while blind."""
+        crossing) and as amended (``transfer.observed``); and what ``record.MACHINE_DEVIATION_AMENDMENT``'s reading
+        without the crossed seeds moves against the rule's on every seed (``deviation``); nothing while blind."""
         obs, moved = self.read(runs, meta), []
         for arm in BELOW_THRESHOLD:
             if arm in obs:
@@ -400,7 +420,13 @@ class SmolLM2After(prereg.PreRegistered):
                 after = transfer.observed(obs[arm])
                 if after != before:
                     moved.append(f"per-token threshold reading, {arm}: {before} → {after}")
-        return {THRESHOLD_SENTENCE_AMENDMENT["key"]: moved}
+        deviation = self.deviation(runs, meta)
+        crossed = []
+        for every, without in zip(deviation[::2], deviation[1::2], strict=True):
+            for key in ("verdict", "per-token threshold reading"):
+                if every[key] != without[key]:
+                    crossed.append(f"{every['arm']} {key}, {without['read on']}: {every[key]} → {without[key]}")
+        return {THRESHOLD_SENTENCE_AMENDMENT["key"]: moved, record.MACHINE_DEVIATION_AMENDMENT["key"]: crossed}
 
     def closeness(self, runs, meta) -> list[dict]:
         """Per candidate: the mean |observed − predicted| gap over the arms read, smallest first."""
@@ -415,10 +441,17 @@ class SmolLM2After(prereg.PreRegistered):
         return sorted(rows, key=lambda r: r["mean |observed − predicted|"])
 
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
-        tables = [
-            ("the prediction, arm by arm", self.verdicts(runs, meta)),
-            ("predicted beside observed", self.predicted_beside_observed(self.read(runs, meta))),
-        ]
+        tables = [("the prediction, arm by arm", self.verdicts(runs, meta))]
+        deviation = self.deviation(runs, meta)
+        if deviation:
+            tables.append(
+                (
+                    "the machine deviation (amended after unblinding): each arm with a seed whose arm and FP32 runs "
+                    "trained on different CPUs, read on every seed and without it",
+                    deviation,
+                )
+            )
+        tables.append(("predicted beside observed", self.predicted_beside_observed(self.read(runs, meta))))
         n = self.planned(runs, meta)
         if self.complete(runs, meta) and n > len(SEEDS):  # the extension ran: the first look beside
             tables.append((f"first look: seeds 0-{len(SEEDS) - 1}", self.verdicts(runs, meta, seeds=SEEDS)))
@@ -503,6 +536,8 @@ class SmolLM2After(prereg.PreRegistered):
             if sd > 0
             else "The reference's five outcomes were equal: no SD to compute power from."
         )
+        deviation = record.deviation_sentence(self.crossings(meta), self.gaps(runs, meta), self.deviation(runs, meta))
+        out += [deviation] if deviation else []
         close = self.closeness(runs, meta)
         if close:
             errors = [r["mean |observed − predicted|"] for r in close]

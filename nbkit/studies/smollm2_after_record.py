@@ -1,0 +1,134 @@
+"""The ``smollm2_after`` record corrected after unblinding (issue 74 item 1): readings added beside the rule's,
+each an amendment on the card (``nbkit.studies.amendments``) with what it moved computed from the stored runs.
+
+- **Machine deviation.** ``MACHINE_AMENDMENT`` says every arm of a seed trains on one machine; the card's sittings
+  show a gap whose arm and FP32 reference ran on different CPUs (``crossed``). Each such arm is read on every seed
+  (the rule's reading) and without those seeds, both computed (``deviation_rows``).
+
+The rule (``smollm2_after_rule``) is untouched: every reading here is shown beside the one it corrects.
+"""
+
+from __future__ import annotations
+
+from nbkit import results
+
+MACHINE_DEVIATION_AMENDMENT = {
+    "key": "machine-deviation",
+    "commit": "",
+    "time": "",
+    "what": "A reading added beside the rule's: a seed whose arm and FP32 reference trained on different CPUs (the "
+    "card's sittings name each run's machine) is named, and its arm is read twice, on every seed as the rule reads it "
+    "and without those seeds, both computed (gap, 95 % t-interval, the rule's verdict, the per-token threshold "
+    "reading). The rule's reading on every seed stays the one its verdicts use.",
+    "why": "Found after unblinding (issue 74): fp16-s3 trained on the AVX512 AMD EPYC (sitting of 2026-12-02) while "
+    "fp32-s3, fp32-fp16r-s3, fp32-bf16r-s3 and bf16-s3 trained on the Intel Xeon (2026-11-28), against the machine "
+    "amendment's 'every arm of a seed trains on one machine'; that gap is the study's most extreme, so the page "
+    "shows what fp16/fp16 reads without it.",
+}
+"""The machine deviation (``crossed``); commit and time: the commit that made it, recorded by a later one."""
+
+
+def cpu_of(sittings: list[dict]) -> dict[str, str]:
+    """``run label → its sitting's CPU`` (``results.machine_text``: model, cores, flags and kernel caps)."""
+    return {lab: results.machine_text(p.get("machine") or {}) for p in sittings for lab in p.get("runs") or []}
+
+
+def short_cpu(sittings: list[dict]) -> dict[str, str]:
+    """``run label → its sitting's CPU model and half-precision flags`` (what a sentence names)."""
+    return {
+        lab: f"{(p.get('machine') or {}).get('cpu')} ({', '.join((p.get('machine') or {}).get('cpu_flags') or [])})"
+        for p in sittings
+        for lab in p.get("runs") or []
+    }
+
+
+def crossed(meta: dict[str, dict], sittings: list[dict], arm_of, reference: str) -> dict[str, dict[int, dict]]:
+    """``arm → seed → {"arm run", "reference run", "arm CPU", "reference CPU"}`` for each gap whose arm run and
+    reference run (same seed) trained on different CPUs by the card (``cpu_of``; ``arm_of``: coordinates → arm
+    name; the CPUs named short, ``short_cpu``)."""
+    cpu, short = cpu_of(sittings), short_cpu(sittings)
+    ref = {m["seed"]: lab for lab, m in meta.items() if arm_of(m) == reference}
+    out: dict[str, dict[int, dict]] = {}
+    for lab, m in sorted(meta.items()):
+        r = ref.get(m["seed"])
+        if arm_of(m) == reference or r is None or lab not in cpu or r not in cpu or cpu[lab] == cpu[r]:
+            continue
+        out.setdefault(arm_of(m), {})[m["seed"]] = {
+            "arm run": lab,
+            "reference run": r,
+            "arm CPU": short[lab],
+            "reference CPU": short[r],
+        }
+    return out
+
+
+def deviation_rows(observed, gaps: dict[str, dict[int, float]], crossings, verdict, reading) -> list[dict]:
+    """Two rows per arm with a crossed seed (``crossed``): read on every seed (the rule's reading) and without the
+    crossed seeds. ``observed(seeds)``: ``arm → {"gap", "lo", "hi", "seeds"}`` on ``seeds`` (None: every seed);
+    ``gaps``: ``arm → seed → gap``; ``verdict(arm, obs)``: the rule's; ``reading(obs)``: the per-token threshold's
+    crossed / did not cross / undecided."""
+    every = observed(None)
+    rows = []
+    for arm, by_seed in crossings.items():
+        if arm not in every:
+            continue
+        out = sorted(by_seed)
+        kept = observed(set(gaps.get(arm, {})) - set(out)).get(arm)
+        left = f"seed{'s' if len(out) > 1 else ''} {', '.join(map(str, out))} left out"
+        for name, o in (
+            (f"every seed (the rule's reading, {o_n(every[arm])})", every[arm]),
+            (f"{left} ({o_n(kept)})", kept),
+        ):
+            rows.append(
+                {
+                    "arm": arm,
+                    "read on": name,
+                    "gap": o["gap"] if o else None,
+                    "95 % CI": [o["lo"], o["hi"]] if o else None,
+                    "verdict": verdict(arm, o) if o else "not run",
+                    "per-token threshold reading": reading(o) if o else "—",
+                }
+            )
+    return rows
+
+
+def o_n(obs: dict | None) -> str:
+    """``"9 seeds"`` of an observation (``"no seed"`` without one)."""
+    return results.count(obs["seeds"], "seed") if obs else "no seed"
+
+
+def deviation_sentence(crossings: dict[str, dict[int, dict]], gaps: dict[str, dict[int, float]], rows) -> str:
+    """The machine deviation in one sentence: which runs trained on which CPU, the crossed gap against the study's
+    largest, and each arm's reading with and without those seeds (``deviation_rows``); "" when no gap crossed."""
+    if not crossings:
+        return ""
+    where = "; ".join(
+        f"{c['arm run']} trained on {c['arm CPU']} while {c['reference run']} trained on {c['reference CPU']}"
+        for by_seed in crossings.values()
+        for c in by_seed.values()
+    )
+    largest = max((abs(g), a, s) for a, by_seed in gaps.items() for s, g in by_seed.items())
+    n = sum(len(by_seed) for by_seed in gaps.values())
+    said = []
+    for arm, by_seed in crossings.items():
+        for s in sorted(by_seed):
+            if (g := gaps.get(arm, {}).get(s)) is not None:
+                top = f", the largest of the study's {n} gaps in size" if (largest[1], largest[2]) == (arm, s) else ""
+                said.append(f"{arm}'s gap on seed {s} is {g:+.3f}{top}")
+
+    def one(r):
+        if r["gap"] is None:
+            return f"{r['read on']}: not read"
+        lo, hi = r["95 % CI"]
+        return (
+            f"{r['read on']}: {r['gap']:+.3f} (95 % CI {lo:+.3f} to {hi:+.3f}), {r['verdict']}, per-token threshold "
+            f"reading {r['per-token threshold reading']}"
+        )
+
+    read = "; ".join(
+        f"{every['arm']} on {one(every)}; with {one(without)}" for every, without in zip(rows[::2], rows[1::2])
+    )
+    return (
+        f"Machine deviation (a reading added after unblinding; see the record): {where}, against the machine "
+        f"amendment's 'every arm of a seed trains on one machine'. {'; '.join(said)}. {read}."
+    )
