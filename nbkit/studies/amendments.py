@@ -94,6 +94,28 @@ def rule_fixed_before_results(card: dict) -> bool:
     return bool(rule.get("time")) and before_training(card, rule["time"]) is True
 
 
+def sitting_training_commits(card: dict) -> list[str | None]:
+    """The commit that trained each sitting (``results.parts``) where the card records it, else None (never the
+    commit checked out when a sitting was stored, which a later sitting's store may have moved past its training).
+    The card records one: ``training_started``, written by the first run that trained; it is the first sitting's
+    when it precedes that sitting's start (its date minus its wall time) and that start precedes every other
+    sitting's. A card without the wall times to place it records none."""
+    parts = results.parts(card)
+    out: list[str | None] = [None] * len(parts)
+    began, commit = training_start(card), (card.get("training_started") or {}).get("commit")
+    if began is None or not commit or commit == "?":
+        return out
+    starts = []
+    for p in parts:
+        if p.get("wall_seconds") is None or not p.get("date"):
+            return out
+        starts.append(_time(p["date"], "a sitting's date") - _dt.timedelta(seconds=float(p["wall_seconds"])))
+    first = min(range(len(parts)), key=starts.__getitem__)
+    if began <= starts[first] and starts.count(starts[first]) == 1:
+        out[first] = commit
+    return out
+
+
 def _short(t: str) -> str:
     return _time(t, "time").astimezone(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 

@@ -67,6 +67,12 @@ class Study:
         ``store``, a card disagreeing with its runs)."""
         return results.verify(self.name, root)
 
+    def sitting_commit(self, card: dict, index: int) -> str:
+        """How the page's provenance line names the commit of sitting ``index`` (``results.parts``): the one checked
+        out when it was stored, and whether the tree had uncommitted changes."""
+        p = results.parts(card)[index]
+        return f"commit `{(p.get('commit') or 'unknown')[:10]}{' with uncommitted changes' if p.get('dirty') else ''}`"
+
     def table(self, runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
         """Rows of the study's table (``meta``: each run's coordinates in the grid)."""
         raise NotImplementedError

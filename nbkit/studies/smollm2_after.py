@@ -411,8 +411,9 @@ class SmolLM2After(prereg.PreRegistered):
     def moves(self, runs, meta) -> dict[str, list[str]]:
         """What ``THRESHOLD_SENTENCE_AMENDMENT`` moved: each arm below the threshold's CI whose reading differs
         between the sentence as first written (crossed only when its CI lay wholly below −0.05, else counted as not
-        crossing) and as amended (``transfer.observed``); and what ``record.MACHINE_DEVIATION_AMENDMENT``'s reading
-        without the crossed seeds moves against the rule's on every seed (``deviation``); nothing while blind."""
+        crossing) and as amended (``transfer.observed``); what ``record.MACHINE_DEVIATION_AMENDMENT``'s reading
+        without the crossed seeds moves against the rule's on every seed (``deviation``), nothing while blind; and
+        the sittings line's commits ``record.SITTINGS_AMENDMENT`` moved (``record.sittings_moved``, from the card)."""
         obs, moved = self.read(runs, meta), []
         for arm in BELOW_THRESHOLD:
             if arm in obs:
@@ -426,7 +427,15 @@ class SmolLM2After(prereg.PreRegistered):
             for key in ("verdict", "per-token threshold reading"):
                 if every[key] != without[key]:
                     crossed.append(f"{every['arm']} {key}, {without['read on']}: {every[key]} → {without[key]}")
-        return {THRESHOLD_SENTENCE_AMENDMENT["key"]: moved, record.MACHINE_DEVIATION_AMENDMENT["key"]: crossed}
+        try:
+            sittings = record.sittings_moved(self.card())
+        except FileNotFoundError:  # not stored: no provenance line
+            sittings = []
+        return {
+            THRESHOLD_SENTENCE_AMENDMENT["key"]: moved,
+            record.MACHINE_DEVIATION_AMENDMENT["key"]: crossed,
+            record.SITTINGS_AMENDMENT["key"]: sittings,
+        }
 
     def closeness(self, runs, meta) -> list[dict]:
         """Per candidate: the mean |observed − predicted| gap over the arms read, smallest first."""
@@ -464,6 +473,10 @@ class SmolLM2After(prereg.PreRegistered):
                 self.step_times(runs, meta, self.sittings()),
             ),
         ]
+
+    def sitting_commit(self, card: dict, index: int) -> str:
+        """The training commit where the card records it (``record.sitting_commit``), the stored-at one beside."""
+        return record.sitting_commit(card, index)
 
     def sittings(self) -> list[dict]:
         """The stored card's sittings (``results.parts``); none before the study is stored."""

@@ -5,12 +5,17 @@ each an amendment on the card (``nbkit.studies.amendments``) with what it moved 
   show a gap whose arm and FP32 reference ran on different CPUs (``crossed``). Each such arm is read on every seed
   (the rule's reading) and without those seeds, both computed (``deviation_rows``).
 
+- **Training commits.** The provenance line named each sitting by the commit checked out when it was stored; it
+  names the commit that trained a sitting where the card records one (``amendments.sitting_training_commits``) and
+  says so where it does not (``sitting_commit``).
+
 The rule (``smollm2_after_rule``) is untouched: every reading here is shown beside the one it corrects.
 """
 
 from __future__ import annotations
 
 from nbkit import results
+from nbkit.studies import amendments
 
 MACHINE_DEVIATION_AMENDMENT = {
     "key": "machine-deviation",
@@ -132,3 +137,50 @@ def deviation_sentence(crossings: dict[str, dict[int, dict]], gaps: dict[str, di
         f"Machine deviation (a reading added after unblinding; see the record): {where}, against the machine "
         f"amendment's 'every arm of a seed trains on one machine'. {'; '.join(said)}. {read}."
     )
+
+
+SITTINGS_AMENDMENT = {
+    "key": "training-commits",
+    "commit": "",
+    "time": "",
+    "what": "The provenance line named each sitting by the commit checked out when it was stored (56ae903 for the "
+    "first), which reads as the commit that trained it. It now names the commit that trained a sitting where the "
+    "card records one (the first sitting: 08a7c42, the card's training_started, written by the first run that "
+    "trained, before that sitting's start) and says 'training commit not on the card' for every other sitting, each "
+    "with the commit it was stored at beside.",
+    "why": "Found after unblinding (issue 74): the card records one training commit (started.json is written once, "
+    "by the first run that trains); the commit a later sitting trained at is not on the card, and the page does not "
+    "guess it from the store commit or from commit messages.",
+}
+"""The sittings line's commits (``sitting_commit``); commit and time: the commit that made it, recorded later."""
+
+
+def sitting_commit(card: dict, index: int) -> str:
+    """How the provenance line names sitting ``index``'s commit: the one that trained it where the card records it
+    (``amendments.sitting_training_commits``), else that the card does not; the commit it was stored at beside."""
+    p = results.parts(card)[index]
+    stored = f"`{(p.get('commit') or 'unknown')[:10]}`" + (" with uncommitted changes" if p.get("dirty") else "")
+    trained = amendments.sitting_training_commits(card)[index]
+    if trained:
+        return f"training commit `{trained[:10]}` (the card's training_started; stored at {stored})"
+    return f"a training commit not on the card (stored at {stored})"
+
+
+def sittings_moved(card: dict) -> list[str]:
+    """What ``SITTINGS_AMENDMENT`` moved on the provenance line: each sitting whose commit as named before (the
+    stored-at commit) differs from its training commit, and the sittings whose training commit is not on the card."""
+    trained = amendments.sitting_training_commits(card)
+    parts = results.parts(card)
+    out = [
+        f"provenance, sitting {i + 1} ({str(p.get('date'))[:16]}): commit {str(p.get('commit'))[:7]} (stored at) → "
+        f"training commit {t[:7]}"
+        for i, (p, t) in enumerate(zip(parts, trained, strict=True))
+        if t and t != p.get("commit")
+    ]
+    unknown = [i + 1 for i, t in enumerate(trained) if not t]
+    if unknown:
+        out.append(
+            f"provenance, sittings {', '.join(map(str, unknown))}: their stored-at commits → training commit not on "
+            "the card (stored-at commit beside)"
+        )
+    return out

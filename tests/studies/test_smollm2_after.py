@@ -302,3 +302,20 @@ def test_the_machine_deviation_is_read_on_every_seed_and_without_seed_3_both_com
     text = " ".join(study.findings(runs, meta, []))
     assert "fp16-s3 trained on AMD EPYC (avx2, avx512f, avx512_bf16) while fp32-s3 trained on Intel" in text
     assert "with seed 3 left out (9 seeds): +0.007 (95 % CI -0.060 to +0.073), undecided" in text
+
+
+@pytest.mark.skipif(not STORED, reason="smollm2_after is not stored")
+def test_the_sittings_line_names_the_training_commit_the_card_records_and_says_where_it_records_none():
+    from nbkit.studies.results_md import provenance
+
+    study = S.SmolLM2After()
+    card = study.card()
+    assert card["training_started"]["commit"].startswith("08a7c42")
+    assert S.results.parts(card)[0]["commit"].startswith("56ae903")  # checked out when the first sitting was stored
+    line = provenance(study, card)
+    assert "2 runs at training commit `08a7c42a81` (the card's training_started; stored at `56ae903edc`)" in line
+    assert line.count("a training commit not on the card (stored at `") == len(S.results.parts(card)) - 1 == 16
+    assert "at commit `56ae903edc`" not in line
+    moved = study.moves(study.load(), study.stored_meta())["training-commits"]
+    assert moved[0] == "provenance, sitting 1 (2026-11-28T07:31): commit 56ae903 (stored at) → training commit 08a7c42"
+    assert moved[1].startswith("provenance, sittings 2, 3, 4,") and len(moved) == 2
