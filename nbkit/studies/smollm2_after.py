@@ -235,7 +235,13 @@ class SmolLM2After(prereg.PreRegistered):
     rule_record = RULE_RECORD
     predictions = PREDICTIONS
     predicted_arms = tuple(arm_name(t, r) for t, r in ARMS)
-    amendments = (*transfer.AMENDMENTS, MACHINE_AMENDMENT, AVX512_BF16_AMENDMENT, THRESHOLD_SENTENCE_AMENDMENT)
+    amendments = (
+        *transfer.AMENDMENTS,
+        MACHINE_AMENDMENT,
+        AVX512_BF16_AMENDMENT,
+        THRESHOLD_SENTENCE_AMENDMENT,
+        record.CLOSEST_CAVEAT_AMENDMENT,
+    )
     title = "The prediction tested on a real LM: SmolLM2-135M in FP32, FP16 and BF16"
     question = (
         "Does SmolLM2-135M-Instruct lose the held-out accuracy the stored curves predict from each arm's step-0 "
@@ -413,7 +419,8 @@ class SmolLM2After(prereg.PreRegistered):
         between the sentence as first written (crossed only when its CI lay wholly below −0.05, else counted as not
         crossing) and as amended (``transfer.observed``); what ``record.MACHINE_DEVIATION_AMENDMENT``'s reading
         without the crossed seeds moves against the rule's on every seed (``deviation``), nothing while blind; and
-        the sittings line's commits ``record.SITTINGS_AMENDMENT`` moved (``record.sittings_moved``, from the card)."""
+        the sittings line's commits ``record.SITTINGS_AMENDMENT`` moved (``record.sittings_moved``, from the card);
+        the closest-predictor reading ``record.CLOSEST_CAVEAT_AMENDMENT`` moved (``record.caveat_moved``)."""
         obs, moved = self.read(runs, meta), []
         for arm in BELOW_THRESHOLD:
             if arm in obs:
@@ -432,6 +439,7 @@ class SmolLM2After(prereg.PreRegistered):
         except FileNotFoundError:  # not stored: no provenance line
             sittings = []
         return {
+            record.CLOSEST_CAVEAT_AMENDMENT["key"]: record.caveat_moved(obs, self.closeness(runs, meta)),
             THRESHOLD_SENTENCE_AMENDMENT["key"]: moved,
             record.MACHINE_DEVIATION_AMENDMENT["key"]: crossed,
             record.SITTINGS_AMENDMENT["key"]: sittings,
@@ -554,12 +562,13 @@ class SmolLM2After(prereg.PreRegistered):
         close = self.closeness(runs, meta)
         if close:
             errors = [r["mean |observed − predicted|"] for r in close]
-            tied = [r["predictor"] for r in close if r["mean |observed − predicted|"] - errors[0] <= 0.005]
-            half = [(o["hi"] - o["lo"]) / 2 for o in obs.values()]
+            tied = [r["predictor"] for r in close if r["mean |observed − predicted|"] - errors[0] <= record.TIE]
+            half = record.descriptive(obs, close)
             caveat = (
-                f"; the observed gaps' CI half-widths ({min(half):.3f}-{max(half):.3f}) exceed that spread of errors, "
-                "so the ranking describes these seeds and tests no predictor against another."
-                if min(half) > errors[-1] - errors[0]
+                f"; as amended after unblinding (see the record), the observed gaps' CI half-widths ({half[0]:.3f}-"
+                f"{half[1]:.3f}) exceed that spread of errors, so the ranking describes these seeds and tests no "
+                "predictor against another."
+                if half
                 else "."
             )
             out.append(

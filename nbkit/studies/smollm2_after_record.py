@@ -5,6 +5,9 @@ each an amendment on the card (``nbkit.studies.amendments``) with what it moved 
   show a gap whose arm and FP32 reference ran on different CPUs (``crossed``). Each such arm is read on every seed
   (the rule's reading) and without those seeds, both computed (``deviation_rows``).
 
+- **The closest predictor called descriptive** (made by 8c87cb7 after unblinding, recorded here): when every
+  observed gap's CI half-width exceeds the spread of the predictors' errors, the ranking describes these seeds and
+  tests no predictor against another (``descriptive``).
 - **Training commits.** The provenance line named each sitting by the commit checked out when it was stored; it
   names the commit that trained a sitting where the card records one (``amendments.sitting_training_commits``) and
   says so where it does not (``sitting_commit``).
@@ -184,3 +187,47 @@ def sittings_moved(card: dict) -> list[str]:
             "the card (stored-at commit beside)"
         )
     return out
+
+
+CLOSEST_CAVEAT_AMENDMENT = {
+    "key": "closest-caveat",
+    "commit": "8c87cb79fff1d53d2080ca426051d8b41f475fd7",
+    "time": "2026-12-02T13:59:00+00:00",
+    "what": "The closest-predictor sentence, which named the candidate with the smallest mean |observed - predicted| "
+    "gap, now adds, when every observed gap's CI half-width exceeds the spread of the candidates' errors, that the "
+    "ranking describes these seeds and tests no predictor against another. The ranking and the rule's verdicts are "
+    "unchanged.",
+    "why": "Made after unblinding (8c87cb7, 6.6 min after the page unblinded at 968b8ab, 13:52 UTC), on reading "
+    "half-widths of 0.038-0.091 against errors 0.014-0.034: a ranking inside the noise is no test. 8c87cb7 did "
+    "not put it on the card as an amendment; recorded on the card on 2026-12-07 (issue 74).",
+}
+"""The post-unblinding caveat of 8c87cb7 (``descriptive``), on the record as the commit that made it."""
+
+
+TIE = 0.005
+"""Errors within this of the smallest are named closest together (the rule's ties)."""
+
+
+def descriptive(observed: dict[str, dict], close: list[dict]) -> tuple[float, float] | None:
+    """``(smallest, largest)`` CI half-width of the observed gaps when even the smallest exceeds the spread of the
+    candidates' mean errors (``close``, smallest first): the ranking then tests no predictor against another;
+    None otherwise (or with nothing read)."""
+    if not observed or not close:
+        return None
+    errors = [r["mean |observed − predicted|"] for r in close]
+    half = [(o["hi"] - o["lo"]) / 2 for o in observed.values()]
+    return (min(half), max(half)) if min(half) > errors[-1] - errors[0] else None
+
+
+def caveat_moved(observed: dict[str, dict], close: list[dict]) -> list[str]:
+    """What ``CLOSEST_CAVEAT_AMENDMENT`` moved: the closest-predictor reading, where the caveat applies."""
+    half = descriptive(observed, close)
+    if half is None:
+        return []
+    errors = [r["mean |observed − predicted|"] for r in close]
+    tied = [r["predictor"] for r in close if r["mean |observed − predicted|"] - errors[0] <= TIE]
+    return [
+        f"closest-predictor reading: {', '.join(tied)} named closest → a ranking that describes these seeds "
+        f"and tests no predictor against another (CI half-widths {half[0]:.3f}-{half[1]:.3f} against errors "
+        f"{errors[0]:.3f}-{errors[-1]:.3f})"
+    ]

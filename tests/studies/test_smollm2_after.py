@@ -319,3 +319,30 @@ def test_the_sittings_line_names_the_training_commit_the_card_records_and_says_w
     moved = study.moves(study.load(), study.stored_meta())["training-commits"]
     assert moved[0] == "provenance, sitting 1 (2026-11-28T07:31): commit 56ae903 (stored at) → training commit 08a7c42"
     assert moved[1].startswith("provenance, sittings 2, 3, 4,") and len(moved) == 2
+
+
+def _git(*args) -> str | None:
+    import subprocess
+
+    shown = subprocess.run(["git", *args], capture_output=True, text=True, cwd=S.results.ROOT)
+    return shown.stdout.strip() if shown.returncode == 0 else None
+
+
+@pytest.mark.skipif(not STORED, reason="smollm2_after is not stored")
+def test_8c87cb7s_caveat_is_an_amendment_on_the_card_made_after_unblinding_with_what_it_moved():
+    from nbkit.studies import amendments as A
+
+    study, runs, meta = _stored()
+    a = S.record.CLOSEST_CAVEAT_AMENDMENT
+    assert a in study.amendments
+    (on_card,) = [x for x in A.read(study.card()) if x.commit == a["commit"]]
+    moved = study.moves(runs, meta)["closest-caveat"]
+    assert on_card.verdicts_moved == moved and len(moved) == 1
+    assert "CI half-widths 0.038-0.091 against errors 0.014-0.034" in moved[0]
+    assert not S.results.verify(S.STUDY), "an amendment leaves the card's seal intact"
+    text = " ".join(study.findings(runs, meta, []))
+    assert "0.034); as amended after unblinding (see the record), the observed gaps' CI half-widths" in text
+    when, unblinded = _git("show", "-s", "--format=%cI", a["commit"]), _git("show", "-s", "--format=%cI", "968b8ab")
+    if when is None:
+        pytest.skip("no git history here")
+    assert when == a["time"] > unblinded  # the commit that made it, after the commit that unblinded the page
