@@ -420,7 +420,8 @@ class SmolLM2After(prereg.PreRegistered):
         crossing) and as amended (``transfer.observed``); what ``record.MACHINE_DEVIATION_AMENDMENT``'s reading
         without the crossed seeds moves against the rule's on every seed (``deviation``), nothing while blind; and
         the sittings line's commits ``record.SITTINGS_AMENDMENT`` moved (``record.sittings_moved``, from the card);
-        the closest-predictor reading ``record.CLOSEST_CAVEAT_AMENDMENT`` moved (``record.caveat_moved``)."""
+        the closest-predictor reading ``record.CLOSEST_CAVEAT_AMENDMENT`` moved (``record.caveat_moved``); the
+        transfer count ``transfer.PER_ARM_AMENDMENT`` moved (``transfer.per_arm_moved``)."""
         obs, moved = self.read(runs, meta), []
         for arm in BELOW_THRESHOLD:
             if arm in obs:
@@ -443,6 +444,7 @@ class SmolLM2After(prereg.PreRegistered):
             THRESHOLD_SENTENCE_AMENDMENT["key"]: moved,
             record.MACHINE_DEVIATION_AMENDMENT["key"]: crossed,
             record.SITTINGS_AMENDMENT["key"]: sittings,
+            transfer.PER_ARM_AMENDMENT["key"]: transfer.per_arm_moved(self.transfer_table(runs, meta), obs),
         }
 
     def closeness(self, runs, meta) -> list[dict]:
@@ -476,6 +478,17 @@ class SmolLM2After(prereg.PreRegistered):
             *tables,
             ("which predictor came closest", self.closeness(runs, meta)),
             ("the transfer question's third point", self.transfer_table(runs, meta)),
+            *(
+                [
+                    (
+                        "the transfer question's third point, per arm (as amended after unblinding: one interval "
+                        "counts once per task)",
+                        transfer.per_arm(self.transfer_table(runs, meta), self.read(runs, meta)),
+                    )
+                ]
+                if self.complete(runs, meta)
+                else []
+            ),
             (
                 "median seconds per step, by sitting (1 or 2 runs at once; the card does not record which)",
                 self.step_times(runs, meta, self.sittings()),
@@ -586,7 +599,9 @@ class SmolLM2After(prereg.PreRegistered):
             + "; ".join(f"{a} {seen[transfer.observed(obs[a])]}" for a in BELOW_THRESHOLD)
             + "."
         )
-        return [*out, transfer.summary(self.transfer_table(runs, meta)), *audit]
+        rows = self.transfer_table(runs, meta)
+        per_arm = transfer.per_arm_summary(transfer.per_arm(rows, obs), obs)
+        return [*out, per_arm, "As first written (counted per unit): " + transfer.summary(rows), *audit]
 
     def plan(self) -> list[str]:
         measured = doses()
