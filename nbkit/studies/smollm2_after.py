@@ -85,6 +85,16 @@ CANDIDATE_KEYS = {
 """Candidates of ``nbkit.studies.predictors`` a run's logged metrics give (the others need per-token arrays)."""
 
 
+ANSWER_TOKENS = 16
+"""The runs' cap on an answer's length in tokens (the rule's "<= 16 tokens")."""
+QUESTION = (
+    "Does SmolLM2-135M-Instruct lose the held-out accuracy the stored curves predict from each arm's step-0 "
+    "mismatch, when GRPO's rollouts (FP32 trainer) or trainer and rollouts run in FP16 or BF16? FP32 rollouts "
+    "paired by seed; the predictions are committed with the rule before the first run."
+)
+"""The question as committed with the rule (e0c078f), word for word."""
+
+
 def label(train: str, rollout: str, seed: int) -> str:
     """``fp32-bf16r-s3`` (``fp16-s3`` when trainer and rollouts agree)."""
     return f"{pair_tag(train, rollout)}-s{seed}"
@@ -112,7 +122,7 @@ def config(train: str, rollout: str, seed: int, out: Path, steps: int = 50, **ov
         steps=steps,
         prompts_per_step=8,
         samples_per_prompt=8,
-        max_tokens=16,
+        max_tokens=ANSWER_TOKENS,
         judge_every=20,
         judge_set="data/smollm2_after_heldout",
         checkpoint_every=0,
@@ -243,11 +253,7 @@ class SmolLM2After(prereg.PreRegistered):
         record.CLOSEST_CAVEAT_AMENDMENT,
     )
     title = "The prediction tested on a real LM: SmolLM2-135M in FP32, FP16 and BF16"
-    question = (
-        "Does SmolLM2-135M-Instruct lose the held-out accuracy the stored curves predict from each arm's step-0 "
-        "mismatch, when GRPO's rollouts (FP32 trainer) or trainer and rollouts run in FP16 or BF16? FP32 rollouts "
-        "paired by seed; the predictions are committed with the rule before the first run."
-    )
+    question = f"{QUESTION} {record.answer_length_question(ANSWER_TOKENS)}"
     statistic = (
         "outcome = held-out judge accuracy (500 problems × 1 sample, FP32 engine), mean of the judgments at steps 40 "
         "and 50; gap = arm − FP32/FP32 on the same seed, 95 % t-interval over seeds."
@@ -445,6 +451,7 @@ class SmolLM2After(prereg.PreRegistered):
             record.MACHINE_DEVIATION_AMENDMENT["key"]: crossed,
             record.SITTINGS_AMENDMENT["key"]: sittings,
             transfer.PER_ARM_AMENDMENT["key"]: transfer.per_arm_moved(self.transfer_table(runs, meta), obs),
+            record.ANSWER_LENGTH_AMENDMENT["key"]: [],  # a sentence naming the length: no reading changes
         }
 
     def closeness(self, runs, meta) -> list[dict]:
@@ -559,7 +566,14 @@ class SmolLM2After(prereg.PreRegistered):
             for v in verdicts[:-1]
         )
         said = {"holds": "held", "fails": "failed", "undecided": "is undecided"}[verdicts[-1]["verdict"]]
-        out = [f"The prediction {said} (read on {n} seeds): {arms}."]
+        length = record.answer_length(runs)
+        short = (
+            f", at answers of at most {length['max']:.0f} tokens, {length['mean']:.1f} on average over the "
+            f"{length['steps']:,} training steps' rollouts"
+            if length
+            else ""
+        )
+        out = [f"The prediction {said} (read on {n} seeds{short}): {arms}."]
         ref = self.finals(runs, meta)[arm_name(*REFERENCE)]
         n_planned, sd = seeds_planned([ref[s] for s in SEEDS])
         out.append(

@@ -12,10 +12,15 @@ each an amendment on the card (``nbkit.studies.amendments``) with what it moved 
   names the commit that trained a sitting where the card records one (``amendments.sitting_training_commits``) and
   says so where it does not (``sitting_commit``).
 
+- **Answer length.** The question as committed stays word for word; a sentence after it names the runs' answer cap
+  (``answer_length_question``) and the answer names their length computed from the stored runs (``answer_length``).
+
 The rule (``smollm2_after_rule``) is untouched: every reading here is shown beside the one it corrects.
 """
 
 from __future__ import annotations
+
+import statistics
 
 from nbkit import results
 from nbkit.studies import amendments
@@ -231,3 +236,44 @@ def caveat_moved(observed: dict[str, dict], close: list[dict]) -> list[str]:
         f"and tests no predictor against another (CI half-widths {half[0]:.3f}-{half[1]:.3f} against errors "
         f"{errors[0]:.3f}-{errors[-1]:.3f})"
     ]
+
+
+ANSWER_LENGTH_AMENDMENT = {
+    "key": "answer-length",
+    "commit": "",
+    "time": "",
+    "what": "The study's question, as committed, stays word for word and is followed by a sentence naming the runs' "
+    "answer cap (16 tokens); the answer (the findings' first sentence) names the answer length computed from the "
+    "stored runs: the longest answer and the mean length over every training step's rollouts. No reading changes.",
+    "why": "Found after unblinding (issue 74): the answers were at most 16 tokens and about 4 on average, and the "
+    "mismatch the rule reads was measured on answers that short, while the collapse the question is about was seen "
+    "at thousands of tokens; the page did not say what length its answer holds for.",
+}
+"""The answer length named in the question and the answer; commit and time: the commit that made it, recorded later."""
+
+
+MEAN_LENGTH, MAX_LENGTH, CAPPED = "completions/mean_length", "completions/max_length", "completions/clipped_ratio"
+"""TRL's per-step logs of the rollouts' answers: mean and longest length in tokens, and the fraction cut at the cap."""
+
+
+def answer_length_question(cap: int) -> str:
+    """The sentence the amended question adds after the committed one (``ANSWER_LENGTH_AMENDMENT``)."""
+    return (
+        f"As amended after unblinding (see the record): asked of short answers, at most {cap} tokens (the runs' cap; "
+        "the answer gives their mean length), not of the thousands of tokens where the paper's collapse was seen."
+    )
+
+
+def answer_length(runs: dict[str, list[dict]]) -> dict | None:
+    """``{"mean", "max", "capped", "steps"}`` of the rollouts' answers over every logged training step of ``runs``:
+    the mean of each step's mean length in tokens, the longest answer, the mean fraction cut at the cap, and the
+    steps counted; None when no step logged a length."""
+    rows = [r for rs in runs.values() for r in rs if isinstance(r.get(MEAN_LENGTH), (int, float))]
+    if not rows:
+        return None
+    return {
+        "mean": statistics.fmean(r[MEAN_LENGTH] for r in rows),
+        "max": max(r.get(MAX_LENGTH, 0) for r in rows),
+        "capped": statistics.fmean(r.get(CAPPED, 0.0) for r in rows),
+        "steps": len(rows),
+    }

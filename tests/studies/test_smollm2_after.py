@@ -346,3 +346,28 @@ def test_8c87cb7s_caveat_is_an_amendment_on_the_card_made_after_unblinding_with_
     if when is None:
         pytest.skip("no git history here")
     assert when == a["time"] > unblinded  # the commit that made it, after the commit that unblinded the page
+
+
+@pytest.mark.skipif(not STORED, reason="smollm2_after is not stored")
+def test_the_question_and_the_answer_name_the_answer_length_computed_from_the_stored_runs():
+    study, runs, meta = _stored()
+    length = S.record.answer_length(runs)
+    assert length["max"] == S.ANSWER_TOKENS == 16 and length["steps"] == 50 * len(runs) == 2500
+    assert length["mean"] == pytest.approx(4.127, abs=1e-3) and length["capped"] == pytest.approx(0.0101, abs=1e-4)
+    assert (
+        study.question.startswith(S.QUESTION + " As amended after unblinding") and "at most 16 tokens" in study.question
+    )
+    first = study.findings(runs, meta, [])[0]
+    assert first.startswith(
+        "The prediction is undecided (read on 10 seeds, at answers of at most 16 tokens, 4.1 on average over the "
+        "2,500 training steps' rollouts): "
+    )
+    assert study.moves(runs, meta)["answer-length"] == []
+    committed = _git("show", f"{S.RULE_RECORD['commit']}:nbkit/studies/smollm2_after.py")
+    if committed is None:
+        pytest.skip("no git history here")
+    import ast
+
+    (cls,) = [n for n in ast.parse(committed).body if isinstance(n, ast.ClassDef) and n.name == "SmolLM2After"]
+    (node,) = [n for n in cls.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "question"]
+    assert ast.literal_eval(node.value) == S.QUESTION  # the committed question, word for word
