@@ -95,7 +95,7 @@ class Study:
     """Changes made after training began (``nbkit.studies.amendments``: ``key``, ``what``, ``commit``, ``time`` and
     ``why`` each), put on the stored card by ``record_amendments``."""
     amendment_record: dict = {}
-    """``rule`` and ``training_started`` set on the card beside them, for a card that lacks its own (none here)."""
+    """``rule``, ``training_started`` and ``outcomes_read`` set on the card beside them (none here)."""
 
     def moves(self, runs, meta) -> dict[str, list[str]]:
         """``amendment key → the readings and verdicts it moved``, computed from ``runs`` (none by default)."""
