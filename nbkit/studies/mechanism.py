@@ -154,8 +154,8 @@ NULL_MARGIN: float | None = None
 none), so such a prediction reads undecided whatever its interval (``prediction_reading``)."""
 NULL_AMENDMENT = {
     "key": "null",
-    "commit": "",
-    "time": "",
+    "commit": "45e23d2e4c9e3d1d1ffc9bf441f33a7b6a87d825",
+    "time": "2026-12-07T23:43:13+00:00",
     "what": "The prediction is read pair by pair with a predicted null ('no difference shown', the bias pair) held only "
     "by an equivalence test: its interval wholly inside a margin committed with the rule. The rule commits none, so "
     "the bias pair's prediction reads 'undecided (no equivalence margin was committed)' instead of 'held'; the "
@@ -226,7 +226,7 @@ class Mechanism(prereg.PreRegistered):
     name = STUDY
     rule_text = RULE_TEXT
     rule_record = RULE_RECORD
-    amendments = AMENDMENTS
+    amendments = (*AMENDMENTS, NULL_AMENDMENT)
     title = "What about the mismatch harms RL: mechanism pairs at matched dose"
     question = (
         "Does harm to RL follow the size of the rollout mismatch, its bias, or whether the error is fixed (weights "

@@ -139,8 +139,8 @@ found in git: the last commit before the rule touching the source studies' runs 
 (``tests/studies/test_predictors.py`` checks both against git)."""
 BEFORE_RESULTS_AMENDMENT = {
     "key": "before_results",
-    "commit": "",
-    "time": "",
+    "commit": "ecff2beb7cd374060eb356dd75740947f4c781ac",
+    "time": "2026-12-07T23:39:08+00:00",
     "what": "The record's sentence that the rule 'was fixed before the results' is corrected: the rule's commit "
     "precedes the measurement of the candidates (its first run), but every gap it scores had been stored (by "
     "2026-11-26 08:01 UTC) and shown on RESULTS.md (at 2026-11-27 19:03 UTC) before it; only the candidates' values "
@@ -151,7 +151,7 @@ BEFORE_RESULTS_AMENDMENT = {
     "studies stored and read before it; git shows when (the source runs' last commit, ff9da47, and RESULTS.md's "
     "last regeneration before the rule, b9a8b5b, 2 h 07 min before it).",
 }
-"""The 'fixed before the results' sentence corrected; commit and time: the commit that made it, recorded later."""
+"""The 'fixed before the results' sentence corrected; commit and time: the commit that made it, recorded by the next."""
 
 
 def candidates() -> dict[str, str]:
@@ -436,7 +436,7 @@ class Predictors(Study):
         "and lengths (the stored runs keep per-step aggregates only), held fixed in the bootstrap."
     )
     notebook = "06_dose_response"
-    amendments = AMENDMENTS  # none moved the committed verdict: each adds a reading (``moves``)
+    amendments = (*AMENDMENTS, BEFORE_RESULTS_AMENDMENT)  # none moved the committed verdict (``moves``)
     amendment_record = {"outcomes_read": OUTCOMES_READ}
 
     def moves(self, runs, meta) -> dict[str, list[str]]:

@@ -251,6 +251,10 @@ class SmolLM2After(prereg.PreRegistered):
         AVX512_BF16_AMENDMENT,
         THRESHOLD_SENTENCE_AMENDMENT,
         record.CLOSEST_CAVEAT_AMENDMENT,
+        record.MACHINE_DEVIATION_AMENDMENT,
+        record.SITTINGS_AMENDMENT,
+        transfer.PER_ARM_AMENDMENT,
+        record.ANSWER_LENGTH_AMENDMENT,
     )
     title = "The prediction tested on a real LM: SmolLM2-135M in FP32, FP16 and BF16"
     question = f"{QUESTION} {record.answer_length_question(ANSWER_TOKENS)}"

@@ -27,8 +27,8 @@ from nbkit.studies import amendments
 
 MACHINE_DEVIATION_AMENDMENT = {
     "key": "machine-deviation",
-    "commit": "",
-    "time": "",
+    "commit": "cbabf205e77cc63e2ba5440aa5ce6c29e503ede7",
+    "time": "2026-12-07T23:11:26+00:00",
     "what": "A reading added beside the rule's: a seed whose arm and FP32 reference trained on different CPUs (the "
     "card's sittings name each run's machine) is named, and its arm is read twice, on every seed as the rule reads it "
     "and without those seeds, both computed (gap, 95 % t-interval, the rule's verdict, the per-token threshold "
@@ -38,7 +38,7 @@ MACHINE_DEVIATION_AMENDMENT = {
     "amendment's 'every arm of a seed trains on one machine'; that gap is the study's most extreme, so the page "
     "shows what fp16/fp16 reads without it.",
 }
-"""The machine deviation (``crossed``); commit and time: the commit that made it, recorded by a later one."""
+"""The machine deviation (``crossed``); commit and time: the commit that made it, recorded by the next."""
 
 
 def cpu_of(sittings: list[dict]) -> dict[str, str]:
@@ -149,8 +149,8 @@ def deviation_sentence(crossings: dict[str, dict[int, dict]], gaps: dict[str, di
 
 SITTINGS_AMENDMENT = {
     "key": "training-commits",
-    "commit": "",
-    "time": "",
+    "commit": "cebeceff525ce7d6a85206470da58b9fb9dbb092",
+    "time": "2026-12-07T23:18:14+00:00",
     "what": "The provenance line named each sitting by the commit checked out when it was stored (56ae903 for the "
     "first), which reads as the commit that trained it. It now names the commit that trained a sitting where the "
     "card records one (the first sitting: 08a7c42, the card's training_started, written by the first run that "
@@ -160,7 +160,7 @@ SITTINGS_AMENDMENT = {
     "by the first run that trains); the commit a later sitting trained at is not on the card, and the page does not "
     "guess it from the store commit or from commit messages.",
 }
-"""The sittings line's commits (``sitting_commit``); commit and time: the commit that made it, recorded later."""
+"""The sittings line's commits (``sitting_commit``); commit and time: the commit that made it, recorded by the next."""
 
 
 def sitting_commit(card: dict, index: int) -> str:
@@ -240,8 +240,8 @@ def caveat_moved(observed: dict[str, dict], close: list[dict]) -> list[str]:
 
 ANSWER_LENGTH_AMENDMENT = {
     "key": "answer-length",
-    "commit": "",
-    "time": "",
+    "commit": "8743356747f65edeb49716fe9460068b3df08228",
+    "time": "2026-12-07T23:34:20+00:00",
     "what": "The study's question, as committed, stays word for word and is followed by a sentence naming the runs' "
     "answer cap (16 tokens); the answer (the findings' first sentence) names the answer length computed from the "
     "stored runs: the longest answer and the mean length over every training step's rollouts. No reading changes.",
@@ -249,7 +249,7 @@ ANSWER_LENGTH_AMENDMENT = {
     "mismatch the rule reads was measured on answers that short, while the collapse the question is about was seen "
     "at thousands of tokens; the page did not say what length its answer holds for.",
 }
-"""The answer length named in the question and the answer; commit and time: the commit that made it, recorded later."""
+"""The answer length named in the question and the answer; commit and time: the commit that made it, recorded by the next."""
 
 
 MEAN_LENGTH, MAX_LENGTH, CAPPED = "completions/mean_length", "completions/max_length", "completions/clipped_ratio"

@@ -143,8 +143,8 @@ def summary(rows: list[dict]) -> str:
 
 PER_ARM_AMENDMENT = {
     "key": "transfer-per-arm",
-    "commit": "",
-    "time": "",
+    "commit": "104483abe03cefc6710112527ed6f673512a5e21",
+    "time": "2026-12-07T23:29:41+00:00",
     "what": "The transfer reading is counted per arm, not per unit: an arm's one gap interval counts once per toy "
     "task, its units' predictions listed beside it (agrees when every unit's prediction agrees, contradicts when every "
     "one contradicts, mixed otherwise, cannot tell when the interval spans -0.05), and the page says what the table "
@@ -154,7 +154,7 @@ PER_ARM_AMENDMENT = {
     "task (once per unit), and its '0 contradict' could not have come out otherwise, since no arm's interval lay "
     "wholly below -0.05 and nearly every prediction was 'does not cross'.",
 }
-"""The per-arm count (``per_arm``); commit and time: the commit that made it, recorded by a later one."""
+"""The per-arm count (``per_arm``); commit and time: the commit that made it, recorded by the next."""
 
 
 def per_arm(rows: list[dict], obs: dict[str, dict]) -> list[dict]:

@@ -158,7 +158,7 @@ def test_the_shared_record_amendments_puts_the_same_amendment_back_on_a_copy_of_
     path.write_text(json.dumps(card))
     predictors.Predictors().record_amendments(tmp_path)
     assert results.card(predictors.STUDY, tmp_path)["amendments"] == stored
-    assert [a["what"] for a in stored] == [a["what"] for a in predictors.AMENDMENTS]
+    assert [a["what"] for a in stored] == [a["what"] for a in predictors.Predictors.amendments]
 
 
 @pytest.mark.skipif(not STORED, reason="the predictors study is not stored")
