@@ -169,7 +169,7 @@ def store(
     return out
 
 
-RECORD = ("rule", "training_started", "amendments")
+RECORD = ("rule", "training_started", "amendments", "outcomes_read")
 """Card fields added after ``store`` on purpose (``nbkit.studies.amendments``): outside the card's ``sealed`` sum."""
 
 

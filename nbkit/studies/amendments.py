@@ -5,10 +5,12 @@ A stored study's card (``nbkit.results``) may hold
 - ``rule``: the primary rule as first committed: ``{"what", "commit", "time"}``;
 - ``training_started``: when its first run began: ``{"time", "commit", "evidence"}`` (the evidence says how the
   time was read, e.g. from the first stored sitting's date minus its wall time);
-- ``amendments``: each change made after that: ``{"what", "when": {"commit", "time"}, "why", "verdicts_moved"}``.
+- ``amendments``: each change made after that: ``{"what", "when": {"commit", "time"}, "why", "verdicts_moved"}``;
+- ``outcomes_read``: for a study that scores outcomes stored before its own runs (e.g. gaps from other studies):
+  when they had last been stored and read before its rule: ``{"time", "commit", "evidence"}``.
 
 A page may say a rule was "fixed before the results" only when the card proves it: the rule's commit time precedes
-the first run's start. An amendment is reported as made after training began (with how long after), never as fixed
+the first run's start, and no outcome it scores had been read before its commit (``outcomes_read``). An amendment is reported as made after training began (with how long after), never as fixed
 before the results. ``record_lines`` writes those sentences; ``amend`` adds an amendment to a stored card.
 """
 
@@ -21,7 +23,7 @@ from pathlib import Path
 from nbkit import results
 from nbkit.runtime import outputs
 
-RECORD_KEYS = ("rule", "training_started", "amendments")
+RECORD_KEYS = ("rule", "training_started", "amendments", "outcomes_read")
 """Card fields a later sitting of the same study carries over (``GridStudy.store(keep_stored=True)``)."""
 
 
@@ -88,10 +90,45 @@ def before_training(card: dict, time: str) -> bool | None:
     return None if start is None else _time(time, "time") < start
 
 
+def outcomes_read_first(card: dict) -> bool:
+    """Whether the card says the outcomes its rule scores had been stored and read before the rule's commit."""
+    rule, read = card.get("rule") or {}, (card.get("outcomes_read") or {}).get("time")
+    return bool(rule.get("time") and read) and _time(read, "outcomes_read.time") < _time(rule["time"], "rule.time")
+
+
 def rule_fixed_before_results(card: dict) -> bool:
-    """True only when the card proves it: its rule's commit time precedes the first run's start."""
+    """True only when the card proves it: its rule's commit time precedes the first run's start, and the outcomes it
+    scores were not read before it (``outcomes_read_first``)."""
     rule = card.get("rule") or {}
-    return bool(rule.get("time")) and before_training(card, rule["time"]) is True
+    return bool(rule.get("time")) and before_training(card, rule["time"]) is True and not outcomes_read_first(card)
+
+
+def _span(minutes: float) -> str:
+    """``"2 h 07 min"`` (``"46 min"`` under an hour)."""
+    h, m = divmod(round(minutes), 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min"
+
+
+def sitting_training_commits(card: dict) -> list[str | None]:
+    """The commit that trained each sitting (``results.parts``) where the card records it, else None (never the
+    commit checked out when a sitting was stored, which a later sitting's store may have moved past its training).
+    The card records one: ``training_started``, written by the first run that trained; it is the first sitting's
+    when it precedes that sitting's start (its date minus its wall time) and that start precedes every other
+    sitting's. A card without the wall times to place it records none."""
+    parts = results.parts(card)
+    out: list[str | None] = [None] * len(parts)
+    began, commit = training_start(card), (card.get("training_started") or {}).get("commit")
+    if began is None or not commit or commit == "?":
+        return out
+    starts = []
+    for p in parts:
+        if p.get("wall_seconds") is None or not p.get("date"):
+            return out
+        starts.append(_time(p["date"], "a sitting's date") - _dt.timedelta(seconds=float(p["wall_seconds"])))
+    first = min(range(len(parts)), key=starts.__getitem__)
+    if began <= starts[first] and starts.count(starts[first]) == 1:
+        out[first] = commit
+    return out
 
 
 def _short(t: str) -> str:
@@ -119,6 +156,16 @@ def record_lines(card: dict) -> list[str]:
         )
         if rule_fixed_before_results(card):
             out.append(f"{head} precedes the first run's start ({begun}): that rule was fixed before the results.")
+        elif start and before_training(card, rule["time"]) and outcomes_read_first(card):
+            seen = card["outcomes_read"]
+            ahead = (_time(rule["time"], "rule.time") - _time(seen["time"], "outcomes_read.time")).total_seconds()
+            out.append(
+                f"{head} precedes the first run's start ({begun}), but not the outcomes it scores: they had been "
+                f"stored and read by {_short(seen['time'])} (`{str(seen.get('commit', '?'))[:7]}`, "
+                f"{_span(ahead / 60)} before the rule's commit; {seen.get('evidence', 'no evidence recorded')}). "
+                "The rule was fixed before its first run, not before the results (as first read, before the "
+                "amendment below: 'that rule was fixed before the results')."
+            )
         elif start:
             out.append(
                 f"{head} is dated after the first run's start ({begun}): the card cannot show it was fixed in advance."
@@ -146,10 +193,12 @@ def record_lines(card: dict) -> list[str]:
 
 def amend(study: str, amendment: Amendment, root: Path = results.RESULTS, **record) -> Path:
     """Add ``amendment`` to a stored study's card (one with the same ``what`` is replaced, not repeated);
-    ``record``: ``rule`` and ``training_started`` set beside it. Returns the card's path."""
-    bad = set(record) - {"rule", "training_started"}
+    ``record``: ``rule``, ``training_started`` and ``outcomes_read`` set beside it. Returns the card's path."""
+    bad = set(record) - {"rule", "training_started", "outcomes_read"}
     if bad:
-        raise ValueError(f"unknown card record fields {sorted(bad)}; choose 'rule' or 'training_started'")
+        raise ValueError(
+            f"unknown card record fields {sorted(bad)}; choose 'rule', 'training_started' or 'outcomes_read'"
+        )
     path = results.study_dir(study, root) / results.CARD
     card = results.card(study, root)
     _time(amendment.time, "amendment time")
@@ -167,7 +216,8 @@ def put(
 ) -> None:
     """Put a study's declared amendments (``{"key", "what", "commit", "time", "why"}`` each, as the study modules
     declare ``AMENDMENTS``) on its stored card, each with what it moved (``moved[key]``, computed from the stored
-    runs; none when absent); ``record``: ``rule`` and ``training_started`` set beside them (``amend``)."""
+    runs; none when absent); ``record``: ``rule``, ``training_started`` and ``outcomes_read`` set beside them
+    (``amend``)."""
     for a in declared:
         amend(
             study,

@@ -67,6 +67,12 @@ class Study:
         ``store``, a card disagreeing with its runs)."""
         return results.verify(self.name, root)
 
+    def sitting_commit(self, card: dict, index: int) -> str:
+        """How the page's provenance line names the commit of sitting ``index`` (``results.parts``): the one checked
+        out when it was stored, and whether the tree had uncommitted changes."""
+        p = results.parts(card)[index]
+        return f"commit `{(p.get('commit') or 'unknown')[:10]}{' with uncommitted changes' if p.get('dirty') else ''}`"
+
     def table(self, runs: dict[str, list[dict]], meta: dict[str, dict]) -> list[dict]:
         """Rows of the study's table (``meta``: each run's coordinates in the grid)."""
         raise NotImplementedError
@@ -89,7 +95,7 @@ class Study:
     """Changes made after training began (``nbkit.studies.amendments``: ``key``, ``what``, ``commit``, ``time`` and
     ``why`` each), put on the stored card by ``record_amendments``."""
     amendment_record: dict = {}
-    """``rule`` and ``training_started`` set on the card beside them, for a card that lacks its own (none here)."""
+    """``rule``, ``training_started`` and ``outcomes_read`` set on the card beside them (none here)."""
 
     def moves(self, runs, meta) -> dict[str, list[str]]:
         """``amendment key → the readings and verdicts it moved``, computed from ``runs`` (none by default)."""

@@ -38,7 +38,7 @@ from nbkit.stats import noninferiority as NI
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import prose
 from nbkit.studies.base import GridStudy, add_run, group_seeds
-from nbkit.studies.dose_response_findings import COLUMNS, Findings, below_zero
+from nbkit.studies.dose_response_findings import COLUMNS, Findings, below_zero, in_bounds
 from nbkit.studies.dose_response_rule import (
     AMENDMENTS,
     BREAK_GAP,
@@ -93,7 +93,8 @@ class DoseResponse(Findings, GridStudy):
         "the judgments at steps 40 and 50 (as amended; 'original outcome' = the step-50 judgment alone); "
         "gap = format − FP32 paired by seed, mean over seeds; CI = the 95 % t-interval over seeds, the one "
         "the verdict reads (as amended; it was first shown bounded in (−1, 1): the findings name any cell where that "
-        "interval reads otherwise); verdict = the rule on the t-interval, "
+        "interval reads otherwise); beside it, the same interval kept inside [−1, 1], the bounds of an accuracy "
+        "gap (clipped, as amended after the results: the same verdicts); verdict = the rule on the t-interval, "
         f"only for cells with ≥ {NI.RULE.min_seeds} paired seeds (fewer: direction only); verdict (Holm) = "
         "the same claims with the family-wise error over every claim on the page held at 5 % (Holm); own "
         "SD = the SD of that cell's paired gaps (no pooling); breaks detectable at = the true gap the rule "
@@ -264,6 +265,7 @@ class DoseResponse(Findings, GridStudy):
                     "gap": m,
                     "ci_low": lo,
                     "ci_high": hi,
+                    "ci_bounded": list(in_bounds(lo, hi)) if lo == lo else None,  # as amended: BOUNDS_AMENDMENT
                     "paired": len(gaps),
                     "sd": sd,
                     "verdict": self.cell_verdict(gaps),
@@ -276,7 +278,7 @@ class DoseResponse(Findings, GridStudy):
             else:
                 reference = (train, fmt, corr) == ("fp32", REFERENCE, "none")
                 row |= {
-                    **dict.fromkeys(("gap", "ci_low", "ci_high"), None),
+                    **dict.fromkeys(("gap", "ci_low", "ci_high", "ci_bounded"), None),
                     "paired": 0,
                     "sd": None,
                     "verdict": "reference" if reference else "no fp32 twin" if finals else "not judged",
@@ -335,7 +337,9 @@ class DoseResponse(Findings, GridStudy):
             if len(g) < 2:
                 return "—"
             m, lo, hi = mean_ci(g)
-            return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] {self.cell_verdict(g)}"
+            kept = in_bounds(lo, hi)
+            bounded = f" (in [−1, 1]: [{kept[0]:+.3f}, {kept[1]:+.3f}])" if kept != (lo, hi) else ""
+            return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]{bounded} {self.cell_verdict(g)}"
 
         for key, by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
             if key[2] != "none" or key == ("fp32", REFERENCE, "none"):
@@ -357,7 +361,8 @@ class DoseResponse(Findings, GridStudy):
         """``amendment key → the verdicts it moved`` ("cell: before → after"), computed from the runs: the outcome
         change (last judgment → mean of the last two, every stored seed, the rule as it stood: a verdict from two
         seeds up); the added seeds (first look → every seed, amended outcome); the re-analysis (the rule as it stood
-        → direction only below five seeds, and the family-wise (Holm) reading of the claims)."""
+        → direction only below five seeds, and the family-wise (Holm) reading of the claims); the intervals kept inside
+        [−1, 1] (``outside_bounds``: each shown interval that leaves them, and its reading, which cannot move)."""
         cells = self.cells(runs, meta)
         ref = cells.get(("fp32", REFERENCE, "none"), {})
 
@@ -368,6 +373,12 @@ class DoseResponse(Findings, GridStudy):
             return NI.verdict(lo, hi)
 
         out = {"outcome": [], "seeds": [], "reanalysis": [], "worse_than_fp32": [], "one_ci": []}
+        out["bounds"] = [  # each shown interval kept inside [−1, 1], beside the one computed
+            f"shown interval, {o['cell']} ({o['where']}): {o['lo']:+.3f} to {o['hi']:+.3f} → {o['clo']:+.3f} to "
+            f"{o['chi']:+.3f} beside it ({o['verdict']}"
+            + (f" → {o['verdict in bounds']})" if o["verdict in bounds"] != o["verdict"] else ", unchanged)")
+            for o in self.outside_bounds(runs, meta)
+        ]
         out["one_ci"] = [
             f"shown interval: {d.replace(' by the rule, ', ' by the t-interval, ')}"
             for d in self.interval_disagreements(runs, meta)

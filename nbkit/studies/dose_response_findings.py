@@ -33,6 +33,7 @@ COLUMNS = {
     "gap": "gap vs fp32",
     "ci_low": "gap CI low",
     "ci_high": "gap CI high",
+    "ci_bounded": "gap CI kept in [−1, 1]",
     "paired": "paired seeds",
     "sd": "gap SD (own)",
     "verdict": "verdict",
@@ -95,6 +96,14 @@ INTERVALS = (
     "large gap on few seeds it can reach below −1). As first shown (amended: one interval drawn and read) they were "
     "bounded in (−1, 1) on Fisher's atanh scale, which gives a different verdict in {differ}."
 )
+BOUNDS = (
+    "As amended after the results (see the record): an accuracy gap lies in [−1, 1], and a t-interval that leaves "
+    "those bounds ({left}) is kept inside them beside the interval as computed (the table's 'gap CI kept in [−1, 1]' "
+    "column, the looks table's 'in [−1, 1]'), clipped at the bound: the true gap always lies inside, so the clipped "
+    "interval covers it whenever the t-interval does; {moved}."
+)
+UNMOVED = "no verdict moves, since the rule reads at −{margin:g} and 0, inside the bounds"
+OUTSIDE = "{cell} ({where}) {lo:+.3f} to {hi:+.3f} → {clo:+.3f} to {chi:+.3f}"
 DISAGREES = "{cell} under {outcome} at the {look} ({n_seeds}): {rule} by the rule, {bounded} by the bounded interval"
 CORRECTED = "{format} + {correction}: gap to FP32 {gap:+.3f} ({paired_seeds}): {verdict}{versus}."
 VERSUS = (
@@ -123,6 +132,16 @@ DOSE = (
 DOSE_MOVED = "{format} {dose:.2g} → {run_mean:.2g}"
 SAME_ORDER = "Both order the formats alike."
 OTHER_ORDER = "They order the formats differently: by dose {by_dose}; by run mean {by_mean}."
+
+
+BOUND = 1.0
+"""An accuracy gap (a difference of two accuracies in [0, 1]) lies in [−BOUND, BOUND]."""
+
+
+def in_bounds(lo: float, hi: float) -> tuple[float, float]:
+    """A gap's interval kept inside [−1, 1]: clipped at the bounds (a true gap always lies inside them, so the clipped
+    interval covers it whenever the interval does; an interval inside them is returned as it is)."""
+    return max(lo, -BOUND), min(hi, BOUND)
 
 
 def below_zero(row: dict) -> str:
@@ -211,6 +230,58 @@ class Findings:
             )
         differ = self.interval_disagreements(runs, meta)
         out.append(INTERVALS.format(differ="; ".join(differ) if differ else "no cell with a verdict"))
+        outside = self.outside_bounds(runs, meta)
+        if outside:
+            moved = [o for o in outside if o["verdict"] != o["verdict in bounds"]]
+            out.append(
+                BOUNDS.format(
+                    left="; ".join(OUTSIDE.format_map(o) for o in outside),
+                    moved="verdicts that move: "
+                    + "; ".join(f"{o['cell']}: {o['verdict']} → {o['verdict in bounds']}" for o in moved)
+                    if moved
+                    else UNMOVED.format(margin=MARGIN),
+                )
+            )
+        return out
+
+    def outside_bounds(self, runs, meta) -> list[dict]:
+        """Each interval the page shows (the table's, every cell on every seed under the amended outcome; the looks
+        table's, each uncorrected cell under both outcomes at each look) that leaves [−1, 1]: ``cell``, ``where``,
+        the t-interval ``lo``/``hi``, its clipped ``clo``/``chi`` (``in_bounds``) and the rule's reading of each (a
+        verdict from ``min_seeds`` paired seeds, else the direction, which the clipping cannot move)."""
+        cells = self.cells(runs, meta)
+        ref = cells.get(("fp32", REFERENCE, "none"), {})
+        out = []
+        for key, by_seed in sorted(cells.items(), key=lambda kv: self._order(kv[0])):
+            if key == ("fp32", REFERENCE, "none"):
+                continue
+            shown = [("the table", JUDGE_WINDOW, None)]
+            if key[2] == "none":
+                for outcome, window in (("original outcome", ORIGINAL_WINDOW), ("amended outcome", JUDGE_WINDOW)):
+                    shown.append((f"{outcome} · first look", window, set(FIRST_LOOK)))
+                    if set(by_seed) - set(FIRST_LOOK):
+                        shown.append((f"{outcome} · second look", window, None))
+            for where, window, seeds in shown:
+                g = list(self.gaps(by_seed, ref, window, seeds).values())
+                if len(g) < 2:
+                    continue
+                _, lo, hi = mean_ci(g)
+                if -BOUND <= lo and hi <= BOUND:
+                    continue
+                clo, chi = in_bounds(lo, hi)
+                judged = len(g) >= NI.RULE.min_seeds
+                out.append(
+                    {
+                        "cell": prose.arm(key[1], key[2], key[0]),
+                        "where": where,
+                        "lo": lo,
+                        "hi": hi,
+                        "clo": clo,
+                        "chi": chi,
+                        "verdict": NI.verdict(lo, hi) if judged else self.cell_verdict(g),
+                        "verdict in bounds": NI.verdict(clo, chi) if judged else self.cell_verdict(g),
+                    }
+                )
         return out
 
     def interval_disagreements(self, runs, meta) -> list[str]:

@@ -53,6 +53,22 @@ TRAINING_STARTED = {
     "so its first run began by 21:03:23; the code it trained, 45fd0fb, was committed at 21:03:02",
 }
 """When the first run began, and how that is known."""
+BOUNDS_AMENDMENT = {
+    "key": "bounds",
+    "commit": "5d9a8caca26ea3dcc0ef309f0e0ac09e74061199",
+    "time": "2026-12-07T23:49:18+00:00",
+    "what": "Each accuracy-gap interval the page shows is kept inside [-1, 1], the bounds of what it estimates: where "
+    "the rule's 95 % t-interval leaves them (3-seed cells: mxfp4 + mu_old, e8m2 + mu_old; e8m1 under the outcome "
+    "as first committed at the first look), it is clipped at the bound, beside the interval as computed (a 'gap CI "
+    "kept in [-1, 1]' column in the table, 'in [-1, 1]' in the looks table). The verdicts read the same (the rule "
+    "reads at -0.05 and 0).",
+    "why": "Found after the results (issue 74): the table printed intervals below -1 (mxfp4 + mu_old -1.284, e8m2 + "
+    "mu_old -1.12) for a difference of two accuracies, which lies in [-1, 1]. Clipping keeps the t-interval the "
+    "verdicts read (one interval drawn and read, as one_ci amended): the true gap always lies inside the bounds, so "
+    "the clipped interval covers it whenever the t-interval does.",
+}
+"""Intervals kept inside their bounds (``dose_response_findings.in_bounds``); commit and time: the commit that made
+it, recorded by the next."""
 AMENDMENTS = (
     {
         "key": "outcome",
@@ -103,6 +119,7 @@ AMENDMENTS = (
         "why": "Issue 50 item 4: the bounded interval passed gaps the t-interval excludes (e8m2 + μ as π_old), so "
         "the page drew one interval and read another.",
     },
+    BOUNDS_AMENDMENT,
 )
 """The changes made after training began (``nbkit.studies.amendments``); ``verdicts_moved`` is computed from the
 stored runs (``DoseResponse.moves``), the commits' times from git."""

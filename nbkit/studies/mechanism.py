@@ -46,6 +46,9 @@ The rule (``RULE_TEXT``), fixed in this module and committed before any of its r
   paragraph says so.
   *As amended after the last run* (``AMENDMENTS``): "no difference shown" is not read as harm following the size;
   the paragraph says how large a difference each interval still allows and reads the prediction pair by pair.
+  *As amended after the results* (``NULL_AMENDMENT``, issue 74): a predicted null ("no difference shown") holds only
+  by an equivalence test within a margin committed with the rule; none was (``NULL_MARGIN``), so it reads undecided,
+  the reading as first amended beside.
 - **Prediction** (written before any run). Fixed against fresh: the weights-only arm harms more (the FP4 block
   formats, which fix an error into the weights, cost more accuracy per unit of dose than the dial). Bias: no
   difference shown (both arms sit below the dose where harm was seen). Where: e8m3 harms more than FP8 E5M2 (the
@@ -146,6 +149,24 @@ AMENDMENTS = (
     },
 )
 """Changes to the page's readings after the runs (``nbkit.studies.amendments``), put on the card at ``store``."""
+NULL_MARGIN: float | None = None
+"""The equivalence margin committed for a predicted null ("no difference shown"): none was (``RULE_TEXT`` names
+none), so such a prediction reads undecided whatever its interval (``prediction_reading``)."""
+NULL_AMENDMENT = {
+    "key": "null",
+    "commit": "45e23d2e4c9e3d1d1ffc9bf441f33a7b6a87d825",
+    "time": "2026-12-07T23:43:13+00:00",
+    "what": "The prediction is read pair by pair with a predicted null ('no difference shown', the bias pair) held only "
+    "by an equivalence test: its interval wholly inside a margin committed with the rule. The rule commits none, so "
+    "the bias pair's prediction reads 'undecided (no equivalence margin was committed)' instead of 'held'; the "
+    "reading as first amended (a null counted as held when its interval spanned 0) is shown beside.",
+    "why": "Found after the results (issue 74): an interval that includes 0 (here -0.097 to +0.041) fails to show a "
+    "difference; it does not show the absence of one, so counting it as the null prediction holding read an "
+    "inconclusive interval as a confirmation. The module's note that a difference below about 0.03 was expected to "
+    "read 'no difference shown' is a power statement, not a margin, and the interval does not lie within it either.",
+}
+"""A predicted null read only by a committed equivalence margin; commit and time: the commit that made it, recorded
+later."""
 WIDE = 0.1
 """A pair's interval half-width above which the paragraph names the per-seed gaps that make it wide."""
 
@@ -205,7 +226,7 @@ class Mechanism(prereg.PreRegistered):
     name = STUDY
     rule_text = RULE_TEXT
     rule_record = RULE_RECORD
-    amendments = AMENDMENTS
+    amendments = (*AMENDMENTS, NULL_AMENDMENT)
     title = "What about the mismatch harms RL: mechanism pairs at matched dose"
     question = (
         "Does harm to RL follow the size of the rollout mismatch, its bias, or whether the error is fixed (weights "
@@ -347,6 +368,8 @@ class Mechanism(prereg.PreRegistered):
         readings = self.pair_readings(runs, meta)
         return [
             self.amended_paragraph(readings, self.gaps(runs, meta)),
+            "As first amended (before a predicted null was read by an equivalence margin; see the record): "
+            + self.prediction_reading(readings, equivalence=False),
             "As first written (before the amendment on the card): " + self.paragraph(readings),
         ]
 
@@ -396,11 +419,12 @@ class Mechanism(prereg.PreRegistered):
         self.record_amendments(root)
         return path
 
-    def amended_paragraph(self, readings: list[dict], gaps: dict[str, dict[int, float]]) -> str:
+    def amended_paragraph(self, readings: list[dict], gaps: dict[str, dict[int, float]], equivalence=True) -> str:
         """The paragraph as amended (``AMENDMENTS``): each pair's verdict; for a pair with no difference shown, the
         largest difference its interval still allows and, where it is wide (``WIDE``), the per-seed gaps of both
-        arms; then the committed prediction read pair by pair."""
-        said, held = [], []
+        arms; then the committed prediction read pair by pair (``prediction_reading``; ``equivalence``: a predicted
+        null read by a committed margin, as ``NULL_AMENDMENT`` amends)."""
+        said = []
         for r in readings:
             name = r["pair"].split(":")[0]
             lo, hi = r[f"{LEVEL:.4g} CI"]
@@ -418,26 +442,74 @@ class Mechanism(prereg.PreRegistered):
                 )
                 line += f" — gaps to FP32 by seed 0–{r['seeds'] - 1}: {per_seed}"
             said.append(line)
-            expected = PREDICTED[name.lower()]
-            expected = {"a harms more": f"{r['a']} harms more", "b harms more": f"{r['b']} harms more"}.get(
-                expected, expected
-            )
-            held.append((name.lower(), expected, r["verdict"] == expected))
-        ok = [n for n, _, h in held if h]
         return (
             "; ".join(said)
             + ". No pair's interval excludes a difference, so the study does not separate size from bias, from fixed "
             "against fresh error, or from where the rounding sits: it neither shows that harm follows the size alone "
             "nor that it does not."
             * all(r["verdict"] == "no difference shown" for r in readings)
-            + f" The prediction committed with the rule held for {len(ok)} of {len(held)} pairs"
-            + (f" ({', '.join(ok)})" if ok else "")
-            + "; "
-            + "; ".join(f"{n}: predicted '{e}'" for n, e, h in held if not h)
-            + (", which the intervals do not show" if len(ok) < len(held) else "")
-            + ". Alignment with the advantage is not varied by any pair and not logged by the runs: this study does "
+            + " "
+            + self.prediction_reading(readings, equivalence=equivalence)
+            + " Alignment with the advantage is not varied by any pair and not logged by the runs: this study does "
             "not answer it."
         )
+
+    @staticmethod
+    def prediction_held(readings: list[dict], equivalence: bool = True) -> list[tuple[str, str, str]]:
+        """Per pair ``(name, predicted verdict, reading)``: ``held`` or ``not shown`` for a predicted difference (the
+        verdict names it or not); for a predicted null ("no difference shown"), with ``equivalence`` (as amended:
+        ``NULL_AMENDMENT``) ``held`` only when its interval lies within ``NULL_MARGIN`` either side of 0, ``not
+        shown`` when the verdict shows a difference, else undecided (naming the missing margin where none was
+        committed); without it (as first amended) ``held`` whenever the verdict is "no difference shown"."""
+        out = []
+        for r in readings:
+            name = r["pair"].split(":")[0].lower()
+            expected = PREDICTED[name]
+            expected = {"a harms more": f"{r['a']} harms more", "b harms more": f"{r['b']} harms more"}.get(
+                expected, expected
+            )
+            if expected != "no difference shown" or not equivalence:
+                said = "held" if r["verdict"] == expected else "not shown"
+            elif r["verdict"] != "no difference shown":
+                said = "not shown"
+            elif NULL_MARGIN is None:
+                said = "undecided (no equivalence margin was committed)"
+            else:
+                lo, hi = r[f"{LEVEL:.4g} CI"]
+                said = "held" if -NULL_MARGIN < lo and hi < NULL_MARGIN else "undecided (outside the margin)"
+            out.append((name, expected, said))
+        return out
+
+    def prediction_reading(self, readings: list[dict], equivalence: bool = True) -> str:
+        """The committed prediction read pair by pair (``prediction_held``) in one sentence."""
+        held = self.prediction_held(readings, equivalence)
+        ok = [n for n, _, h in held if h == "held"]
+        nulls = [(n, e, h) for n, e, h in held if h.startswith("undecided")]
+        missed = [(n, e) for n, e, h in held if h == "not shown"]
+        parts = [f"{n}: predicted '{e}' (a null, which only an equivalence test can confirm): {h}" for n, e, h in nulls]
+        if missed:
+            parts.append("; ".join(f"{n}: predicted '{e}'" for n, e in missed) + ", which the intervals do not show")
+        return (
+            f"The prediction committed with the rule held for {len(ok)} of {len(held)} pairs"
+            + (f" ({', '.join(ok)})" if ok else "")
+            + (f"; {'; '.join(parts)}" if parts else "")
+            + "."
+        )
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """What the amendments moved, from the runs (nothing before the study is read): the paragraph's none of the
+        rule's verdicts; ``NULL_AMENDMENT`` each pair whose prediction reads otherwise as first amended (a null held
+        whenever no difference is shown) and by an equivalence margin, and the count held."""
+        done, total = self.complete(runs)
+        if done < total:
+            return {}
+        readings = self.pair_readings(runs, meta)
+        before, after = self.prediction_held(readings, False), self.prediction_held(readings, True)
+        moved = [f"prediction reading, {n}: {b} → {a}" for (n, _, b), (_, _, a) in zip(before, after) if a != b]
+        if moved:
+            held = [sum(h == "held" for *_, h in x) for x in (before, after)]
+            moved.append(f"the prediction held for {held[0]} of {len(before)} pairs → {held[1]} of {len(after)}")
+        return {"paragraph": [], NULL_AMENDMENT["key"]: moved}
 
     def plan(self) -> list[str]:
         n = len(self.grid())

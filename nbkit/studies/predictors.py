@@ -1,7 +1,9 @@
 """Which property of π − μ predicts the harm? Candidate predictors scored by a rule committed before any score
 (issue 50, item 2).
 
-The rule (``RULE_TEXT``), fixed in this module and committed before any candidate was computed:
+The rule (``RULE_TEXT``), fixed in this module and committed before any candidate was computed (not before the
+results: every gap it scores had been stored and read before its commit, ``OUTCOMES_READ``; only the candidates'
+values were new):
 
 - **Question.** Across every stored FP32-trainer run with an FP32 reference paired by seed, which statistic of the
   step-0 mismatch predicts the accuracy gap to FP32 best, across formats and across tasks, or does none clearly?
@@ -124,6 +126,32 @@ AMENDMENTS: tuple[dict, ...] = (
 )
 """Readings added after the results (``nbkit.studies.amendments``), put on the card by
 ``record_amendments``."""
+
+OUTCOMES_READ = {
+    "time": "2026-11-27T19:03:00+00:00",
+    "commit": "b9a8b5b735c3f1ce89fcba1886202be8a29cf3ba",
+    "evidence": "RESULTS.md regenerated, every source study's section showing its gaps; their runs were last stored "
+    "at ff9da47 (harm_transfer_tiny_long, 2026-11-26 08:01 UTC) and none has changed since; only the candidates' "
+    "values, measured after the rule, were new",
+}
+"""When the gaps the rule scores had last been stored and read before its commit (``amendments.outcomes_read_first``),
+found in git: the last commit before the rule touching the source studies' runs and the last regenerating RESULTS.md
+(``tests/studies/test_predictors.py`` checks both against git)."""
+BEFORE_RESULTS_AMENDMENT = {
+    "key": "before_results",
+    "commit": "ecff2beb7cd374060eb356dd75740947f4c781ac",
+    "time": "2026-12-07T23:39:08+00:00",
+    "what": "The record's sentence that the rule 'was fixed before the results' is corrected: the rule's commit "
+    "precedes the measurement of the candidates (its first run), but every gap it scores had been stored (by "
+    "2026-11-26 08:01 UTC) and shown on RESULTS.md (at 2026-11-27 19:03 UTC) before it; only the candidates' values "
+    "were new. The card records when the outcomes were read (outcomes_read) and the page says the rule was fixed "
+    "before its first run, not before the results, with the sentence as first read beside.",
+    "why": "Found after the results (issue 74): 'fixed before the results' was read from the rule's commit "
+    "preceding the measurement's start alone, while the outcomes a predictor is scored against came from five "
+    "studies stored and read before it; git shows when (the source runs' last commit, ff9da47, and RESULTS.md's "
+    "last regeneration before the rule, b9a8b5b, 2 h 07 min before it).",
+}
+"""The 'fixed before the results' sentence corrected; commit and time: the commit that made it, recorded by the next."""
 
 
 def candidates() -> dict[str, str]:
@@ -408,7 +436,30 @@ class Predictors(Study):
         "and lengths (the stored runs keep per-step aggregates only), held fixed in the bootstrap."
     )
     notebook = "06_dose_response"
-    amendments = AMENDMENTS  # none moved the committed verdict: each adds a reading (``moves``: none)
+    amendments = (*AMENDMENTS, BEFORE_RESULTS_AMENDMENT)  # none moved the committed verdict (``moves``)
+    amendment_record = {"outcomes_read": OUTCOMES_READ}
+
+    def moves(self, runs, meta) -> dict[str, list[str]]:
+        """What each amendment moved: the constant reading none of the committed verdict; the record's 'fixed
+        before the results' (``BEFORE_RESULTS_AMENDMENT``), read from the stored card: the rule's reading as first
+        made (its commit before the first run) against the corrected one (``amendments.rule_fixed_before_results``
+        with ``outcomes_read``)."""
+        from nbkit.studies import amendments
+
+        try:
+            card = self.card()
+        except FileNotFoundError:
+            return {}
+        first = {k: v for k, v in card.items() if k != "outcomes_read"}
+        moved = []
+        if amendments.rule_fixed_before_results(first) and not amendments.rule_fixed_before_results(
+            {**card, "outcomes_read": OUTCOMES_READ}
+        ):
+            moved.append(
+                "rule record: fixed before the results → fixed before its first run (the candidates' measurement), "
+                "not before the results (the gaps it scores were stored and read before its commit)"
+            )
+        return {"constant_baseline": [], BEFORE_RESULTS_AMENDMENT["key"]: moved}
 
     def table(self, runs, meta) -> list[dict]:
         _, sc = scores(runs)

@@ -40,16 +40,20 @@ def provenance(study: Study, card: dict | None = None) -> str:
     now = study.reproduce(c)
     sittings = results.parts(c)
 
-    def where(p: dict) -> str:
-        commit = (p.get("commit") or "unknown")[:10] + (" with uncommitted changes" if p.get("dirty") else "")
+    def where(i: int, p: dict) -> str:
         cpu = results.machine_text(p["machine"]) if p.get("machine") else "machine not recorded"
-        return f"commit `{commit}`, {cpu}, {str(p.get('date', '?'))[:10]}, {results.wall_text(p.get('wall_seconds'))}"
+        return (
+            f"{study.sitting_commit(c, i)}, {cpu}, {str(p.get('date', '?'))[:10]}, "
+            f"{results.wall_text(p.get('wall_seconds'))}"
+        )
 
     made = (
-        where(sittings[0])
+        where(0, sittings[0])
         if len(sittings) == 1
         else f"in {len(sittings)} sittings: "
-        + "; ".join(f"{results.count(len(p.get('runs') or []), 'run')} at {where(p)}" for p in sittings)
+        + "; ".join(
+            f"{results.count(len(p.get('runs') or []), 'run')} at {where(i, p)}" for i, p in enumerate(sittings)
+        )
     )
     line = f"{len(c.get('runs', []))} runs, {made}; made by `{c.get('command')}`" + (
         f"; today: `{now}`." if now and now != c.get("command") else "."

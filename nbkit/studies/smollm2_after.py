@@ -25,7 +25,8 @@ The design (``RULE_TEXT``, committed with ``PREDICTIONS`` before any run; ``RULE
 - **Machines.** Seeds 0-2 trained on an AVX2-only AMD EPYC; later seeds on whatever CPU a session had, under the
   AVX2 emulation where that CPU has native half kernels (``MACHINE_AMENDMENT``) or an AVX512 vLLM-CPU build
   (``AVX512_BF16_AMENDMENT``). The card's parts name each sitting's machine and kernel caps; every gap is read
-  within one seed, so within one machine.
+  within one seed, which was meant to be one machine: where an arm and its reference did not share one
+  (fp16-s3), the page reads that arm with and without the seed (``nbkit.studies.smollm2_after_record``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from nbkit.runtime import outputs
 from nbkit.stats.stats import mean_ci
 from nbkit.studies import dose_response as DR
 from nbkit.studies import prereg
+from nbkit.studies import smollm2_after_record as record
 from nbkit.studies import smollm2_after_transfer as transfer
 from nbkit.studies.base import group_seeds
 from nbkit.studies.harm_threshold_rule import first_step_value
@@ -83,6 +85,16 @@ CANDIDATE_KEYS = {
 """Candidates of ``nbkit.studies.predictors`` a run's logged metrics give (the others need per-token arrays)."""
 
 
+ANSWER_TOKENS = 16
+"""The runs' cap on an answer's length in tokens (the rule's "<= 16 tokens")."""
+QUESTION = (
+    "Does SmolLM2-135M-Instruct lose the held-out accuracy the stored curves predict from each arm's step-0 "
+    "mismatch, when GRPO's rollouts (FP32 trainer) or trainer and rollouts run in FP16 or BF16? FP32 rollouts "
+    "paired by seed; the predictions are committed with the rule before the first run."
+)
+"""The question as committed with the rule (e0c078f), word for word."""
+
+
 def label(train: str, rollout: str, seed: int) -> str:
     """``fp32-bf16r-s3`` (``fp16-s3`` when trainer and rollouts agree)."""
     return f"{pair_tag(train, rollout)}-s{seed}"
@@ -110,7 +122,7 @@ def config(train: str, rollout: str, seed: int, out: Path, steps: int = 50, **ov
         steps=steps,
         prompts_per_step=8,
         samples_per_prompt=8,
-        max_tokens=16,
+        max_tokens=ANSWER_TOKENS,
         judge_every=20,
         judge_set="data/smollm2_after_heldout",
         checkpoint_every=0,
@@ -233,13 +245,19 @@ class SmolLM2After(prereg.PreRegistered):
     rule_record = RULE_RECORD
     predictions = PREDICTIONS
     predicted_arms = tuple(arm_name(t, r) for t, r in ARMS)
-    amendments = (*transfer.AMENDMENTS, MACHINE_AMENDMENT, AVX512_BF16_AMENDMENT, THRESHOLD_SENTENCE_AMENDMENT)
-    title = "The prediction tested on a real LM: SmolLM2-135M in FP32, FP16 and BF16"
-    question = (
-        "Does SmolLM2-135M-Instruct lose the held-out accuracy the stored curves predict from each arm's step-0 "
-        "mismatch, when GRPO's rollouts (FP32 trainer) or trainer and rollouts run in FP16 or BF16? FP32 rollouts "
-        "paired by seed; the predictions are committed with the rule before the first run."
+    amendments = (
+        *transfer.AMENDMENTS,
+        MACHINE_AMENDMENT,
+        AVX512_BF16_AMENDMENT,
+        THRESHOLD_SENTENCE_AMENDMENT,
+        record.CLOSEST_CAVEAT_AMENDMENT,
+        record.MACHINE_DEVIATION_AMENDMENT,
+        record.SITTINGS_AMENDMENT,
+        transfer.PER_ARM_AMENDMENT,
+        record.ANSWER_LENGTH_AMENDMENT,
     )
+    title = "The prediction tested on a real LM: SmolLM2-135M in FP32, FP16 and BF16"
+    question = f"{QUESTION} {record.answer_length_question(ANSWER_TOKENS)}"
     statistic = (
         "outcome = held-out judge accuracy (500 problems × 1 sample, FP32 engine), mean of the judgments at steps 40 "
         "and 50; gap = arm − FP32/FP32 on the same seed, 95 % t-interval over seeds."
@@ -389,10 +407,31 @@ class SmolLM2After(prereg.PreRegistered):
         rows.append({"arm": "all four", "verdict": overall})
         return rows
 
+    def crossings(self, meta) -> dict[str, dict[int, dict]]:
+        """``arm → seed → runs and CPUs`` of each gap whose arm and reference trained on different CPUs
+        (``record.crossed``, from the stored card's sittings)."""
+        return record.crossed(meta, self.sittings(), lambda m: arm_name(m["train"], m["rollout"]), arm_name(*REFERENCE))
+
+    def deviation(self, runs, meta) -> list[dict]:
+        """``record.deviation_rows`` once the study is ``complete`` (nothing while blind)."""
+        if not self.complete(runs, meta):
+            return []
+        return record.deviation_rows(
+            lambda seeds: self.observed(runs, meta, seeds),
+            self.gaps(runs, meta),
+            self.crossings(meta),
+            verdict,
+            transfer.observed,
+        )
+
     def moves(self, runs, meta) -> dict[str, list[str]]:
         """What ``THRESHOLD_SENTENCE_AMENDMENT`` moved: each arm below the threshold's CI whose reading differs
         between the sentence as first written (crossed only when its CI lay wholly below −0.05, else counted as not
-        crossing) and as amended (``transfer.observed``); nothing while blind."""
+        crossing) and as amended (``transfer.observed``); what ``record.MACHINE_DEVIATION_AMENDMENT``'s reading
+        without the crossed seeds moves against the rule's on every seed (``deviation``), nothing while blind; and
+        the sittings line's commits ``record.SITTINGS_AMENDMENT`` moved (``record.sittings_moved``, from the card);
+        the closest-predictor reading ``record.CLOSEST_CAVEAT_AMENDMENT`` moved (``record.caveat_moved``); the
+        transfer count ``transfer.PER_ARM_AMENDMENT`` moved (``transfer.per_arm_moved``)."""
         obs, moved = self.read(runs, meta), []
         for arm in BELOW_THRESHOLD:
             if arm in obs:
@@ -400,7 +439,24 @@ class SmolLM2After(prereg.PreRegistered):
                 after = transfer.observed(obs[arm])
                 if after != before:
                     moved.append(f"per-token threshold reading, {arm}: {before} → {after}")
-        return {THRESHOLD_SENTENCE_AMENDMENT["key"]: moved}
+        deviation = self.deviation(runs, meta)
+        crossed = []
+        for every, without in zip(deviation[::2], deviation[1::2], strict=True):
+            for key in ("verdict", "per-token threshold reading"):
+                if every[key] != without[key]:
+                    crossed.append(f"{every['arm']} {key}, {without['read on']}: {every[key]} → {without[key]}")
+        try:
+            sittings = record.sittings_moved(self.card())
+        except FileNotFoundError:  # not stored: no provenance line
+            sittings = []
+        return {
+            record.CLOSEST_CAVEAT_AMENDMENT["key"]: record.caveat_moved(obs, self.closeness(runs, meta)),
+            THRESHOLD_SENTENCE_AMENDMENT["key"]: moved,
+            record.MACHINE_DEVIATION_AMENDMENT["key"]: crossed,
+            record.SITTINGS_AMENDMENT["key"]: sittings,
+            transfer.PER_ARM_AMENDMENT["key"]: transfer.per_arm_moved(self.transfer_table(runs, meta), obs),
+            record.ANSWER_LENGTH_AMENDMENT["key"]: [],  # a sentence naming the length: no reading changes
+        }
 
     def closeness(self, runs, meta) -> list[dict]:
         """Per candidate: the mean |observed − predicted| gap over the arms read, smallest first."""
@@ -415,10 +471,17 @@ class SmolLM2After(prereg.PreRegistered):
         return sorted(rows, key=lambda r: r["mean |observed − predicted|"])
 
     def page_tables(self, runs, meta, rows) -> list[tuple[str, list[dict]]]:
-        tables = [
-            ("the prediction, arm by arm", self.verdicts(runs, meta)),
-            ("predicted beside observed", self.predicted_beside_observed(self.read(runs, meta))),
-        ]
+        tables = [("the prediction, arm by arm", self.verdicts(runs, meta))]
+        deviation = self.deviation(runs, meta)
+        if deviation:
+            tables.append(
+                (
+                    "the machine deviation (amended after unblinding): each arm with a seed whose arm and FP32 runs "
+                    "trained on different CPUs, read on every seed and without it",
+                    deviation,
+                )
+            )
+        tables.append(("predicted beside observed", self.predicted_beside_observed(self.read(runs, meta))))
         n = self.planned(runs, meta)
         if self.complete(runs, meta) and n > len(SEEDS):  # the extension ran: the first look beside
             tables.append((f"first look: seeds 0-{len(SEEDS) - 1}", self.verdicts(runs, meta, seeds=SEEDS)))
@@ -426,11 +489,26 @@ class SmolLM2After(prereg.PreRegistered):
             *tables,
             ("which predictor came closest", self.closeness(runs, meta)),
             ("the transfer question's third point", self.transfer_table(runs, meta)),
+            *(
+                [
+                    (
+                        "the transfer question's third point, per arm (as amended after unblinding: one interval "
+                        "counts once per task)",
+                        transfer.per_arm(self.transfer_table(runs, meta), self.read(runs, meta)),
+                    )
+                ]
+                if self.complete(runs, meta)
+                else []
+            ),
             (
                 "median seconds per step, by sitting (1 or 2 runs at once; the card does not record which)",
                 self.step_times(runs, meta, self.sittings()),
             ),
         ]
+
+    def sitting_commit(self, card: dict, index: int) -> str:
+        """The training commit where the card records it (``record.sitting_commit``), the stored-at one beside."""
+        return record.sitting_commit(card, index)
 
     def sittings(self) -> list[dict]:
         """The stored card's sittings (``results.parts``); none before the study is stored."""
@@ -492,7 +570,14 @@ class SmolLM2After(prereg.PreRegistered):
             for v in verdicts[:-1]
         )
         said = {"holds": "held", "fails": "failed", "undecided": "is undecided"}[verdicts[-1]["verdict"]]
-        out = [f"The prediction {said} (read on {n} seeds): {arms}."]
+        length = record.answer_length(runs)
+        short = (
+            f", at answers of at most {length['max']:.0f} tokens, {length['mean']:.1f} on average over the "
+            f"{length['steps']:,} training steps' rollouts"
+            if length
+            else ""
+        )
+        out = [f"The prediction {said} (read on {n} seeds{short}): {arms}."]
         ref = self.finals(runs, meta)[arm_name(*REFERENCE)]
         n_planned, sd = seeds_planned([ref[s] for s in SEEDS])
         out.append(
@@ -503,15 +588,18 @@ class SmolLM2After(prereg.PreRegistered):
             if sd > 0
             else "The reference's five outcomes were equal: no SD to compute power from."
         )
+        deviation = record.deviation_sentence(self.crossings(meta), self.gaps(runs, meta), self.deviation(runs, meta))
+        out += [deviation] if deviation else []
         close = self.closeness(runs, meta)
         if close:
             errors = [r["mean |observed − predicted|"] for r in close]
-            tied = [r["predictor"] for r in close if r["mean |observed − predicted|"] - errors[0] <= 0.005]
-            half = [(o["hi"] - o["lo"]) / 2 for o in obs.values()]
+            tied = [r["predictor"] for r in close if r["mean |observed − predicted|"] - errors[0] <= record.TIE]
+            half = record.descriptive(obs, close)
             caveat = (
-                f"; the observed gaps' CI half-widths ({min(half):.3f}-{max(half):.3f}) exceed that spread of errors, "
-                "so the ranking describes these seeds and tests no predictor against another."
-                if min(half) > errors[-1] - errors[0]
+                f"; as amended after unblinding (see the record), the observed gaps' CI half-widths ({half[0]:.3f}-"
+                f"{half[1]:.3f}) exceed that spread of errors, so the ranking describes these seeds and tests no "
+                "predictor against another."
+                if half
                 else "."
             )
             out.append(
@@ -529,7 +617,9 @@ class SmolLM2After(prereg.PreRegistered):
             + "; ".join(f"{a} {seen[transfer.observed(obs[a])]}" for a in BELOW_THRESHOLD)
             + "."
         )
-        return [*out, transfer.summary(self.transfer_table(runs, meta)), *audit]
+        rows = self.transfer_table(runs, meta)
+        per_arm = transfer.per_arm_summary(transfer.per_arm(rows, obs), obs)
+        return [*out, per_arm, "As first written (counted per unit): " + transfer.summary(rows), *audit]
 
     def plan(self) -> list[str]:
         measured = doses()

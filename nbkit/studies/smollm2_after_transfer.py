@@ -14,6 +14,11 @@ own (two doses, not a ladder), so each toy threshold is read as a prediction for
 
 Added after training began, blind (``AMENDMENTS``: no gap had been read, the page showed none); it moves no verdict
 of the rule, whose per-token reading against tiny-arith's threshold it extends to both tasks and all four units.
+
+As first written the count was per unit, so one arm's one interval counted once per unit (four times for fp32/fp16).
+As amended after unblinding (``PER_ARM_AMENDMENT``) it is counted per arm (``per_arm``, ``per_arm_summary``): one
+interval counts once per task, the units that predict for it are listed beside, and the page says what the table
+could and could not show; the per-unit table and count stay beside.
 """
 
 from __future__ import annotations
@@ -134,3 +139,153 @@ def summary(rows: list[dict]) -> str:
     head = "The transfer question's third point (SmolLM2 at its own answer length"
     tail = "; read when the study is." if blind else "."
     return f"{head}, each toy threshold read as a prediction per unit and arm): " + "; ".join(parts) + tail
+
+
+PER_ARM_AMENDMENT = {
+    "key": "transfer-per-arm",
+    "commit": "104483abe03cefc6710112527ed6f673512a5e21",
+    "time": "2026-12-07T23:29:41+00:00",
+    "what": "The transfer reading is counted per arm, not per unit: an arm's one gap interval counts once per toy "
+    "task, its units' predictions listed beside it (agrees when every unit's prediction agrees, contradicts when every "
+    "one contradicts, mixed otherwise, cannot tell when the interval spans -0.05), and the page says what the table "
+    "could show: a 'does not cross' is contradicted only by an interval wholly below -0.05, a 'crosses' only by one "
+    "wholly above. The per-unit table and its count stay beside, as first written.",
+    "why": "Found after unblinding (issue 74): the per-unit count counted fp32/fp16's one interval four times per "
+    "task (once per unit), and its '0 contradict' could not have come out otherwise, since no arm's interval lay "
+    "wholly below -0.05 and nearly every prediction was 'does not cross'.",
+}
+"""The per-arm count (``per_arm``); commit and time: the commit that made it, recorded by the next."""
+
+
+def per_arm(rows: list[dict], obs: dict[str, dict]) -> list[dict]:
+    """One row per toy task and arm from ``table``'s rows: the arm's one interval (``obs``), what each unit with a
+    prediction expects, what the interval showed and the one reading it gives (``agrees`` / ``contradicts`` when
+    every predicting unit reads so, ``mixed: ...`` otherwise, ``cannot tell`` when undecided, ``no prediction``
+    when no unit predicts)."""
+    out = []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        for arm in dict.fromkeys(r["arm"] for r in rows if r["task"] == task):
+            mine = [r for r in rows if r["task"] == task and r["arm"] == arm and r["expected"] != "no prediction"]
+            by_exp: dict[str, list[str]] = {}
+            for r in mine:
+                by_exp.setdefault(r["expected"], []).append(r["unit"])
+            seen = observed(obs.get(arm))
+            readings = {r["reading"] for r in mine}
+            if not mine:
+                said = "no prediction"
+            elif seen in ("blind", "undecided"):
+                said = reading(next(iter(by_exp)), seen)
+            elif len(readings) == 1:
+                said = readings.pop()
+            else:
+                said = "mixed: " + "; ".join(
+                    f"{k} for {', '.join(r['unit'] for r in mine if r['reading'] == k)}" for k in sorted(readings)
+                )
+            o = obs.get(arm)
+            out.append(
+                {
+                    "task": task,
+                    "arm": arm,
+                    "gap CI": [o["lo"], o["hi"]] if o else None,
+                    "units' predictions": "; ".join(f"{e}: {', '.join(u)}" for e, u in by_exp.items()) or "none",
+                    "observed": seen,
+                    "reading": said,
+                }
+            )
+    return out
+
+
+def per_arm_counts(arms: list[dict]) -> dict[str, dict[str, list[str]]]:
+    """``task → reading → arms`` of ``per_arm``'s rows with a prediction (a mixed reading counted as ``mixed``)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for r in arms:
+        if r["reading"] != "no prediction":
+            out.setdefault(r["task"], {}).setdefault(r["reading"].split(":")[0], []).append(r["arm"])
+    return out
+
+
+def per_arm_summary(arms: list[dict], obs: dict[str, dict]) -> str:
+    """The per-arm count in one sentence, then what the table could and could not show: which arms' intervals could
+    contradict a 'does not cross' (wholly below −0.05) or a 'crosses' (wholly above), and which were decided."""
+    counts = per_arm_counts(arms)
+    parts = []
+    for task, by in counts.items():
+        n = sum(len(v) for v in by.values())
+        agree, contra, tell = by.get("agrees", []), by.get("contradicts", []), by.get("cannot tell", [])
+        mixed = by.get("mixed", [])
+        parts.append(
+            f"{task}'s thresholds: {len(agree)} of {n} arms agree"
+            + (f" ({', '.join(agree)})" if agree else "")
+            + f", {len(contra)} contradict"
+            + (f" ({', '.join(contra)})" if contra else "")
+            + (f", {len(mixed)} mixed ({', '.join(mixed)})" if mixed else "")
+            + f", {len(tell)} cannot tell"
+            + (f" ({', '.join(tell)})" if tell else "")
+        )
+    predicted = [r for r in arms if r["reading"] != "no prediction"]
+    crossing = [r for r in predicted if "crosses:" in r["units' predictions"]]
+    only_not = len(predicted) - len(crossing)
+    order = list(dict.fromkeys(r["arm"] for r in arms))
+    read = {a: observed(obs.get(a)) for a in order}
+    below = [a for a in order if read[a] == "crossed"]
+    above = [a for a in order if read[a] == "did not cross"]
+    spans = [a for a in order if read[a] == "undecided"]
+    forced = not below and not any(read[r["arm"]] == "did not cross" for r in crossing)
+    could = [
+        f"What it could show: a 'does not cross' is contradicted only by an interval wholly below {HARM:g}, a "
+        f"'crosses' only by one wholly above; {only_not} of the {len(predicted)} arm-and-task predictions say 'does "
+        "not cross' on every unit"
+        + (
+            f", {len(crossing)} {'predicts' if len(crossing) == 1 else 'predict'} a crossing on some unit ("
+            + ", ".join(f"{r['arm']} on {r['task']}" for r in crossing)
+            + ")"
+            if crossing
+            else ""
+        )
+        + "."
+    ]
+    if below:
+        could.append(f"{', '.join(below)}'s interval lay wholly below {HARM:g}.")
+    else:
+        could.append(f"No arm's interval lay wholly below {HARM:g}, so no 'does not cross' could be contradicted.")
+    if forced:
+        could.append(
+            "'0 contradict' follows from the intervals (no arm was seen to cross"
+            + (", and every arm predicted to cross spans the line" if crossing else "")
+            + "), not from the thresholds passing a test."
+        )
+    if above:
+        could.append(
+            f"Only {', '.join(above)}'s interval lay wholly above {HARM:g}: "
+            + ("its" if len(above) == 1 else "their")
+            + " agreement, once per task, is what the table shows."
+        )
+    if spans:
+        could.append(f"It cannot tell for {', '.join(spans)}, whose intervals span {HARM:g}.")
+    could.append("The units of one arm share its one interval, so they are not separate tests.")
+    return (
+        "Counted per arm (as amended after unblinding; see the record: one interval counts once per task): "
+        + "; ".join(parts)
+        + ". "
+        + " ".join(could)
+    )
+
+
+def per_arm_moved(rows: list[dict], obs: dict[str, dict]) -> list[str]:
+    """What ``PER_ARM_AMENDMENT`` moved: each task's count per unit (as first written) → per arm."""
+    if not obs:
+        return []
+    out = []
+    counts = per_arm_counts(per_arm(rows, obs))
+    for task, by in counts.items():
+        mine = [r for r in rows if r["task"] == task and r["expected"] != "no prediction"]
+        unit = {k: sum(r["reading"] == k for r in mine) for k in ("agrees", "contradicts", "cannot tell")}
+        arm = {k: len(by.get(k, [])) for k in ("agrees", "contradicts", "cannot tell", "mixed")}
+        out.append(
+            f"transfer count, {task}: {unit['agrees']} of {len(mine)} predictions agree, {unit['contradicts']} "
+            f"contradict, {unit['cannot tell']} cannot tell (per unit) → {arm['agrees']} of {sum(arm.values())} arms "
+            f"agree, {arm['contradicts']} contradict, {arm['cannot tell']} cannot tell"
+            + (f", {arm['mixed']} mixed" if arm["mixed"] else "")
+            + " (per arm)"
+        )
+    return out

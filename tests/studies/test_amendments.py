@@ -138,3 +138,29 @@ def test_record_amendments_puts_each_declared_amendment_on_the_card_with_what_th
     assert card["rule"]["what"] == "the rule" and card["training_started"]["evidence"] == "a test"
     Toy().record_amendments(tmp_path)  # recorded again: replaced, not repeated
     assert len(results.card(Toy.name, tmp_path)["amendments"]) == 2
+
+
+def test_a_sittings_training_commit_is_the_cards_training_started_only_where_the_card_places_it():
+    parts = [
+        {"commit": "s" * 40, "date": "2026-01-01T11:00:00+00:00", "wall_seconds": 2400.0, "runs": ["a"]},  # 10:20
+        {"commit": "t" * 40, "date": "2026-01-01T12:00:00+00:00", "wall_seconds": 1200.0, "runs": ["b"]},  # 11:40
+    ]
+    card = {"parts": parts, "training_started": {"time": "2026-01-01T10:19:00+00:00", "commit": "d" * 40}}
+    assert A.sitting_training_commits(card) == ["d" * 40, None]  # the first sitting's; the second's is not recorded
+    late = {**card, "training_started": {"time": "2026-01-01T10:30:00+00:00", "commit": "d" * 40}}
+    assert A.sitting_training_commits(late) == [None, None]  # after the first sitting's start: not placed
+    unknown = {**card, "parts": [{**parts[0], "wall_seconds": None}, parts[1]]}
+    assert A.sitting_training_commits(unknown) == [None, None]  # no wall time: no start to place it against
+    assert A.sitting_training_commits({"parts": parts}) == [None, None]
+
+
+def test_a_rule_committed_before_its_first_run_but_after_its_outcomes_were_read_is_not_fixed_before_the_results():
+    card = _card(rule_time="2026-01-01T09:00:00+00:00")  # before the first run's start (10:00)
+    assert A.rule_fixed_before_results(card)
+    card["outcomes_read"] = {"time": "2026-01-01T06:53:00+00:00", "commit": "e" * 40, "evidence": "a page"}
+    assert A.outcomes_read_first(card) and not A.rule_fixed_before_results(card)
+    line = A.record_lines(card)[0]
+    assert "but not the outcomes it scores: they had been stored and read by 2026-01-01 06:53 UTC (`eeeeeee`" in line
+    assert "2 h 07 min before the rule's commit; a page)" in line and "before the results')." in line
+    card["outcomes_read"]["time"] = "2026-01-01T09:30:00+00:00"  # read after the rule: the rule came first
+    assert A.rule_fixed_before_results(card)

@@ -226,3 +226,42 @@ def test_the_stored_card_records_each_amendment_with_the_verdicts_the_runs_say_i
         assert when == a.time and A.before_training(card, a.time) is False  # every one came after training began
     assert "fp8-e5m2: inconclusive → no detectable harm" in moved["outcome"] and moved["seeds"] == []
     assert A.rule_fixed_before_results(card)  # 8e33050 (20:44) precedes the first run (21:03); baa750f (21:09) not
+
+
+def test_an_interval_is_kept_inside_the_bounds_of_an_accuracy_gap_by_clipping_only_where_it_leaves_them():
+    assert F.in_bounds(-1.284, 0.107) == (-1.0, 0.107)
+    assert F.in_bounds(-0.2, 1.3) == (-0.2, 1.0) and F.in_bounds(-0.5, 0.5) == (-0.5, 0.5)
+
+
+def test_the_stored_intervals_that_leave_minus_one_to_one_are_kept_inside_beside_the_computed_ones():
+    study = D.DoseResponse()
+    runs, meta = study.load(), study.stored_meta()
+    outside = study.outside_bounds(runs, meta)
+    assert [(o["cell"], o["where"]) for o in outside] == [
+        ("mxfp4 + mu_old", "the table"),
+        ("e8m2 + mu_old", "the table"),
+        ("e8m1", "original outcome · first look"),
+    ]
+    assert [round(o["lo"], 3) for o in outside] == [-1.284, -1.12, -1.029] and {o["clo"] for o in outside} == {-1.0}
+    assert all(o["verdict"] == o["verdict in bounds"] for o in outside)  # the rule reads at -0.05 and 0
+    rows = {(r["format"], r["correction"]): r for r in study.table(runs, meta)}
+    mu = rows[("mxfp4", "mu_old")]
+    assert mu["gap CI low"] == pytest.approx(-1.284, abs=5e-4)  # the interval as computed stays
+    assert mu["gap CI kept in [−1, 1]"] == pytest.approx([-1.0, 0.107], abs=5e-4)  # beside it, inside the bounds
+    for r in rows.values():
+        if r["gap CI low"] is not None:
+            lo, hi = r["gap CI kept in [−1, 1]"]
+            assert -1 <= lo <= hi <= 1 and (lo, hi) == F.in_bounds(r["gap CI low"], r["gap CI high"])
+    looks = {r["format"]: r for r in study.looks(runs, meta)}
+    assert (
+        "[-1.029, -0.139] (in [−1, 1]: [-1.000, -0.139]) breaks"
+        in looks["e8m1"]["original outcome · first look (seeds 0–4)"]
+    )
+    moved = study.moves(runs, meta)["bounds"]
+    assert moved[0] == (
+        "shown interval, mxfp4 + mu_old (the table): -1.284 to +0.107 → -1.000 to +0.107 beside it (direction only: "
+        "worse than the reference (3 seeds), unchanged)"
+    )
+    assert len(moved) == 3 and all(m.endswith("unchanged)") for m in moved)
+    text = " ".join(study.findings(runs, meta, study.table(runs, meta)))
+    assert "no verdict moves, since the rule reads at −0.05 and 0, inside the bounds." in text

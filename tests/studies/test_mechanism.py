@@ -113,7 +113,7 @@ def test_as_amended_no_difference_is_not_read_as_harm_following_size_and_the_fir
     study = STUDIES[M.STUDY]
     collapsed = [-0.79, -0.08, -0.08, -0.07, -0.14]  # one seed collapsed: a wide interval
     runs, meta = fake_runs(collapsed, [-0.02, -0.07, 0.0, -0.04, -0.05], pair=1)
-    amended, first = study.findings(runs, meta, study.table(runs, meta))
+    amended, _, first = study.findings(runs, meta, study.table(runs, meta))
     assert "follows the size of the mismatch, not that property" in first
     assert "follows the size of the mismatch, not that property" not in amended
     assert first.startswith("As first written (before the amendment on the card)")
@@ -122,8 +122,47 @@ def test_as_amended_no_difference_is_not_read_as_harm_following_size_and_the_fir
     )
     a, b, _ = M.PAIRS[1]
     assert f"{a}: -0.79, -0.08, -0.08, -0.07, -0.14" in amended  # the seeds that make the interval wide
-    assert "held for 1 of 3 pairs (bias)" in amended  # bias predicted no difference; the other two a harms more
-    assert [x["key"] for x in M.AMENDMENTS] == ["paragraph"] and study.amendments == M.AMENDMENTS
+    assert "held for 0 of 3 pairs; bias: predicted 'no difference shown'" in amended  # a null needs a margin
+    assert [x["key"] for x in M.AMENDMENTS] == ["paragraph"] and study.amendments == (*M.AMENDMENTS, M.NULL_AMENDMENT)
+
+
+def test_a_predicted_null_holds_only_within_a_committed_equivalence_margin(monkeypatch):
+    study = STUDIES[M.STUDY]
+    runs, meta = fake_runs([-0.01, 0.0, 0.01, -0.005, 0.005], [0.0, 0.005, -0.005, 0.01, -0.01], pair=0)
+    readings = study.pair_readings(runs, meta)
+    assert readings[0]["verdict"] == "no difference shown"
+    assert study.prediction_held(readings, equivalence=False)[0][2] == "held"  # as first amended
+    assert M.NULL_MARGIN is None  # the rule commits none
+    assert study.prediction_held(readings)[0][2] == "undecided (no equivalence margin was committed)"
+    monkeypatch.setattr(M, "NULL_MARGIN", 0.1)  # had one been committed, an interval inside it would hold
+    assert study.prediction_held(readings)[0][2] == "held"
+    monkeypatch.setattr(M, "NULL_MARGIN", 0.001)
+    assert study.prediction_held(readings)[0][2] == "undecided (outside the margin)"
+
+
+STORED = (M.results.RESULTS / M.STUDY / M.results.CARD).is_file()
+
+
+@pytest.mark.skipif(not STORED, reason="mechanism_tiny_arith is not stored")
+def test_the_stored_bias_pair_reads_undecided_not_held_and_the_first_reading_stays_beside():
+    study = STUDIES[M.STUDY]
+    runs, meta = study.load(), study.stored_meta()
+    bias = study.pair_readings(runs, meta)[0]
+    assert bias["verdict"] == "no difference shown" and bias["0.9833 CI"] == pytest.approx([-0.097, 0.041], abs=5e-4)
+    amended, before, _ = study.findings(runs, meta, study.table(runs, meta))
+    assert (
+        "The prediction committed with the rule held for 0 of 3 pairs; bias: predicted 'no difference shown' (a "
+        "null, which only an equivalence test can confirm): undecided (no equivalence margin was committed)"
+    ) in amended
+    assert before.startswith("As first amended (before a predicted null was read by an equivalence margin")
+    assert "The prediction committed with the rule held for 1 of 3 pairs (bias);" in before
+    assert study.moves(runs, meta) == {
+        "paragraph": [],
+        "null": [
+            "prediction reading, bias: held → undecided (no equivalence margin was committed)",
+            "the prediction held for 1 of 3 pairs → 0 of 3",
+        ],
+    }
 
 
 def test_the_prediction_is_read_as_committed_in_the_rule():

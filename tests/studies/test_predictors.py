@@ -58,11 +58,55 @@ def test_the_rule_text_is_what_its_recorded_commit_holds():
 
 
 @pytest.mark.skipif(not STORED, reason="the predictors study is not stored")
-def test_the_card_proves_the_rule_came_before_the_computation():
+def test_the_card_proves_the_rule_came_before_the_computation_but_not_before_the_results():
     card = results.card(predictors.STUDY)
     assert card["rule"]["commit"] == predictors.RULE_RECORD["commit"]
-    assert amendments.rule_fixed_before_results(card)
-    assert not results.verify(predictors.STUDY)
+    assert amendments.before_training(card, card["rule"]["time"]) is True  # before the candidates were computed
+    assert amendments.outcomes_read_first(card) and not amendments.rule_fixed_before_results(card)
+    assert not results.verify(predictors.STUDY), "the record's fields leave the card's seal intact"
+
+
+def _git(*args) -> str | None:
+    shown = subprocess.run(["git", *args], capture_output=True, text=True, cwd=results.ROOT)
+    return shown.stdout.strip() if shown.returncode == 0 else None
+
+
+def test_the_gaps_it_scores_were_stored_and_read_before_the_rule_as_git_shows():
+    """``OUTCOMES_READ`` as found in git: the source studies' runs last changed before the rule's commit and never
+    after it, and RESULTS.md last regenerated before it, showing every source study."""
+    rule = predictors.RULE_RECORD["commit"]
+    runs = [f"data/results/{s}/runs" for s in predictors.SOURCES]
+    last = _git("log", "-1", "--format=%H %cI", rule, "--", *runs)
+    if last is None:
+        pytest.skip("no git history here")
+    assert last == "ff9da47e96dc66210fc4968213cf951366062d6b 2026-11-26T08:01:00+00:00"
+    assert _git("log", "--format=%H", f"{rule}..HEAD", "--", *runs) == "", "no source run changed after the rule"
+    read = predictors.OUTCOMES_READ
+    assert _git("log", "-1", "--format=%H %cI", f"{rule}~1", "--", "RESULTS.md") == f"{read['commit']} {read['time']}"
+    page = _git("show", f"{read['commit']}:RESULTS.md")
+    for name in predictors.SOURCES:  # each source study's section shows its table, its gaps read
+        section = page[page.index(f"## {STUDIES[name].title}") :].split("\n## ")[0]
+        assert "**Not shown.**" not in section and "**Not stored yet**" not in section and "|---" in section
+    assert _git("show", "-s", "--format=%cI", rule) == predictors.RULE_RECORD["time"] > read["time"]
+
+
+@pytest.mark.skipif(not STORED, reason="the predictors study is not stored")
+def test_the_page_says_the_rule_was_fixed_before_its_first_run_not_before_the_results_the_first_reading_beside():
+    from nbkit.studies.amendments import record_lines
+
+    study = predictors.Predictors()
+    card = study.card()
+    (line,) = [x for x in record_lines(card) if x.startswith("The rule as first committed")]
+    assert "but not the outcomes it scores: they had been stored and read by 2026-11-27 19:03 UTC (`b9a8b5b`, " in line
+    assert "2 h 07 min before the rule's commit" in line
+    assert line.endswith(
+        "The rule was fixed before its first run, not before the results (as first read, before the amendment "
+        "below: 'that rule was fixed before the results')."
+    )
+    assert study.moves(study.load(), study.stored_meta())["before_results"] == [
+        "rule record: fixed before the results → fixed before its first run (the candidates' measurement), not "
+        "before the results (the gaps it scores were stored and read before its commit)"
+    ]
 
 
 @pytest.mark.slow
@@ -114,7 +158,7 @@ def test_the_shared_record_amendments_puts_the_same_amendment_back_on_a_copy_of_
     path.write_text(json.dumps(card))
     predictors.Predictors().record_amendments(tmp_path)
     assert results.card(predictors.STUDY, tmp_path)["amendments"] == stored
-    assert [a["what"] for a in stored] == [a["what"] for a in predictors.AMENDMENTS]
+    assert [a["what"] for a in stored] == [a["what"] for a in predictors.Predictors.amendments]
 
 
 @pytest.mark.skipif(not STORED, reason="the predictors study is not stored")

@@ -229,8 +229,12 @@ def test_each_sitting_names_its_own_cpu_flags_and_kernel_caps():
         ],
     }
     line = results_md.provenance(STUDIES["smollm2_after"], card)
-    assert "1 run at commit `1111111111`, AMD EPYC (2 cores; avx2), 2026-11-28" in line
+    # smollm2_after names the training commit where the card records one (none here), the stored-at one beside
+    assert (
+        "1 run at a training commit not on the card (stored at `1111111111`), AMD EPYC (2 cores; avx2), 2026-11-28"
+        in line
+    )
     assert (
         "AMD EPYC (2 cores; avx2, avx512f, avx512_bf16; kernels capped: ATEN_CPU_CAPABILITY=avx2), 2026-12-02" in line
     )
-    assert "0 runs at commit `3333333333`, machine not recorded" in line
+    assert "0 runs at a training commit not on the card (stored at `3333333333`), machine not recorded" in line

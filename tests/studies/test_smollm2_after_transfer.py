@@ -72,4 +72,53 @@ def test_the_page_shows_the_predictions_while_blind_and_the_readings_once_comple
         "fp32/bf16": "crossed",
         "bf16/bf16": "crossed",
     }
-    assert any(f.startswith("The transfer question's third point") for f in study.findings(runs, meta, []))
+    findings = study.findings(runs, meta, [])
+    assert any(f.startswith("Counted per arm (as amended after unblinding") for f in findings)
+    assert any(
+        f.startswith("As first written (counted per unit): The transfer question's third point") for f in findings
+    )
+
+
+# -- counted per arm (issue 74 item 1): one interval counts once per task ------------------------------------------
+def _unit(unit, arm, exp, seen):
+    return {"unit": unit, "task": "toy", "arm": arm, "expected": exp, "observed": seen, "reading": T.reading(exp, seen)}
+
+
+def test_one_arms_interval_counts_once_however_many_units_predict_for_it():
+    obs = {"a": {"gap": 0.0, "lo": -0.03, "hi": 0.03}, "b": {"gap": -0.1, "lo": -0.2, "hi": -0.06}}
+    rows = [_unit(u, "a", "does not cross", "did not cross") for u in ("token_abs", "seq_abs", "seq_kl")]
+    rows += [_unit("token_abs", "b", "crosses", "crossed"), _unit("seq_abs", "b", "does not cross", "crossed")]
+    arms = {r["arm"]: r for r in T.per_arm(rows, obs)}
+    assert arms["a"]["reading"] == "agrees" and arms["a"]["units' predictions"].endswith("token_abs, seq_abs, seq_kl")
+    assert arms["b"]["reading"] == "mixed: agrees for token_abs; contradicts for seq_abs"
+    assert T.per_arm_counts(list(arms.values())) == {"toy": {"agrees": ["a"], "mixed": ["b"]}}
+    text = T.per_arm_summary(list(arms.values()), obs)
+    assert "1 of 2 arms agree (a), 0 contradict, 1 mixed (b), 0 cannot tell" in text
+    assert "b's interval lay wholly below -0.05" in text and "follows from the intervals" not in text
+    assert T.per_arm_moved(rows, obs) == [
+        "transfer count, toy: 4 of 5 predictions agree, 1 contradict, 0 cannot tell (per unit) → 1 of 2 arms agree, "
+        "0 contradict, 0 cannot tell, 1 mixed (per arm)"
+    ]
+
+
+@pytest.mark.skipif(not (S.results.RESULTS / S.STUDY / S.results.CARD).is_file(), reason="not stored")
+def test_the_stored_transfer_reading_counted_per_arm_says_what_it_could_and_could_not_show():
+    study = S.SmolLM2After()
+    runs, meta = study.load(), study.stored_meta()
+    obs, rows = study.read(runs, meta), study.transfer_table(runs, meta)
+    counts = T.per_arm_counts(T.per_arm(rows, obs))
+    expected = {"agrees": ["fp32/fp16"], "cannot tell": ["fp32/bf16", "bf16/bf16", "fp16/fp16"]}
+    assert counts == {"tiny-arith": expected, "tiny-long": expected}  # fp32/fp16's one interval: once per task
+    per_unit = [r for r in rows if r["task"] == "tiny-arith" and r["arm"] == "fp32/fp16"]
+    assert [r["reading"] for r in per_unit] == ["agrees"] * 4  # as first written: counted four times
+    text = " ".join(study.findings(runs, meta, []))
+    assert "tiny-arith's thresholds: 1 of 4 arms agree (fp32/fp16), 0 contradict, 3 cannot tell" in text
+    assert "No arm's interval lay wholly below -0.05, so no 'does not cross' could be contradicted." in text
+    assert "'0 contradict' follows from the intervals" in text and "(bf16/bf16 on tiny-long)" in text
+    assert "As first written (counted per unit): " in text and "4 of 14 predictions agree" in text
+    assert study.moves(runs, meta)["transfer-per-arm"] == [
+        "transfer count, tiny-arith: 4 of 14 predictions agree, 0 contradict, 10 cannot tell (per unit) → 1 of 4 "
+        "arms agree, 0 contradict, 3 cannot tell (per arm)",
+        "transfer count, tiny-long: 4 of 15 predictions agree, 0 contradict, 11 cannot tell (per unit) → 1 of 4 arms "
+        "agree, 0 contradict, 3 cannot tell (per arm)",
+    ]
