@@ -22,6 +22,9 @@ from nbkit import results
 from nbkit.studies.catalog import STUDIES
 
 GOLDEN = Path(__file__).parent / "golden"
+ADDED_COLUMNS = {"dose_response_tiny_arith": ["gap CI kept in [−1, 1]"]}
+"""Columns a study's table gained after 69690b4 by an amendment, shown beside the frozen ones (issue 74: the gap CI
+clipped to the bounds of what it estimates); every other column is the golden one, value for value."""
 STORED = sorted(name for name in STUDIES if (results.RESULTS / name).is_dir())
 
 
@@ -56,7 +59,10 @@ def test_every_stored_study_has_a_golden_table_and_every_golden_table_a_stored_s
 @pytest.mark.parametrize("name", STORED)
 def test_the_main_table_recomputed_from_the_stored_runs_equals_its_golden_copy(name):
     want = json.loads((GOLDEN / f"{name}.json").read_text())
-    assert differences(table(name), want, name) == []
+    added = ADDED_COLUMNS.get(name, [])
+    got = table(name)
+    assert all(set(added) <= set(row) for row in got), f"{name}: an amended column is missing"
+    assert differences([{k: v for k, v in row.items() if k not in added} for row in got], want, name) == []
 
 
 def test_a_hand_edited_stored_run_fails_the_comparison(tmp_path):
