@@ -269,7 +269,7 @@ def fit_micro_batch(
             f"{states / GIB:.1f} GiB ({kind}, {trainers} trainers) + activations "
             f"{activation_bytes(shape, 1, seq_tokens, checkpointing, value_bytes=value_bytes) / GIB:.1f} GiB + vLLM "
             f"{vllm / GIB:.1f} GiB > "
-            f"{HEADROOM:.0%} of the GPU; use a sharded kind (fsdp2, zero2, zero3), more GPUs, shorter max_tokens "
+            f"{HEADROOM:.0%} of the GPU; use a sharded kind (fsdp2, zero2, zero3), more GPUs, shorter max_completion_length "
             f"or a smaller vLLM share"
         )
     m = max(fits)

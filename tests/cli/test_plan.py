@@ -27,13 +27,20 @@ def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate
     for argv, want in zip(trainers, expected):
         i = argv.index("nbkit.cli.train")
         cfg, _ = cli_train.resolve(argv[i + 1 :])
-        assert (cfg.model, cfg.algorithm, cfg.train_dtype, cfg.steps, cfg.lr, cfg.max_tokens) == (
+        assert (
+            cfg.model,
+            cfg.algorithm,
+            cfg.train_dtype,
+            cfg.max_steps,
+            cfg.learning_rate,
+            cfg.max_completion_length,
+        ) == (
             want.model,
             want.algorithm,
             want.train_dtype,
-            want.steps,
-            want.lr,
-            want.max_tokens,
+            want.max_steps,
+            want.learning_rate,
+            want.max_completion_length,
         )
         assert cfg.rollout_engine == "vllm" and cfg.vllm_mode == mode
         config_file = argv[argv.index("--config_file") + 1]
@@ -41,7 +48,7 @@ def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate
         env = launch.launch_env(ROOT / config_file, num_processes=processes)
         launch.check_launch(cfg.train_dtype, env)  # the config launches the run's own precision
         assert processes == (1 if want.algorithm == "ppo" else 4 if mode == "server" else 8)
-        assert (cfg.prompts_per_step * cfg.samples_per_prompt) % processes == 0
+        assert (cfg.prompts_per_step * cfg.num_generations) % processes == 0
 
 
 def test_each_precision_gets_a_server_in_that_dtype_with_trls_flags():
