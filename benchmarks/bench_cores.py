@@ -49,7 +49,7 @@ def rl_jobs(n: int, steps: int, tmp: Path) -> dict:
             {
                 "cfg": config_from(
                     {
-                        "steps": steps,
+                        "max_steps": steps,
                         "seed": i,
                         "train_dtype": "bf16",
                         "rollout_engine": "vllm",

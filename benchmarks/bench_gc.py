@@ -91,7 +91,7 @@ VLLM_RUNS = (
 from nbkit.records.runlog import MetricsLog
 start, rows = time.perf_counter(), []
 for i in range(2):
-    cfg = RLConfig(model="tiny-arith", steps=1, prompts_per_step=2, samples_per_prompt=2, max_tokens=8,
+    cfg = RLConfig(model="tiny-arith", max_steps=1, prompts_per_step=2, num_generations=2, max_completion_length=8,
                    rollout_engine="vllm", output_dir=f"{sys.argv[1]}/run{i}", seed=i)
     train(cfg, progress=False)
     rows.append(schema.without_timing(MetricsLog.read(f"{sys.argv[1]}/run{i}/metrics.jsonl")))

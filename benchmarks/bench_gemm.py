@@ -112,9 +112,9 @@ def bench_rl(steps: int) -> None:
                 train_dtype=dt,
                 gemm=pol,
                 rollout_engine="hf",
-                steps=steps,
+                max_steps=steps,
                 prompts_per_step=16,
-                samples_per_prompt=8,
+                num_generations=8,
                 output_dir=f"{tmp}/{dt}-{pol}",
             )
             rows = train(cfg, progress=False).rows[1:]  # the first step warms up

@@ -89,7 +89,7 @@ def rl_split(engine: str, dtypes, steps: int) -> dict[str, dict]:
             cfg = RLConfig(
                 train_dtype=dtype,
                 rollout_engine=engine,
-                steps=steps,
+                max_steps=steps,
                 output_dir=f"{tmp}/{engine}-{dtype}",
                 judge_every=0,
                 checkpoint_every=0,

@@ -71,7 +71,7 @@ def rl_step_split(engine: str, dtype: str, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         rows = train(
             RLConfig(
-                train_dtype=dtype, rollout_engine=engine, steps=steps, checkpoint_every=0, output_dir=f"{tmp}/run"
+                train_dtype=dtype, rollout_engine=engine, max_steps=steps, checkpoint_every=0, output_dir=f"{tmp}/run"
             ),
             progress=False,
         ).rows[1:]

@@ -324,14 +324,14 @@ def cell_config(args, dtype: str, mode: str, out: Path):
         dtype,
         0,
         out,
-        steps=args.steps,
+        max_steps=args.steps,
         engine=args.engine,
         algorithm=args.algorithm,
         lora=mode == "lora",
-        lr=5e-4 if mode == "lora" else 1e-6,
+        learning_rate=5e-4 if mode == "lora" else 1e-6,
         prompts_per_step=args.prompts,
-        samples_per_prompt=args.samples,
-        max_tokens=args.max_tokens,
+        num_generations=args.samples,
+        max_completion_length=args.max_tokens,
         gradient_checkpointing=args.checkpointing == "on",
         shared_prefix=args.shared_prefix,
         vllm_block_size=args.block_size,
@@ -508,7 +508,7 @@ def trl_cell(cfg, rollouts: Rollouts) -> list[dict]:
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func's "experimental" warning, once per cell
     task, problems = run.load_task(cfg)
-    reward = run.reward_function(task, cfg.reward, cfg.max_tokens)
+    reward = run.reward_function(task, cfg.reward, cfg.max_completion_length)
     path = models.resolve(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:

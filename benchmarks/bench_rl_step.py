@@ -54,9 +54,9 @@ def main() -> None:
                             algorithm=algo,
                             train_dtype=dtype,
                             rollout_engine=engine,
-                            steps=args.steps,
+                            max_steps=args.steps,
                             prompts_per_step=args.prompts,
-                            samples_per_prompt=args.samples,
+                            num_generations=args.samples,
                             gradient_checkpointing=ckpt == "on",
                             output_dir=f"{tmp}/{engine}-{algo}-{ckpt}-{dtype}",
                         )

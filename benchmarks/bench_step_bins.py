@@ -50,7 +50,7 @@ def main() -> None:
                     algorithm=args.algorithm,
                     train_dtype=args.train_dtype,
                     rollout_dtype=args.rollout_dtype,
-                    steps=args.steps,
+                    max_steps=args.steps,
                     seed=0,
                     output_dir=f"{tmp}/{rep}-{bins}",
                 )

@@ -93,10 +93,10 @@ def main() -> None:
         dataset=str(data),
         train_dtype="fp32",
         rollout_engine="hf",
-        steps=1,
+        max_steps=1,
         prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=8,
+        num_generations=2,
+        max_completion_length=8,
         output_dir=str(tmp / "run"),
     )
     direct, carried = trace(cfg)

@@ -1,7 +1,7 @@
 """``nbkit train``: one RL run from the command line, a YAML file, or both (flags override the file).
 
-    nbkit train --algorithm pg_seq_is --train-dtype fp16 --steps 40
-    nbkit train --config run.yaml --steps 10               # the file, then the flags
+    nbkit train --algorithm pg_seq_is --train-dtype fp16 --max-steps 40
+    nbkit train --config run.yaml --max-steps 10               # the file, then the flags
     accelerate launch --num_processes 2 -m nbkit.cli.train --config run.yaml
     nbkit train --config run.yaml --print-config           # the resolved config as YAML, nothing loaded
 
@@ -11,7 +11,8 @@ made by ``transformers.HfArgumentParser`` from the dataclass, its help the field
 ``TrlParser`` does), so flags override them. A YAML key is a field name (``train_dtype`` or ``train-dtype``).
 Unknown keys, a key given twice (YAML would keep the last), values of the wrong type and values ``RLConfig``
 rejects stop the command before any model or dataset loads, naming the key and the valid choices. A run
-folder's ``config.json`` is itself a valid ``--config``.
+folder's ``config.json`` is itself a valid ``--config``. A field's old name (``nbkit.rl.config.RENAMED``: ``steps``
+for ``max_steps``, ...) is read as its new one, as a key and as a flag; both names for one field are refused.
 On the command line ``null`` (or ``None``) sets an optional field to None; ``none`` stays the string (a choice of
 ``correction``).
 """
@@ -38,7 +39,7 @@ from transformers import HfArgumentParser
 import nbkit.rl as rl
 from nbkit.cli.commands import INTERRUPTED, Parser
 from nbkit.rl import launch, runfolder
-from nbkit.rl.config import RLConfig
+from nbkit.rl.config import RENAMED, RLConfig, renamed
 from nbkit.rl.run import check_trl, world
 from nbkit.rl.runfolder import BOOKKEEPING
 from nbkit.runtime.fieldcheck import spec
@@ -120,9 +121,13 @@ def read_config_file(path: str | Path) -> dict:
             f"a {type(data).__name__}"
         )
     types_, lines = field_types(), key_lines(text)
+    try:
+        renamed(dict.fromkeys(str(key).replace("-", "_") for key in data))
+    except ValueError as exc:
+        raise ValueError(f"config file {str(path)!r}: {exc}") from None
     out = {}
     for key, value in data.items():
-        name = str(key).replace("-", "_")
+        name = RENAMED.get(str(key).replace("-", "_"), str(key).replace("-", "_"))
         where = f"config file {str(path)!r}" + (f", line {lines[str(key)]}" if str(key) in lines else "")
         if name not in types_:
             close = difflib.get_close_matches(name, list(types_), n=3)
@@ -231,10 +236,11 @@ class RLConfigParser(Parser, HfArgumentParser):
     def _parse_dataclass_field(self, parser, field):
         base, optional = self._field_types[field.name]
         field = copy.copy(field)  # argparse takes HF's metadata as keywords: the help only (the config checks the rest)
-        field.metadata = MappingProxyType({k: v for k, v in field.metadata.items() if k == "help"})
+        old = list(dict.fromkeys(f"--{o}" for n in OLD_NAMES.get(field.name, ()) for o in (n, n.replace("_", "-"))))
+        field.metadata = MappingProxyType({k: v for k, v in field.metadata.items() if k == "help"} | {"aliases": old})
         if base is bool:
             parser.add_argument(
-                *dict.fromkeys([f"--{field.name}", f"--{field.name.replace('_', '-')}"]),
+                *dict.fromkeys([f"--{field.name}", f"--{field.name.replace('_', '-')}", *old]),
                 dest=field.name,
                 action=argparse.BooleanOptionalAction,
                 default=field.default,
@@ -245,6 +251,19 @@ class RLConfigParser(Parser, HfArgumentParser):
             parser._actions[-1].type = _flag_type(field.name, base, optional)
         action = parser._actions[-1]
         action.help = action.help and action.help.replace("%", "%%")  # argparse %-formats help texts
+
+
+OLD_NAMES = {new: (old,) for old, new in RENAMED.items()}
+"""Field → its old names, read as flags too (``--steps`` is ``--max-steps``)."""
+
+
+def check_renamed_flags(argv: list[str]) -> None:
+    """ValueError naming both flags where ``argv`` gives one field under its old and its new name (argparse would
+    keep the last)."""
+    given = {a.split("=", 1)[0][2:].removeprefix("no-").replace("-", "_") for a in argv if a.startswith("--")}
+    for old, new in RENAMED.items():
+        if old in given and new in given:
+            raise ValueError(f"--{old} and --{new} are one field, {new} (--{old} is its old name): give it once")
 
 
 def build_parser() -> RLConfigParser:
@@ -282,6 +301,10 @@ def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
     parser.set_defaults(**from_file)  # the file's values as defaults: flags override them (TrlParser's way)
+    try:
+        check_renamed_flags(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        parser.error(str(exc))
     args = parser.parse_args(argv)
     values = {f.name: getattr(args, f.name) for f in fields(RLConfig)}
     try:

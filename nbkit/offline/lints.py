@@ -91,7 +91,7 @@ class Setup:
             top_k=cfg.top_k,
             is_level="sequence" if mode.startswith("sequence") else "token",
             is_cap=cfg.is_cap if mode else 3.0,
-            target_length=target_length or cfg.max_tokens,
+            target_length=target_length or cfg.max_completion_length,
             router_replay=cfg.router_replay,
             pi_filtered=True,
         )

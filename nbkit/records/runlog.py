@@ -311,6 +311,27 @@ def audit_verdict(runs: dict[str, list[dict]]) -> str:
 KIND = "rl-run"
 """The ``nbkit.runtime.outputs`` kind of a run folder."""
 
+RENAMED = {
+    "steps": "max_steps",
+    "samples_per_prompt": "num_generations",
+    "lr": "learning_rate",
+    "max_tokens": "max_completion_length",
+    "vllm_sleep_mode": "vllm_enable_sleep_mode",
+}
+"""Run-config fields renamed to the ``GRPOConfig`` field each sets (issue 71): old name → TRL's. Configs stored under
+the old names (cards' ``configs.runs``, run folders' ``config.json``, YAML files) are read through it (``renamed``).
+Here, not in ``nbkit.rl.config``, so that the readers below training (this module, ``nbkit.results``) use it too."""
+
+
+def renamed(config: dict) -> dict:
+    """``config`` with each old field name of ``RENAMED`` spelled as the new one (order kept); ValueError naming
+    both names when it gives one field under both."""
+    for old, new in RENAMED.items():
+        if old in config and new in config:
+            raise ValueError(f"{old!r} and {new!r} are one field, {new} ({old} is its old name): give it once")
+    return {RENAMED.get(k, k): v for k, v in config.items()}
+
+
 RESULT_NEUTRAL = (
     "output_dir",
     "resume",
@@ -326,15 +347,16 @@ RESULT_NEUTRAL = (
 is saved and reported, and the resources it is given (the same numbers either way). Every other field of the
 config's dataclass changes the result, a field declared later included (``result_differences``)."""
 
-SAFE_TO_CHANGE = (*RESULT_NEUTRAL, "steps", "max_consecutive_skips")
-"""Config fields a resume may change: the result-neutral ones, and ``steps`` (extends or shortens the run) and
+SAFE_TO_CHANGE = (*RESULT_NEUTRAL, "max_steps", "max_consecutive_skips")
+"""Config fields a resume may change: the result-neutral ones, and ``max_steps`` (extends or shortens the run) and
 ``max_consecutive_skips`` (when a run that can no longer recover stops): neither changes the steps already taken."""
 
 
 def differing_fields(saved: dict, cfg, ignore: tuple[str, ...] = SAFE_TO_CHANGE) -> list[str]:
     """``name (run: old, now: new)`` for every field of ``cfg``'s dataclass outside ``ignore`` (default: what a
     resume may change, ``SAFE_TO_CHANGE``) where ``cfg`` differs from the saved config (a field the saved config
-    lacks counts as its default: it did not exist then)."""
+    lacks counts as its default: it did not exist then; one it holds under an old name, ``RENAMED``, as the new)."""
+    saved = renamed(saved)
     diffs = []
     for f in fields(cfg):
         if f.name in ignore:
@@ -348,7 +370,7 @@ def differing_fields(saved: dict, cfg, ignore: tuple[str, ...] = SAFE_TO_CHANGE)
 
 def result_differences(saved: dict, cfg) -> list[str]:
     """``differing_fields`` over every field that changes a run's result (all of ``cfg``'s dataclass fields but
-    ``RESULT_NEUTRAL``, ``steps`` included): whether a finished run is *this* run of a grid, not one a resume may
+    ``RESULT_NEUTRAL``, ``max_steps`` included): whether a finished run is *this* run of a grid, not one a resume may
     continue."""
     return differing_fields(saved, cfg, ignore=RESULT_NEUTRAL)
 

@@ -1,7 +1,7 @@
 """RL fine-tuning in FP16 / BF16 / FP32 with TRL, μ from a workbook engine, mismatch logged every step.
 
     from nbkit.rl import RLConfig, train
-    result = train(RLConfig(algorithm="pg_seq_is", train_dtype="fp16", steps=40))
+    result = train(RLConfig(algorithm="pg_seq_is", train_dtype="fp16", max_steps=40))
 
 Modules: ``algorithms`` (presets), ``config`` (``RLConfig``), ``amp`` (precision policy and audit),
 ``scaling`` (the FP16 loss scaler, torch's or DeepSpeed's), ``rollout`` (engine behind TRL), ``server`` (a vLLM

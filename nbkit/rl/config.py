@@ -3,9 +3,17 @@
 A field declares, where it is declared, everything about it (TRL's way, ``field(default=..., metadata={...})``):
 ``help`` (``nbkit train --help`` through ``transformers.HfArgumentParser``, ``nbkit.cli.train.field_docs``); its type
 and range (``Annotated``) and its ``choices``, checked by ``nbkit.runtime.fieldcheck.check_fields`` first thing in
-``__post_init__``; ``trl``, the ``GRPOConfig`` field it sets unchanged (``nbkit.rl.run.workbook_args``); and
-``resume_may_change`` (``SAFE_TO_CHANGE``: every other field changes a run's result, ``result_options``). Every other
-``GRPOConfig`` field is set through ``trl`` by its TRL name and reaches TRL unchanged.
+``__post_init__``; ``trl``: the field is the ``GRPOConfig`` field of the same name, handed to it unchanged
+(``nbkit.rl.run.workbook_args``); and ``resume_may_change`` (``SAFE_TO_CHANGE``: every other field changes a run's
+result, ``result_options``). Every other ``GRPOConfig`` field is set through ``trl`` by its TRL name and reaches TRL
+unchanged. A field that once had the workbook's own name for a TRL field (``steps`` for ``max_steps``, ...) is read
+under its old name from stored configs and YAML files through one table, ``RENAMED`` (``RLConfig.from_dict``).
+
+Fields that keep the workbook's name set a TRL field derived, not unchanged: ``checkpoint_every`` (``save_strategy``
+and ``save_steps``; 0 = none), ``is_cap`` (``vllm_importance_sampling_clip_max`` of the preset's IS mode; IcePop's
+band instead), ``prompts_per_step`` (the batch), ``ppo_epochs`` / ``ppo_minibatches`` (``num_iterations`` /
+``steps_per_generation``, PPO presets only), ``train_dtype`` (``bf16`` / ``fp16``) and ``fp32_lm_head``
+(``cast_lm_head_to_fp32``, π's side only).
 
 Not a ``GRPOConfig`` subclass: making one sets up accelerate's process state and reads the world size (a config
 built in a notebook would carry the notebook's), refuses ``bf16=True``, its default, without a BF16 GPU unless
@@ -28,6 +36,7 @@ from nbkit import engines, tasks
 from nbkit.engines import ENGINE_KINDS
 from nbkit.models.models import DTYPES
 from nbkit.precision import formats, gemm, lm_head
+from nbkit.records.runlog import RENAMED, renamed  # noqa: F401 - RENAMED re-exported: the one old→new table
 from nbkit.runtime.fieldcheck import SEED, at_least, check_fields, positive, unit
 
 REWARDS = ("correctness", "brevity")
@@ -75,7 +84,7 @@ class RLConfig:
             "choices": REWARDS,
             "help": (
                 "``correctness``: 1 when the grader accepts the answer, else 0 (the sanity test; logged as ``accuracy`` too). "
-                "``brevity``: −(response tokens) / ``max_tokens``, the toy task on which μ-as-π_old training was publicly "
+                "``brevity``: −(response tokens) / ``max_completion_length``, the toy task on which μ-as-π_old training was publicly "
                 "reported not to converge (the grader still has to read the dataset's answers, but scores nothing)."
             ),
         },
@@ -147,42 +156,42 @@ class RLConfig:
             )
         },
     )
-    steps: Annotated[int, at_least(1)] = field(
+    max_steps: Annotated[int, at_least(1)] = field(
         default=60,
-        metadata={"resume_may_change": True, "trl": "max_steps", "help": ("Optimiser steps (one rollout batch each).")},
+        metadata={"resume_may_change": True, "trl": True, "help": ("Optimiser steps (one rollout batch each).")},
     )
     prompts_per_step: Annotated[int, at_least(1)] = field(default=16, metadata={"help": "Distinct prompts per step."})
-    samples_per_prompt: Annotated[int, at_least(2)] = field(
+    num_generations: Annotated[int, at_least(2)] = field(
         default=8,
-        metadata={"trl": "num_generations", "help": ("Responses per prompt (the GRPO group size; at least 2).")},
+        metadata={"trl": True, "help": ("Responses per prompt (the GRPO group size; at least 2).")},
     )
-    lr: Annotated[float, positive()] = field(
+    learning_rate: Annotated[float, positive()] = field(
         default=1e-4,
         metadata={
-            "trl": "learning_rate",
+            "trl": True,
             "help": (
                 "AdamW learning rate (constant). The paper uses 1e-6 for a 1.5B model; a 1 M model needs far more."
             ),
         },
     )
-    max_tokens: Annotated[int, at_least(1)] = field(
-        default=40, metadata={"trl": "max_completion_length", "help": "Maximum response length."}
+    max_completion_length: Annotated[int, at_least(1)] = field(
+        default=40, metadata={"trl": True, "help": "Maximum response length."}
     )
     temperature: Annotated[float, positive()] = field(
-        default=1.0, metadata={"trl": "temperature", "help": ("Sampling temperature (the paper: 1.0).")}
+        default=1.0, metadata={"trl": True, "help": ("Sampling temperature (the paper: 1.0).")}
     )
     is_cap: Annotated[float, positive()] = field(
         default=2.0,
         metadata={"help": ("C of Token-TIS / PG-Seq-IS (truncation cap) and Seq-MIS (mask threshold); Oat uses 2.")},
     )
     max_grad_norm: Annotated[float, positive()] = field(
-        default=1.0, metadata={"trl": "max_grad_norm", "help": ("Gradient clipping (after unscaling in FP16).")}
+        default=1.0, metadata={"trl": True, "help": ("Gradient clipping (after unscaling in FP16).")}
     )
     gradient_checkpointing: bool = field(
         default=True,
         metadata={
             "resume_may_change": True,
-            "trl": "gradient_checkpointing",
+            "trl": True,
             "help": (
                 "Recompute each layer's forward during backward instead of keeping its activations (TRL's default): memory "
                 "for time, the same numbers either way. Off keeps every layer's activations (``nbkit plan`` budgets them) and "
@@ -211,7 +220,7 @@ class RLConfig:
     seed: Annotated[int, SEED] = field(
         default=0,
         metadata={
-            "trl": "seed",
+            "trl": True,
             "help": ("Seeds weights' dropout-free training order, sampling and the dataset shuffle."),
         },
     )
@@ -238,7 +247,7 @@ class RLConfig:
         metadata={
             "resume_may_change": True,
             "choices": REPORT_TO,
-            "trl": "report_to",
+            "trl": True,
             "help": (
                 "Where TRL also reports the run (transformers' ``report_to``): none, trackio (a local dashboard), "
                 "tensorboard or wandb; the workbook's own metrics (mismatch, audit, loss scale) go there too. "
@@ -253,7 +262,7 @@ class RLConfig:
             "help": (
                 "Continue the run in ``output_dir`` from its last complete checkpoint (metric rows after it are dropped, not "
                 "duplicated). Only the same run: the config must equal the run's except ``SAFE_TO_CHANGE`` (fields declared ``resume_may_change``) (e.g. "
-                "``steps``, to extend it); a finished run with no more steps is left as it is."
+                "``max_steps``, to extend it); a finished run with no more steps is left as it is."
             ),
         },
     )
@@ -302,7 +311,7 @@ class RLConfig:
     top_p: Annotated[float, unit(lo_open=True)] = field(
         default=1.0,
         metadata={
-            "trl": "top_p",
+            "trl": True,
             "help": (
                 "Nucleus sampling mass of the rollouts (1.0 = off, the paper's setting). μ is the engine's "
                 "``processed_logprobs``, renormalised over the kept tokens; for the IS ratio, TRL's ``sampling/*`` metrics and "
@@ -315,7 +324,7 @@ class RLConfig:
     top_k: int = field(
         default=0,
         metadata={
-            "trl": "top_k",
+            "trl": True,
             "help": (
                 "Keep only the k most likely tokens when sampling rollouts (0 = off, the paper's setting); π is put on the kept"
                 " tokens for the IS ratio and the mismatch metrics as with ``top_p``."
@@ -325,7 +334,7 @@ class RLConfig:
     beta: Annotated[float, at_least(0)] = field(
         default=0.0,
         metadata={
-            "trl": "beta",
+            "trl": True,
             "help": (
                 "KL penalty coefficient against a frozen reference model (TRL's ``beta``); 0 = none and no reference copy is "
                 "loaded (the paper and Dr. GRPO use 0)."
@@ -335,7 +344,7 @@ class RLConfig:
     vllm_gpu_memory_utilization: Annotated[float, unit(lo_open=True)] = field(
         default=0.3,
         metadata={
-            "trl": "vllm_gpu_memory_utilization",
+            "trl": True,
             "help": (
                 "Colocated vLLM: share of the accelerator's memory vLLM may take for weights and KV cache (the rest stays with "
                 "the trainer); ignored by the CPU backend, which sizes its cache with ``vllm_kv_cache_gib``."
@@ -370,7 +379,7 @@ class RLConfig:
     gradient_accumulation_steps: Annotated[int, at_least(1)] = field(
         default=1,
         metadata={
-            "trl": "gradient_accumulation_steps",
+            "trl": True,
             "help": (
                 "Micro-batches per optimiser step (TRL's ``gradient_accumulation_steps``): each process's share of the step's "
                 "batch is split into this many loss forwards/backwards, so a GPU holds the activations of one micro-batch only."
@@ -379,10 +388,10 @@ class RLConfig:
             ),
         },
     )
-    vllm_sleep_mode: bool = field(
+    vllm_enable_sleep_mode: bool = field(
         default=False,
         metadata={
-            "trl": "vllm_enable_sleep_mode",
+            "trl": True,
             "help": (
                 "Colocated vLLM on a GPU: put the engine to sleep (level 1: weights to host memory, KV cache freed) between "
                 "rollouts, so its memory share is free during the loss backward; woken before each weight sync. The CPU backend"
@@ -441,7 +450,7 @@ class RLConfig:
         metadata={
             "help": (
                 "PPO presets: minibatches (optimiser steps) per pass over a rollout batch (TRL's ``steps_per_generation``); a "
-                "rollout batch thus gives ``ppo_epochs × ppo_minibatches`` of the run's ``steps``."
+                "rollout batch thus gives ``ppo_epochs × ppo_minibatches`` of the run's ``max_steps``."
             )
         },
     )
@@ -556,7 +565,7 @@ class RLConfig:
                 'Any other setting of TRL\'s ``GRPOConfig``, by its TRL name (e.g. ``{"warmup_steps": 10}``; on the '
                 "command line ``--trl '{\"warmup_steps\": 10}'``), handed to it unchanged: every ``GRPOConfig`` field, "
                 "including one a later TRL adds. Refused, naming it: a name that is no ``GRPOConfig`` field or is an "
-                "``RLConfig`` field's (``max_steps``: set ``steps``), when the config is made; one the workbook sets from "
+                "``RLConfig`` field's (``max_steps``: set it there), when the config is made; one the workbook sets from "
                 "its own fields otherwise (``bf16``/``fp16`` from ``train_dtype``, the batch, the preset's loss: "
                 "``nbkit.rl.run.workbook_args``), when the run's ``GRPOConfig`` is made, before anything loads."
             )
@@ -606,11 +615,11 @@ class RLConfig:
             )
         if (
             algorithms.get(self.algorithm).critic
-            and (self.prompts_per_step * self.samples_per_prompt) % self.ppo_minibatches
+            and (self.prompts_per_step * self.num_generations) % self.ppo_minibatches
         ):
             raise ValueError(
-                f"ppo_minibatches={self.ppo_minibatches} must divide prompts_per_step × samples_per_prompt "
-                f"= {self.prompts_per_step * self.samples_per_prompt}"
+                f"ppo_minibatches={self.ppo_minibatches} must divide prompts_per_step × num_generations "
+                f"= {self.prompts_per_step * self.num_generations}"
             )
         if algorithms.get(self.algorithm).critic and self.checkpoint_every % (self.ppo_epochs * self.ppo_minibatches):
             raise ValueError(
@@ -624,17 +633,13 @@ class RLConfig:
             self._check_trl_names()
 
     def _check_trl_names(self) -> None:
-        """``trl`` names ``GRPOConfig`` fields (imported only when a TRL setting is given), none of them the workbook's:
-        an ``RLConfig`` field of that name or set by one (``metadata["trl"]``). The fields the workbook sets from
-        its own otherwise (precision, batch, preset) are refused when the run's GRPOConfig is made, before anything
-        loads (``nbkit.rl.run.check_trl``)."""
+        """``trl`` names ``GRPOConfig`` fields (imported only when a TRL setting is given), none of them an ``RLConfig``
+        field's. The fields the workbook sets from its own otherwise (precision, batch, preset) are refused when the
+        run's GRPOConfig is made, before anything loads (``nbkit.rl.run.check_trl``)."""
         from trl import GRPOConfig
 
         known = [f.name for f in fields(GRPOConfig)]
-        set_by = {trl: name for name, trl in trl_fields().items()}
         for key in self.trl:
-            if key in set_by:
-                raise ValueError(f"trl: {key!r} is set by the workbook from RLConfig.{set_by[key]}: set that instead")
             if key in {f.name for f in fields(RLConfig)}:
                 raise ValueError(f"trl: {key!r} is RLConfig's own field {key} (the workbook's setting): set it there")
             if key not in known:
@@ -680,6 +685,12 @@ class RLConfig:
         """``output_dir`` as an absolute path (a relative one from the current directory, as a shell reads it)."""
         return Path(self.output_dir).expanduser().absolute()
 
+    @classmethod
+    def from_dict(cls, values: dict) -> RLConfig:
+        """The config of ``values`` (a ``to_dict``, a stored ``config.json``), a field under its old name read as the
+        new one (``RENAMED``; both names for one field refused, naming both)."""
+        return cls(**renamed(values))
+
     def to_dict(self) -> dict:
         """Every field (``config.json``, ``--print-config``); ``trl`` only when it holds a setting, so a run without
         one records the config the workbook recorded before ``trl`` existed."""
@@ -689,29 +700,31 @@ class RLConfig:
         return out
 
 
-SANITY_RUN: dict = {"rollout_engine": "vllm", "steps": 100, "lr": 2e-4, "checkpoint_every": 20}
+SANITY_RUN: dict = {"rollout_engine": "vllm", "max_steps": 100, "learning_rate": 2e-4, "checkpoint_every": 20}
 """Notebook 03's sanity-test run: these fields on top of ``RLConfig``'s defaults (tiny-arith on its sanity set, raw
 template, arith grader, 16 prompts × 8 samples, 40 tokens). vLLM rollouts because the engine's own kernels are what
-the mismatch is about; lr 2e-4 because 4e-4 and up degraded tiny-arith; 100 steps is where the stored runs reach
+the mismatch is about; learning rate 2e-4 because 4e-4 and up degraded tiny-arith; 100 steps is where the stored runs reach
 0.9–0.95; a checkpoint every 20 steps so that a killed run resumes. The grid studies of that run start here too."""
 
 
-def trl_fields() -> dict[str, str]:
-    """``RLConfig`` field → the ``GRPOConfig`` field it sets unchanged (declared with the field: ``metadata["trl"]``)."""
-    return {f.name: f.metadata["trl"] for f in fields(RLConfig) if "trl" in f.metadata}
+def trl_fields() -> tuple[str, ...]:
+    """The ``RLConfig`` fields that are ``GRPOConfig`` fields of the same name, handed to TRL unchanged (declared
+    with the field: ``metadata["trl"]``)."""
+    return tuple(f.name for f in fields(RLConfig) if f.metadata.get("trl"))
 
 
 SAFE_TO_CHANGE = tuple(f.name for f in fields(RLConfig) if f.metadata.get("resume_may_change"))
 """Fields a resume may change (declared with the field: ``metadata["resume_may_change"]``): they do not change what
-the steps already taken would have computed (``steps`` extends or shortens the run, the rest are bookkeeping or
+the steps already taken would have computed (``max_steps`` extends or shortens the run, the rest are bookkeeping or
 resources). Every other field changes a run's result."""
 
 
 def result_options(config: RLConfig | dict) -> dict:
     """The options that change a run's result: every ``RLConfig`` field outside ``SAFE_TO_CHANGE``, from a config or
-    a stored ``config.json`` dict (a field the dict lacks as its default: it did not exist then; keys that are no
-    field are dropped). Two runs with equal ``result_options`` compute the same steps."""
-    values = config.to_dict() if isinstance(config, RLConfig) else config
+    a stored ``config.json`` dict (a field the dict lacks as its default: it did not exist then; one under its old
+    name, ``RENAMED``, as the new; keys that are no field are dropped). Two runs with equal ``result_options``
+    compute the same steps."""
+    values = config.to_dict() if isinstance(config, RLConfig) else renamed(config)
     return {f.name: values.get(f.name, default_of(f)) for f in fields(RLConfig) if f.name not in SAFE_TO_CHANGE}
 
 
@@ -722,9 +735,10 @@ def default_of(f: Field):
 
 def check_field_names(names) -> None:
     """Refuse names that are no ``RLConfig`` field (a notebook's ``config_overrides``, a study's ``overrides``),
-    naming the fields."""
+    naming the fields; an old name of ``RENAMED`` is its field's (given beside the new one it is refused, naming
+    both)."""
     known = {f.name for f in fields(RLConfig)}
-    unknown = sorted(set(names) - known)
+    unknown = sorted(set(renamed(dict.fromkeys(names))) - known)
     if unknown:
         raise ValueError(
             f"{unknown} {'is not an RLConfig field' if len(unknown) == 1 else 'are not RLConfig fields'}; "
@@ -733,10 +747,10 @@ def check_field_names(names) -> None:
 
 
 def config_from(overrides: dict) -> RLConfig:
-    """``RLConfig`` from ``SANITY_RUN`` updated with ``overrides`` (a notebook's ``config_overrides``); a key that is
-    no ``RLConfig`` field is refused, naming the fields."""
+    """``RLConfig`` from ``SANITY_RUN`` updated with ``overrides`` (a notebook's ``config_overrides``; old names of
+    ``RENAMED`` read as the new); a key that is no ``RLConfig`` field is refused, naming the fields."""
     check_field_names(overrides)
-    return RLConfig(**{**SANITY_RUN, **overrides})
+    return RLConfig(**{**SANITY_RUN, **renamed(overrides)})
 
 
 def runnable_here(cfg: RLConfig) -> RLConfig:

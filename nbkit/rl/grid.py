@@ -146,7 +146,7 @@ def train_jobs(configs: dict[str, RLConfig]) -> dict[str, pool.Job]:
         label: pool.Job(
             "nbkit.rl.run:train",
             {"cfg": cfg, "progress": False},
-            units=cfg.steps,
+            units=cfg.max_steps,
             poll=_rows_logged(cfg.out / "metrics.jsonl"),
         )
         for label, cfg in configs.items()
@@ -155,7 +155,7 @@ def train_jobs(configs: dict[str, RLConfig]) -> dict[str, pool.Job]:
 
 def _announce(label: str, cfg: RLConfig) -> None:
     print(
-        f"[nbkit] run {label}: {cfg.steps} steps, {cfg.prompts_per_step}x{cfg.samples_per_prompt} per step, "
+        f"[nbkit] run {label}: {cfg.max_steps} steps, {cfg.prompts_per_step}x{cfg.num_generations} per step, "
         f"rollout {cfg.rollout_engine}/{cfg.rollout}",
         flush=True,
     )

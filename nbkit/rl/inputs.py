@@ -61,9 +61,9 @@ def check_grader_fits(task: tasks.Task, cfg: RLConfig) -> None:
 
 
 def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str) -> int:
-    """Every prompt tokenizes to something, loses no visible character, and leaves room for ``max_tokens``
+    """Every prompt tokenizes to something, loses no visible character, and leaves room for ``max_completion_length``
     within the model's context (transformers would otherwise fail mid-run, or train on cut prompts). Returns the
-    context the run needs, longest prompt + ``max_tokens``: the rollout engine's ``max_model_len`` (vLLM ends a
+    context the run needs, longest prompt + ``max_completion_length``: the rollout engine's ``max_model_len`` (vLLM ends a
     request at its ``max_model_len`` with an ordinary "length" finish, so a shorter one would cut answers
     silently)."""
     from transformers import AutoConfig
@@ -87,13 +87,13 @@ def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str)
 
 
 def needed_context(cfg: RLConfig, longest_prompt: int, context: int | None, example: str = "") -> int:
-    """``longest_prompt + max_tokens``; ValueError naming both when the model's ``context`` cannot hold it."""
-    needed = longest_prompt + cfg.max_tokens
+    """``longest_prompt + max_completion_length``; ValueError naming both when the model's ``context`` cannot hold it."""
+    needed = longest_prompt + cfg.max_completion_length
     if context and needed > context:
         raise ValueError(
-            f"prompt {example[:60]!r} has {longest_prompt} tokens; with max_tokens={cfg.max_tokens} "
+            f"prompt {example[:60]!r} has {longest_prompt} tokens; with max_completion_length={cfg.max_completion_length} "
             f"that exceeds model {cfg.model!r}'s context of {context} positions (vLLM would cut the "
-            f"answers at {context} tokens); lower max_tokens to at most {context - longest_prompt}"
+            f"answers at {context} tokens); lower max_completion_length to at most {context - longest_prompt}"
         )
     return needed
 
@@ -101,10 +101,10 @@ def needed_context(cfg: RLConfig, longest_prompt: int, context: int | None, exam
 def per_device_batch(cfg: RLConfig, world_size: int) -> int:
     """Completions per process and step: the run's batch (prompts × samples) split evenly over the processes,
     so a 2-process run trains the same global batch as a 1-process run."""
-    total = cfg.prompts_per_step * cfg.samples_per_prompt
+    total = cfg.prompts_per_step * cfg.num_generations
     if total % world_size:
         raise ValueError(
-            f"prompts_per_step × samples_per_prompt = {total} completions cannot be split evenly over "
+            f"prompts_per_step × num_generations = {total} completions cannot be split evenly over "
             f"{world_size} processes; choose prompts_per_step so that the product is a multiple of "
             f"{world_size}"
         )

@@ -93,7 +93,7 @@ class Judge:
         mine = self.problems[acc.process_index :: acc.num_processes]
         sampling = engines.SamplingConfig(
             temperature=self.cfg.temperature,
-            max_tokens=self.cfg.max_tokens,
+            max_tokens=self.cfg.max_completion_length,
             n=self.cfg.judge_samples,
             seed=(self.cfg.seed * 1_000_003 + step * 7_919 + acc.process_index) % 2**31,
         )

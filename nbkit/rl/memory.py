@@ -284,7 +284,7 @@ def fit_micro_batch(
             f"{states / GIB:.1f} GiB ({kind}, {trainers} trainers) + activations "
             f"{activations(1) / GIB:.1f} GiB + vLLM "
             f"{vllm / GIB:.1f} GiB > "
-            f"{HEADROOM:.0%} of the GPU; use a sharded kind (fsdp2, zero2, zero3), more GPUs, shorter max_tokens "
+            f"{HEADROOM:.0%} of the GPU; use a sharded kind (fsdp2, zero2, zero3), more GPUs, shorter max_completion_length "
             f"or a smaller vLLM share"
         )
     m = max(fits)

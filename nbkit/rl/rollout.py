@@ -91,7 +91,7 @@ class EngineGeneration(VLLMGeneration):
         self.accelerator.wait_for_everyone()
 
     def _init_vllm_engine(self) -> None:
-        """The colocated vLLM engine: context = longest prompt + max_tokens, sleep mode on GPUs when asked."""
+        """The colocated vLLM engine: context = longest prompt + max_completion_length, sleep mode on GPUs when asked."""
         from trl.trainer.utils import ensure_master_addr_port
 
         acc = self.accelerator

@@ -4,7 +4,7 @@ Everything that can be wrong with the request is checked before a model is loade
 folder (``runfolder.RunFolder``: a fresh run never mixes with an earlier one, a resume only continues the same
 run), the dataset (exists, enough problems with answers the grader can read), the model ref, the prompts (each
 one tokenizes to something, nothing the tokenizer cannot represent, fits the model's context with
-``max_tokens``), the reward function (called once).
+``max_completion_length``), the reward function (called once).
 """
 
 from __future__ import annotations
@@ -132,13 +132,13 @@ rate, no warm-up, no weight decay (the paper's optimiser). ``RLConfig.trl`` may 
 
 
 def workbook_args(cfg: RLConfig, max_model_length: int | None = None) -> dict:
-    """The ``GRPOConfig`` settings the workbook makes from its own fields: each field declared with a TRL name
+    """The ``GRPOConfig`` settings the workbook makes from its own fields: each field declared TRL's
     (``metadata["trl"]``, ``config.trl_fields``) as it is; precision (``bf16``/``fp16`` from ``train_dtype``, the CPU
     when there is no accelerator: GRPOConfig's own ``bf16=True`` default is never left standing), batch geometry,
     the algorithm preset, π's FP32 head, the run folder's checkpoints, one logged row per step;
-    ``max_model_length``: the vLLM context the run needs (``check_prompts``: longest prompt + ``max_tokens``)."""
+    ``max_model_length``: the vLLM context the run needs (``check_prompts``: longest prompt + ``max_completion_length``)."""
     return {
-        **{trl: getattr(cfg, name) for name, trl in trl_fields().items()},
+        **{name: getattr(cfg, name) for name in trl_fields()},
         **RunFolder(cfg).checkpoint_args(),
         "per_device_train_batch_size": micro_batch(cfg, world()[1]),
         "num_iterations": 1,
@@ -260,7 +260,7 @@ def _trained(cfg: RLConfig, folder: RunFolder, progress: bool, rank: int, world_
         grpo_config(cfg)
     task, problems = load_task(cfg)
     judge_set = judge.load_set(cfg, problems) if cfg.judge_every else None  # refused here, not mid-run
-    reward = reward_function(task, cfg.reward, cfg.max_tokens)
+    reward = reward_function(task, cfg.reward, cfg.max_completion_length)
     check_reward(reward, problems)
     reward.tally.clear()  # the check's call is not a training step
     path = models.resolve(cfg.model)

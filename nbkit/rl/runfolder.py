@@ -8,7 +8,7 @@ once finished, and the marker of ``nbkit.runtime.outputs`` with the run's id. Th
   else (a file the marker does not list, e.g. a user's README.md, is refused before any work); any other folder is
   refused;
 - ``resume=True`` continues the run in the folder only if the config is the run's own, except the fields of
-  ``SAFE_TO_CHANGE`` (e.g. ``steps``, to extend it); otherwise it names every differing field;
+  ``SAFE_TO_CHANGE`` (e.g. ``max_steps``, to extend it); otherwise it names every differing field;
 - resuming a finished run with no more steps does nothing and says so;
 - a checkpoint is complete when its ``trainer_state.json`` (the last file transformers writes) reads as JSON;
   a partial one (a kill during the write) is named, ignored and removed when the run continues;
@@ -318,13 +318,13 @@ def plan_run(cfg) -> RunPlan:
     run_id = mark.get("id", "")
     done = last_logged_step(out)
     summary = _read_json(out / "summary.json")
-    if summary is not None and done >= cfg.steps:
+    if summary is not None and done >= cfg.max_steps:
         return RunPlan(
             out,
             "finished",
             run_id,
             message=f"run {run_id or out.name} already finished at step "
-            f"{done} (steps={cfg.steps}): nothing to do; raise steps to extend it",
+            f"{done} (max_steps={cfg.max_steps}): nothing to do; raise max_steps to extend it",
         )
     complete, partial = checkpoints(out)
     named = f"; ignored partial checkpoint(s) {[p.name for p in partial]} (cut short by a kill)" if partial else ""

@@ -134,7 +134,7 @@ def check_server_logprobs(client) -> None:
 
 
 def check_server_context(client, needed: int | None) -> None:
-    """The server's ``max_model_len`` must hold the run's longest prompt + ``max_tokens`` (``needed``): vLLM ends a
+    """The server's ``max_model_len`` must hold the run's longest prompt + ``max_completion_length`` (``needed``): vLLM ends a
     request at ``max_model_len`` as an ordinary "length" finish, so a shorter one would cut answers silently."""
     if needed is None:
         return
@@ -147,7 +147,7 @@ def check_server_context(client, needed: int | None) -> None:
     if served < needed:
         raise ServerDtypeError(
             f"the vLLM server at {getattr(client, 'base_url', '?')} has max_model_len {served} "
-            f"but the run needs {needed} (longest prompt + max_tokens): restart it with "
+            f"but the run needs {needed} (longest prompt + max_completion_length): restart it with "
             f"--max-model-len {needed} or more"
         )
 
@@ -216,12 +216,12 @@ class ServerGeneration(VLLMGeneration):
         eos = getattr(self.processing_class, "eos_token_id", None)
         self.length_hits[0] += sum(
             len(ids) >= self.max_completion_length and (not ids or ids[-1] != eos) for ids in out[1]
-        )  # reached max_tokens without a stop token
+        )  # reached max_completion_length without a stop token
         self.length_hits[1] += len(out[1])
         return out
 
     def take_length_hits(self) -> tuple[int, int]:
-        """(answers that reached ``max_tokens``, answers) on this process since the last call."""
+        """(answers that reached ``max_completion_length``, answers) on this process since the last call."""
         out, self.length_hits = tuple(self.length_hits), [0, 0]
         return out
 

@@ -1,9 +1,9 @@
-"""π of a GRPO batch with each prompt run once: the ``samples_per_prompt`` completions of a prompt share its forward.
+"""π of a GRPO batch with each prompt run once: the ``num_generations`` completions of a prompt share its forward.
 
 TRL scores a batch row by row: every completion's forward runs its prompt again, and on a CPU (no Triton) its fused
 LM head projects every position through the vocabulary, prompts included. When prompts are long beside their
 answers (SmolLM2's ``number_after``: ~117 prompt tokens, ~5 answer tokens, 8 samples per prompt) nearly all of an
-update's matrix products are prompt positions computed ``samples_per_prompt`` times over.
+update's matrix products are prompt positions computed ``num_generations`` times over.
 
 ``logps`` computes the same π and entropies with the backbone run twice: once over the batch's distinct prompts
 (with a KV cache, and with gradients: LoRA or full fine-tuning changes the prompt's keys and values too), then over

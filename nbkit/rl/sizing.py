@@ -8,11 +8,11 @@ runs, ``nbkit train``): where a GPU's memory is known (``RLConfig.gpu_memory_gib
 ``torch.cuda.get_device_properties``) the run gets
 
 - ``gradient_accumulation_steps``: at least what the estimate needs for the largest micro-batch that fits, for the
-  run's model, its longest prompt + ``max_tokens`` (the padded length TRL trains on), its algorithm (PPO's critic
+  run's model, its longest prompt + ``max_completion_length`` (the padded length TRL trains on), its algorithm (PPO's critic
   and its AdamW state counted, its minibatches), its launch kind (from ``accelerate launch``'s environment) and the
   GPU's memory. A configured value that asks for more accumulation (a smaller micro-batch) is kept: it is the
   user's cap, e.g. after an out-of-memory error the estimate did not foresee;
-- ``vllm_sleep_mode`` (colocated vLLM only): on when the run does not fit with the engine awake or when sleeping
+- ``vllm_enable_sleep_mode`` (colocated vLLM only): on when the run does not fit with the engine awake or when sleeping
   lets a larger micro-batch fit; a configured ``True`` is kept.
 
 Even one sequence per micro-batch that does not fit is refused before the model loads, with the estimate's terms.
@@ -91,7 +91,7 @@ def size(cfg, world_size: int, seq_tokens: int, gpu_gib: float, kind: str):
             largest=configured,
         )
 
-    sleep = cfg.vllm_sleep_mode
+    sleep = cfg.vllm_enable_sleep_mode
     if colocated(cfg) and not sleep:
         try:
             awake = fit(False)
@@ -102,12 +102,14 @@ def size(cfg, world_size: int, seq_tokens: int, gpu_gib: float, kind: str):
         chosen = asleep if sleep else awake
     else:
         chosen = fit(sleep)
-    return replace(cfg, gradient_accumulation_steps=chosen.gradient_accumulation_steps, vllm_sleep_mode=sleep), chosen
+    return replace(
+        cfg, gradient_accumulation_steps=chosen.gradient_accumulation_steps, vllm_enable_sleep_mode=sleep
+    ), chosen
 
 
 def for_device(cfg, world_size: int, env: Mapping[str, str] = os.environ, rank: int = 0):
     """``size`` for this process's GPU (``device_gib``) and launch (``launch_kind``), every sequence padded to the
-    run's longest prompt + ``max_tokens`` (``longest_sequence``); ``(cfg, None)`` unchanged, nothing read, where no
+    run's longest prompt + ``max_completion_length`` (``longest_sequence``); ``(cfg, None)`` unchanged, nothing read, where no
     GPU memory is known. Rank 0 prints the estimate."""
     gib = device_gib(cfg)
     if gib is None:
@@ -118,7 +120,7 @@ def for_device(cfg, world_size: int, env: Mapping[str, str] = os.environ, rank: 
     if rank == 0:
         print(
             f"[nbkit] sized for {world_size} x {gib:.1f} GiB ({kind}"
-            f"{', vLLM asleep in the update' if sized.vllm_sleep_mode and colocated(sized) else ''}): "
+            f"{', vLLM asleep in the update' if sized.vllm_enable_sleep_mode and colocated(sized) else ''}): "
             f"{fit.text(seq_tokens)}",
             flush=True,
         )
@@ -126,7 +128,7 @@ def for_device(cfg, world_size: int, env: Mapping[str, str] = os.environ, rank: 
 
 
 def longest_sequence(cfg) -> int:
-    """The run's longest prompt in tokens + ``max_tokens``, as ``nbkit.rl.run.check_prompts`` finds it (dataset and
+    """The run's longest prompt in tokens + ``max_completion_length``, as ``nbkit.rl.run.check_prompts`` finds it (dataset and
     tokenizer only: no weights are read)."""
     from transformers import AutoTokenizer
 

@@ -76,7 +76,7 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             processing_class=self.processing_class,
             gpu_memory_utilization=self.args.vllm_gpu_memory_utilization,
             max_model_length=self.args.vllm_max_model_length,
-            enable_sleep_mode=run.vllm_sleep_mode,
+            enable_sleep_mode=run.vllm_enable_sleep_mode,
             max_num_seqs=self.args.per_device_train_batch_size * self.args.steps_per_generation,  # a whole rollout
             temperature=self.temperature,
             top_p=self.top_p,
@@ -469,7 +469,9 @@ class PrecisionGRPOTrainer(GRPOTrainer):
             torch.tensor(self.vllm_generation.take_length_hits(), dtype=torch.float64, device=self.accelerator.device),
             "sum",
         ).tolist()
-        record[schema.LENGTH_CAPPED] = int(capped)  # ended at max_tokens: no closing tag, reward 0 for a grader
+        record[schema.LENGTH_CAPPED] = int(
+            capped
+        )  # ended at max_completion_length: no closing tag, reward 0 for a grader
         record[schema.LENGTH_CAPPED_FRACTION] = capped / answers if answers else 0.0
         seconds = self.vllm_generation.take_seconds()
         record.update(

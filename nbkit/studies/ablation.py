@@ -215,7 +215,7 @@ class Ablation(GridStudy):
         "seeds": [0],
         "steps": 1,
         "rollout_engine": "hf",
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8},
     }
 
     def defaults(self) -> dict:
@@ -241,7 +241,7 @@ class Ablation(GridStudy):
         if any(len(p) != 2 for p in pairs) or len(set(pairs)) != len(pairs):
             raise ValueError(f"pairs must be distinct [train, rollout] pairs such as ['bf16', 'fp32'], got {pairs!r}")
         base = base_config(
-            steps=steps,
+            max_steps=steps,
             algorithm=algorithm,
             output_dir=output_dir or self.output_dir,
             **({"rollout_engine": rollout_engine} if rollout_engine else {}),

@@ -141,7 +141,7 @@ class GridStudy(Study):
     @staticmethod
     def finished(cfg) -> bool:
         """Whether ``cfg``'s run folder holds this very run (its ``config.json`` equals ``cfg`` in every field that
-        changes the result, ``steps`` included: ``runlog.result_differences``) with all its steps logged: a finished
+        changes the result, ``max_steps`` included: ``runlog.result_differences``) with all its steps logged: a finished
         run of other settings (a 100-step run for a 50-step grid too) is not this run."""
         out = Path(cfg.output_dir)
         if not (out / "metrics.jsonl").is_file() or not (out / "config.json").is_file():
@@ -150,7 +150,7 @@ class GridStudy(Study):
             saved = json.loads((out / "config.json").read_text())
         except (OSError, ValueError):
             return False
-        return not result_differences(saved, cfg) and last_logged_step(out) >= cfg.steps
+        return not result_differences(saved, cfg) and last_logged_step(out) >= cfg.max_steps
 
     @staticmethod
     def other_setting(cfg) -> list[str]:
@@ -260,7 +260,10 @@ class GridStudy(Study):
         keep = [
             k
             for k, cfg in grid.items()
-            if k in saved and k in rows and not result_differences(saved[k], cfg) and last_step(rows[k]) >= cfg.steps
+            if k in saved
+            and k in rows
+            and not result_differences(saved[k], cfg)
+            and last_step(rows[k]) >= cfg.max_steps
         ]
         return {k: rows[k] for k in keep}, {k: saved[k] for k in keep}
 
@@ -394,16 +397,17 @@ class GridStudy(Study):
     def verify(self, root: Path = results.RESULTS) -> list[str]:
         """``Study.verify``, and the card's grid against its runs' configs: a grid option (its default when the card
         names none) that is a field of every stored run's config, or one of its ``overrides``, holds the same value
-        in each (a card saying 50 steps over runs of 100 disagrees with them). Reads the card only (no grid is
-        built: no torch)."""
+        in each (a card saying 50 steps over runs of 100 disagrees with them); an option or a config under a field's
+        old name (``runlog.RENAMED``: the grid's ``steps``) as that field. Reads the card only (no grid is built: no
+        torch)."""
         problems = super().verify(root)
         card = self.card(root)
-        configs = (card.get("configs") or {}).get("runs") or {}
+        configs = {k: runlog.renamed(c) for k, c in ((card.get("configs") or {}).get("runs") or {}).items()}
         options = {**json.loads(json.dumps(self.defaults(), default=str)), **self.grid_options(card)}
-        fixed = {k: v for k, v in options.items() if k not in RESULT_NEUTRAL and configs}
+        fixed = {runlog.RENAMED.get(k, k): v for k, v in options.items() if k not in RESULT_NEUTRAL and configs}
         fixed = {k: v for k, v in fixed.items() if all(k in c for c in configs.values())}
         if isinstance(options.get("overrides"), dict):
-            fixed |= {k: v for k, v in options["overrides"].items() if k not in RESULT_NEUTRAL}
+            fixed |= {k: v for k, v in runlog.renamed(options["overrides"]).items() if k not in RESULT_NEUTRAL}
         other = [
             f"{label}: {k} (card's grid: {json.dumps(v)}, run: {json.dumps(cfg.get(k))})"
             for label, cfg in configs.items()

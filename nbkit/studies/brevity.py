@@ -27,7 +27,7 @@ PAIRS: list[tuple[str, str]] = [("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp
 STUDY = "brevity_smollm2"
 """The stored study's folder under ``data/results``."""
 SHORT = 0.1
-"""A run has converged once its 3-step mean response is at most this share of ``max_tokens``."""
+"""A run has converged once its 3-step mean response is at most this share of ``max_completion_length``."""
 
 
 def config(
@@ -47,11 +47,11 @@ def config(
         rollout_dtype=rollout_dtype,
         rollout_engine=engine,
         lora=True,
-        lr=5e-4,
-        steps=steps,
+        learning_rate=5e-4,
+        max_steps=steps,
         prompts_per_step=4,
-        samples_per_prompt=4,
-        max_tokens=128,
+        num_generations=4,
+        max_completion_length=128,
         seed=seed,
         checkpoint_every=0,
         output_dir=str(out / label(train_dtype, rollout_dtype, seed)),
@@ -67,7 +67,7 @@ def label(train_dtype: str, rollout_dtype: str, seed: int) -> str:
 
 def table(runs: dict[str, list[dict]], meta: dict[str, dict], max_tokens: int = 128) -> list[dict]:
     """Per (train, rollout) pair over seeds: mean response length at the first and the last 3 steps, the step at
-    which the 3-step mean length first fell to ``SHORT`` × ``max_tokens`` (per seed), the mismatch and the
+    which the 3-step mean length first fell to ``SHORT`` × ``max_completion_length`` (per seed), the mismatch and the
     phantom-clip fraction."""
     groups: dict[tuple[str, str], list[list[dict]]] = {}
     for name, rows in runs.items():
@@ -137,7 +137,7 @@ class BrevityStudy(GridStudy):
         "seeds": [0],
         "steps": 1,
         "engine": "hf",
-        "overrides": {"prompts_per_step": 1, "samples_per_prompt": 2, "max_tokens": 8},
+        "overrides": {"prompts_per_step": 1, "num_generations": 2, "max_completion_length": 8},
     }
 
     def defaults(self) -> dict:

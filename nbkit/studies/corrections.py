@@ -201,7 +201,7 @@ class CorrectionsStudy(prereg.PreRegistered):
         "seeds": [0],
         "steps": 1,
         "reuse": None,
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8, "judge_every": 0},
     }
 
     def defaults(self) -> dict:
@@ -236,7 +236,7 @@ class CorrectionsStudy(prereg.PreRegistered):
         bad = [c for c in corrections if c not in KNOWN or c == "none"]
         if bad:
             raise ValueError(f"unknown correction(s) {bad}; choose from {[c for c in KNOWN if c != 'none']}")
-        base = DR.base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
+        base = DR.base_config(max_steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         grid = {}
         add = functools.partial(add_run, grid, base)
 
@@ -261,7 +261,7 @@ class CorrectionsStudy(prereg.PreRegistered):
         if not arms:
             return {}
         rows = results.load(reuse, root)
-        return {k: saved[k] for k, c in arms.items() if k in rows and last_step(rows[k]) >= c.steps}
+        return {k: saved[k] for k, c in arms.items() if k in rows and last_step(rows[k]) >= c.max_steps}
 
     def card_record(self, options: dict) -> dict:
         """``PreRegistered.card_record`` and ``reused``: the control arms taken from another stored study

@@ -117,7 +117,7 @@ class DoseResponse(Findings, GridStudy):
         "more_seeds": {},
         "corrected": {"formats": ["mxfp4"], "corrections": ["icepop"]},
         "corrected_seeds": [0],
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8, "judge_every": 0},
     }
 
     def defaults(self) -> dict:
@@ -147,7 +147,7 @@ class DoseResponse(Findings, GridStudy):
 
         formats = [F.validate(f) for f in formats]
         corrected = CORRECTED if corrected is None else corrected
-        base = base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
+        base = base_config(max_steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         out = {}
         add = functools.partial(add_run, out, base)
 

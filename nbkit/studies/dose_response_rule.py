@@ -134,7 +134,7 @@ def base_config(**overrides):
         {
             "train_dtype": "fp32",
             "rollout_engine": "hf",
-            "steps": 50,
+            "max_steps": 50,
             "judge_every": 10,
             "output_dir": f"runs/{STUDY}",
             "checkpoint_every": 0,

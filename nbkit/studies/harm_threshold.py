@@ -128,7 +128,7 @@ class HarmThreshold(Page, prereg.PreRegistered):
         "extras": [["bf16", None]],
         "extra_seeds": [0],
         "steps": 1,
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8, "judge_every": 0},
     }
 
     def defaults(self) -> dict:
@@ -168,7 +168,7 @@ class HarmThreshold(Page, prereg.PreRegistered):
         bad = [c for _, c in extras if c is not None and c not in KNOWN]
         if bad:
             raise ValueError(f"unknown correction(s) {bad}; choose from {list(KNOWN)}")
-        base = self.base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
+        base = self.base_config(max_steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         grid = {}
         add = functools.partial(add_run, grid, base)
 

@@ -9,7 +9,7 @@ mechanism are ``HarmThreshold``'s, unchanged; only the task (model, data, judge 
 The rule (``RULE_TEXT``, committed as ``RULE_RECORD`` says once the pilot had fixed ``LR``):
 
 - **Task.** tiny-long on ``DATASET`` (the regime's perfectible set, notebook 01's recipe on ``TRAIN_POOL`` problems:
-  ``tiny_long_regimes.build_set``), ``max_tokens`` = the regime's reference length + 24, judged every 10 steps on
+  ``tiny_long_regimes.build_set``), ``max_completion_length`` = the regime's reference length + 24, judged every 10 steps on
   ``JUDGE_SET`` (the same recipe on a disjoint pool: ``build_judge_set``) by an FP32 engine, 1 sample a problem.
 - **lr.** Fixed by ``pilot`` before the rule is committed: FP32 rollouts, seed 0, 50 steps at each of ``PILOT_LRS``;
   an lr *learns* when its judge accuracy at step 50 exceeds step 0's by more than ``PILOT_RISE``; ``LR`` = the
@@ -96,7 +96,7 @@ def kw_options(kw: dict) -> dict:
 
 class HarmTransfer(H.HarmThreshold):
     """``HarmThreshold`` on tiny-long at ``REGIME``. Options: ``points``, ``seeds``, ``extras``, ``extra_seeds``,
-    ``steps``, ``output_dir``, ``overrides`` (any ``RLConfig`` field, ``lr`` among them)."""
+    ``steps``, ``output_dir``, ``overrides`` (any ``RLConfig`` field, ``learning_rate`` among them)."""
 
     name = STUDY
     rule_text = RULE_TEXT
@@ -128,7 +128,13 @@ class HarmTransfer(H.HarmThreshold):
         "points": ["e8m2", "dial-e8m1-c1of16"],
         "seeds": [0],
         "steps": 1,
-        "overrides": {"lr": 1e-4, "prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+        "overrides": {
+            "learning_rate": 1e-4,
+            "prompts_per_step": 2,
+            "num_generations": 2,
+            "max_completion_length": 8,
+            "judge_every": 0,
+        },
     }
 
     def base_config(self, **overrides):

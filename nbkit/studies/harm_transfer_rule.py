@@ -128,16 +128,16 @@ SOUND_AMENDMENTS = (
 ``harm_threshold``), put on the card by ``record_amendments`` with what each moved."""
 
 
-def base_config(lr: float | None = None, **overrides):
+def base_config(learning_rate: float | None = None, **overrides):
     """One run of the study before its rollout format and seed are set (``overrides`` replace any field); refuses
-    to build before the pilot has fixed ``LR`` unless ``lr`` is given."""
+    to build before the pilot has fixed ``LR`` unless ``learning_rate`` is given."""
     from nbkit.rl.config import config_from
 
-    lr = LR if lr is None else lr
+    lr = LR if learning_rate is None else learning_rate
     if lr is None:
         raise ValueError(
             "harm_transfer.LR is not fixed yet: run `python -m nbkit.studies.harm_transfer pilot` and commit the "
-            "rule with its lr, or pass lr= (overrides: {'lr': ...})"
+            "rule with its lr, or pass learning_rate= (overrides: {'learning_rate': ...})"
         )
     return config_from(
         {
@@ -148,11 +148,11 @@ def base_config(lr: float | None = None, **overrides):
             "algorithm": "grpo",
             "train_dtype": "fp32",
             "rollout_engine": "hf",
-            "steps": STEPS,
+            "max_steps": STEPS,
             "prompts_per_step": PROMPTS,
-            "samples_per_prompt": SAMPLES,
-            "max_tokens": TL.max_tokens(REGIME),
-            "lr": lr,
+            "num_generations": SAMPLES,
+            "max_completion_length": TL.max_tokens(REGIME),
+            "learning_rate": lr,
             "judge_every": 10,
             "judge_set": JUDGE_SET,
             "judge_samples": 1,

@@ -56,8 +56,8 @@ def pilot(
     out: dict = {"steps": steps, "seed": seed, "rise": rise, "runs": {}}
     for lr in lrs:
         cfg = base_config(
-            lr=lr,
-            steps=steps,
+            learning_rate=lr,
+            max_steps=steps,
             seed=seed,
             rollout_format="fp32",
             output_dir=f"{output_dir}/lr{lr:g}",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from nbkit.models.toymodels import long_arith
 from nbkit.records import schema
-from nbkit.records.runlog import steps_to
+from nbkit.records.runlog import renamed, steps_to
 from nbkit.stats.stats import seeds_needed
 from nbkit.studies import prose
 from nbkit.studies.base import GridStudy
@@ -114,9 +114,9 @@ def configs(hc: HuntConfig) -> dict:
                             hc.engine,
                             output_dir=str(Path(hc.output_dir) / name),
                             algorithm=algorithm,
-                            lr=lr,
+                            learning_rate=lr,
                             prompts_per_step=hc.prompts_per_step,
-                            samples_per_prompt=hc.samples_per_prompt,
+                            num_generations=hc.samples_per_prompt,
                             checkpoint_every=0,
                         )
     return out
@@ -479,7 +479,7 @@ class Hunt(GridStudy):
             raise ValueError(f"{config['dataset']!r} is not one of tiny-long's perfectible sets: not a hunt run")
         return {
             "length": regime,
-            "lr": float(config["lr"]),
+            "lr": float(renamed(config)["learning_rate"]),  # a stored config under the old names too
             "algorithm": config["algorithm"],
             "dtype": config["train_dtype"],
             "seed": int(config["seed"]),

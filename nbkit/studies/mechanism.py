@@ -247,7 +247,7 @@ class Mechanism(prereg.PreRegistered):
         "pairs": [["e8m2-linear-rn", "e8m3-linear-sr"]],
         "seeds": [0],
         "steps": 1,
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8, "judge_every": 0},
     }
 
     def defaults(self) -> dict:
@@ -262,7 +262,7 @@ class Mechanism(prereg.PreRegistered):
         if bad:
             raise ValueError(f"each pair names two rollout formats, got {bad}")
         arms = [F.validate(f) for p in pairs for f in p]
-        base = DR.base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
+        base = DR.base_config(max_steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         grid = {}
         for seed in seeds:  # seed by seed: a cut-off study has every arm on the same seeds
             for f in (REFERENCE, *dict.fromkeys(arms)):

@@ -44,7 +44,7 @@ def base_config(variant: str, steps: int, out: Path):
         {
             **VARIANTS[variant],
             "rollout_engine": "hf",
-            "steps": steps,
+            "max_steps": steps,
             "checkpoint_every": 0,
             "output_dir": str(out / variant),
             "overwrite": True,
@@ -106,7 +106,7 @@ class MoEStudy(GridStudy):
         "dtypes": ["fp32"],
         "seeds": [0],
         "steps": 1,
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8},
     }
 
     def defaults(self) -> dict:

@@ -125,7 +125,7 @@ class OPSMStudy(corrections.CorrectionsStudy):
         "seeds": [0],
         "steps": 1,
         "reuse": None,
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8, "judge_every": 0},
     }
 
     @property

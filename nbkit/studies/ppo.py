@@ -19,10 +19,10 @@ SHARED_WITH_GRPO = (
     "dataset",
     "template",
     "grader",
-    "lr",
+    "learning_rate",
     "prompts_per_step",
-    "samples_per_prompt",
-    "max_tokens",
+    "num_generations",
+    "max_completion_length",
     "gradient_checkpointing",
 )
 """The fields notebook 03's PPO slice takes from its GRPO runs: the same task, sizes and learning rate (and the
@@ -290,7 +290,7 @@ class PPOStudy(GridStudy):
         "dtypes": ["fp32"],
         "seeds": [0],
         "steps": 4,
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8},
     }
 
     def defaults(self) -> dict:
@@ -304,7 +304,7 @@ class PPOStudy(GridStudy):
         output_dir: str | None = None,
         overrides: dict | None = None,
     ) -> dict:
-        base = base_config(steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
+        base = base_config(max_steps=steps, output_dir=output_dir or self.output_dir, **(overrides or {}))
         out = {}
         for s in seeds:
             for d in dtypes:

@@ -132,7 +132,7 @@ class PPOCriticStudy(prereg.PreRegistered):
     toy = {
         "seeds": [0],
         "steps": 4,
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8},
     }
 
     def defaults(self) -> dict:
@@ -140,7 +140,10 @@ class PPOCriticStudy(prereg.PreRegistered):
 
     def grid(self, seeds=SEEDS, steps: int = STEPS, output_dir: str | None = None, overrides: dict | None = None):
         base = base_config(
-            steps=steps, output_dir=output_dir or self.output_dir, train_dtype=DTYPE, **{**CRITIC, **(overrides or {})}
+            max_steps=steps,
+            output_dir=output_dir or self.output_dir,
+            train_dtype=DTYPE,
+            **{**CRITIC, **(overrides or {})},
         )
         out = {}
         for s in seeds:

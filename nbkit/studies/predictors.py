@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from nbkit import results
+from nbkit.records.runlog import RENAMED, renamed
 from nbkit.runtime import outputs
 from nbkit.stats import predictive
 from nbkit.studies import corrections, harm_threshold, harm_transfer, opsm
@@ -207,9 +208,11 @@ def run_settings(root: Path = results.RESULTS) -> dict[str, dict]:
         if task in out:
             continue
         configs = results.card(name, root)["configs"]["runs"]
-        cfg = next(c for c in configs.values() if c.get("rollout_format") == REFERENCE and not c.get("correction"))
+        cfg = renamed(
+            next(c for c in configs.values() if c.get("rollout_format") == REFERENCE and not c.get("correction"))
+        )
         out[task] = {
-            k: cfg[k]
+            k: cfg[RENAMED.get(k, k)]
             for k in ("model", "dataset", "template", "grader", "samples_per_prompt", "max_tokens", "temperature")
         }
     return out

@@ -118,11 +118,11 @@ def config(train: str, rollout: str, seed: int, out: Path, steps: int = 50, **ov
         rollout_dtype=rollout,
         rollout_engine="vllm",
         lora=True,
-        lr=5e-4,
-        steps=steps,
+        learning_rate=5e-4,
+        max_steps=steps,
         prompts_per_step=8,
-        samples_per_prompt=8,
-        max_tokens=ANSWER_TOKENS,
+        num_generations=8,
+        max_completion_length=ANSWER_TOKENS,
         judge_every=20,
         judge_set="data/smollm2_after_heldout",
         checkpoint_every=0,
@@ -159,7 +159,7 @@ def measure_doses(work: Path, arms=(REFERENCE, *ARMS), folder: Path = DOSES, pro
         if path.is_file():
             continue
         rows = [
-            train(config(t, r, s, Path(work), steps=1, prompts_per_step=DOSE_PROMPTS, judge_every=0), progress).rows
+            train(config(t, r, s, Path(work), max_steps=1, prompts_per_step=DOSE_PROMPTS, judge_every=0), progress).rows
             for s in DOSE_SEEDS
         ]
         per_seed = [candidate_values(rs[0]) for rs in rows]
@@ -268,7 +268,7 @@ class SmolLM2After(prereg.PreRegistered):
         "arms": [["fp32", "bf16"]],
         "seeds": [0],
         "steps": 1,
-        "overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8, "judge_every": 0},
+        "overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8, "judge_every": 0},
     }
 
     def defaults(self) -> dict:

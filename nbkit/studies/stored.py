@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from nbkit import results
-from nbkit.records.runlog import RESULT_NEUTRAL
+from nbkit.records.runlog import RESULT_NEUTRAL, renamed
 
 
 def grid_changes(study, options: dict, card: dict) -> list[str]:
@@ -53,9 +53,9 @@ def store_change(
     stored_configs = card.get("configs", {}).get("runs", {})
     stored_rows = study.load(root)
 
-    def same_config(a: dict, b: dict) -> bool:
-        return {k: v for k, v in a.items() if k not in RESULT_NEUTRAL} == {
-            k: v for k, v in b.items() if k not in RESULT_NEUTRAL
+    def same_config(a: dict, b: dict) -> bool:  # a stored config under a field's old name as the new (``renamed``)
+        return {k: v for k, v in renamed(a).items() if k not in RESULT_NEUTRAL} == {
+            k: v for k, v in renamed(b).items() if k not in RESULT_NEUTRAL
         }
 
     plain = json.loads(json.dumps(runs, default=results._plain))

@@ -5,7 +5,7 @@
 
 The gpu profile runs each notebook in one kernel on one GPU (vLLM colocated); each run chooses its micro-batch and
 vLLM sleep when it starts (``nbkit.rl.sizing``), and the estimate is that choice for an 80 GiB GPU, every sequence
-padded to the longest prompt ``PROMPT_BUDGET`` + ``max_tokens``. ``nbkit plan`` re-sizes its
+padded to the longest prompt ``PROMPT_BUDGET`` + ``max_completion_length``. ``nbkit plan`` re-sizes its
 own multi-GPU commands with the same model.
 """
 
@@ -129,7 +129,7 @@ def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
         c = grid.coords(
             {
                 "dataset": cfg.dataset,
-                "lr": cfg.lr,
+                "learning_rate": cfg.learning_rate,
                 "algorithm": cfg.algorithm,
                 "train_dtype": cfg.train_dtype,
                 "seed": cfg.seed,
@@ -148,7 +148,7 @@ def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
             {
                 "train_dtype": "bf16",
                 "prompts_per_step": p05.get("live_prompts_per_step", 16),
-                "samples_per_prompt": p05.get("live_samples_per_prompt", 8),
+                "num_generations": p05.get("live_samples_per_prompt", 8),
                 **p05.get("config_overrides", {}),
             }
         )
@@ -167,8 +167,15 @@ def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
 def estimate(cfg, gpu_gib: float = 80) -> tuple[int, float, float, float, float, bool]:
     """(micro-batch, peak, states, activations, vLLM, vLLM asleep) in GiB of ``cfg`` on one GPU with vLLM colocated, as the run
     sizes itself when it starts there (``nbkit.rl.sizing.size``; the configured accumulation is a floor)."""
-    sized, fit = sizing.size(cfg, 1, cfg.max_tokens + PROMPT_BUDGET, gpu_gib, "single_gpu")
-    return fit.micro_batch, fit.peak_gib, fit.states_gib, fit.activations_gib, fit.vllm_gib, sized.vllm_sleep_mode
+    sized, fit = sizing.size(cfg, 1, cfg.max_completion_length + PROMPT_BUDGET, gpu_gib, "single_gpu")
+    return (
+        fit.micro_batch,
+        fit.peak_gib,
+        fit.states_gib,
+        fit.activations_gib,
+        fit.vllm_gib,
+        sized.vllm_enable_sleep_mode,
+    )
 
 
 def budget(profile: str = "gpu", gpu_gib: float = 80) -> list[Row]:

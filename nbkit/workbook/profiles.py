@@ -49,9 +49,9 @@ PROFILES: dict[str, dict[str, dict]] = {
             "seeds": [0],
             "output_dir": ".cache/smoke/03_rl_training",
             "config_overrides": {
-                "steps": 2,
+                "max_steps": 2,
                 "prompts_per_step": 2,
-                "samples_per_prompt": 2,
+                "num_generations": 2,
                 "rollout_engine": "hf",
                 "checkpoint_every": 0,
                 "overwrite": True,
@@ -78,7 +78,7 @@ PROFILES: dict[str, dict[str, dict]] = {
             "live_steps": 1,
             "live_judge_every": 0,
             "output_dir": ".cache/smoke/06_dose_response",
-            "config_overrides": {"prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+            "config_overrides": {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8},
         },
     },
     "cpu": {
@@ -97,7 +97,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         # No gradient checkpointing: a 1 M model's activations are small, and the update skips one forward per layer
         # (the same numbers: tests/rl/test_rl_fields.py)
         "03_rl_training": {
-            "config_overrides": {"steps": 50, "overwrite": True, "gradient_checkpointing": False},
+            "config_overrides": {"max_steps": 50, "overwrite": True, "gradient_checkpointing": False},
             "target_accuracy": 0.9,
             "ppo_steps": 20,
         },
@@ -121,10 +121,10 @@ PROFILES: dict[str, dict[str, dict]] = {
                 "dataset": "sanity_math_1460",
                 "template": "r1_distill_qwen",
                 "grader": "r1_distill",
-                "steps": 1000,
+                "max_steps": 1000,
                 "prompts_per_step": 64,
-                "lr": 1e-6,
-                "max_tokens": 8192,
+                "learning_rate": 1e-6,
+                "max_completion_length": 8192,
                 "checkpoint_every": 50,
                 # one GPU in the notebook's kernel, vLLM colocated (30 %): each run's micro-batches and vLLM sleep are
                 # chosen from the memory estimate when it starts (nbkit.rl.sizing; the table: nbkit.workbook.gpu_budget)
@@ -162,8 +162,8 @@ PROFILES: dict[str, dict[str, dict]] = {
                 "dataset": "sanity_math_1460",
                 "template": "r1_distill_qwen",
                 "grader": "r1_distill",
-                "lr": 1e-6,
-                "max_tokens": 8192,
+                "learning_rate": 1e-6,
+                "max_completion_length": 8192,
                 # micro-batches and vLLM sleep sized at start-up (nbkit.rl.sizing; the FP32
                 # pair's activations are twice BF16's: nbkit.workbook.gpu_budget)
                 "checkpoint_every": 50,

@@ -105,7 +105,7 @@ def more_files(tmp: Path, good: list[dict]) -> dict:
         "invalid.yaml": "steps: 4\n  lr: : 1\n",
         "list.yaml": "- steps\n- 4\n",
         "seed.yaml": "steps: 4\nseed: -1\n",
-        "unknown.yaml": "stepz: 4\n",
+        "unknown.yaml": "max_stepz: 4\n",
         "bool.yaml": "lora: maybe\n",
         "float_steps.yaml": "steps: 2.5\n",
         "url.yaml": "vllm_server_base_url: 8000\n",
@@ -138,9 +138,9 @@ def rl(c: Ctx, **kw) -> RLConfig:
     base = dict(
         dataset=c.arith,
         train_dtype="fp32",
-        steps=1,
+        max_steps=1,
         prompts_per_step=2,
-        samples_per_prompt=2,
+        num_generations=2,
         output_dir=str(c.tmp / "runs" / "r"),
     )
     return RLConfig(**{**base, **kw})
@@ -230,16 +230,26 @@ CASES = [
         ValueError,
         "unknown reward 'length'; choose one of ('correctness', 'brevity')",
     ),
-    Case("rl-group-of-one", lambda c: RLConfig(samples_per_prompt=1), ValueError, "samples_per_prompt must be >= 2"),
-    Case("rl-steps-fraction", lambda c: RLConfig(steps=2.5), TypeError, "steps must be an integer, got 2.5"),
-    Case("rl-steps-string", lambda c: RLConfig(steps="10"), TypeError, "steps must be an integer, got '10'"),
-    Case("rl-steps-zero", lambda c: RLConfig(steps=0), ValueError, "steps must be >= 1, got 0"),
+    Case("rl-group-of-one", lambda c: RLConfig(num_generations=1), ValueError, "num_generations must be >= 2"),
+    Case("rl-steps-fraction", lambda c: RLConfig(max_steps=2.5), TypeError, "max_steps must be an integer, got 2.5"),
+    Case("rl-steps-string", lambda c: RLConfig(max_steps="10"), TypeError, "max_steps must be an integer, got '10'"),
+    Case("rl-steps-zero", lambda c: RLConfig(max_steps=0), ValueError, "max_steps must be >= 1, got 0"),
     Case(
         "rl-prompts-float", lambda c: RLConfig(prompts_per_step=16.0), TypeError, "prompts_per_step must be an integer"
     ),
-    Case("rl-max-tokens-zero", lambda c: RLConfig(max_tokens=0), ValueError, "max_tokens must be >= 1"),
-    Case("rl-lr-zero", lambda c: RLConfig(lr=0), ValueError, "lr must be > 0, got 0"),
-    Case("rl-lr-nan", lambda c: RLConfig(lr=float("nan")), ValueError, "lr must be a finite number, got nan"),
+    Case(
+        "rl-max-tokens-zero",
+        lambda c: RLConfig(max_completion_length=0),
+        ValueError,
+        "max_completion_length must be >= 1",
+    ),
+    Case("rl-lr-zero", lambda c: RLConfig(learning_rate=0), ValueError, "learning_rate must be > 0, got 0"),
+    Case(
+        "rl-lr-nan",
+        lambda c: RLConfig(learning_rate=float("nan")),
+        ValueError,
+        "learning_rate must be a finite number, got nan",
+    ),
     Case("rl-is-cap-inf", lambda c: RLConfig(is_cap=float("inf")), ValueError, "is_cap must be a finite number"),
     Case("rl-loss-scale-zero", lambda c: RLConfig(loss_scale_init=0), ValueError, "loss_scale_init must be > 0"),
     Case("rl-loss-scale-negative", lambda c: RLConfig(loss_scale_init=-1.0), ValueError, "got -1.0"),
@@ -764,7 +774,7 @@ CASES = [
         "cli-config-unknown-key",
         nbkit("train", "--config", lambda c: c.f["unknown.yaml"]),
         SystemExit,
-        ("unknown.yaml', line 1: unknown key 'stepz'", "did you mean ['steps']"),
+        ("unknown.yaml', line 1: unknown key 'max_stepz'", "did you mean ['max_steps']"),
     ),
     Case(
         "cli-config-bool",
@@ -776,7 +786,7 @@ CASES = [
         "cli-config-float-steps",
         nbkit("train", "--config", lambda c: c.f["float_steps.yaml"]),
         SystemExit,
-        ("float_steps.yaml', line 1: steps: expects an integer, got 2.5",),
+        ("float_steps.yaml', line 1: max_steps: expects an integer, got 2.5",),
     ),
     Case(
         "cli-config-url-number",
@@ -914,9 +924,9 @@ CASES = [
     # --- issue 41: values read as values, ranges alike, options checked, folders checked before any work
     Case(
         "cli-train-negative-lr-is-a-value",
-        nbkit("train", "--lr", "-1e-4", "--print-config"),
+        nbkit("train", "--learning-rate", "-1e-4", "--print-config"),
         SystemExit,
-        "lr must be > 0, got -0.0001",
+        "learning_rate must be > 0, got -0.0001",
     ),
     Case(
         "cli-doctor-target-length-negative",

@@ -35,7 +35,7 @@ def test_building_the_parser_leaves_rlconfigs_declared_field_types_alone():
     declared = {f.name: f.type for f in dataclasses.fields(RLConfig)}
     cli_train.build_parser()  # HfArgumentParser rewrites field.type while it builds the flags
     assert {f.name: f.type for f in dataclasses.fields(RLConfig)} == declared
-    assert declared["steps"] == "Annotated[int, at_least(1)]" and declared["rollout_dtype"] == "str | None"
+    assert declared["max_steps"] == "Annotated[int, at_least(1)]" and declared["rollout_dtype"] == "str | None"
 
 
 def test_null_sets_an_optional_field_to_none_but_none_is_the_correction_named_none(tmp_path):
@@ -48,9 +48,9 @@ def test_null_sets_an_optional_field_to_none_but_none_is_the_correction_named_no
 
 def test_yaml_sets_fields_and_flags_override_the_file(tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("algorithm: pg_seq_is\ntrain-dtype: bf16\nsteps: 7\nlora: true\nrollout_dtype: null\n")
-    cfg, _ = cli_train.resolve(["--config", str(path), "--steps", "3", "--no-lora", "--top-p", "0.9"])
-    assert (cfg.algorithm, cfg.train_dtype, cfg.steps, cfg.lora, cfg.top_p, cfg.rollout_dtype) == (
+    path.write_text("algorithm: pg_seq_is\ntrain-dtype: bf16\nmax_steps: 7\nlora: true\nrollout_dtype: null\n")
+    cfg, _ = cli_train.resolve(["--config", str(path), "--max-steps", "3", "--no-lora", "--top-p", "0.9"])
+    assert (cfg.algorithm, cfg.train_dtype, cfg.max_steps, cfg.lora, cfg.top_p, cfg.rollout_dtype) == (
         "pg_seq_is",
         "bf16",
         3,
@@ -58,11 +58,36 @@ def test_yaml_sets_fields_and_flags_override_the_file(tmp_path):
         0.9,
         None,
     )
-    assert cli_train.resolve(["--config", str(path), "--max_tokens", "9"])[0].max_tokens == 9  # TRL's spelling too
+    assert cli_train.resolve(["--config", str(path), "--max_completion_length", "9"])[0].max_completion_length == 9
+
+
+def test_a_fields_old_name_is_read_as_its_new_one_in_a_file_and_as_a_flag(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("steps: 7\nsamples-per-prompt: 4\nlr: 0.001\n")
+    cfg, _ = cli_train.resolve(["--config", str(path), "--max-tokens", "9", "--vllm-sleep-mode"])
+    assert (cfg.max_steps, cfg.num_generations, cfg.learning_rate, cfg.max_completion_length) == (7, 4, 1e-3, 9)
+    assert (
+        cfg.vllm_enable_sleep_mode and cli_train.resolve(["--config", str(path), "--max-steps", "3"])[0].max_steps == 3
+    )
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--config", "both.yaml"], "both.yaml': 'steps' and 'max_steps' are one field, max_steps"),
+        (["--steps", "7", "--max-steps", "8"], "--steps and --max_steps are one field, max_steps"),
+    ],
+)
+def test_a_field_given_under_its_old_and_its_new_name_is_a_usage_error_naming_both(tmp_path, capsys, argv, expected):
+    (tmp_path / "both.yaml").write_text("steps: 7\nmax_steps: 8\n")
+    argv = [str(tmp_path / a) if a.endswith(".yaml") else a for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        cli_train.resolve(argv)
+    assert exit_.value.code == 2 and expected in capsys.readouterr().err
 
 
 def test_a_run_folders_config_json_is_a_valid_config_file(tmp_path):
-    original = RLConfig(algorithm="gspo", steps=5, rollout_dtype="fp32")
+    original = RLConfig(algorithm="gspo", max_steps=5, rollout_dtype="fp32")
     (tmp_path / "config.json").write_text(json.dumps(original.to_dict()))
     cfg, _ = cli_train.resolve(["--config", str(tmp_path / "config.json")])
     assert cfg == original
@@ -81,8 +106,8 @@ def test_trl_settings_come_as_a_yaml_mapping_or_a_flags_json(tmp_path):
 @pytest.mark.parametrize(
     "yaml_text,expected",
     [
-        ("stepz: 3\n", r"unknown key 'stepz' \(did you mean \['steps'\]\?\); valid keys: .*'train_dtype'"),
-        ("steps: many\n", r"steps: expects an integer, got 'many'"),
+        ("max_stepz: 3\n", r"unknown key 'max_stepz' \(did you mean \['max_steps'\]\?\); valid keys: .*'train_dtype'"),
+        ("steps: many\n", r"max_steps: expects an integer, got 'many'"),
         ("lora: 3\n", r"lora: expects true or false, got 3"),
         ("train_dtype: fp8\n", r"unknown train_dtype 'fp8'; choose one of \('fp32', 'bf16', 'fp16'\)"),
         (
@@ -109,14 +134,14 @@ def test_bad_yaml_fails_before_anything_loads_naming_key_and_choices(
 @pytest.mark.parametrize(
     "argv,expected",
     [
-        (["--steps", "2.5"], "steps: expects an integer, got '2.5'"),
+        (["--max-steps", "2.5"], "max_steps: expects an integer, got '2.5'"),
         (["--algorithm", "ppo_magic"], "unknown algorithm 'ppo_magic'; choose one of"),
         (["--algorithm", "ppo", "--ppo-lambda", "2"], "ppo_lambda must be in [0, 1], got 2.0"),
         (["--rollout-engine", "sglang"], "unknown rollout_engine 'sglang'; choose one of ('hf', 'vllm')"),
         (["--vllm-mode", "server"], "vllm_mode='server' needs rollout_engine='vllm'"),
         (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
         (["--trl", "[1, 2]"], "trl: expects a mapping of names to values, got [1, 2]"),
-        (["--trl", '{"max_steps": 9}'], "trl: 'max_steps' is set by the workbook from RLConfig.steps"),
+        (["--trl", '{"max_steps": 9}'], "trl: 'max_steps' is RLConfig's own field max_steps"),
         (["--trl", '{"bf16": true}'], "trl: 'bf16' is set by the workbook from RLConfig's own fields"),
         (["--config", "/nowhere/run.yaml"], "config file '/nowhere/run.yaml' not found"),
     ],
@@ -129,11 +154,11 @@ def test_bad_flags_fail_naming_the_key(capsys, argv, expected):
 
 def test_print_config_resolves_without_training(capsys, monkeypatch):
     monkeypatch.setattr("nbkit.rl.train", lambda *a, **k: pytest.fail("train() must not be reached"))
-    assert cli_main.main(["train", "--steps", "4", "--rollout-dtype", "fp32", "--print-config"]) == 0
+    assert cli_main.main(["train", "--max-steps", "4", "--rollout-dtype", "fp32", "--print-config"]) == 0
     import yaml
 
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed == RLConfig(steps=4, rollout_dtype="fp32").to_dict()
+    assert printed == RLConfig(max_steps=4, rollout_dtype="fp32").to_dict()
 
 
 def test_an_accelerate_launch_for_another_precision_is_a_usage_error(capsys, monkeypatch):

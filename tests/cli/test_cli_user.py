@@ -51,7 +51,7 @@ def test_ctrl_c_during_train_is_one_line_with_step_checkpoint_and_resume_hint(
             arith_jsonl,
             "--train-dtype",
             "fp32",
-            "--steps",
+            "--max-steps",
             "10",
             "--checkpoint-every",
             "2",
@@ -141,11 +141,11 @@ def test_range_messages_read_alike_for_every_value_below_the_range():
 
 def test_a_refusal_is_one_line_without_the_usage_block_which_debug_shows(capsys):
     with pytest.raises(SystemExit) as done:
-        cli_main.main(["train", "--steps", "0", "--print-config"])
+        cli_main.main(["train", "--max-steps", "0", "--print-config"])
     assert done.value.code == 2
-    assert "steps must be >= 1, got 0" in one_line(capsys.readouterr().err)
+    assert "max_steps must be >= 1, got 0" in one_line(capsys.readouterr().err)
     with pytest.raises(SystemExit):
-        cli_main.main(["train", "--steps", "0", "--print-config", "--debug"])
+        cli_main.main(["train", "--max-steps", "0", "--print-config", "--debug"])
     assert "usage: nbkit train" in capsys.readouterr().err
 
 
@@ -153,9 +153,9 @@ def test_a_negative_number_is_a_flags_value(capsys):
     from nbkit.cli import train as cli_train
 
     with pytest.raises(SystemExit):
-        cli_train.resolve(["--lr", "-1e-4", "--print-config"])
+        cli_train.resolve(["--learning-rate", "-1e-4", "--print-config"])
     said = one_line(capsys.readouterr().err)
-    assert "lr must be > 0, got -0.0001" in said and "expected one argument" not in said
+    assert "learning_rate must be > 0, got -0.0001" in said and "expected one argument" not in said
     assert cli_train.resolve(["--seed", "3", "--beta", "1e-4", "--print-config"])[0].beta == 1e-4
 
 
@@ -222,13 +222,13 @@ def test_a_real_sigint_during_nbkit_train_ends_in_one_line_and_the_run_resumes(t
         arith_jsonl,
         "--train-dtype",
         "fp32",
-        "--steps",
+        "--max-steps",
         "400",
         "--prompts-per-step",
         "2",
-        "--samples-per-prompt",
+        "--num-generations",
         "2",
-        "--max-tokens",
+        "--max-completion-length",
         "8",
         "--checkpoint-every",
         "2",

@@ -66,10 +66,10 @@ def test_the_gpu_page_lists_what_a_cpu_cannot_check_for_every_launch_kind():
 def test_ddp_trains_the_gpu_profiles_first_step_on_two_cpu_processes(tmp_path):
     cfg = dry_run.first_run(str(tmp_path / "run"))
     first = run_configs("gpu")[0]
-    assert (cfg.algorithm, cfg.train_dtype, cfg.lr, cfg.seed) == (
+    assert (cfg.algorithm, cfg.train_dtype, cfg.learning_rate, cfg.seed) == (
         first.algorithm,
         first.train_dtype,
-        first.lr,
+        first.learning_rate,
         first.seed,
     )
     config = dry_run.cpu_config("multi_gpu", cfg.train_dtype, tmp_path)

@@ -27,13 +27,20 @@ def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate
     for argv, want in zip(trainers, expected):
         i = argv.index("nbkit.cli.train")
         cfg, _ = cli_train.resolve(argv[i + 1 :])
-        assert (cfg.model, cfg.algorithm, cfg.train_dtype, cfg.steps, cfg.lr, cfg.max_tokens) == (
+        assert (
+            cfg.model,
+            cfg.algorithm,
+            cfg.train_dtype,
+            cfg.max_steps,
+            cfg.learning_rate,
+            cfg.max_completion_length,
+        ) == (
             want.model,
             want.algorithm,
             want.train_dtype,
-            want.steps,
-            want.lr,
-            want.max_tokens,
+            want.max_steps,
+            want.learning_rate,
+            want.max_completion_length,
         )
         assert cfg.rollout_engine == "vllm" and cfg.vllm_mode == mode
         config_file = argv[argv.index("--config_file") + 1]
@@ -41,7 +48,7 @@ def test_every_trainer_command_is_the_profiles_run_under_the_matching_accelerate
         env = launch.launch_env(ROOT / config_file, num_processes=processes)
         launch.check_launch(cfg.train_dtype, env)  # the config launches the run's own precision
         assert processes == (1 if want.algorithm == "ppo" else 4 if mode == "server" else 8)
-        assert (cfg.prompts_per_step * cfg.samples_per_prompt) % processes == 0
+        assert (cfg.prompts_per_step * cfg.num_generations) % processes == 0
 
 
 def test_each_precision_gets_a_server_in_that_dtype_with_trls_flags():
@@ -269,7 +276,7 @@ def test_the_server_serves_the_models_resolved_path_within_its_positions():
     tiny-arith) stops vLLM at start-up; the 1.5B model's context (131,072) holds the plan's 2,048 + max_tokens."""
     from nbkit.rl import RLConfig, memory
 
-    tiny = plan.server_command(RLConfig(model="tiny-arith", max_tokens=24, rollout_engine="vllm"), 1, 8123)
+    tiny = plan.server_command(RLConfig(model="tiny-arith", max_completion_length=24, rollout_engine="vllm"), 1, 8123)
     assert tiny[tiny.index("serve") + 1] == "data/models/tiny-arith" and (ROOT / "data/models/tiny-arith").is_dir()
     assert int(tiny[tiny.index("--max-model-len") + 1]) == memory.model_shape("tiny-arith").context == 128
     for argv in [c for c in commands(plan.make_plan("gpu", gpus=8).text()) if "serve" in c]:

@@ -58,7 +58,7 @@ def snapshot(folder: Path) -> dict:
 
 def rl(data: str, out: Path, **kw) -> RLConfig:
     return RLConfig(
-        dataset=data, train_dtype="fp32", steps=1, prompts_per_step=2, samples_per_prompt=2, output_dir=str(out), **kw
+        dataset=data, train_dtype="fp32", max_steps=1, prompts_per_step=2, num_generations=2, output_dir=str(out), **kw
     )
 
 

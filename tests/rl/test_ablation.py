@@ -23,10 +23,10 @@ def _base(tmp_path, tiny, **kw):
             **dict(
                 model=model,
                 dataset=data,
-                steps=1,
+                max_steps=1,
                 prompts_per_step=2,
-                samples_per_prompt=2,
-                max_tokens=8,
+                num_generations=2,
+                max_completion_length=8,
                 rollout_engine="hf",
                 output_dir=str(tmp_path),
             ),

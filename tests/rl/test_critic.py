@@ -77,13 +77,20 @@ def test_an_unknown_critic_input_is_refused_naming_it_and_the_choices():
 
 
 def _ppo(tmp_path, **kw) -> RLConfig:
-    base = dict(algorithm="ppo", train_dtype="fp32", steps=8, prompts_per_step=4, samples_per_prompt=4, max_tokens=40)
+    base = dict(
+        algorithm="ppo",
+        train_dtype="fp32",
+        max_steps=8,
+        prompts_per_step=4,
+        num_generations=4,
+        max_completion_length=40,
+    )
     return RLConfig(**{**base, "output_dir": str(tmp_path / "run"), **kw})
 
 
 def test_default_ppo_trains_one_critic_parameter_group_at_the_critic_lr(tmp_path, monkeypatch):
     seen = _spy(monkeypatch)
-    rows = train(_ppo(tmp_path, steps=4, critic_lr=3e-4), progress=False).rows
+    rows = train(_ppo(tmp_path, max_steps=4, critic_lr=3e-4), progress=False).rows
     assert [g["lr"] for g in seen["groups"]] == [3e-4]
     assert MIN_LOGP not in seen["batch"]
     assert not any(schema.VALUE_MIN_LOGP_CEILING in r for r in rows)
@@ -163,5 +170,5 @@ def test_the_critic_is_gradient_checkpointed_like_the_policy(tmp_path, monkeypat
         close(self)
 
     monkeypatch.setattr(PPOTrainer, "close", on_close)
-    train(_ppo(tmp_path, steps=1, ppo_epochs=1, ppo_minibatches=1), progress=False)
+    train(_ppo(tmp_path, max_steps=1, ppo_epochs=1, ppo_minibatches=1), progress=False)
     assert seen == {"critic": True, "policy": True}

@@ -12,10 +12,10 @@ def run(tmp_path, model, data, where):
         RLConfig(
             model=model,
             dataset=data,
-            steps=1,
+            max_steps=1,
             prompts_per_step=2,
-            samples_per_prompt=2,
-            max_tokens=8,
+            num_generations=2,
+            max_completion_length=8,
             train_dtype="fp16",
             fp32_lm_head=where,
             output_dir=str(tmp_path / where),

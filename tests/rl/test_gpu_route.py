@@ -26,14 +26,16 @@ from nbkit.runtime.paths import ROOT
 
 
 def test_the_context_is_the_longest_prompt_plus_max_tokens_and_a_model_too_short_is_refused():
-    cfg = RLConfig(max_tokens=8192)
+    cfg = RLConfig(max_completion_length=8192)
     assert needed_context(cfg, 400, 131_072) == 8592
-    with pytest.raises(ValueError, match=r"400 tokens; with max_tokens=8192 .* context of 4096 .* at most 3696"):
+    with pytest.raises(
+        ValueError, match=r"400 tokens; with max_completion_length=8192 .* context of 4096 .* at most 3696"
+    ):
         needed_context(cfg, 400, 4096)
 
 
 def test_the_run_hands_trl_the_derived_context_and_micro_batches():
-    args = grpo_config(RLConfig(prompts_per_step=4, samples_per_prompt=4, gradient_accumulation_steps=4), 8592)
+    args = grpo_config(RLConfig(prompts_per_step=4, num_generations=4, gradient_accumulation_steps=4), 8592)
     assert args.vllm_max_model_length == 8592
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 4)
     assert args.generation_batch_size == 16  # one rollout of the whole step, trained in 4 micro-batches
@@ -84,9 +86,9 @@ def test_answers_ending_at_the_length_limit_are_counted(monkeypatch):
 
 
 def test_accumulation_must_divide_each_processes_share():
-    assert micro_batch(RLConfig(prompts_per_step=8, samples_per_prompt=8, gradient_accumulation_steps=8), 2) == 4
+    assert micro_batch(RLConfig(prompts_per_step=8, num_generations=8, gradient_accumulation_steps=8), 2) == 4
     with pytest.raises(ValueError, match="32 completions.*gradient_accumulation_steps=3 cannot split evenly"):
-        micro_batch(RLConfig(prompts_per_step=8, samples_per_prompt=8, gradient_accumulation_steps=3), 2)
+        micro_batch(RLConfig(prompts_per_step=8, num_generations=8, gradient_accumulation_steps=3), 2)
     with pytest.raises(ValueError, match="gradient_accumulation_steps must be >= 1"):
         RLConfig(gradient_accumulation_steps=0)
 
@@ -109,7 +111,7 @@ def test_plan_commands_fit_the_gpu_they_name(gpus):
         argv = shlex.split(lines[i])
         cfg, _ = cli_train.resolve(argv[argv.index("nbkit.cli.train") + 1 :])
         processes = int(argv[argv.index("--num_processes") + 1])
-        share = cfg.prompts_per_step * cfg.samples_per_prompt // processes
+        share = cfg.prompts_per_step * cfg.num_generations // processes
         share //= cfg.ppo_minibatches if cfg.algorithm == "ppo" else 1  # one PPO step is one minibatch
         micro = micro_batch(cfg, processes)
         assert micro * cfg.gradient_accumulation_steps == share  # the whole step's batch, nothing dropped
@@ -117,8 +119,8 @@ def test_plan_commands_fit_the_gpu_they_name(gpus):
         peak, gib = map(float, estimate.split("peak ")[1].split(" GiB")[0].split(" of "))
         assert estimate.startswith(("# per training GPU", "# PPO (critic in one process): per training GPU"))
         assert peak <= memory.HEADROOM * gib == memory.HEADROOM * 80
-        assert f"activations of {micro} × {cfg.max_tokens + plan.PROMPT_BUDGET} tokens" in estimate
-        assert cfg.vllm_sleep_mode == (gpus == 1)  # colocated on one GPU: vLLM's share is free during backward
+        assert f"activations of {micro} × {cfg.max_completion_length + plan.PROMPT_BUDGET} tokens" in estimate
+        assert cfg.vllm_enable_sleep_mode == (gpus == 1)  # colocated on one GPU: vLLM's share is free during backward
     for server in [shlex.split(line) for line in lines if " serve " in line]:
         assert int(server[server.index("--max-model-len") + 1]) == 8192 + plan.PROMPT_BUDGET
         assert "--enable-scale-out" in server  # the flag of the server's vLLM (0.32), whatever is installed here

@@ -43,7 +43,7 @@ def judge_problems():
 
 def small_judge(judge_problems, n=48, samples=2) -> judge.Judge:
     task, problems = judge_problems
-    return judge.Judge(RLConfig(judge_every=1, judge_samples=samples, max_tokens=40), task, problems[:n])
+    return judge.Judge(RLConfig(judge_every=1, judge_samples=samples, max_completion_length=40), task, problems[:n])
 
 
 @pytest.fixture
@@ -139,11 +139,11 @@ def short_run(tmp_path, name, **kw):
         algorithm="dr_grpo",
         train_dtype="fp32",
         rollout_dtype="bf16",
-        steps=3,
+        max_steps=3,
         prompts_per_step=4,
-        samples_per_prompt=4,
-        max_tokens=40,
-        lr=1e-3,
+        num_generations=4,
+        max_completion_length=40,
+        learning_rate=1e-3,
         seed=5,
         output_dir=str(tmp_path / name),
         **kw,

@@ -97,9 +97,9 @@ def test_two_processes_train_log_once_gather_rewards_audit_every_rank_and_resume
         RLConfig(
             model="tiny-arith",
             prompts_per_step=2,
-            samples_per_prompt=2,
-            max_tokens=40,
-            steps=2,
+            num_generations=2,
+            max_completion_length=40,
+            max_steps=2,
             output_dir=str(tmp_path / "one"),
         ),
         progress=False,
@@ -111,6 +111,6 @@ def test_two_processes_train_log_once_gather_rewards_audit_every_rank_and_resume
 def test_a_batch_that_does_not_split_over_the_processes_is_refused(monkeypatch):
     from nbkit.rl.run import per_device_batch
 
-    assert per_device_batch(RLConfig(prompts_per_step=2, samples_per_prompt=2), 2) == 2
+    assert per_device_batch(RLConfig(prompts_per_step=2, num_generations=2), 2) == 2
     with pytest.raises(ValueError, match="6 completions cannot be split evenly over 4 processes"):
-        per_device_batch(RLConfig(prompts_per_step=3, samples_per_prompt=2), 4)
+        per_device_batch(RLConfig(prompts_per_step=3, num_generations=2), 4)

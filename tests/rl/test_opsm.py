@@ -131,10 +131,10 @@ def test_a_run_with_it_trains_and_drops_what_the_rule_says(tmp_path, arith_jsonl
     cfg = RLConfig(
         model="tiny-arith",
         dataset=arith_jsonl,
-        steps=2,
+        max_steps=2,
         prompts_per_step=4,
-        samples_per_prompt=4,
-        max_tokens=40,
+        num_generations=4,
+        max_completion_length=40,
         algorithm="dr_grpo",
         correction="opsm",
         opsm_delta=1e-5,

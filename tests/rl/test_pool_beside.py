@@ -59,7 +59,7 @@ def test_a_live_slice_with_a_ladder_beside_it_gives_the_rows_and_ladder_of_one_j
             more_seeds={},
             corrected={"formats": [], "corrections": []},
             output_dir=str(folder),
-            overrides={"judge_every": 0, "prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 8},
+            overrides={"judge_every": 0, "prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8},
             beside={"ladder": pool.Job("nbkit.offline.ladder:run_ladder", {"cfg": ladder})},
         )
 
@@ -152,10 +152,10 @@ def test_a_study_s_runs_trained_beside_a_grid_are_read_back_by_live_with_the_row
     base = RLConfig(
         model=tiny_random_model,
         dataset=arith_jsonl,
-        steps=2,
+        max_steps=2,
         prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=8,
+        num_generations=2,
+        max_completion_length=8,
         rollout_engine="hf",
         checkpoint_every=0,
         output_dir=str(tmp_path / "grpo"),

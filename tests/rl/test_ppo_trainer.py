@@ -12,10 +12,10 @@ from nbkit.rl.trainer import PrecisionGRPOTrainer
 def ppo(tmp_path, name="run", **kw) -> RLConfig:
     base = dict(
         algorithm="ppo",
-        steps=4,
+        max_steps=4,
         prompts_per_step=4,
-        samples_per_prompt=4,
-        max_tokens=40,
+        num_generations=4,
+        max_completion_length=40,
         ppo_epochs=2,
         ppo_minibatches=2,
         output_dir=str(tmp_path / name),
@@ -24,7 +24,7 @@ def ppo(tmp_path, name="run", **kw) -> RLConfig:
 
 
 def test_fp16_ppo_has_live_scalers_for_both_models_and_audits_the_critics_matmuls(tmp_path):
-    rows = train(ppo(tmp_path, train_dtype="fp16", steps=2), progress=False).rows
+    rows = train(ppo(tmp_path, train_dtype="fp16", max_steps=2), progress=False).rows
     for row in rows:
         assert row["audit/scaler_enabled"] and row["value/scaler_enabled"]  # the policy's and the critic's
         assert row["value/loss_scale"] > 1 and row["loss_scale"] > 1
@@ -36,13 +36,13 @@ def test_fp16_ppo_has_live_scalers_for_both_models_and_audits_the_critics_matmul
 
 
 def test_bf16_ppo_critic_runs_in_bf16_without_a_scaler(tmp_path):
-    row = train(ppo(tmp_path, train_dtype="bf16", steps=1), progress=False).rows[0]
+    row = train(ppo(tmp_path, train_dtype="bf16", max_steps=1), progress=False).rows[0]
     assert set(row["audit/critic_matmul_dtypes"]) == {"bf16"} and not row["value/scaler_enabled"]
     assert row["value/loss_scale"] == 1.0
 
 
 def test_after_the_first_minibatch_the_ratio_departs_from_one_and_the_clip_fraction_is_reported(tmp_path):
-    rows = train(ppo(tmp_path, train_dtype="fp32", steps=4, lr=5e-3), progress=False).rows
+    rows = train(ppo(tmp_path, train_dtype="fp32", max_steps=4, learning_rate=5e-3), progress=False).rows
     assert rows[0]["ppo/approx_kl"] == 0 and rows[0]["ppo/clip_fraction"] == 0  # π = π_old before any update
     assert max(r["ppo/approx_kl"] for r in rows[1:]) > 0  # the same rollout batch, updated weights
     assert max(r["ppo/clip_fraction"] for r in rows[1:]) > 0
@@ -52,12 +52,12 @@ def test_after_the_first_minibatch_the_ratio_departs_from_one_and_the_clip_fract
 
 def test_resume_restores_the_critic_and_continues_the_same_run(tmp_path):
     # checkpoints fall on rollout-batch boundaries (every ppo_epochs × ppo_minibatches = 4 steps)
-    full = train(ppo(tmp_path, "full", train_dtype="fp32", steps=8), progress=False).rows
-    train(ppo(tmp_path, "cut", train_dtype="fp32", steps=4, checkpoint_every=4), progress=False)
+    full = train(ppo(tmp_path, "full", train_dtype="fp32", max_steps=8), progress=False).rows
+    train(ppo(tmp_path, "cut", train_dtype="fp32", max_steps=4, checkpoint_every=4), progress=False)
     state = torch.load(tmp_path / "cut" / "checkpoint-4" / CRITIC_FILE, weights_only=True)
     assert {"weights", "optimizer", "scaler"} <= set(state) and state["optimizer"]["state"]  # Adam moments kept
     resumed = train(
-        ppo(tmp_path, "cut", train_dtype="fp32", steps=8, checkpoint_every=4, resume=True), progress=False
+        ppo(tmp_path, "cut", train_dtype="fp32", max_steps=8, checkpoint_every=4, resume=True), progress=False
     ).rows
     assert len(resumed) == len(full) == 8
     for a, b in zip(full[4:], resumed[4:]):  # the critic's loss after the resume is the uninterrupted run's
@@ -77,7 +77,7 @@ def test_lora_ppo_trains_only_adapters_and_the_value_head(tmp_path, monkeypatch)
         close(self)
 
     monkeypatch.setattr(ppo_trainer.PPOTrainer, "close", spy)
-    train(ppo(tmp_path, train_dtype="fp16", steps=1, lora=True), progress=False)
+    train(ppo(tmp_path, train_dtype="fp16", max_steps=1, lora=True), progress=False)
     assert seen["policy"] and all("lora_" in n for n in seen["policy"])
     assert any("value_head" in n for n in seen["critic"])
     assert all("lora_" in n or n.startswith("value_head") for n in seen["critic"])
@@ -118,7 +118,7 @@ def test_ppo_token_tis_weights_the_loss_by_the_engines_mu_on_the_same_batch(tmp_
                 algorithm=algorithm,
                 train_dtype="fp32",
                 rollout_dtype="bf16",
-                steps=1,
+                max_steps=1,
                 is_cap=1.002,
                 seed=3,
             ),
@@ -138,12 +138,12 @@ def test_resume_works_where_accelerate_names_the_cpu_cpu_0(tmp_path, monkeypatch
     monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cpu:0")
     AcceleratorState._reset_state(True)  # accelerate reads the device once per process
     try:
-        train(ppo(tmp_path, "cut", train_dtype="fp32", steps=4, checkpoint_every=4), progress=False)
+        train(ppo(tmp_path, "cut", train_dtype="fp32", max_steps=4, checkpoint_every=4), progress=False)
         from accelerate import PartialState
 
         assert str(PartialState().device) == "cpu:0"
         resumed = train(
-            ppo(tmp_path, "cut", train_dtype="fp32", steps=8, checkpoint_every=4, resume=True), progress=False
+            ppo(tmp_path, "cut", train_dtype="fp32", max_steps=8, checkpoint_every=4, resume=True), progress=False
         ).rows
         assert [r["step"] for r in resumed] == list(range(1, 9))
     finally:

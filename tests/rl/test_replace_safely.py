@@ -171,9 +171,9 @@ def test_overwrite_never_deletes_a_users_readme_in_a_marked_run_folder(tmp_path,
     cfg = RLConfig(
         dataset=arith_jsonl,
         train_dtype="fp32",
-        steps=1,
+        max_steps=1,
         prompts_per_step=2,
-        samples_per_prompt=2,
+        num_generations=2,
         output_dir=str(out),
         overwrite=True,
     )
@@ -191,9 +191,9 @@ def test_a_readme_the_workbook_recorded_is_replaced_with_its_run(tmp_path, arith
     cfg = RLConfig(
         dataset=arith_jsonl,
         train_dtype="fp32",
-        steps=1,
+        max_steps=1,
         prompts_per_step=2,
-        samples_per_prompt=2,
+        num_generations=2,
         output_dir=str(out),
         overwrite=True,
     )
@@ -249,9 +249,9 @@ def test_a_user_readme_does_not_stop_a_resume(tmp_path, arith_jsonl):
     cfg = RLConfig(
         dataset=arith_jsonl,
         train_dtype="fp32",
-        steps=2,
+        max_steps=2,
         prompts_per_step=2,
-        samples_per_prompt=2,
+        num_generations=2,
         output_dir=str(out),
         checkpoint_every=1,
     )
@@ -274,10 +274,10 @@ def test_a_readme_written_into_the_run_folder_mid_run_is_never_replaced(tmp_path
         dataset=arith_jsonl,
         train_dtype="fp32",
         rollout_engine="hf",
-        steps=2,
+        max_steps=2,
         prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=12,
+        num_generations=2,
+        max_completion_length=12,
         checkpoint_every=1,
         output_dir=str(out),
     )
@@ -296,7 +296,7 @@ def test_a_readme_written_into_the_run_folder_mid_run_is_never_replaced(tmp_path
     assert (
         runfolder.CARD_ASIDE in outputs.read_marker(out)["files"] and "trl" in (out / runfolder.CARD_ASIDE).read_text()
     )
-    resumed = train(RLConfig(**{**cfg.to_dict(), "steps": 3, "resume": True}), progress=False)
+    resumed = train(RLConfig(**{**cfg.to_dict(), "max_steps": 3, "resume": True}), progress=False)
     assert [r["step"] for r in resumed.rows] == [1, 2, 3] and (out / "README.md").read_bytes() == mine
 
 
@@ -309,7 +309,7 @@ def finished_runs(study, options: dict) -> dict:
     """Every run of the grid, finished in its folder (as ``train`` leaves it, without training)."""
     grid = study.grid(**options)
     for c in grid.values():
-        marked_run(Path(c.output_dir), c, c.steps)
+        marked_run(Path(c.output_dir), c, c.max_steps)
     return grid
 
 
@@ -405,7 +405,7 @@ def test_keep_stored_never_replaces_a_stored_run_with_its_run_folders_copy(tmp_p
     before = sha256_tree(root)
     label = next(iter(grid))
     with open(Path(grid[label].output_dir) / "metrics.jsonl", "w") as f:  # the run trained again, other numbers
-        f.write("".join(json.dumps({"step": s, "accuracy": 0.9}) + "\n" for s in range(1, grid[label].steps + 1)))
+        f.write("".join(json.dumps({"step": s, "accuracy": 0.9}) + "\n" for s in range(1, grid[label].max_steps + 1)))
     store(ABLATION, root, keep_stored=True, **options)
     assert sha256_tree(root) == before
     assert "keep their stored rows" in capsys.readouterr().out
@@ -426,10 +426,10 @@ def test_a_study_run_refuses_a_finished_run_of_another_setting_naming_the_fields
     monkeypatch.setattr(grid, "train", stand_in)
     monkeypatch.setenv("NBKIT_WORKERS", "0")  # in this process, where the stand-in is
     options = {**ABLATION.toy, "output_dir": str(tmp_path / "runs")}
-    earlier = {**options, "overrides": {**ABLATION.toy["overrides"], "max_tokens": 12}}  # another setting
+    earlier = {**options, "overrides": {**ABLATION.toy["overrides"], "max_completion_length": 12}}  # another setting
     finished_runs(ABLATION, earlier)
     before = sha256_tree(tmp_path)
-    with pytest.raises(FileExistsError, match=r"max_tokens \(run: 12, now: 8\).*--overwrite"):
+    with pytest.raises(FileExistsError, match=r"max_completion_length \(run: 12, now: 8\).*--overwrite"):
         ABLATION.run(progress=False, **options)
     assert trained == [] and sha256_tree(tmp_path) == before  # nothing trained, every byte kept
     ABLATION.run(progress=False, overwrite=True, **options)  # on purpose
@@ -439,10 +439,10 @@ def test_a_study_run_refuses_a_finished_run_of_another_setting_naming_the_fields
 def test_the_study_command_refuses_a_run_of_another_setting_in_one_line(tmp_path, capsys):
 
     earlier = {**ABLATION.toy, "output_dir": str(tmp_path / "runs"), "steps": 3}
-    finished_runs(ABLATION, {**earlier, "overrides": {**ABLATION.toy["overrides"], "max_tokens": 12}})
+    finished_runs(ABLATION, {**earlier, "overrides": {**ABLATION.toy["overrides"], "max_completion_length": 12}})
     before = sha256_tree(tmp_path)
     sets = [f"--set={k}={json.dumps(v)}" for k, v in earlier.items()]
     assert cli_main.main(["study", ABLATION.name, "run", *sets]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "max_tokens (run: 12, now: 8)" in err[0] and "--overwrite" in err[0], err
+    assert len(err) == 1 and "max_completion_length (run: 12, now: 8)" in err[0] and "--overwrite" in err[0], err
     assert sha256_tree(tmp_path) == before

@@ -25,10 +25,10 @@ def smoke(tmp_path, model, data, **kw) -> RLConfig:
     base = dict(
         model=model,
         dataset=data,
-        steps=2,
+        max_steps=2,
         prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=12,
+        num_generations=2,
+        max_completion_length=12,
         output_dir=str(tmp_path / "run"),
     )
     return RLConfig(**{**base, **kw})
@@ -80,12 +80,12 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale(tmp_path, arith_jsonl
         arith_jsonl,
         algorithm="dr_grpo",
         train_dtype="fp16",
-        steps=3,
+        max_steps=3,
         prompts_per_step=4,
-        samples_per_prompt=4,
-        max_tokens=40,
+        num_generations=4,
+        max_completion_length=40,
         loss_scale_init=2.0**60,
-        lr=1e-3,
+        learning_rate=1e-3,
     )
     rows = train(cfg, progress=False).rows
     overflowed = [r for r in rows if r["skipped_step"]]
@@ -110,8 +110,8 @@ def test_bad_config_names_the_value_and_the_choices(field, value, choices):
 
 
 def test_a_group_needs_at_least_two_samples():
-    with pytest.raises(ValueError, match="samples_per_prompt must be >= 2"):
-        RLConfig(samples_per_prompt=1)
+    with pytest.raises(ValueError, match="num_generations must be >= 2"):
+        RLConfig(num_generations=1)
 
 
 def test_missing_dataset_fails_before_any_model_is_loaded(tmp_path):
@@ -162,11 +162,11 @@ def test_after_a_weight_sync_fp32_vllm_logprobs_equal_the_trainers_forward(tmp_p
         algorithm="grpo_token_tis",
         train_dtype="fp32",
         rollout_engine="vllm",
-        steps=3,
+        max_steps=3,
         prompts_per_step=4,
-        samples_per_prompt=4,
-        max_tokens=40,
-        lr=1e-2,
+        num_generations=4,
+        max_completion_length=40,
+        learning_rate=1e-2,
     )
     rows = train(cfg, progress=False).rows
     assert any(r["grad_norm"] > 0 for r in rows[:-1]), "the weights must change between syncs"
@@ -190,10 +190,10 @@ def test_a_bf16_vllm_rollout_really_runs_in_bf16(tmp_path, arith_jsonl):
         train_dtype="fp32",
         rollout_dtype="bf16",
         rollout_engine="vllm",
-        steps=1,
+        max_steps=1,
         prompts_per_step=4,
-        samples_per_prompt=2,
-        max_tokens=40,
+        num_generations=2,
+        max_completion_length=40,
     )
     row = train(cfg, progress=False).rows[0]
     assert row["audit/rollout_dtype"] == "bf16" and set(row["audit/matmul_dtypes"]) == {"fp32"}
@@ -233,10 +233,10 @@ def test_a_run_after_a_vllm_run_in_the_same_process_trains_as_the_first_did_not_
                 "tiny-arith",
                 arith_jsonl,
                 rollout_engine=engine,
-                steps=1,
+                max_steps=1,
                 prompts_per_step=2,
-                samples_per_prompt=2,
-                max_tokens=12,
+                num_generations=2,
+                max_completion_length=12,
             ),
             progress=False,
         )
@@ -254,11 +254,11 @@ def test_lora_trains_adapters_through_peft_in_fp16(tmp_path, arith_jsonl):
         train_dtype="fp16",
         lora=True,
         lora_rank=4,
-        steps=2,
+        max_steps=2,
         prompts_per_step=4,
-        samples_per_prompt=4,
-        max_tokens=40,
-        lr=1e-3,
+        num_generations=4,
+        max_completion_length=40,
+        learning_rate=1e-3,
     )
     rows = train(cfg, progress=False).rows
     assert len(rows) == 2 and all(set(r["audit/matmul_dtypes"]) == {"fp16"} for r in rows)
@@ -277,10 +277,10 @@ def test_fp32_rollouts_and_fp32_training_agree_token_by_token(algorithm, tmp_pat
         algorithm=algorithm,
         train_dtype="fp32",
         rollout_engine="hf",
-        steps=2,
+        max_steps=2,
         prompts_per_step=4,
-        samples_per_prompt=4,
-        max_tokens=40,
+        num_generations=4,
+        max_completion_length=40,
     )
     for row in train(cfg, progress=False).rows:
         # a row misaligned with its rollouts (TRL shuffles batches) would differ by whole nats
@@ -310,11 +310,11 @@ def test_a_run_that_blows_up_stops_naming_the_step(tmp_path, arith_jsonl):
         arith_jsonl,
         algorithm="dr_grpo",
         train_dtype="fp32",
-        steps=4,
+        max_steps=4,
         prompts_per_step=4,
-        samples_per_prompt=4,
-        max_tokens=40,
-        lr=1e38,
+        num_generations=4,
+        max_completion_length=40,
+        learning_rate=1e38,
         max_grad_norm=1e30,
     )
     with pytest.raises(NonFiniteError, match=r"step \d+: (parameter '.+' holds NaN/inf|the loss is)"):
@@ -335,7 +335,7 @@ def test_a_nan_at_step_3_stops_the_run_there_and_keeps_the_rows_of_steps_1_and_2
         return checked(self)
 
     monkeypatch.setattr(PrecisionGRPOTrainer, "end_step", poisoned)
-    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, train_dtype="fp32", steps=4, max_tokens=40)
+    cfg = smoke(tmp_path, "tiny-arith", arith_jsonl, train_dtype="fp32", max_steps=4, max_completion_length=40)
     with pytest.raises(NonFiniteError, match=r"step 3: parameter '.*layers\.0\.mlp\.up_proj\.weight' holds NaN/inf"):
         train(cfg, progress=False)
     rows = MetricsLog(tmp_path / "run" / "metrics.jsonl").rows()
@@ -351,7 +351,7 @@ def test_fp16_without_its_loss_scaling_machinery_fails_the_audit(tmp_path, tiny_
     # the GEMM audit ("... policy for fp16 training but no fp16 GEMM ran") or the matmul audit ("requested fp16
     # training but ...") catches it first, depending on the machine's GEMM policy (nbkit.precision.gemm.default_policy)
     with pytest.raises(amp.PrecisionError, match="fp16 training but"):
-        train(smoke(tmp_path, tiny_random_model, arith_jsonl, train_dtype="fp16", steps=1), progress=False)
+        train(smoke(tmp_path, tiny_random_model, arith_jsonl, train_dtype="fp16", max_steps=1), progress=False)
 
 
 @pytest.mark.slow
@@ -367,7 +367,7 @@ def test_a_rollout_engine_holding_other_weights_than_requested_fails_the_audit(
 
     monkeypatch.setattr(EngineGeneration, "_init_vllm", bf16_engine)
     with pytest.raises(amp.PrecisionError, match="requested a fp32 rollout but the engine holds bf16 weights"):
-        train(smoke(tmp_path, tiny_random_model, arith_jsonl, train_dtype="fp32", steps=1), progress=False)
+        train(smoke(tmp_path, tiny_random_model, arith_jsonl, train_dtype="fp32", max_steps=1), progress=False)
 
 
 def test_a_vllm_engine_whose_weights_cannot_be_inspected_fails_the_audit_instead_of_trusting_its_config():
@@ -399,10 +399,10 @@ def one_step_per_preset(tmp_path_factory):
             algorithm=algorithm,
             train_dtype="fp32",
             rollout_dtype="bf16",
-            steps=1,
+            max_steps=1,
             prompts_per_step=4,
-            samples_per_prompt=4,
-            max_tokens=40,
+            num_generations=4,
+            max_completion_length=40,
             is_cap=1.002,
             seed=3,
             output_dir=str(out / algorithm),
@@ -441,8 +441,8 @@ def test_the_sanity_run_falls_back_to_hf_rollouts_where_vllm_is_missing_and_says
     from nbkit import engines
     from nbkit.rl.config import SANITY_RUN, config_from, runnable_here
 
-    cfg = config_from({"steps": 3})
-    assert (cfg.rollout_engine, cfg.steps, cfg.lr) == ("vllm", 3, SANITY_RUN["lr"])
+    cfg = config_from({"max_steps": 3})
+    assert (cfg.rollout_engine, cfg.max_steps, cfg.learning_rate) == ("vllm", 3, SANITY_RUN["learning_rate"])
     monkeypatch.setattr(engines, "vllm_available", lambda: True)
     assert runnable_here(cfg) is cfg
     monkeypatch.setattr(engines, "vllm_available", lambda: False)
@@ -469,6 +469,6 @@ def test_a_finished_run_leaves_nothing_of_its_trainer_or_model_behind(
         made.append((weakref.ref(self), weakref.ref(self.model)))
 
     monkeypatch.setattr(trainers.PrecisionGRPOTrainer, "__init__", recorded)
-    train(smoke(tmp_path, tiny_random_model, arith_jsonl, steps=1), progress=False)
+    train(smoke(tmp_path, tiny_random_model, arith_jsonl, max_steps=1), progress=False)
     gc.collect()
     assert len(made) == 1 and [ref() for ref in made[0]] == [None, None]

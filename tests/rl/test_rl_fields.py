@@ -18,7 +18,7 @@ def test_sampling_kl_and_vllm_memory_fields_reach_trls_config(tmp_path):
     cfg = RLConfig(top_p=0.9, top_k=20, beta=0.04, vllm_gpu_memory_utilization=0.5, output_dir=str(tmp_path))
     args = grpo_config(cfg)
     assert (args.top_p, args.top_k, args.beta, args.vllm_gpu_memory_utilization) == (0.9, 20, 0.04, 0.5)
-    assert args.per_device_train_batch_size == cfg.prompts_per_step * cfg.samples_per_prompt  # one process
+    assert args.per_device_train_batch_size == cfg.prompts_per_step * cfg.num_generations  # one process
 
 
 @pytest.mark.parametrize(
@@ -50,10 +50,10 @@ def test_a_run_with_a_kl_penalty_top_p_and_small_engine_batches_trains(tmp_path)
         RLConfig(
             model=str(model),
             dataset=str(data),
-            steps=1,
+            max_steps=1,
             prompts_per_step=2,
-            samples_per_prompt=2,
-            max_tokens=12,
+            num_generations=2,
+            max_completion_length=12,
             top_p=0.9,
             beta=0.04,
             hf_engine_batch_size=1,
@@ -80,10 +80,10 @@ def test_gradient_checkpointing_changes_the_time_not_the_numbers(tmp_path, arith
         on: train(
             RLConfig(
                 dataset=arith_jsonl,
-                steps=2,
+                max_steps=2,
                 prompts_per_step=2,
-                samples_per_prompt=2,
-                max_tokens=20,
+                num_generations=2,
+                max_completion_length=20,
                 train_dtype="fp16",
                 gemm="fp32-accumulate",
                 gradient_checkpointing=on,
@@ -109,16 +109,17 @@ def another_value(default):
     return None
 
 
-def test_every_field_declared_with_a_trl_name_reaches_grpoconfig_unchanged(tmp_path):
-    """Each ``metadata["trl"]`` field, set to a value other than its default, is that ``GRPOConfig`` field's value."""
+def test_every_field_declared_trls_reaches_grpoconfig_unchanged_under_its_own_name(tmp_path):
+    """Each ``metadata["trl"]`` field, set to a value other than its default, is the value of the ``GRPOConfig``
+    field of its name."""
     names = trl_fields()
-    assert {"steps": "max_steps", "lr": "learning_rate", "max_tokens": "max_completion_length"}.items() <= names.items()
-    for name, trl in names.items():
+    assert {"max_steps", "learning_rate", "max_completion_length", "num_generations"} <= set(names)
+    for name in names:
         f = next(f for f in fields(RLConfig) if f.name == name)
         value = f.metadata["choices"][-1] if "choices" in f.metadata else another_value(f.default)
         assert value is not None and value != f.default, name
         args = grpo_config(RLConfig(output_dir=str(tmp_path), **{name: value}))
-        assert getattr(args, trl) in (value, [value]), (name, trl)  # (TRL keeps report_to as a list)
+        assert getattr(args, name) in (value, [value]), name  # (TRL keeps report_to as a list)
 
 
 def test_any_other_grpoconfig_field_reaches_the_trainer_as_trl_itself_takes_it(tmp_path):
@@ -170,7 +171,7 @@ def test_trl_replaces_the_workbooks_schedule_defaults_but_not_what_its_fields_se
     "trl,message",
     [
         ({"max_stpes": 5}, r"'max_stpes' is no field of TRL's GRPOConfig \(did you mean \['max_steps'"),
-        ({"max_steps": 5}, r"'max_steps' is set by the workbook from RLConfig.steps: set that instead"),
+        ({"max_steps": 5}, r"'max_steps' is RLConfig's own field max_steps"),
         ({"vllm_mode": "server"}, r"'vllm_mode' is RLConfig's own field vllm_mode"),
     ],
 )
@@ -212,7 +213,7 @@ def test_the_trainer_is_given_the_grpoconfig_with_the_trl_settings(tmp_path, ari
         return build
 
     monkeypatch.setattr(algorithms, "trainer_class", trainer_class)
-    cfg = RLConfig(dataset=arith_jsonl, steps=3, trl={"adam_beta2": 0.99}, output_dir=str(tmp_path / "run"))
+    cfg = RLConfig(dataset=arith_jsonl, max_steps=3, trl={"adam_beta2": 0.99}, output_dir=str(tmp_path / "run"))
     with pytest.raises(Stop):
         train(cfg, progress=False)
     args = given["args"]

@@ -20,10 +20,10 @@ def config(out, data, **kw) -> RLConfig:
         dataset=data,
         train_dtype="fp32",
         rollout_engine="hf",
-        steps=4,
+        max_steps=4,
         prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=40,
+        num_generations=2,
+        max_completion_length=40,
         checkpoint_every=2,
         output_dir=str(out),
     )
@@ -84,31 +84,31 @@ def test_a_killed_and_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(
     assert "already finished at step 4" in capsys.readouterr().out
     assert (out / "metrics.jsonl").read_bytes() == before and trace(again.rows) == trace(straight.rows)
 
-    longer = train(config(out, arith_jsonl, resume=True, steps=5), progress=False)  # steps may grow
+    longer = train(config(out, arith_jsonl, resume=True, max_steps=5), progress=False)  # steps may grow
     assert [r["step"] for r in longer.rows] == [1, 2, 3, 4, 5] and trace(longer.rows[:4]) == trace(straight.rows)
 
 
 @pytest.mark.slow
 def test_a_run_folder_is_never_reused_by_another_run_without_consent(tmp_path, arith_jsonl):
     out = tmp_path / "run"
-    first = train(config(out, arith_jsonl, steps=2), progress=False)
+    first = train(config(out, arith_jsonl, max_steps=2), progress=False)
     run_id = outputs.read_marker(out)["id"]
     log, cfg_file = (out / "metrics.jsonl").read_bytes(), (out / "config.json").read_bytes()
 
     with pytest.raises(FileExistsError, match=r"already holds a run \(2 steps logged\).*overwrite=True"):
-        train(config(out, arith_jsonl, steps=2, lr=1e-2), progress=False)
+        train(config(out, arith_jsonl, max_steps=2, learning_rate=1e-2), progress=False)
     with pytest.raises(runfolder.RunMismatchError, match=r"lr \(run: 0\.0001, now: 0\.01\)"):
-        train(config(out, arith_jsonl, steps=3, lr=1e-2, resume=True), progress=False)
+        train(config(out, arith_jsonl, max_steps=3, learning_rate=1e-2, resume=True), progress=False)
     with pytest.raises(runfolder.RunMismatchError, match=r"train_dtype \(run: 'fp32', now: 'bf16'\)"):
-        train(config(out, arith_jsonl, steps=3, train_dtype="bf16", resume=True), progress=False)
+        train(config(out, arith_jsonl, max_steps=3, train_dtype="bf16", resume=True), progress=False)
     # every refusal left the run exactly as it was
     assert (out / "metrics.jsonl").read_bytes() == log and (out / "config.json").read_bytes() == cfg_file
 
-    replaced = train(config(out, arith_jsonl, steps=1, lr=1e-2, overwrite=True), progress=False)
+    replaced = train(config(out, arith_jsonl, max_steps=1, learning_rate=1e-2, overwrite=True), progress=False)
     assert [r["step"] for r in replaced.rows] == [1] and replaced.rows[0]["learning_rate"] == 1e-2
     assert outputs.read_marker(out)["id"] != run_id
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]  # nothing of the first run kept
-    assert json.loads((out / "config.json").read_text())["lr"] == 1e-2
+    assert json.loads((out / "config.json").read_text())["learning_rate"] == 1e-2
     assert first.rows[0]["learning_rate"] == 1e-4
 
 
@@ -138,7 +138,7 @@ def test_only_a_partial_checkpoint_is_reported_by_name(tmp_path, arith_jsonl):
 def test_resume_may_change_only_the_declared_safe_fields(tmp_path, arith_jsonl):
     saved = config(tmp_path, arith_jsonl).to_dict()
     assert (
-        runfolder.differing_fields(saved, config(tmp_path, arith_jsonl, steps=99, checkpoint_every=5, resume=True))
+        runfolder.differing_fields(saved, config(tmp_path, arith_jsonl, max_steps=99, checkpoint_every=5, resume=True))
         == []
     )
     diffs = runfolder.differing_fields(saved, config(tmp_path, arith_jsonl, seed=3, algorithm="gspo"))

@@ -13,7 +13,7 @@ from nbkit.runtime import locks, outputs
 
 def config(out, data, **kw) -> RLConfig:
     return RLConfig(
-        **{**dict(dataset=data, train_dtype="fp32", steps=4, checkpoint_every=2, output_dir=str(out)), **kw}
+        **{**dict(dataset=data, train_dtype="fp32", max_steps=4, checkpoint_every=2, output_dir=str(out)), **kw}
     )
 
 

@@ -27,12 +27,15 @@ def gpu_run(**overrides) -> RLConfig:
 
 def test_the_15b_model_on_an_80_gib_device_gets_the_accumulation_of_the_memory_model():
     cfg = gpu_run()
-    assert cfg.gradient_accumulation_steps == 1 and not cfg.vllm_sleep_mode  # the profile leaves both to the run
+    assert cfg.gradient_accumulation_steps == 1 and not cfg.vllm_enable_sleep_mode  # the profile leaves both to the run
     sized, fit = sizing.size(cfg, 1, SEQ, 80, "single_gpu")
     asleep = memory.fit_micro_batch(SHAPE, 512, SEQ, "single_gpu", 1, 80, vllm_share=0.3, vllm_sleeps=True)
     awake = memory.fit_micro_batch(SHAPE, 512, SEQ, "single_gpu", 1, 80, vllm_share=0.3, vllm_sleeps=False)
     assert asleep.micro_batch > awake.micro_batch  # sleeping frees vLLM's 24 GiB for activations: chosen
-    assert (sized.gradient_accumulation_steps, sized.vllm_sleep_mode) == (asleep.gradient_accumulation_steps, True)
+    assert (sized.gradient_accumulation_steps, sized.vllm_enable_sleep_mode) == (
+        asleep.gradient_accumulation_steps,
+        True,
+    )
     assert fit == asleep and fit.peak_gib <= memory.HEADROOM * 80
     args = grpo_config(sized, SEQ)  # what TRL is given
     assert args.per_device_train_batch_size == asleep.micro_batch == 8  # FP32 checkpointed states (issue 54)
@@ -54,7 +57,7 @@ def test_the_device_memory_is_read_from_cuda_when_no_size_is_stated(monkeypatch)
 
 def test_ppos_critic_is_counted_and_what_cannot_fit_is_refused_with_the_terms():
     ppo = next(cfg for _, run, cfg in gpu_budget.notebook_runs("gpu") if run.startswith("PPO"))  # notebook 03's
-    assert ppo.vllm_gpu_memory_utilization == 0.15 and ppo.prompts_per_step * ppo.samples_per_prompt == 512
+    assert ppo.vllm_gpu_memory_utilization == 0.15 and ppo.prompts_per_step * ppo.num_generations == 512
     sized, fit = sizing.size(ppo, 1, SEQ, 80, "single_gpu")
     expected = memory.fit_micro_batch(
         SHAPE,
@@ -119,7 +122,7 @@ def test_a_run_that_cannot_fit_its_stated_gpu_is_refused_before_the_model_loads(
     cfg = RLConfig(
         rollout_engine="hf",
         prompts_per_step=4,
-        samples_per_prompt=4,
+        num_generations=4,
         gpu_memory_gib=0.01,
         output_dir=str(tmp_path / "run"),
     )
@@ -134,7 +137,7 @@ def test_a_run_trains_with_the_accumulation_sized_for_its_stated_gpu(tmp_path):
     from nbkit.rl import run
 
     cfg = RLConfig(
-        rollout_engine="hf", prompts_per_step=4, samples_per_prompt=4, steps=1, output_dir=str(tmp_path / "run")
+        rollout_engine="hf", prompts_per_step=4, num_generations=4, max_steps=1, output_dir=str(tmp_path / "run")
     )
     shape, seq = memory.model_shape("tiny-arith"), sizing.longest_sequence(cfg)
     room = memory.state_bytes(shape, "single_gpu", 1) + memory.activation_bytes(shape, 5, seq)

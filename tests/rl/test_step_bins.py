@@ -50,10 +50,10 @@ def test_every_step_of_a_run_logs_bins_that_add_up_to_its_mismatch_and_length(tm
     cfg = RLConfig(
         model=tiny_random_model,
         dataset=arith_jsonl,
-        steps=2,
+        max_steps=2,
         prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=12,
+        num_generations=2,
+        max_completion_length=12,
         algorithm="dr_grpo",
         rollout_dtype="bf16",
         output_dir=str(tmp_path / "run"),

@@ -58,10 +58,10 @@ def test_every_key_of_the_workbooks_metric_rows_reaches_the_trackers_callbacks(
     cfg = RLConfig(
         model=tiny_random_model,
         dataset=arith_jsonl,
-        steps=2,
+        max_steps=2,
         prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=12,
+        num_generations=2,
+        max_completion_length=12,
         train_dtype="fp16",
         rollout_engine="hf",
         report_to="tensorboard",

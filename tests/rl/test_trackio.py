@@ -17,7 +17,7 @@ pytest.importorskip("trackio")
 TRAIN = """
 from nbkit.runtime import paths; paths.setup_environment()
 from nbkit.rl import RLConfig, train
-train(RLConfig(steps=2, prompts_per_step=2, samples_per_prompt=2, max_tokens=12, train_dtype="fp16",
+train(RLConfig(max_steps=2, prompts_per_step=2, num_generations=2, max_completion_length=12, train_dtype="fp16",
                rollout_engine="hf", report_to="trackio", output_dir={out!r}), progress=False)
 """
 

@@ -195,7 +195,7 @@ def test_a_training_run_walks_only_its_own_objects_and_leaves_the_collector_as_i
         if phase == "start" and info["generation"] == 2:
             seen.append(gc.get_freeze_count())
 
-    cfg = smoke(tmp_path, tiny_random_model, arith_jsonl, steps=1, max_tokens=8, rollout_engine="hf")
+    cfg = smoke(tmp_path, tiny_random_model, arith_jsonl, max_steps=1, max_completion_length=8, rollout_engine="hf")
     gc.callbacks.append(watch)
     try:
         train(cfg, progress=False)

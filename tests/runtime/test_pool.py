@@ -277,10 +277,10 @@ def test_a_grid_run_two_at_a_time_gives_the_rows_it_gives_one_at_a_time(tmp_path
         base = RLConfig(
             model=tiny_random_model,
             dataset=arith_jsonl,
-            steps=2,
+            max_steps=2,
             prompts_per_step=2,
-            samples_per_prompt=2,
-            max_tokens=8,
+            num_generations=2,
+            max_completion_length=8,
             rollout_engine="hf",
             checkpoint_every=0,
             output_dir=str(folder),

@@ -93,4 +93,4 @@ def test_the_brevity_figure_has_one_curve_per_pair_averaged_over_seeds():
 def test_the_grid_names_exactly_the_pairs_and_seeds_asked_for():
     grid = brevity.BrevityStudy().grid(pairs=[["fp32", "bf16"], ["fp16", "fp16"]], seeds=[1], steps=3)
     assert sorted(grid) == ["brevity-fp16-s1", "brevity-fp32-bf16r-s1"]
-    assert {c.steps for c in grid.values()} == {3}
+    assert {c.max_steps for c in grid.values()} == {3}

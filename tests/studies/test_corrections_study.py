@@ -194,7 +194,7 @@ def test_identical_stored_control_arms_are_reused_only_on_request_and_only_when_
     stored = {
         "fp32-none-s0": full["fp32-none-s0"].to_dict(),
         "e8m2-none-s0": {**full["e8m2-none-s0"].to_dict(), "output_dir": "/elsewhere"},  # bookkeeping only
-        "e8m2-none-s1": {**full["e8m2-none-s1"].to_dict(), "lr": 0.5},
+        "e8m2-none-s1": {**full["e8m2-none-s1"].to_dict(), "learning_rate": 0.5},
     }  # another run
     results.store(
         DR.STUDY,

@@ -39,7 +39,7 @@ def test_the_grid_trains_every_dose_and_fp32_seed_by_seed_then_the_placed_format
     assert all(grid[k].correction is None and grid[k].train_dtype == "fp32" for k in threshold_part)
     assert {grid[k].rollout_format for k in labels[len(threshold_part) :]} == {f for f, _ in H.EXTRAS}
     assert grid["nvfp4-mu_old-s0"].correction == "mu_old"
-    assert {grid[k].steps for k in labels} == {50} and {grid[k].judge_every for k in labels} == {10}
+    assert {grid[k].max_steps for k in labels} == {50} and {grid[k].judge_every for k in labels} == {10}
 
 
 def test_a_bad_point_or_correction_is_refused_naming_the_choices():

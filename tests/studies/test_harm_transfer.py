@@ -31,7 +31,7 @@ def test_the_points_are_e8m3_and_the_ones_pick_points_takes_from_tiny_longs_stor
 
 
 def test_the_grid_is_tiny_long_at_the_regime_fp32_paired_seed_by_seed_then_the_amendments_extras():
-    grid = T.HarmTransfer().grid(overrides={"lr": 1e-4})
+    grid = T.HarmTransfer().grid(overrides={"learning_rate": 1e-4})
     labels = list(grid)
     per_seed = 1 + len(T.POINTS)
     n = len(T.SEEDS) * per_seed
@@ -41,8 +41,10 @@ def test_the_grid_is_tiny_long_at_the_regime_fp32_paired_seed_by_seed_then_the_a
     assert labels[n:] == [f"{f}-{c or 'none'}-s{s}" for s in T.EXTRA_SEEDS for f, c in T.EXTRAS], "extras come last"
     cfgs = list(grid.values())
     assert {c.model for c in cfgs} == {"tiny-long"} and {c.dataset for c in cfgs} == {R.DATASET}
-    assert {c.max_tokens for c in cfgs} == {TL.max_tokens(T.REGIME)} and {c.judge_set for c in cfgs} == {R.JUDGE_SET}
-    assert {(c.train_dtype, c.rollout_engine, c.steps, c.judge_every) for c in cfgs} == {("fp32", "hf", 50, 10)}
+    assert {c.max_completion_length for c in cfgs} == {TL.max_tokens(T.REGIME)} and {c.judge_set for c in cfgs} == {
+        R.JUDGE_SET
+    }
+    assert {(c.train_dtype, c.rollout_engine, c.max_steps, c.judge_every) for c in cfgs} == {("fp32", "hf", 50, 10)}
     assert {c.correction for c in cfgs[:n]} == {None} and grid["nvfp4-mu_old-s0"].correction == "mu_old"
     assert TL.max_tokens(T.REGIME) - TL.TOKEN_MARGIN >= 5 * 31.5, "answers at least 5x tiny-arith's"
 
@@ -73,7 +75,7 @@ def test_the_lr_is_the_smallest_that_learns_in_the_stored_pilot():
         (s0, first), (s50, last) = r["judge"][0], r["judge"][-1]
         assert (s0, s50) == (0, T.STEPS) and r["learns"] == (last - first > R.PILOT_RISE)
     assert T.LR == pilot["lr"] == min(r["lr"] for r in runs if r["learns"])
-    assert {c.lr for c in T.HarmTransfer().grid().values()} == {T.LR}
+    assert {c.learning_rate for c in T.HarmTransfer().grid().values()} == {T.LR}
     assert f"lr {T.LR}" in T.RULE_TEXT
 
 
@@ -201,7 +203,7 @@ def test_store_merges_the_tiny_long_task_into_the_thresholds_tiny_arith_stored(t
 
 
 def test_the_judge_set_is_large_enough_and_disjoint_from_the_training_set():
-    cfg = T.HarmTransfer().grid(overrides={"lr": 1e-4})["fp32-none-s0"]
+    cfg = T.HarmTransfer().grid(overrides={"learning_rate": 1e-4})["fp32-none-s0"]
     from nbkit import tasks
 
     train = tasks.make_task(source=cfg.dataset, grader="arith").problems

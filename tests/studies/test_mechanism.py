@@ -19,7 +19,7 @@ def test_the_grid_is_every_pair_member_and_fp32_on_five_seeds_seed_by_seed():
     assert len(grid) == len(formats) * 5 == 35
     assert list(grid)[: len(formats)] == [f"{f}-s0" for f in formats]  # seed 0's arms first
     for label, cfg in grid.items():
-        assert cfg.train_dtype == "fp32" and cfg.steps == 50 and cfg.judge_every == 10
+        assert cfg.train_dtype == "fp32" and cfg.max_steps == 50 and cfg.judge_every == 10
         assert label == f"{cfg.rollout_format}-s{cfg.seed}"
         assert study.coords(cfg.to_dict())["format"] == cfg.rollout_format
 

@@ -65,7 +65,7 @@ def test_the_finding_states_the_verdict_and_each_seeds_numbers():
 def test_the_grid_is_the_stored_ppo_fp16_run_with_the_min_logp_critic_and_nothing_else_changed():
     grid = PC.PPOCriticStudy().grid()
     assert list(grid) == [f"ppo-fp16-min_logp-s{s}" for s in (0, 1, 2)]
-    base = ppo.base_config(steps=100, train_dtype="fp16", critic_lr=1e-3, seed=0)
+    base = ppo.base_config(max_steps=100, train_dtype="fp16", critic_lr=1e-3, seed=0)
     cfg = grid["ppo-fp16-min_logp-s0"]
     changed = {k for k, v in cfg.to_dict().items() if base.to_dict().get(k) != v}
     assert changed == {"critic_input", "output_dir"}  # critic_feature_lr 3e-2 is the field's default

@@ -73,7 +73,17 @@ def test_every_arm_trains_two_steps_on_smollm2_with_the_audit_passing(arm, tmp_p
 
     t, r = arm
     rows = train(
-        S.config(t, r, 0, tmp_path, steps=2, prompts_per_step=2, samples_per_prompt=2, max_tokens=8, judge_every=0),
+        S.config(
+            t,
+            r,
+            0,
+            tmp_path,
+            max_steps=2,
+            prompts_per_step=2,
+            num_generations=2,
+            max_completion_length=8,
+            judge_every=0,
+        ),
         progress=False,
     ).rows
     assert [row["step"] for row in rows] == [1, 2]
@@ -91,7 +101,7 @@ def test_doses_are_one_step_of_each_arms_own_run_written_per_arm_and_never_remea
     trained = []
 
     def fake_train(cfg, progress=True):
-        trained.append((cfg.train_dtype, cfg.rollout, cfg.steps, cfg.prompts_per_step, cfg.judge_every, cfg.seed))
+        trained.append((cfg.train_dtype, cfg.rollout, cfg.max_steps, cfg.prompts_per_step, cfg.judge_every, cfg.seed))
         bf16 = cfg.rollout == "bf16"
         row = {
             schema.TOKEN_ABS_LOGP_DIFF: 0.04 if bf16 else 0.005,

@@ -112,7 +112,7 @@ def test_a_stored_run_of_other_settings_is_not_kept(tmp_path):
     opts = {**study.toy, "output_dir": str(tmp_path / "runs")}
     grid = study.grid(**opts)
     label = next(iter(grid))
-    rows = [{"step": s, "accuracy": 0.5} for s in range(1, grid[label].steps + 1)]
+    rows = [{"step": s, "accuracy": 0.5} for s in range(1, grid[label].max_steps + 1)]
     results.store(
         study.name,
         {label: rows},
@@ -128,7 +128,7 @@ def test_a_stored_run_of_other_settings_is_not_kept(tmp_path):
         command="x",
         wall_seconds=1.0,
         root=root,
-        configs={"runs": {label: grid[label].to_dict() | {"lr": 0.5}}},
+        configs={"runs": {label: grid[label].to_dict() | {"learning_rate": 0.5}}},
     )
     assert study.stored_runs(grid, root) == ({}, {})
     cut_off = [{**r, "step": r["step"] - 1} for r in rows]  # its last step not logged
@@ -154,7 +154,7 @@ def test_a_finished_run_of_other_settings_is_not_taken_for_this_run(tmp_path):
     (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, "accuracy": 0.5}) + "\n")
     (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
     assert study.finished(cfg)
-    (folder / "config.json").write_text(json.dumps(cfg.to_dict() | {"lr": 0.5}))
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict() | {"learning_rate": 0.5}))
     assert not study.finished(cfg)
     assert study.collect(**opts) == ({}, {})
 
@@ -202,7 +202,7 @@ def test_a_finished_run_of_more_steps_is_not_this_grids_run_and_the_card_matches
     root = tmp_path / "results"
     study.store(wall_seconds=1.0, command="x", root=root, **options)
     card = results.card(study.name, root)
-    assert {c["steps"] for c in card["configs"]["runs"].values()} == {card["configs"]["grid"]["steps"]} == {3}
+    assert {c["max_steps"] for c in card["configs"]["runs"].values()} == {card["configs"]["grid"]["steps"]} == {3}
 
 
 def test_every_config_field_but_the_result_neutral_ones_changes_a_runs_identity():

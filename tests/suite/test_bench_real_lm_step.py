@@ -114,10 +114,10 @@ def test_trls_own_trainer_fed_the_workbooks_rollouts_takes_the_same_step(tmp_pat
     cfg = RLConfig(
         model=tiny_random_model,
         dataset=arith_jsonl,
-        steps=2,
+        max_steps=2,
         prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=8,
+        num_generations=2,
+        max_completion_length=8,
         reward="brevity",
         train_dtype="fp32",
         output_dir=str(tmp_path / "workbook"),
