@@ -20,7 +20,7 @@ from nbkit.plots import doctor as doctor_plots
 from nbkit.plots import mismatch as plots
 from nbkit.precision import gemm
 from nbkit.rl.config import RLConfig
-from nbkit.runtime import outputs, versions
+from nbkit.runtime import outputs
 from nbkit.runtime.paths import REPORTS
 from nbkit.workbook import report
 from nbkit.workbook.runner import check_out_name
@@ -179,7 +179,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if capped:
         print(f"[nbkit] doctor: {capped}", flush=True)
-    versions.check()  # the vLLM engine's internals are used as tested at the pinned version
     result = doctor.diagnose(cfg, progress=True, setup=run_setup)
     print(result.text())
     page = write_html(result, out)
