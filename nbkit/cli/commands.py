@@ -25,11 +25,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpu-budget": ("nbkit.cli.gpu_budget", "the memory estimate of every RL run of the gpu profile's notebooks"),
     "gpu-check": ("nbkit.cli.gpu_check", "a five-minute self-check of a GPU node (one pass/fail line per item)"),
     "lengthlaw": ("nbkit.cli.lengthlaw", "measure the length law's long version and store it under data/results"),
-    "build": (
-        "nbkit.cli.build",
-        "rebuild a shipped toy model or the held-out set (tiny-arith, tiny-moe, tiny-long, heldout)",
-    ),
-    "regimes": ("nbkit.cli.regimes", "tiny-long's sets, step cost and sanity test per length regime"),
 }
 """Every subcommand but ``run`` and ``list``: its module under ``nbkit/cli`` (imported only when it runs) and help."""
 
