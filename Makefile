@@ -50,7 +50,6 @@ $(STAMP): pyproject.toml requirements/base.txt
 	@touch $@
 
 # With a vLLM build configured, a vLLM that does not import fails the suite (tests/conftest.py) instead of skipping;
-# NBKIT_STRICT_VERSIONS=1: a library at another version than its pin fails instead of warning (nbkit/runtime/versions.py).
 # The suite runs on every core this process may use (pytest-xdist, one worker per core of its affinity mask; the
 # workers share the one smoke run of the workbook: tests/conftest.py). TEST_WORKERS=0: one process. --dist loadgroup:
 # the tests marked ``xdist_group`` (those sharing one expensive fixture: the smoke run, a module's vLLM engines) run on
@@ -58,7 +57,7 @@ $(STAMP): pyproject.toml requirements/base.txt
 # log names the slowest tests, so a slower suite can be traced to them from CI's output alone.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)); print(n if n > 1 else 0)")
 test: venv
-	NBKIT_REQUIRE_VLLM=$(if $(strip $(VLLM_SPEC)),1,0) NBKIT_STRICT_VERSIONS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	NBKIT_REQUIRE_VLLM=$(if $(strip $(VLLM_SPEC)),1,0) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 report: venv
 	$(PY) -m nbkit run --profile $(PROFILE) --out $(OUT)

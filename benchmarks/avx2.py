@@ -16,7 +16,6 @@ units. An emulation is not an AVX2 CPU; a result made under it says so. The run'
 on the path (a distribution's, say) is not loaded in it.
 
     .venv/bin/python benchmarks/avx2.py make report OUT=reports-avx2     # the main job, emulated
-    .venv/bin/python benchmarks/avx2.py .venv/bin/python -m nbkit jobtime
 """
 
 from __future__ import annotations

@@ -102,12 +102,12 @@ def median_step(result) -> float:
 
 def main(argv=None) -> None:
     from nbkit.models import models
+    from nbkit.results import cpu_header
     from nbkit.runtime import pool
     from nbkit.studies.base import markdown_table
-    from nbkit.workbook import jobtime
 
     args = parse_args(argv)
-    print(jobtime.cpu_header() + f"; free cores {pool.free_cores()}", flush=True)
+    print(cpu_header() + f"; free cores {pool.free_cores()}", flush=True)
     if "grid" in args.only:
         models.resolve("smollm2-135m")  # converted once before timing (a first run converts the GGUF)
     for workload in args.only:

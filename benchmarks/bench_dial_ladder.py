@@ -28,10 +28,10 @@ def main() -> None:
     from nbkit.offline.ladder import LadderConfig, run_ladder
     from nbkit.precision import dial
     from nbkit.records import schema
-    from nbkit.workbook import jobtime
+    from nbkit.results import cpu_header
 
     torch.set_num_threads(1)
-    print(jobtime.cpu_header())
+    print(cpu_header())
     names = (dial.names(args.layers) if "block" in args.rules else ()) + (
         dial.channel_names(args.steps) if "channel" in args.rules else ()
     )

@@ -27,11 +27,11 @@ def main() -> None:
     from nbkit.engines.base import SamplingConfig
     from nbkit.engines.hf import HFEngine
     from nbkit.precision import formats
+    from nbkit.results import cpu_header
     from nbkit.studies import tiny_long_regimes as TL
-    from nbkit.workbook import jobtime
 
     torch.set_num_threads(1)
-    print(jobtime.cpu_header())
+    print(cpu_header())
     task = tasks.make_task(source=f"data/{TL.set_name(args.regime)}", grader="arith", template="raw")
     prompts = [task.prompt(q) for q in task.problems[: args.prompts]]
     sampling = SamplingConfig(max_tokens=TL.max_tokens(args.regime), n=args.samples, seed=0)

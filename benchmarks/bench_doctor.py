@@ -28,8 +28,8 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=360.0, help="seconds the issue allows")
     args = p.parse_args(argv)
     from nbkit.cli import doctor
+    from nbkit.results import cpu_header
     from nbkit.runtime import paths
-    from nbkit.workbook import jobtime
 
     paths.setup_environment()
     out = Path(tempfile.mkdtemp(prefix="bench_doctor_")) / "report"
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     print(
         f"\nnbkit doctor --anatomy on {args.model} ({saved['engine']} engine, {args.n_prompts} × "
         f"{args.samples_per_prompt}, ≤ {args.max_tokens} tokens): {wall:.0f} s wall (budget {args.budget:.0f} s: "
-        f"{'within' if wall <= args.budget else 'OVER'}); {jobtime.cpu_header()}, "
+        f"{'within' if wall <= args.budget else 'OVER'}); {cpu_header()}, "
         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
     )
     print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in saved["stages"].items()))

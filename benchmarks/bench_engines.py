@@ -113,9 +113,9 @@ def main(argv=None) -> None:
     import nbkit  # noqa: F401  (cache environment)
 
     torch.set_num_threads(args.threads)
-    from nbkit.workbook import jobtime
+    from nbkit.results import cpu_header
 
-    print(jobtime.cpu_header())
+    print(cpu_header())
     bench(args.model, args.dtype, args.max_tokens, args.batches, args.seed)
     if args.extra and args.extra != args.model:
         bench(args.extra, args.dtype, args.extra_max_tokens, args.extra_batches, args.seed)

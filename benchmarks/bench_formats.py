@@ -51,13 +51,13 @@ def main(argv=None) -> None:
     from nbkit.models import models
     from nbkit.offline.analysis import load_prompts
     from nbkit.precision import formats, gemm
-    from nbkit.workbook import jobtime
+    from nbkit.results import cpu_header
 
     for name in args.formats:
         formats.validate(name)
     wanted = list(dict.fromkeys([*args.formats, *(formats.get(f).base for f in args.formats), "fp32"]))
     print(
-        f"{jobtime.cpu_header()} (other processes share these cores); gemm={args.gemm!r} resolves to "
+        f"{cpu_header()} (other processes share these cores); gemm={args.gemm!r} resolves to "
         f"{gemm.resolve(args.gemm, 'cpu')!r}"
     )
     net, tok = models.load(args.model, "fp32")

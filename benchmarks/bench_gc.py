@@ -114,12 +114,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--study", default="harm_transfer_tiny_long", help="a grid study whose toy grid is trained")
     args = p.parse_args(argv)
+    from nbkit.results import cpu_header
     from nbkit.studies.catalog import STUDIES
-    from nbkit.workbook import jobtime
 
     if args.study not in STUDIES or not getattr(STUDIES[args.study], "toy", None):
         raise SystemExit(f"--study {args.study!r}: expected a grid study with a toy grid: {sorted(STUDIES)}")
-    print(jobtime.cpu_header(), flush=True)
+    print(cpu_header(), flush=True)
 
     c = fresh(COLLECT, freeze="1")
     print(

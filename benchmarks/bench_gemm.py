@@ -34,7 +34,7 @@ import avx2  # benchmarks/avx2.py: the AVX2 emulation (this folder is on sys.pat
 import torch
 
 from nbkit.precision import gemm
-from nbkit.workbook import jobtime
+from nbkit.results import cpu_header
 
 POLICIES = ("native", "fp32-accumulate")
 CELLS = [("fp32", "native")] + [(h, p) for h in ("fp16", "bf16") for p in POLICIES]
@@ -183,7 +183,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     CELLS[:] = [c for c in CELLS if c[0] == "fp32" or c[1] in args.policies]
-    print(jobtime.cpu_header())
+    print(cpu_header())
     print(
         f"auto policy on this machine: {gemm.resolve('auto')} "
         f"(CPU capability {torch.backends.cpu.get_cpu_capability()}, native FP16+BF16: {gemm.cpu_has_native_half()})"

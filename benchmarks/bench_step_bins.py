@@ -24,9 +24,9 @@ def main() -> None:
 
     import torch
 
+    from nbkit.results import cpu_header
     from nbkit.rl import RLConfig, train
     from nbkit.rl.bins import StepBins
-    from nbkit.workbook import jobtime
 
     torch.set_num_threads(1)
     real_add, real_take = StepBins.add, StepBins.take
@@ -38,7 +38,7 @@ def main() -> None:
         self.seconds = 0.0
         return row
 
-    print(jobtime.cpu_header())
+    print(cpu_header())
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
             means = {}

@@ -94,7 +94,7 @@ def rerun(tree: Path, config: dict, steps: int, out: Path, isa: str) -> list[dic
 def main(argv=None) -> None:
     args = parse_args(argv)
     from nbkit import results
-    from nbkit.workbook import jobtime
+    from nbkit.results import cpu_header
 
     card = results.card(args.study)
     if not card["command"].startswith(SUPPORTED):
@@ -108,9 +108,7 @@ def main(argv=None) -> None:
     if unknown:
         raise SystemExit(f"--runs {unknown} are not runs of {args.study}; its runs: {sorted(configs)}")
     made = card["machine"]
-    print(
-        jobtime.cpu_header() + (" (re-runs under the AVX2 emulation, benchmarks/avx2.py)" if args.isa == "avx2" else "")
-    )
+    print(cpu_header() + (" (re-runs under the AVX2 emulation, benchmarks/avx2.py)" if args.isa == "avx2" else ""))
     print(
         f"stored: {args.study} at {card['commit'][:10]}, made {card['date'][:10]} on {made['cpu']} "
         f"({made.get('cores')} cores; flags {made.get('cpu_flags', 'not recorded')}); first {args.steps} steps of "

@@ -274,9 +274,9 @@ def main(argv=None) -> None:
         isa, dtype, gemm = args.child.split(":")
         print("RESULT " + json.dumps(child(args, isa, dtype, gemm)), flush=True)
         return
-    from nbkit.workbook import jobtime
+    from nbkit.results import cpu_header
 
-    print(jobtime.cpu_header() + " (each configuration's process names its own kernels below)")
+    print(cpu_header() + " (each configuration's process names its own kernels below)")
     print(
         f"{args.model}, vLLM-CPU, {args.prompts} prompts x {args.n} samples x <= {args.max_tokens} "
         f"tokens; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')}",

@@ -111,10 +111,10 @@ def main(argv=None) -> None:
         model, setting = args.child.split("|")
         print("RESULT " + json.dumps(child(args, model, setting)), flush=True)
         return
-    from nbkit.workbook import jobtime
+    from nbkit.results import cpu_header
 
     print(
-        f"{jobtime.cpu_header()}; {args.dtype}, {args.prompts} prompts x {args.n} x <= {args.max_tokens} tokens, "
+        f"{cpu_header()}; {args.dtype}, {args.prompts} prompts x {args.n} x <= {args.max_tokens} tokens, "
         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
         flush=True,
     )

@@ -306,6 +306,17 @@ def machine_text(m: dict) -> str:
     return f"{m.get('cpu')} ({m.get('cores')} cores{named}{caps_text(m)})"
 
 
+def cpu_header() -> str:
+    """The line every benchmark prints first: this machine (``machine_text``), torch's threads and the load average,
+    so that a measurement says what it ran on and how busy the cores were."""
+    import torch
+
+    return (
+        f"CPU: {machine_text(machine())}; torch threads {torch.get_num_threads()}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+
+
 def count(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1 ("1 run", "3 runs")."""
     return f"{n} {noun}{'' if n == 1 else 's'}"

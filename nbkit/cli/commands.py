@@ -22,15 +22,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("nbkit.cli.plan", "print the exact vLLM-server and trainer commands for a GPU node"),
     "study": ("nbkit.cli.study", "run, store or show a study (a grid of runs stored under data/results)"),
     "results-md": ("nbkit.cli.results_md", "write RESULTS.md from the stored studies (--check: only compare)"),
-    "jobtime": ("nbkit.cli.jobtime", "the main job's time estimate for this CPU, or record a finished report's times"),
     "gpu-budget": ("nbkit.cli.gpu_budget", "the memory estimate of every RL run of the gpu profile's notebooks"),
     "gpu-check": ("nbkit.cli.gpu_check", "a five-minute self-check of a GPU node (one pass/fail line per item)"),
     "lengthlaw": ("nbkit.cli.lengthlaw", "measure the length law's long version and store it under data/results"),
-    "build": (
-        "nbkit.cli.build",
-        "rebuild a shipped toy model or the held-out set (tiny-arith, tiny-moe, tiny-long, heldout)",
-    ),
-    "regimes": ("nbkit.cli.regimes", "tiny-long's sets, step cost and sanity test per length regime"),
 }
 """Every subcommand but ``run`` and ``list``: its module under ``nbkit/cli`` (imported only when it runs) and help."""
 

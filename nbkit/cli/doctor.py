@@ -13,14 +13,14 @@ from pathlib import Path
 
 from nbkit.cli.commands import Parser
 from nbkit.cli.train import read_config_file
-from nbkit.offline import doctor, lints, risk
+from nbkit.offline import doctor, lints
 from nbkit.offline.doctor import DoctorConfig, DoctorResult
 from nbkit.plots import anatomy as anatomy_plots
 from nbkit.plots import doctor as doctor_plots
 from nbkit.plots import mismatch as plots
 from nbkit.precision import gemm
 from nbkit.rl.config import RLConfig
-from nbkit.runtime import outputs, versions
+from nbkit.runtime import outputs
 from nbkit.runtime.paths import REPORTS
 from nbkit.workbook import report
 from nbkit.workbook.runner import check_out_name
@@ -30,8 +30,6 @@ def write_html(result: DoctorResult, out: Path) -> Path:
     """``doctor.html`` (verdict, table, figures with plotly.js inlined once: viewable offline) and ``doctor.json``."""
     outputs.check_listed(out, doctor.KIND, "doctor folder")  # new, empty or an earlier doctor report: never a user's
     figures = [doctor_plots.crossing_figure(result)]
-    harm = doctor_plots.harm_figure(result)  # None: no stored harm threshold, said below instead of a figure
-    figures += [harm] if harm is not None else []
     if result.pairs:
         pairs = result.pairs
         figures += [
@@ -70,15 +68,7 @@ def write_html(result: DoctorResult, out: Path) -> Path:
         + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in prov.items())
         + "</dl>"
         f"<h2>Verdict: {html.escape(result.verdict)}</h2><ul>{reasons}</ul>"
-        f"<pre>{html.escape(result.text())}</pre>"
-        + (
-            ""
-            if harm is not None
-            else "<p class='no-harm-figure'>No gap-vs-dose figure: no harm threshold is stored "
-            f"({html.escape(result.config.thresholds or f'{risk.STORE.parent.name}/{risk.STORE.name}')} "
-            "is absent), so the doctor reads no risk and draws none.</p>"
-        )
-        + body
+        f"<pre>{html.escape(result.text())}</pre>" + body
     )
     listed = (outputs.read_marker(out) or {}).get("files") or []
     outputs.write_marker(
@@ -144,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     config_flag("dtypes", nargs="+")
     for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "seed", "anatomy_sequences"):
         config_flag(name, type=int)
-    config_flag("thresholds")
     parser.add_argument("--out", help="report folder (default reports/doctor/<model>)")
     config_flag("anatomy", action="store_true")
     setup = parser.add_argument_group("the run's setup, linted (defaults: FP16 on both sides, no filter, token IS)")
@@ -179,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if capped:
         print(f"[nbkit] doctor: {capped}", flush=True)
-    versions.check()  # the vLLM engine's internals are used as tested at the pinned version
     result = doctor.diagnose(cfg, progress=True, setup=run_setup)
     print(result.text())
     page = write_html(result, out)

@@ -44,20 +44,22 @@ def resolve(ref: str | os.PathLike) -> str:
         path = DATA / "models" / "tiny-arith"
         if not (path / "model.safetensors").exists():
             tiny_arith.build(path)
-        return check_model_files(path, "nbkit build tiny-arith")
+        return check_model_files(path, "python -m nbkit.models.toymodels.tiny_arith")
     if ref == "smollm2-135m":
         return check_model_files(_smollm2_checkpoint(), f"remove {CACHE / 'models' / 'smollm2-135m'} to convert again")
     if ref == "tiny-moe-arith":
         path = DATA / "models" / "tiny-moe-arith"
         if not (path / "model.safetensors").exists():
             tiny_moe.build(path)
-        return check_model_files(path, "nbkit build tiny-moe")
+        return check_model_files(path, "python -m nbkit.models.toymodels.tiny_moe")
     if ref == "tiny-long":
         path = DATA / "models" / "tiny-long"
         if not (path / "model.safetensors").exists():
             if tiny_long.build(path) is None:
-                raise RuntimeError("tiny-long's SFT stopped unfinished; run `nbkit build tiny-long` to finish it")
-        return check_model_files(path, "nbkit build tiny-long")
+                raise RuntimeError(
+                    "tiny-long's SFT stopped unfinished; run `python -m nbkit.models.toymodels.tiny_long` to finish it"
+                )
+        return check_model_files(path, "python -m nbkit.models.toymodels.tiny_long")
     if Path(ref).expanduser().is_dir():
         path = Path(ref).expanduser()
         if not (path / "config.json").exists():

@@ -17,9 +17,6 @@ dtype (``nbkit.offline.analysis.run_grid``, the paper's setting). From the per-t
   log-probs under a sampling filter, a sequence IS clamp the length will hit, FP16 overflow, loss-scale skips, MoE
   without routing replay), each with its setting, measured consequence and fix; the setup comes from flags or an
   ``RLConfig`` file (``--config run.yaml``);
-- the risk: each dtype's dose in the unit of the stored harm thresholds at the target length (measured where the
-  responses reach it, extrapolated by the length model where not) against each task's threshold and CI
-  (``nbkit.offline.risk``), or that none is stored;
 - with ``--anatomy``, the mismatch by source per dtype (``nbkit.offline.anatomy``: format and implementation factors,
   the FP32-head cases, per-layer divergence) on the same responses.
 """
@@ -29,7 +26,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -37,7 +33,7 @@ from nbkit.mismatch import mismatch
 from nbkit.mismatch.mismatch import crossing_length  # (re-exported: the doctor's length model)
 from nbkit.models import models, routing
 from nbkit.models.models import DTYPES
-from nbkit.offline import analysis, anatomy, anatomy_report, lints, risk
+from nbkit.offline import analysis, anatomy, anatomy_report, lints
 from nbkit.offline.lints import FP16_MAX  # (a weight beyond it cannot be stored in FP16 at all)
 from nbkit.records import schema
 from nbkit.runtime.fieldcheck import check_fields
@@ -101,16 +97,6 @@ class DoctorConfig:
         },
     )
 
-    thresholds: str = field(
-        default="",
-        metadata={
-            "help": (
-                "Harm-threshold store the risk lines read (empty: the study's, "
-                "data/results/harm_threshold/thresholds.json; nbkit.offline.risk)."
-            )
-        },
-    )
-
     def __post_init__(self) -> None:
         for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "anatomy_sequences"):
             value = getattr(self, name)  # one range message for every value below it (-5 as 0), before the types'
@@ -125,12 +111,6 @@ class DoctorConfig:
         for name in ("n_prompts", "samples_per_prompt", "max_tokens", "target_length", "anatomy_sequences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if self.thresholds:  # a store named on purpose must be one (the default may be absent: "none stored")
-            if not Path(self.thresholds).is_file():
-                raise ValueError(
-                    f"thresholds {self.thresholds!r}: no such file (a harm-threshold store, thresholds.json)"
-                )
-            risk.load(self.thresholds)
 
 
 def dtype_diagnosis(logp_pi, logp_mu, epsilon: float = EPSILON, mask_cap: float = MASK_CAP) -> dict:
@@ -255,27 +235,10 @@ class DoctorResult:
             )
         lines.append(f"verdict: {self.verdict}")
         lines += [f"  - {r}" for r in self.reasons]
-        lines += self.risk_lines()  # the stored harm thresholds, or "none stored"
         lines += [anatomy_report.summary(a) for a in self.anatomies.values()]
         lines.append(f"setup: {len(self.findings)} finding(s)" if self.findings else "setup: no finding")
         lines += [f.text() for f in self.findings]
         return "\n".join(lines)
-
-    def thresholds(self) -> dict | None:
-        """The stored harm thresholds the risk is read against (``nbkit.offline.risk.load``), None if none."""
-        return risk.load(self.config.thresholds or None)
-
-    def predictor(self) -> dict | None:
-        """The stored predictor verdict (``nbkit.offline.risk.load_predictor``): the one beside a named thresholds
-        store, else the study's; None if none."""
-        return risk.load_predictor(risk.predictor_path(self.config.thresholds or None))
-
-    def risk_lines(self) -> list[str]:
-        """One risk line per dtype: the stored predictor's prediction where it named a winner, else its dose at the
-        target length against the stored thresholds (with no clear winner: said as one reading among several)."""
-        return risk.lines(
-            self.diagnoses, self.thresholds(), self.config.target_length, self.pairs, predictor=self.predictor()
-        )
 
     def to_json(self) -> dict:
         return {
@@ -289,7 +252,6 @@ class DoctorResult:
             "findings": [asdict(f) for f in self.findings],
             "anatomy": {d: a.to_json() for d, a in self.anatomies.items()},
             "stages": self.stages,
-            "risk": self.risk_lines(),
         }
 
 

@@ -1,5 +1,5 @@
-"""The doctor's figures (``nbkit doctor``): when the sequence log-ratio leaves TRL's mask and the PPO clip range,
-and where the user's formats fall on the stored gap-vs-dose curve of the harm-threshold study."""
+"""The doctor's figure (``nbkit doctor``): when the sequence log-ratio leaves TRL's mask and the PPO clip range; and
+the harm-threshold study's gap-vs-dose figure (``gap_dose_figure``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import numpy as np
 import plotly.graph_objects as go
 
 from nbkit.mismatch import mismatch
-from nbkit.offline import risk
 from nbkit.offline.doctor import EPSILON, MASK_CAP, DoctorResult, rms_at
 from nbkit.plots.mismatch import COLORS
 
@@ -47,8 +46,8 @@ def crossing_figure(result: DoctorResult):
     return fig
 
 
-HARM_TITLE = "Where harm starts: paired accuracy gap to FP32 against dose, and your formats on it"
-"""The gap-vs-dose figure's title (tests find the figure in ``doctor.html`` by it)."""
+HARM_TITLE = "Where harm starts: paired accuracy gap to FP32 against dose"
+"""The gap-vs-dose figure's default title."""
 TASK_COLORS = ("#4C78A8", "#F58518", "#72B7B2", "#B279A2")
 """One colour per stored task, in the store's order."""
 
@@ -57,27 +56,13 @@ def _finite(x) -> bool:
     return x is not None and math.isfinite(x) and x > 0  # a dose drawn on a log axis
 
 
-def harm_figure(result: DoctorResult):
-    """The stored harm-threshold study against the user's doses, or None when no threshold is stored: ``gap_dose_figure``
-    with one vertical marker per dtype the doctor measured ("yours: BF16"), at its dose in the stored unit at the
-    target length (``nbkit.offline.risk.readings``: measured or extrapolated, said in its hover text)."""
-    stored = result.thresholds()
-    if stored is None:
-        return None
-    readings = risk.readings(result.diagnoses, stored, result.config.target_length, result.pairs)
-    return gap_dose_figure(stored, {d: r for d, r in readings.items() if r is not None}, title=HARM_TITLE)
-
-
-def gap_dose_figure(stored: dict, readings: dict | None = None, title: str = HARM_TITLE):
-    """The harm thresholds of ``stored`` (``nbkit.offline.risk.load``'s record): per task the mean paired gap to FP32
-    at each dose with its CI, the isotonic fit the threshold is read from, the threshold with its CI band, the formats
-    placed on the dose axis only (``placed``); across tasks the harm line, and one vertical marker per entry of
-    ``readings`` (``dtype → risk.Reading``: a user's dose)."""
+def gap_dose_figure(stored: dict, title: str = HARM_TITLE):
+    """The harm thresholds of ``stored`` (a record of ``harm_threshold.THRESHOLDS``' shape: ``unit`` and ``tasks``): per
+    task the mean paired gap to FP32 at each dose with its CI, the isotonic fit the threshold is read from, the
+    threshold with its CI band, the formats placed on the dose axis only (``placed``); across tasks the harm line."""
     unit, tasks = stored["unit"], stored["tasks"]
-    readings = readings or {}
     xs = [x for t in tasks.values() for x in (t.get("doses") or [])]
     xs += [x for t in tasks.values() for x in (t.get("placed") or {}).values()]
-    xs += [r.value for r in readings.values() if r is not None]
     xs = [x for x in xs if _finite(x)] or [1e-3, 1.0]
     x_lo, x_hi = min(xs) / 1.5, max(xs) * 1.5
     harms = {t.get("harm", -0.05) for t in tasks.values()}
@@ -148,22 +133,6 @@ def gap_dose_figure(stored: dict, readings: dict | None = None, title: str = HAR
             mode="lines",
             line=dict(color="black", dash="dash"),
             name=f"harm line {harm:g}",
-        )
-    for d, r in readings.items():
-        if r is None or math.isnan(r.value):
-            continue  # not measured in this unit: the risk line says so
-        x, name = r.value, f"yours: {d.upper()}"
-        if not _finite(x):  # 0 (no mismatch measured) or inf: a log axis cannot draw it, so it sits at an edge
-            x = x_lo if x <= 0 else x_hi
-            name += f" (dose {r.value:.3g}, drawn at the axis' {'left' if r.value <= 0 else 'right'} edge)"
-        fig.add_scatter(
-            x=[x, x],
-            y=[y_lo, y_hi],
-            mode="lines",
-            line=dict(color=COLORS.get(d, "gray"), dash="dot", width=3),
-            name=name,
-            hovertext=f"yours: {d.upper()} dose {r.value:.3g} ({r.how})",
-            hoverinfo="text",
         )
     rows = label_rows([(math.log10(x), text) for x, text, _ in labels], math.log10(x_hi) - math.log10(x_lo))
     placed_labels = [

@@ -393,7 +393,7 @@ FORMATS: dict[str, RolloutFormat] = {}
 
 
 def register(fmt: RolloutFormat) -> RolloutFormat:
-    """Add ``fmt`` to ``FORMATS``: the one place a format is declared (the README's table, the choices every
+    """Add ``fmt`` to ``FORMATS``: the one place a format is declared (the choices every
     config lists and the tests read it there). A second format of one name is refused."""
     if fmt.name in FORMATS:
         raise ValueError(f"rollout format {fmt.name!r} is registered already")

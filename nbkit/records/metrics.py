@@ -2,14 +2,10 @@
 which ones a training run logs per step and which are headlines.
 
 ``nbkit.mismatch.mismatch`` computes them (its ``METRICS`` and ``ALIASES`` are read from here), the trainer logs
-``logged()``
-(as ``mismatch/<name>``, ``nbkit.records.schema.mismatch_key``), ``nbkit.records.schema.KEYS`` documents those row keys
-from here,
-the offline ladder and anatomy show ``headline()``, ``nbkit.mismatch.mismatch.HEADLINE`` bootstraps ``ci()``, and the
-README's
-metric table is generated from ``MISMATCH`` (``nbkit.workbook.readme``). Adding a metric: a ``Metric`` here and its
-computation in one of ``nbkit.mismatch.mismatch``'s parts (``mismatch_metrics`` refuses a registered key it did not
-compute).
+``logged()`` (as ``mismatch/<name>``, ``nbkit.records.schema.mismatch_key``), ``nbkit.records.schema.KEYS`` documents
+those row keys from here, the offline ladder and anatomy show ``headline()`` and ``nbkit.mismatch.mismatch.HEADLINE``
+bootstraps ``ci()``. Adding a metric: a ``Metric`` here and its computation in one of ``nbkit.mismatch.mismatch``'s
+parts (``mismatch_metrics`` refuses a registered key it did not compute).
 
 ``VERSION`` is written on every stored study's card (``nbkit.results.store``): raise it when a metric's definition
 changes, so a card says which definitions its rows were computed under (a card without it predates the field).

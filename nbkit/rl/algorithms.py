@@ -5,9 +5,9 @@ engine's probabilities) reaches the loss only through TRL's importance-sampling 
 workbook enables for every engine (TRL gates it on ``use_vllm``; see ``nbkit.rl.rollout``).
 
 A preset is a loss (``LOSSES``), the corrections that put μ into it (``CORRECTIONS``) and the trainer class that
-runs it (``TRAINERS``), declared once with ``register``; the README's preset table is generated from ``ALGORITHMS``
-(``nbkit.workbook.readme``). PPO (``ppo``, ``ppo_token_tis``) is a token-mean clipped surrogate on GAE advantages with a
-critic, ``ppo_epochs`` × ``ppo_minibatches`` updates per rollout batch.
+runs it (``TRAINERS``), declared once with ``register`` into ``ALGORITHMS``. PPO (``ppo``, ``ppo_token_tis``) is a
+token-mean clipped surrogate on GAE advantages with a critic, ``ppo_epochs`` × ``ppo_minibatches`` updates per rollout
+batch.
 
 With one optimiser update per batch (the paper's setting) the PPO ratio π/π_old is exactly 1, so ``dr_grpo``'s
 surrogate is plain policy gradient with a group-mean baseline; ``pg_seq_is`` is that policy gradient weighted
@@ -184,7 +184,7 @@ ALGORITHMS: dict[str, Algorithm] = {}
 
 
 def register(algo: Algorithm) -> Algorithm:
-    """Add ``algo`` to ``ALGORITHMS`` (the one place a preset is declared: the README's table, ``RLConfig``'s
+    """Add ``algo`` to ``ALGORITHMS`` (the one place a preset is declared: ``RLConfig``'s
     choices and the tests read it there). A second preset of one name is refused."""
     if algo.name in ALGORITHMS:
         raise ValueError(f"preset {algo.name!r} is registered already")

@@ -35,7 +35,7 @@ from nbkit.rl.inputs import (  # noqa: F401 - re-exported: a run's input rules, 
 )
 from nbkit.rl.runfolder import RunFolder
 from nbkit.rl.trackers import check_report_to
-from nbkit.runtime import gcfreeze, logs, versions
+from nbkit.runtime import gcfreeze, logs
 
 
 @dataclass
@@ -228,7 +228,6 @@ def _train(cfg: RLConfig, folder: RunFolder, progress: bool) -> RunResult:
     launch.check_launch(cfg.train_dtype)  # an accelerate config for another precision is refused, not overridden
     launch.check_lora(cfg.lora, cfg.train_dtype)  # ZeRO: merges would round the frozen half base at every sync
     check_report_to(cfg.report_to)  # a tracker that would record nothing (WANDB_MODE=disabled) is refused
-    versions.check()  # names any TRL/transformers/accelerate/vLLM version other than the pinned ones
     gcfreeze.enabled()  # a bad NBKIT_GC_FREEZE is refused here, before the libraries load
     with gcfreeze.importing():  # loaded here, before the run's scope of the collector (below)
         import datasets  # noqa: F401

@@ -1,1 +1,1 @@
-"""Running the workbook: paths, errors, logs, output folders, locks, the job pool, GC freeze, versions and pins, config field checks."""
+"""Running the workbook: paths, errors, logs, output folders, locks, the job pool, GC freeze, the GPU install's pins, config field checks."""

@@ -14,9 +14,9 @@ each file) and checked here against the project's pins.
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
-from nbkit.runtime import versions
 from nbkit.runtime.paths import ROOT
 
 METADATA = ROOT / "requirements" / "vllm-metadata"
@@ -46,13 +46,22 @@ def vendored(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
+def gpu_vllm_range(root: Path = ROOT) -> str | None:
+    """The ``vllm`` extra's spec in ``pyproject.toml`` (the official CUDA build); None when there is none."""
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
+    specs = [str(r.specifier) for r in map(Requirement, extras.get("vllm", [])) if r.name == "vllm"]
+    return specs[0] if specs else None
+
+
 def chosen_gpu_vllm(root: Path = ROOT) -> str:
     """The newest vendored vLLM inside the ``vllm`` extra's spec (what pip picks when it is the newest released);
     ValueError when none is vendored for it (a new spec needs its metadata here first)."""
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
-    spec = versions.gpu_vllm_range(root)
+    spec = gpu_vllm_range(root)
     if spec is None:
         raise ValueError("pyproject.toml has no `vllm` extra naming the GPU vLLM")
     inside = [v for v in vendored(root) if Version(v) in SpecifierSet(spec)]

@@ -82,7 +82,7 @@ class Threshold:
     """What a replicate resampled: each drawn seed's gaps (the doses fixed at their means) or its gaps and doses."""
 
     def to_json(self) -> dict:
-        """The record ``nbkit.offline.risk`` reads from the store (one task's entry), with the fit behind it."""
+        """One task's entry of the harm-threshold store (``harm_threshold.THRESHOLDS``), with the fit behind it."""
         return {
             "outcome": self.outcome,
             "dose": self.dose,

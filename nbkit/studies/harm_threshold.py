@@ -37,7 +37,7 @@ gap
   of 5 seeds per point says so and is read at the seeds it has.
 
 ``nbkit study harm_threshold_tiny_arith run [--shard i/n]`` trains what is unfinished, ``... store`` stores the
-finished runs and writes ``THRESHOLDS`` (what ``nbkit doctor`` reads, ``nbkit.offline.risk``) from them.
+finished runs and writes ``THRESHOLDS`` from them.
 
 The study as data (the constants named above, ``RULE_TEXT``, ``AMENDMENTS``, ``pick_points`` and the offline ladder)
 is ``nbkit.studies.harm_threshold_rule``; its page (figure, tables, sentences) is
@@ -106,7 +106,7 @@ class HarmThreshold(Page, prereg.PreRegistered):
     steps = 50
     """Optimiser steps per run."""
     measured_on = "tiny-arith (a 4-layer, ~1 M-parameter model), 50 GRPO steps, FP32 trainer, HF engine"
-    """What the task's thresholds were measured on, said with every risk line (``nbkit.offline.risk``)."""
+    """What the task's thresholds were measured on (``measured_on`` in ``THRESHOLDS``)."""
     title = "Where harm starts: a harm threshold with a CI"
     question = (
         "With an FP32 trainer, at which step-0 rollout mismatch does the held-out accuracy fall 0.05 below FP32 "
@@ -260,13 +260,13 @@ class HarmThreshold(Page, prereg.PreRegistered):
         return out
 
     def store_record(self, root: Path = results.RESULTS) -> dict:
-        """What ``THRESHOLDS`` holds, computed from the stored study under ``root`` (``nbkit.offline.risk`` reads it)."""
+        """What ``THRESHOLDS`` holds, computed from the stored study under ``root``."""
         card = self.card(root)
         runs, meta = self.load(root), self.meta(card["configs"]["runs"])
         return {**self.record(runs, meta), "commit": card.get("commit")}
 
     def record(self, runs, meta) -> dict:
-        """The thresholds of ``runs`` in the shape ``nbkit.offline.risk`` reads (unit, tasks, units, measured_on)."""
+        """The thresholds of ``runs`` in ``THRESHOLDS``' shape (unit, tasks, units, measured_on)."""
         pts, seeds, g = self.gap_matrix(runs, meta)
         est = self.thresholds(runs, meta)
         committed = self.thresholds(runs, meta, as_committed=True)

@@ -201,7 +201,7 @@ class HarmTransfer(H.HarmThreshold):
 
     def thresholds_record(self, old: dict | None, root: Path = results.RESULTS) -> dict:
         """``HarmThreshold``'s, with the rule's transfer reading (``with_transfer``, amended by the joint bootstrap:
-        the doctor says whether its unit transfers); written once every run of the rule is stored
+        whether each unit transfers); written once every run of the rule is stored
         (``thresholds_ready``)."""
         runs = self.load(root)
         return with_transfer(
@@ -238,7 +238,7 @@ class HarmTransfer(H.HarmThreshold):
         return out
 
     def thresholds_ready(self, root: Path, options: dict) -> bool:
-        """The tiny-long thresholds join ``THRESHOLDS`` (which the doctor reads) only once every run of the rule is
+        """The tiny-long thresholds join ``THRESHOLDS`` only once every run of the rule is
         stored: an earlier sitting stores its runs and nothing read from them."""
         return not self.missing(self.load(root), kw_options(options))
 

@@ -159,7 +159,7 @@ def transfer_record(
     second: str = TASK,
     joint: dict[str, dict] | None = None,
 ) -> dict:
-    """The rule's transfer reading as ``THRESHOLDS`` keeps it for ``nbkit.offline.risk``: the two tasks, the verdict
+    """The rule's transfer reading as ``THRESHOLDS`` keeps it: the two tasks, the verdict
     and per unit whether it agrees, the ratio ``second``/``first`` and whether the CIs overlap (``agreement``: the
     rule as first committed); with ``joint`` (unit → ``Transfer.to_json``) the amended rule's reading too: the
     verdict by the band, and per unit its ``reading``, ratio CI and band (``agrees_as_committed`` keeps the first)."""

@@ -34,7 +34,7 @@ values were new):
 
 ``python -m nbkit.studies.predictors measure`` measures the candidates (resumable: each point is kept in
 ``runs/predictors_tiny`` as it finishes; the start time and commit go to ``started.json`` there first),
-``... store`` stores them with the card and writes ``PREDICTOR`` (what ``nbkit doctor`` reads).
+``... store`` stores them with the card and writes ``PREDICTOR``.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ N_BOOT, BOOT_SEED = 4000, 0
 """Bootstrap replicates of the scoring and their seed."""
 CANDIDATES: dict[str, str] = {}  # filled from nbkit.mismatch.candidates at first use (it imports torch)
 PREDICTOR = results.RESULTS / "harm_threshold" / "predictor.json"
-"""What ``store`` writes from the stored study and the doctor reads (``nbkit.offline.risk.PREDICTOR``)."""
+"""What ``store`` writes from the stored study: the verdict, and a winner's fit and prediction interval."""
 WORK = Path("runs") / STUDY
 """Where ``measure`` keeps each finished point (resumable) and ``started.json``."""
 STARTED = "started.json"

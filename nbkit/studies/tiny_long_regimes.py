@@ -1,8 +1,8 @@
 """tiny-long's perfectible sets, its FP16/BF16 sanity test and the cost of an RL step per length regime.
 
-    nbkit regimes sets      # data/tiny_long_{short,medium,long}: the notebook 01 recipe per regime
-    nbkit regimes timing    # seconds per RL step per regime (HF engine; --engine vllm)
-    nbkit regimes sanity    # GRPO FP16 vs BF16 at one regime, printed (not stored)
+    build_set(regime)       # data/tiny_long_<regime>: the notebook 01 recipe per regime (short, medium, long)
+    timing(regimes)         # seconds per RL step per regime (HF engine; engine="vllm")
+    sanity(regime)          # GRPO FP16 vs BF16 at one regime, returned (not stored)
 
 Each set is built by ``nbkit.tasks.dataset.build`` (sample N times per problem with tiny-long in fp32, keep the problems
 solved in [lo, hi]) on ``long_arith`` problems of one regime; its rows carry a ``steps`` column (the length knob).

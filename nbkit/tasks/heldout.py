@@ -6,7 +6,7 @@ drawn with another seed than every problem the model has seen (its SFT problems,
 samples in [0.2, 0.8], ``nbkit.tasks.dataset.build``), so held-out accuracy measures the trained skill on problems of
 the training set's difficulty, and none of them was ever trained on::
 
-    nbkit build heldout            # ~2-4 minutes on 2 CPU cores
+    python -m nbkit.tasks.heldout            # ~2-4 minutes on 2 CPU cores
 
 ``number_after_judge_problems`` picks the problems of ``data/smollm2_after_heldout``, SmolLM2-135M-Instruct's judge
 set (issue 51): ``number_after`` problems of another seed outside the training set's reserve.
@@ -102,3 +102,8 @@ def number_after_judge_problems(
     if count > len(left):
         raise ValueError(f"count must be at most {len(left)} (numbers of {cfg} outside the reserve), got {count!r}")
     return left[:count]
+
+
+if __name__ == "__main__":
+    result = build_tiny_arith()
+    print(f"{result.path}: kept {len(result.kept)} of {len(result.records)} unseen problems")

@@ -24,7 +24,6 @@ from importlib import metadata
 from pathlib import Path
 
 from nbkit.runtime.paths import NOTEBOOK_ENV, REPORT_DIR_ENV, ROOT, report_target  # noqa: F401  (the runner sets both)
-from nbkit.workbook import jobtime
 
 Scalar = (str, int, float, bool, type(None))
 
@@ -273,49 +272,16 @@ STYLE = (
 )
 
 
-def time_table(results: list, est) -> list[dict]:
-    """Per notebook: measured seconds, the estimate made before the run (``nbkit.workbook.jobtime.Estimate`` or None)
-    and their ratio: the findings page's time table."""
-    rows = []
-    for r in results:
-        guess = est.seconds.get(r.stem) if est else None
-        rows.append(
-            {
-                "notebook": r.stem,
-                "ok": r.ok,
-                "measured s": round(r.seconds),
-                "estimated s": None if guess is None else round(guess),
-                "measured / estimated": None if not guess else round(r.seconds / guess, 2),
-            }
-        )
-    total = sum(r.seconds for r in results)
-    guess = sum(est.seconds.get(r.stem, 0) for r in results) if est else 0
-    rows.append(
-        {
-            "notebook": "total",
-            "ok": all(r.ok for r in results),
-            "measured s": round(total),
-            "estimated s": round(guess) if guess else None,
-            "measured / estimated": round(total / guess, 2) if guess else None,
-        }
-    )
-    return rows
-
-
-def write_index(
-    out_dir: Path, profile: str, results: list, prov: dict | None = None, timing: dict | None = None
-) -> Path:
-    """``index.html``: the run's provenance and its time table (measured against the estimate made before it
-    started, ``timing`` from ``runner.expect``), then per notebook its headline numbers and key figure (what it
-    published), status, wall time and links to its full report and log; ``run.json`` keeps the same data."""
+def write_index(out_dir: Path, profile: str, results: list, prov: dict | None = None, last: str | None = None) -> Path:
+    """``index.html``: the run's provenance (with ``last``, the line ``last_times`` gave before it started), then per
+    notebook its headline numbers and key figure (what it published), status, wall time and links to its full report
+    and log; ``run.json`` keeps the same data."""
     out_dir = Path(out_dir)
     prov = dict(prov or provenance(profile))
     total = sum(r.seconds for r in results)
-    est = (timing or {}).get("estimate")
-    prov_rows = {**prov, "wall time": f"{total:.0f} s in total" + (f" ({est.describe()})" if est else "")}
-    if timing:
-        here = timing["cpu"]
-        prov_rows["CPU"] = f"{jobtime.describe_cpu(here)}; calibration {timing['calibration']['seconds']} s"
+    prov_rows = {**prov, "wall time": f"{total:.0f} s in total"}
+    if last:
+        prov_rows["last time"] = last
     js = out_dir / "plotly.min.js"
     if not js.exists():
         from plotly.offline import get_plotlyjs
@@ -329,19 +295,27 @@ def write_index(
         "<dl class='prov'>"
         + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in prov_rows.items())
         + "</dl>"
-        + _headline_html({"time per notebook (seconds)": time_table(results, est)})
         + f"<p>{toc}</p>"
         + "".join(_section(out_dir, r) for r in results)
         + "</body></html>"
     )
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
-    extra = (
-        {}
-        if not timing
-        else {"cpu": timing["cpu"], "calibration": timing["calibration"], "estimate": est.seconds if est else None}
-    )
     (out_dir / "run.json").write_text(
-        json.dumps({"provenance": prov, "notebooks": [r.__dict__ for r in results], **extra}, indent=2, default=str)
+        json.dumps({"provenance": prov, "notebooks": [r.__dict__ for r in results]}, indent=2, default=str)
     )
     return index
+
+
+def last_times(out_dir: Path, machine: str) -> str | None:
+    """One line: what each notebook took in the previous run in ``out_dir`` (its ``run.json``) when that run was on
+    this ``machine`` (``provenance``'s); None when there is none."""
+    try:
+        run = json.loads((Path(out_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(run, dict) or run.get("provenance", {}).get("machine") != machine:
+        return None
+    took = ", ".join(f"{n['stem']} {n['seconds']:.0f} s" for n in run.get("notebooks", []))
+    prov = run["provenance"]
+    return f"last time on this machine ({prov.get('profile')} profile, {prov.get('date')}): {took}" if took else None

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from nbkit.runtime import locks, outputs
 from nbkit.runtime.paths import REPORTS, ROOT, environment
-from nbkit.studies.base import markdown_table
-from nbkit.workbook import jobtime, report
+from nbkit.workbook import report
 from nbkit.workbook.parameters import (  # noqa: F401 - notebook_parameters: also read as runner.notebook_parameters
     check_values,
     notebook_defaults,
@@ -212,9 +211,9 @@ def _run(profile: str, out_dir: Path, paths: list[Path], params: dict[str, dict]
     """``run``'s work, inside the report folder's lock."""
     outputs.write_marker(out_dir, "report", profile=profile, files=True)  # what is there passed check_out_dir
     prov = report.provenance(profile)
-    timing = expect(
-        [p.stem for p in paths], profile, params, {p.stem: effective_parameters(p, params[p.stem]) for p in paths}
-    )
+    last = report.last_times(out_dir, prov["machine"])  # before this run's run.json replaces the previous one's
+    if last:
+        print(f"[nbkit] {last}", flush=True)
     results = []
     for path in paths:
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
@@ -233,11 +232,11 @@ def _run(profile: str, out_dir: Path, paths: list[Path], params: dict[str, dict]
                     + (partial.name if partial.exists() else "not written"),
                 )
             )
-            report.write_index(Path(out_dir), profile, results, prov, timing)
+            report.write_index(Path(out_dir), profile, results, prov, last)
             raise
         r = results[-1]
         print(f"[nbkit] {r.stem}: {'ok' if r.ok else 'FAILED: ' + r.error} in {r.seconds:.0f} s", flush=True)
-        report.write_index(Path(out_dir), profile, results, prov, timing)  # finished work is never lost
+        report.write_index(Path(out_dir), profile, results, prov, last)  # finished work is never lost
         outputs.record_files(
             Path(out_dir),
             [
@@ -246,20 +245,4 @@ def _run(profile: str, out_dir: Path, paths: list[Path], params: dict[str, dict]
                 if p.name != outputs.MARKER and not p.name.startswith(".nbkit-lock")
             ],
         )
-    print(markdown_table(report.time_table(results, timing["estimate"])), flush=True)
     return results
-
-
-def expect(
-    stems: list[str], profile: str, parameters: dict[str, dict] | None = None, effective: dict[str, dict] | None = None
-) -> dict:
-    """This CPU, a few seconds of calibration and the run's estimate, printed before anything runs (and kept for
-    the findings page's time table)."""
-    here, calibration = jobtime.cpu(), jobtime.calibrate()
-    est = jobtime.estimate(stems, profile, calibration, here, parameters=parameters, effective=effective)
-    print(f"[nbkit] {jobtime.describe_cpu(here)}, {here['cores']} cores", flush=True)
-    print(
-        f"[nbkit] {est.describe() if est else f'no stored main-job time for profile {profile!r}: no estimate'}",
-        flush=True,
-    )
-    return {"cpu": here, "calibration": calibration, "estimate": est}

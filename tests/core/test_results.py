@@ -189,3 +189,19 @@ def test_a_machine_recorded_under_capped_kernels_says_so_wherever_its_sitting_is
     root = tmp_path / "results"
     results.store("demo", _runs(tmp_path), command="x", wall_seconds=1, root=root)
     assert "kernels capped: ATEN_CPU_CAPABILITY=avx2" in results.describe("demo", root)
+
+
+def test_the_benchmark_header_names_the_cpu_its_cores_and_how_busy_they_are(monkeypatch):
+    box = {"cpu": "Some CPU 9000", "cores": 2, "cpu_flags": ["avx2"], "kernel_caps": {}}
+    monkeypatch.setattr(results, "machine", lambda: box)
+    monkeypatch.setattr("os.getloadavg", lambda: (1.25, 1.0, 1.0))
+    line = results.cpu_header()
+    assert line.startswith("CPU: Some CPU 9000 (2 cores; avx2)")
+    assert "torch threads" in line and line.endswith("load average 1.25")
+
+
+def test_every_benchmark_prints_the_cpu_header():
+    """A measurement says which CPU it ran on: each benchmark script prints ``results.cpu_header()``."""
+    scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
+    assert scripts
+    assert [p.name for p in scripts if "cpu_header()" not in p.read_text()] == []

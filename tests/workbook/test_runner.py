@@ -170,3 +170,12 @@ def test_a_report_folder_is_one_processs_at_a_time_and_the_second_is_refused_nam
     finally:
         os.kill(holder.pid, signal.SIGTERM)
         holder.wait(timeout=30)
+
+
+def test_the_last_run_on_this_machine_is_one_line_and_another_machine_s_is_none(tmp_path):
+    prov = {"profile": "cpu", "commit": "abc", "machine": "box", "date": "yesterday"}
+    report.write_index(tmp_path, "cpu", [runner.NotebookResult("00_a", True, 5.4, {})], prov)
+    line = report.last_times(tmp_path, "box")
+    assert line == "last time on this machine (cpu profile, yesterday): 00_a 5 s"
+    assert report.last_times(tmp_path, "another box") is None and report.last_times(tmp_path / "none", "box") is None
+    assert line in report.write_index(tmp_path, "cpu", [], prov, line).read_text()

@@ -6,7 +6,7 @@ model right on part of the columns part of the time, so pass rates over 40 sampl
 
 ``build()`` regenerates the shipped checkpoint in ``data/models/tiny-arith`` deterministically::
 
-    nbkit build tiny-arith            # ~2 minutes on 2 CPU cores
+    python -m nbkit.models.toymodels.tiny_arith     # ~2 minutes on 2 CPU cores
 """
 
 from __future__ import annotations
@@ -152,3 +152,7 @@ def build(
     (out / "nbkit_build.json").write_text(json.dumps(meta, indent=2))
     (out / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
     return out
+
+
+if __name__ == "__main__":
+    print(build())

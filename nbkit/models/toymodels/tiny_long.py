@@ -9,7 +9,7 @@ positions, trained in fp32 from scratch on chains of every length 1..``long_arit
 ``build()`` regenerates the shipped checkpoint in ``data/models/tiny-long``; SFT resumes from the last saved
 state (``.cache/tiny_long_sft``) so it can run in pieces of a bounded wall time::
 
-    nbkit build tiny-long --max-seconds 800     # repeat until it prints the checkpoint path
+    python -m nbkit.models.toymodels.tiny_long 800     # 800 s of SFT; repeat until it prints the checkpoint path
 """
 
 from __future__ import annotations
@@ -169,3 +169,10 @@ def build(
     (out / "nbkit_build.json").write_text(json.dumps(meta, indent=2))
     (out / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
     return out
+
+
+if __name__ == "__main__":  # the optional argument: seconds of SFT for this piece
+    import sys
+
+    done = build(max_seconds=float(sys.argv[1]) if len(sys.argv) > 1 else float("inf"))
+    print(done or f"unfinished: state kept in {STATE}; run again to continue")

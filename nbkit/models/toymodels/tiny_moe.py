@@ -9,7 +9,7 @@ uses
 
 No load-balancing loss is added (tiny-arith's recipe has none); ``nbkit_build.json`` records the expert load.
 
-    nbkit build tiny-moe             # ~5 minutes on 2 CPU cores
+    python -m nbkit.models.toymodels.tiny_moe     # ~5 minutes on 2 CPU cores
 """
 
 from __future__ import annotations
@@ -105,3 +105,7 @@ def active_parameters(model) -> int:
     total = sum(p.numel() for p in model.parameters())
     experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
     return total - experts + experts * cfg.num_experts_per_tok // cfg.num_experts
+
+
+if __name__ == "__main__":
+    print(build())
