@@ -19,7 +19,7 @@ settings are those notebook ``03_rl_training`` builds (``nbkit.rl.SANITY_RUN`` w
 
 Sizes fit the named GPU (``--gpu-gib``; by default the smallest card's size as ``nvidia-smi`` reports it, 80
 where none is seen: an A100/H100 80GB): the vLLM context is the longest
-prompt allowed (``PROMPT_BUDGET``) + ``max_tokens``, and ``gradient_accumulation_steps`` is chosen from tokens
+prompt allowed (``sizing.PROMPT_BUDGET``) + ``max_tokens``, and ``gradient_accumulation_steps`` is chosen from tokens
 per GPU by the memory estimate of ``nbkit.rl.memory``, printed above each trainer command.
 
 The commands run as printed on a fresh node, from the project root: the first step installs the venv (``make venv``
@@ -56,9 +56,6 @@ from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOK = "03_rl_training"
 MODES = ("server", "colocate")
-PROMPT_BUDGET = 2048
-"""Prompt tokens a plan allows for: the server's ``--max-model-len`` is this + ``max_tokens``, and the memory
-estimate pads every sequence to it (a run whose longest prompt is longer stops at start-up, naming the length)."""
 SERVER_VLLM = "0.32.0"
 """The vLLM version the printed server command is for (the ``vllm`` extra's pin in ``pyproject.toml``, whose
 declared requirements ``requirements/vllm-metadata`` keeps): TRL's ``build_command`` picks flags by vLLM version,
@@ -188,8 +185,8 @@ def hunt_steps(profile: str, gpus: int, gpu_gib: float, after_servers: bool = Fa
     estimates: dict[str, list[str]] = {}  # the estimate's line -> the run kinds it is for (fp16 and bf16 alike)
     for notebook, run, cfg in gpu_budget.notebook_runs(profile):
         if notebook == "04_where_bf16_breaks":
-            cfg, fit = sizing.size(cfg, 1, cfg.max_tokens + PROMPT_BUDGET, gpu_gib, "single_gpu")
-            estimates.setdefault(fit.text(cfg.max_tokens + PROMPT_BUDGET), []).append(run)
+            cfg, fit = sizing.size(cfg, 1, cfg.max_tokens + sizing.PROMPT_BUDGET, gpu_gib, "single_gpu")
+            estimates.setdefault(fit.text(cfg.max_tokens + sizing.PROMPT_BUDGET), []).append(run)
     flags = [f for k, v in options.items() for f in ("--set", f"{k}={json.dumps(v)}")]
     commands = [f"# {'; '.join(kinds)}: {line}" for line, kinds in estimates.items()] + [
         f"CUDA_VISIBLE_DEVICES={i} "
@@ -220,7 +217,8 @@ def trainer_flags(cfg: RLConfig, skip: tuple[str, ...] = ()) -> list[str]:
 def server_command(cfg: RLConfig, tensor_parallel: int, port: int, host: str = LOCALHOST) -> list[str]:
     """``vllm serve`` as TRL builds it for ``trl vllm-serve``, serving ``cfg``'s model in its rollout dtype: the
     model's resolved path (a shipped name such as ``tiny-arith`` is no hub id; under the project root, relative to
-    it), a context of ``PROMPT_BUDGET`` + ``max_tokens`` within the model's own positions, listening on ``host``."""
+    it), a context of ``sizing.PROMPT_BUDGET`` + ``max_tokens`` within the model's own positions, listening on
+    ``host``."""
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     from nbkit.models import models
@@ -235,7 +233,7 @@ def server_command(cfg: RLConfig, tensor_parallel: int, port: int, host: str = L
         tensor_parallel_size=tensor_parallel,
         port=port,
         dtype=VLLM_NAMES[cfg.rollout],
-        max_model_len=min(cfg.max_tokens + PROMPT_BUDGET, memory.model_shape(cfg.model).context),
+        max_model_len=min(cfg.max_tokens + sizing.PROMPT_BUDGET, memory.model_shape(cfg.model).context),
     )
     with server_vllm_version(SERVER_VLLM):
         command = build_command(args)
@@ -334,7 +332,7 @@ def make_plan(
             cfg, fit = sized(cfg, kind, trainers, gpu_gib, colocated=mode == "colocate")
             flags = trainer_flags(cfg, ENGINE_FIELDS) + extra
             commands += [
-                "# " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
+                "# " + fit.text(cfg.max_tokens + sizing.PROMPT_BUDGET),
                 f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags),
             ]
         for cfg in [c for c in ppo_configs(profile) if c.train_dtype == dtype]:
@@ -342,7 +340,7 @@ def make_plan(
             cfg, fit = sized(cfg, "single_gpu", 1, gpu_gib, colocated=mode == "colocate")
             one = _accelerate(online, "single_gpu", dtype, 1, main_process_port)
             commands += [
-                "# PPO (critic in one process): " + fit.text(cfg.max_tokens + PROMPT_BUDGET),
+                "# PPO (critic in one process): " + fit.text(cfg.max_tokens + sizing.PROMPT_BUDGET),
                 "CUDA_VISIBLE_DEVICES=0 " + shlex.join(one + trainer_flags(cfg, ENGINE_FIELDS) + extra),
             ]
         steps.append((f"{dtype.upper()}: training runs ({len(commands) // 2})", commands))
@@ -376,9 +374,11 @@ def node_preflight(configs: list[RLConfig], gpu_gib: float, **facts) -> tuple[li
 
 def sized(cfg: RLConfig, kind: str, trainers: int, gpu_gib: float, colocated: bool):
     """``cfg`` with ``gradient_accumulation_steps`` and vLLM sleep as the run itself will choose them when it starts
-    (``nbkit.rl.sizing.size``, every sequence padded to ``PROMPT_BUDGET`` + ``max_tokens``), and that fit."""
+    (``nbkit.rl.sizing.size``, every sequence padded to ``sizing.PROMPT_BUDGET`` + ``max_tokens``), and that fit."""
     engine = {"rollout_engine": "vllm", "vllm_mode": "colocate" if colocated else "server"}
-    cfg, fit = sizing.size(dataclasses.replace(cfg, **engine), trainers, cfg.max_tokens + PROMPT_BUDGET, gpu_gib, kind)
+    cfg, fit = sizing.size(
+        dataclasses.replace(cfg, **engine), trainers, cfg.max_tokens + sizing.PROMPT_BUDGET, gpu_gib, kind
+    )
     return dataclasses.replace(cfg, vllm_sleep_mode=cfg.vllm_sleep_mode and colocated), fit
 
 

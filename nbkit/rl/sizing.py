@@ -32,6 +32,11 @@ import nbkit.rl.memory as memory
 from nbkit.models import models
 from nbkit.rl.inputs import check_prompts, load_task, micro_batch, per_device_batch
 
+PROMPT_BUDGET = 2048
+"""Prompt tokens a plan allows for (``nbkit plan``, ``nbkit gpu-budget``): the server's ``--max-model-len`` is this +
+``max_tokens``, and the estimate pads every sequence to it (a run whose longest prompt is longer stops at start-up,
+naming the length)."""
+
 
 def device_gib(cfg) -> float | None:
     """GPU memory one training process is sized for: ``cfg.gpu_memory_gib`` when set (stated), else the total memory
