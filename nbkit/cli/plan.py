@@ -27,6 +27,9 @@ with the GPU vLLM, ``GPU_VLLM_SPEC``; it installs and nothing else), the second 
 project's cache, and every executable is the venv's (``.venv/bin/...``). The workbook's entry points default to
 ``HF_HUB_OFFLINE=1`` (``nbkit.runtime.paths``), so a command that names a hub model carries ``HF_HUB_OFFLINE=0``, and
 the tools that are not the workbook's (``hf``, ``vllm``) get the project's ``HF_HOME``, so all read one cache.
+
+Why ours: ``trl vllm-serve`` and ``accelerate launch`` each start one process and know nothing of a profile's runs,
+a node's GPUs or their order; the commands themselves are theirs.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ runs, ``nbkit train``): where a GPU's memory is known (``RLConfig.gpu_memory_gib
 
 Even one sequence per micro-batch that does not fit is refused before the model loads, with the estimate's terms.
 Where no GPU memory is known (the CPU path) nothing changes. ``nbkit plan`` prints commands sized by ``size`` too.
+
+Why ours: accelerate's ``find_executable_batch_size`` halves a batch after each out-of-memory error, i.e. once the
+model and a colocated vLLM engine have loaded, and cannot choose vLLM sleep; TRL takes the micro-batch as given.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ The gpu profile runs each notebook in one kernel on one GPU (vLLM colocated); ea
 vLLM sleep when it starts (``nbkit.rl.sizing``), and the estimate is that choice for an 80 GiB GPU, every sequence
 padded to the longest prompt ``sizing.PROMPT_BUDGET`` + ``max_tokens``. ``nbkit plan`` re-sizes its
 own multi-GPU commands with the same model.
+
+Why ours: the runs are the workbook's notebooks' own, which no library knows; the estimate is ``nbkit.rl.memory``'s.
 """
 
 from __future__ import annotations
