@@ -54,6 +54,7 @@ from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.inputs import per_device_batch
 from nbkit.runtime import paths
 from nbkit.runtime.fieldcheck import Range, check_value
+from nbkit.runtime.pool import free_ports
 from nbkit.runtime.vllm_worker import RESET_EXTENSION
 from nbkit.workbook.profiles import PROFILES
 
@@ -406,17 +407,6 @@ def _hub_env(workbook: bool = False) -> list[str]:
 def _default_server_gpus(gpus: int, total: int) -> int:
     """The fewest server GPUs that leave a trainer count dividing the batch (1 when it divides)."""
     return next((k for k in range(1, gpus) if total % (gpus - k) == 0), 1)
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on this node now (each socket held until all are found)."""
-    import socket
-
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 def _accelerate(online: list[str], kind: str, dtype: str, processes: int, port: int) -> list[str]:
