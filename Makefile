@@ -83,3 +83,20 @@ test-fast: venv
 .PHONY: gpu-smoke
 gpu-smoke: venv
 	$(PY) -m nbkit gpu-check --smoke
+
+# `make wheels`: a folder of the wheels an air-gapped GPU node (torch with CUDA, transformers, accelerate, peft, scipy;
+# no vLLM, TRL or package index) lacks for `nbkit gpu-check --smoke`: TRL and what it imports, at the pins of
+# requirements/base.txt and requirements/gpu-node.txt, each without its dependencies, for that node's Python and
+# platform (WHEELS_PYTHON=3.12 for another). NODE_HAS="pyarrow pandas" leaves out what the node already has (pyarrow
+# is 55 of the 68 MB). The node installs them with pip --no-index (docs/gpu.md).
+WHEELS ?= wheels
+WHEELS_PYTHON ?= $(shell $(PYTHON) -c "import sys; print('%d.%d' % sys.version_info[:2])")
+WHEELS_PLATFORM ?= manylinux_2_28_x86_64
+NODE_HAS ?=
+WHEEL_PINS := $(filter-out $(addsuffix ==%,$(NODE_HAS)),$(shell grep -hE '^(trl|datasets|pyarrow)==' \
+	requirements/base.txt) $(shell grep -hE '^[A-Za-z]' requirements/gpu-node.txt))
+.PHONY: wheels
+wheels:
+	$(PYTHON) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --python-version $(WHEELS_PYTHON) --platform $(WHEELS_PLATFORM) -d $(WHEELS) $(WHEEL_PINS)
+	@echo "[make] $(WHEELS)/: $$(ls $(WHEELS) | wc -l) wheels, $$(du -sh $(WHEELS) | cut -f1)"

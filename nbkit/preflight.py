@@ -17,6 +17,9 @@ Each check returns None when it passes, else one line naming the value it found 
 
 Standard library only: ``make venv`` runs this file with the system Python before any venv exists (and an old
 Python must be able to run it to say that it is too old).
+
+Why ours: pip refuses the Python only once it has resolved the vLLM wheel, and a driver older than the torch wheel's
+CUDA shows only when torch first touches the GPU.
 """
 
 from __future__ import annotations

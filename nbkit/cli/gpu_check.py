@@ -26,6 +26,9 @@ sync's NCCL group takes one rank per device; on one GPU its command is checked a
 of the 1.5B shape, 1 × 4,096 tokens: its peak against ``nbkit.rl.memory``'s estimate). An item that needs vLLM or
 TRL where it is not importable is SKIP, naming what is missing; the JSON record keeps each item's measured values.
 
+Why ours: ``accelerate test`` checks that a launch works, not a run's precision (matmul dtypes, the live scaler, π
+in FP32, a weight sync to a server in the run's dtype), and neither TRL nor vLLM checks those.
+
 Exit status: 0 when every item that could run passed (each SKIP line says why an item could not run here); 1 when
 an item failed; 2 for a bad argument; 3 without ``--smoke`` on a machine with no CUDA GPU (nothing was checked:
 ``gpu-check && train`` does not go ahead). ``--smoke`` on a machine without a GPU lists what cannot run here and

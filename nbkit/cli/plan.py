@@ -19,7 +19,7 @@ settings are those notebook ``03_rl_training`` builds (``nbkit.rl.SANITY_RUN`` w
 
 Sizes fit the named GPU (``--gpu-gib``; by default the smallest card's size as ``nvidia-smi`` reports it, 80
 where none is seen: an A100/H100 80GB): the vLLM context is the longest
-prompt allowed (``PROMPT_BUDGET``) + ``max_completion_length``, and ``gradient_accumulation_steps`` is chosen from tokens
+prompt allowed (``sizing.PROMPT_BUDGET``) + ``max_completion_length``, and ``gradient_accumulation_steps`` is chosen from tokens
 per GPU by the memory estimate of ``nbkit.rl.memory``, printed above each trainer command.
 
 The commands run as printed on a fresh node, from the project root: the first step installs the venv (``make venv``
@@ -27,6 +27,9 @@ with the GPU vLLM, ``GPU_VLLM_SPEC``; it installs and nothing else), the second 
 project's cache, and every executable is the venv's (``.venv/bin/...``). The workbook's entry points default to
 ``HF_HUB_OFFLINE=1`` (``nbkit.runtime.paths``), so a command that names a hub model carries ``HF_HUB_OFFLINE=0``, and
 the tools that are not the workbook's (``hf``, ``vllm``) get the project's ``HF_HOME``, so all read one cache.
+
+Why ours: ``trl vllm-serve`` and ``accelerate launch`` each start one process and know nothing of a profile's runs,
+a node's GPUs or their order; the commands themselves are theirs.
 """
 
 from __future__ import annotations
@@ -51,14 +54,12 @@ from nbkit.rl.config import RLConfig, config_from
 from nbkit.rl.inputs import per_device_batch
 from nbkit.runtime import paths
 from nbkit.runtime.fieldcheck import Range, check_value
+from nbkit.runtime.pool import free_ports
 from nbkit.runtime.vllm_worker import RESET_EXTENSION
 from nbkit.workbook.profiles import PROFILES
 
 NOTEBOOK = "03_rl_training"
 MODES = ("server", "colocate")
-PROMPT_BUDGET = 2048
-"""Prompt tokens a plan allows for: the server's ``--max-model-len`` is this + ``max_completion_length``, and the memory
-estimate pads every sequence to it (a run whose longest prompt is longer stops at start-up, naming the length)."""
 SERVER_VLLM = "0.32.0"
 """The vLLM version the printed server command is for (the ``vllm`` extra's pin in ``pyproject.toml``, whose
 declared requirements ``requirements/vllm-metadata`` keeps): TRL's ``build_command`` picks flags by vLLM version,
@@ -188,8 +189,8 @@ def hunt_steps(profile: str, gpus: int, gpu_gib: float, after_servers: bool = Fa
     estimates: dict[str, list[str]] = {}  # the estimate's line -> the run kinds it is for (fp16 and bf16 alike)
     for notebook, run, cfg in gpu_budget.notebook_runs(profile):
         if notebook == "04_where_bf16_breaks":
-            cfg, fit = sizing.size(cfg, 1, cfg.max_completion_length + PROMPT_BUDGET, gpu_gib, "single_gpu")
-            estimates.setdefault(fit.text(cfg.max_completion_length + PROMPT_BUDGET), []).append(run)
+            cfg, fit = sizing.size(cfg, 1, cfg.max_completion_length + sizing.PROMPT_BUDGET, gpu_gib, "single_gpu")
+            estimates.setdefault(fit.text(cfg.max_completion_length + sizing.PROMPT_BUDGET), []).append(run)
     flags = [f for k, v in options.items() for f in ("--set", f"{k}={json.dumps(v)}")]
     commands = [f"# {'; '.join(kinds)}: {line}" for line, kinds in estimates.items()] + [
         f"CUDA_VISIBLE_DEVICES={i} "
@@ -220,7 +221,8 @@ def trainer_flags(cfg: RLConfig, skip: tuple[str, ...] = ()) -> list[str]:
 def server_command(cfg: RLConfig, tensor_parallel: int, port: int, host: str = LOCALHOST) -> list[str]:
     """``vllm serve`` as TRL builds it for ``trl vllm-serve``, serving ``cfg``'s model in its rollout dtype: the
     model's resolved path (a shipped name such as ``tiny-arith`` is no hub id; under the project root, relative to
-    it), a context of ``PROMPT_BUDGET`` + ``max_tokens`` within the model's own positions, listening on ``host``."""
+    it), a context of ``sizing.PROMPT_BUDGET`` + ``max_tokens`` within the model's own positions, listening on
+    ``host``."""
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     from nbkit.models import models
@@ -235,7 +237,7 @@ def server_command(cfg: RLConfig, tensor_parallel: int, port: int, host: str = L
         tensor_parallel_size=tensor_parallel,
         port=port,
         dtype=VLLM_NAMES[cfg.rollout],
-        max_model_len=min(cfg.max_completion_length + PROMPT_BUDGET, memory.model_shape(cfg.model).context),
+        max_model_len=min(cfg.max_completion_length + sizing.PROMPT_BUDGET, memory.model_shape(cfg.model).context),
     )
     with server_vllm_version(SERVER_VLLM):
         command = build_command(args)
@@ -334,7 +336,7 @@ def make_plan(
             cfg, fit = sized(cfg, kind, trainers, gpu_gib, colocated=mode == "colocate")
             flags = trainer_flags(cfg, ENGINE_FIELDS) + extra
             commands += [
-                "# " + fit.text(cfg.max_completion_length + PROMPT_BUDGET),
+                "# " + fit.text(cfg.max_completion_length + sizing.PROMPT_BUDGET),
                 f"CUDA_VISIBLE_DEVICES={train_devices} " + shlex.join(accel + flags),
             ]
         for cfg in [c for c in ppo_configs(profile) if c.train_dtype == dtype]:
@@ -342,7 +344,7 @@ def make_plan(
             cfg, fit = sized(cfg, "single_gpu", 1, gpu_gib, colocated=mode == "colocate")
             one = _accelerate(online, "single_gpu", dtype, 1, main_process_port)
             commands += [
-                "# PPO (critic in one process): " + fit.text(cfg.max_completion_length + PROMPT_BUDGET),
+                "# PPO (critic in one process): " + fit.text(cfg.max_completion_length + sizing.PROMPT_BUDGET),
                 "CUDA_VISIBLE_DEVICES=0 " + shlex.join(one + trainer_flags(cfg, ENGINE_FIELDS) + extra),
             ]
         steps.append((f"{dtype.upper()}: training runs ({len(commands) // 2})", commands))
@@ -376,10 +378,10 @@ def node_preflight(configs: list[RLConfig], gpu_gib: float, **facts) -> tuple[li
 
 def sized(cfg: RLConfig, kind: str, trainers: int, gpu_gib: float, colocated: bool):
     """``cfg`` with ``gradient_accumulation_steps`` and vLLM sleep as the run itself will choose them when it starts
-    (``nbkit.rl.sizing.size``, every sequence padded to ``PROMPT_BUDGET`` + ``max_completion_length``), and that fit."""
+    (``nbkit.rl.sizing.size``, every sequence padded to ``sizing.PROMPT_BUDGET`` + ``max_completion_length``), and that fit."""
     engine = {"rollout_engine": "vllm", "vllm_mode": "colocate" if colocated else "server"}
     cfg, fit = sizing.size(
-        dataclasses.replace(cfg, **engine), trainers, cfg.max_completion_length + PROMPT_BUDGET, gpu_gib, kind
+        dataclasses.replace(cfg, **engine), trainers, cfg.max_completion_length + sizing.PROMPT_BUDGET, gpu_gib, kind
     )
     return dataclasses.replace(cfg, vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode and colocated), fit
 
@@ -405,17 +407,6 @@ def _hub_env(workbook: bool = False) -> list[str]:
 def _default_server_gpus(gpus: int, total: int) -> int:
     """The fewest server GPUs that leave a trainer count dividing the batch (1 when it divides)."""
     return next((k for k in range(1, gpus) if total % (gpus - k) == 0), 1)
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on this node now (each socket held until all are found)."""
-    import socket
-
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 def _accelerate(online: list[str], kind: str, dtype: str, processes: int, port: int) -> list[str]:

@@ -9,6 +9,9 @@ Every config exists in an FP16 and a BF16 variant. For DDP and FSDP2 the precisi
 is the ``fp16`` / ``bf16`` block of the DeepSpeed file the config points to (FP16 = DeepSpeed's own dynamic loss
 scaler). ``launch_env`` runs accelerate's own launcher code on the file (argument parser, config loader,
 validation, environment preparation) without starting anything, so a config accelerate would reject fails here.
+
+Why ours: ``accelerate launch`` never compares its config's precision with the run's ``train_dtype``, so a BF16
+config would run an FP16 run in BF16 without a word.
 """
 
 from __future__ import annotations

@@ -37,6 +37,9 @@ An estimate, stated with its terms, not a measurement (nothing here has run on a
 Peak = states + activations + vLLM share, or states + max(activations, vLLM share) when the engine sleeps
 between rollouts. The micro-batch is the largest divisor of the process's share whose peak stays within
 ``HEADROOM`` of the GPU.
+
+Why ours: accelerate's ``accelerate estimate-memory`` counts weights and Adam states only (no activations, no
+critic, no vLLM engine), and TRL sizes nothing.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ runs, ``nbkit train``): where a GPU's memory is known (``RLConfig.gpu_memory_gib
 
 Even one sequence per micro-batch that does not fit is refused before the model loads, with the estimate's terms.
 Where no GPU memory is known (the CPU path) nothing changes. ``nbkit plan`` prints commands sized by ``size`` too.
+
+Why ours: accelerate's ``find_executable_batch_size`` halves a batch after each out-of-memory error, i.e. once the
+model and a colocated vLLM engine have loaded, and cannot choose vLLM sleep; TRL takes the micro-batch as given.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ import nbkit.rl.algorithms as algorithms
 import nbkit.rl.memory as memory
 from nbkit.models import models
 from nbkit.rl.inputs import check_prompts, load_task, micro_batch, per_device_batch
+
+PROMPT_BUDGET = 2048
+"""Prompt tokens a plan allows for (``nbkit plan``, ``nbkit gpu-budget``): the server's ``--max-model-len`` is this +
+``max_tokens``, and the estimate pads every sequence to it (a run whose longest prompt is longer stops at start-up,
+naming the length)."""
 
 
 def device_gib(cfg) -> float | None:

@@ -505,11 +505,18 @@ def _has_gpu() -> bool:
     return bool(torch is not None and torch.cuda.is_available())
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on this node now (each socket held until all are found): rendezvous, servers."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def free_port() -> int:
-    """A TCP port free on localhost now (each child's own torch.distributed rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on this node now (each child's own torch.distributed rendezvous)."""
+    return free_ports(1)[0]
 
 
 # ----- in a worker -----------------------------------------------------------------------------------------------

@@ -5,8 +5,10 @@
 
 The gpu profile runs each notebook in one kernel on one GPU (vLLM colocated); each run chooses its micro-batch and
 vLLM sleep when it starts (``nbkit.rl.sizing``), and the estimate is that choice for an 80 GiB GPU, every sequence
-padded to the longest prompt ``PROMPT_BUDGET`` + ``max_completion_length``. ``nbkit plan`` re-sizes its
+padded to the longest prompt ``sizing.PROMPT_BUDGET`` + ``max_completion_length``. ``nbkit plan`` re-sizes its
 own multi-GPU commands with the same model.
+
+Why ours: the runs are the workbook's notebooks' own, which no library knows; the estimate is ``nbkit.rl.memory``'s.
 """
 
 from __future__ import annotations
@@ -17,9 +19,6 @@ from nbkit.rl import memory, sizing
 from nbkit.rl.config import config_from
 from nbkit.studies import ablation, ppo
 from nbkit.workbook.profiles import PROFILES
-
-PROMPT_BUDGET = 2048
-"""Prompt tokens budgeted per sequence (``nbkit.cli.plan.PROMPT_BUDGET``)."""
 
 
 @dataclass(frozen=True)
@@ -167,15 +166,8 @@ def notebook_runs(profile: str = "gpu") -> list[tuple[str, str, object]]:
 def estimate(cfg, gpu_gib: float = 80) -> tuple[int, float, float, float, float, bool]:
     """(micro-batch, peak, states, activations, vLLM, vLLM asleep) in GiB of ``cfg`` on one GPU with vLLM colocated, as the run
     sizes itself when it starts there (``nbkit.rl.sizing.size``; the configured accumulation is a floor)."""
-    sized, fit = sizing.size(cfg, 1, cfg.max_completion_length + PROMPT_BUDGET, gpu_gib, "single_gpu")
-    return (
-        fit.micro_batch,
-        fit.peak_gib,
-        fit.states_gib,
-        fit.activations_gib,
-        fit.vllm_gib,
-        sized.vllm_enable_sleep_mode,
-    )
+    sized, fit = sizing.size(cfg, 1, cfg.max_completion_length + sizing.PROMPT_BUDGET, gpu_gib, "single_gpu")
+    return fit.micro_batch, fit.peak_gib, fit.states_gib, fit.activations_gib, fit.vllm_gib, sized.vllm_enable_sleep_mode
 
 
 def budget(profile: str = "gpu", gpu_gib: float = 80) -> list[Row]:

@@ -8,7 +8,7 @@ import pytest
 
 from nbkit.cli import plan
 from nbkit.cli import train as cli_train
-from nbkit.rl import launch
+from nbkit.rl import launch, sizing
 from nbkit.runtime.paths import ROOT
 from nbkit.workbook import gpu_budget
 
@@ -282,7 +282,7 @@ def test_the_server_serves_the_models_resolved_path_within_its_positions():
     for argv in [c for c in commands(plan.make_plan("gpu", gpus=8).text()) if "serve" in c]:
         cfg = plan.run_configs("gpu")[0]
         assert argv[argv.index("serve") + 1] == cfg.model
-        assert int(argv[argv.index("--max-model-len") + 1]) == cfg.max_completion_length + plan.PROMPT_BUDGET
+        assert int(argv[argv.index("--max-model-len") + 1]) == cfg.max_completion_length + sizing.PROMPT_BUDGET
 
 
 def test_the_server_listens_on_localhost_on_free_ports_and_says_to_restart_it_after_a_crash():

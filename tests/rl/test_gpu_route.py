@@ -15,7 +15,7 @@ import torch
 from nbkit import engines
 from nbkit.cli import plan
 from nbkit.cli import train as cli_train
-from nbkit.rl import RLConfig, amp, launch, memory
+from nbkit.rl import RLConfig, amp, launch, memory, sizing
 from nbkit.rl.monitor import first_non_finite
 from nbkit.rl.run import grpo_config, micro_batch, needed_context, trl_prompt
 from nbkit.rl.scaling import step_was_skipped
@@ -119,10 +119,10 @@ def test_plan_commands_fit_the_gpu_they_name(gpus):
         peak, gib = map(float, estimate.split("peak ")[1].split(" GiB")[0].split(" of "))
         assert estimate.startswith(("# per training GPU", "# PPO (critic in one process): per training GPU"))
         assert peak <= memory.HEADROOM * gib == memory.HEADROOM * 80
-        assert f"activations of {micro} × {cfg.max_completion_length + plan.PROMPT_BUDGET} tokens" in estimate
+        assert f"activations of {micro} × {cfg.max_completion_length + sizing.PROMPT_BUDGET} tokens" in estimate
         assert cfg.vllm_enable_sleep_mode == (gpus == 1)  # colocated on one GPU: vLLM's share is free during backward
     for server in [shlex.split(line) for line in lines if " serve " in line]:
-        assert int(server[server.index("--max-model-len") + 1]) == 8192 + plan.PROMPT_BUDGET
+        assert int(server[server.index("--max-model-len") + 1]) == 8192 + sizing.PROMPT_BUDGET
         assert "--enable-scale-out" in server  # the flag of the server's vLLM (0.32), whatever is installed here
 
 

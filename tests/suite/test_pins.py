@@ -2,11 +2,15 @@
 ``requirements/vllm-metadata``) that the project's transformers / torch pins meet, and the install step a GPU user is
 told to run installs the same vLLM and nothing else."""
 
+import contextlib
 import importlib.metadata
 import shutil
+import subprocess
 
 import pytest
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 from nbkit.cli import plan
 from nbkit.runtime import gpu_pins
@@ -80,3 +84,55 @@ def test_the_documented_gpu_install_only_installs_the_chosen_vllm():
     makefile = (ROOT / "Makefile").read_text()
     venv_recipe = makefile.split("\n$(STAMP):", 1)[1].split("\n\n", 1)[0]
     assert "runner" not in venv_recipe and "pytest" not in venv_recipe  # installs, runs nothing
+
+
+# -- make wheels: the air-gapped GPU node's missing packages (docs/gpu.md) --------------------------------------
+NODE = ("torch", "transformers", "accelerate", "peft", "scipy")
+"""What an air-gapped GPU node has (with their own requirements); ``make wheels`` brings what the smoke test lacks."""
+
+
+def _wheels_command(*args: str) -> str:
+    done = subprocess.run(["make", "-n", "wheels", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout.split("echo", 1)[0]  # the pip download line, not the size report
+
+
+def _pinned(path) -> dict[str, str]:
+    lines = (ROOT / path).read_text().splitlines()
+    return dict(line.split("==", 1) for line in lines if line and not line.startswith(("#", "-")))
+
+
+def _requirement_closure(names) -> set[str]:
+    """``names`` and every distribution they require, transitively, as installed here (extras left out)."""
+    seen, todo = set(), [canonicalize_name(n) for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            for spec in importlib.metadata.requires(name) or []:
+                req = Requirement(spec)
+                if req.marker is None or req.marker.evaluate({"extra": ""}):
+                    todo.append(canonicalize_name(req.name))
+    return seen
+
+
+def test_make_wheels_downloads_each_pinned_package_without_its_dependencies():
+    command = _wheels_command()
+    assert "pip download" in command and "--no-deps" in command and "--only-binary=:all:" in command
+    base, node = _pinned("requirements/base.txt"), _pinned("requirements/gpu-node.txt")
+    wanted = {name: base[name] for name in ("trl", "datasets", "pyarrow")} | node
+    named = {canonicalize_name(a.split("==")[0]): a.split("==")[1] for a in command.split() if "==" in a}
+    assert named == {canonicalize_name(n): v for n, v in wanted.items()}
+
+
+def test_make_wheels_brings_everything_trl_needs_beyond_the_gpu_nodes_packages():
+    named = {canonicalize_name(a.split("==")[0]) for a in _wheels_command().split() if "==" in a}
+    missing = _requirement_closure(["trl"]) - _requirement_closure(NODE)
+    assert {"trl", "datasets", "pyarrow", "pandas"} <= missing  # the node lacks them: the check is not vacuous
+    assert missing <= named, sorted(missing - named)
+
+
+def test_make_wheels_leaves_out_what_the_node_already_has():
+    command = _wheels_command("NODE_HAS=pyarrow pandas")
+    assert "pyarrow==" not in command and "pandas==" not in command and "trl==" in command
