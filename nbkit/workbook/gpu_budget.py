@@ -167,7 +167,14 @@ def estimate(cfg, gpu_gib: float = 80) -> tuple[int, float, float, float, float,
     """(micro-batch, peak, states, activations, vLLM, vLLM asleep) in GiB of ``cfg`` on one GPU with vLLM colocated, as the run
     sizes itself when it starts there (``nbkit.rl.sizing.size``; the configured accumulation is a floor)."""
     sized, fit = sizing.size(cfg, 1, cfg.max_completion_length + sizing.PROMPT_BUDGET, gpu_gib, "single_gpu")
-    return fit.micro_batch, fit.peak_gib, fit.states_gib, fit.activations_gib, fit.vllm_gib, sized.vllm_enable_sleep_mode
+    return (
+        fit.micro_batch,
+        fit.peak_gib,
+        fit.states_gib,
+        fit.activations_gib,
+        fit.vllm_gib,
+        sized.vllm_enable_sleep_mode,
+    )
 
 
 def budget(profile: str = "gpu", gpu_gib: float = 80) -> list[Row]:
