@@ -124,6 +124,18 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
     return NotebookResult(path.stem, not error, seconds, parameters, error, defaults)
 
 
+INDEX_FILES = ("index.html", "run.json", "plotly.min.js")
+"""What ``report.write_index`` writes into the report folder."""
+
+
+def own_files(stem: str) -> list[str]:
+    """Every file a run of notebook ``stem`` may write into the report folder (the executed notebook, its HTML, log,
+    summary, figure and partial files) and the index's: recorded in the folder's marker before the notebook starts,
+    so a run killed mid-notebook (``kill -9``, out of memory) leaves files the rerun knows as its own."""
+    names = [f"{stem}.ipynb", f"{stem}.html", *(p.name for p in report.stale_files(Path(), stem))]
+    return [*names, *(p.name for p in partial_files(Path(), stem)), *INDEX_FILES]
+
+
 PARTIAL = ".partial"
 """Inserted before ``.ipynb`` / ``.html`` in the name of a notebook cut off by Ctrl-C (``mark_partial``)."""
 
@@ -217,6 +229,7 @@ def _run(profile: str, out_dir: Path, paths: list[Path], params: dict[str, dict]
     )
     results = []
     for path in paths:
+        outputs.record_files(out_dir, own_files(path.stem))  # before any is written: a killed run's files stay its own
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
         start = time.time()
         try:
