@@ -80,3 +80,16 @@ def test_the_documented_gpu_install_only_installs_the_chosen_vllm():
     makefile = (ROOT / "Makefile").read_text()
     venv_recipe = makefile.split("\n$(STAMP):", 1)[1].split("\n\n", 1)[0]
     assert "runner" not in venv_recipe and "pytest" not in venv_recipe  # installs, runs nothing
+
+
+def test_requires_python_is_the_oldest_python_the_pinned_vllm_installs_on():
+    """``pyproject.toml`` must not promise a Python the pinned vLLM (GPU and CPU builds: 0.32) cannot install on."""
+    from nbkit.runtime import venvcheck
+
+    metadata = (ROOT / "requirements" / "vllm-metadata" / f"vllm-{plan.SERVER_VLLM}.METADATA").read_text()
+    requires = next(
+        line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Python")
+    )
+    oldest = venvcheck.required_python()
+    assert f"{oldest[0]}.{oldest[1]}" in SpecifierSet(requires)
+    assert f"{oldest[0]}.{oldest[1] - 1}" not in SpecifierSet(requires)  # no newer floor than the wheel's either
