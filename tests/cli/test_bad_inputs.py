@@ -210,6 +210,14 @@ def field_cases() -> list[Case]:
     return cases
 
 
+def edited_page(c: Ctx) -> str:
+    """A results page a user wrote under the page's own heading (or one they edited): not the workbook's to replace."""
+    from nbkit.studies import results_md
+
+    (c.tmp / "R-edited.md").write_text(results_md.HEADER + "\nmy own line\n")
+    return str(c.tmp / "R-edited.md")
+
+
 def nbkit(*argv):
     """The ``nbkit`` command line (what a user types)."""
     return lambda c: cli_main.main([a(c) if callable(a) else a for a in argv])
@@ -985,6 +993,15 @@ CASES = [
         lambda c: outputs.check_replace(c.tmp / ("s" * 250), "results"),
         outputs.OutputFolderError,
         "is 250 bytes long",
+    ),
+]
+# --- issue 73: interrupted work, edited pages, unusual files
+CASES += [
+    Case(
+        "cli-results-md-out-a-page-edited-since-it-was-written",
+        nbkit("results-md", "--out", lambda c: edited_page(c)),
+        EXIT_2,
+        "is not a page this command wrote, or was edited since",
     ),
 ]
 CASES += field_cases()
