@@ -218,6 +218,21 @@ def edited_page(c: Ctx) -> str:
     return str(c.tmp / "R-edited.md")
 
 
+def stopped_run(c: Ctx, name: str, rows: str, complete: tuple[int, ...], config: str | None = None) -> str:
+    """A run folder of the workbook's as a kill leaves it: ``metrics.jsonl`` holding ``rows``, the ``complete``
+    checkpoints and ``config.json`` (``config``: its text; default the run's own, that of ``rl(c)``)."""
+    out = c.tmp / name
+    shutil.rmtree(out, ignore_errors=True)
+    outputs.write_marker(out, "rl-run")
+    cfg = rl(c, output_dir=str(out))
+    (out / "config.json").write_text(json.dumps(cfg.to_dict()) if config is None else config)
+    (out / "metrics.jsonl").write_text(rows)
+    for step in complete:
+        (out / f"checkpoint-{step}").mkdir()
+        (out / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return str(out)
+
+
 def nbkit(*argv):
     """The ``nbkit`` command line (what a user types)."""
     return lambda c: cli_main.main([a(c) if callable(a) else a for a in argv])
@@ -997,6 +1012,14 @@ CASES = [
 ]
 # --- issue 73: interrupted work, edited pages, unusual files
 CASES += [
+    Case(
+        "train-resume-log-ends-short-of-the-only-checkpoint",
+        lambda c: train(
+            rl(c, steps=4, resume=True, output_dir=stopped_run(c, "short-log", '{"step": 1}\n{"step": 2', (2,)))
+        ),
+        FileNotFoundError,
+        ("metrics.jsonl ends at step 1, short of", "step(s) 2 without a metrics row"),
+    ),
     Case(
         "cli-results-md-out-a-page-edited-since-it-was-written",
         nbkit("results-md", "--out", lambda c: edited_page(c)),
