@@ -22,6 +22,7 @@ from nbkit.runtime.paths import REPORTS, ROOT, environment
 from nbkit.studies.base import markdown_table
 from nbkit.workbook import jobtime, report
 from nbkit.workbook.parameters import (  # noqa: F401 - notebook_parameters: also read as runner.notebook_parameters
+    check_names,
     check_values,
     notebook_defaults,
     notebook_parameters,
@@ -169,9 +170,7 @@ def check_parameters(path: Path, parameters: dict) -> None:
     after its parameters (``nbkit.workbook.parameters``: type of its default, range, choices; ``config_overrides``
     keys are ``RLConfig`` fields)."""
     known = notebook_defaults(path)
-    unknown = sorted(set(parameters) - set(known))
-    if unknown:
-        raise ValueError(f"notebook {path.stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
+    check_names(path.stem, parameters, known)
     check_values(path.stem, parameters, known)
 
 

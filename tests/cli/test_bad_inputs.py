@@ -28,6 +28,7 @@ from nbkit.rl import RLConfig, config_from, train
 from nbkit.runtime import fieldcheck, outputs
 from nbkit.tasks import dataset
 from nbkit.workbook import runner
+from nbkit.workbook.parameters import check_notebook_parameters
 
 EXIT_2 = 2
 """A command line's refusal: status 2, one line on stderr naming the value."""
@@ -1012,6 +1013,12 @@ CASES = [
 ]
 # --- issue 73: interrupted work, edited pages, unusual files
 CASES += [
+    Case(
+        "notebook-papermill-parameter-it-does-not-have",
+        lambda c: check_notebook_parameters("03_rl_training", {"In": ["", "# Parameters\nnosuchparam = 3\n"]}),
+        ValueError,
+        "notebook 03_rl_training has no parameter(s) ['nosuchparam']; its parameters: [",
+    ),
     Case(
         "train-resume-log-ends-short-of-the-only-checkpoint",
         lambda c: train(
