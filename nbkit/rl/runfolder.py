@@ -294,6 +294,14 @@ def plan_run(cfg) -> RunPlan:
             f"leave them among a new run's files, or write over them; move them out of it, or choose another "
             f"output_dir"
         )
+    unreadable = has_run and (out / "config.json").exists() and not isinstance(_read_json(out / "config.json"), dict)
+    if unreadable and not cfg.overwrite:  # neither a resume (its config is lost) nor a fresh run may use it
+        raise FileExistsError(
+            f"run folder {str(out)!r} holds a run ({last_logged_step(out)} steps logged) whose config.json cannot "
+            f"be read (not JSON: cut short or edited), so it cannot be continued or compared: restore its "
+            f"config.json, pass overwrite=True (resume=False) to replace the run (keeps nothing), or choose another "
+            f"output_dir"
+        )
     if not cfg.resume:
         if has_run and not cfg.overwrite:
             raise FileExistsError(

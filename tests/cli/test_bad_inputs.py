@@ -1014,6 +1014,14 @@ CASES = [
 # --- issue 73: interrupted work, edited pages, unusual files
 CASES += [
     Case(
+        "train-resume-a-run-whose-config-json-is-cut",
+        lambda c: train(
+            rl(c, resume=True, output_dir=stopped_run(c, "cut-config", '{"step": 1}\n', (1,), config='{"mod'))
+        ),
+        FileExistsError,
+        ("whose config.json cannot be read", "overwrite=True"),
+    ),
+    Case(
         "notebook-papermill-parameter-it-does-not-have",
         lambda c: check_notebook_parameters("03_rl_training", {"In": ["", "# Parameters\nnosuchparam = 3\n"]}),
         ValueError,

@@ -244,3 +244,16 @@ def test_a_resume_whose_log_ends_short_of_every_checkpoint_is_refused_naming_the
     with pytest.raises(FileNotFoundError, match=r"ends at step 2, short of .*\['checkpoint-4'\]: .* step\(s\) 3-4 "):
         runfolder.plan_run(cfg)
     assert (cfg.out / "metrics.jsonl").read_bytes() == before and (cfg.out / "checkpoint-4").is_dir()
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_run_whose_config_json_is_corrupt_is_refused_alike_with_or_without_resume(tmp_path, arith_jsonl, resume):
+    """Issue 73, 6: each refusal pointed at the other (resume: "holds no run to continue"; a plain run: "pass
+    resume=True"); both now name the unreadable config.json and what to do."""
+    cfg = config(tmp_path / "run", arith_jsonl, resume=resume)
+    _stopped_run(cfg, '{"step": 1}\n{"step": 2}\n', complete=(2,))
+    (cfg.out / "config.json").write_text('{"model": "tiny-ar')
+    with pytest.raises(FileExistsError, match=r"\(2 steps logged\) whose config.json cannot be read") as err:
+        runfolder.plan_run(cfg)
+    assert "overwrite=True" in str(err.value) and "holds no run to continue" not in str(err.value)
+    assert "pass resume=True" not in str(err.value)
