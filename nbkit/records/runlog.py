@@ -45,7 +45,9 @@ class MetricsLog:
         path = Path(path)
         if not path.exists():
             return []
-        lines = path.read_text().splitlines()
+        lines = (
+            path.read_text(encoding="utf-8").removesuffix("\n").split("\n")
+        )  # "\n" only: a text may hold U+2028 (splitlines)
         rows = []
         for i, line in enumerate(lines, 1):
             if not line.strip():
