@@ -1014,6 +1014,14 @@ CASES = [
 # --- issue 73: interrupted work, edited pages, unusual files
 CASES += [
     Case(
+        "train-a-10-mb-problem",
+        lambda c: train(
+            rl(c, dataset=_jsonl(c.tmp / "huge.jsonl", [{"problem": "1" * 10**7 + "+1=", "answer": "2"}] * 2))
+        ),
+        ValueError,
+        ("has 10000003 characters", "more than the model's whole context of 128 positions", "shorten it or drop it"),
+    ),
+    Case(
         "train-resume-a-run-whose-config-json-is-cut",
         lambda c: train(
             rl(c, resume=True, output_dir=stopped_run(c, "cut-config", '{"step": 1}\n', (1,), config='{"mod'))
