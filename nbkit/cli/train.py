@@ -100,6 +100,8 @@ def read_config_file(path: str | Path) -> dict:
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"config file {str(path)!r} is a folder: name a YAML or JSON file in it")
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} not found")
     text = _config_text(path)

@@ -1014,6 +1014,24 @@ CASES = [
 # --- issue 73: interrupted work, edited pages, unusual files
 CASES += [
     Case(
+        "cli-train-config-a-folder",
+        nbkit("train", "--config", lambda c: c.users_folder),
+        EXIT_2,
+        "is a folder: name a YAML or JSON file in it",
+    ),
+    Case(
+        "train-a-dict-of-fields",
+        lambda c: train({"steps": 1}),
+        TypeError,
+        "train() takes an RLConfig, got a dict; pass RLConfig(**fields)",
+    ),
+    Case(
+        "cli-study-set-a-list-option-to-one-value",
+        nbkit("study", "ppo_tiny_arith", "run", "--set", "seeds=5"),
+        EXIT_2,
+        "--set seeds=5: ppo_tiny_arith's seeds is a list; write seeds=[5]",
+    ),
+    Case(
         "train-a-10-mb-problem",
         lambda c: train(
             rl(c, dataset=_jsonl(c.tmp / "huge.jsonl", [{"problem": "1" * 10**7 + "+1=", "answer": "2"}] * 2))
