@@ -17,6 +17,7 @@ process (``nbkit.rl.run.grpo_config``).
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Annotated
@@ -632,7 +633,11 @@ class RLConfig:
 
         known = [f.name for f in fields(GRPOConfig)]
         set_by = {trl: name for name, trl in trl_fields().items()}
-        for key in self.trl:
+        numeric = {f.name for f in fields(GRPOConfig) if f.type in (float, int, "float", "int")}
+        for key, value in self.trl.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if key in numeric and not (number and math.isfinite(value)):  # ("NaN": torch's optimiser fails unnamed)
+                raise ValueError(f"trl: {key!r} = {value!r}: GRPOConfig's {key} is a number; give a finite one")
             if key in set_by:
                 raise ValueError(f"trl: {key!r} is set by the workbook from RLConfig.{set_by[key]}: set that instead")
             if key in {f.name for f in fields(RLConfig)}:

@@ -211,6 +211,11 @@ def field_cases() -> list[Case]:
     return cases
 
 
+def _text(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
 def edited_page(c: Ctx) -> str:
     """A results page a user wrote under the page's own heading (or one they edited): not the workbook's to replace."""
     from nbkit.studies import results_md
@@ -1013,6 +1018,18 @@ CASES = [
 ]
 # --- issue 73: interrupted work, edited pages, unusual files
 CASES += [
+    Case(
+        "cli-train-trl-setting-nan",
+        nbkit("train", "--trl", '{"adam_epsilon": NaN}'),
+        SystemExit,
+        "trl: 'adam_epsilon' = 'NaN': GRPOConfig's adam_epsilon is a number; give a finite one",
+    ),
+    Case(
+        "cli-train-config-lr-nan-names-its-line",
+        nbkit("train", "--config", lambda c: _text(c.tmp / "nan.yaml", "steps: 4\nlr: .nan\n")),
+        SystemExit,
+        "nan.yaml', line 2: lr must be a finite number, got nan",
+    ),
     Case(
         "cli-train-config-a-folder",
         nbkit("train", "--config", lambda c: c.users_folder),
