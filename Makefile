@@ -24,11 +24,13 @@ CACHE_ENV := $(shell $(PYTHON) nbkit/runtime/paths.py)
 $(foreach kv,$(CACHE_ENV),$(eval export $(kv)))
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: venv test test-fast report bench lab strip clean-venv
+.PHONY: venv test test-fast report bench lab strip clean-venv venv-check
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/base.txt
+# An existing venv is checked first (its Python's version, a broken link, a stamp without packages): one line and the
+# fix (`make clean-venv`) instead of installing into it (nbkit/runtime/venvcheck.py).
+$(STAMP): pyproject.toml requirements/base.txt | venv-check
 	@echo "[make] setting up $(VENV) (first time: a few minutes; log in $(VENV)-install.log)"
 	@: "a GPU build (TORCH_SPEC=vllm==X) first checks Python and the NVIDIA driver: one line per failure (nbkit/preflight.py)"
 	@$(PYTHON) nbkit/preflight.py --build "$(TORCH_SPEC)"
@@ -70,6 +72,9 @@ lab: venv
 
 strip: venv
 	$(VENV)/bin/nbstripout notebooks/*.ipynb
+
+venv-check:
+	@$(PYTHON) nbkit/runtime/venvcheck.py $(VENV)
 
 clean-venv:
 	rm -rf $(VENV) $(VENV)-install.log

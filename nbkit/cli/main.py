@@ -24,7 +24,21 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(_main, argv)
 
 
+def check_text_encoding() -> None:
+    """``ValueError`` in one line when Python reads files as ASCII (``PYTHONUTF8=0`` under ``LANG=C``): the libraries'
+    own templates are UTF-8, and reading one would fail 40 lines deep."""
+    import locale
+
+    encoding = locale.getpreferredencoding(False)
+    if not sys.flags.utf8_mode and encoding.lower().replace("-", "").replace("_", "") != "utf8":
+        raise ValueError(
+            f"Python reads text files as {encoding} here (the locale's encoding, UTF-8 mode off): the workbook's and "
+            f"its libraries' files are UTF-8; set PYTHONUTF8=1 (or LANG=C.UTF-8) and run again"
+        )
+
+
 def _main(argv: list[str]) -> int:
+    check_text_encoding()
     paths.setup_environment()  # an entry point: caches inside the project, hub offline (a user's own setting wins)
 
     argv = sys.argv[1:] if argv is None else argv

@@ -50,6 +50,10 @@ def check_options(study, options: dict) -> None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     valid = sorted(name for name, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL)
+    for key, value in options.items():  # a list option given one value (--set seeds=5): say how to write the list
+        listed = key in params and (isinstance(params[key].default, (list, tuple)) or key.endswith("seeds"))
+        if listed and not isinstance(value, (list, tuple, type(None))):
+            raise ValueError(f"--set {key}={value!r}: {study.name}'s {key} is a list; write {key}=[{value!r}]")
     for key in options:
         if key not in valid:
             close = difflib.get_close_matches(key, valid, n=3)

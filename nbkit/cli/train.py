@@ -101,6 +101,8 @@ def read_config_file(path: str | Path) -> dict:
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"config file {str(path)!r} is a folder: name a YAML or JSON file in it")
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} not found")
     text = _config_text(path)
@@ -312,7 +314,7 @@ def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace
             cfg = RLConfig(**values)
         except (ValueError, TypeError) as exc:  # a value from the file: name the file and line
             name = str(exc).split(" ", 1)[0].rstrip(":")
-            if name in from_file and values[name] == from_file[name]:
+            if name in from_file and (values[name] is from_file[name] or values[name] == from_file[name]):  # nan
                 lines = key_lines(_config_text(Path(path)))
                 line = lines.get(name, lines.get(name.replace("_", "-")))
                 raise ValueError(f"config file {path!r}" + (f", line {line}" if line else "") + f": {exc}") from None

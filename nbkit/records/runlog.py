@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -29,10 +30,26 @@ class MetricsLog:
         self.path = Path(path)  # (its folder is made at the first row: naming a log writes nothing)
 
     def append(self, row: dict) -> None:
+        """Add ``row`` as one line; a write that fails part-way (a file-size limit, a full disk) is cut back to the
+        rows before it and raises ``OSError`` naming the file and the step, so the log never ends in half a row."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(row, default=_plain) + "\n")
-            f.flush()
+        data = memoryview((json.dumps(row, default=_plain) + "\n").encode("utf-8"))
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            except OSError as exc:
+                os.ftruncate(fd, start)
+                raise OSError(
+                    exc.errno,
+                    f"{exc.strerror} writing {self.path}: the row of step {row.get('step', '?')} was not written "
+                    f"(the log keeps its whole rows)",
+                    str(self.path),
+                ) from None
+        finally:
+            os.close(fd)
 
     def rows(self) -> list[dict]:
         """Every row in file order (see ``read``)."""
@@ -45,7 +62,9 @@ class MetricsLog:
         path = Path(path)
         if not path.exists():
             return []
-        lines = path.read_text().splitlines()
+        lines = (
+            path.read_text(encoding="utf-8").removesuffix("\n").split("\n")
+        )  # "\n" only: a text may hold U+2028 (splitlines)
         rows = []
         for i, line in enumerate(lines, 1):
             if not line.strip():

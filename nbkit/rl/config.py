@@ -25,6 +25,7 @@ process (``nbkit.rl.run.grpo_config``).
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Annotated
@@ -639,7 +640,11 @@ class RLConfig:
         from trl import GRPOConfig
 
         known = [f.name for f in fields(GRPOConfig)]
-        for key in self.trl:
+        numeric = {f.name for f in fields(GRPOConfig) if f.type in (float, int, "float", "int")}
+        for key, value in self.trl.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if key in numeric and not (number and math.isfinite(value)):  # ("NaN": torch's optimiser fails unnamed)
+                raise ValueError(f"trl: {key!r} = {value!r}: GRPOConfig's {key} is a number; give a finite one")
             if key in {f.name for f in fields(RLConfig)}:
                 raise ValueError(f"trl: {key!r} is RLConfig's own field {key} (the workbook's setting): set it there")
             if key not in known:

@@ -115,6 +115,8 @@ def train_all(
     in the same pool as the runs, their values returned under their labels too (in this process: before the runs)."""
     beside = dict(beside or {})
     pool.joined(beside, dict.fromkeys(configs))  # a beside job named like a run is refused before anything runs
+    for cfg in configs.values():  # a run folder another process trains now: refused here, not as a failed job
+        runfolder.hold(cfg.out).release()
     placement = pool.place(len(configs) + len(beside), threads, workers)
     if placement.workers == 0:  # in this process: each run shows its own progress bar
         results = {label: pool.call(job.target, job.kwargs) for label, job in beside.items()}

@@ -69,8 +69,15 @@ def check_prompts(cfg: RLConfig, tokenizer, prompts: list[str], model_path: str)
     from transformers import AutoConfig
 
     context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+    widest = max(map(len, tokenizer.get_vocab()), default=0) if context else 0  # characters a token holds at most
     longest = (0, "")
     for prompt in prompts:
+        if widest and len(prompt) > context * widest:  # more tokens than the context for sure: never tokenized
+            raise ValueError(
+                f"prompt {prompt[:60]!r}... has {len(prompt)} characters; model {cfg.model!r}'s tokens hold at most "
+                f"{widest} characters each, so it needs more than the model's whole context of {context} positions: "
+                f"shorten it or drop it from dataset {cfg.dataset!r}"
+            )
         ids = encode_prompt(tokenizer, prompt)
         if not ids:
             raise ValueError(
@@ -93,7 +100,12 @@ def needed_context(cfg: RLConfig, longest_prompt: int, context: int | None, exam
         raise ValueError(
             f"prompt {example[:60]!r} has {longest_prompt} tokens; with max_completion_length={cfg.max_completion_length} "
             f"that exceeds model {cfg.model!r}'s context of {context} positions (vLLM would cut the "
-            f"answers at {context} tokens); lower max_completion_length to at most {context - longest_prompt}"
+            f"answers at {context} tokens); "
+            + (
+                f"lower max_completion_length to at most {context - longest_prompt}"
+                if longest_prompt < context
+                else f"the prompt alone fills the context: shorten it or drop it from dataset {cfg.dataset!r}"
+            )
         )
     return needed
 

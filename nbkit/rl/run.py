@@ -214,6 +214,11 @@ def train(cfg: RLConfig, progress: bool = True) -> RunResult:
     A resume of a finished run with no more steps returns the run's rows without training. The run folder
     (``RunFolder.open``) must be the workbook's (nothing is written into a folder that is not), then this process
     holds its lock until the run ends: a second process on it is refused."""
+    if not isinstance(cfg, RLConfig):  # a dict of fields is the caller's slip: say how to make the config
+        raise TypeError(
+            f"train() takes an RLConfig, got a {type(cfg).__name__}"
+            + ("; pass RLConfig(**fields) (or nbkit.rl.config_from(fields))" if isinstance(cfg, dict) else "")
+        )
     with RunFolder.open(cfg, world()[0]) as folder:
         return _train(cfg, folder, progress)
 

@@ -12,6 +12,10 @@ once finished, and the marker of ``nbkit.runtime.outputs`` with the run's id. Th
 - resuming a finished run with no more steps does nothing and says so;
 - a checkpoint is complete when its ``trainer_state.json`` (the last file transformers writes) reads as JSON;
   a partial one (a kill during the write) is named, ignored and removed when the run continues;
+- a resume never leaves a step without its metrics row: when ``metrics.jsonl`` ends short of the newest complete
+  checkpoint (its last row cut short), the run continues from the newest checkpoint at or before its last whole row
+  and runs the missing steps again (the checkpoints past it are replaced); with no such checkpoint it is refused,
+  naming the steps;
 - TRL's model card (README.md, written with every checkpoint) never replaces a user's file, even one written
   mid-run: it goes to ``CARD_ASIDE`` when README.md is the user's, and the marker lists only the name it was written
   to, when it was written (``place_model_card``); a checkpoint that does not fit (a file-size limit, a full disk)
@@ -113,7 +117,8 @@ class RunPlan:
     state: dict = field(default_factory=dict)
     """The workbook's state saved with ``checkpoint`` (``STATE_FILE``)."""
     partial: list[Path] = field(default_factory=list)
-    """Checkpoint folders cut short by a kill: ignored (removed by ``begin``)."""
+    """Checkpoint folders cut short by a kill, and complete ones past the last whole row of ``metrics.jsonl`` (the
+    steps between are run again, so the log has no gap): ignored (removed by ``begin``)."""
     clear: bool = False
     """``overwrite=True`` on a folder holding a run: its files are removed by ``begin``."""
     message: str = ""
@@ -289,6 +294,14 @@ def plan_run(cfg) -> RunPlan:
             f"leave them among a new run's files, or write over them; move them out of it, or choose another "
             f"output_dir"
         )
+    unreadable = has_run and (out / "config.json").exists() and not isinstance(_read_json(out / "config.json"), dict)
+    if unreadable and not cfg.overwrite:  # neither a resume (its config is lost) nor a fresh run may use it
+        raise FileExistsError(
+            f"run folder {str(out)!r} holds a run ({last_logged_step(out)} steps logged) whose config.json cannot "
+            f"be read (not JSON: cut short or edited), so it cannot be continued or compared: restore its "
+            f"config.json, pass overwrite=True (resume=False) to replace the run (keeps nothing), or choose another "
+            f"output_dir"
+        )
     if not cfg.resume:
         if has_run and not cfg.overwrite:
             raise FileExistsError(
@@ -333,16 +346,41 @@ def plan_run(cfg) -> RunPlan:
             f"resume=True but {out} holds no complete checkpoint-N folder{named} "
             f"(checkpoint_every was {saved.get('checkpoint_every', 0)})"
         )
-    ckpt = complete[-1]
+    usable = [c for c in complete if _step(c) <= done]  # a log cut short of a checkpoint: re-run the missing steps
+    if not usable:
+        raise FileNotFoundError(
+            f"resume=True but {out}'s metrics.jsonl ends at step {done}, short of its only complete checkpoint(s) "
+            f"{[c.name for c in complete]}: continuing would leave step(s) {_span(done + 1, _step(complete[0]))} "
+            f"without a metrics row, and no earlier checkpoint is there to re-run them from; start the run again "
+            f"with overwrite=True (resume=False), or choose another output_dir"
+        )
+    ckpt, ahead = usable[-1], complete[len(usable) :]
+    rerun = (
+        f"; metrics.jsonl ends at step {done}, short of {ahead[-1].name}: step(s) {_span(_step(ckpt) + 1, done)} are "
+        f"run again from {ckpt.name} and the missing {_span(done + 1, _step(ahead[-1]))} logged "
+        f"({', '.join(c.name for c in ahead)} replaced)"
+        if ahead
+        else ""
+    )
     return RunPlan(
         out,
         "resume",
         run_id,
         ckpt,
         _read_json(ckpt / STATE_FILE) or {},
-        partial,
-        message=f"resuming run {run_id or out.name} from {ckpt.name} ({done} steps logged){named}",
+        [*partial, *ahead],
+        message=f"resuming run {run_id or out.name} from {ckpt.name} ({done} steps logged){named}{rerun}",
     )
+
+
+def _step(checkpoint: Path) -> int:
+    """The step of a ``checkpoint-N`` folder."""
+    return int(checkpoint.name.split("-")[-1])
+
+
+def _span(first: int, last: int) -> str:
+    """``5``, ``5-6`` or ``none`` (``first`` > ``last``)."""
+    return "none" if first > last else str(first) if first == last else f"{first}-{last}"
 
 
 def hold(out: Path, rank: int = 0) -> FolderLock:
@@ -373,7 +411,7 @@ def begin(plan: RunPlan, cfg) -> str:
     outputs.write_json(out / "config.json", {**cfg.to_dict(), **{k: False for k in BOOKKEEPING}})
     log = MetricsLog(out / "metrics.jsonl")
     if plan.action == "resume":
-        log.truncate_after(int(plan.checkpoint.name.split("-")[-1]))
+        log.truncate_after(_step(plan.checkpoint))
         (out / "summary.json").unlink(missing_ok=True)  # finished again only when this invocation finishes
     return mark["id"]
 

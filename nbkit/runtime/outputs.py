@@ -24,6 +24,7 @@ is removed by the next build there.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -232,6 +233,27 @@ def write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+SEAL = "<!-- written by nbkit; sha256 of the text above: {} (edited above this line, it is never replaced) -->\n"
+"""The last line of a page the workbook generates into a file it later overwrites (``sealed``, ``unedited``)."""
+
+
+def sealed(text: str) -> str:
+    """``text`` (ending in a newline) and its ``SEAL`` line: what a generated page is written as."""
+    return text + SEAL.format(hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+
+def unedited(path: str | Path) -> bool:
+    """Whether the file ``path`` is a ``sealed`` page exactly as the workbook wrote it: its last line is the seal of
+    everything above it. A user's file, a page edited since (a line appended, one changed) or a page that lost its
+    seal is not, whatever its first lines say."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    body = text.removesuffix("\n").rpartition("\n")[0]
+    return bool(body) and text == sealed(body + "\n")
 
 
 def write_json(path: str | Path, obj, **dumps) -> Path:

@@ -23,7 +23,7 @@ from pathlib import Path
 from nbkit import results
 from nbkit.records import runlog
 from nbkit.records.runlog import KIND, RESULT_NEUTRAL, MetricsLog, last_logged_step, last_step, result_differences
-from nbkit.runtime import outputs, pool
+from nbkit.runtime import locks, outputs, pool
 from nbkit.studies.prose import markdown_table as markdown_table  # (re-exported: the studies' table writer)
 from nbkit.studies.stored import keep_stored_change, ran_on, store_change
 
@@ -189,11 +189,26 @@ class GridStudy(Study):
         ``keep_stored``: a run the stored study already holds with this very config counts as finished (a study
         continued in a later sitting, on another machine, trains only what its card lists as missing).
         A run folder holding a run of another setting (``other_setting``) is refused, naming the differing fields,
-        before anything trains, unless ``overwrite``.
+        before anything trains, unless ``overwrite``; so is a second process on the same shard (``shard_lock``).
         ``threads`` / ``workers``: how runs share the cores (``nbkit.rl.grid.train_all``; the rows do not depend on
         ``workers``). ``beside``: other jobs (``label → nbkit.runtime.pool.Job``) run in the same pool as the runs; with
         it
         the value is ``(label → rows, label → the jobs' values)``."""
+        _check_shard(shard)
+        with self.shard_lock(shard, options):  # a second process on this shard: one line, before anything trains
+            return self._run(shard, progress, keep_stored, root, overwrite, threads, workers, beside, **options)
+
+    def shard_lock(self, shard: tuple[int, int], options: dict) -> locks.FolderLock:
+        """The lock one process holds on shard ``i/n`` of this study for its ``run`` (``nbkit.runtime.locks``, a file
+        in the study's folder per shard: the shards of one study may run at once, one shard twice may not)."""
+        return locks.FolderLock(
+            self.folder(options),
+            f"study {self.name} shard {shard[0]}/{shard[1]}: its folder",
+            f"{locks.LOCK}-shard-{shard[0]}-of-{shard[1]}",
+        )
+
+    def _run(self, shard, progress, keep_stored, root, overwrite, threads, workers, beside, **options):
+        """``run``'s work, inside the shard's lock."""
         from nbkit.rl import grid
 
         todo, fresh = self._todo(shard, keep_stored, root, overwrite, **options)

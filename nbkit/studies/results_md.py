@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from nbkit import results
+from nbkit.runtime import outputs
 from nbkit.runtime.paths import ROOT
 from nbkit.studies.amendments import record_lines
 from nbkit.studies.base import Study, markdown_table
@@ -147,7 +148,8 @@ def stored_section(study: Study, runs: dict[str, list[dict]], meta: dict[str, di
 
 def page(studies: dict[str, Study] = STUDIES, root: Path | None = None) -> tuple[str, list[str]]:
     """The whole page, and the line (``checked``) of each stored study that shows what is wrong with it instead of
-    its numbers."""
+    its numbers. The page ends in its seal (``nbkit.runtime.outputs.sealed``): ``--out`` replaces only a page whose
+    text is still what was written."""
     root = results.RESULTS if root is None else Path(root)
     sections, troubles = [], []
     for study in studies.values():
@@ -157,7 +159,7 @@ def page(studies: dict[str, Study] = STUDIES, root: Path | None = None) -> tuple
         else:
             text = section(study, root)
         sections.append(text)
-    return HEADER + "\n" + "\n\n".join(sections) + "\n", troubles
+    return outputs.sealed(HEADER + "\n" + "\n\n".join(sections) + "\n"), troubles
 
 
 def render(studies: dict[str, Study] = STUDIES, root: Path | None = None) -> str:

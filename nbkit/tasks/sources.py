@@ -164,7 +164,7 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
         return pq.read_table(path).to_pylist()
     if suffix in (".jsonl", ".json"):
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")  # a byte-order mark before the first row is no row's
         except UnicodeDecodeError as exc:
             raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); expected JSON lines of problems") from None
         if suffix == ".json" and text.lstrip().startswith("["):
@@ -181,7 +181,9 @@ def _read_rows(source: str, split: str | None) -> list[dict]:
                 )
             return rows
         rows = []
-        lines = text.splitlines()
+        lines = text.removesuffix("\n").split(
+            "\n"
+        )  # JSON lines end at "\n" only: splitlines() also splits a string holding U+2028
         for number, line in enumerate(rows_progress(lines, f"reading {path.name}"), 1):
             if not line.strip():
                 continue

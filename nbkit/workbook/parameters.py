@@ -19,7 +19,9 @@ config's ``__post_init__`` runs) or the check of the library that takes the valu
 - names (``CHOICES``): dtypes, engines, GEMM policies, RL presets, corrections, rollout formats, tiny-long regimes;
   ``config_overrides`` / ``ppo_overrides`` keys are ``RLConfig`` fields; ``lo <= hi``.
 
-A refusal is one ``ParameterError`` line naming the notebook, the parameter, the value and what it must be (in a
+A name the notebook has no parameter of is refused too (``check_names``): ``nbkit run`` checks a profile's names,
+the check cell the names papermill injected (``papermill ... -p nosuchparam 3`` would otherwise run the whole default
+study). A refusal is one ``ParameterError`` line naming the notebook, the parameter, the value and what it must be (in a
 notebook its traceback is that line: nothing of the checker's internals).
 """
 
@@ -264,8 +266,40 @@ def check_values(stem: str, values: dict, known: dict | None = None) -> None:
         raise ParameterError(f"notebook {stem}: lo = {lo!r} is above hi = {hi!r}; the kept window is [lo, hi]")
 
 
+def check_names(stem: str, names, known: dict) -> None:
+    """``ParameterError`` naming every one of ``names`` that notebook ``stem`` has no parameter of (papermill would
+    only warn, then run the notebook with its own values), and its parameters."""
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise ParameterError(f"notebook {stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
+
+
+INJECTED = "# Parameters\n"
+"""How papermill's injected cell begins (``papermill.translators.PythonTranslator.codify``)."""
+
+
+def injected_names(namespace: dict) -> list[str]:
+    """The names papermill's injected cell assigned, read from the kernel's input history (IPython's ``In``, in the
+    notebook's ``globals()``); [] outside papermill."""
+    import ast
+
+    names = []
+    for source in namespace.get("In") or []:
+        if isinstance(source, str) and source.startswith(INJECTED):
+            try:
+                body = ast.parse(source).body
+            except SyntaxError:
+                continue
+            names += [
+                t.id for node in body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
+            ]
+    return names
+
+
 def check_notebook_parameters(stem: str, namespace: dict) -> None:
     """Check every parameter of notebook ``stem`` as it is in ``namespace`` (the notebook's ``globals()``, after
-    papermill's injected cell) before any work; raises one ``ParameterError`` line for the first bad one."""
+    papermill's injected cell) before any work: a name papermill injected that the notebook has no parameter of
+    (``-p nosuchparam 3``), then each value; raises one ``ParameterError`` line for the first bad one."""
     known = defaults(stem)
+    check_names(stem, injected_names(namespace), known)
     check_values(stem, {name: namespace[name] for name in known if name in namespace}, known)

@@ -21,6 +21,7 @@ from nbkit.runtime import locks, outputs
 from nbkit.runtime.paths import REPORTS, ROOT, environment
 from nbkit.workbook import report
 from nbkit.workbook.parameters import (  # noqa: F401 - notebook_parameters: also read as runner.notebook_parameters
+    check_names,
     check_values,
     notebook_defaults,
     notebook_parameters,
@@ -123,6 +124,18 @@ def execute(path: Path, out_dir: Path, parameters: dict, progress: bool = True) 
     return NotebookResult(path.stem, not error, seconds, parameters, error, defaults)
 
 
+INDEX_FILES = ("index.html", "run.json", "plotly.min.js")
+"""What ``report.write_index`` writes into the report folder."""
+
+
+def own_files(stem: str) -> list[str]:
+    """Every file a run of notebook ``stem`` may write into the report folder (the executed notebook, its HTML, log,
+    summary, figure and partial files) and the index's: recorded in the folder's marker before the notebook starts,
+    so a run killed mid-notebook (``kill -9``, out of memory) leaves files the rerun knows as its own."""
+    names = [f"{stem}.ipynb", f"{stem}.html", *(p.name for p in report.stale_files(Path(), stem))]
+    return [*names, *(p.name for p in partial_files(Path(), stem)), *INDEX_FILES]
+
+
 PARTIAL = ".partial"
 """Inserted before ``.ipynb`` / ``.html`` in the name of a notebook cut off by Ctrl-C (``mark_partial``)."""
 
@@ -156,9 +169,7 @@ def check_parameters(path: Path, parameters: dict) -> None:
     after its parameters (``nbkit.workbook.parameters``: type of its default, range, choices; ``config_overrides``
     keys are ``RLConfig`` fields)."""
     known = notebook_defaults(path)
-    unknown = sorted(set(parameters) - set(known))
-    if unknown:
-        raise ValueError(f"notebook {path.stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
+    check_names(path.stem, parameters, known)
     check_values(path.stem, parameters, known)
 
 
@@ -216,6 +227,7 @@ def _run(profile: str, out_dir: Path, paths: list[Path], params: dict[str, dict]
         print(f"[nbkit] {last}", flush=True)
     results = []
     for path in paths:
+        outputs.record_files(out_dir, own_files(path.stem))  # before any is written: a killed run's files stay its own
         print(f"[nbkit] {path.stem} ({profile}) ...", flush=True)
         start = time.time()
         try:

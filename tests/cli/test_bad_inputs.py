@@ -28,6 +28,7 @@ from nbkit.rl import RLConfig, config_from, train
 from nbkit.runtime import fieldcheck, outputs
 from nbkit.tasks import dataset
 from nbkit.workbook import runner
+from nbkit.workbook.parameters import check_notebook_parameters
 
 EXIT_2 = 2
 """A command line's refusal: status 2, one line on stderr naming the value."""
@@ -208,6 +209,34 @@ def field_cases() -> list[Case]:
                 )
             )
     return cases
+
+
+def _text(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def edited_page(c: Ctx) -> str:
+    """A results page a user wrote under the page's own heading (or one they edited): not the workbook's to replace."""
+    from nbkit.studies import results_md
+
+    (c.tmp / "R-edited.md").write_text(results_md.HEADER + "\nmy own line\n")
+    return str(c.tmp / "R-edited.md")
+
+
+def stopped_run(c: Ctx, name: str, rows: str, complete: tuple[int, ...], config: str | None = None) -> str:
+    """A run folder of the workbook's as a kill leaves it: ``metrics.jsonl`` holding ``rows``, the ``complete``
+    checkpoints and ``config.json`` (``config``: its text; default the run's own, that of ``rl(c)``)."""
+    out = c.tmp / name
+    shutil.rmtree(out, ignore_errors=True)
+    outputs.write_marker(out, "rl-run")
+    cfg = rl(c, output_dir=str(out))
+    (out / "config.json").write_text(json.dumps(cfg.to_dict()) if config is None else config)
+    (out / "metrics.jsonl").write_text(rows)
+    for step in complete:
+        (out / f"checkpoint-{step}").mkdir()
+        (out / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return str(out)
 
 
 def nbkit(*argv):
@@ -995,6 +1024,75 @@ CASES = [
         lambda c: outputs.check_replace(c.tmp / ("s" * 250), "results"),
         outputs.OutputFolderError,
         "is 250 bytes long",
+    ),
+]
+# --- issue 73: interrupted work, edited pages, unusual files
+CASES += [
+    Case(
+        "cli-train-trl-setting-nan",
+        nbkit("train", "--trl", '{"adam_epsilon": NaN}'),
+        SystemExit,
+        "trl: 'adam_epsilon' = 'NaN': GRPOConfig's adam_epsilon is a number; give a finite one",
+    ),
+    Case(
+        "cli-train-config-lr-nan-names-its-line",
+        nbkit("train", "--config", lambda c: _text(c.tmp / "nan.yaml", "steps: 4\nlr: .nan\n")),
+        SystemExit,
+        "nan.yaml', line 2: lr must be a finite number, got nan",
+    ),
+    Case(
+        "cli-train-config-a-folder",
+        nbkit("train", "--config", lambda c: c.users_folder),
+        EXIT_2,
+        "is a folder: name a YAML or JSON file in it",
+    ),
+    Case(
+        "train-a-dict-of-fields",
+        lambda c: train({"steps": 1}),
+        TypeError,
+        "train() takes an RLConfig, got a dict; pass RLConfig(**fields)",
+    ),
+    Case(
+        "cli-study-set-a-list-option-to-one-value",
+        nbkit("study", "ppo_tiny_arith", "run", "--set", "seeds=5"),
+        EXIT_2,
+        "--set seeds=5: ppo_tiny_arith's seeds is a list; write seeds=[5]",
+    ),
+    Case(
+        "train-a-10-mb-problem",
+        lambda c: train(
+            rl(c, dataset=_jsonl(c.tmp / "huge.jsonl", [{"problem": "1" * 10**7 + "+1=", "answer": "2"}] * 2))
+        ),
+        ValueError,
+        ("has 10000003 characters", "more than the model's whole context of 128 positions", "shorten it or drop it"),
+    ),
+    Case(
+        "train-resume-a-run-whose-config-json-is-cut",
+        lambda c: train(
+            rl(c, resume=True, output_dir=stopped_run(c, "cut-config", '{"step": 1}\n', (1,), config='{"mod'))
+        ),
+        FileExistsError,
+        ("whose config.json cannot be read", "overwrite=True"),
+    ),
+    Case(
+        "notebook-papermill-parameter-it-does-not-have",
+        lambda c: check_notebook_parameters("03_rl_training", {"In": ["", "# Parameters\nnosuchparam = 3\n"]}),
+        ValueError,
+        "notebook 03_rl_training has no parameter(s) ['nosuchparam']; its parameters: [",
+    ),
+    Case(
+        "train-resume-log-ends-short-of-the-only-checkpoint",
+        lambda c: train(
+            rl(c, max_steps=4, resume=True, output_dir=stopped_run(c, "short-log", '{"step": 1}\n{"step": 2', (2,)))
+        ),
+        FileNotFoundError,
+        ("metrics.jsonl ends at step 1, short of", "step(s) 2 without a metrics row"),
+    ),
+    Case(
+        "cli-results-md-out-a-page-edited-since-it-was-written",
+        nbkit("results-md", "--out", lambda c: edited_page(c)),
+        EXIT_2,
+        "is not a page this command wrote, or was edited since",
     ),
 ]
 CASES += field_cases()

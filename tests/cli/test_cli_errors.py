@@ -95,3 +95,17 @@ def test_a_raw_operating_system_error_is_one_line_naming_the_file_and_what_to_do
     said = describe(FileExistsError(errno.EEXIST, "File exists", "/tmp/out"))
     assert said.startswith("File exists: '/tmp/out'; ") and "a symlink to nowhere" in said
     assert describe(FileNotFoundError("config file 'x.yaml' not found")) == "config file 'x.yaml' not found"
+
+
+def test_an_ascii_locale_without_utf8_mode_is_one_line_saying_what_to_set():
+    """Issue 73, 12: with PYTHONUTF8=0 and LANG=C, a 40-line traceback from an upstream template read as ASCII."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUTF8": "0", "LANG": "C", "LC_ALL": "C"}
+    env.pop("PYTHONIOENCODING", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "nbkit", "list"], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    said = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(said) == 1, done.stderr
+    assert "set PYTHONUTF8=1 (or LANG=C.UTF-8) and run again" in said[0] and "Traceback" not in done.stderr

@@ -209,3 +209,51 @@ def test_a_checkpoint_too_large_for_the_file_size_limit_is_one_line_and_the_run_
     assert [p.name for p in runfolder.checkpoints(out)[0]] == ["checkpoint-1"]  # checkpoint-2 partial: ignored
     assert cli_main.main(["train", *flags, "--resume"]) == 0, capsys.readouterr().err
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def _stopped_run(cfg, rows: str, complete: tuple[int, ...]) -> None:
+    """A run folder as a kill leaves it: ``metrics.jsonl`` holding ``rows`` and the ``complete`` checkpoints."""
+    outputs.write_marker(cfg.out, runfolder.KIND)
+    (cfg.out / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (cfg.out / "metrics.jsonl").write_text(rows)
+    for step in complete:
+        (cfg.out / f"checkpoint-{step}").mkdir()
+        (cfg.out / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+
+
+def test_a_resume_whose_log_ends_short_of_the_checkpoint_runs_the_missing_steps_again(tmp_path, arith_jsonl):
+    """Issue 73, 4: the log's last row cut short (step 4) beside a complete checkpoint-4: continuing from it would
+    log 1, 2, 3, 5, ... The run continues from checkpoint-2 instead, the log cut back to its whole rows up to 2."""
+    cfg = config(tmp_path / "run", arith_jsonl, max_steps=6, resume=True)
+    _stopped_run(cfg, '{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4, "rew', complete=(2, 4))
+    plan = runfolder.plan_run(cfg)
+    assert plan.checkpoint.name == "checkpoint-2"
+    assert (
+        "metrics.jsonl ends at step 3, short of checkpoint-4: step(s) 3 are run again from checkpoint-2" in plan.message
+    )
+    assert "the missing 4 logged (checkpoint-4 replaced)" in plan.message
+    runfolder.begin(plan, cfg)
+    assert (cfg.out / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
+    assert sorted(p.name for p in cfg.out.glob("checkpoint-*")) == ["checkpoint-2"]
+
+
+def test_a_resume_whose_log_ends_short_of_every_checkpoint_is_refused_naming_the_steps(tmp_path, arith_jsonl):
+    cfg = config(tmp_path / "run", arith_jsonl, max_steps=6, checkpoint_every=4, resume=True)
+    _stopped_run(cfg, '{"step": 1}\n{"step": 2}\n{"step": 3', complete=(4,))
+    before = (cfg.out / "metrics.jsonl").read_bytes()
+    with pytest.raises(FileNotFoundError, match=r"ends at step 2, short of .*\['checkpoint-4'\]: .* step\(s\) 3-4 "):
+        runfolder.plan_run(cfg)
+    assert (cfg.out / "metrics.jsonl").read_bytes() == before and (cfg.out / "checkpoint-4").is_dir()
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_run_whose_config_json_is_corrupt_is_refused_alike_with_or_without_resume(tmp_path, arith_jsonl, resume):
+    """Issue 73, 6: each refusal pointed at the other (resume: "holds no run to continue"; a plain run: "pass
+    resume=True"); both now name the unreadable config.json and what to do."""
+    cfg = config(tmp_path / "run", arith_jsonl, resume=resume)
+    _stopped_run(cfg, '{"step": 1}\n{"step": 2}\n', complete=(2,))
+    (cfg.out / "config.json").write_text('{"model": "tiny-ar')
+    with pytest.raises(FileExistsError, match=r"\(2 steps logged\) whose config.json cannot be read") as err:
+        runfolder.plan_run(cfg)
+    assert "overwrite=True" in str(err.value) and "holds no run to continue" not in str(err.value)
+    assert "pass resume=True" not in str(err.value)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from nbkit import results
+from nbkit.cli import main as cli_main
 from nbkit.cli import results_md as results_md_command
+from nbkit.runtime import outputs
 from nbkit.studies import hunt, markdown_table, results_md
 from nbkit.studies.catalog import STUDIES
 
@@ -45,8 +47,9 @@ def test_the_page_follows_the_stored_data(monkeypatch):
 
 
 def test_check_mode_reports_a_stale_file(tmp_path, capsys):
-    stale = tmp_path / "RESULTS.md"
-    stale.write_text(results_md.render().replace("0.", "1.", 1), encoding="utf-8")
+    stale = tmp_path / "RESULTS.md"  # a page written from other data (a number differs), sealed as written
+    body = results_md.render().removesuffix("\n").rpartition("\n")[0] + "\n"
+    stale.write_text(outputs.sealed(body.replace("0.", "1.", 1)), encoding="utf-8")
     assert results_md_command.main(["--check", "--out", str(stale)]) == 1
     assert "OUT OF DATE" in capsys.readouterr().out
     assert results_md_command.main(["--out", str(stale)]) == 0
@@ -130,13 +133,41 @@ def test_out_a_folder_or_a_dangling_symlink_is_one_clear_line(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md", "pages"] and not any(folder.iterdir())
 
 
+def _pages(monkeypatch, *bodies):
+    """``results_md.page`` gives the sealed ``bodies`` in turn (the stored data changing between runs)."""
+    texts = iter(outputs.sealed(results_md.HEADER + body) for body in bodies)
+    monkeypatch.setattr(results_md, "page", lambda *a, **k: (next(texts), []))
+
+
 def test_out_replaces_a_page_it_wrote(tmp_path, monkeypatch):
     page = tmp_path / "R.md"
-    monkeypatch.setattr(results_md, "page", lambda *a, **k: (results_md.HEADER + "\n## a study\n", []))
+    _pages(monkeypatch, "\nan older page\n", "\n## a study\n")
     assert results_md_command.main(["--out", str(page)]) == 0
-    page.write_text(results_md.HEADER + "\nan older page\n")
     assert results_md_command.main(["--out", str(page)]) == 0
-    assert page.read_text() == results_md.HEADER + "\n## a study\n"
+    assert page.read_text() == outputs.sealed(results_md.HEADER + "\n## a study\n")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda text: text + "my note, added under the page\n",
+        lambda text: text.replace("## a study", "## a study (see my notes)"),
+        lambda text: results_md.HEADER + "\nmy own page, under the page's heading\n",
+    ],
+    ids=["a line appended", "a line changed", "a user's file with the page's heading"],
+)
+def test_out_refuses_a_page_edited_since_it_was_written(tmp_path, monkeypatch, capsys, edit):
+    """Issue 73, 3: what counts is the text that was written (its seal), never the first lines."""
+    page = tmp_path / "R.md"
+    _pages(monkeypatch, "\n## a study\n", "\n## the study, newer\n")
+    assert results_md_command.main(["--out", str(page)]) == 0
+    page.write_text(edit(page.read_text()))
+    before = _sha(page)
+    capsys.readouterr()
+    assert cli_main.main(["results-md", "--out", str(page)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a page this command wrote, or was edited since" in err[0], err
+    assert _sha(page) == before
 
 
 # --- issue 55, 7 and 8: a stored study that is not what was stored, or makes no table --------------------------------

@@ -327,3 +327,57 @@ def test_a_background_slice_with_a_bad_option_is_refused_before_anything_starts(
         DoseResponse().start_live(**{**_slice(), "formats": ["fp33"]})
     with pytest.raises(ValueError, match="no beside jobs"):
         DoseResponse().start_live(**_slice(beside={"x": None}))
+
+
+def _hold(lock_code: str, folder):
+    """Another process holding a lock (``lock_code`` acquires it into ``held``: a lock object dropped is released),
+    as a second ``nbkit study ... run`` finds it."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import sys, time; {lock_code}; print('held', flush=True); time.sleep(900)", folder],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_run_of_one_study_shard_is_one_line_and_exit_2_before_anything_trains(tmp_path, capsys):
+    """Issue 73, 9: it was a failed pool job with a traceback and exit 1."""
+    from nbkit.cli import main as cli_main
+    from nbkit.rl import grid  # noqa: F401 - imported before the holder starts: its lock outlives the import
+
+    study = STUDIES["hunt_tiny_long"]
+    runs = tmp_path / "runs"
+    holder = _hold(
+        "from nbkit.studies.catalog import STUDIES; "
+        "held = STUDIES['hunt_tiny_long'].shard_lock((0, 1), {'output_dir': sys.argv[1]}).acquire()",
+        str(runs),
+    )
+    try:
+        code = cli_main.main(["study", study.name, "run", "--set", f"output_dir={runs}"])
+        said = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(said) == 1, said
+        assert f"study hunt_tiny_long shard 0/1: its folder '{runs}' is in use by process {holder.pid}" in said[0]
+        assert sorted(p.name for p in runs.iterdir()) == [".nbkit-lock-shard-0-of-1"]  # no run folder was made
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def test_a_grid_refuses_a_run_folder_another_process_trains_before_its_first_run(tmp_path):
+    from nbkit.rl import RLConfig, grid
+    from nbkit.runtime import locks
+
+    configs = {"a": RLConfig(output_dir=str(tmp_path / "a")), "b": RLConfig(output_dir=str(tmp_path / "grpo-fp32"))}
+    busy = tmp_path / "grpo-fp32"
+    holder = _hold("from nbkit.runtime.locks import FolderLock; held = FolderLock(sys.argv[1]).acquire()", str(busy))
+    try:
+        with pytest.raises(locks.FolderLockedError, match=f"run folder '{busy}' is in use by process {holder.pid}"):
+            grid.train_all(configs)
+        assert not (tmp_path / "a").exists()
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)

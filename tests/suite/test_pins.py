@@ -136,3 +136,16 @@ def test_make_wheels_brings_everything_trl_needs_beyond_the_gpu_nodes_packages()
 def test_make_wheels_leaves_out_what_the_node_already_has():
     command = _wheels_command("NODE_HAS=pyarrow pandas")
     assert "pyarrow==" not in command and "pandas==" not in command and "trl==" in command
+
+
+def test_requires_python_is_the_oldest_python_the_pinned_vllm_installs_on():
+    """``pyproject.toml`` must not promise a Python the pinned vLLM (GPU and CPU builds: 0.32) cannot install on."""
+    from nbkit.runtime import venvcheck
+
+    metadata = (ROOT / "requirements" / "vllm-metadata" / f"vllm-{plan.SERVER_VLLM}.METADATA").read_text()
+    requires = next(
+        line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Python")
+    )
+    oldest = venvcheck.required_python()
+    assert f"{oldest[0]}.{oldest[1]}" in SpecifierSet(requires)
+    assert f"{oldest[0]}.{oldest[1] - 1}" not in SpecifierSet(requires)  # no newer floor than the wheel's either

@@ -179,3 +179,38 @@ def test_the_last_run_on_this_machine_is_one_line_and_another_machine_s_is_none(
     assert line == "last time on this machine (cpu profile, yesterday): 00_a 5 s"
     assert report.last_times(tmp_path, "another box") is None and report.last_times(tmp_path / "none", "box") is None
     assert line in report.write_index(tmp_path, "cpu", [], prov, line).read_text()
+
+
+@pytest.mark.slow
+def test_a_report_folder_of_a_run_killed_mid_notebook_is_its_own_on_the_rerun(tmp_path):
+    """``kill -9`` of ``nbkit run`` while a notebook runs (an out-of-memory kill, a closed terminal): the files it
+    wrote are listed in its marker before they were written, so the rerun into the same folder is not refused."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from nbkit.runtime import outputs
+    from nbkit.runtime.paths import ROOT
+
+    out = tmp_path / "report"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "nbkit", "run", "--profile", "smoke", "--only", "00", "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (out / "00_precision_primer.ipynb").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before the notebook's first file was written"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the kernel the killed runner left behind
+        except ProcessLookupError:
+            pass
+    written = sorted(p.name for p in out.iterdir() if not p.name.startswith((outputs.MARKER, ".nbkit-lock")))
+    assert "00_precision_primer.ipynb" in written
+    assert runner.check_out_dir(out) == out  # the rerun takes the folder: every file in it is the run's own
+    assert set(written) <= set(outputs.read_marker(out)["files"])
