@@ -316,7 +316,8 @@ def resolve(argv: list[str] | None = None) -> tuple[RLConfig, argparse.Namespace
             name = str(exc).split(" ", 1)[0].rstrip(":")
             if name in from_file and (values[name] is from_file[name] or values[name] == from_file[name]):  # nan
                 lines = key_lines(_config_text(Path(path)))
-                line = lines.get(name, lines.get(name.replace("_", "-")))
+                spelled = (name, name.replace("_", "-"), *OLD_NAMES.get(name, ()))  # as the file may spell it
+                line = next((lines[k] for k in spelled if k in lines), None)
                 raise ValueError(f"config file {path!r}" + (f", line {line}" if line else "") + f": {exc}") from None
             raise
         check_trl(cfg)  # a TRL setting the workbook makes from its own fields

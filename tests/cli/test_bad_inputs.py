@@ -1038,7 +1038,7 @@ CASES += [
         "cli-train-config-lr-nan-names-its-line",
         nbkit("train", "--config", lambda c: _text(c.tmp / "nan.yaml", "steps: 4\nlr: .nan\n")),
         SystemExit,
-        "nan.yaml', line 2: lr must be a finite number, got nan",
+        "nan.yaml', line 2: learning_rate must be a finite number, got nan",
     ),
     Case(
         "cli-train-config-a-folder",

@@ -181,10 +181,10 @@ def test_rl_on_a_moe_logs_flip_rate_and_replay_zeroes_nothing_else(tmp_path, moe
     cfg = RLConfig(
         model=moe_dir,
         dataset=str(data),
-        steps=2,
+        max_steps=2,
         prompts_per_step=2,
-        samples_per_prompt=2,
-        max_tokens=12,
+        num_generations=2,
+        max_completion_length=12,
         output_dir=str(tmp_path / "run"),
         rollout_engine="hf",
         train_dtype="bf16",
