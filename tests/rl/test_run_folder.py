@@ -97,7 +97,7 @@ def test_a_run_folder_is_never_reused_by_another_run_without_consent(tmp_path, a
 
     with pytest.raises(FileExistsError, match=r"already holds a run \(2 steps logged\).*overwrite=True"):
         train(config(out, arith_jsonl, max_steps=2, learning_rate=1e-2), progress=False)
-    with pytest.raises(runfolder.RunMismatchError, match=r"lr \(run: 0\.0001, now: 0\.01\)"):
+    with pytest.raises(runfolder.RunMismatchError, match=r"learning_rate \(run: 0\.0001, now: 0\.01\)"):
         train(config(out, arith_jsonl, max_steps=3, learning_rate=1e-2, resume=True), progress=False)
     with pytest.raises(runfolder.RunMismatchError, match=r"train_dtype \(run: 'fp32', now: 'bf16'\)"):
         train(config(out, arith_jsonl, max_steps=3, train_dtype="bf16", resume=True), progress=False)
