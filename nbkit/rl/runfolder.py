@@ -129,9 +129,9 @@ def checkpoints(out: Path) -> tuple[list[Path], list[Path]]:
     """(complete, partial) ``checkpoint-N`` folders of ``out``, by step."""
     if not out.is_dir():
         return [], []
-    found = sorted((int(m.group(1)), p) for p in out.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
-    complete = [p for _, p in found if _read_json(p / "trainer_state.json") is not None]
-    return complete, [p for _, p in found if p not in complete]
+    found = sorted((p for p in out.iterdir() if p.is_dir() and _CHECKPOINT.match(p.name)), key=_step)
+    complete = [p for p in found if _read_json(p / "trainer_state.json") is not None]
+    return complete, [p for p in found if p not in complete]
 
 
 def _read_json(path: Path) -> dict | None:
@@ -375,7 +375,7 @@ def plan_run(cfg) -> RunPlan:
 
 def _step(checkpoint: Path) -> int:
     """The step of a ``checkpoint-N`` folder."""
-    return int(checkpoint.name.split("-")[-1])
+    return int(_CHECKPOINT.match(checkpoint.name).group(1))
 
 
 def _span(first: int, last: int) -> str:
